@@ -1,0 +1,89 @@
+"""Alembic environment for tnsrag_db.
+
+- The schema comes from ``config.attributes["tnsrag_schema"]`` (set by the library),
+  else ``-x schema=NAME``, else the ``tnsrag.schema`` option, else ``tnsrag``.
+- A connection may be injected through ``config.attributes["connection"]``;
+  otherwise one is made from ``-x url=...``, ``sqlalchemy.url`` or TNSRAG_DATABASE_URL.
+- Every online upgrade and downgrade runs in ONE transaction that first takes a
+  PostgreSQL advisory lock keyed by the schema: N processes migrating the same
+  database at once run one after another, and each later one finds the schema at
+  head and does nothing. The version table is read only after the lock is held.
+"""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from tnsrag_db.store.engine import create_engine, validate_schema_name
+from tnsrag_db.store.migrate import advisory_lock_key, bootstrap_statements
+from tnsrag_db.store.schema import DEFAULT_SCHEMA, metadata
+
+config = context.config
+x_args = context.get_x_argument(as_dictionary=True)
+schema = validate_schema_name(
+    config.attributes.get("tnsrag_schema")
+    or x_args.get("schema")
+    or config.get_main_option("tnsrag.schema")
+    or DEFAULT_SCHEMA
+)
+config.attributes["tnsrag_schema"] = schema
+
+
+def _configure(**kwargs: object) -> None:
+    context.configure(
+        target_metadata=metadata,
+        version_table_schema=schema,
+        compare_type=True,
+        transactional_ddl=True,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def run_offline() -> None:
+    url = x_args.get("url") or config.get_main_option("sqlalchemy.url") or "postgresql+psycopg://"
+    _configure(url=url, literal_binds=True, dialect_opts={"paramstyle": "named"})
+    with context.begin_transaction():
+        context.execute(f"SELECT pg_advisory_xact_lock({advisory_lock_key(schema)})")
+        for statement in bootstrap_statements(schema):
+            context.execute(statement)
+        context.execute(f"SET LOCAL search_path TO {schema}, public")
+        context.run_migrations()
+
+
+def _run_with(connection: Connection) -> None:
+    if connection.in_transaction():
+        connection.commit()
+    with connection.begin():
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_lock_key(schema)})
+        for statement in bootstrap_statements(schema):
+            connection.execute(text(statement))
+        connection.execute(text(f"SET LOCAL search_path TO {schema}, public"))
+        _configure(connection=connection)
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+def run_online() -> None:
+    injected = config.attributes.get("connection")
+    if injected is not None:
+        _run_with(injected)
+        return
+    url = x_args.get("url") or os.environ.get("TNSRAG_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise SystemExit("no database URL: pass -x url=..., set sqlalchemy.url or TNSRAG_DATABASE_URL")
+    engine = create_engine(url, schema=schema, pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as connection:
+            _run_with(connection)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

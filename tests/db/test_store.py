@@ -1,0 +1,53 @@
+"""Store writes, reads and deletes on a real database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from tnsrag_db.errors import InvalidEntryError
+from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.types import MemoryEntry, MemoryTier
+
+
+def test_add_get_roundtrip(store: Store) -> None:
+    ts = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
+    entry = MemoryEntry("e1", "Agents persist memory.", MemoryTier.EPISODIC, source="notes.md", timestamp=ts,
+                        metadata={"tenant": "acme"})
+    assert store.add(entry) == IngestCounts(inserted=1)
+    assert store.get("e1") == entry
+    assert store.get("missing") is None
+
+
+def test_reingest_is_idempotent_and_updates_are_counted(store: Store) -> None:
+    batch = [MemoryEntry(f"id{i}", f"text number {i}") for i in range(50)]
+    assert store.add_all(batch) == IngestCounts(inserted=50)
+    assert store.add_all(batch) == IngestCounts(unchanged=50)
+    changed = batch[:3] + [MemoryEntry("id3", "new text"), MemoryEntry("new", "brand new")]
+    assert store.add_all(changed) == IngestCounts(inserted=1, updated=1, unchanged=3)
+    assert store.get("id3") == MemoryEntry("id3", "new text")
+    assert store.count() == 51
+
+
+def test_bad_entry_rejects_whole_batch(store: Store) -> None:
+    store.add(MemoryEntry("keep", "kept"))
+    good = MemoryEntry("g", "good")
+    bad = MemoryEntry("b", "bad")
+    object.__setattr__(bad, "content", "nul\x00byte")
+    with pytest.raises(InvalidEntryError) as info:
+        store.add_all([good, bad])
+    assert info.value.entry_id == "b" and info.value.index == 1
+    with pytest.raises(InvalidEntryError, match="appears twice"):
+        store.add_all([good, MemoryEntry("g", "again")])
+    assert store.count() == 1 and store.get("g") is None
+
+
+def test_delete_and_delete_where(store: Store) -> None:
+    store.add_all([MemoryEntry("a", "x", metadata={"k": "v"}), MemoryEntry("b", "y", metadata={"k": "V"}),
+                   MemoryEntry("c", "z", MemoryTier.WORKING)])
+    assert store.delete_where({"k": "v"}) == 1
+    assert store.delete_where({"tier": "WORKING"}) == 1
+    assert store.delete("b") is True
+    assert store.delete("b") is False
+    assert store.count() == 0

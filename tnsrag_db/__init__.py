@@ -1,0 +1,1 @@
+"""tnsrag_db: a persistent PostgreSQL-backed retrieval store."""

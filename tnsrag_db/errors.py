@@ -1,0 +1,144 @@
+"""The exception tree of tnsrag_db.
+
+Every error the library raises on purpose derives from :class:`TnsragError`::
+
+    TnsragError
+    ├── ConfigurationError           bad construction or set-up (never retried)
+    │   ├── HierarchyError           duplicate ids, missing parents, cycles
+    │   └── ProviderConfigurationError  zero/many embedding providers, bad entry point
+    ├── ValidationError (ValueError) bad input values; nothing was written
+    │   ├── InvalidEntryError        a MemoryEntry (or one entry of a batch) is invalid
+    │   ├── InvalidFilterError       a metadata filter is invalid
+    │   ├── InvalidContextError      a RAGContext argument is invalid
+    │   ├── EmbeddingValidationError an embedding vector breaks a rule
+    │   ├── TemporalValidationError  a timestamp is invalid or too far in the future
+    │   └── DanglingReferenceError   an edge or parent names an entry that does not exist
+    ├── DatabaseError                the database failed or is not ready
+    │   ├── SchemaNotReadyError      the schema is missing or not at the expected revision
+    │   └── MigrationError           an alembic upgrade or downgrade failed
+    └── RetrievalError               a retrieval failed at run time
+        ├── ProviderTransportError   an embedding/model provider's transport failed
+        ├── ExecutionError           any other provider exception, wrapped
+        ├── ProviderBusyError        a concurrent provider call was refused
+        ├── RetrievalCancelledError  a CancellationToken stopped the work
+        └── StrategyUnavailableError a requested strategy or mode is not available
+
+Driver errors (psycopg, SQLAlchemy) are wrapped with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "DanglingReferenceError",
+    "DatabaseError",
+    "EmbeddingValidationError",
+    "ExecutionError",
+    "HierarchyError",
+    "InvalidContextError",
+    "InvalidEntryError",
+    "InvalidFilterError",
+    "MigrationError",
+    "ProviderBusyError",
+    "ProviderConfigurationError",
+    "ProviderTransportError",
+    "RetrievalCancelledError",
+    "RetrievalError",
+    "SchemaNotReadyError",
+    "StrategyUnavailableError",
+    "TemporalValidationError",
+    "TnsragError",
+    "ValidationError",
+]
+
+
+class TnsragError(Exception):
+    """Root of every error raised by tnsrag_db."""
+
+
+class ConfigurationError(TnsragError):
+    """A component was constructed or configured incorrectly."""
+
+
+class HierarchyError(ConfigurationError):
+    """The parent hierarchy has duplicate ids, missing parents or cycles."""
+
+    def __init__(self, message: str, ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        #: The entry ids the error is about (every id on a cycle).
+        self.ids = ids
+
+
+class ProviderConfigurationError(ConfigurationError):
+    """Embedding provider discovery found no usable single provider."""
+
+
+class ValidationError(TnsragError, ValueError):
+    """An input value breaks a documented rule; nothing was written."""
+
+
+class InvalidEntryError(ValidationError):
+    """A memory entry is invalid; ``entry_id`` and ``index`` say which one."""
+
+    def __init__(self, message: str, *, entry_id: str | None = None, index: int | None = None) -> None:
+        super().__init__(message)
+        #: The id of the offending entry, when it has one.
+        self.entry_id = entry_id
+        #: The position of the offending entry in its batch, when in a batch.
+        self.index = index
+
+
+class InvalidFilterError(ValidationError):
+    """A metadata filter has a None/blank key or value or a non-string value."""
+
+
+class InvalidContextError(ValidationError):
+    """A RAGContext argument (max_results, min_score, filters) is invalid."""
+
+
+class EmbeddingValidationError(ValidationError):
+    """An embedding is empty, too long, non-finite or of the wrong dimension."""
+
+
+class TemporalValidationError(ValidationError):
+    """A timestamp is malformed, zone-less or further in the future than allowed."""
+
+
+class DanglingReferenceError(ValidationError):
+    """A reference (edge end, parent id) names an entry that does not exist."""
+
+
+class DatabaseError(TnsragError):
+    """The database raised an error or could not be reached."""
+
+
+class SchemaNotReadyError(DatabaseError):
+    """The library's schema is missing or not migrated to the expected revision."""
+
+
+class MigrationError(DatabaseError):
+    """An alembic migration failed."""
+
+
+class RetrievalError(TnsragError):
+    """A retrieval failed at run time."""
+
+
+class ProviderTransportError(RetrievalError):
+    """An embedding or model provider could not be reached; keeps its type through wrappers."""
+
+
+class ExecutionError(RetrievalError):
+    """A provider raised an unexpected exception (the original is the ``__cause__``)."""
+
+
+class ProviderBusyError(RetrievalError):
+    """A provider call was refused because another call was in progress."""
+
+
+class RetrievalCancelledError(RetrievalError):
+    """A CancellationToken was cancelled; no further work was started."""
+
+
+class StrategyUnavailableError(RetrievalError):
+    """The requested strategy or retrieval mode is not available in this installation."""

@@ -1,0 +1,116 @@
+"""Text analysis for BM25: identifier splitting in Python, lexemes from PostgreSQL tsvectors.
+
+PostgreSQL's parser splits ``TAN-5326`` into ``tan`` and ``-5326``, ``snake_case_name``
+into three words, and keeps ``HttpClient.get`` as one host-like token. So before the
+text reaches ``to_tsvector`` every compound token (parts joined by ``- _ . : /`` or
+written in camelCase) is rewritten into its parts, and its whole lower-cased form
+(``tan-5326``, ``httpclient.get``, ``httpclient``) is added as an extra term. A query is
+analysed the same way, so ``TAN-5326``, ``5326``, ``HttpClient`` and ``getHTTPResponse``
+all match, and the whole identifier scores above its parts alone.
+
+A tsvector caps a lexeme's count at 255 and merges positions past 16,383, so the
+rewritten text is cut into chunks of at most :data:`CHUNK_CHARS` characters (at most
+250 tokens each) and the counts of all chunks are summed: long documents keep their
+true term frequencies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["CHUNK_CHARS", "AnalyzedText", "analyze", "camel_parts", "chunk_text"]
+
+#: Upper bound on a chunk's length; 500 characters hold at most 250 tokens, below the
+#: tsvector limit of 255 positions per lexeme.
+CHUNK_CHARS = 500
+#: Whole-identifier terms longer than this are not indexed (btree entries have a size limit).
+MAX_TERM_CHARS = 200
+
+_TOKEN_RE = re.compile(r"\w+(?:[-.:/]\w+)*")
+_SEP_RE = re.compile(r"[-_.:/]+")
+
+
+def camel_parts(word: str) -> list[str]:
+    """Split ``getHTTPResponse`` into ``get``, ``HTTP``, ``Response`` (also at letter/digit changes)."""
+    parts: list[str] = []
+    start = 0
+    n = len(word)
+    for i in range(1, n):
+        a, b = word[i - 1], word[i]
+        boundary = (
+            (a.islower() and b.isupper())
+            or (a.isalpha() != b.isalpha() and (a.isalnum() and b.isalnum()))
+            or (a.isupper() and b.isupper() and i + 1 < n and word[i + 1].islower())
+        )
+        if boundary:
+            parts.append(word[start:i])
+            start = i
+    parts.append(word[start:])
+    return [p for p in parts if p]
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzedText:
+    """Text ready for ``to_tsvector``: chunks of rewritten text plus whole-identifier terms."""
+
+    chunks: list[str]
+    extra_terms: list[str]
+
+
+def _rewrite(text: str, extras: list[str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        token = match.group(0)
+        segments = [s for s in _SEP_RE.split(token) if s]
+        parts: list[str] = []
+        for segment in segments:
+            sub = camel_parts(segment)
+            if len(sub) > 1 and len(segment) <= MAX_TERM_CHARS and any(c.isalpha() for c in segment):
+                # A camelCase segment of a larger identifier is a whole term too
+                # (``HttpClient`` inside ``HttpClient.get``).
+                if len(segments) > 1:
+                    extras.append(segment.lower())
+            parts.extend(sub)
+        if len(parts) <= 1:
+            return token
+        if len(token) <= MAX_TERM_CHARS:
+            extras.append(token.lower())
+        return " ".join(parts)
+
+    return _TOKEN_RE.sub(replace, text)
+
+
+def chunk_text(text: str, limit: int = CHUNK_CHARS) -> Iterator[str]:
+    """Cut ``text`` into pieces of at most ``limit`` characters, at whitespace where possible."""
+    i, n = 0, len(text)
+    while i < n:
+        end = min(i + limit, n)
+        if end < n:
+            cut = text.rfind(" ", i + 1, end)
+            if cut > i:
+                end = cut
+        piece = text[i:end]
+        if piece.strip():
+            yield piece
+        i = end
+
+
+def analyze(text: str) -> AnalyzedText:
+    """Rewrite compound identifiers into parts, collect their whole forms and chunk the result."""
+    extras: list[str] = []
+    rewritten = _rewrite(text, extras)
+    return AnalyzedText(list(chunk_text(rewritten)), extras)
+
+
+#: SQL computing (ord, lexeme, tf) from the staged chunks and extra terms of the
+#: current transaction; ``:cfg`` is the corpus's text search configuration.
+STAGED_TERMS_SQL = """
+SELECT ord, lexeme, sum(tf)::int AS tf FROM (
+    SELECT c.ord, t.lexeme, cardinality(t.positions) AS tf
+    FROM tnsrag_stage_chunks c CROSS JOIN LATERAL unnest(to_tsvector(CAST(:cfg AS regconfig), c.chunk)) AS t
+    UNION ALL
+    SELECT x.ord, x.term, 1 FROM tnsrag_stage_extras x
+) terms
+GROUP BY ord, lexeme
+"""

@@ -1,0 +1,414 @@
+"""The persistent corpus: ``Store`` and :func:`connect`.
+
+A ``Store`` is one corpus in one schema of one database. It writes entries (with
+their BM25 postings and statistics, in the same transaction), reads and deletes
+them. The strategy-facing views (``VectorMemoryStore``, ``BM25Index``, ``GraphStore``,
+...) are built over a ``Store`` and share its engine and corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine
+
+from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError
+from tnsrag_db.store import migrate
+from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
+from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
+from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.schema import DEFAULT_SCHEMA
+from tnsrag_db.types import MemoryEntry, MemoryTier
+
+__all__ = ["BM25_STAT_SHARDS", "IngestCounts", "Store", "WriteReport", "connect"]
+
+#: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
+BM25_STAT_SHARDS = 16
+_MAX_CORPUS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class IngestCounts:
+    """How a write classified its entries: new, changed, or identical to what was stored."""
+
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+    @property
+    def total(self) -> int:
+        """All entries of the write."""
+        return self.inserted + self.updated + self.unchanged
+
+    def __add__(self, other: IngestCounts) -> IngestCounts:
+        return IngestCounts(self.inserted + other.inserted, self.updated + other.updated,
+                            self.unchanged + other.unchanged)
+
+
+@dataclass(slots=True)
+class WriteReport:
+    """Ids of a write by outcome; ``content_changed`` are the updated ids whose text changed."""
+
+    inserted: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    content_changed: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> IngestCounts:
+        """The counts of this report."""
+        return IngestCounts(len(self.inserted), len(self.updated), len(self.unchanged))
+
+
+def content_hash(entry: MemoryEntry) -> bytes:
+    """SHA-256 over every stored field of ``entry``: equal hashes mean an identical entry."""
+    ts = entry.timestamp.astimezone(timezone.utc).isoformat() if entry.timestamp is not None else None
+    payload = [entry.content, entry.tier.name, entry.source, entry.parent_id, ts, sorted(entry.metadata.items())]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()).digest()
+
+
+def validate_batch(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
+    """Check every entry of a batch (type, fields, duplicate ids) before anything is written.
+
+    Raises :class:`InvalidEntryError` naming the entry (id and position).
+    """
+    batch = list(entries)
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(batch):
+        if not isinstance(entry, MemoryEntry):
+            raise InvalidEntryError(f"batch item {index} is a {type(entry).__name__}, not a MemoryEntry", index=index)
+        entry.validate(index)
+        first = seen.setdefault(entry.id, index)
+        if first != index:
+            raise InvalidEntryError(f"entry id {entry.id!r} appears twice in the batch (positions {first} and {index})",
+                                    entry_id=entry.id, index=index)
+    return batch
+
+
+def _row_to_entry(row: Any) -> MemoryEntry:
+    return MemoryEntry(
+        id=row.id,
+        content=row.content,
+        tier=MemoryTier[row.tier],
+        source=row.source,
+        parent_id=row.parent_id,
+        timestamp=row.ts,
+        metadata=row.metadata or {},
+    )
+
+
+_STAGE_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_entries (ord int PRIMARY KEY, id text NOT NULL, "
+    "content text NOT NULL, tier text NOT NULL, source text, parent_id text, ts timestamptz, metadata jsonb NOT NULL, "
+    "content_hash bytea NOT NULL) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_extras (ord int NOT NULL, term text NOT NULL) ON COMMIT DELETE ROWS",
+)
+
+
+class Store:
+    """One corpus of the library's schema in one PostgreSQL database.
+
+    Construct with :func:`connect` (which resolves the database and checks or runs
+    migrations) or directly from an engine you own. Thread-safe; the engine's pool
+    is shared by every view built on this store. Use as a context manager or call
+    :meth:`close`.
+    """
+
+    def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
+                 text_config: str = "english", owns_engine: bool = False) -> None:
+        if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS:
+            raise ConfigurationError(f"corpus must be a non-blank string of at most {_MAX_CORPUS} characters, "
+                                     f"got {corpus!r}")
+        self._engine = engine
+        self._corpus = corpus
+        self._schema = validate_schema_name(schema)
+        self._text_config = text_config
+        self._owns_engine = owns_engine
+        self._corpus_ready = False
+        self._closed = False
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        """The pooled SQLAlchemy engine."""
+        return self._engine
+
+    @property
+    def corpus(self) -> str:
+        """The corpus every query of this store is confined to."""
+        return self._corpus
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the library's tables."""
+        return self._schema
+
+    def with_corpus(self, corpus: str) -> Store:
+        """A store over another corpus sharing this store's engine (closing it leaves the engine open)."""
+        return Store(self._engine, corpus=corpus, schema=self._schema, text_config=self._text_config)
+
+    # -- lifecycle --------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the connection pool (when this store created it). Idempotent."""
+        if not self._closed and self._owns_engine:
+            self._engine.dispose()
+        self._closed = True
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store(corpus={self._corpus!r}, schema={self._schema!r}, url={self._engine.url!r})"
+
+    # -- transactions -----------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A connection inside one transaction (committed on success, rolled back on error).
+
+        Driver errors are re-raised as :class:`DatabaseError`; library errors pass through.
+        """
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except TnsragError:
+            raise
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+
+    def text_config(self, conn: Connection) -> str:
+        """The corpus's text search configuration, creating the corpus row on first use."""
+        if not self._corpus_ready:
+            conn.execute(sa.text("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
+                                 "ON CONFLICT (corpus) DO NOTHING"), {"c": self._corpus, "cfg": self._text_config})
+        cfg = conn.execute(sa.text("SELECT text_config FROM corpora WHERE corpus = :c"),
+                           {"c": self._corpus}).scalar_one_or_none()
+        if cfg is None:  # the corpus was deleted meanwhile
+            self._corpus_ready = False
+            return self.text_config(conn)
+        self._corpus_ready = True
+        return str(cfg)
+
+    # -- writes -----------------------------------------------------------------------
+    def add(self, entry: MemoryEntry) -> IngestCounts:
+        """Insert or update one entry (an upsert keyed by id). Returns its classification."""
+        return self.add_all([entry])
+
+    def add_all(self, entries: Iterable[MemoryEntry], *,
+                progress: Callable[[int], None] | None = None) -> IngestCounts:
+        """Write a batch in one transaction, through COPY; re-ingesting identical entries is a no-op.
+
+        Every entry is validated first: one bad entry rejects the whole batch with an
+        :class:`InvalidEntryError` naming it, and nothing is written. ``progress`` is
+        called with the number of entries staged so far.
+        """
+        batch = validate_batch(entries)
+        if not batch:
+            return IngestCounts()
+        with self.transaction() as conn:
+            report = self.write_entries(conn, batch, progress=progress)
+        return report.counts
+
+    def write_entries(self, conn: Connection, batch: Sequence[MemoryEntry], *,
+                      progress: Callable[[int], None] | None = None) -> WriteReport:
+        """Write already-validated entries inside the caller's transaction ``conn``.
+
+        This is the building block views use to write entries together with their own
+        rows (embeddings, edges) atomically. Maintains BM25 postings and statistics.
+        """
+        cfg = self.text_config(conn)
+        for ddl in _STAGE_DDL:
+            conn.execute(sa.text(ddl))
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        hashes = [content_hash(e) for e in batch]
+        with raw.cursor() as cur:
+            with cur.copy("COPY tnsrag_stage_entries (ord, id, content, tier, source, parent_id, ts, metadata, "
+                          "content_hash) FROM STDIN") as copy:
+                for i, (e, h) in enumerate(zip(batch, hashes)):
+                    copy.write_row((i, e.id, e.content, e.tier.name, e.source, e.parent_id, e.timestamp,
+                                    json.dumps(dict(e.metadata), ensure_ascii=False), h))
+            # One COPY at a time per connection: analyse first, then stream each table.
+            analyzed = []
+            for i, e in enumerate(batch):
+                analyzed.append(analyze(e.content))
+                if progress is not None and (i + 1) % 1000 == 0:
+                    progress(i + 1)
+            with cur.copy("COPY tnsrag_stage_chunks (ord, chunk) FROM STDIN") as copy:
+                for i, a in enumerate(analyzed):
+                    for chunk in a.chunks:
+                        copy.write_row((i, chunk))
+            with cur.copy("COPY tnsrag_stage_extras (ord, term) FROM STDIN") as copy:
+                for i, a in enumerate(analyzed):
+                    for term in a.extra_terms:
+                        copy.write_row((i, term))
+        if progress is not None:
+            progress(len(batch))
+        c = {"c": self._corpus}
+        inserted = set(conn.execute(sa.text(
+            "INSERT INTO entries (corpus, id, content, tier, source, parent_id, ts, metadata, content_hash) "
+            "SELECT :c, id, content, tier, source, parent_id, ts, metadata, content_hash "
+            "FROM tnsrag_stage_entries ORDER BY id ON CONFLICT (corpus, id) DO NOTHING RETURNING id"), c).scalars())
+        report = WriteReport()
+        old_len = 0
+        if len(inserted) < len(batch):
+            # Lock the existing rows (in id order, so concurrent batches cannot deadlock)
+            # and compare: identical hash = unchanged.
+            rows = conn.execute(sa.text(
+                "SELECT e.id, e.content_hash = s.content_hash AS same, e.content <> s.content AS text_changed, "
+                "e.doc_len FROM entries e JOIN tnsrag_stage_entries s ON e.corpus = :c AND e.id = s.id "
+                "WHERE NOT (e.id = ANY(:ins)) ORDER BY e.id FOR UPDATE OF e"),
+                {**c, "ins": list(inserted)}).all()
+            for row in rows:
+                if row.same:
+                    report.unchanged.append(row.id)
+                else:
+                    report.updated.append(row.id)
+                    if row.text_changed:
+                        report.content_changed.append(row.id)
+                        old_len += row.doc_len
+        order = {e.id: i for i, e in enumerate(batch)}
+        report.inserted = sorted(inserted, key=order.__getitem__)
+        if report.updated:
+            conn.execute(sa.text(
+                "UPDATE entries e SET content = s.content, tier = s.tier, source = s.source, parent_id = s.parent_id, "
+                "ts = s.ts, metadata = s.metadata, content_hash = s.content_hash, updated_at = now() "
+                "FROM tnsrag_stage_entries s WHERE e.corpus = :c AND e.id = s.id AND e.id = ANY(:ids)"),
+                {**c, "ids": report.updated})
+        if report.content_changed:
+            params = {**c, "ids": report.content_changed}
+            conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids)"), params)
+            # Stale vectors must not outlive the text they were computed from.
+            conn.execute(sa.text("DELETE FROM embeddings WHERE corpus = :c AND entry_id = ANY(:ids)"), params)
+        fresh = [order[i] for i in report.inserted] + [order[i] for i in report.content_changed]
+        new_len = 0
+        if fresh:
+            new_len = conn.execute(sa.text(
+                f"WITH terms AS ({STAGED_TERMS_SQL}), "
+                "wanted AS (SELECT t.* FROM terms t WHERE t.ord = ANY(:ords)), "
+                "lens AS (SELECT ord, sum(tf)::int AS doc_len FROM wanted GROUP BY ord), "
+                "ins AS (INSERT INTO bm25_postings (corpus, lexeme, entry_id, tf, doc_len) "
+                "  SELECT :c, w.lexeme, s.id, w.tf, l.doc_len FROM wanted w JOIN lens l USING (ord) "
+                "  JOIN tnsrag_stage_entries s USING (ord)), "
+                "upd AS (UPDATE entries e SET doc_len = coalesce(l.doc_len, 0) FROM tnsrag_stage_entries s "
+                "  LEFT JOIN lens l USING (ord) WHERE s.ord = ANY(:ords) AND e.corpus = :c AND e.id = s.id) "
+                "SELECT coalesce(sum(doc_len), 0) FROM lens"), {**c, "cfg": cfg, "ords": fresh}).scalar_one()
+        self._bump_stats(conn, len(report.inserted), int(new_len) - old_len)
+        return report
+
+    def _bump_stats(self, conn: Connection, d_docs: int, d_len: int) -> None:
+        if d_docs == 0 and d_len == 0:
+            return
+        conn.execute(sa.text(
+            "INSERT INTO bm25_stats AS s (corpus, shard, n_docs, total_len) VALUES (:c, :shard, :dn, :dl) "
+            "ON CONFLICT (corpus, shard) DO UPDATE SET n_docs = s.n_docs + excluded.n_docs, "
+            "total_len = s.total_len + excluded.total_len"),
+            {"c": self._corpus, "shard": os.getpid() % BM25_STAT_SHARDS, "dn": d_docs, "dl": d_len})
+
+    # -- reads ------------------------------------------------------------------------
+    def get(self, entry_id: str) -> MemoryEntry | None:
+        """The entry with ``entry_id``, or None."""
+        with self.transaction() as conn:
+            row = conn.execute(sa.text(
+                "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
+                "WHERE corpus = :c AND id = :id"), {"c": self._corpus, "id": entry_id}).one_or_none()
+        return None if row is None else _row_to_entry(row)
+
+    def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
+        """The entries with these ids that exist, by id."""
+        with self.transaction() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
+                "WHERE corpus = :c AND id = ANY(:ids)"), {"c": self._corpus, "ids": list(entry_ids)}).all()
+        return {r.id: _row_to_entry(r) for r in rows}
+
+    def count(self, filters: Mapping[str, str] | None = None) -> int:
+        """Number of entries in the corpus matching ``filters`` (exact-match, as in retrieval)."""
+        predicate, params = filter_sql(filters)
+        with self.transaction() as conn:
+            return int(conn.execute(sa.text(f"SELECT count(*) FROM entries e WHERE e.corpus = :c AND {predicate}"),
+                                    {"c": self._corpus, **params}).scalar_one())
+
+    def iter_entries(self, *, batch_size: int = 1000) -> Iterator[MemoryEntry]:
+        """Every entry of the corpus in id order, read in batches (keyset pagination)."""
+        last = ""
+        while True:
+            with self.transaction() as conn:
+                rows = conn.execute(sa.text(
+                    "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
+                    "WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n"),
+                    {"c": self._corpus, "last": last, "n": batch_size}).all()
+            if not rows:
+                return
+            for r in rows:
+                yield _row_to_entry(r)
+            last = rows[-1].id
+
+    # -- deletes ----------------------------------------------------------------------
+    def delete(self, entry_id: str) -> bool:
+        """Delete one entry with its postings, embeddings and edges. True when it existed."""
+        return self._delete("e.id = :id", {"id": entry_id}) == 1
+
+    def delete_where(self, filters: Mapping[str, str]) -> int:
+        """Delete every entry matching ``filters`` (exact-match, as in retrieval); returns how many.
+
+        An empty filter is refused with :class:`ConfigurationError` (use :meth:`clear`).
+        """
+        predicate, params = filter_sql(filters)
+        if not params:
+            raise ConfigurationError("delete_where needs at least one filter; use clear() to empty the corpus")
+        return self._delete(predicate, params)
+
+    def clear(self) -> int:
+        """Delete every entry of the corpus; returns how many."""
+        return self._delete("TRUE", {})
+
+    def _delete(self, predicate: str, params: dict[str, Any]) -> int:
+        with self.transaction() as conn:
+            rows = conn.execute(sa.text(
+                f"DELETE FROM entries e WHERE e.corpus = :c AND {predicate} RETURNING e.id, e.doc_len"),
+                {"c": self._corpus, **params}).all()
+            if rows:
+                conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids)"),
+                             {"c": self._corpus, "ids": [r.id for r in rows]})
+                self._bump_stats(conn, -len(rows), -sum(r.doc_len for r in rows))
+        return len(rows)
+
+
+def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
+            auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
+            max_overflow: int = 10) -> Store:
+    """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
+
+    The embedded server is migrated to head automatically. A URL names a shared server
+    whose schema is never created implicitly: unless ``auto_migrate=True`` the schema
+    must already be at this release's head, else :class:`SchemaNotReadyError`.
+    """
+    embedded = url is None
+    target = embedded_url() if embedded else url
+    assert target is not None
+    engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
+    try:
+        if auto_migrate or (auto_migrate is None and embedded):
+            migrate.upgrade(engine, schema=schema)
+            engine.dispose()  # connections opened before the extension existed lack the vector type
+        else:
+            migrate.ensure_at_head(engine, schema=schema)
+    except TnsragError:
+        engine.dispose()
+        raise
+    except sa.exc.SQLAlchemyError as exc:
+        engine.dispose()
+        raise DatabaseError(f"could not connect: {exc}") from exc
+    return Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True)

@@ -1,0 +1,86 @@
+"""The shared strategy interface and helpers every strategy uses.
+
+``RAGStrategy`` is the SPI contract: a ``name`` and ``retrieve(query, context)``.
+Direct strategies build their results with :func:`document_from_row`, so every
+result carries ``tier``, ``entryId``, ``source`` (when set) and the entry's own
+metadata, exactly the keys metadata filters apply to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from tnsrag_db.errors import ValidationError
+from tnsrag_db.types import RAGContext, RetrievedDocument
+
+__all__ = [
+    "ENTRY_COLUMNS",
+    "RAGStrategy",
+    "check_query",
+    "document_from_row",
+    "resolve_context",
+    "source_fence",
+]
+
+#: The entry columns (alias ``e``) that :func:`document_from_row` needs.
+ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
+
+
+@runtime_checkable
+class RAGStrategy(Protocol):
+    """A retrieval strategy: ``name`` and ``retrieve(query, context=None)``."""
+
+    @property
+    def name(self) -> str:
+        """The strategy's name, such as ``"vector"``."""
+        ...
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """Documents for ``query``, best first, at most ``context.max_results``, each scoring ≥ ``min_score``."""
+        ...
+
+
+def resolve_context(context: RAGContext | None) -> RAGContext:
+    """``context`` or the default ``RAGContext()``; raises :class:`ValidationError` for another type."""
+    if context is None:
+        return RAGContext()
+    if not isinstance(context, RAGContext):
+        raise ValidationError(f"context must be a RAGContext or None, got {type(context).__name__}")
+    return context
+
+
+def check_query(query: object) -> str:
+    """Return ``query`` if it is a string without NUL characters; :class:`ValidationError` otherwise."""
+    if not isinstance(query, str):
+        raise ValidationError(f"query must be a string, got {type(query).__name__}")
+    if "\x00" in query:
+        raise ValidationError("query contains a NUL character")
+    return query
+
+
+def source_fence(allowed_sources: object) -> frozenset[str] | None:
+    """Normalise an ``allowed_sources`` argument: None or empty means no fence (returns None)."""
+    if allowed_sources is None:
+        return None
+    if isinstance(allowed_sources, str):
+        raise ValidationError("allowed_sources must be a collection of source names, not a single string")
+    fence = frozenset(allowed_sources)  # type: ignore[call-overload]
+    for item in fence:
+        if not isinstance(item, str) or not item.strip():
+            raise ValidationError(f"allowed_sources entries must be non-blank strings, got {item!r}")
+    return fence or None
+
+
+def document_from_row(row: Any, score: float, extra: Mapping[str, str] | None = None) -> RetrievedDocument:
+    """Build a result from a row with ``entry_id, content, tier, source, metadata`` columns."""
+    raw = row.metadata
+    metadata: dict[str, str] = dict(json.loads(raw) if isinstance(raw, str) else (raw or {}))
+    metadata["tier"] = row.tier
+    metadata["entryId"] = row.entry_id
+    if row.source is not None:
+        metadata["source"] = row.source
+    if extra:
+        metadata.update(extra)
+    return RetrievedDocument(row.content, row.source, score, metadata)
