@@ -1,0 +1,109 @@
+"""A seeded synthetic corpus for the benchmarks (shared by every ``bench/`` script).
+
+``generate_corpus(n)`` returns ``n`` entries with ~40-word texts, tiers skewed
+70/20/9/1 % (SEMANTIC/EPISODIC/WORKING/PROCEDURAL), a ``group`` metadata key and
+``dim``-dimensional clustered, unit-length float32 embeddings. Texts share topic words
+with their embedding's cluster, so keyword and vector rankings are related.
+
+Selectivities for filter benchmarks:
+
+* ``tier=WORKING`` 9 %, ``tier=PROCEDURAL`` 1 %;
+* ``group=`` :data:`GROUP_1PCT` 1 %, :data:`GROUP_01PCT` 0.1 %, every other entry one
+  of 89 ``r<nn>`` groups (≈ 1.1 % each).
+
+Everything is a pure function of the seed: two runs build identical corpora.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from tnsrag_db.types import MemoryEntry, MemoryTier
+
+__all__ = ["GROUP_01PCT", "GROUP_1PCT", "TIER_SHARES", "Corpus", "generate_corpus"]
+
+#: Tier of each share of the corpus (fractions sum to 1).
+TIER_SHARES: tuple[tuple[MemoryTier, float], ...] = (
+    (MemoryTier.SEMANTIC, 0.70), (MemoryTier.EPISODIC, 0.20), (MemoryTier.WORKING, 0.09),
+    (MemoryTier.PROCEDURAL, 0.01),
+)
+#: ``group`` value carried by 1 % of the entries.
+GROUP_1PCT = "g1pct"
+#: ``group`` value carried by 0.1 % of the entries.
+GROUP_01PCT = "g01pct"
+
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pra", "den", "gul", "ox", "tri", "zen", "bel", "qua")
+
+
+def _vocabulary(size: int, rng: np.random.Generator) -> list[str]:
+    words: set[str] = set()
+    while len(words) < size:
+        parts = rng.integers(0, len(_SYLLABLES), size=int(rng.integers(2, 5)))
+        words.add("".join(_SYLLABLES[p] for p in parts))
+    return sorted(words)
+
+
+@dataclass
+class Corpus:
+    """A generated corpus: entries, their embeddings (row i belongs to entry i) and the cluster model."""
+
+    entries: list[MemoryEntry]
+    embeddings: npt.NDArray[np.float32]
+    centers: npt.NDArray[np.float32] = field(repr=False)
+    noise: float
+    seed: int
+
+    def query_vectors(self, m: int, *, seed: int | None = None) -> npt.NDArray[np.float32]:
+        """``m`` unit query vectors drawn like the corpus (near a random cluster center)."""
+        rng = np.random.default_rng(self.seed + 1 if seed is None else seed)
+        return _sample(self.centers, m, self.noise, rng)
+
+
+def _sample(centers: npt.NDArray[np.float32], m: int, noise: float,
+            rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    which = rng.integers(0, centers.shape[0], size=m)
+    x = centers[which] + rng.standard_normal((m, centers.shape[1])).astype(np.float32) * noise
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32)
+
+
+def generate_corpus(n: int, *, dim: int = 384, seed: int = 42, clusters: int = 100, subclusters: int = 20,
+                    words: int = 40, noise: float = 0.02, id_prefix: str = "doc") -> Corpus:
+    """Generate ``n`` entries (ids ``<id_prefix>-0000000``...) with ``words``-word texts and
+    ``dim``-d embeddings: ``clusters`` random unit centers, each with ``subclusters``
+    sub-centers (offset 2 × ``noise`` per coordinate), plus per-coordinate noise ``noise``.
+    """
+    rng = np.random.default_rng(seed)
+    vocab = _vocabulary(5000, rng)
+    top = rng.standard_normal((clusters, dim)).astype(np.float32)
+    top /= np.linalg.norm(top, axis=1, keepdims=True)
+    centers = (np.repeat(top, subclusters, axis=0)
+               + rng.standard_normal((clusters * subclusters, dim)).astype(np.float32) * (2 * noise))
+    sub = rng.integers(0, clusters * subclusters, size=n)
+    which = sub // subclusters
+    emb = centers[sub] + rng.standard_normal((n, dim)).astype(np.float32) * noise
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    # Zipf-like shared vocabulary plus each cluster's own topic words.
+    ranks = np.arange(1, len(vocab) + 1, dtype=np.float64)
+    p = 1.0 / ranks
+    p /= p.sum()
+    common = rng.choice(len(vocab), size=(n, words), p=p)
+    topic_words = rng.integers(0, len(vocab), size=(clusters, 8))
+    n_topic = words // 4
+    topical = topic_words[which[:, None], rng.integers(0, 8, size=(n, n_topic))]
+    common[:, :n_topic] = topical
+    tiers = rng.choice(len(TIER_SHARES), size=n, p=[s for _, s in TIER_SHARES])
+    u = rng.random(n)
+    rest = rng.integers(0, 89, size=n)
+    entries = []
+    for i in range(n):
+        toks = [vocab[t] for t in common[i]]
+        rng_order = (i * 7919) % words  # cheap deterministic rotation instead of a shuffle
+        text = " ".join(toks[rng_order:] + toks[:rng_order]).capitalize() + "."
+        group = GROUP_01PCT if u[i] < 0.001 else GROUP_1PCT if u[i] < 0.011 else f"r{rest[i]:02d}"
+        entries.append(MemoryEntry(f"{id_prefix}-{i:07d}", text, TIER_SHARES[tiers[i]][0], source=f"src{i % 50}",
+                                   metadata={"group": group}))
+    return Corpus(entries, emb.astype(np.float32), centers, noise, seed)

@@ -1,0 +1,122 @@
+"""Migrations on a real server: up, down, idempotent, concurrent, confined to the schema, drift-free."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+from sqlalchemy.engine import URL
+
+from tnsrag_db.cli import main_group
+from tnsrag_db.errors import SchemaNotReadyError
+from tnsrag_db.store import migrate
+from tnsrag_db.store.engine import create_engine
+from tnsrag_db.store.store import connect
+
+EXPECTED_TABLES = {"alembic_version", "bm25_postings", "bm25_stats", "corpora", "edges", "embedding_spaces",
+                   "embeddings", "entries"}
+
+
+def _url(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def _tables(url: URL) -> dict[str, set[str]]:
+    engine = create_engine(url, schema="tnsrag", pool_size=1)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT table_schema, table_name FROM information_schema.tables "
+                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')")).all()
+    finally:
+        engine.dispose()
+    out: dict[str, set[str]] = {}
+    for schema, name in rows:
+        out.setdefault(schema, set()).add(name)
+    return out
+
+
+def test_up_down_up_and_noop(fresh_db_url: URL) -> None:
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1)
+    try:
+        assert migrate.current_revision(engine, schema="tnsrag") is None
+        migrate.upgrade(engine, schema="tnsrag")
+        head = migrate.head_revision()
+        assert migrate.current_revision(engine, schema="tnsrag") == head
+        assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
+        assert migrate.check(engine, schema="tnsrag") == []
+        migrate.upgrade(engine, schema="tnsrag")  # second upgrade: a no-op
+        assert migrate.current_revision(engine, schema="tnsrag") == head
+        migrate.downgrade(engine, schema="tnsrag")
+        assert migrate.current_revision(engine, schema="tnsrag") is None
+        assert _tables(fresh_db_url) == {"tnsrag": {"alembic_version"}}
+        migrate.upgrade(engine, schema="tnsrag")
+        assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
+    finally:
+        engine.dispose()
+
+
+def _upgrade_worker(url: str, barrier: mp.synchronize.Barrier) -> None:  # type: ignore[name-defined]
+    engine = create_engine(url, schema="tnsrag", pool_size=1)
+    barrier.wait()
+    try:
+        migrate.upgrade(engine, schema="tnsrag")
+    finally:
+        engine.dispose()
+
+
+def test_concurrent_upgrades_all_succeed(fresh_db_url: URL) -> None:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_upgrade_worker, args=(_url(fresh_db_url), barrier)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1)
+    try:
+        assert migrate.current_revision(engine, schema="tnsrag") == migrate.head_revision()
+        assert migrate.check(engine, schema="tnsrag") == []
+    finally:
+        engine.dispose()
+
+
+def test_custom_schema_and_url_never_migrates_implicitly(fresh_db_url: URL) -> None:
+    with pytest.raises(SchemaNotReadyError, match="tnsrag db upgrade"):
+        connect(_url(fresh_db_url), schema="agent_mem")
+    assert _tables(fresh_db_url) == {}
+    # libpq form (postgresql://) is accepted, and auto_migrate creates only the named schema.
+    libpq = _url(fresh_db_url).replace("postgresql+psycopg://", "postgresql://")
+    with connect(libpq, schema="agent_mem", auto_migrate=True) as store:
+        assert store.count() == 0
+    assert _tables(fresh_db_url) == {"agent_mem": EXPECTED_TABLES}
+
+
+def test_offline_sql_has_lock_schema_and_tables() -> None:
+    up = migrate.offline_sql(schema="tnsrag")
+    assert "pg_advisory_xact_lock" in up
+    assert "CREATE SCHEMA IF NOT EXISTS tnsrag" in up
+    assert "CREATE TABLE tnsrag.entries" in up
+    down = migrate.offline_sql(schema="tnsrag", revision_range="head:base")
+    assert "DROP TABLE tnsrag.entries" in down
+
+
+def test_cli_db_commands(fresh_db_url: URL) -> None:
+    runner = CliRunner()
+    url = _url(fresh_db_url)
+    res = runner.invoke(main_group, ["db", "current", "--url", url, "--json"])
+    assert res.exit_code == 0 and '"current": null' in res.output
+    res = runner.invoke(main_group, ["db", "check", "--url", url])
+    assert res.exit_code == 1
+    res = runner.invoke(main_group, ["db", "upgrade", "--url", url])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main_group, ["db", "check", "--url", url, "--json"])
+    assert res.exit_code == 0 and '"ok": true' in res.output
+    res = runner.invoke(main_group, ["db", "downgrade", "--url", url])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main_group, ["db", "sql", "--range", "base:head"])
+    assert "CREATE TABLE tnsrag.corpora" in res.output

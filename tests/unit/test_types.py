@@ -1,0 +1,76 @@
+"""RAGContext, RetrievedDocument and MemoryEntry validation and immutability."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tnsrag_db.errors import InvalidContextError, InvalidEntryError, InvalidFilterError
+from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
+
+
+def test_context_defaults_and_with_methods() -> None:
+    ctx = RAGContext()
+    assert (ctx.max_results, ctx.min_score, dict(ctx.metadata_filters)) == (10, 0.0, {})
+    derived = ctx.with_max_results(5).with_min_score(0.25).with_metadata_filters({"tier": "SEMANTIC"})
+    assert (derived.max_results, derived.min_score, dict(derived.metadata_filters)) == (5, 0.25, {"tier": "SEMANTIC"})
+    assert (ctx.max_results, ctx.min_score, dict(ctx.metadata_filters)) == (10, 0.0, {})
+
+
+def test_context_copies_filters_and_is_read_only() -> None:
+    source = {"tier": "WORKING"}
+    ctx = RAGContext(metadata_filters=source)
+    source["tier"] = "SEMANTIC"
+    source["extra"] = "x"
+    assert dict(ctx.metadata_filters) == {"tier": "WORKING"}
+    with pytest.raises(TypeError):
+        ctx.metadata_filters["tier"] = "X"  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.max_results = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("filters", [{None: "x"}, {"": "x"}, {" ": "x"}, {"k": None}, {"k": ""}, {"k": "  "},
+                                     {"k": 1}, {1: "v"}])
+def test_context_rejects_bad_filters(filters: dict) -> None:  # type: ignore[type-arg]
+    with pytest.raises(InvalidFilterError):
+        RAGContext(metadata_filters=filters)
+
+
+@pytest.mark.parametrize("max_results", [0, -1, 1.5, True, "3"])
+def test_context_rejects_bad_max_results(max_results: object) -> None:
+    with pytest.raises(InvalidContextError):
+        RAGContext(max_results=max_results)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("min_score", [math.nan, math.inf, -math.inf, "0"])
+def test_context_rejects_non_finite_min_score(min_score: object) -> None:
+    with pytest.raises(InvalidContextError):
+        RAGContext(min_score=min_score)  # type: ignore[arg-type]
+
+
+def test_retrieved_document_copies_metadata() -> None:
+    md = {"tier": "SEMANTIC"}
+    doc = RetrievedDocument("c", "s", 1, md)
+    md["tier"] = "WORKING"
+    assert doc.metadata["tier"] == "SEMANTIC" and isinstance(doc.score, float)
+    with pytest.raises(TypeError):
+        doc.metadata["tier"] = "X"  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        doc.score = 2.0  # type: ignore[misc]
+
+
+def test_memory_entry_metadata_aliases() -> None:
+    e = MemoryEntry("c", "child", "WORKING", metadata={"parentId": "p", "timestamp": "2024-01-01T00:00:00Z"})
+    assert e.tier is MemoryTier.WORKING and e.parent_id == "p"
+    assert e.timestamp == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    with pytest.raises(InvalidEntryError, match="disagrees"):
+        MemoryEntry("c", "x", parent_id="q", metadata={"parentId": "p"})
+    with pytest.raises(InvalidEntryError, match="own parent"):
+        MemoryEntry("c", "x", parent_id="c")
+    aware = datetime(2024, 1, 1, 2, tzinfo=timezone(timedelta(hours=2)))
+    assert MemoryEntry("a", "x", timestamp=aware).timestamp == aware
+    assert MemoryEntry("a", "x", source="s", metadata={"k": "v"}).result_metadata() == {
+        "k": "v", "tier": "SEMANTIC", "entryId": "a", "source": "s"}

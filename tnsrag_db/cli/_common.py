@@ -1,0 +1,60 @@
+"""Shared CLI plumbing: the root group, database options, JSON output, error reporting."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from tnsrag_db.errors import TnsragError
+from tnsrag_db.store.schema import DEFAULT_SCHEMA
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["db_options", "emit", "handle_errors", "main_group"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tnsrag-db")
+def main_group() -> None:
+    """tnsrag: a persistent PostgreSQL retrieval store for RAG and agent memory.
+
+    With no --url (or TNSRAG_DATABASE_URL) commands use the embedded PostgreSQL server.
+
+    Example: tnsrag ingest docs/ && tnsrag query "agent memory" --strategy hybrid
+    """
+
+
+def db_options(func: F) -> F:
+    """Add --url and --schema options (url from TNSRAG_DATABASE_URL)."""
+    func = click.option("--schema", default=DEFAULT_SCHEMA, show_default=True,
+                        help="PostgreSQL schema holding the library's tables.")(func)
+    func = click.option("--url", envvar="TNSRAG_DATABASE_URL", default=None,
+                        help="Database URL (libpq or SQLAlchemy form). Default: the embedded server.")(func)
+    return func
+
+
+def emit(data: Any, as_json: bool, text: str | None = None) -> None:
+    """Print ``data`` as JSON, or ``text`` for people."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+    elif text is not None:
+        click.echo(text)
+
+
+def handle_errors(func: F) -> F:
+    """Turn library errors into a one-line message and exit status 1 (no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TnsragError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,123 @@
+"""``tnsrag db``: schema migrations (upgrade, downgrade, current, check, sql)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tnsrag_db.cli._common import db_options, emit, handle_errors
+from tnsrag_db.store import migrate
+from tnsrag_db.store.engine import create_engine, embedded_url
+
+__all__ = ["db"]
+
+
+def _engine(url: str | None, schema: str):  # type: ignore[no-untyped-def]
+    return create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+
+
+@click.group()
+def db() -> None:
+    """Manage the library's schema with its alembic migrations.
+
+    Example: tnsrag db upgrade --url postgresql://app@db.internal/app
+    """
+
+
+@db.command()
+@db_options
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def upgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
+    """Migrate the schema up (safe to run from several processes at once: an advisory lock serialises them).
+
+    Example: tnsrag db upgrade
+    """
+    engine = _engine(url, schema)
+    try:
+        before = migrate.current_revision(engine, schema=schema)
+        migrate.upgrade(engine, schema=schema, revision=revision)
+        after = migrate.current_revision(engine, schema=schema)
+    finally:
+        engine.dispose()
+    emit({"schema": schema, "from": before, "to": after}, as_json,
+         f"schema {schema}: {before or 'empty'} -> {after}")
+
+
+@db.command()
+@db_options
+@click.option("--revision", default="base", show_default=True, help="Target revision ('base' removes every table).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def downgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
+    """Migrate the schema down (default: to base, dropping the library's tables and data).
+
+    Example: tnsrag db downgrade --revision base
+    """
+    engine = _engine(url, schema)
+    try:
+        before = migrate.current_revision(engine, schema=schema)
+        migrate.downgrade(engine, schema=schema, revision=revision)
+        after = migrate.current_revision(engine, schema=schema)
+    finally:
+        engine.dispose()
+    emit({"schema": schema, "from": before, "to": after}, as_json,
+         f"schema {schema}: {before} -> {after or 'base'}")
+
+
+@db.command()
+@db_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def current(url: str | None, schema: str, as_json: bool) -> None:
+    """Print the revision the schema is at and this release's head.
+
+    Example: tnsrag db current --json
+    """
+    engine = _engine(url, schema)
+    try:
+        rev = migrate.current_revision(engine, schema=schema)
+    finally:
+        engine.dispose()
+    head = migrate.head_revision()
+    emit({"schema": schema, "current": rev, "head": head, "up_to_date": rev == head}, as_json,
+         f"schema {schema}: {rev or 'not migrated'} (head {head}){'' if rev == head else ' - run tnsrag db upgrade'}")
+
+
+@db.command()
+@db_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def check(url: str | None, schema: str, as_json: bool) -> None:
+    """Check for drift between the library's table declarations and the migrated database.
+
+    Exits 1 when the schema is not at head or differs from the declarations.
+
+    Example: tnsrag db check
+    """
+    engine = _engine(url, schema)
+    try:
+        rev = migrate.current_revision(engine, schema=schema)
+        diffs = migrate.check(engine, schema=schema) if rev is not None else ["schema is not migrated"]
+    finally:
+        engine.dispose()
+    head = migrate.head_revision()
+    ok = rev == head and not diffs
+    emit({"schema": schema, "current": rev, "head": head, "differences": diffs, "ok": ok}, as_json,
+         "no drift" if ok else "\n".join([f"schema {schema} at {rev}, head {head}", *diffs]))
+    if not ok:
+        sys.exit(1)
+
+
+@db.command()
+@click.option("--schema", default="tnsrag", show_default=True, help="PostgreSQL schema for the tables.")
+@click.option("--range", "revision_range", default="base:head", show_default=True,
+              help="Revisions as FROM:TO (a downgrade when TO is older).")
+def sql(schema: str, revision_range: str) -> None:
+    """Print the SQL of a migration without connecting (for review or a DBA).
+
+    Example: tnsrag db sql --range base:head > upgrade.sql
+    """
+    click.echo(migrate.offline_sql(schema=schema, revision_range=revision_range), nl=False)
