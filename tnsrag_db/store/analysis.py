@@ -81,18 +81,34 @@ def _rewrite(text: str, extras: list[str]) -> str:
     return _TOKEN_RE.sub(replace, text)
 
 
+def _cut_point(text: str, start: int, end: int) -> int:
+    # The last whitespace (any kind: a newline-separated list has no spaces), else the
+    # last character that is not a letter or digit, so no word is cut in two; only a
+    # single run of word characters longer than the limit is cut hard.
+    for j in range(end, start, -1):
+        if text[j].isspace():
+            return j
+    for j in range(end, start, -1):
+        if not text[j].isalnum():
+            return j
+    return end
+
+
 def chunk_text(text: str, limit: int = CHUNK_CHARS) -> Iterator[str]:
-    """Cut ``text`` into pieces of at most ``limit`` characters, at whitespace where possible."""
+    """Cut ``text`` into pieces of at most ``limit`` characters, at whitespace where
+    possible, else between words; blank pieces are dropped."""
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
     i, n = 0, len(text)
     while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i == n:
+            return
         end = min(i + limit, n)
         if end < n:
-            cut = text.rfind(" ", i + 1, end)
-            if cut > i:
-                end = cut
-        piece = text[i:end]
-        if piece.strip():
-            yield piece
+            end = _cut_point(text, i, end)
+        yield text[i:end]
         i = end
 
 

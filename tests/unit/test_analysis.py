@@ -1,0 +1,106 @@
+"""BM25 text analysis rules: identifier splitting and chunking (no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tnsrag_db.store.analysis import CHUNK_CHARS, MAX_TERM_CHARS, analyze, camel_parts, chunk_text
+
+
+@pytest.mark.parametrize(("word", "parts"), [
+    ("getHTTPResponse", ["get", "HTTP", "Response"]),
+    ("HttpClient", ["Http", "Client"]),
+    ("XMLHttpRequest2", ["XML", "Http", "Request", "2"]),
+    ("parseJSON5Data", ["parse", "JSON", "5", "Data"]),
+    ("ÉcoleNormale", ["École", "Normale"]),
+    ("lower", ["lower"]),
+    ("UPPER", ["UPPER"]),
+    ("5326", ["5326"]),
+    ("a", ["a"]),
+])
+def test_camel_parts(word: str, parts: list[str]) -> None:
+    assert camel_parts(word) == parts
+
+
+@pytest.mark.parametrize(("text", "chunk", "extras"), [
+    ("TAN-5326", "TAN 5326", ["tan-5326"]),
+    ("snake_case_name", "snake case name", ["snake_case_name"]),
+    # The camelCase segment of a larger identifier is a whole term as well.
+    ("HttpClient.get", "Http Client get", ["httpclient", "httpclient.get"]),
+    ("HttpClient", "Http Client", ["httpclient"]),
+    ("getHTTPResponse", "get HTTP Response", ["gethttpresponse"]),
+    ("a/b:c", "a b c", ["a/b:c"]),
+    # Plain words and numbers are left to to_tsvector.
+    ("plain words 5326", "plain words 5326", []),
+    # Separators only (no parts on one side) leave the token alone.
+    ("__init__", "__init__", []),
+])
+def test_identifiers_become_parts_plus_whole_terms(text: str, chunk: str, extras: list[str]) -> None:
+    analysed = analyze(text)
+    assert analysed.chunks == [chunk]
+    assert analysed.extra_terms == extras
+
+
+def test_identifiers_inside_prose() -> None:
+    analysed = analyze("Fixed TAN-5326 in HttpClient.get, see getHTTPResponse.")
+    assert analysed.chunks == ["Fixed TAN 5326 in Http Client get, see get HTTP Response."]
+    assert analysed.extra_terms == ["tan-5326", "httpclient", "httpclient.get", "gethttpresponse"]
+
+
+def test_overlong_identifier_is_split_but_not_kept_whole() -> None:
+    long_id = "-".join(["part"] * 60)  # 299 characters
+    assert len(long_id) > MAX_TERM_CHARS
+    analysed = analyze(long_id)
+    assert analysed.extra_terms == []
+    assert " ".join(analysed.chunks).split() == ["part"] * 60
+
+
+def test_chunks_respect_limit_and_keep_every_word() -> None:
+    words = [f"w{i % 97}x{i}" for i in range(5000)]
+    text = " ".join(words)
+    chunks = list(chunk_text(text))
+    assert all(len(c) <= CHUNK_CHARS for c in chunks)
+    assert " ".join(chunks).split() == words  # no word cut in two, none lost
+
+
+def test_chunks_cut_at_newlines_and_tabs_too() -> None:
+    words = [f"word{i}" for i in range(400)]
+    for sep in ("\n", "\t", "\r\n"):
+        chunks = list(chunk_text(sep.join(words), 50))
+        assert all(len(c) <= 50 for c in chunks)
+        assert [w for c in chunks for w in c.split()] == words
+
+
+def test_chunks_without_whitespace_cut_between_words() -> None:
+    text = ",".join(f"item{i}" for i in range(300))
+    chunks = list(chunk_text(text, 40))
+    assert all(len(c) <= 40 for c in chunks)
+    assert [w for c in chunks for w in c.split(",") if w] == [f"item{i}" for i in range(300)]
+
+
+def test_a_single_overlong_run_is_cut_hard() -> None:
+    chunks = list(chunk_text("x" * 1201, 500))
+    assert [len(c) for c in chunks] == [500, 500, 201]
+
+
+def test_exact_fit_and_blank_pieces() -> None:
+    assert list(chunk_text("abcde fghij", 5)) == ["abcde", "fghij"]
+    assert list(chunk_text("abc   defgh ij", 5)) == ["abc", "defgh", "ij"]
+    assert list(chunk_text("   \n  ")) == []
+    assert list(chunk_text("")) == []
+    assert list(chunk_text("short text")) == ["short text"]
+    with pytest.raises(ValueError):
+        list(chunk_text("x", 0))
+
+
+def test_chunk_bound_keeps_tf_below_tsvector_cap() -> None:
+    # The tightest packing of one lexeme: one-letter words separated by one character.
+    chunks = list(chunk_text(" ".join(["x"] * 2000)))
+    assert max(c.split().count("x") for c in chunks) <= 250 < 255
+
+
+def test_long_documents_keep_every_token() -> None:
+    text = " ".join(["alpha"] * 300 + [f"t{i}" for i in range(17000)])
+    analysed = analyze(text)
+    tokens = [w for c in analysed.chunks for w in c.split()]
+    assert tokens.count("alpha") == 300 and len(tokens) == 17300

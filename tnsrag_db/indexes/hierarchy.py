@@ -1,0 +1,273 @@
+"""``HierarchyIndex``: the parent/child structure of a corpus, kept valid at every write.
+
+An entry's parent is its ``parent_id`` column (``MemoryEntry.parent_id``, or the
+metadata key ``HierarchyMetadata.PARENT_ID``). Writes through this index check, in
+the write's own transaction, that the batch has no duplicate ids, that every parent
+exists (in the corpus or in the batch) and that no parent chain loops; a failure
+raises :class:`HierarchyError` naming the offending ids and nothing is written.
+:meth:`HierarchyIndex.validate` checks the whole corpus the same way (entries written
+or deleted through the plain :class:`Store` are not checked at write time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db.errors import ConfigurationError, HierarchyError, ValidationError
+from tnsrag_db.store.store import IngestCounts, Store, validate_batch
+from tnsrag_db.types import MemoryEntry
+
+__all__ = ["HierarchyIndex"]
+
+#: How many problems an error message spells out before summarising the rest.
+_MESSAGE_LIMIT = 20
+
+# Serialises hierarchy writes of one corpus (a transaction-scoped advisory lock keyed by
+# this constant and the corpus): two concurrent batches could otherwise each close half
+# of a cycle while seeing the other's rows as not yet committed.
+_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('tnsrag_db.hierarchy'), hashtext(:c))"
+
+# Children of the batch whose parent exists neither in the corpus nor in the batch (the
+# batch is already written when this runs).
+_MISSING_IN_BATCH_SQL = (
+    "SELECT e.id, e.parent_id FROM entries e "
+    "WHERE e.corpus = :c AND e.id = ANY(:ids) AND e.parent_id IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM entries p WHERE p.corpus = :c AND p.id = e.parent_id) ORDER BY e.id"
+)
+
+# Walk up from every written entry. A walk stops at the first other written entry (whose
+# own walk continues from there), at a root or missing parent (no row), or when it meets
+# an id already on its path (a loop among entries this batch did not touch). Stopping at
+# written entries keeps the walk linear for long chains written in one batch; the cycles
+# through written entries are then found on the compressed "next written entry" graph.
+_CYCLE_WALK_SQL = (
+    "WITH RECURSIVE touched AS MATERIALIZED (SELECT DISTINCT unnest(CAST(:ids AS text[])) AS id), "
+    "up(start_id, id, parent_id, path, stop) AS ("
+    "  SELECT e.id, e.id, e.parent_id, ARRAY[e.id], NULL::text "
+    "  FROM entries e JOIN touched t ON e.corpus = :c AND e.id = t.id "
+    "  UNION ALL "
+    "  SELECT up.start_id, p.id, p.parent_id, up.path || p.id, "
+    "    CASE WHEN p.id IN (SELECT id FROM touched) THEN 'touched' WHEN p.id = ANY(up.path) THEN 'loop' END "
+    "  FROM up JOIN entries p ON p.corpus = :c AND p.id = up.parent_id "
+    "  WHERE up.stop IS NULL"
+    ") SELECT start_id, path, stop FROM up WHERE stop IS NOT NULL"
+)
+
+# Whole-corpus check: everything reachable downwards from a root (no parent, or a missing
+# one) is acyclic; the entries left over are on a cycle or lead into one. Those few rows
+# (normally none) come back with their parents and the cycles are traced in Python.
+_UNREACHABLE_SQL = (
+    "WITH RECURSIVE down(id) AS ("
+    "  SELECT e.id FROM entries e WHERE e.corpus = :c AND (e.parent_id IS NULL OR NOT EXISTS "
+    "    (SELECT 1 FROM entries p WHERE p.corpus = :c AND p.id = e.parent_id)) "
+    "  UNION ALL "
+    "  SELECT ch.id FROM down JOIN entries ch ON ch.corpus = :c AND ch.parent_id = down.id"
+    ") SELECT e.id, e.parent_id FROM entries e "
+    "WHERE e.corpus = :c AND NOT EXISTS (SELECT 1 FROM down WHERE down.id = e.id)"
+)
+
+_MISSING_ALL_SQL = (
+    "SELECT e.id, e.parent_id FROM entries e WHERE e.corpus = :c AND e.parent_id IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM entries p WHERE p.corpus = :c AND p.id = e.parent_id) ORDER BY e.id"
+)
+
+_ANCESTORS_SQL = (
+    "WITH RECURSIVE up(id, parent_id, level, path) AS ("
+    "  SELECT e.id, e.parent_id, 0, ARRAY[e.id] FROM entries e WHERE e.corpus = :c AND e.id = :id "
+    "  UNION ALL "
+    "  SELECT p.id, p.parent_id, up.level + 1, up.path || p.id "
+    "  FROM up JOIN entries p ON p.corpus = :c AND p.id = up.parent_id "
+    "  WHERE up.level < :max_depth AND NOT p.id = ANY(up.path)"
+    ") SELECT id FROM up WHERE level > 0 ORDER BY level"
+)
+
+
+def _cycles_of(successor: dict[str, str]) -> list[list[str]]:
+    """Every cycle of a functional graph (each node has at most one successor), each in walk order."""
+    state: dict[str, int] = {}  # 1 = on the current walk, 2 = finished
+    cycles: list[list[str]] = []
+    for start in sorted(successor):
+        if start in state:
+            continue
+        walk: list[str] = []
+        node: str | None = start
+        while node is not None and node not in state:
+            state[node] = 1
+            walk.append(node)
+            node = successor.get(node)
+        if node is not None and state[node] == 1:
+            cycles.append(walk[walk.index(node):])
+        for visited in walk:
+            state[visited] = 2
+    return cycles
+
+
+def _normalised(cycle: list[str]) -> tuple[str, ...]:
+    """The cycle rotated to start at its smallest id, so one cycle has one spelling."""
+    first = cycle.index(min(cycle))
+    return tuple(cycle[first:] + cycle[:first])
+
+
+def _raise_problems(missing: Sequence[tuple[str, str]], cycles: Iterable[Sequence[str]], where: str) -> None:
+    """Raise one :class:`HierarchyError` for missing parents and cycles, if there are any."""
+    unique_cycles = sorted({_normalised(list(c)) for c in cycles})
+    if not missing and not unique_cycles:
+        return
+    parts: list[str] = []
+    if missing:
+        shown = ", ".join(f"{child!r} -> {parent!r}" for child, parent in missing[:_MESSAGE_LIMIT])
+        more = f" and {len(missing) - _MESSAGE_LIMIT} more" if len(missing) > _MESSAGE_LIMIT else ""
+        parts.append(f"missing parents ({shown}{more})")
+    for cycle in unique_cycles[:_MESSAGE_LIMIT]:
+        parts.append("cycle " + " -> ".join(repr(i) for i in (*cycle, cycle[0])))
+    if len(unique_cycles) > _MESSAGE_LIMIT:
+        parts.append(f"{len(unique_cycles) - _MESSAGE_LIMIT} more cycles")
+    ids: list[str] = [child for child, _ in missing]
+    for cycle in unique_cycles:
+        ids.extend(i for i in cycle if i not in ids)
+    raise HierarchyError(f"invalid hierarchy {where}: " + "; ".join(parts), tuple(ids))
+
+
+class HierarchyIndex:
+    """The parent hierarchy of one corpus, validated at every write through it.
+
+    ``HierarchyIndex(store)`` is a view over ``store``'s corpus (no I/O at
+    construction). Write hierarchical entries with :meth:`add` / :meth:`add_all`;
+    :meth:`children`, :meth:`roots` and :meth:`ancestors` read the structure.
+    """
+
+    def __init__(self, store: Store) -> None:
+        if not isinstance(store, Store):
+            raise ConfigurationError(f"HierarchyIndex needs a Store, got {type(store).__name__}")
+        self._store = store
+
+    @property
+    def store(self) -> Store:
+        """The store (and corpus) this index reads and writes."""
+        return self._store
+
+    def __repr__(self) -> str:
+        return f"HierarchyIndex(corpus={self._store.corpus!r})"
+
+    # -- writes -----------------------------------------------------------------------
+    def add(self, entry: MemoryEntry) -> IngestCounts:
+        """Write one entry (an upsert by id) after checking its parent exists and no cycle forms.
+
+        Raises :class:`HierarchyError` (nothing written) or :class:`InvalidEntryError`.
+        """
+        return self.add_all([entry])
+
+    def add_all(self, entries: Iterable[MemoryEntry]) -> IngestCounts:
+        """Write a batch in one transaction and check the hierarchy it touches before committing.
+
+        Raises :class:`HierarchyError` with ``ids`` naming the offending entries for
+        duplicate ids in the batch, a parent id that is neither in the corpus nor in the
+        batch, or a cycle (every id on it); :class:`InvalidEntryError` for an invalid
+        entry. On any error the transaction is rolled back and nothing is written.
+        """
+        batch = list(entries)
+        self._check_duplicates(batch)
+        batch = validate_batch(batch)
+        if not batch:
+            return IngestCounts()
+        with self._store.transaction() as conn:
+            conn.execute(sa.text(_LOCK_SQL), {"c": self._store.corpus})
+            report = self._store.write_entries(conn, batch)
+            self._check_written(conn, [e.id for e in batch])
+        return report.counts
+
+    @staticmethod
+    def _check_duplicates(batch: Sequence[object]) -> None:
+        seen: set[str] = set()
+        duplicates: list[str] = []
+        for entry in batch:
+            if isinstance(entry, MemoryEntry) and isinstance(entry.id, str):
+                if entry.id in seen and entry.id not in duplicates:
+                    duplicates.append(entry.id)
+                seen.add(entry.id)
+        if duplicates:
+            shown = ", ".join(repr(i) for i in duplicates[:_MESSAGE_LIMIT])
+            raise HierarchyError(f"invalid hierarchy in batch: duplicate ids ({shown})", tuple(duplicates))
+
+    def _check_written(self, conn: Connection, ids: list[str]) -> None:
+        params: dict[str, Any] = {"c": self._store.corpus, "ids": ids}
+        missing = [(r.id, r.parent_id) for r in conn.execute(sa.text(_MISSING_IN_BATCH_SQL), params)]
+        successor: dict[str, str] = {}
+        segment: dict[str, list[str]] = {}
+        loops: list[list[str]] = []
+        for row in conn.execute(sa.text(_CYCLE_WALK_SQL), params):
+            path: list[str] = list(row.path)
+            if row.stop == "touched":
+                successor[row.start_id] = path[-1]
+                segment[row.start_id] = path[:-1]
+            else:  # a loop among entries the batch did not write, reached from it
+                loops.append(path[path.index(path[-1]):-1])
+        cycles = [[i for start in cycle for i in segment[start]] for cycle in _cycles_of(successor)]
+        _raise_problems(missing, cycles + loops, "after writing the batch")
+
+    # -- checks -----------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check the whole corpus: every parent exists and no parent chain loops.
+
+        Raises :class:`HierarchyError` naming the entries with missing parents and every
+        id of every cycle. Two queries, linear in the corpus size.
+        """
+        with self._store.transaction() as conn:
+            params = {"c": self._store.corpus}
+            missing = [(r.id, r.parent_id) for r in conn.execute(sa.text(_MISSING_ALL_SQL), params)]
+            left = {r.id: r.parent_id for r in conn.execute(sa.text(_UNREACHABLE_SQL), params)}
+        _raise_problems(missing, _cycles_of(left), "in the corpus")
+
+    # -- reads ------------------------------------------------------------------------
+    def children(self, parent_ids: Sequence[str]) -> dict[str, list[str]]:
+        """The child ids of each of ``parent_ids`` (sorted by id; an empty list when none).
+
+        One query. Unknown parent ids map to an empty list.
+        """
+        wanted = _id_list(parent_ids, "parent_ids")
+        out: dict[str, list[str]] = {pid: [] for pid in wanted}
+        if not wanted:
+            return out
+        with self._store.transaction() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT e.parent_id, e.id FROM entries e WHERE e.corpus = :c AND e.parent_id = ANY(:ids) "
+                "ORDER BY e.parent_id, e.id"), {"c": self._store.corpus, "ids": wanted})
+            for row in rows:
+                out[row.parent_id].append(row.id)
+        return out
+
+    def roots(self) -> list[str]:
+        """The ids of the entries without a parent, sorted."""
+        with self._store.transaction() as conn:
+            return list(conn.execute(sa.text(
+                "SELECT id FROM entries WHERE corpus = :c AND parent_id IS NULL ORDER BY id"),
+                {"c": self._store.corpus}).scalars())
+
+    def ancestors(self, entry_id: str, max_depth: int | None = None) -> list[str]:
+        """The parent chain of ``entry_id``, nearest first, at most ``max_depth`` levels (None = all).
+
+        Empty for a root or an unknown id; stops at a missing parent or before revisiting
+        an id (so it terminates even on an invalid corpus). One recursive query.
+        """
+        if not isinstance(entry_id, str):
+            raise ValidationError(f"entry_id must be a string, got {type(entry_id).__name__}")
+        if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0):
+            raise ValidationError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
+        depth = 2**31 - 1 if max_depth is None else max_depth
+        with self._store.transaction() as conn:
+            return list(conn.execute(sa.text(_ANCESTORS_SQL),
+                                     {"c": self._store.corpus, "id": entry_id, "max_depth": depth}).scalars())
+
+
+def _id_list(ids: object, what: str) -> list[str]:
+    if isinstance(ids, str) or not isinstance(ids, Iterable):
+        raise ValidationError(f"{what} must be a collection of ids, not {type(ids).__name__}")
+    out = list(dict.fromkeys(ids))
+    for item in out:
+        if not isinstance(item, str):
+            raise ValidationError(f"{what} must hold strings, got {item!r}")
+    return out

@@ -1,0 +1,217 @@
+"""``HierarchicalRAGStrategy``: child hits plus their parent chains, with per-level decay.
+
+The child strategy finds hits; the parent chain of every hit is walked in one
+recursive query (one round trip) up to ``max_parent_depth`` levels. A parent scores
+``child score × decay ** level``; when several hits reach the same parent the best
+score wins (ties: the shallower level, then the smaller child id), and a parent that is
+also a direct hit appears once, with its better score.
+
+Filtering (DESIGN, "Metadata filtering"): the child strategy is called *without* the
+metadata filter, the walk is not filtered, and the filter applies to the final results
+(hits and parents, with their ``depth``/``childOf`` metadata) after expansion and before
+top-K. The source fence applies to hits and parents: a fenced-out entry is neither
+returned nor walked through.
+
+Candidates: the child is asked for ``max(MIN_CANDIDATES, CANDIDATE_FACTOR × max_results)``
+hits (50 and 4 by default). While the top-K is not provably final — fewer than K results
+survive the fence, filter and ``min_score``, or the K-th score does not beat the best score
+an unfetched hit could still produce — and the child returned a full page, the request
+doubles, up to ``max(MAX_CANDIDATES, first request)`` (1,000). Within that cap the result
+is exactly the top-K over every child hit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.indexes.hierarchy import HierarchyIndex
+from tnsrag_db.strategies.base import (
+    ENTRY_COLUMNS,
+    RAGStrategy,
+    check_query,
+    document_from_row,
+    resolve_context,
+    source_fence,
+)
+from tnsrag_db.types import RAGContext, RetrievedDocument
+
+__all__ = ["HierarchicalRAGStrategy"]
+
+# One walk for every hit at once. ``hits`` carries the hit ids and scores; each level
+# joins the current node's parent (inside the fence when there is one). ``best`` keeps
+# one row per reached parent: highest score, then shallowest level, then smallest child.
+_WALK_SQL = (
+    "WITH RECURSIVE hits(child_id, score) AS ("
+    "  SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:scores AS float8[]))), "
+    "walk(child_id, id, parent_id, level, score) AS ("
+    "  SELECT h.child_id, p.id, p.parent_id, 1, h.score * CAST(:decay AS float8) "
+    "  FROM hits h JOIN entries c ON c.corpus = :c AND c.id = h.child_id "
+    "  JOIN entries p ON p.corpus = :c AND p.id = c.parent_id AND {fence} "
+    "  UNION ALL "
+    "  SELECT w.child_id, p.id, p.parent_id, w.level + 1, w.score * CAST(:decay AS float8) "
+    "  FROM walk w JOIN entries p ON p.corpus = :c AND p.id = w.parent_id AND {fence} "
+    "  WHERE w.level < :depth), "
+    "best AS (SELECT DISTINCT ON (id) id, child_id, level, score FROM walk ORDER BY id, score DESC, level, child_id) "
+    f"SELECT b.child_id, b.level, b.score, {ENTRY_COLUMNS} "
+    "FROM best b JOIN entries e ON e.corpus = :c AND e.id = b.id"
+)
+_FENCE_SQL = "p.source = ANY(:fence)"
+
+
+@dataclass(slots=True)
+class _Candidate:
+    doc: RetrievedDocument
+    depth: int
+    child_of: str
+
+
+def _sort_key(doc: RetrievedDocument) -> tuple[float, str, str]:
+    return (-doc.score, doc.metadata.get("entryId", ""), doc.content)
+
+
+class HierarchicalRAGStrategy:
+    """Child hits from ``child_strategy`` expanded with their parent chains from ``index``.
+
+    ``allowed_sources``: the source fence (None or empty = no fence).
+    ``max_parent_depth``: levels of parents walked above each hit (default 3; 0 = none).
+    ``decay``: score factor per level, in (0, 1] (default 0.85).
+    Raises :class:`ConfigurationError` for a bad argument.
+
+    Every result carries ``tier``, ``entryId``, ``source`` (when set), the entry's own
+    metadata, ``depth`` (``"0"`` for a hit, the level for a parent) and ``childOf`` (the
+    id of the hit the result was reached from; its own id for a hit).
+    """
+
+    DEFAULT_MAX_PARENT_DEPTH = 3
+    DEFAULT_DECAY = 0.85
+    #: First child request: max(MIN_CANDIDATES, CANDIDATE_FACTOR × max_results).
+    MIN_CANDIDATES = 50
+    CANDIDATE_FACTOR = 4
+    #: Largest child request when refetching (or the first request, when larger).
+    MAX_CANDIDATES = 1000
+
+    def __init__(
+        self,
+        child_strategy: RAGStrategy,
+        index: HierarchyIndex,
+        allowed_sources: Collection[str] | None = None,
+        max_parent_depth: int = DEFAULT_MAX_PARENT_DEPTH,
+        decay: float = DEFAULT_DECAY,
+    ) -> None:
+        if not isinstance(child_strategy, RAGStrategy):
+            raise ConfigurationError(f"child_strategy must be a RAGStrategy, got {type(child_strategy).__name__}")
+        if not isinstance(index, HierarchyIndex):
+            raise ConfigurationError(f"index must be a HierarchyIndex, got {type(index).__name__}")
+        if isinstance(max_parent_depth, bool) or not isinstance(max_parent_depth, int) or max_parent_depth < 0:
+            raise ConfigurationError(f"max_parent_depth must be an int >= 0, got {max_parent_depth!r}")
+        if (isinstance(decay, bool) or not isinstance(decay, (int, float)) or not math.isfinite(decay)
+                or not 0 < decay <= 1):
+            raise ConfigurationError(f"decay must be a number in (0, 1], got {decay!r}")
+        try:
+            fence = source_fence(allowed_sources)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        self._child = child_strategy
+        self._index = index
+        self._fence = fence
+        self._max_parent_depth = max_parent_depth
+        self._decay = float(decay)
+
+    @property
+    def name(self) -> str:
+        """``"hierarchical"``."""
+        return "hierarchical"
+
+    @property
+    def allowed_sources(self) -> frozenset[str]:
+        """The source fence (empty = no fence)."""
+        return self._fence or frozenset()
+
+    @property
+    def max_parent_depth(self) -> int:
+        """Levels of parents walked above each hit."""
+        return self._max_parent_depth
+
+    @property
+    def decay(self) -> float:
+        """Score factor per parent level."""
+        return self._decay
+
+    def __repr__(self) -> str:
+        return (f"HierarchicalRAGStrategy(child={self._child.name!r}, max_parent_depth={self._max_parent_depth}, "
+                f"decay={self._decay})")
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """Hits and their parents for ``query``, best first, at most ``max_results``, each ≥ ``min_score``.
+
+        Raises :class:`ValidationError` for a bad query or context; errors of the child
+        strategy propagate.
+        """
+        check_query(query)
+        ctx = resolve_context(context)
+        k = ctx.max_results
+        # A hit below min_score cannot lift a parent above it when scores are >= 0; a
+        # negative hit s reaches at best s × decay ** depth, hence the wider bound below 0.
+        child_min = ctx.min_score if ctx.min_score >= 0 else ctx.min_score / self._decay ** self._max_parent_depth
+        want = max(self.MIN_CANDIDATES, self.CANDIDATE_FACTOR * k)
+        cap = max(self.MAX_CANDIDATES, want)
+        while True:
+            hits = self._child.retrieve(query, RAGContext(want, child_min))
+            results = self._expand(hits, ctx)
+            if len(hits) < want or want >= cap:
+                return results[:k]
+            last = min(h.score for h in hits)
+            bound = last if last >= 0 else last * self._decay ** self._max_parent_depth
+            if len(results) >= k and results[k - 1].score > bound:
+                return results[:k]
+            want = min(cap, want * 2)
+
+    def _expand(self, hits: list[RetrievedDocument], ctx: RAGContext) -> list[RetrievedDocument]:
+        """Fence the hits, walk their parents, merge, filter and rank (not yet cut to K)."""
+        best: dict[str, _Candidate] = {}
+        anonymous: list[RetrievedDocument] = []  # hits without an entry id cannot be expanded
+        for hit in hits:
+            if self._fence is not None and hit.source not in self._fence:
+                continue
+            entry_id = hit.metadata.get("entryId")
+            if entry_id is None:
+                anonymous.append(hit.with_metadata(depth="0"))
+                continue
+            seen = best.get(entry_id)
+            if seen is None or hit.score > seen.doc.score:
+                best[entry_id] = _Candidate(hit.with_metadata(depth="0", childOf=entry_id), 0, entry_id)
+        if best and self._max_parent_depth > 0:
+            self._walk(best)
+        docs = [c.doc for c in best.values()] + anonymous
+        kept = [d for d in docs if d.score >= ctx.min_score and ctx.matches(d.metadata)]
+        kept.sort(key=_sort_key)
+        return kept
+
+    def _walk(self, best: dict[str, _Candidate]) -> None:
+        hit_ids = list(best)
+        params: dict[str, object] = {
+            "c": self._index.store.corpus,
+            "ids": hit_ids,
+            "scores": [best[i].doc.score for i in hit_ids],
+            "decay": self._decay,
+            "depth": self._max_parent_depth,
+        }
+        fence = "TRUE"
+        if self._fence is not None:
+            fence = _FENCE_SQL
+            params["fence"] = sorted(self._fence)
+        with self._index.store.transaction() as conn:
+            rows = conn.execute(sa.text(_WALK_SQL.format(fence=fence)), params).all()
+        for row in rows:
+            score = float(row.score)
+            seen = best.get(row.entry_id)
+            # A hit keeps its place on a tie (depth 0 beats any level).
+            if seen is not None and (score < seen.doc.score or (score == seen.doc.score and seen.depth <= row.level)):
+                continue
+            doc = document_from_row(row, score, {"depth": str(row.level), "childOf": row.child_id})
+            best[row.entry_id] = _Candidate(doc, row.level, row.child_id)

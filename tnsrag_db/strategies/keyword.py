@@ -1,0 +1,58 @@
+"""``KeywordRAGStrategy``: lexical BM25 retrieval (spec, "KeywordRAGStrategy")."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context
+from tnsrag_db.types import RAGContext, RetrievedDocument
+
+__all__ = ["KeywordRAGStrategy"]
+
+
+class KeywordRAGStrategy:
+    """Ranks entries by true Okapi BM25 (see :class:`BM25Index`); ``name`` is ``"keyword"``.
+
+    Metadata filters and the inclusive ``min_score`` apply in SQL before the top
+    ``max_results``; each result's score is its BM25 score (> 0). Query analysis,
+    scoring and the result rows come from one statement. Raises
+    :class:`ConfigurationError` when ``keywords`` is not a :class:`BM25Index`.
+    """
+
+    def __init__(self, keywords: BM25Index) -> None:
+        if not isinstance(keywords, BM25Index):
+            raise ConfigurationError(f"KeywordRAGStrategy needs a BM25Index, got {type(keywords).__name__}")
+        self._keywords = keywords
+
+    @property
+    def name(self) -> str:
+        """``"keyword"``."""
+        return "keyword"
+
+    @property
+    def keywords(self) -> BM25Index:
+        """The BM25 index this strategy reads."""
+        return self._keywords
+
+    def __repr__(self) -> str:
+        return f"KeywordRAGStrategy({self._keywords!r})"
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """The best ``context.max_results`` entries for ``query`` scoring ≥ ``context.min_score``
+        and matching ``context.metadata_filters``, best first (ties by entry id).
+
+        Raises :class:`ValidationError` for a non-string query or a bad context and
+        :class:`DatabaseError` when the database fails.
+        """
+        ctx = resolve_context(context)
+        text = check_query(query)
+        candidates, params = self._keywords.candidates_sql(
+            text, ctx.max_results, filters=ctx.metadata_filters, min_score=ctx.min_score, prefix="k")
+        sql = (f"WITH kc AS ({candidates}) SELECT kc.score, {ENTRY_COLUMNS} FROM kc "
+               "JOIN entries e ON e.corpus = :k_c AND e.id = kc.entry_id ORDER BY kc.score DESC, e.id")
+        store = self._keywords.store
+        with store.transaction() as conn:
+            rows = conn.execute(sa.text(sql), params).all()
+        return [document_from_row(row, float(row.score)) for row in rows]

@@ -1,0 +1,77 @@
+"""Strategies by name, with default composition, for the CLI and scripts.
+
+The keys are the strategies' ``name`` values; the error for an unknown name is
+built from the same keys, so the message cannot drift from what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding
+from tnsrag_db.errors import StrategyUnavailableError
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.base import RAGStrategy
+
+__all__ = ["STRATEGY_NAMES", "build_strategy"]
+
+Factory = Callable[[Store, EmbeddingFunction], RAGStrategy]
+
+
+def _vector(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db.strategies.vector import VectorRAGStrategy
+
+    return VectorRAGStrategy(VectorMemoryStore(store, embedding))
+
+
+def _keyword(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+
+    return KeywordRAGStrategy(BM25Index(store))
+
+
+def _graph(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.cli.graph import graph_strategy
+
+    return graph_strategy(store)
+
+
+def _hybrid(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db.strategies.hybrid import HybridRAGStrategy
+
+    graph = None
+    try:
+        graph = _graph(store, embedding)
+    except ImportError:
+        pass
+    return HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, embedding), graph)  # type: ignore[arg-type]
+
+
+_FACTORIES: dict[str, Factory] = {
+    "vector": _vector,
+    "keyword": _keyword,
+    "hybrid": _hybrid,
+    "graph": _graph,
+}
+
+#: Names accepted by :func:`build_strategy`, in documentation order.
+STRATEGY_NAMES = tuple(_FACTORIES)
+
+
+def build_strategy(name: str, store: Store, *, embedding: EmbeddingFunction | None = None) -> RAGStrategy:
+    """The strategy called ``name`` over ``store`` with default settings.
+
+    ``embedding`` defaults to the process embedding provider (an installed entry point,
+    else the 128-dimensional hash fallback). Raises :class:`StrategyUnavailableError`.
+    """
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise StrategyUnavailableError(f"unknown strategy {name!r}; available: {', '.join(STRATEGY_NAMES)}")
+    try:
+        return factory(store, embedding if embedding is not None else get_process_embedding())
+    except ImportError as exc:
+        raise StrategyUnavailableError(f"strategy {name!r} is not available in this installation: {exc}") from exc
