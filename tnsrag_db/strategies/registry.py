@@ -51,11 +51,27 @@ def _hybrid(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
     return HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, embedding), graph)  # type: ignore[arg-type]
 
 
+def _hierarchical(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.indexes.hierarchy import HierarchyIndex
+    from tnsrag_db.strategies.hierarchical import HierarchicalRAGStrategy
+
+    return HierarchicalRAGStrategy(_keyword(store, embedding), HierarchyIndex(store))
+
+
+def _temporal(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.indexes.temporal import TemporalIndex
+    from tnsrag_db.strategies.temporal import TemporalRAGStrategy
+
+    return TemporalRAGStrategy(_keyword(store, embedding), TemporalIndex(store))
+
+
 _FACTORIES: dict[str, Factory] = {
     "vector": _vector,
     "keyword": _keyword,
     "hybrid": _hybrid,
     "graph": _graph,
+    "hierarchical": _hierarchical,
+    "temporal": _temporal,
 }
 
 #: Names accepted by :func:`build_strategy`, in documentation order.
