@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -88,7 +88,7 @@ class RetrievalConfig:
     rerank_top_n: int = 0
     reranker: Reranker | None = None
     min_score: float = 0.0
-    metadata_filters: Mapping[str, str] = MappingProxyType({})
+    metadata_filters: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     query_param: str = ""
     on_failure: OnFailure = OnFailure.RAISE
     deduplicate: bool = True
@@ -157,7 +157,7 @@ class RetrievalConfig:
                                      "installed TreeNavigator uses)")
         if mode is RetrievalStrategy.MULTI_QUERY:
             mode_name = getattr(expansion_mode, "name", expansion_mode)
-            if expansion_mode is None or mode_name == "NONE":
+            if expansion_mode is None or (isinstance(mode_name, str) and mode_name.strip().upper() == "NONE"):
                 raise ConfigurationError("strategy MULTI_QUERY needs expansion_mode= other than NONE")
             if expansion_model is None:
                 raise ConfigurationError("strategy MULTI_QUERY needs expansion_model= (the exact provider model name)")

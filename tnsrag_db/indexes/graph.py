@@ -262,5 +262,5 @@ class GraphStore:
 def _dangling(missing: Sequence[str]) -> DanglingReferenceError:
     shown = ", ".join(repr(m) for m in missing[:_MAX_NAMED_MISSING])
     more = f" and {len(missing) - _MAX_NAMED_MISSING} more" if len(missing) > _MAX_NAMED_MISSING else ""
-    noun = "entry does" if len(missing) == 1 else "entries do"
-    return DanglingReferenceError(f"edges reference {len(missing)} {noun} not exist: {shown}{more}")
+    noun = "entry" if len(missing) == 1 else "entries"
+    return DanglingReferenceError(f"edges reference {len(missing)} missing {noun}: {shown}{more}")

@@ -51,8 +51,8 @@ _CYCLE_WALK_SQL = (
     "  FROM entries e JOIN touched t ON e.corpus = :c AND e.id = t.id "
     "  UNION ALL "
     "  SELECT up.start_id, p.id, p.parent_id, up.path || p.id, "
-    "    CASE WHEN p.id IN (SELECT id FROM touched) THEN 'touched' WHEN p.id = ANY(up.path) THEN 'loop' END "
-    "  FROM up JOIN entries p ON p.corpus = :c AND p.id = up.parent_id "
+    "    CASE WHEN t.id IS NOT NULL THEN 'touched' WHEN p.id = ANY(up.path) THEN 'loop' END "
+    "  FROM up JOIN entries p ON p.corpus = :c AND p.id = up.parent_id LEFT JOIN touched t ON t.id = p.id "
     "  WHERE up.stop IS NULL"
     ") SELECT start_id, path, stop FROM up WHERE stop IS NOT NULL"
 )

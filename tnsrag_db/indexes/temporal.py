@@ -18,7 +18,7 @@ from tnsrag_db.errors import ConfigurationError, TemporalValidationError, Valida
 from tnsrag_db.store.store import IngestCounts, Store, validate_batch
 from tnsrag_db.types import MemoryEntry
 
-__all__ = ["Clock", "TemporalIndex", "check_skew", "now_from", "utc_now"]
+__all__ = ["Clock", "TemporalIndex", "check_clock", "check_skew", "now_from", "utc_now"]
 
 #: A zero-argument callable returning the current time as an aware datetime.
 Clock = Callable[[], datetime]
@@ -48,7 +48,7 @@ def check_clock(clock: object) -> Clock | None:
     """Return ``clock`` if it is None or callable; :class:`ConfigurationError` otherwise."""
     if clock is not None and not callable(clock):
         raise ConfigurationError(f"clock must be a zero-argument callable returning an aware datetime, got {clock!r}")
-    return clock  # type: ignore[return-value]
+    return clock
 
 
 class TemporalIndex:

@@ -84,7 +84,9 @@ class HierarchicalRAGStrategy:
 
     Every result carries ``tier``, ``entryId``, ``source`` (when set), the entry's own
     metadata, ``depth`` (``"0"`` for a hit, the level for a parent) and ``childOf`` (the
-    id of the hit the result was reached from; its own id for a hit).
+    id of the hit the result was reached from; its own id for a hit). A hit without an
+    ``entryId`` (a child strategy not backed by this corpus) is kept as is, with depth
+    ``"0"``, and not expanded.
     """
 
     DEFAULT_MAX_PARENT_DEPTH = 3

@@ -1,0 +1,168 @@
+"""``MultiQueryRAGStrategy``: query variations from a ``QueryExpander``, each run once
+through one base strategy, merged by reciprocal rank fusion (spec, "MultiQueryRAGStrategy").
+
+Per retrieval:
+1. the expander is asked for at most ``max_expansions`` variants; they are normalised
+   and de-duplicated (:func:`~tnsrag_db.expansion.normalize_variants`), and the original
+   query always runs, first;
+2. each unique query runs once, in order, through the base strategy with a context of
+   ``candidates`` results (default ``max(50, 4 × max_results)``), ``min_score`` 0.0 and
+   the caller's metadata filter — the filter is passed *down*, so it applies before
+   the base's own top-K (DESIGN, "Metadata filtering"), and a source fence is whatever
+   the base strategy enforces;
+3. the rankings are fused by RRF with k = 60 (:func:`~tnsrag_db.fusion.reciprocal_rank_fusion`);
+   ``min_score`` (inclusive) applies to the fused RRF score, then the top ``max_results``.
+
+Cancellation: the token is checked before the expander call, before every base call and
+once more before fusion; a cancelled token raises :class:`RetrievalCancelledError` and
+no further call is started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tnsrag_db.errors import ConfigurationError, ExecutionError, ProviderTransportError, RetrievalCancelledError
+from tnsrag_db.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
+from tnsrag_db.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
+from tnsrag_db.strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db.types import RAGContext, RetrievedDocument
+
+__all__ = ["MultiQueryRAGStrategy"]
+
+
+class MultiQueryRAGStrategy:
+    """Runs a query and its variations through ``base_strategy`` and fuses the rankings by RRF;
+    ``name`` is ``"multi_query"``.
+
+    ``MultiQueryRAGStrategy(base_strategy, expander, mode, model, max_expansions,
+    cancellation_token=None)``. ``mode`` is a :class:`QueryExpansion` (or its name) other
+    than ``NONE``; ``model`` the exact provider model name passed to the expander;
+    ``max_expansions`` the positive bound on variants besides the original.
+    ``candidates`` (keyword-only) fixes the per-query candidate count; by default it is
+    ``max(50, 4 × max_results)``. See the module docstring for the steps.
+
+    Raises :class:`ConfigurationError` at construction for a mode of ``NONE`` (or one the
+    expander's ``supported_modes`` excludes), a blank model, a non-positive
+    ``max_expansions`` or ``candidates``, or arguments of the wrong kind.
+    """
+
+    #: Lower bound of the default per-query candidate count.
+    MIN_CANDIDATES = 50
+    #: Default per-query candidate count as a multiple of ``max_results``.
+    CANDIDATE_FACTOR = 4
+
+    def __init__(self, base_strategy: RAGStrategy, expander: QueryExpander, mode: QueryExpansion | str,
+                 model: str, max_expansions: int, cancellation_token: CancellationToken | None = None, *,
+                 candidates: int | None = None) -> None:
+        if isinstance(base_strategy, type) or not callable(getattr(base_strategy, "retrieve", None)):
+            raise ConfigurationError(f"base_strategy must be a RAGStrategy instance, got {base_strategy!r}")
+        if isinstance(expander, type) or not callable(getattr(expander, "expand", None)):
+            raise ConfigurationError(f"expander must be a QueryExpander instance with expand(), got {expander!r}")
+        parsed = QueryExpansion.parse(mode)
+        if parsed is QueryExpansion.NONE:
+            raise ConfigurationError("MultiQueryRAGStrategy needs a query expansion mode other than NONE")
+        supported = getattr(expander, "supported_modes", None)
+        if supported is not None and parsed not in supported:
+            raise ConfigurationError(f"expander {expander!r} does not serve mode {parsed.name}; it serves "
+                                     f"{', '.join(sorted(m.name for m in supported))}")
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigurationError(f"model must be a non-blank provider model name, got {model!r}")
+        if isinstance(max_expansions, bool) or not isinstance(max_expansions, int) or max_expansions < 1:
+            raise ConfigurationError(f"max_expansions must be a positive int, got {max_expansions!r}")
+        if cancellation_token is not None and not isinstance(cancellation_token, CancellationToken):
+            raise ConfigurationError(f"cancellation_token must be a CancellationToken or None, "
+                                     f"got {type(cancellation_token).__name__}")
+        if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
+                                       or candidates < 1):
+            raise ConfigurationError(f"candidates must be a positive int or None, got {candidates!r}")
+        self._base = base_strategy
+        self._expander = expander
+        self._mode = parsed
+        self._model = model
+        self._max_expansions = max_expansions
+        self._token = cancellation_token
+        self._candidates = candidates
+
+    @property
+    def name(self) -> str:
+        """``"multi_query"``."""
+        return "multi_query"
+
+    @property
+    def base_strategy(self) -> RAGStrategy:
+        """The strategy every query runs through."""
+        return self._base
+
+    @property
+    def mode(self) -> QueryExpansion:
+        """The expansion mode."""
+        return self._mode
+
+    @property
+    def model(self) -> str:
+        """The model name passed to the expander."""
+        return self._model
+
+    @property
+    def max_expansions(self) -> int:
+        """Bound on variants besides the original query."""
+        return self._max_expansions
+
+    def __repr__(self) -> str:
+        return (f"MultiQueryRAGStrategy({self._base!r}, {self._expander!r}, {self._mode.name}, "
+                f"model={self._model!r}, max_expansions={self._max_expansions})")
+
+    def candidate_count(self, max_results: int) -> int:
+        """Candidates asked of the base per query: ``candidates`` or ``max(50, 4 × max_results)``."""
+        if self._candidates is not None:
+            return self._candidates
+        return max(self.MIN_CANDIDATES, self.CANDIDATE_FACTOR * max_results)
+
+    def queries(self, query: str) -> list[str]:
+        """The unique queries a retrieval of ``query`` runs: the original first, then the variants.
+
+        Calls the expander once. Raises :class:`ProviderTransportError` or
+        :class:`RetrievalCancelledError` as the expander does, :class:`ExecutionError`
+        for any other expander exception or output that is not a list of strings.
+        """
+        text = check_query(query)
+        self._check_cancelled()
+        variants = self._call(lambda: self._expander.expand(text, self._mode, self._model, self._max_expansions),
+                              "query expander")
+        return normalize_variants(text, variants, self._max_expansions)
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """RRF fusion of the base strategy's rankings for ``query`` and its variants, at most
+        ``max_results``, each with fused score ≥ ``min_score``, best first (ties: best rank in
+        any ranking, then identity).
+
+        Raises :class:`ValidationError` for a bad query or context,
+        :class:`RetrievalCancelledError` when the token is cancelled, the expander errors
+        of :meth:`queries`, and whatever the base strategy raises.
+        """
+        ctx = resolve_context(context)
+        queries = self.queries(query)
+        sub_context = RAGContext(self.candidate_count(ctx.max_results), 0.0, ctx.metadata_filters)
+        rankings: list[list[RetrievedDocument]] = []
+        for q in queries:
+            self._check_cancelled()
+            rankings.append(list(self._base.retrieve(q, sub_context)))
+        self._check_cancelled()
+        fused = reciprocal_rank_fusion(*rankings, k=DEFAULT_RRF_K)
+        return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _check_cancelled(self) -> None:
+        if self._token is not None:
+            self._token.raise_if_cancelled("multi-query retrieval")
+
+    @staticmethod
+    def _call(fn: Callable[[], Any], what: str) -> Any:
+        try:
+            return fn()
+        except (ProviderTransportError, ExecutionError, RetrievalCancelledError):
+            raise
+        except Exception as exc:
+            raise ExecutionError(f"{what} failed: {exc}") from exc

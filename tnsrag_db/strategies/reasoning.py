@@ -1,0 +1,334 @@
+"""``ReasoningRAGStrategy``: root-to-leaf best-first descent with a :class:`TreeNavigator`.
+
+The opposite walk from ``HierarchicalRAGStrategy``: start above the roots (the entries
+without a parent, children of a virtual root), let the navigator rank the children of
+the most promising node, and descend. Per frontier expansion there is exactly one SQL
+statement (the children of the expanded node, with their rows, whether each has
+children, and — for navigators that want it — the text of each child's subtree) and one
+navigator call.
+
+Scores. A navigator's raw scores are only comparable among siblings, so each sibling set
+is turned into a distribution: a child scored ``s > 0`` gets ``s / Σ positive sibling
+scores``; children scored ≤ 0 are dropped. A node's *path score* is the product of these
+shares from the root down (in (0, 1]); the frontier is a max-heap on it (ties: deeper
+first, then id), which makes the walk a best-first descent in which no node ever
+outranks its ancestors. Results carry the path score.
+
+Where the descent stops (the results):
+- a leaf (a node without children inside the fence),
+- a node whose children all scored ≤ 0,
+- a node at ``max_depth`` (roots are depth 1),
+- a node still on the frontier when the budget is spent.
+When every root scores ≤ 0 there is no result.
+
+Budget. ``max_nodes_visited`` (default 15) bounds the nodes *fetched*: every child row a
+frontier query returns counts (the virtual root's expansion included), the query asks
+for at most the remaining budget (``LIMIT``, children in id order), and nothing is fetched
+once it is spent. Descendant text aggregated into ``subtree_text`` is a summary computed
+by that same statement, not fetched nodes.
+
+Filtering (DESIGN, "Metadata filtering"): the walk is not filtered; the metadata filter
+applies to the stop nodes (their ``tier``/``entryId``/``source``/own metadata plus
+``path`` and ``depth``) after the descent, then ``min_score`` (inclusive, on the path
+score), then top-K. The source fence (None or empty = none) applies in SQL: fenced-out
+entries are never fetched, shown to the navigator, walked through or counted in subtree
+text (a fenced-out node hides its whole subtree).
+
+The hierarchy is trusted as stored: entries whose parent is missing are unreachable.
+Run ``HierarchyIndex.validate()`` after writing through the plain ``Store``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import numbers
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from tnsrag_db.errors import (
+    ConfigurationError,
+    ExecutionError,
+    ProviderTransportError,
+    RetrievalCancelledError,
+)
+from tnsrag_db.indexes.hierarchy import HierarchyIndex
+from tnsrag_db.navigation import NavNode, TreeNavigator
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context, source_fence
+from tnsrag_db.types import RAGContext, RetrievedDocument
+
+__all__ = ["Descent", "ReasoningRAGStrategy"]
+
+#: Result metadata key holding the root-to-node path, a JSON array of entry ids.
+PATH_KEY = "path"
+#: Result metadata key holding the node's depth (1 for a root), as a decimal string.
+DEPTH_KEY = "depth"
+
+
+@dataclass(frozen=True, slots=True)
+class Descent:
+    """The outcome of one descent: ``documents`` (what ``retrieve`` returns), ``visited``
+    (ids of every fetched node, in fetch order; its length never exceeds
+    ``max_nodes_visited``) and ``expansions`` (frontier expansions, i.e. SQL statements
+    and navigator calls)."""
+
+    documents: list[RetrievedDocument]
+    visited: tuple[str, ...]
+    expansions: int
+
+
+@dataclass(slots=True)
+class _Node:
+    nav: NavNode
+    row: Any
+    path: tuple[str, ...]
+    score: float
+    order: tuple[float, int, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.order = (-self.score, -self.nav.depth, self.nav.id)
+
+    def __lt__(self, other: _Node) -> bool:
+        return self.order < other.order
+
+
+def _positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+class ReasoningRAGStrategy:
+    """Root-to-leaf descent over a ``HierarchyIndex`` guided by a ``TreeNavigator``; ``name`` is ``"reasoning"``.
+
+    ``ReasoningRAGStrategy(index, navigator, model)`` uses no source fence,
+    ``max_nodes_visited`` 15 and ``max_depth`` 6; the full form is
+    ``(index, navigator, model, allowed_sources, max_nodes_visited, max_depth)``.
+    ``subtree_text_chars`` (keyword-only, default 20,000) caps the subtree text given
+    to navigators that want it, per child. See the module docstring for scores, budget
+    and filtering.
+
+    Raises :class:`ConfigurationError` at construction for an index without a
+    :class:`Store` ``store``, a navigator without ``rank_children``, a blank ``model``,
+    non-positive limits, or a bad fence.
+    """
+
+    #: Default bound on fetched nodes per retrieval.
+    DEFAULT_MAX_NODES_VISITED = 15
+    #: Default bound on depth (roots are depth 1).
+    DEFAULT_MAX_DEPTH = 6
+    #: Default cap, in characters, on a child's subtree text.
+    DEFAULT_SUBTREE_TEXT_CHARS = 20_000
+
+    def __init__(self, index: HierarchyIndex, navigator: TreeNavigator, model: str,
+                 allowed_sources: Collection[str] | None = None,
+                 max_nodes_visited: int = DEFAULT_MAX_NODES_VISITED,
+                 max_depth: int = DEFAULT_MAX_DEPTH, *,
+                 subtree_text_chars: int = DEFAULT_SUBTREE_TEXT_CHARS) -> None:
+        store = getattr(index, "store", None)
+        if not isinstance(store, Store):
+            raise ConfigurationError(f"ReasoningRAGStrategy needs a HierarchyIndex, got {type(index).__name__}")
+        if isinstance(navigator, type) or not callable(getattr(navigator, "rank_children", None)):
+            raise ConfigurationError(f"navigator must be a TreeNavigator instance with rank_children(), "
+                                     f"got {navigator!r}")
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigurationError(f"model must be a non-blank provider model name, got {model!r}")
+        try:
+            fence = source_fence(allowed_sources)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from exc
+        self._index = index
+        self._store = store
+        self._navigator = navigator
+        self._model = model
+        self._fence = fence
+        self._max_nodes = _positive_int(max_nodes_visited, "max_nodes_visited")
+        self._max_depth = _positive_int(max_depth, "max_depth")
+        self._subtree_chars = _positive_int(subtree_text_chars, "subtree_text_chars")
+
+    @property
+    def name(self) -> str:
+        """``"reasoning"``."""
+        return "reasoning"
+
+    @property
+    def model(self) -> str:
+        """The navigator model name."""
+        return self._model
+
+    @property
+    def max_nodes_visited(self) -> int:
+        """Bound on fetched nodes per retrieval."""
+        return self._max_nodes
+
+    @property
+    def max_depth(self) -> int:
+        """Bound on depth (roots are depth 1)."""
+        return self._max_depth
+
+    @property
+    def allowed_sources(self) -> frozenset[str] | None:
+        """The source fence, None for none."""
+        return self._fence
+
+    def __repr__(self) -> str:
+        return (f"ReasoningRAGStrategy(corpus={self._store.corpus!r}, navigator={self._navigator!r}, "
+                f"model={self._model!r}, max_nodes_visited={self._max_nodes}, max_depth={self._max_depth})")
+
+    # -- retrieval --------------------------------------------------------------------
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """The stop nodes of the descent for ``query``, best path score first (ties by entry id),
+        filtered, at least ``min_score``, at most ``max_results``; each with ``path`` (a JSON
+        array of ids, root first) and ``depth`` metadata.
+
+        Raises :class:`ValidationError` for a bad query or context; :class:`ExecutionError`
+        when the navigator fails or returns a wrong number of scores, scores for unknown
+        children, or non-finite or non-numeric scores (:class:`ProviderTransportError` and
+        :class:`RetrievalCancelledError` from the navigator keep their type);
+        :class:`DatabaseError` when the database fails.
+        """
+        return self.descend(query, context).documents
+
+    def descend(self, query: str, context: RAGContext | None = None) -> Descent:
+        """Run one descent and return the documents with the visit record (see :class:`Descent`).
+
+        Errors as :meth:`retrieve`.
+        """
+        ctx = resolve_context(context)
+        text = check_query(query)
+        visited: list[str] = []
+        stops: list[_Node] = []
+        expansions = 0
+        frontier: list[_Node] = []
+
+        def expand(parent: _Node | None) -> None:
+            nonlocal expansions
+            depth = 1 if parent is None else parent.nav.depth + 1
+            rows = self._fetch_children(None if parent is None else parent.nav.id, self._max_nodes - len(visited))
+            expansions += 1
+            if not rows:  # the children vanished since the parent was fetched
+                if parent is not None:
+                    stops.append(parent)
+                return
+            children = [self._nav_node(row, depth) for row in rows]
+            visited.extend(c.id for c in children)
+            scores = self._rank(text, None if parent is None else parent.nav, children)
+            total = math.fsum(s for s in scores if s > 0)
+            if total <= 0:
+                if parent is not None:
+                    stops.append(parent)
+                return
+            base_path = () if parent is None else parent.path
+            base_score = 1.0 if parent is None else parent.score
+            for child, row, s in zip(children, rows, scores):
+                if s <= 0:
+                    continue
+                node = _Node(child, row, base_path + (child.id,), base_score * (s / total))
+                if child.has_children and child.depth < self._max_depth:
+                    heapq.heappush(frontier, node)
+                else:
+                    stops.append(node)
+
+        expand(None)
+        while frontier and len(visited) < self._max_nodes:
+            expand(heapq.heappop(frontier))
+        stops.extend(frontier)  # the budget ran out before these were expanded
+
+        documents: list[RetrievedDocument] = []
+        for node in stops:
+            doc = document_from_row(node.row, node.score, {
+                PATH_KEY: json.dumps(list(node.path), ensure_ascii=False),
+                DEPTH_KEY: str(node.nav.depth),
+            })
+            if ctx.matches(doc.metadata) and doc.score >= ctx.min_score:
+                documents.append(doc)
+        documents.sort(key=lambda d: (-d.score, d.metadata["entryId"]))
+        return Descent(documents[: ctx.max_results], tuple(visited), expansions)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _fetch_children(self, parent_id: str | None, limit: int) -> list[Any]:
+        """One statement: up to ``limit`` children of ``parent_id`` (roots for None), in id order."""
+        params: dict[str, Any] = {"c": self._store.corpus, "lim": limit}
+        parent_pred = "e.parent_id IS NULL" if parent_id is None else "e.parent_id = :pid"
+        if parent_id is not None:
+            params["pid"] = parent_id
+        if self._fence is None:
+            fence_e = fence_h = fence_d = "TRUE"
+        else:
+            params["fence"] = sorted(self._fence)
+            fence_e, fence_h, fence_d = "e.source = ANY(:fence)", "h.source = ANY(:fence)", "d.source = ANY(:fence)"
+        kids = (f"kids AS MATERIALIZED (SELECT {ENTRY_COLUMNS} FROM entries e "
+                f"WHERE e.corpus = :c AND {parent_pred} AND {fence_e} ORDER BY e.id LIMIT :lim)")
+        has_children = (f"EXISTS (SELECT 1 FROM entries h WHERE h.corpus = :c AND h.parent_id = k.entry_id "
+                        f"AND {fence_h}) AS has_children")
+        if getattr(self._navigator, "wants_subtree_text", False) is True:
+            params["cap"] = self._subtree_chars
+            # Whole subtree of each child (a forest reached from roots has no cycles),
+            # breadth-first order, cut once the running length passes the cap.
+            sql = (
+                f"WITH RECURSIVE {kids}, "
+                "sub(top, node, lvl, content) AS ("
+                "  SELECT k.entry_id, k.entry_id, 0, k.content FROM kids k "
+                "  UNION ALL "
+                "  SELECT s.top, d.id, s.lvl + 1, d.content FROM sub s "
+                f"  JOIN entries d ON d.corpus = :c AND d.parent_id = s.node AND {fence_d}), "
+                "run AS (SELECT top, node, lvl, content, sum(length(content) + 1) OVER "
+                "  (PARTITION BY top ORDER BY lvl, node ROWS UNBOUNDED PRECEDING) AS upto FROM sub), "
+                "agg AS (SELECT top, left(string_agg(content, E'\\n' ORDER BY lvl, node), :cap) AS subtree_text "
+                "  FROM run WHERE upto - length(content) - 1 < :cap GROUP BY top) "
+                f"SELECT k.*, {has_children}, a.subtree_text FROM kids k LEFT JOIN agg a ON a.top = k.entry_id "
+                "ORDER BY k.entry_id"
+            )
+        else:
+            sql = (f"WITH {kids} SELECT k.*, {has_children}, NULL::text AS subtree_text FROM kids k "
+                   "ORDER BY k.entry_id")
+        with self._store.transaction() as conn:
+            return list(conn.execute(sa.text(sql), params).all())
+
+    @staticmethod
+    def _nav_node(row: Any, depth: int) -> NavNode:
+        raw = row.metadata
+        metadata: Mapping[str, Any] = json.loads(raw) if isinstance(raw, str) else (raw or {})
+        summary = metadata.get("summary")
+        return NavNode.from_content(row.entry_id, row.content, depth,
+                                    summary=summary if isinstance(summary, str) else None,
+                                    has_children=bool(row.has_children), subtree_text=row.subtree_text or "")
+
+    def _rank(self, query: str, node: NavNode | None, children: Sequence[NavNode]) -> list[float]:
+        """Call the navigator and check its answer: one finite number per child."""
+        where = "the roots" if node is None else f"the children of {node.id!r}"
+        try:
+            answer = self._navigator.rank_children(query, node, tuple(children), self._model)
+        except (ProviderTransportError, ExecutionError, RetrievalCancelledError):
+            raise
+        except Exception as exc:
+            raise ExecutionError(f"tree navigator {self._navigator!r} failed ranking {where}: {exc}") from exc
+        ids = [c.id for c in children]
+        if isinstance(answer, Mapping):
+            unknown = sorted(str(k) for k in answer if k not in set(ids))
+            if unknown:
+                raise ExecutionError(f"tree navigator returned scores for unknown children {unknown} "
+                                     f"while ranking {where} (children: {ids})")
+            missing = [i for i in ids if i not in answer]
+            if missing:
+                raise ExecutionError(f"tree navigator returned no score for children {missing} while ranking {where}")
+            values: list[object] = [answer[i] for i in ids]
+        elif isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence):
+            raise ExecutionError(f"tree navigator must return a sequence of scores, got {type(answer).__name__}")
+        else:
+            values = list(answer)
+            if len(values) != len(ids):
+                raise ExecutionError(f"tree navigator returned {len(values)} scores for {len(ids)} children "
+                                     f"while ranking {where}")
+        scores: list[float] = []
+        for child_id, value in zip(ids, values):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ExecutionError(f"tree navigator returned a non-finite or non-numeric score {value!r} "
+                                     f"for child {child_id!r} while ranking {where}")
+            scores.append(float(value))
+        return scores
