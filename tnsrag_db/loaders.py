@@ -76,15 +76,19 @@ def _load_markdown(path: Path, text: str, tier: MemoryTier | str, source: str,
     if not headings:
         yield _entry(path, None, id=file_id, content=text, tier=tier, source=source, metadata=meta)
         return
-    intro = text[: headings[0].start()].strip()
-    title = headings[0].group(2) if headings[0].group(1) == "#" else path.stem
+    if headings[0].group(1) == "#":
+        # A leading "# Title": the file entry holds the title and its text up to the next heading.
+        title, sections = headings[0].group(2), headings[1:]
+        intro_end = sections[0].start() if sections else len(text)
+        intro = text[headings[0].end():intro_end].strip()
+    else:
+        title, sections = path.stem, headings
+        intro = text[: headings[0].start()].strip()
     yield _entry(path, None, id=file_id, content=f"{title}\n\n{intro}".strip(), tier=tier, source=source,
                  metadata=meta)
-    for n, match in enumerate(headings):
-        end = headings[n + 1].start() if n + 1 < len(headings) else len(text)
+    for n, match in enumerate(sections):
+        end = sections[n + 1].start() if n + 1 < len(sections) else len(text)
         body = text[match.start():end].strip()
-        if n == 0 and match.group(1) == "#" and not body.partition("\n")[2].strip():
-            continue  # the title line alone is already the file entry
         line = text.count("\n", 0, match.start()) + 1
         yield _entry(path, line, id=f"{file_id}#{n + 1}", content=body, tier=tier, source=source,
                      parent_id=file_id, metadata={**meta, "section": match.group(2)})

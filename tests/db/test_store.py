@@ -51,3 +51,38 @@ def test_delete_and_delete_where(store: Store) -> None:
     assert store.delete("b") is True
     assert store.delete("b") is False
     assert store.count() == 0
+
+
+def test_cli_ingest_and_query_every_strategy(db_url: object, tmp_path: object) -> None:
+    import json
+    import uuid
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from tnsrag_db.cli import main_group
+    from tnsrag_db.strategies.registry import STRATEGY_NAMES
+
+    url = db_url.render_as_string(hide_password=False)  # type: ignore[attr-defined]
+    corpus = f"cli_{uuid.uuid4().hex[:8]}"
+    doc = Path(str(tmp_path)) / "guide.md"
+    doc.write_text("# Guide\n\nIntro text.\n\n## Memory\n\nAgents share memory across processes.\n")
+    runner = CliRunner()
+    args = ["--url", url, "--corpus", corpus, "--json"]
+    first = runner.invoke(main_group, ["ingest", "--sample", str(doc), *args])
+    assert first.exit_code == 0, first.output
+    counts = json.loads(first.output)
+    assert counts["inserted"] == counts["entries"] == 12
+    again = json.loads(runner.invoke(main_group, ["ingest", "--sample", str(doc), *args]).output)
+    assert again["unchanged"] == 12 and again["inserted"] == 0
+    for name in STRATEGY_NAMES:
+        res = runner.invoke(main_group, ["query", "agents share memory", "--strategy", name, "--top-k", "2",
+                                         "--filter", "tier=SEMANTIC", *args])
+        assert res.exit_code == 0, (name, res.output)
+        out = json.loads(res.output)
+        assert out["strategy"] == name
+        assert all(r["metadata"]["tier"] == "SEMANTIC" for r in out["results"])
+    res = runner.invoke(main_group, ["query", "agents", "--strategy", "keyword", "--filter", "tenant=acme", *args])
+    assert [r["metadata"]["entryId"] for r in json.loads(res.output)["results"]] == ["tenant-acme"]
+    bad = runner.invoke(main_group, ["query", "x", "--filter", "novalue", *args])
+    assert bad.exit_code != 0

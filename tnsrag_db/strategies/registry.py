@@ -65,6 +65,23 @@ def _temporal(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
     return TemporalRAGStrategy(_keyword(store, embedding), TemporalIndex(store))
 
 
+def _reasoning(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.indexes.hierarchy import HierarchyIndex
+    from tnsrag_db.navigation import LexicalTreeNavigator
+    from tnsrag_db.strategies.reasoning import ReasoningRAGStrategy
+
+    return ReasoningRAGStrategy(HierarchyIndex(store), LexicalTreeNavigator(), "lexical")
+
+
+def _multi_query(store: Store, embedding: EmbeddingFunction) -> RAGStrategy:
+    from tnsrag_db.expansion import QueryExpansion, RM3QueryExpander
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
+
+    index = BM25Index(store)
+    return MultiQueryRAGStrategy(_keyword(store, embedding), RM3QueryExpander(index), QueryExpansion.RM3, "rm3", 3)
+
+
 _FACTORIES: dict[str, Factory] = {
     "vector": _vector,
     "keyword": _keyword,
@@ -72,6 +89,8 @@ _FACTORIES: dict[str, Factory] = {
     "graph": _graph,
     "hierarchical": _hierarchical,
     "temporal": _temporal,
+    "reasoning": _reasoning,
+    "multi_query": _multi_query,
 }
 
 #: Names accepted by :func:`build_strategy`, in documentation order.
