@@ -1,124 +1,204 @@
-"""Turn files into memory entries: plain text, Markdown (sections under the file) and JSONL.
+"""Turn files into memory entries, for the CLI and for declarative knowledge sources.
 
-- ``.txt`` (and any other text file): one entry per file, id = the path as given.
-- ``.md`` / ``.markdown``: one entry for the file (its title and the text before the
-  first heading) and one per heading section, each section a child of the file
-  entry (``parent_id``), so hierarchical and reasoning retrieval see the structure.
-- ``.jsonl``: one entry per line, an object with ``id`` and ``content`` and optional
-  ``tier``, ``source``, ``parent_id``, ``timestamp`` (ISO-8601 with zone), ``metadata``.
-
-Errors name the file and line: :class:`InvalidEntryError`.
+:class:`FileLoader` reads paths, directories and globs: Markdown (one entry per heading
+section, each a child of its enclosing section), plain text (paragraph chunks of about
+2,000 characters) and JSONL (one entry per line). Anything with ``load() ->
+Iterable[MemoryEntry]`` is a :class:`SourceLoader`.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
-from tnsrag_db.errors import InvalidEntryError, TnsragError
-from tnsrag_db.types import MemoryEntry, MemoryTier, parse_instant
+from tnsrag_db.errors import ConfigurationError, InvalidEntryError
+from tnsrag_db.types import MemoryEntry, MemoryTier
 
-__all__ = ["SUPPORTED_SUFFIXES", "expand_paths", "load_file", "load_paths"]
+__all__ = ["FileLoader", "SourceLoader"]
 
-SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".jsonl")
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
-
-
-def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files named directly plus supported files found (recursively) in named directories, sorted."""
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            out.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES))
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise InvalidEntryError(f"no such file or directory: {path}")
-    return out
+#: File name suffixes :class:`FileLoader` reads when it walks a directory, by format.
+_FORMATS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".rst": "text",
+            ".jsonl": "jsonl"}
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+_FENCE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_TEXT_CHUNK = 2000
 
 
-def _entry(path: Path, line: int | None, **fields: object) -> MemoryEntry:
-    where = f"{path}:{line}" if line is not None else str(path)
-    try:
-        return MemoryEntry(**fields)  # type: ignore[arg-type]
-    except TnsragError as exc:
-        raise InvalidEntryError(f"{where}: {exc}") from exc
-    except TypeError as exc:
-        raise InvalidEntryError(f"{where}: {exc}") from exc
+@runtime_checkable
+class SourceLoader(Protocol):
+    """Anything with ``load() -> Iterable[MemoryEntry]``; each entry carries its own metadata.
+
+    Entries keep the ids, tiers, sources, parents, timestamps and metadata the loader
+    gives them; an entry without a ``source`` gets the knowledge source's ``name``. An
+    optional ``name`` attribute names the source (default: the loader's class name).
+    The metadata a loader attaches is filterable with ``@retrieval(metadata_filters=...)``.
+    """
+
+    def load(self) -> Iterable[MemoryEntry]:
+        """Every entry of the source (ids must be unique across the role's sources)."""
+        ...
 
 
-def load_file(path: Path, *, tier: MemoryTier | str = MemoryTier.SEMANTIC, source: str | None = None,
-              metadata: Mapping[str, str] | None = None) -> Iterator[MemoryEntry]:
-    """Entries of one file; ``tier``, ``source`` (default: the path) and ``metadata`` apply to
-    every entry that does not set its own."""
-    meta = dict(metadata or {})
-    src = source or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidEntryError(f"{path}: cannot read as UTF-8 text: {exc}") from exc
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        yield from _load_jsonl(path, text, tier, src, meta)
-    elif suffix in (".md", ".markdown"):
-        yield from _load_markdown(path, text, tier, src, meta)
-    else:
-        yield _entry(path, None, id=str(path), content=text, tier=tier, source=src, metadata=meta)
+class FileLoader:
+    """Reads text (``.txt``, ``.text``, ``.rst``), Markdown (``.md``, ``.markdown``) and JSONL files.
 
+    ``patterns`` are file paths, directories (walked recursively for the suffixes above)
+    or globs (``**`` recurses); relative ones resolve against ``base_dir`` (default: the
+    current directory). Entry ids and sources are the files' paths relative to
+    ``base_dir`` (posix form), so they are the same on every machine.
 
-def _load_markdown(path: Path, text: str, tier: MemoryTier | str, source: str,
-                   meta: dict[str, str]) -> Iterator[MemoryEntry]:
-    headings = list(_HEADING.finditer(text))
-    file_id = str(path)
-    if not headings:
-        yield _entry(path, None, id=file_id, content=text, tier=tier, source=source, metadata=meta)
-        return
-    if headings[0].group(1) == "#":
-        # A leading "# Title": the file entry holds the title and its text up to the next heading.
-        title, sections = headings[0].group(2), headings[1:]
-        intro_end = sections[0].start() if sections else len(text)
-        intro = text[headings[0].end():intro_end].strip()
-    else:
-        title, sections = path.stem, headings
-        intro = text[: headings[0].start()].strip()
-    yield _entry(path, None, id=file_id, content=f"{title}\n\n{intro}".strip(), tier=tier, source=source,
-                 metadata=meta)
-    for n, match in enumerate(sections):
-        end = sections[n + 1].start() if n + 1 < len(sections) else len(text)
-        body = text[match.start():end].strip()
-        line = text.count("\n", 0, match.start()) + 1
-        yield _entry(path, line, id=f"{file_id}#{n + 1}", content=body, tier=tier, source=source,
-                     parent_id=file_id, metadata={**meta, "section": match.group(2)})
+    * Markdown: one entry per heading section (id ``path#n``), the text before the first
+      heading included as section 0; ``parent_id`` is the enclosing section, so sections
+      form a hierarchy; metadata ``path``, ``format``, ``section`` (the heading text) and
+      ``headingPath`` (``A > B``).
+    * Text: blank-line paragraphs grouped into chunks of at most ~2,000 characters (id ``path#n``).
+    * JSONL: one object per non-blank line with ``content`` (or ``text``) and optional
+      ``id`` (default ``path#line``), ``tier``, ``source``, ``parentId``, ``timestamp`` and
+      ``metadata`` (str to str).
 
+    ``tier`` (default SEMANTIC) is the tier of Markdown and text entries and of JSONL
+    lines without one. Raises :class:`ConfigurationError` at load time for a pattern
+    that matches nothing and :class:`InvalidEntryError` for a bad JSONL line.
+    """
 
-def _load_jsonl(path: Path, text: str, tier: MemoryTier | str, source: str,
-                meta: dict[str, str]) -> Iterator[MemoryEntry]:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    def __init__(self, *patterns: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None = None,
+                 tier: MemoryTier | str = MemoryTier.SEMANTIC, encoding: str = "utf-8") -> None:
+        if not patterns:
+            raise ConfigurationError("FileLoader needs at least one path, directory or glob")
+        for pattern in patterns:
+            if not isinstance(pattern, (str, os.PathLike)) or not str(pattern).strip():
+                raise ConfigurationError(f"file patterns must be non-blank paths, got {pattern!r}")
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidEntryError(f"{path}:{number}: invalid JSON: {exc.msg}") from exc
-        if not isinstance(obj, dict):
-            raise InvalidEntryError(f"{path}:{number}: expected a JSON object")
-        unknown = set(obj) - {"id", "content", "tier", "source", "parent_id", "timestamp", "metadata"}
-        if unknown:
-            raise InvalidEntryError(f"{path}:{number}: unknown field(s) {', '.join(sorted(unknown))}")
-        ts = obj.get("timestamp")
-        try:
-            stamp = parse_instant(ts) if isinstance(ts, str) else ts
-        except TnsragError as exc:
-            raise InvalidEntryError(f"{path}:{number}: {exc}") from exc
-        yield _entry(path, number, id=obj.get("id"), content=obj.get("content"), tier=obj.get("tier", tier),
-                     source=obj.get("source", source), parent_id=obj.get("parent_id"), timestamp=stamp,
-                     metadata={**meta, **(obj.get("metadata") or {})})
+            self._tier = MemoryTier.parse(tier)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        self._patterns = tuple(os.fspath(p) for p in patterns)
+        self._base = Path(base_dir) if base_dir is not None else None
+        self._encoding = encoding
 
+    @property
+    def name(self) -> str:
+        """The patterns joined with ``,`` (the default name of a knowledge source)."""
+        return ",".join(self._patterns)
 
-def load_paths(paths: Iterable[str | Path], **options: object) -> Iterator[MemoryEntry]:
-    """Entries of every file under ``paths`` (see :func:`expand_paths`); options as :func:`load_file`."""
-    for path in expand_paths(paths):
-        yield from load_file(path, **options)  # type: ignore[arg-type]
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """The patterns as given."""
+        return self._patterns
+
+    def __repr__(self) -> str:
+        return f"FileLoader({', '.join(map(repr, self._patterns))}, base_dir={str(self._base)!r})"
+
+    def files(self) -> list[Path]:
+        """The files the patterns select, each once, in pattern order then path order."""
+        base = self._base if self._base is not None else Path.cwd()
+        found: list[Path] = []
+        seen: set[Path] = set()
+        for pattern in self._patterns:
+            full = pattern if os.path.isabs(pattern) else str(base / pattern)
+            if _GLOB_CHARS.search(pattern):
+                matches = [Path(m) for m in sorted(glob.glob(full, recursive=True)) if os.path.isfile(m)]
+            elif os.path.isdir(full):
+                matches = sorted(p for p in Path(full).rglob("*") if p.is_file() and p.suffix.lower() in _FORMATS)
+            elif os.path.isfile(full):
+                matches = [Path(full)]
+            else:
+                matches = []
+            if not matches:
+                raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
+            for match in matches:
+                resolved = match.resolve()
+                if resolved not in seen:
+                    seen.add(resolved)
+                    found.append(match)
+        return found
+
+    def load(self) -> Iterable[MemoryEntry]:
+        """Read every selected file into entries (see the class docstring)."""
+        base = (self._base if self._base is not None else Path.cwd()).resolve()
+        for path in self.files():
+            resolved = path.resolve()
+            try:
+                rel = resolved.relative_to(base).as_posix()
+            except ValueError:
+                rel = resolved.as_posix()
+            fmt = _FORMATS.get(path.suffix.lower(), "text")
+            text = path.read_text(encoding=self._encoding)
+            if fmt == "markdown":
+                yield from self._markdown(rel, text)
+            elif fmt == "jsonl":
+                yield from self._jsonl(rel, text)
+            else:
+                yield from self._text(rel, text)
+
+    def _markdown(self, rel: str, text: str) -> Iterator[MemoryEntry]:
+        sections: list[tuple[int, str, list[str]]] = [(0, "", [])]
+        fenced = False
+        for line in text.splitlines():
+            if _FENCE.match(line):
+                fenced = not fenced
+            heading = None if fenced else _HEADING.match(line)
+            if heading:
+                sections.append((len(heading.group(1)), heading.group(2).strip(), [line]))
+            else:
+                sections[-1][2].append(line)
+        stack: list[tuple[int, str, str]] = []  # (level, id, title) of the open sections
+        for index, (level, title, lines) in enumerate(sections):
+            content = "\n".join(lines).strip()
+            if index == 0 and not content:
+                continue
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            entry_id = f"{rel}#{index}"
+            parent = stack[-1][1] if stack else None
+            path_titles = [t for _, _, t in stack if t] + ([title] if title else [])
+            metadata = {"path": rel, "format": "markdown"}
+            if title:
+                metadata["section"] = title
+                metadata["headingPath"] = " > ".join(path_titles)
+            yield MemoryEntry(entry_id, content, self._tier, source=rel, parent_id=parent, metadata=metadata)
+            stack.append((level, entry_id, title))
+
+    def _text(self, rel: str, text: str) -> Iterator[MemoryEntry]:
+        paragraphs = [p.strip() for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
+        chunks: list[str] = []
+        for paragraph in paragraphs:
+            if chunks and len(chunks[-1]) + 2 + len(paragraph) <= _TEXT_CHUNK:
+                chunks[-1] += "\n\n" + paragraph
+            else:
+                chunks.append(paragraph)
+        for index, chunk in enumerate(chunks):
+            yield MemoryEntry(f"{rel}#{index}", chunk, self._tier, source=rel,
+                              metadata={"path": rel, "format": "text"})
+
+    def _jsonl(self, rel: str, text: str) -> Iterator[MemoryEntry]:
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            where = f"{rel}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidEntryError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise InvalidEntryError(f"{where}: each line must be a JSON object")
+            content = obj.get("content", obj.get("text"))
+            if not isinstance(content, str):
+                raise InvalidEntryError(f"{where}: needs a string 'content' (or 'text') field")
+            metadata = obj.get("metadata") or {}
+            if not isinstance(metadata, dict):
+                raise InvalidEntryError(f"{where}: 'metadata' must be an object of strings")
+            try:
+                yield MemoryEntry(
+                    str(obj.get("id") or f"{rel}#{lineno}"), content, obj.get("tier") or self._tier,
+                    source=obj.get("source") or rel, parent_id=obj.get("parentId", obj.get("parent_id")),
+                    metadata={**metadata, **({"timestamp": obj["timestamp"]} if obj.get("timestamp") else {})},
+                )
+            except (InvalidEntryError, ValueError) as exc:
+                raise InvalidEntryError(f"{where}: {exc}") from None

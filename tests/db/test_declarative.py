@@ -50,7 +50,7 @@ from tnsrag_db.errors import (
 from tnsrag_db.indexes.graph import GraphStore
 from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import IngestCounts, Store
-from tnsrag_db.types import MemoryEntry, MemoryTier, RetrievedDocument
+from tnsrag_db.types import MemoryEntry, RetrievedDocument
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support_agent.py"
 

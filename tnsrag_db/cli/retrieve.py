@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from importlib import resources
 from pathlib import Path
@@ -11,8 +12,8 @@ from tqdm import tqdm
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.embeddings import get_process_embedding
-from tnsrag_db.errors import InvalidEntryError
-from tnsrag_db.loaders import load_paths
+from tnsrag_db.errors import ConfigurationError, InvalidEntryError
+from tnsrag_db.loaders import FileLoader
 from tnsrag_db.store.store import connect
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db.types import MemoryTier, RAGContext
@@ -49,7 +50,11 @@ def sample_corpus_path() -> Path:
 @handle_errors
 def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
            meta: tuple[str, ...], sample: bool, batch_size: int, as_json: bool) -> None:
-    """Ingest text, Markdown and JSONL files (or directories of them) into a corpus.
+    """Ingest text, Markdown and JSONL files (or directories or globs of them) into a corpus.
+
+    Markdown becomes one entry per heading section (each the child of its enclosing
+    section), text becomes paragraph chunks, JSONL one entry per line; ids are the
+    paths relative to the current directory plus "#n" (or the JSONL "id").
 
     Entries are embedded with the installed embedding provider (or the offline
     128-dimensional hash fallback) and indexed for BM25. Re-running with the same
@@ -62,7 +67,12 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
     targets = list(paths) + ([sample_corpus_path()] if sample else [])
     if not targets:
         raise click.UsageError("give at least one PATH, or --sample")
-    entries = list(load_paths(targets, tier=tier, source=source, metadata=_pairs(meta, "--meta")))
+    extra = _pairs(meta, "--meta")
+    try:
+        loaded = list(FileLoader(*targets, tier=tier).load())
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra}) for e in loaded]
     if not entries:
         raise InvalidEntryError("no entries found in the given paths")
     started = time.perf_counter()

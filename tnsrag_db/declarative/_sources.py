@@ -1,4 +1,4 @@
-"""Knowledge sources: ``@knowledge_source``, the ``SourceLoader`` protocol and the file loader.
+"""Knowledge sources: ``@knowledge_source`` (``SourceLoader`` and ``FileLoader`` live in ``tnsrag_db.loaders``).
 
 A role class declares where its corpus comes from with one or more
 ``@knowledge_source(...)`` decorators: file paths, directories or globs (read by
@@ -8,18 +8,16 @@ first retrieves (never at class definition); see the runtime for ingestion.
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from tnsrag_db.errors import ConfigurationError, InvalidEntryError
+from tnsrag_db.loaders import FileLoader, SourceLoader
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 __all__ = [
@@ -33,188 +31,6 @@ __all__ = [
 SOURCES_ATTRIBUTE = "__tnsrag_knowledge_sources__"
 
 _T = TypeVar("_T", bound=type)
-
-#: File name suffixes :class:`FileLoader` reads when it walks a directory, by format.
-_FORMATS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".rst": "text",
-            ".jsonl": "jsonl"}
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
-_FENCE = re.compile(r"^[ \t]{0,3}(```|~~~)")
-_GLOB_CHARS = re.compile(r"[*?\[]")
-_TEXT_CHUNK = 2000
-
-
-@runtime_checkable
-class SourceLoader(Protocol):
-    """Anything with ``load() -> Iterable[MemoryEntry]``; each entry carries its own metadata.
-
-    Entries keep the ids, tiers, sources, parents, timestamps and metadata the loader
-    gives them; an entry without a ``source`` gets the knowledge source's ``name``. An
-    optional ``name`` attribute names the source (default: the loader's class name).
-    The metadata a loader attaches is filterable with ``@retrieval(metadata_filters=...)``.
-    """
-
-    def load(self) -> Iterable[MemoryEntry]:
-        """Every entry of the source (ids must be unique across the role's sources)."""
-        ...
-
-
-class FileLoader:
-    """Reads text (``.txt``, ``.text``, ``.rst``), Markdown (``.md``, ``.markdown``) and JSONL files.
-
-    ``patterns`` are file paths, directories (walked recursively for the suffixes above)
-    or globs (``**`` recurses); relative ones resolve against ``base_dir`` (default: the
-    current directory). Entry ids and sources are the files' paths relative to
-    ``base_dir`` (posix form), so they are the same on every machine.
-
-    * Markdown: one entry per heading section (id ``path#n``), the text before the first
-      heading included as section 0; ``parent_id`` is the enclosing section, so sections
-      form a hierarchy; metadata ``path``, ``format``, ``section`` (the heading text) and
-      ``headingPath`` (``A > B``).
-    * Text: blank-line paragraphs grouped into chunks of at most ~2,000 characters (id ``path#n``).
-    * JSONL: one object per non-blank line with ``content`` (or ``text``) and optional
-      ``id`` (default ``path#line``), ``tier``, ``source``, ``parentId``, ``timestamp`` and
-      ``metadata`` (str to str).
-
-    ``tier`` (default SEMANTIC) is the tier of Markdown and text entries and of JSONL
-    lines without one. Raises :class:`ConfigurationError` at load time for a pattern
-    that matches nothing and :class:`InvalidEntryError` for a bad JSONL line.
-    """
-
-    def __init__(self, *patterns: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None = None,
-                 tier: MemoryTier | str = MemoryTier.SEMANTIC, encoding: str = "utf-8") -> None:
-        if not patterns:
-            raise ConfigurationError("FileLoader needs at least one path, directory or glob")
-        for pattern in patterns:
-            if not isinstance(pattern, (str, os.PathLike)) or not str(pattern).strip():
-                raise ConfigurationError(f"file patterns must be non-blank paths, got {pattern!r}")
-        try:
-            self._tier = MemoryTier.parse(tier)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
-        self._patterns = tuple(os.fspath(p) for p in patterns)
-        self._base = Path(base_dir) if base_dir is not None else None
-        self._encoding = encoding
-
-    @property
-    def name(self) -> str:
-        """The patterns joined with ``,`` (the default name of a knowledge source)."""
-        return ",".join(self._patterns)
-
-    @property
-    def patterns(self) -> tuple[str, ...]:
-        """The patterns as given."""
-        return self._patterns
-
-    def __repr__(self) -> str:
-        return f"FileLoader({', '.join(map(repr, self._patterns))}, base_dir={str(self._base)!r})"
-
-    def files(self) -> list[Path]:
-        """The files the patterns select, each once, in pattern order then path order."""
-        base = self._base if self._base is not None else Path.cwd()
-        found: list[Path] = []
-        seen: set[Path] = set()
-        for pattern in self._patterns:
-            full = pattern if os.path.isabs(pattern) else str(base / pattern)
-            if _GLOB_CHARS.search(pattern):
-                matches = [Path(m) for m in sorted(glob.glob(full, recursive=True)) if os.path.isfile(m)]
-            elif os.path.isdir(full):
-                matches = sorted(p for p in Path(full).rglob("*") if p.is_file() and p.suffix.lower() in _FORMATS)
-            elif os.path.isfile(full):
-                matches = [Path(full)]
-            else:
-                matches = []
-            if not matches:
-                raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
-            for match in matches:
-                resolved = match.resolve()
-                if resolved not in seen:
-                    seen.add(resolved)
-                    found.append(match)
-        return found
-
-    def load(self) -> Iterable[MemoryEntry]:
-        """Read every selected file into entries (see the class docstring)."""
-        base = (self._base if self._base is not None else Path.cwd()).resolve()
-        for path in self.files():
-            resolved = path.resolve()
-            try:
-                rel = resolved.relative_to(base).as_posix()
-            except ValueError:
-                rel = resolved.as_posix()
-            fmt = _FORMATS.get(path.suffix.lower(), "text")
-            text = path.read_text(encoding=self._encoding)
-            if fmt == "markdown":
-                yield from self._markdown(rel, text)
-            elif fmt == "jsonl":
-                yield from self._jsonl(rel, text)
-            else:
-                yield from self._text(rel, text)
-
-    def _markdown(self, rel: str, text: str) -> Iterator[MemoryEntry]:
-        sections: list[tuple[int, str, list[str]]] = [(0, "", [])]
-        fenced = False
-        for line in text.splitlines():
-            if _FENCE.match(line):
-                fenced = not fenced
-            heading = None if fenced else _HEADING.match(line)
-            if heading:
-                sections.append((len(heading.group(1)), heading.group(2).strip(), [line]))
-            else:
-                sections[-1][2].append(line)
-        stack: list[tuple[int, str, str]] = []  # (level, id, title) of the open sections
-        for index, (level, title, lines) in enumerate(sections):
-            content = "\n".join(lines).strip()
-            if index == 0 and not content:
-                continue
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            entry_id = f"{rel}#{index}"
-            parent = stack[-1][1] if stack else None
-            path_titles = [t for _, _, t in stack if t] + ([title] if title else [])
-            metadata = {"path": rel, "format": "markdown"}
-            if title:
-                metadata["section"] = title
-                metadata["headingPath"] = " > ".join(path_titles)
-            yield MemoryEntry(entry_id, content, self._tier, source=rel, parent_id=parent, metadata=metadata)
-            stack.append((level, entry_id, title))
-
-    def _text(self, rel: str, text: str) -> Iterator[MemoryEntry]:
-        paragraphs = [p.strip() for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
-        chunks: list[str] = []
-        for paragraph in paragraphs:
-            if chunks and len(chunks[-1]) + 2 + len(paragraph) <= _TEXT_CHUNK:
-                chunks[-1] += "\n\n" + paragraph
-            else:
-                chunks.append(paragraph)
-        for index, chunk in enumerate(chunks):
-            yield MemoryEntry(f"{rel}#{index}", chunk, self._tier, source=rel,
-                              metadata={"path": rel, "format": "text"})
-
-    def _jsonl(self, rel: str, text: str) -> Iterator[MemoryEntry]:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            where = f"{rel}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidEntryError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise InvalidEntryError(f"{where}: each line must be a JSON object")
-            content = obj.get("content", obj.get("text"))
-            if not isinstance(content, str):
-                raise InvalidEntryError(f"{where}: needs a string 'content' (or 'text') field")
-            metadata = obj.get("metadata") or {}
-            if not isinstance(metadata, dict):
-                raise InvalidEntryError(f"{where}: 'metadata' must be an object of strings")
-            try:
-                yield MemoryEntry(
-                    str(obj.get("id") or f"{rel}#{lineno}"), content, obj.get("tier") or self._tier,
-                    source=obj.get("source") or rel, parent_id=obj.get("parentId", obj.get("parent_id")),
-                    metadata={**metadata, **({"timestamp": obj["timestamp"]} if obj.get("timestamp") else {})},
-                )
-            except (InvalidEntryError, ValueError) as exc:
-                raise InvalidEntryError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
