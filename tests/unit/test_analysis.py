@@ -30,8 +30,10 @@ def test_camel_parts(word: str, parts: list[str]) -> None:
     ("HttpClient", "Http Client", ["httpclient"]),
     ("getHTTPResponse", "get HTTP Response", ["gethttpresponse"]),
     ("a/b:c", "a b c", ["a/b:c"]),
-    # Plain words and numbers are left to to_tsvector.
+    # Plain words and numbers (even with separators) are left to to_tsvector.
     ("plain words 5326", "plain words 5326", []),
+    ("3.14 5-10 1/2", "3.14 5-10 1/2", []),
+    ("v2.1", "v 2 1", ["v2", "v2.1"]),
     # Separators only (no parts on one side) leave the token alone.
     ("__init__", "__init__", []),
 ])
@@ -100,7 +102,8 @@ def test_chunk_bound_keeps_tf_below_tsvector_cap() -> None:
 
 
 def test_long_documents_keep_every_token() -> None:
-    text = " ".join(["alpha"] * 300 + [f"t{i}" for i in range(17000)])
+    filler = [f"filler{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(17000)]
+    text = " ".join(["alpha"] * 300 + filler)
     analysed = analyze(text)
     tokens = [w for c in analysed.chunks for w in c.split()]
     assert tokens.count("alpha") == 300 and len(tokens) == 17300

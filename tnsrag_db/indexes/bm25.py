@@ -180,13 +180,14 @@ class BM25Index:
             f"WITH {p}_q AS ({_query_terms_sql(p)}), "
             f"{p}_st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
             f"  FROM bm25_stats WHERE corpus = {c}), "
-            f"{p}_df AS (SELECT q.lexeme, (SELECT count(*) FROM bm25_postings d "
-            f"  WHERE d.corpus = {c} AND d.lexeme = q.lexeme)::float8 AS df FROM {p}_q q), "
-            f"{p}_w AS (SELECT d.lexeme, "
+            # MATERIALIZED: one row per query term, so df is counted once per term
+            # (inlined, the planner re-runs the count for every posting it scores).
+            f"{p}_w AS MATERIALIZED (SELECT q.lexeme, "
             f"  ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
             f"    * CAST(:{p}_k1p1 AS float8) AS wt, "
             f"  CASE WHEN st.tl > 0 THEN CAST(:{p}_kb1 AS float8) * st.n / st.tl ELSE 0.0::float8 END AS kbl "
-            f"  FROM {p}_df d CROSS JOIN {p}_st st WHERE d.df > 0), "
+            f"  FROM {p}_q q CROSS JOIN {p}_st st CROSS JOIN LATERAL (SELECT count(*)::float8 AS df "
+            f"    FROM bm25_postings dp WHERE dp.corpus = {c} AND dp.lexeme = q.lexeme) d WHERE d.df > 0), "
             f"{p}_s AS (SELECT p.entry_id, sum(w.wt * p.tf / (p.tf + CAST(:{p}_kb0 AS float8) + w.kbl * p.doc_len)) "
             f"  AS score FROM {p}_w w JOIN bm25_postings p ON p.corpus = {c} AND p.lexeme = w.lexeme "
             f"  GROUP BY p.entry_id) "

