@@ -71,8 +71,8 @@ def load(store: Store, seed: int = 7) -> tuple[list[int], list[int]]:
     hub_set = set(hubs)
     ordinary = [i for i in range(N_ENTRIES) if i not in hub_set]
     started = time.perf_counter()
+    store.drop_corpus()
     with store.transaction() as conn:
-        conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": store.corpus})
         store.text_config(conn)
         raw = conn.connection.driver_connection
         assert raw is not None

@@ -98,8 +98,7 @@ def recall_at(ranked: Sequence[str], grades: dict[str, int], k: int = 100) -> fl
 def ingest(store: Store, docs: list[MemoryEntry], reuse: bool) -> None:
     if reuse and store.count() == len(docs):
         return
-    with store.transaction() as conn:
-        conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": store.corpus})
+    store.drop_corpus()
     store.add_all(docs)
     with store.transaction() as conn:  # fresh planner statistics for the scoring statements
         conn.execute(sa.text("ANALYZE entries"))

@@ -114,8 +114,8 @@ def make_store(engine: Engine) -> Iterator[Callable[..., Store]]:
         return Store(engine, corpus=name, schema=SCHEMA, **options)  # type: ignore[arg-type]
 
     yield make
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DELETE FROM corpora WHERE corpus = ANY(%(c)s)", {"c": corpora})
+    for name in corpora:
+        Store(engine, corpus=name, schema=SCHEMA).drop_corpus()
 
 
 @pytest.fixture

@@ -86,3 +86,15 @@ def test_cli_ingest_and_query_every_strategy(db_url: object, tmp_path: object) -
     assert [r["metadata"]["entryId"] for r in json.loads(res.output)["results"]] == ["tenant-acme"]
     bad = runner.invoke(main_group, ["query", "x", "--filter", "novalue", *args])
     assert bad.exit_code != 0
+
+
+def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
+    import sqlalchemy as sa
+
+    store.add_all([MemoryEntry("a", "alpha beta"), MemoryEntry("b", "beta gamma")])
+    store.drop_corpus()
+    with store.transaction() as conn:
+        for table in ("entries", "bm25_postings", "bm25_stats", "corpora"):
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE corpus = :c"),
+                                {"c": store.corpus}).scalar_one() == 0, table
+    assert store.add_all([MemoryEntry("a", "alpha beta")]) == IngestCounts(inserted=1)

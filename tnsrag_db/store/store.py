@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,6 +67,12 @@ class WriteReport:
     def counts(self) -> IngestCounts:
         """The counts of this report."""
         return IngestCounts(len(self.inserted), len(self.updated), len(self.unchanged))
+
+
+def _stat_shard() -> int:
+    # Stable per thread, so one transaction always touches one counter row (no
+    # deadlock between shards), while threads and processes spread over the rows.
+    return hash((os.getpid(), threading.get_ident())) % BM25_STAT_SHARDS
 
 
 def content_hash(entry: MemoryEntry) -> bytes:
@@ -314,7 +321,7 @@ class Store:
             "INSERT INTO bm25_stats AS s (corpus, shard, n_docs, total_len) VALUES (:c, :shard, :dn, :dl) "
             "ON CONFLICT (corpus, shard) DO UPDATE SET n_docs = s.n_docs + excluded.n_docs, "
             "total_len = s.total_len + excluded.total_len"),
-            {"c": self._corpus, "shard": os.getpid() % BM25_STAT_SHARDS, "dn": d_docs, "dl": d_len})
+            {"c": self._corpus, "shard": _stat_shard(), "dn": d_docs, "dl": d_len})
 
     # -- reads ------------------------------------------------------------------------
     def get(self, entry_id: str) -> MemoryEntry | None:
@@ -376,14 +383,31 @@ class Store:
 
     def _delete(self, predicate: str, params: dict[str, Any]) -> int:
         with self.transaction() as conn:
+            # Lock the rows in id order first, as writers do, so a delete and a batch
+            # upsert touching the same entries cannot deadlock.
             rows = conn.execute(sa.text(
-                f"DELETE FROM entries e WHERE e.corpus = :c AND {predicate} RETURNING e.id, e.doc_len"),
+                f"WITH v AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} "
+                "ORDER BY e.id FOR UPDATE OF e) "
+                "DELETE FROM entries d USING v WHERE d.corpus = :c AND d.id = v.id RETURNING d.id, d.doc_len"),
                 {"c": self._corpus, **params}).all()
             if rows:
                 conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids)"),
                              {"c": self._corpus, "ids": [r.id for r in rows]})
                 self._bump_stats(conn, -len(rows), -sum(r.doc_len for r in rows))
         return len(rows)
+
+    def drop_corpus(self) -> None:
+        """Delete the whole corpus: entries, postings, statistics, embeddings, spaces and edges.
+
+        The store stays usable; the next write creates the corpus again. Deleting a
+        ``corpora`` row by hand would leave BM25 postings behind (they carry no foreign
+        key, to keep bulk writes fast): use this method.
+        """
+        with self.transaction() as conn:
+            conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c FOR UPDATE"), {"c": self._corpus})
+            conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
+            conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
+        self._corpus_ready = False
 
 
 def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
