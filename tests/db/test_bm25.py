@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from tnsrag_db.errors import ConfigurationError, InvalidFilterError, ValidationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.analysis import analyze
 from tnsrag_db.store.store import IngestCounts, Store
