@@ -15,6 +15,8 @@ queries for
 * ``BM25Index.search`` (ids and scores, top 10) and ``KeywordRAGStrategy.retrieve``
   (documents, top 10; unfiltered and filtered at 9 % and 1 %),
 * the bare baseline ``ts_rank_cd(tsv, 'a | b | c')`` over a GIN ``@@`` match, top 10,
+* the same BM25 calls with frequent-term pruning switched off ("unpruned": every
+  posting of every query term scored, the statement before pruning),
 
 for two query mixes: terms drawn from a random document (so frequent words are
 frequent in queries too) and terms drawn uniformly from the vocabulary.
@@ -34,6 +36,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from bench._corpus import generate_corpus
+from tnsrag_db.indexes import bm25 as bm25_module
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
@@ -127,6 +130,17 @@ def run(store: Store, args: argparse.Namespace) -> None:
     def strategy(ctx: RAGContext) -> Callable[[str], object]:
         return lambda q: keyword.retrieve(q, ctx)
 
+    def unpruned(fn: Callable[[str], object]) -> Callable[[str], object]:
+        """``fn`` with frequent-term pruning off: every posting of every term scored (the "before")."""
+        def run_unpruned(q: str) -> object:
+            saved = bm25_module.PRUNE_MIN_DF
+            bm25_module.PRUNE_MIN_DF = 2**62
+            try:
+                return fn(q)
+            finally:
+                bm25_module.PRUNE_MIN_DF = saved
+        return run_unpruned
+
     mixes = make_queries(corpus.entries, args.queries, args.seed + 1)
     if args.explain:
         sample = mixes["terms from a document"][0]
@@ -138,19 +152,24 @@ def run(store: Store, args: argparse.Namespace) -> None:
         print()
     variants: list[tuple[str, Callable[[str], object]]] = [
         ("bare ts_rank_cd OR (baseline)", bare),
+        ("BM25Index.search, unpruned (before)", unpruned(bm25)),
         ("BM25Index.search", bm25),
+        ("BM25Index.search top 50, unpruned", unpruned(lambda q: index.search(q, 50))),
+        ("BM25Index.search top 50", lambda q: index.search(q, 50)),
         ("KeywordRAGStrategy.retrieve", strategy(RAGContext(K))),
+        ("  tier=WORKING (9 %), unpruned", unpruned(strategy(RAGContext(K, 0.0, {"tier": "WORKING"})))),
         ("  filtered tier=WORKING (9 %)", strategy(RAGContext(K, 0.0, {"tier": "WORKING"}))),
+        ("  tier=PROCEDURAL (1 %), unpruned", unpruned(strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"})))),
         ("  filtered tier=PROCEDURAL (1 %)", strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"}))),
     ]
-    print(f"{'query mix':<26} {'variant':<34} {'median ms':>10} {'p99 ms':>8} {'× baseline':>11}")
+    print(f"{'query mix':<26} {'variant':<36} {'median ms':>10} {'p99 ms':>8} {'× baseline':>11}")
     for mix, queries in mixes.items():
         base = None
         for name, fn in variants:
             times = measure(fn, queries)
             med, p99 = pct(times, 0.5), pct(times, 0.99)
             base = med if base is None else base
-            print(f"{mix:<26} {name:<34} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
+            print(f"{mix:<26} {name:<36} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
     with store.transaction() as conn:
         dfs = conn.execute(sa.text("SELECT max(n) AS mx, percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS md "
                                    "FROM (SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c "

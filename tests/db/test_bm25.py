@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tnsrag_db.errors import ConfigurationError, InvalidFilterError, ValidationError
+from tnsrag_db.indexes import bm25
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.analysis import analyze
 from tnsrag_db.store.store import IngestCounts, Store
@@ -372,3 +373,71 @@ def test_corpora_are_isolated(make_store: Callable[..., Store]) -> None:
     assert [i for i, _ in BM25Index(one).search("agent", 5)] == ["x"]
     assert [i for i, _ in BM25Index(two).search("agent", 5)] == ["y"]
     assert BM25Index(one).corpus_statistics()[0] == 1 and BM25Index(two).corpus_statistics()[0] == 2
+
+
+# -- pruning of frequent terms (exact top k) ----------------------------------------------------
+
+PRUNE_WORDS = [("zzcommon", 0.95), ("zzmid", 0.45), ("zzrare", 0.06), ("zzrarest", 0.02)]
+PRUNE_QUERIES = ["zzcommon zzrare", "zzcommon zzrarest", "zzcommon zzmid", "zzcommon zzmid zzrare",
+                 "zzcommon zzmid zzrare zzrarest", "zzcommon", "zzmid zzrare agent"]
+
+
+def pruning_entries(rng: random.Random, n: int) -> list[MemoryEntry]:
+    tiers = list(MemoryTier)
+    out = []
+    for i in range(n):
+        words = random_text(rng, rng.randint(1, 12)).split()
+        for word, share in PRUNE_WORDS:
+            if rng.random() < share:
+                words += [word] * rng.choice((1, 1, 1, 2, 3))
+        rng.shuffle(words)
+        # Duplicated texts make exact score ties, broken by id.
+        text = " ".join(words) if i % 7 else "zzcommon zzrare agent"
+        out.append(MemoryEntry(f"p{i:03d}", text, tiers[i % 4], metadata={"group": f"g{i % 3}"}))
+    return out
+
+
+def expected_top(reference: ReferenceBM25, entries: Mapping[str, MemoryEntry], terms: set[str], k: int,
+                 filters: Mapping[str, str], floor: float) -> list[tuple[str, float]]:
+    def keep(entry: MemoryEntry) -> bool:
+        return all(entry.tier.value == v if key == "tier" else entry.metadata.get(key) == v
+                   for key, v in filters.items())
+
+    scored = [(i, s) for i, s in reference.scores(terms).items() if s >= floor and keep(entries[i])]
+    return sorted(scored, key=lambda r: (-r[1], r[0]))[:k]
+
+
+@pytest.mark.parametrize(("probe_cost", "filter_probe_max"), [(0.0, 1e12), (1e12, 0.0)])
+def test_pruned_search_is_exact(store: Store, monkeypatch: pytest.MonkeyPatch, probe_cost: float,
+                                filter_probe_max: float) -> None:
+    # Frequent terms are pruned (scored only for entries holding a rarer term) when the
+    # bounds allow, and the full scoring runs otherwise: k beyond the candidates, only
+    # frequent terms, filters and min_score. Both ways of scoring the pruned terms
+    # (primary-key probes, one pass) and of filtering are forced in turn.
+    index = BM25Index(store)
+    index.add_all(pruning_entries(random.Random(5), 160))
+    entries = {e.id: e for e in store.iter_entries()}
+    docs = dict(zip(entries, analysed_counts(store, [e.content for e in entries.values()])))
+    reference = ReferenceBM25(docs)
+    full = {}  # the unpruned statement: the same ranking, bit for bit
+    monkeypatch.setattr(bm25, "PRUNE_MIN_DF", 10**9)
+    cases = [(q, k, f, m) for q in PRUNE_QUERIES for k in (1, 3, 10, 200)
+             for f in ({}, {"tier": "WORKING"}, {"group": "g1", "tier": "SEMANTIC"}) for m in (0.0, 2.5)]
+    for q, k, f, m in cases:
+        full[q, k, str(f), m] = index.search(q, k, filters=f or None, min_score=m)
+    monkeypatch.setattr(bm25, "PRUNE_MIN_DF", 1)
+    monkeypatch.setattr(bm25, "PROBE_COST", probe_cost)
+    monkeypatch.setattr(bm25, "FILTER_PROBE_MAX", filter_probe_max)
+    nonempty = 0
+    for q, k, f, m in cases:
+        got = index.search(q, k, filters=f or None, min_score=m)
+        assert got == full[q, k, str(f), m], (q, k, f, m)
+        expected = expected_top(reference, entries, query_terms_independently(store, q), k, f, m)
+        assert [i for i, _ in got] == [i for i, _ in expected], (q, k, f, m)
+        for (_, score), (_, want) in zip(got, expected):
+            assert abs(score - want) <= 1e-9
+        nonempty += bool(got)
+    assert nonempty > len(cases) // 2
+    # An exact tie (the duplicated texts) is ordered by id in both paths.
+    ties = [s for _, s in index.search("zzcommon zzrare agent", 200)]
+    assert len(ties) != len(set(ties))

@@ -17,6 +17,19 @@ transaction. This module is the read side. One statement per search:
    ``idf = ln(1 + (N − df + 0.5)/(df + 0.5))``, all in float8;
 4. applies metadata filters (joined on ``entries``) and ``min_score`` (inclusive)
    before the limit; ties are broken by entry id.
+
+Frequent terms are pruned without changing any result (MaxScore). A term adds less
+than ``ub = idf·(k1+1)`` to any score. The most frequent query terms (at least
+:data:`PRUNE_MIN_DF` entries each, their summed ``ub`` at most :data:`PRUNE_RATIO` of
+the other terms', at least one term kept) are *non-essential*: phase A scores only
+the entries holding an essential term, adding the non-essential terms' part by
+primary-key probes of the postings (or one pass over them when the candidates are
+many), and skips entries that provably cannot reach the k-th score. Every entry
+outside phase A scores at most ``bne``, the non-essential terms' summed ``ub``; when
+the k-th score of phase A (or ``min_score``) exceeds it, phase A's top k is the exact
+answer. Otherwise the full scoring runs, behind a condition the database evaluates
+once (it costs nothing when not needed). Document frequencies are still counted from
+the postings (exact idf), which costs one index-only pass per query term.
 """
 
 from __future__ import annotations
@@ -39,6 +52,19 @@ __all__ = ["DEFAULT_B", "DEFAULT_K1", "BM25Index"]
 DEFAULT_K1 = 1.2
 #: Default document-length normalisation.
 DEFAULT_B = 0.75
+
+#: A query term is pruned (scored only for entries that already hold a rarer query
+#: term) only when at least this many entries contain it.
+PRUNE_MIN_DF = 1000
+#: Pruned terms' summed score bounds stay at most this share of the other terms'.
+PRUNE_RATIO = 0.5
+#: A primary-key probe costs about this many postings read in sequence.
+PROBE_COST = 20.0
+#: With a filter, up to this many scanned postings check it by primary-key probes of
+#: their entries; more read the filtered entries once.
+FILTER_PROBE_MAX = 2000.0
+# Relative slack on score bounds: covers float8 rounding of sums, far below 1e-9 of a score.
+_BOUND_TOLERANCE = 1e-9
 
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -146,7 +172,8 @@ class BM25Index:
         its own ``WITH`` clause, so it can be embedded as a CTE
         (``WITH kw AS (<sql>) ...``) or a subquery. Every bound parameter and CTE
         name starts with ``prefix`` (a short ``[a-z][a-z0-9_]*`` code constant); the
-        corpus is bound as ``:<prefix>_c``.
+        corpus is bound as ``:<prefix>_c``. Frequent terms are pruned as the module
+        docstring describes: the rows and scores are those of scoring every posting.
 
         Raises :class:`ValidationError` for a non-string query, ``k < 1`` or a
         non-finite ``min_score``; :class:`InvalidFilterError` for a bad filter.
@@ -164,34 +191,109 @@ class BM25Index:
             **self._analysis_params(query, p), **fparams,
             f"{p}_k1": k1, f"{p}_k1p1": k1 + 1.0, f"{p}_kb0": k1 * (1.0 - b), f"{p}_kb1": k1 * b,
             f"{p}_min": floor, f"{p}_lim": k,
+            f"{p}_nedf": float(PRUNE_MIN_DF), f"{p}_ner": PRUNE_RATIO, f"{p}_tol": _BOUND_TOLERANCE,
+            f"{p}_pc": PROBE_COST, f"{p}_fsmall": FILTER_PROBE_MAX,
         }
         c = f":{p}_c"
-        if predicate == "TRUE":
-            final = (f"SELECT s.entry_id, s.score FROM {p}_s s WHERE s.score >= CAST(:{p}_min AS float8) "
-                     f"ORDER BY s.score DESC, s.entry_id LIMIT :{p}_lim")
-        else:
-            final = (f"SELECT s.entry_id, s.score FROM {p}_s s JOIN entries {p}_e "
-                     f"ON {p}_e.corpus = {c} AND {p}_e.id = s.entry_id "
-                     f"WHERE s.score >= CAST(:{p}_min AS float8) AND {predicate} "
-                     f"ORDER BY s.score DESC, s.entry_id LIMIT :{p}_lim")
-        # Float8 everywhere: a bare numeric constant times an int column is NUMERIC
-        # arithmetic, several times slower. ``kb1 / avgdl`` = k1·b·N/total_len.
+        filtered = predicate != "TRUE"
+        kb0 = f"CAST(:{p}_kb0 AS float8)"
+        floor_sql = f"CAST(:{p}_min AS float8)"
+
+        def contribution(t: str, post: str) -> str:
+            return f"{t}.wt * {post}.tf / ({post}.tf + {kb0} + {t}.kbl * {post}.doc_len)"
+
+        def keep(alias: str, scanned: str) -> str:
+            """A WHERE condition restricting rows of ``alias`` (with ``entry_id``) to the filtered
+            entries: primary-key probes when the ``scanned`` postings (a column of ``{p}_b``) are
+            few, else membership in the filtered entries, read once (a hashed subplan)."""
+            if not filtered:
+                return "TRUE"
+            return (f"CASE WHEN (SELECT {scanned} FROM {p}_b) <= CAST(:{p}_fsmall AS float8) "
+                    f"THEN EXISTS (SELECT 1 FROM entries {p}_e WHERE {p}_e.corpus = {c} "
+                    f"AND {p}_e.id = {alias}.entry_id AND {predicate}) "
+                    f"ELSE {alias}.entry_id IN (SELECT fe.id FROM {p}_fe fe) END")
+
+        def ne_sum(a: str) -> str:
+            """The non-essential terms' part of the score of entry ``a`` (primary-key probes)."""
+            return (f"coalesce((SELECT sum({contribution('t', 'p')}) FROM {p}_t t JOIN bm25_postings p "
+                    f"ON p.corpus = {c} AND p.lexeme = t.lexeme AND p.entry_id = {a}.entry_id WHERE t.ne), "
+                    f"0.0::float8)")
+
+        # -- the full scoring (every posting of every query term) -------------------------
+        # Filters join the postings before the aggregation: only matching entries are summed.
+        fwhere = keep("p", "all_df")
+        full = (f"SELECT s.entry_id, s.score FROM (SELECT p.entry_id, sum({contribution('w', 'p')}) AS score "
+                f"FROM {p}_t w JOIN bm25_postings p ON p.corpus = {c} AND p.lexeme = w.lexeme "
+                f"WHERE {fwhere} "
+                f"GROUP BY p.entry_id) s "
+                f"WHERE s.score >= {floor_sql} ORDER BY s.score DESC, s.entry_id LIMIT :{p}_lim")
+        # -- phase A: entries holding an essential term, fully scored ---------------------
+        awhere = keep("p", "ess_df")
         sql = (
             f"WITH {p}_q AS ({_query_terms_sql(p)}), "
+            # The filtered entries, read once (and only when a filter is given).
+            + (f"{p}_fe AS MATERIALIZED (SELECT {p}_e.id FROM entries {p}_e WHERE {p}_e.corpus = {c} "
+               f"AND {predicate}), " if filtered else "") +
             f"{p}_st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
             f"  FROM bm25_stats WHERE corpus = {c}), "
             # MATERIALIZED: one row per query term, so df is counted once per term
             # (inlined, the planner re-runs the count for every posting it scores).
-            f"{p}_w AS MATERIALIZED (SELECT q.lexeme, "
+            f"{p}_w AS MATERIALIZED (SELECT q.lexeme, d.df, "
             f"  ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
             f"    * CAST(:{p}_k1p1 AS float8) AS wt, "
             f"  CASE WHEN st.tl > 0 THEN CAST(:{p}_kb1 AS float8) * st.n / st.tl ELSE 0.0::float8 END AS kbl "
             f"  FROM {p}_q q CROSS JOIN {p}_st st CROSS JOIN LATERAL (SELECT count(*)::float8 AS df "
             f"    FROM bm25_postings dp WHERE dp.corpus = {c} AND dp.lexeme = q.lexeme) d WHERE d.df > 0), "
-            f"{p}_s AS (SELECT p.entry_id, sum(w.wt * p.tf / (p.tf + CAST(:{p}_kb0 AS float8) + w.kbl * p.doc_len)) "
-            f"  AS score FROM {p}_w w JOIN bm25_postings p ON p.corpus = {c} AND p.lexeme = w.lexeme "
-            f"  GROUP BY p.entry_id) "
-            f"{final}"
+            # Non-essential terms: the most frequent ones, while their summed upper
+            # bounds stay below a share of the remaining terms' (at least one term stays essential).
+            f"{p}_t AS MATERIALIZED (SELECT x.lexeme, x.df, x.wt, x.kbl, "
+            f"  (x.rk < x.nt AND x.df >= CAST(:{p}_nedf AS float8) "
+            f"   AND x.cum <= CAST(:{p}_ner AS float8) * (x.tot - x.cum)) AS ne "
+            f"  FROM (SELECT w.*, row_number() OVER (ORDER BY w.df DESC, w.lexeme) AS rk, count(*) OVER () AS nt, "
+            f"    sum(w.wt) OVER (ORDER BY w.df DESC, w.lexeme ROWS UNBOUNDED PRECEDING) AS cum, "
+            f"    sum(w.wt) OVER () AS tot FROM {p}_w w) x), "
+            # bne: every entry holding only non-essential terms scores at most bne.
+            f"{p}_b AS MATERIALIZED (SELECT coalesce(sum(t.wt) FILTER (WHERE t.ne), 0.0::float8) AS bne, "
+            f"  coalesce(sum(t.df) FILTER (WHERE t.ne), 0.0::float8) AS ne_df, "
+            f"  coalesce(sum(t.df) FILTER (WHERE NOT t.ne), 0.0::float8) AS ess_df, "
+            f"  coalesce(sum(t.df), 0.0::float8) AS all_df, count(*) FILTER (WHERE t.ne) AS n_ne FROM {p}_t t), "
+            # Phase A: the partial (essential-term) score of every entry holding an essential term.
+            f"{p}_pa AS MATERIALIZED (SELECT p.entry_id, sum({contribution('t', 'p')}) AS ps "
+            f"  FROM {p}_t t JOIN bm25_postings p ON p.corpus = {c} AND p.lexeme = t.lexeme "
+            f"  WHERE NOT t.ne AND {awhere} GROUP BY p.entry_id), "
+            # c1: the k best partial scores, scored in full. Their k-th best full score
+            # th1 bounds the k-th best score of phase A from below, so an entry with
+            # ps + bne < max(th1, min_score) cannot be in the top k: only the others (c2c)
+            # are scored in full.
+            f"{p}_c1 AS MATERIALIZED (SELECT a.entry_id, a.ps + {ne_sum('a')} AS score FROM (SELECT x.entry_id, x.ps "
+            f"  FROM {p}_pa x ORDER BY x.ps DESC, x.entry_id LIMIT :{p}_lim) a), "
+            f"{p}_cut AS MATERIALIZED (SELECT greatest(coalesce((SELECT c.score FROM {p}_c1 c ORDER BY c.score DESC "
+            f"  LIMIT 1 OFFSET :{p}_lim - 1), '-Infinity'::float8), {floor_sql}) - b.bne "
+            f"  - CAST(:{p}_tol AS float8) * (1.0::float8 + b.bne) AS cut FROM {p}_b b WHERE b.n_ne > 0), "
+            f"{p}_c2c AS MATERIALIZED (SELECT a.entry_id, a.ps FROM {p}_pa a WHERE a.ps >= (SELECT cut FROM {p}_cut) "
+            f"  AND a.entry_id NOT IN (SELECT entry_id FROM {p}_c1)), "
+            # Few candidates: primary-key probes; many: one pass over the non-essential
+            # postings, hash-joined to the candidates.
+            f"{p}_probe AS MATERIALIZED (SELECT (SELECT count(*) FROM {p}_c2c) * b.n_ne * CAST(:{p}_pc AS float8) "
+            f"  <= b.ne_df AS probe FROM {p}_b b), "
+            f"{p}_c2 AS (SELECT a.entry_id, a.ps + {ne_sum('a')} AS score FROM {p}_c2c a "
+            f"  WHERE (SELECT probe FROM {p}_probe) "
+            f"  UNION ALL SELECT a.entry_id, a.ps + coalesce(j.s, 0.0::float8) FROM {p}_c2c a LEFT JOIN ("
+            f"    SELECT p.entry_id, sum({contribution('t', 'p')}) AS s FROM {p}_t t JOIN bm25_postings p "
+            f"    ON p.corpus = {c} AND p.lexeme = t.lexeme JOIN {p}_c2c x ON x.entry_id = p.entry_id "
+            f"    WHERE t.ne GROUP BY p.entry_id) j ON j.entry_id = a.entry_id "
+            f"  WHERE NOT (SELECT probe FROM {p}_probe)), "
+            f"{p}_ra AS MATERIALIZED (SELECT f.entry_id, f.score FROM (SELECT entry_id, score FROM {p}_c1 "
+            f"  UNION ALL SELECT entry_id, score FROM {p}_c2) f WHERE f.score >= {floor_sql} "
+            f"  ORDER BY f.score DESC, f.entry_id LIMIT :{p}_lim), "
+            # ok: no entry outside phase A can enter the top k (its score is <= bne).
+            f"{p}_ok AS MATERIALIZED (SELECT b.n_ne = 0 OR greatest(CASE WHEN (SELECT count(*) FROM {p}_ra) "
+            f"  >= :{p}_lim THEN (SELECT min(r.score) FROM {p}_ra r) ELSE '-Infinity'::float8 END, {floor_sql}) "
+            f"  > b.bne + CAST(:{p}_tol AS float8) * (1.0::float8 + b.bne) AS ok FROM {p}_b b) "
+            f"SELECT u.entry_id, u.score FROM ("
+            f"  SELECT r.entry_id, r.score FROM {p}_ra r WHERE (SELECT ok FROM {p}_ok) "
+            f"  UNION ALL SELECT f.entry_id, f.score FROM ({full}) f WHERE NOT (SELECT ok FROM {p}_ok)) u "
+            f"ORDER BY u.score DESC, u.entry_id LIMIT :{p}_lim"
         )
         return sql, params
 
