@@ -114,6 +114,17 @@ def upgrade() -> None:
         schema=s,
     )
     op.create_table(
+        "bm25_df",
+        sa.Column("corpus", sa.Text(), nullable=False),
+        sa.Column("lexeme", sa.Text(), nullable=False),
+        sa.Column("shard", sa.SmallInteger(), nullable=False),
+        sa.Column("df", sa.BigInteger(), nullable=False),
+        sa.ForeignKeyConstraint(["corpus"], [f"{s}.corpora.corpus"], ondelete="CASCADE",
+                                name="fk_bm25_df_corpus_corpora"),
+        sa.PrimaryKeyConstraint("corpus", "lexeme", "shard", name="pk_bm25_df", postgresql_include=["df"]),
+        schema=s,
+    )
+    op.create_table(
         "edges",
         sa.Column("corpus", sa.Text(), nullable=False),
         sa.Column("src", sa.Text(), nullable=False),
@@ -138,5 +149,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     s = _schema()
     # HNSW indexes the library built per embedding space go with the table.
-    for table in ("edges", "bm25_stats", "bm25_postings", "embeddings", "embedding_spaces", "entries", "corpora"):
+    for table in ("edges", "bm25_df", "bm25_stats", "bm25_postings", "embeddings", "embedding_spaces", "entries", "corpora"):
         op.drop_table(table, schema=s)

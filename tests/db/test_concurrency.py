@@ -48,3 +48,18 @@ def test_four_processes_upsert_500_each(store: Store, db_url: URL) -> None:
                                     {"c": store.corpus}).scalar_one()
     assert n_docs == 2000
     assert total == real_len == postings_len
+
+
+def test_document_frequencies_match_postings_after_concurrent_writes(store: Store, db_url: URL) -> None:
+    """bm25_df (sharded) must equal the postings count per term after concurrent upserts and deletes."""
+    test_four_processes_upsert_500_each(store, db_url)
+    for w in range(4):
+        store.delete(f"w{w}-1")
+    with store.transaction() as conn:
+        mismatched = conn.execute(sa.text(
+            "SELECT coalesce(p.lexeme, d.lexeme) FROM "
+            "(SELECT lexeme, count(*) AS n FROM bm25_postings WHERE corpus = :c GROUP BY lexeme) p "
+            "FULL JOIN (SELECT lexeme, sum(df) AS n FROM bm25_df WHERE corpus = :c GROUP BY lexeme "
+            "           HAVING sum(df) <> 0) d USING (lexeme) "
+            "WHERE p.n IS DISTINCT FROM d.n"), {"c": store.corpus}).scalars().all()
+    assert mismatched == []

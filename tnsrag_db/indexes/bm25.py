@@ -2,15 +2,15 @@
 
 The write side lives in :class:`~tnsrag_db.store.store.Store`: every write keeps
 ``bm25_postings(corpus, lexeme, entry_id, tf, doc_len)``, ``entries.doc_len`` and the
-sharded counters ``bm25_stats(corpus, shard, n_docs, total_len)`` in the entry's own
-transaction. This module is the read side. One statement per search:
+sharded counters ``bm25_stats(corpus, shard, n_docs, total_len)`` and
+``bm25_df(corpus, lexeme, shard, df)`` in the entry's own transaction. This module is the read side. One statement per search:
 
 1. analyses the query exactly like a document (identifiers rewritten by
    :func:`~tnsrag_db.store.analysis.analyze` in Python, lexemes from ``to_tsvector``
    with the corpus's text search configuration, plus the whole-identifier terms),
    deduplicated;
-2. sums N and the total length over the shard rows, counts each term's document
-   frequency from the postings primary key (an index-only scan), so all statistics
+2. sums N, the total length and each term's document frequency over their shard
+   rows (at most 16 rows each, however frequent the term), so all statistics
    come from the statement's single snapshot and always agree with the committed
    entries, even under concurrent writers;
 3. scores ``idf · tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))`` with
@@ -28,8 +28,7 @@ many), and skips entries that provably cannot reach the k-th score. Every entry
 outside phase A scores at most ``bne``, the non-essential terms' summed ``ub``; when
 the k-th score of phase A (or ``min_score``) exceeds it, phase A's top k is the exact
 answer. Otherwise the full scoring runs, behind a condition the database evaluates
-once (it costs nothing when not needed). Document frequencies are still counted from
-the postings (exact idf), which costs one index-only pass per query term.
+once (it costs nothing when not needed).
 """
 
 from __future__ import annotations
@@ -236,14 +235,14 @@ class BM25Index:
                f"AND {predicate}), " if filtered else "") +
             f"{p}_st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
             f"  FROM bm25_stats WHERE corpus = {c}), "
-            # MATERIALIZED: one row per query term, so df is counted once per term
+            # MATERIALIZED: one row per query term, so df is summed once per term
             # (inlined, the planner re-runs the count for every posting it scores).
             f"{p}_w AS MATERIALIZED (SELECT q.lexeme, d.df, "
             f"  ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
             f"    * CAST(:{p}_k1p1 AS float8) AS wt, "
             f"  CASE WHEN st.tl > 0 THEN CAST(:{p}_kb1 AS float8) * st.n / st.tl ELSE 0.0::float8 END AS kbl "
-            f"  FROM {p}_q q CROSS JOIN {p}_st st CROSS JOIN LATERAL (SELECT count(*)::float8 AS df "
-            f"    FROM bm25_postings dp WHERE dp.corpus = {c} AND dp.lexeme = q.lexeme) d WHERE d.df > 0), "
+            f"  FROM {p}_q q CROSS JOIN {p}_st st CROSS JOIN LATERAL (SELECT coalesce(sum(dp.df), 0)::float8 AS df "
+            f"    FROM bm25_df dp WHERE dp.corpus = {c} AND dp.lexeme = q.lexeme) d WHERE d.df > 0), "
             # Non-essential terms: the most frequent ones, while their summed upper
             # bounds stay below a share of the remaining terms' (at least one term stays essential).
             f"{p}_t AS MATERIALIZED (SELECT x.lexeme, x.df, x.wt, x.kbl, "
@@ -358,7 +357,7 @@ class BM25Index:
             return {}
         with self._store.transaction() as conn:
             rows = conn.execute(sa.text(
-                "SELECT t.term, (SELECT count(*) FROM bm25_postings p WHERE p.corpus = :c AND p.lexeme = t.term) "
+                "SELECT t.term, (SELECT coalesce(sum(p.df), 0) FROM bm25_df p WHERE p.corpus = :c AND p.lexeme = t.term) "
                 "AS df FROM unnest(CAST(:terms AS text[])) AS t(term)"),
                 {"c": self._store.corpus, "terms": wanted}).all()
         return {r.term: int(r.df) for r in rows}

@@ -35,6 +35,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 __all__ = [
     "DEFAULT_SCHEMA",
     "TIERS",
+    "bm25_df",
     "bm25_postings",
     "bm25_stats",
     "corpora",
@@ -153,6 +154,20 @@ bm25_stats = Table(
     Column("n_docs", BigInteger, nullable=False, server_default="0"),
     Column("total_len", BigInteger, nullable=False, server_default="0"),
     PrimaryKeyConstraint("corpus", "shard"),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+)
+
+bm25_df = Table(
+    "bm25_df",
+    metadata,
+    # Document frequency per term, sharded like bm25_stats: a query reads at most
+    # BM25_STAT_SHARDS rows per term instead of counting every posting of a frequent
+    # term. Shard values may be negative (a delete on another shard); sums are exact.
+    Column("corpus", Text, nullable=False),
+    Column("lexeme", Text, nullable=False),
+    Column("shard", SmallInteger, nullable=False),
+    Column("df", BigInteger, nullable=False),
+    PrimaryKeyConstraint("corpus", "lexeme", "shard", postgresql_include=["df"]),
     ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
 )
 

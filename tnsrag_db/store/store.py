@@ -118,6 +118,16 @@ _STAGE_DDL = (
     "content_hash bytea NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_extras (ord int NOT NULL, term text NOT NULL) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_df (lexeme text NOT NULL, delta int NOT NULL) ON COMMIT DELETE ROWS",
+)
+_STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_extras", "tnsrag_stage_df")
+
+# Applies df deltas in lexeme order: every writer locks bm25_df rows in the same order
+# (after its entry rows, before its bm25_stats row), so concurrent writers cannot deadlock.
+_APPLY_DF_SQL = (
+    "INSERT INTO bm25_df AS t (corpus, lexeme, shard, df) "
+    "SELECT :c, lexeme, :shard, sum(delta) FROM {source} GROUP BY lexeme HAVING sum(delta) <> 0 ORDER BY lexeme "
+    "ON CONFLICT (corpus, lexeme, shard) DO UPDATE SET df = t.df + excluded.df"
 )
 
 
@@ -237,6 +247,8 @@ class Store:
         cfg = self.text_config(conn)
         for ddl in _STAGE_DDL:
             conn.execute(sa.text(ddl))
+        for table in _STAGE_TABLES:  # an earlier write in the same transaction may have left rows
+            conn.execute(sa.text(f"DELETE FROM {table}"))
         raw = conn.connection.driver_connection
         assert raw is not None
         hashes = [content_hash(e) for e in batch]
@@ -295,7 +307,9 @@ class Store:
                 {**c, "ids": report.updated})
         if report.content_changed:
             params = {**c, "ids": report.content_changed}
-            conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids)"), params)
+            conn.execute(sa.text(
+                "WITH d AS (DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids) RETURNING lexeme) "
+                "INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme"), params)
             # Stale vectors must not outlive the text they were computed from.
             conn.execute(sa.text("DELETE FROM embeddings WHERE corpus = :c AND entry_id = ANY(:ids)"), params)
         fresh = [order[i] for i in report.inserted] + [order[i] for i in report.content_changed]
@@ -307,10 +321,13 @@ class Store:
                 "lens AS (SELECT ord, sum(tf)::int AS doc_len FROM wanted GROUP BY ord), "
                 "ins AS (INSERT INTO bm25_postings (corpus, lexeme, entry_id, tf, doc_len) "
                 "  SELECT :c, w.lexeme, s.id, w.tf, l.doc_len FROM wanted w JOIN lens l USING (ord) "
-                "  JOIN tnsrag_stage_entries s USING (ord)), "
+                "  JOIN tnsrag_stage_entries s USING (ord) RETURNING lexeme), "
+                "dfs AS (INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, count(*) FROM ins GROUP BY lexeme), "
                 "upd AS (UPDATE entries e SET doc_len = coalesce(l.doc_len, 0) FROM tnsrag_stage_entries s "
                 "  LEFT JOIN lens l USING (ord) WHERE s.ord = ANY(:ords) AND e.corpus = :c AND e.id = s.id) "
                 "SELECT coalesce(sum(doc_len), 0) FROM lens"), {**c, "cfg": cfg, "ords": fresh}).scalar_one()
+        if fresh or report.content_changed:
+            conn.execute(sa.text(_APPLY_DF_SQL.format(source="tnsrag_stage_df")), {**c, "shard": _stat_shard()})
         self._bump_stats(conn, len(report.inserted), int(new_len) - old_len)
         return report
 
@@ -391,8 +408,10 @@ class Store:
                 "DELETE FROM entries d USING v WHERE d.corpus = :c AND d.id = v.id RETURNING d.id, d.doc_len"),
                 {"c": self._corpus, **params}).all()
             if rows:
-                conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids)"),
-                             {"c": self._corpus, "ids": [r.id for r in rows]})
+                conn.execute(sa.text(
+                    "WITH d AS (DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids) "
+                    "RETURNING lexeme, -1 AS delta) " + _APPLY_DF_SQL.format(source="d")),
+                    {"c": self._corpus, "ids": [r.id for r in rows], "shard": _stat_shard()})
                 self._bump_stats(conn, -len(rows), -sum(r.doc_len for r in rows))
         return len(rows)
 
