@@ -46,46 +46,62 @@ def _vocabulary(size: int, rng: np.random.Generator) -> list[str]:
     return sorted(words)
 
 
+@dataclass(frozen=True)
+class _Model:
+    centers: npt.NDArray[np.float32]
+    bases: npt.NDArray[np.float32]
+    spread: float
+    noise: float
+
+    def sample(self, which: npt.NDArray[np.int64], rng: np.random.Generator) -> npt.NDArray[np.float32]:
+        m, (dim, latent) = len(which), self.bases.shape[1:]
+        z = rng.standard_normal((m, latent)).astype(np.float32) * self.spread
+        x = self.centers[which].copy()
+        for c in np.unique(which):
+            rows = which == c
+            x[rows] += z[rows] @ self.bases[c].T
+        x += rng.standard_normal((m, dim)).astype(np.float32) * self.noise
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        return x.astype(np.float32)
+
+
 @dataclass
 class Corpus:
     """A generated corpus: entries, their embeddings (row i belongs to entry i) and the cluster model."""
 
     entries: list[MemoryEntry]
     embeddings: npt.NDArray[np.float32]
-    centers: npt.NDArray[np.float32] = field(repr=False)
-    noise: float
+    model: _Model = field(repr=False)
     seed: int
 
     def query_vectors(self, m: int, *, seed: int | None = None) -> npt.NDArray[np.float32]:
-        """``m`` unit query vectors drawn like the corpus (near a random cluster center)."""
+        """``m`` unit query vectors drawn like the corpus (``seed`` defaults to the corpus seed + 1)."""
         rng = np.random.default_rng(self.seed + 1 if seed is None else seed)
-        return _sample(self.centers, m, self.noise, rng)
+        return self.model.sample(rng.integers(0, self.model.centers.shape[0], size=m), rng)
 
 
-def _sample(centers: npt.NDArray[np.float32], m: int, noise: float,
-            rng: np.random.Generator) -> npt.NDArray[np.float32]:
-    which = rng.integers(0, centers.shape[0], size=m)
-    x = centers[which] + rng.standard_normal((m, centers.shape[1])).astype(np.float32) * noise
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    return x.astype(np.float32)
-
-
-def generate_corpus(n: int, *, dim: int = 384, seed: int = 42, clusters: int = 100, subclusters: int = 20,
-                    words: int = 40, noise: float = 0.02, id_prefix: str = "doc") -> Corpus:
+def generate_corpus(n: int, *, dim: int = 384, seed: int = 42, clusters: int = 100, latent: int = 16,
+                    words: int = 40, spread: float = 0.25, noise: float = 0.005, id_prefix: str = "doc") -> Corpus:
     """Generate ``n`` entries (ids ``<id_prefix>-0000000``...) with ``words``-word texts and
-    ``dim``-d embeddings: ``clusters`` random unit centers, each with ``subclusters``
-    sub-centers (offset 2 × ``noise`` per coordinate), plus per-coordinate noise ``noise``.
+    ``dim``-d unit embeddings: one of ``clusters`` random unit centers, plus an offset in
+    the cluster's own ``latent``-dimensional subspace (per-axis deviation ``spread``), plus
+    isotropic noise (per-coordinate deviation ``noise``). Real text embeddings have a low
+    intrinsic dimension; isotropic noise alone would make every neighbour equidistant.
     """
     rng = np.random.default_rng(seed)
     vocab = _vocabulary(5000, rng)
-    top = rng.standard_normal((clusters, dim)).astype(np.float32)
+    # Clusters are grouped under a few topics that share a common direction, as sentence
+    # embeddings are (typical unrelated texts still score 0.1-0.3): mutually orthogonal,
+    # tight clusters would give an HNSW graph islands no real corpus has.
+    common_dir = rng.standard_normal(dim)
+    topics = rng.standard_normal((max(1, clusters // 10), dim)) + common_dir * 0.5
+    top = (topics[rng.integers(0, topics.shape[0], size=clusters)] * 0.8
+           + rng.standard_normal((clusters, dim))).astype(np.float32)
     top /= np.linalg.norm(top, axis=1, keepdims=True)
-    centers = (np.repeat(top, subclusters, axis=0)
-               + rng.standard_normal((clusters * subclusters, dim)).astype(np.float32) * (2 * noise))
-    sub = rng.integers(0, clusters * subclusters, size=n)
-    which = sub // subclusters
-    emb = centers[sub] + rng.standard_normal((n, dim)).astype(np.float32) * noise
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    bases = np.linalg.qr(rng.standard_normal((clusters, dim, latent)))[0].astype(np.float32)
+    model = _Model(top, bases, spread, noise)
+    which = rng.integers(0, clusters, size=n)
+    emb = model.sample(which, rng)
     # Zipf-like shared vocabulary plus each cluster's own topic words.
     ranks = np.arange(1, len(vocab) + 1, dtype=np.float64)
     p = 1.0 / ranks
@@ -106,4 +122,4 @@ def generate_corpus(n: int, *, dim: int = 384, seed: int = 42, clusters: int = 1
         group = GROUP_01PCT if u[i] < 0.001 else GROUP_1PCT if u[i] < 0.011 else f"r{rest[i]:02d}"
         entries.append(MemoryEntry(f"{id_prefix}-{i:07d}", text, TIER_SHARES[tiers[i]][0], source=f"src{i % 50}",
                                    metadata={"group": group}))
-    return Corpus(entries, emb.astype(np.float32), centers, noise, seed)
+    return Corpus(entries, emb, model, seed)

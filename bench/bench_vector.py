@@ -1,0 +1,267 @@
+"""Vector retrieval benchmark: tnsrag_db against bare pgvector SQL in the same run.
+
+Usage::
+
+    python -m bench.bench_vector --url postgresql://user@host/db --n 100000 --dim 384 --queries 200
+
+Without ``--url`` (or ``TNSRAG_DATABASE_URL``) the embedded server is used. The script
+migrates the schema if needed, writes a corpus named ``bench_vector_<n>`` (replacing it)
+and a scratch table ``bench_vector_bare`` in the public schema (dropped at the end), and
+prints one table:
+
+* bulk ingest of ``VectorMemoryStore.add_all(..., embeddings=precomputed)`` into an empty
+  corpus until it is ready to query (BM25 statistics and HNSW index built) against a bare
+  COPY of the same rows into a plain table plus the same HNSW build;
+* incremental ``add`` into the populated corpus (entries/s);
+* unfiltered top-10: ``VectorRAGStrategy.retrieve`` against bare ``ORDER BY <=> LIMIT 10``
+  on the same index at the same ``ef_search``, and recall@10 against exact search;
+* filtered top-10 at 9 %, 1 % and 0.1 % selectivity: median, p99, recall@10 and whether
+  every query returned min(10, matches) rows; the bare filtered HNSW query (no iterative
+  scan) is shown for its row shortfall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import sqlalchemy as sa
+
+from bench._corpus import GROUP_01PCT, GROUP_1PCT, Corpus, generate_corpus
+from tnsrag_db.indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
+from tnsrag_db.store.store import connect
+from tnsrag_db.strategies.vector import VectorRAGStrategy
+from tnsrag_db.types import RAGContext
+
+K = 10
+
+
+class Lookup:
+    """An embedding function over precomputed vectors: text ``"q:<i>"`` is query i."""
+
+    name = "bench-lookup"
+
+    def __init__(self, queries: npt.NDArray[np.float32], extra: dict[str, npt.NDArray[np.float32]]) -> None:
+        self.queries = queries
+        self.extra = extra
+
+    def __call__(self, text: str) -> npt.NDArray[np.float32]:
+        if text.startswith("q:"):
+            return self.queries[int(text[2:])]
+        return self.extra[text]
+
+
+def exact_top(emb: npt.NDArray[np.float32], ids: Sequence[str], q: npt.NDArray[np.float32], k: int) -> list[str]:
+    scores = emb @ q
+    top = np.argpartition(-scores, min(k, len(ids) - 1))[: k + 20] if len(ids) > k + 20 else np.arange(len(ids))
+    order = sorted(top, key=lambda i: (-scores[i], ids[i]))
+    return [ids[i] for i in order[:k]]
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def ms(values: Sequence[float], q: float = 0.5) -> float:
+    return float(np.quantile(np.array(values), q) * 1000)
+
+
+def bare_ingest(engine: sa.Engine, corpus: Corpus, workers: int, mem_mb: int) -> float:
+    """COPY the same rows into a plain table and build the same HNSW index; seconds."""
+    dim = corpus.embeddings.shape[1]
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE IF EXISTS public.bench_vector_bare"))
+        conn.execute(sa.text(f"CREATE TABLE public.bench_vector_bare (id text PRIMARY KEY, content text NOT NULL, "
+                             f"tier text NOT NULL, source text, metadata jsonb NOT NULL, embedding vector({dim}))"))
+    import json
+
+    start = time.perf_counter()
+    with engine.begin() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        with raw.cursor() as cur, cur.copy("COPY public.bench_vector_bare (id, content, tier, source, metadata, "
+                                           "embedding) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["text", "text", "text", "text", "jsonb", "vector"])
+            for e, v in zip(corpus.entries, corpus.embeddings):
+                copy.write_row((e.id, e.content, e.tier.name, e.source, json.dumps(dict(e.metadata)), v))
+        conn.execute(sa.text(f"SET LOCAL maintenance_work_mem = '{mem_mb}MB'"))
+        conn.execute(sa.text(f"SET LOCAL max_parallel_maintenance_workers = {workers}"))
+        conn.execute(sa.text(f"CREATE INDEX bench_vector_bare_hnsw ON public.bench_vector_bare USING hnsw "
+                             f"(embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
+                             f"ef_construction = {HNSW_EF_CONSTRUCTION})"))
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--adds", type=int, default=200, help="incremental add() calls")
+    ap.add_argument("--ef-search", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=42)
+    args = ap.parse_args()
+
+    print(f"generating {args.n} entries, {args.dim}-d ...", flush=True)
+    corpus = generate_corpus(args.n, dim=args.dim, seed=args.seed)
+    queries = corpus.query_vectors(args.queries)
+    adds = generate_corpus(args.adds, dim=args.dim, seed=args.seed + 99, id_prefix="add")
+    # Same cluster model for the added entries: reuse the corpus centers.
+    add_vecs = corpus.query_vectors(args.adds, seed=args.seed + 7)
+    lookup = Lookup(queries, {e.content: add_vecs[i] for i, e in enumerate(adds.entries)})
+
+    base = connect(args.url, corpus=f"bench_vector_{args.n}", auto_migrate=True)
+    store = base
+    with store.transaction() as conn:
+        # Deleting a corpus leaves its spaces' partial HNSW indexes behind: drop them first.
+        for name in conn.execute(sa.text("SELECT index_name FROM embedding_spaces WHERE corpus = :c "
+                                         "AND index_name IS NOT NULL"), {"c": store.corpus}).scalars():
+            conn.execute(sa.text(f'DROP INDEX IF EXISTS "{name}"'))
+        workers = int(conn.execute(sa.text("SHOW max_parallel_maintenance_workers")).scalar_one())
+    store.drop_corpus()
+    # The index is built explicitly below (add_all would build it itself at the end) so
+    # the table can show where the time goes.
+    vectors = VectorMemoryStore(store, lookup, ef_search=args.ef_search, index_threshold=None)
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    # -- bulk ingest --------------------------------------------------------------
+    print("bulk ingest (tnsrag) ...", flush=True)
+    spent = {"entries": 0.0}
+    write_entries = store.write_entries
+
+    def timed_write(*a: object, **kw: object) -> object:
+        t, out = timed(lambda: write_entries(*a, **kw))  # type: ignore[arg-type]
+        spent["entries"] += t
+        return out
+
+    store.write_entries = timed_write  # type: ignore[method-assign]
+    t_add, _ = timed(lambda: vectors.add_all(corpus.entries, embeddings=corpus.embeddings))
+    store.write_entries = write_entries  # type: ignore[method-assign]
+    t_index, _ = timed(vectors.build_index)
+    t_ours = t_add + t_index
+    with store.transaction() as conn:
+        mem_mb = max(64, int(args.n * (args.dim * 4 + 2 * HNSW_M * 12 + 64) * 1.3 / 2**20) + 64)
+        space_id, index_name = conn.execute(sa.text(
+            "SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c"), {"c": store.corpus}).one()
+        bm25_docs = conn.execute(sa.text("SELECT sum(n_docs) FROM bm25_stats WHERE corpus = :c"),
+                                 {"c": store.corpus}).scalar_one()
+    assert index_name is not None and bm25_docs == args.n, (index_name, bm25_docs)
+    print("bulk ingest (bare COPY + HNSW) ...", flush=True)
+    t_bare = bare_ingest(store.engine, corpus, workers, min(mem_mb, 2048))
+    rows.append(("bulk ingest, rows/s (ready to query)", f"{args.n / t_ours:,.0f}", f"{args.n / t_bare:,.0f}",
+                 f"{t_bare / t_ours:.2f}x", ">= 0.7x"))
+    rows.append(("  of which s: entries+BM25 / vectors / HNSW", f"{spent['entries']:.1f} / "
+                 f"{t_add - spent['entries']:.1f} / {t_index:.1f}", f"{t_bare:.1f} total", "", ""))
+
+    # -- incremental add ----------------------------------------------------------
+    print("incremental add ...", flush=True)
+    times = [timed(lambda e=e: vectors.add(e))[0] for e in adds.entries]
+    rows.append(("incremental add, entries/s (median ms)", f"{1 / statistics.median(times):,.0f} "
+                 f"({ms(times):.1f} ms)", "", "", "report"))
+
+    # -- unfiltered ---------------------------------------------------------------
+    strategy = VectorRAGStrategy(vectors)
+    # Ground truth covers the added entries too.
+    all_entries = corpus.entries + adds.entries
+    all_emb = np.vstack([corpus.embeddings, add_vecs])
+    ids_all = [e.id for e in all_entries]
+    dim = args.dim
+    raw_engine = store.engine
+
+    def run_ours(ctx: RAGContext) -> tuple[list[float], list[list[str]]]:
+        lat, res = [], []
+        for i in range(args.queries):
+            t, docs = timed(lambda i=i: strategy.retrieve(f"q:{i}", ctx))
+            lat.append(t)
+            res.append([d.metadata["entryId"] for d in docs])  # type: ignore[attr-defined]
+        return lat, res
+
+    print("queries ...", flush=True)
+    run_ours(RAGContext(max_results=K))  # warm-up (cache, prepared statements)
+    lat, res = run_ours(RAGContext(max_results=K))
+    exact = [exact_top(all_emb, ids_all, q, K) for q in queries]
+    recall = np.mean([len(set(r) & set(x)) / K for r, x in zip(res, exact)])
+
+    bare_sql = (f"SELECT entry_id, 1 - (embedding::vector({dim}) <=> %(q)s) AS score FROM tnsrag.embeddings "
+                f"WHERE space_id = {space_id} ORDER BY embedding::vector({dim}) <=> %(q)s LIMIT {K}")
+
+    def run_bare(sql: str, ef: int, extra: Callable[[int], dict[str, object]] | None = None
+                 ) -> tuple[list[float], list[list[str]]]:
+        with raw_engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            raw.execute(f"SET hnsw.ef_search = {ef}")
+            out_lat, out_res = [], []
+            for rep in range(2):
+                out_lat, out_res = [], []
+                for i, q in enumerate(queries):
+                    params = {"q": q, **(extra(i) if extra else {})}
+                    t, found = timed(lambda params=params: raw.execute(sql, params).fetchall())
+                    out_lat.append(t)
+                    out_res.append([r[0] for r in found])  # type: ignore[attr-defined]
+            raw.execute("RESET hnsw.ef_search")
+            raw.commit()
+        return out_lat, out_res
+
+    blat, bres = run_bare(bare_sql, args.ef_search)
+    brecall = np.mean([len(set(r) & set(x)) / K for r, x in zip(bres, exact)])
+    blat40, bres40 = run_bare(bare_sql, 40)
+    brecall40 = np.mean([len(set(r) & set(x)) / K for r, x in zip(bres40, exact)])
+    slat = [timed(lambda i=i: vectors.search(f"q:{i}", K))[0] for i in range(args.queries)]
+    slat = [timed(lambda i=i: vectors.search(f"q:{i}", K))[0] for i in range(args.queries)]
+    rows.append((f"vector top-{K} median ms, search() ids (ef_search {args.ef_search})", f"{ms(slat):.2f}",
+                 f"{ms(blat):.2f}", f"{ms(slat) / ms(blat):.2f}x", "<= 1.5x"))
+    rows.append((f"vector top-{K} median ms, retrieve() documents", f"{ms(lat):.2f}", f"{ms(blat):.2f}",
+                 f"{ms(lat) / ms(blat):.2f}x", "<= 1.5x"))
+    rows.append((f"vector top-{K} p99 ms", f"{ms(lat, 0.99):.2f}", f"{ms(blat, 0.99):.2f}",
+                 f"{ms(lat, 0.99) / ms(blat, 0.99):.2f}x", ""))
+    rows.append((f"vector recall@{K} vs exact", f"{recall:.3f}", f"{brecall:.3f} ({brecall40:.3f} at ef 40, "
+                 f"{ms(blat40):.2f} ms)", "", ">= 0.95"))
+
+    # -- filtered -----------------------------------------------------------------
+    for label, filters in (("9 % tier=WORKING", {"tier": "WORKING"}), ("1 % tier=PROCEDURAL", {"tier": "PROCEDURAL"}),
+                           ("1 % group", {"group": GROUP_1PCT}), ("0.1 % group", {"group": GROUP_01PCT})):
+        ctx = RAGContext(max_results=K, min_score=-1.0, metadata_filters=filters)
+        keep = [i for i, e in enumerate(all_entries) if ctx.matches({"tier": e.tier.name, **e.metadata})]
+        kept_ids = [ids_all[i] for i in keep]
+        sub = all_emb[keep]
+        run_ours(ctx)
+        lat, res = run_ours(ctx)
+        fexact = [exact_top(sub, kept_ids, q, K) for q in queries]
+        frecall = np.mean([len(set(r) & set(x)) / max(1, len(x)) for r, x in zip(res, fexact)])
+        full = all(len(r) == min(K, len(keep)) for r in res)
+        key, value = next(iter(filters.items()))
+        cond = "e.tier = %(v)s" if key == "tier" else "e.metadata @> jsonb_build_object('group', %(v)s::text)"
+        fsql = (f"SELECT x.entry_id FROM tnsrag.embeddings x JOIN tnsrag.entries e ON e.corpus = x.corpus "
+                f"AND e.id = x.entry_id WHERE x.space_id = {space_id} AND {cond} "
+                f"ORDER BY x.embedding::vector({dim}) <=> %(q)s LIMIT {K}")
+        flat, fres = run_bare(fsql, 40, lambda i, value=value: {"v": value})
+        shortfall = np.mean([len(r) for r in fres])
+        rows.append((f"filtered {label} ({len(keep)} matches) median / p99 ms", f"{ms(lat):.2f} / {ms(lat, .99):.2f}",
+                     f"{ms(flat):.2f}", f"{ms(lat) / ms(flat):.2f}x", "<= 10 ms"))
+        rows.append((f"filtered {label} recall@{K}; rows == min(k, matches)", f"{frecall:.3f}; {full}",
+                     f"{np.mean([len(set(r) & set(x)) / max(1, len(x)) for r, x in zip(fres, fexact)]):.3f}; "
+                     f"avg {shortfall:.2f} rows", "", ">= 0.99; True"))
+
+    with store.transaction() as conn:
+        conn.execute(sa.text("DROP TABLE IF EXISTS public.bench_vector_bare"))
+    base.close()
+
+    head = ("measure", "tnsrag_db", "bare pgvector SQL", "ratio", "target")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(5)]
+    print()
+    print(f"n={args.n} dim={args.dim} queries={args.queries} k={K} (medians unless noted)")
+    for r in [head, tuple("-" * w for w in widths), *rows]:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,673 @@
+"""``VectorMemoryStore``: entries with pgvector embeddings, searched by cosine similarity.
+
+Storage. Vectors live in the narrow ``embeddings`` table (kept apart from the wide entry
+rows so a 384-d vector stays inline instead of being TOASTed), keyed by corpus, embedding
+space and entry. An embedding space is (corpus, provider name, dimension): a row of
+``embedding_spaces`` created on first write, so several models can coexist in one corpus.
+The HNSW index of a space is a partial index on the typed expression
+``(embedding::vector(<dim>)) WHERE space_id = <id>`` named ``ix_embeddings_hnsw_<id>``.
+
+Scores are cosine similarity in [-1, 1]; a zero vector (stored or query) scores 0, never
+NaN (pgvector's ``<=>`` returns NaN for it, so the SQL maps NaN to 0).
+
+How a search is answered (one statement, chosen at run time by PostgreSQL itself through
+one-time filters on InitPlans, so Hybrid can embed it as a CTE without a separate SET):
+
+* no HNSW index in the space: exact scan (the filter joined in before top-K);
+* unfiltered, index present: HNSW with ``hnsw.ef_search = max(ef_search, k)`` and
+  ``hnsw.iterative_scan = strict_order`` (set with ``set_config(..., true)`` inside the
+  statement, before the index scan starts). Approximate: recall@10 ≈ 0.97-0.99 at the
+  default ``ef_search`` of 100 on the benchmark corpus;
+* filtered, index present: the statement first collects the matching entry ids, stopping
+  at ``exact_threshold + 1`` (through the entries indexes). At most ``exact_threshold``
+  matches: exact scan of exactly those ids (recall 1.0). More: HNSW with strict-order
+  iterative scan and a larger ``ef_search`` (``max(ef_search, 2 k, 200)``); when that
+  returns fewer than ``k`` rows (``hnsw.max_scan_tuples`` reached, or zero vectors could
+  belong in the result) the exact scan runs instead. A filtered query therefore always
+  returns min(k, entries that match and score ≥ min_score) rows in score order.
+
+``min_score`` is applied after the top-K by distance, which gives the same set as
+filtering first (the order is by score) without letting an iterative scan run on past
+the last qualifying row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
+from tnsrag_db.errors import ConfigurationError, DatabaseError, EmbeddingValidationError, ValidationError
+from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
+from tnsrag_db.types import MemoryEntry, validate_filters
+
+__all__ = [
+    "DEFAULT_EF_SEARCH",
+    "DEFAULT_EXACT_THRESHOLD",
+    "DEFAULT_INDEX_THRESHOLD",
+    "HNSW_EF_CONSTRUCTION",
+    "HNSW_M",
+    "VectorMemoryStore",
+]
+
+#: Default ``hnsw.ef_search`` of unfiltered queries (recall@10 ≈ 0.97-0.99 on the 100k benchmark corpus).
+DEFAULT_EF_SEARCH = 100
+#: Default number of matching entries up to which a filtered query is answered exactly.
+#: Exact through the filter costs ≈ 5 µs per match (random heap reads of the vectors;
+#: 1,000 matches ≈ 5 ms), HNSW with iterative scan about k / selectivity graph visits,
+#: so below a few thousand matches exact wins on recall (1.0) at a similar cost.
+DEFAULT_EXACT_THRESHOLD = 5_000
+#: Default size of a space (number of vectors) at which ``add_all`` builds its HNSW index.
+DEFAULT_INDEX_THRESHOLD = 10_000
+#: HNSW build parameters. ``ef_construction`` is twice pgvector's default: with 64, graphs
+#: of clustered embeddings left whole clusters unreachable (recall@10 of 0 for some
+#: queries at any ef_search); 128 removed them for ≈ 1.5x the build time.
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 128
+
+_MAX_EF_SEARCH = 1000  # pgvector's upper bound
+_FILTERED_MIN_EF = 200
+_MAX_SCAN_TUPLES = 20_000
+_MAX_MAINTENANCE_MEM_MB = 2048
+# The score expression maps pgvector's NaN (a zero vector on either side) to 0 and clamps
+# float rounding into [-1, 1].
+# Binary COPY header: signature, flags, header-extension length.
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+_SCORE = "CASE WHEN ({d}) = 'NaN'::float8 THEN 0::float8 ELSE greatest(-1::float8, least(1::float8, 1 - ({d}))) END"
+
+
+# Entries per Store.write_entries call inside add_all's one transaction. The store's
+# staging statements grow faster than linearly with the batch (measured here: 1.8k rows/s
+# at 2k-20k entries a call, 0.3k rows/s at 40k), so large batches are written in parts.
+_WRITE_CHUNK = 5_000
+@dataclass(frozen=True, slots=True)
+class _Space:
+    space_id: int
+    dimension: int
+    index_name: str | None
+
+
+def _index_name(space_id: int) -> str:
+    return f"ix_embeddings_hnsw_{int(space_id)}"
+
+
+def _check_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not prefix.isidentifier() or not prefix.isascii() or len(prefix) > 20:
+        raise ConfigurationError(f"prefix must be a short ASCII identifier, got {prefix!r}")
+    return prefix.lower()
+
+
+def _check_k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValidationError(f"k must be an int >= 1, got {k!r}")
+    return k
+
+
+def _check_min_score(min_score: object) -> float:
+    if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not math.isfinite(min_score):
+        raise ValidationError(f"min_score must be a finite number, got {min_score!r}")
+    return float(min_score)
+
+
+class _Rows:
+    """An embedding 'provider' that returns precomputed rows, so they pass the same wrapper rules."""
+
+    def __init__(self, rows: Sequence[Sequence[float]] | npt.NDArray[Any]) -> None:
+        self._rows = rows
+
+    def __call__(self, text: str) -> Sequence[float]:  # pragma: no cover - only embed_batch is used
+        raise NotImplementedError
+
+    def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        return self._rows
+
+
+class VectorMemoryStore:
+    """A vector view over one :class:`Store`: add entries with embeddings, search by cosine.
+
+    ``embedding`` is wrapped in :class:`ValidatingEmbedding` (unless it already is one
+    with the same name); ``name`` overrides the provider name that keys the space.
+    ``ef_search`` (default 100, 1 to 1000) is the HNSW candidate list of unfiltered
+    queries. ``exact_threshold`` (default 5,000) is the number of matching entries up to
+    which filtered queries scan exactly. ``index_threshold`` (default 10,000; None turns
+    automatic builds off) is the space size at which :meth:`add_all` builds the HNSW
+    index at the end of a write (see :meth:`build_index`). No I/O happens here.
+
+    Raises :class:`ConfigurationError` for a bad option.
+    """
+
+    def __init__(self, store: Store, embedding: EmbeddingFunction | Callable[[str], object], *,
+                 name: str | None = None, ef_search: int = DEFAULT_EF_SEARCH,
+                 exact_threshold: int = DEFAULT_EXACT_THRESHOLD,
+                 index_threshold: int | None = DEFAULT_INDEX_THRESHOLD) -> None:
+        if not isinstance(store, Store):
+            raise ConfigurationError(f"store must be a Store, got {type(store).__name__}")
+        for option, value, low, high in (("ef_search", ef_search, 1, _MAX_EF_SEARCH),
+                                         ("exact_threshold", exact_threshold, 0, 10**9)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigurationError(f"{option} must be an int from {low} to {high}, got {value!r}")
+        if index_threshold is not None and (isinstance(index_threshold, bool) or not isinstance(index_threshold, int)
+                                            or index_threshold < 1):
+            raise ConfigurationError(f"index_threshold must be None or an int >= 1, got {index_threshold!r}")
+        if isinstance(embedding, ValidatingEmbedding) and (name is None or name == embedding.name):
+            self._embedding = embedding
+        else:
+            self._embedding = ValidatingEmbedding(embedding, name=name)
+        self._store = store
+        self._ef_search = ef_search
+        self._exact_threshold = exact_threshold
+        self._index_threshold = index_threshold
+        self._lock = threading.Lock()
+        self._dimension: int | None = self._embedding.dimension
+        self._spaces: dict[int, _Space] = {}
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        """The corpus this view writes to and searches."""
+        return self._store
+
+    @property
+    def embedding(self) -> ValidatingEmbedding:
+        """The validating embedding function (its ``name`` keys the embedding space)."""
+        return self._embedding
+
+    @property
+    def ef_search(self) -> int:
+        """``hnsw.ef_search`` of unfiltered queries."""
+        return self._ef_search
+
+    @property
+    def exact_threshold(self) -> int:
+        """Matching entries up to which a filtered query scans exactly."""
+        return self._exact_threshold
+
+    def __repr__(self) -> str:
+        return f"VectorMemoryStore(corpus={self._store.corpus!r}, provider={self._embedding.name!r})"
+
+    # -- vectors --------------------------------------------------------------------
+    def _fix_dimension(self, dim: int) -> None:
+        with self._lock:
+            if self._dimension is None:
+                self._dimension = dim
+            expected = self._dimension
+        if dim != expected:
+            raise EmbeddingValidationError(f"embedding provider {self._embedding.name}: embedding has dimension "
+                                           f"{dim}, expected {expected} (fixed by the first vector)")
+
+    def _validate_rows(self, rows: Sequence[Sequence[float]] | npt.NDArray[Any],
+                       count: int) -> npt.NDArray[np.float32]:
+        """Validate precomputed vectors by the wrapper's rules; returns a (count, dim) float32 array."""
+        if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+            raise EmbeddingValidationError(f"embeddings must be a sequence of vectors, got {type(rows).__name__}")
+        if len(rows) != count:
+            raise EmbeddingValidationError(f"got {len(rows)} embeddings for {count} entries")
+        if count == 0:
+            return np.zeros((0, self._dimension or 1), dtype=np.float32)
+        checker = ValidatingEmbedding(_Rows(rows), name=self._embedding.name, dimension=self._dimension,
+                                      max_dimension=self._embedding.max_dimension)
+        vectors = checker.embed_batch([""] * count)
+        self._fix_dimension(int(vectors[0].shape[0]))
+        return np.vstack(vectors)
+
+    def _embed(self, texts: Sequence[str], batch_size: int,
+               progress: Callable[[int], None] | None = None, done: int = 0) -> npt.NDArray[np.float32]:
+        out: list[npt.NDArray[np.float32]] = []
+        for start in range(0, len(texts), batch_size):
+            for vec in self._embedding.embed_batch(texts[start:start + batch_size]):
+                self._fix_dimension(int(vec.shape[0]))
+                out.append(vec)
+            if progress is not None:
+                progress(done + min(start + batch_size, len(texts)))
+        return np.vstack(out) if out else np.zeros((0, self._dimension or 1), dtype=np.float32)
+
+    def embed_query(self, query: str) -> npt.NDArray[np.float32]:
+        """The validated embedding of ``query`` (its dimension must match the stored vectors')."""
+        vec = self._embedding(query)
+        self._fix_dimension(int(vec.shape[0]))
+        return vec
+
+    # -- spaces ---------------------------------------------------------------------
+    def _space_params(self, dimension: int) -> dict[str, Any]:
+        return {"c": self._store.corpus, "p": self._embedding.name, "d": dimension}
+
+    def _ensure_space(self, conn: Connection, dimension: int) -> _Space:
+        """The space row for ``dimension``, created if missing (race-safe). Needs the corpus row."""
+        params = self._space_params(dimension)
+        select = sa.text("SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c AND provider = :p "
+                         "AND dimension = :d")
+        # Select first: an INSERT ... ON CONFLICT would burn an identity value on every write.
+        row = conn.execute(select, params).one_or_none()
+        if row is None:
+            row = conn.execute(sa.text(
+                "INSERT INTO embedding_spaces (corpus, provider, dimension) VALUES (:c, :p, :d) "
+                "ON CONFLICT (corpus, provider, dimension) DO NOTHING RETURNING space_id, index_name"),
+                params).one_or_none()
+            if row is None:  # a concurrent writer created it; a new statement sees its committed row
+                row = conn.execute(select, params).one()
+        space = _Space(int(row.space_id), dimension, row.index_name)
+        self._spaces[dimension] = space
+        return space
+
+    def _lookup_space(self, conn: Connection, dimension: int) -> _Space | None:
+        cached = self._spaces.get(dimension)
+        if cached is not None and cached.index_name is not None:
+            return cached
+        # Unindexed (or unknown) spaces are re-read: another process may have built the index.
+        row = conn.execute(sa.text(
+            "SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c AND provider = :p "
+            "AND dimension = :d"), self._space_params(dimension)).one_or_none()
+        if row is None:
+            self._spaces.pop(dimension, None)
+            return None
+        space = _Space(int(row.space_id), dimension, row.index_name)
+        self._spaces[dimension] = space
+        return space
+
+    def _known_dimension(self, conn: Connection) -> int | None:
+        if self._dimension is not None:
+            return self._dimension
+        dims = conn.execute(sa.text(
+            "SELECT dimension FROM embedding_spaces WHERE corpus = :c AND provider = :p"),
+            {"c": self._store.corpus, "p": self._embedding.name}).scalars().all()
+        return int(dims[0]) if len(dims) == 1 else None
+
+    def count(self) -> int:
+        """Number of vectors stored in this view's space (0 before the first write)."""
+        with self._store.transaction() as conn:
+            dim = self._known_dimension(conn)
+            space = None if dim is None else self._lookup_space(conn, dim)
+            if space is None:
+                return 0
+            return int(conn.execute(sa.text(
+                "SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
+                {"c": self._store.corpus, "s": space.space_id}).scalar_one())
+
+    # -- writes ---------------------------------------------------------------------
+    def add(self, entry: MemoryEntry) -> IngestCounts:
+        """Insert or update one entry with its embedding. Returns its classification."""
+        return self.add_all([entry])
+
+    def add_all(self, entries: Iterable[MemoryEntry], *,
+                embeddings: Sequence[Sequence[float]] | npt.NDArray[Any] | None = None,
+                batch_size: int = 256, progress: Callable[[int], None] | None = None) -> IngestCounts:
+        """Write entries and their embeddings in one transaction; returns the entry counts.
+
+        ``embeddings`` (optional) are precomputed vectors, row i for entry i, validated by
+        the same rules as the embedding function's output. Without them, the texts of new
+        entries, entries whose text changed and entries lacking a vector in this space are
+        embedded with ``embed_batch``, ``batch_size`` (default 256) texts per call, before
+        the transaction opens. Everything is validated before anything is written: one bad
+        entry (:class:`InvalidEntryError`) or vector (:class:`EmbeddingValidationError`)
+        rejects the whole call. Vectors are written for new entries, entries whose text
+        changed and entries lacking one in this space; an unchanged entry keeps its stored
+        vector (a precomputed row for it is validated, then ignored). ``progress`` is called with the number of entries whose
+        vectors are ready, then with the total once written. Builds the space's HNSW index
+        afterwards when the space reaches ``index_threshold`` vectors.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        batch = validate_batch(entries)
+        if not batch:
+            if embeddings is not None and len(embeddings) != 0:
+                raise EmbeddingValidationError(f"got {len(embeddings)} embeddings for 0 entries")
+            return IngestCounts()
+        vectors: dict[str, npt.NDArray[np.float32]] = {}
+        if embeddings is not None:
+            matrix = self._validate_rows(embeddings, len(batch))
+            vectors = {e.id: matrix[i] for i, e in enumerate(batch)}
+            if progress is not None:
+                progress(len(batch))
+        else:
+            todo = self._needing_vectors(batch)
+            done = len(batch) - len(todo)
+            if todo:
+                matrix = self._embed([e.content for e in todo], batch_size, progress, done)
+                vectors = {e.id: matrix[i] for i, e in enumerate(todo)}
+            elif progress is not None:
+                progress(len(batch))
+        by_id = {e.id: e for e in batch}
+        with self._store.transaction() as conn:
+            report = WriteReport()
+            for start in range(0, len(batch), _WRITE_CHUNK):
+                part = self._store.write_entries(conn, batch[start:start + _WRITE_CHUNK])
+                for outcome in ("inserted", "updated", "unchanged", "content_changed"):
+                    getattr(report, outcome).extend(getattr(part, outcome))
+            if self._dimension is None:
+                return report.counts  # nothing embedded and no dimension known: nothing to store
+            space = self._ensure_space(conn, self._dimension)
+            lacking = conn.execute(sa.text(
+                "SELECT i.id FROM unnest(CAST(:ids AS text[])) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM embeddings x "
+                "WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id)"),
+                {"c": self._store.corpus, "s": space.space_id, "ids": list(by_id)}).scalars().all()
+            missing = [i for i in lacking if i not in vectors]
+            if missing:
+                # A concurrent writer changed these texts after our pre-read: embed them now.
+                extra = self._embed([by_id[i].content for i in missing], batch_size)
+                vectors.update({i: extra[n] for n, i in enumerate(missing)})
+            if lacking:
+                self._copy_vectors(conn, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]))
+        if progress is not None:
+            progress(len(batch))
+        self._maybe_build_index(space)
+        return report.counts
+
+    def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
+        """Entries that are new, changed their text, or lack a vector in this space (a pre-read)."""
+        if self._dimension is None:
+            # The space is keyed by the dimension the provider produces: learn it first.
+            self.embed_query(batch[0].content)
+        assert self._dimension is not None
+        with self._store.transaction() as conn:
+            space = self._lookup_space(conn, self._dimension)
+            rows = conn.execute(sa.text(
+                "SELECT e.id, md5(e.content) AS h, "
+                + ("EXISTS (SELECT 1 FROM embeddings x WHERE x.corpus = e.corpus AND x.space_id = :s "
+                   "AND x.entry_id = e.id)" if space is not None else "false")
+                + " AS has_vec FROM entries e WHERE e.corpus = :c AND e.id = ANY(:ids)"),
+                {"c": self._store.corpus, "s": space.space_id if space else 0,
+                 "ids": [e.id for e in batch]}).all()
+        stored = {r.id: (r.h, r.has_vec) for r in rows}
+        todo = []
+        for e in batch:
+            hit = stored.get(e.id)
+            if hit is None or not hit[1] or hit[0] != hashlib.md5(e.content.encode()).hexdigest():
+                todo.append(e)
+        return todo
+
+    def _copy_vectors(self, conn: Connection, space_id: int, ids: Sequence[str],
+                      matrix: npt.NDArray[np.float32]) -> None:
+        """COPY rows ``(corpus, space_id, ids[i], matrix[i])`` into ``embeddings`` in binary form.
+
+        The binary stream is assembled here (pgvector's wire format: int16 dim, int16 0,
+        big-endian float4s) from one big-endian copy of the whole matrix: ≈ 1 µs a row,
+        against ≈ 60 µs through ``write_row`` and more for the text form.
+        """
+        if not ids:
+            return
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        dim = int(matrix.shape[1])
+        corpus = self._store.corpus.encode()
+        big = np.ascontiguousarray(matrix, dtype=">f4")
+        head = struct.pack(">hi", 4, len(corpus)) + corpus + struct.pack(">iq", 8, space_id)
+        vec_head = struct.pack(">ihh", 4 + 4 * dim, dim, 0)
+        with raw.cursor() as cur, cur.copy(
+                "COPY embeddings (corpus, space_id, entry_id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
+            parts: list[bytes] = [_COPY_SIGNATURE]
+            for i, entry_id in enumerate(ids):
+                key = entry_id.encode()
+                parts.append(head + struct.pack(">i", len(key)) + key + vec_head)
+                parts.append(big[i].tobytes())
+                if len(parts) >= 8192:
+                    copy.write(b"".join(parts))
+                    parts = []
+            parts.append(b"\xff\xff")
+            copy.write(b"".join(parts))
+
+    # -- index ----------------------------------------------------------------------
+    def _maybe_build_index(self, space: _Space) -> None:
+        if self._index_threshold is None or space.index_name is not None:
+            return
+        with self._store.transaction() as conn:
+            n = conn.execute(sa.text(
+                "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s"),
+                {"c": self._store.corpus, "s": space.space_id, "t": self._index_threshold}).scalar_one()
+        if n >= self._index_threshold:
+            self.build_index()
+
+    def build_index(self) -> str | None:
+        """Create this space's HNSW index (cosine, m 16, ef_construction 64) if it does not exist.
+
+        Returns the index name, or None when the space has no vectors yet. Idempotent and
+        safe when several processes race (a transaction-level advisory lock per space;
+        the loser finds the index built). Runs in one transaction with
+        ``maintenance_work_mem`` raised to hold the graph (up to 2 GB) so the build stays in
+        memory, and PostgreSQL's parallel maintenance workers. ``CREATE INDEX`` blocks
+        writes to the ``embeddings`` table while it runs (≈ 20 s per 100k 384-d vectors
+        here); :meth:`add_all` calls this automatically once a space holds
+        ``index_threshold`` vectors.
+        """
+        corpus = self._store.corpus
+        with self._store.transaction() as conn:
+            dim = self._known_dimension(conn)
+            space = None if dim is None else self._lookup_space(conn, dim)
+            if space is None:
+                return None
+            name = _index_name(space.space_id)
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('tnsrag_db.hnsw', :s))"),
+                         {"s": space.space_id})
+            exists = conn.execute(sa.text(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "JOIN pg_index i ON i.indexrelid = c.oid WHERE n.nspname = :schema AND c.relname = :name "
+                "AND i.indisvalid"), {"schema": self._store.schema, "name": name}).scalar_one_or_none()
+            if exists is None:
+                n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
+                                 {"c": corpus, "s": space.space_id}).scalar_one()
+                # Graph + vectors: dim * 4 bytes plus ≈ 2 m neighbour slots of ~10 bytes per element.
+                need_mb = int(n * (space.dimension * 4 + 2 * HNSW_M * 12 + 64) * 1.3 / 2**20) + 64
+                current_mb = int(conn.execute(sa.text(
+                    "SELECT setting::bigint * (CASE unit WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192 ELSE 1 END) "
+                    "/ 1048576 FROM pg_settings WHERE name = 'maintenance_work_mem'")).scalar_one())
+                mem = max(current_mb, min(need_mb, _MAX_MAINTENANCE_MEM_MB))
+                conn.execute(sa.text(f"SET LOCAL maintenance_work_mem = '{int(mem)}MB'"))
+                conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))  # an invalid leftover of a failed build
+                # Index name, dimension and space id are integers from the database: safe to format in.
+                conn.execute(sa.text(
+                    f"CREATE INDEX {name} ON embeddings USING hnsw ((embedding::vector({space.dimension})) "
+                    f"vector_cosine_ops) WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
+                    f"WHERE space_id = {space.space_id}"))
+            conn.execute(sa.text(
+                "UPDATE embedding_spaces SET index_name = :name WHERE space_id = :s AND index_name IS DISTINCT FROM :name"),
+                {"name": name, "s": space.space_id})
+        self._spaces[space.dimension] = _Space(space.space_id, space.dimension, name)
+        if exists is None:
+            # Fresh statistics, so the planner sizes this space right (a bulk load leaves the
+            # shared table's statistics describing other corpora). A transaction of its own:
+            # ANALYZE inside the build's transaction can deadlock with a concurrent build.
+            with self._store.transaction() as conn:
+                conn.execute(sa.text("ANALYZE embeddings"))
+        return name
+
+    def drop_index(self) -> bool:
+        """Drop this space's HNSW index (searches fall back to exact scans); True when one existed.
+
+        Useful before re-loading a large space (building once is much faster than inserting
+        into a live graph). Takes a brief exclusive lock on the ``embeddings`` table.
+        """
+        with self._store.transaction() as conn:
+            dim = self._known_dimension(conn)
+            space = None if dim is None else self._lookup_space(conn, dim)
+            if space is None:
+                return False
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('tnsrag_db.hnsw', :s))"),
+                         {"s": space.space_id})
+            name = _index_name(space.space_id)
+            existed = conn.execute(sa.text(
+                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = :schema AND c.relname = :name"),
+                {"schema": self._store.schema, "name": name}).first() is not None
+            conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))
+            conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE space_id = :s"),
+                         {"s": space.space_id})
+        self._spaces[space.dimension] = _Space(space.space_id, space.dimension, None)
+        return existed
+
+    # -- search ---------------------------------------------------------------------
+    def _read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run one read-only statement outside an explicit transaction.
+
+        Autocommit saves the BEGIN and COMMIT round trips (a search is one statement;
+        its ``set_config(..., true)`` settings last for that statement only).
+        """
+        try:
+            with self._store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                return list(conn.execute(sa.text(sql), dict(params)).all())
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(f"database error in corpus {self._store.corpus!r}: {exc}") from exc
+
+    def _space_for_query(self, dimension: int) -> _Space | None:
+        cached = self._spaces.get(dimension)
+        if cached is not None and cached.index_name is not None:
+            return cached
+        with self._store.transaction() as conn:
+            return self._lookup_space(conn, dimension)
+
+    def candidates_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
+                       filters: Mapping[str, str] | None = None, min_score: float = 0.0,
+                       prefix: str = "v") -> tuple[str, dict[str, Any]]:
+        """One SELECT of ``(entry_id, score)``, best first (ties by entry id), at most ``k`` rows.
+
+        The statement can be embedded as a CTE body by another statement (Hybrid fuses it
+        with BM25 in one round trip); it carries its own HNSW settings (``set_config`` with
+        ``is_local = true``, so they also hold for the rest of the caller's transaction)
+        and needs no separate ``SET``. ``prefix`` (a short identifier, default ``"v"``)
+        keeps its parameter names and CTE names (``<prefix>_...``) unique. The query
+        vector is validated like stored vectors and must have the space's dimension. May
+        read the space row first (one round trip) unless the space is known to be indexed;
+        returns an empty SELECT when the space does not exist yet.
+        """
+        p = _check_prefix(prefix)
+        k = _check_k(k)
+        min_score = _check_min_score(min_score)
+        validate_filters(filters)
+        vec = self._validate_rows([query_vector], 1)[0]
+        space = self._space_for_query(int(vec.shape[0]))
+        return self._ranking_sql(space, vec, k, filters, min_score, p)
+
+    def _ranking_sql(self, space: _Space | None, vec: npt.NDArray[np.float32], k: int,
+                     filters: Mapping[str, str] | None, min_score: float, p: str) -> tuple[str, dict[str, Any]]:
+        if space is None:
+            return "SELECT NULL::text AS entry_id, NULL::float8 AS score WHERE false", {}
+        predicate, params = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f")
+        filtered = predicate != "TRUE"
+        params.update({f"{p}_c": self._store.corpus, f"{p}_min": min_score})
+        sid, dim = space.space_id, space.dimension
+        # Exact scans are driven by the filter when there is one: the matching entries (from
+        # the entries indexes) each fetch their vector by primary key. The LATERAL with
+        # OFFSET 0 keeps that shape (no hash join over the whole space).
+        if filtered:
+            base = (f"FROM entries {p}_e CROSS JOIN LATERAL (SELECT {p}_y.entry_id, {p}_y.embedding FROM embeddings "
+                    f"{p}_y WHERE {p}_y.corpus = {p}_e.corpus AND {p}_y.space_id = {sid} AND {p}_y.entry_id = {p}_e.id "
+                    f"OFFSET 0) {p}_x WHERE {p}_e.corpus = :{p}_c AND {predicate}")
+        else:
+            base = f"FROM embeddings {p}_x WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}"
+        if not np.any(vec):
+            # A zero query vector scores 0 against everything: ties, broken by entry id.
+            return (f"SELECT {p}_x.entry_id, 0::float8 AS score {base} AND 0::float8 >= :{p}_min "
+                    f"ORDER BY {p}_x.entry_id LIMIT {k}", params)
+        params[f"{p}_q"] = vec
+        exact_score = _SCORE.format(d=f"{p}_x.embedding <=> CAST(:{p}_q AS vector)")
+        # The exact form uses the untyped column, which no HNSW index matches, so the planner
+        # cannot turn it into an approximate scan.
+        exact = (f"SELECT {p}_x.entry_id, {exact_score} AS score {base} "
+                 f"ORDER BY score DESC, {p}_x.entry_id LIMIT {k}")
+        if space.index_name is None:
+            return (f"SELECT entry_id, score FROM ({exact}) {p}_r WHERE score >= :{p}_min "
+                    f"ORDER BY score DESC, entry_id", params)
+        ef = min(_MAX_EF_SEARCH, max(self._ef_search, k, (2 * k if filtered else 0),
+                                     (_FILTERED_MIN_EF if filtered else 0)))
+        # The settings are applied inside the InitPlan that yields the query vector, which
+        # runs before the index scan starts; the index matches the typed expression.
+        qv = (f"(SELECT CASE WHEN set_config('hnsw.ef_search', '{ef}', true) IS NULL "
+              f"OR set_config('hnsw.iterative_scan', 'strict_order', true) IS NULL "
+              f"OR set_config('hnsw.max_scan_tuples', '{_MAX_SCAN_TUPLES}', true) IS NULL "
+              f"THEN NULL ELSE CAST(:{p}_q AS vector({dim})) END)")
+        dist = f"({p}_x.embedding::vector({dim}) <=> {qv})"
+        ctes = []
+        gate = small = ""
+        if filtered:
+            t = self._exact_threshold
+            # The matching ids, up to threshold + 1: counted to choose the path, and the input
+            # of the exact scan when there are few (one pass over the entries, not two).
+            ctes.append(f"{p}_m AS MATERIALIZED (SELECT {p}_e.id FROM entries {p}_e "
+                        f"WHERE {p}_e.corpus = :{p}_c AND {predicate} LIMIT {t + 1})")
+            if set(validate_filters(filters)) <= {"tier", "source"} and len(validate_filters(filters)) == 1:
+                # One btree column: counted from the (corpus, column) index alone (an
+                # index-only scan once the table is vacuumed); the ids are then read only
+                # when the exact branch runs, since a CTE is evaluated on first use.
+                ctes.append(f"{p}_n AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM entries {p}_e "
+                            f"WHERE {p}_e.corpus = :{p}_c AND {predicate} LIMIT {t + 1}) {p}_k)")
+            else:
+                ctes.append(f"{p}_n AS MATERIALIZED (SELECT count(*) AS n FROM {p}_m)")
+            gate = f" AND (SELECT n FROM {p}_n) > {t}"
+            small_score = _SCORE.format(d=f"{p}_y.embedding <=> CAST(:{p}_q AS vector)")
+            # One primary-key scan over the sorted id array (PostgreSQL 17+ walks the leaf
+            # pages for it instead of descending once per id).
+            small = (f"SELECT {p}_y.entry_id, {small_score} AS score FROM embeddings {p}_y "
+                     f"WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid} "
+                     f"AND {p}_y.entry_id = ANY(ARRAY(SELECT id FROM {p}_m ORDER BY id)) "
+                     f"AND (SELECT n FROM {p}_n) <= {t} ORDER BY score DESC, {p}_y.entry_id LIMIT {k}")
+        # The HNSW scan drives: the filter is a per-row subquery on the entry's primary key,
+        # which PostgreSQL cannot turn into a join, so the only plan is the ordered index
+        # scan (iterative, strict order) checked row by row until k rows pass.
+        check = (f" AND coalesce((SELECT {predicate} FROM entries {p}_e WHERE {p}_e.corpus = {p}_x.corpus "
+                 f"AND {p}_e.id = {p}_x.entry_id), false)" if filtered else "")
+        ctes.append(f"{p}_h AS MATERIALIZED (SELECT {p}_x.entry_id, {dist} AS d FROM embeddings {p}_x "
+                    f"WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}{check}{gate} "
+                    f"ORDER BY {p}_x.embedding::vector({dim}) <=> {qv} LIMIT {k})")
+        # HNSW never returns zero vectors (unindexable under cosine), which score 0: when the
+        # k-th HNSW row does not score above 0 and min_score admits 0, the exact scan decides.
+        ok = f"(SELECT count(*) FROM {p}_h WHERE d < 1 OR :{p}_min > 0) >= {k}"
+        # Exactly one branch yields rows: the small exact scan (few matches), the HNSW rows
+        # (enough of them), or the full exact scan (HNSW fell short).
+        fallback = f"SELECT entry_id, score FROM ({exact}) {p}_xx WHERE NOT ({ok}){gate}"
+        branches = [f"SELECT entry_id, {_SCORE.format(d='d')} AS score FROM {p}_h WHERE {ok}", fallback]
+        if small:
+            branches.append(f"SELECT entry_id, score FROM ({small}) {p}_s")
+        sql = (f"WITH {', '.join(ctes)} SELECT entry_id, score FROM ({' UNION ALL '.join(branches)}) {p}_u "
+               f"WHERE score >= :{p}_min ORDER BY score DESC, entry_id")
+        return sql, params
+
+    def search(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+               min_score: float = 0.0) -> list[tuple[str, float]]:
+        """The ``k`` entries most similar to ``query``: ``(entry id, cosine)`` pairs, best first.
+
+        ``filters`` are exact metadata filters applied before top-K; ``min_score`` is
+        inclusive. Raises :class:`ValidationError` for bad arguments and what the
+        embedding function raises.
+        """
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        k = _check_k(k)
+        min_score = _check_min_score(min_score)
+        validate_filters(filters)
+        vec = self.embed_query(query)
+        space = self._space_for_query(int(vec.shape[0]))
+        if space is None:
+            return []
+        sql, params = self._ranking_sql(space, vec, k, filters, min_score, "v")
+        return [(r.entry_id, float(r.score)) for r in self._read(sql, params)]
+
+    def search_rows(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                    min_score: float = 0.0, columns: str = "") -> list[Any]:
+        """Like :meth:`search` but returns rows joined with their entries in the same statement.
+
+        Each row has ``score`` plus ``columns`` (entry columns on alias ``e``, a code
+        constant such as :data:`tnsrag_db.strategies.base.ENTRY_COLUMNS`).
+        """
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        k = _check_k(k)
+        min_score = _check_min_score(min_score)
+        validate_filters(filters)
+        vec = self.embed_query(query)
+        space = self._space_for_query(int(vec.shape[0]))
+        if space is None:
+            return []
+        sql, params = self._ranking_sql(space, vec, k, filters, min_score, "v")
+        cols = f"{columns}, " if columns else "e.id AS entry_id, "
+        stmt = (f"WITH r AS ({sql}) SELECT {cols}r.score FROM r JOIN entries e ON e.corpus = :v_c "
+                f"AND e.id = r.entry_id ORDER BY r.score DESC, e.id")
+        return self._read(stmt, params)

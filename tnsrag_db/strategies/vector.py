@@ -1,0 +1,51 @@
+"""``VectorRAGStrategy``: cosine similarity over a :class:`VectorMemoryStore`.
+
+One statement per retrieve: the ranking (exact or HNSW, chosen inside the statement; see
+:mod:`tnsrag_db.indexes.vector`) joined with the entry rows the documents are built from.
+Metadata filters and ``min_score`` (inclusive) apply in SQL before top-K.
+"""
+
+from __future__ import annotations
+
+from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context
+from tnsrag_db.types import RAGContext, RetrievedDocument
+
+__all__ = ["VectorRAGStrategy"]
+
+
+class VectorRAGStrategy:
+    """Retrieves the entries most similar to the query by cosine similarity (score in [-1, 1]).
+
+    Results carry ``tier``, ``entryId``, ``source`` (when set) and the entry's own
+    metadata. Raises :class:`ConfigurationError` when ``vectors`` is not a
+    :class:`VectorMemoryStore`; ``retrieve`` raises :class:`ValidationError` for a bad
+    query or context and whatever the embedding function raises.
+    """
+
+    def __init__(self, vectors: VectorMemoryStore) -> None:
+        if not isinstance(vectors, VectorMemoryStore):
+            raise ConfigurationError(f"vectors must be a VectorMemoryStore, got {type(vectors).__name__}")
+        self._vectors = vectors
+
+    @property
+    def name(self) -> str:
+        """``"vector"``."""
+        return "vector"
+
+    @property
+    def vectors(self) -> VectorMemoryStore:
+        """The vector store this strategy searches."""
+        return self._vectors
+
+    def __repr__(self) -> str:
+        return f"VectorRAGStrategy({self._vectors!r})"
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """At most ``context.max_results`` documents scoring ≥ ``context.min_score``, best first."""
+        ctx = resolve_context(context)
+        text = check_query(query)
+        rows = self._vectors.search_rows(text, ctx.max_results, filters=ctx.metadata_filters,
+                                         min_score=ctx.min_score, columns=ENTRY_COLUMNS)
+        return [document_from_row(row, float(row.score)) for row in rows]
