@@ -37,6 +37,7 @@ import hashlib
 import math
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,8 @@ __all__ = [
 
 #: Default ``hnsw.ef_search`` of unfiltered queries (recall@10 ≈ 0.97-0.99 on the 100k benchmark corpus).
 DEFAULT_EF_SEARCH = 100
+#: Seconds a query trusts its cached "no HNSW index yet" state of a space.
+SPACE_RECHECK_SECONDS = 5.0
 #: Default number of matching entries up to which a filtered query is answered exactly.
 #: Exact through the filter costs ≈ 5 µs per match (random heap reads of the vectors;
 #: 1,000 matches ≈ 5 ms), HNSW with iterative scan about k / selectivity graph visits,
@@ -171,6 +174,7 @@ class VectorMemoryStore:
         self._lock = threading.Lock()
         self._dimension: int | None = self._embedding.dimension
         self._spaces: dict[int, _Space] = {}
+        self._space_checked: dict[int, float] = {}
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -519,10 +523,17 @@ class VectorMemoryStore:
 
     def _space_for_query(self, dimension: int) -> _Space | None:
         cached = self._spaces.get(dimension)
-        if cached is not None and cached.index_name is not None:
+        now = time.monotonic()
+        # An indexed space never changes; an unindexed one is re-read at most every few
+        # seconds (another process may build its index meanwhile: until then queries
+        # take the exact path, which is correct, only slower), so a query is one round trip.
+        if cached is not None and (cached.index_name is not None
+                                   or now - self._space_checked.get(dimension, 0.0) < SPACE_RECHECK_SECONDS):
             return cached
         with self._store.transaction() as conn:
-            return self._lookup_space(conn, dimension)
+            space = self._lookup_space(conn, dimension)
+        self._space_checked[dimension] = now
+        return space
 
     def candidates_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
                        filters: Mapping[str, str] | None = None, min_score: float = 0.0,

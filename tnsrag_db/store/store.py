@@ -115,12 +115,17 @@ def _row_to_entry(row: Any) -> MemoryEntry:
 _STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_entries (ord int PRIMARY KEY, id text NOT NULL, "
     "content text NOT NULL, tier text NOT NULL, source text, parent_id text, ts timestamptz, metadata jsonb NOT NULL, "
-    "content_hash bytea NOT NULL) ON COMMIT DELETE ROWS",
+    "content_hash bytea NOT NULL, doc_len int NOT NULL DEFAULT 0, state char(1)) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_extras (ord int NOT NULL, term text NOT NULL) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_terms (ord int NOT NULL, lexeme text NOT NULL, tf int NOT NULL) "
+    "ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_df (lexeme text NOT NULL, delta int NOT NULL) ON COMMIT DELETE ROWS",
 )
-_STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_extras", "tnsrag_stage_df")
+#: Batches at least this large ANALYZE their stage tables before the set-based steps.
+_ANALYZE_STAGE_ROWS = 1000
+_STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_extras", "tnsrag_stage_terms",
+                 "tnsrag_stage_df")
 
 # Applies df deltas in lexeme order: every writer locks bm25_df rows in the same order
 # (after its entry rows, before its bm25_stats row), so concurrent writers cannot deadlock.
@@ -275,58 +280,90 @@ class Store:
         if progress is not None:
             progress(len(batch))
         c = {"c": self._corpus}
-        inserted = set(conn.execute(sa.text(
-            "INSERT INTO entries (corpus, id, content, tier, source, parent_id, ts, metadata, content_hash) "
-            "SELECT :c, id, content, tier, source, parent_id, ts, metadata, content_hash "
-            "FROM tnsrag_stage_entries ORDER BY id ON CONFLICT (corpus, id) DO NOTHING RETURNING id"), c).scalars())
+        large = len(batch) >= _ANALYZE_STAGE_ROWS
+        # Temp tables get no statistics on their own; without row counts the planner
+        # picks nested loops that are quadratic in the batch size.
+        if large:
+            for table in _STAGE_TABLES[:3]:
+                conn.execute(sa.text(f"ANALYZE {table}"))
+        # Terms and document lengths first, so entries are inserted with their final
+        # doc_len (no second write of every new row). Every later step joins the stage
+        # tables instead of passing id arrays: ``= ANY(array)`` over a large array is
+        # quadratic as well.
+        conn.execute(sa.text(f"INSERT INTO tnsrag_stage_terms (ord, lexeme, tf) {STAGED_TERMS_SQL}"), {"cfg": cfg})
+        conn.execute(sa.text(
+            "UPDATE tnsrag_stage_entries s SET doc_len = l.doc_len "
+            "FROM (SELECT ord, sum(tf)::int AS doc_len FROM tnsrag_stage_terms GROUP BY ord) l WHERE s.ord = l.ord"))
+        inserted_count = conn.execute(sa.text(
+            "WITH ins AS (INSERT INTO entries (corpus, id, content, tier, source, parent_id, ts, metadata, "
+            "content_hash, doc_len) SELECT :c, id, content, tier, source, parent_id, ts, metadata, content_hash, "
+            "doc_len FROM tnsrag_stage_entries ORDER BY id ON CONFLICT (corpus, id) DO NOTHING RETURNING id), "
+            "marked AS (UPDATE tnsrag_stage_entries s SET state = 'i' FROM ins WHERE s.id = ins.id RETURNING 1) "
+            "SELECT count(*) FROM marked"), c).scalar_one()
         report = WriteReport()
         old_len = 0
-        if len(inserted) < len(batch):
+        if inserted_count < len(batch):
             # Lock the existing rows (in id order, so concurrent batches cannot deadlock)
             # and compare: identical hash = unchanged.
             rows = conn.execute(sa.text(
-                "SELECT e.id, e.content_hash = s.content_hash AS same, e.content <> s.content AS text_changed, "
+                "SELECT e.id, s.ord, e.content_hash = s.content_hash AS same, e.content <> s.content AS text_changed, "
                 "e.doc_len FROM entries e JOIN tnsrag_stage_entries s ON e.corpus = :c AND e.id = s.id "
-                "WHERE NOT (e.id = ANY(:ins)) ORDER BY e.id FOR UPDATE OF e"),
-                {**c, "ins": list(inserted)}).all()
+                "WHERE s.state IS NULL ORDER BY e.id FOR UPDATE OF e"), c).all()
+            ords: list[int] = []
+            states: list[str] = []
             for row in rows:
                 if row.same:
                     report.unchanged.append(row.id)
+                    state = "n"
+                elif row.text_changed:
+                    report.updated.append(row.id)
+                    report.content_changed.append(row.id)
+                    old_len += row.doc_len
+                    state = "c"
                 else:
                     report.updated.append(row.id)
-                    if row.text_changed:
-                        report.content_changed.append(row.id)
-                        old_len += row.doc_len
-        order = {e.id: i for i, e in enumerate(batch)}
-        report.inserted = sorted(inserted, key=order.__getitem__)
+                    state = "u"
+                ords.append(row.ord)
+                states.append(state)
+            if ords:
+                conn.execute(sa.text(
+                    "UPDATE tnsrag_stage_entries s SET state = v.state "
+                    "FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[])) AS v(ord, state) WHERE s.ord = v.ord"),
+                    {"ords": ords, "states": states})
+        if large:  # the states are set now, and the steps below filter on them
+            conn.execute(sa.text("ANALYZE tnsrag_stage_entries (ord, id, state)"))
+            conn.execute(sa.text("ANALYZE tnsrag_stage_terms"))
+        report.inserted = list(conn.execute(sa.text(
+            "SELECT id FROM tnsrag_stage_entries WHERE state = 'i' ORDER BY ord")).scalars())
         if report.updated:
             conn.execute(sa.text(
                 "UPDATE entries e SET content = s.content, tier = s.tier, source = s.source, parent_id = s.parent_id, "
-                "ts = s.ts, metadata = s.metadata, content_hash = s.content_hash, updated_at = now() "
-                "FROM tnsrag_stage_entries s WHERE e.corpus = :c AND e.id = s.id AND e.id = ANY(:ids)"),
-                {**c, "ids": report.updated})
+                "ts = s.ts, metadata = s.metadata, content_hash = s.content_hash, "
+                "doc_len = CASE WHEN s.state = 'c' THEN s.doc_len ELSE e.doc_len END, updated_at = now() "
+                "FROM tnsrag_stage_entries s WHERE e.corpus = :c AND e.id = s.id AND s.state IN ('u', 'c')"), c)
         if report.content_changed:
-            params = {**c, "ids": report.content_changed}
             conn.execute(sa.text(
-                "WITH d AS (DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids) RETURNING lexeme) "
-                "INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme"), params)
+                "WITH d AS (DELETE FROM bm25_postings p USING tnsrag_stage_entries s "
+                "  WHERE p.corpus = :c AND p.entry_id = s.id AND s.state = 'c' RETURNING p.lexeme) "
+                "INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme"), c)
             # Stale vectors must not outlive the text they were computed from.
-            conn.execute(sa.text("DELETE FROM embeddings WHERE corpus = :c AND entry_id = ANY(:ids)"), params)
-        fresh = [order[i] for i in report.inserted] + [order[i] for i in report.content_changed]
+            conn.execute(sa.text("DELETE FROM embeddings x USING tnsrag_stage_entries s "
+                                 "WHERE x.corpus = :c AND x.entry_id = s.id AND s.state = 'c'"), c)
+        fresh = len(report.inserted) + len(report.content_changed)
         new_len = 0
         if fresh:
+            conn.execute(sa.text(
+                "INSERT INTO bm25_postings (corpus, lexeme, entry_id, tf, doc_len) "
+                "SELECT :c, t.lexeme, s.id, t.tf, s.doc_len FROM tnsrag_stage_terms t "
+                "JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c') "
+                # In primary-key order: btree inserts then touch each leaf page once.
+                "ORDER BY t.lexeme, s.id"), c)
             new_len = conn.execute(sa.text(
-                f"WITH terms AS ({STAGED_TERMS_SQL}), "
-                "wanted AS (SELECT t.* FROM terms t WHERE t.ord = ANY(:ords)), "
-                "lens AS (SELECT ord, sum(tf)::int AS doc_len FROM wanted GROUP BY ord), "
-                "ins AS (INSERT INTO bm25_postings (corpus, lexeme, entry_id, tf, doc_len) "
-                "  SELECT :c, w.lexeme, s.id, w.tf, l.doc_len FROM wanted w JOIN lens l USING (ord) "
-                "  JOIN tnsrag_stage_entries s USING (ord) RETURNING lexeme), "
-                "dfs AS (INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, count(*) FROM ins GROUP BY lexeme), "
-                "upd AS (UPDATE entries e SET doc_len = coalesce(l.doc_len, 0) FROM tnsrag_stage_entries s "
-                "  LEFT JOIN lens l USING (ord) WHERE s.ord = ANY(:ords) AND e.corpus = :c AND e.id = s.id) "
-                "SELECT coalesce(sum(doc_len), 0) FROM lens"), {**c, "cfg": cfg, "ords": fresh}).scalar_one()
-        if fresh or report.content_changed:
+                "WITH dfs AS (INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT t.lexeme, count(*) "
+                "  FROM tnsrag_stage_terms t JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c') "
+                "  GROUP BY t.lexeme) "
+                "SELECT coalesce(sum(doc_len), 0) FROM tnsrag_stage_entries WHERE state IN ('i', 'c')")).scalar_one()
+        if fresh:
             conn.execute(sa.text(_APPLY_DF_SQL.format(source="tnsrag_stage_df")), {**c, "shard": _stat_shard()})
         self._bump_stats(conn, len(report.inserted), int(new_len) - old_len)
         return report

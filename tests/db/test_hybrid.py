@@ -1,0 +1,138 @@
+"""Hybrid retrieval: RRF over BM25, vector and the optional graph stream, filters before top-K."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+
+from tnsrag_db import (
+    BM25Index,
+    ConfigurationError,
+    Edge,
+    GraphRAGStrategy,
+    GraphStore,
+    HybridMemoryRetriever,
+    HybridRAGStrategy,
+    KeywordRAGStrategy,
+    MemoryEntry,
+    MemoryTier,
+    RAGContext,
+    VectorMemoryStore,
+    VectorRAGStrategy,
+)
+from tnsrag_db.store.store import Store
+
+WORDS = ["agent", "memory", "vector", "keyword", "graph", "time", "tree", "query"]
+
+
+def _embedding(text: str) -> list[float]:
+    lowered = text.lower()
+    return [float(lowered.count(w)) + 0.01 * i for i, w in enumerate(WORDS)]
+
+
+def _corpus(store: Store) -> tuple[BM25Index, VectorMemoryStore]:
+    vectors = VectorMemoryStore(store, _embedding)
+    entries = [
+        MemoryEntry("a", "agent memory agent", MemoryTier.SEMANTIC),
+        MemoryEntry("b", "memory vector graph", MemoryTier.WORKING),
+        MemoryEntry("c", "agent keyword query", MemoryTier.SEMANTIC, metadata={"tenant": "acme"}),
+        MemoryEntry("d", "time tree memory memory", MemoryTier.EPISODIC),
+        MemoryEntry("e", "graph graph tree", MemoryTier.SEMANTIC),
+        MemoryEntry("f", "agent memory vector keyword", MemoryTier.WORKING, metadata={"tenant": "acme"}),
+    ]
+    vectors.add_all(entries)
+    return BM25Index(store), vectors
+
+
+def _expected(*rankings: list[str], k: int = 60) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, entry_id in enumerate(ranking, start=1):
+            scores[entry_id] = scores.get(entry_id, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def _ids(docs: list) -> list[str]:  # type: ignore[type-arg]
+    return [d.metadata["entryId"] for d in docs]
+
+
+def test_fused_scores_are_exact_rrf_sums(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    hybrid = HybridRAGStrategy(keywords, vectors)
+    assert hybrid.name == "hybrid"
+    pool = RAGContext(50)
+    kw = _ids(KeywordRAGStrategy(keywords).retrieve("agent memory", pool))
+    vec = _ids(VectorRAGStrategy(vectors).retrieve("agent memory", pool.with_min_score(-1.0)))
+    expected = _expected(kw, vec)
+    docs = hybrid.retrieve("agent memory", RAGContext(6))
+    assert {d.metadata["entryId"]: d.score for d in docs} == {i: expected[i] for i in _ids(docs)}
+    ordered = sorted(expected.items(), key=lambda kv: -kv[1])
+    assert [d.score for d in docs] == [s for _, s in ordered][: len(docs)]
+    assert all(d.metadata["tier"] in {"SEMANTIC", "WORKING", "EPISODIC"} for d in docs)
+
+
+def test_filters_apply_before_top_k_in_both_streams(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    hybrid = HybridRAGStrategy(keywords, vectors)
+    docs = hybrid.retrieve("agent memory", RAGContext(1, 0.0, {"tier": "WORKING"}))
+    assert len(docs) == 1 and docs[0].metadata["tier"] == "WORKING"
+    assert _ids(hybrid.retrieve("agent", RAGContext(10, 0.0, {"tenant": "acme"}))) == ["c", "f"] or set(
+        _ids(hybrid.retrieve("agent", RAGContext(10, 0.0, {"tenant": "acme"})))) == {"c", "f"}
+    assert hybrid.retrieve("agent", RAGContext(10, 0.0, {"nobody": "x"})) == []
+    # min_score is inclusive on the fused score
+    top = hybrid.retrieve("agent memory", RAGContext(10))
+    assert hybrid.retrieve("agent memory", RAGContext(10, top[0].score)) == top[:1]
+
+
+def test_both_streams_run_in_one_statement(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    hybrid = HybridRAGStrategy(keywords, vectors)
+    hybrid.retrieve("agent memory")  # warm: the vector space lookup is cached after the first query
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            statements.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        hybrid.retrieve("agent memory", RAGContext(3))
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", record)
+    assert len(statements) == 1, statements
+
+
+def test_graph_stream_is_a_third_ranking_and_none_keeps_two(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    graph_store = GraphStore(store)
+    graph_store.add_edges([Edge("a", "e"), Edge("e", "d")])
+    G = GraphRAGStrategy
+    graph = G("test", graph_store, None, G.DEFAULT_MAX_DEPTH, G.DEFAULT_DEPTH_DECAY, G.DEFAULT_MAX_VISITED_NODES)
+    with_graph = HybridRAGStrategy(keywords, vectors, graph)
+    without = HybridRAGStrategy(keywords, vectors, None)
+    pool = RAGContext(50)
+    kw = _ids(KeywordRAGStrategy(keywords).retrieve("agent memory", pool))
+    vec = _ids(VectorRAGStrategy(vectors).retrieve("agent memory", pool.with_min_score(-1.0)))
+    gr = _ids(graph.retrieve("agent memory", pool))
+    assert "e" in gr  # reached through the edge a -> e
+    three = {d.metadata["entryId"]: d.score for d in with_graph.retrieve("agent memory", RAGContext(10))}
+    two = {d.metadata["entryId"]: d.score for d in without.retrieve("agent memory", RAGContext(10))}
+    assert three == {i: s for i, s in _expected(kw, vec, gr).items() if i in three}
+    assert two == {i: s for i, s in _expected(kw, vec).items() if i in two}
+    assert len(two) == len(set(kw) | set(vec))  # not vector-only
+
+
+def test_retriever_form_and_validation(make_store: Callable[..., Store], store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    retriever = HybridMemoryRetriever(keywords, vectors, candidates=2)
+    docs = HybridRAGStrategy(retriever).retrieve("agent memory", RAGContext(10))
+    assert 1 <= len(docs) <= 4  # each stream contributes at most 2 candidates
+    other = make_store()
+    with pytest.raises(ConfigurationError):
+        HybridMemoryRetriever(BM25Index(other), vectors)
+    with pytest.raises(ConfigurationError):
+        HybridRAGStrategy(keywords)  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError):
+        HybridMemoryRetriever(keywords, vectors, rrf_k=0)
