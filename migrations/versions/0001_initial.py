@@ -57,6 +57,7 @@ def upgrade() -> None:
     op.create_index("ix_entries_corpus_source", "entries", ["corpus", "source"], schema=s)
     op.create_index("ix_entries_corpus_parent_id", "entries", ["corpus", "parent_id"], schema=s)
     op.create_index("ix_entries_corpus_ts", "entries", ["corpus", "ts"], schema=s)
+    op.execute(f"CREATE STATISTICS {s}.st_entries_corpus_tier (dependencies, mcv) ON corpus, tier FROM {s}.entries")
     op.create_index("ix_entries_metadata", "entries", ["metadata"], schema=s, postgresql_using="gin",
                     postgresql_ops={"metadata": "jsonb_path_ops"})
     op.create_table(
@@ -90,6 +91,10 @@ def upgrade() -> None:
         schema=s,
     )
     op.create_index("ix_embeddings_corpus_entry_id", "embeddings", ["corpus", "entry_id"], schema=s)
+    # Corpora share one table: without these the planner takes a small corpus's (or
+    # space's) row count from the whole table and picks full sorts over indexes.
+    op.execute(f"CREATE STATISTICS {s}.st_embeddings_corpus_space (dependencies, mcv) ON corpus, space_id "
+               f"FROM {s}.embeddings")
     op.create_table(
         "bm25_postings",
         sa.Column("corpus", sa.Text(), nullable=False),

@@ -341,3 +341,26 @@ def test_large_batches_are_written_in_parts_of_one_transaction(store: Store,
     with pytest.raises(EmbeddingValidationError):  # rejected before the first part is written
         vectors.add_all(bad, embeddings=np.vstack([rows[:15], [[np.nan, 0, 0]]]))
     assert store.count() == 26
+
+
+def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: ignore[no-untyped-def]
+    import sqlalchemy as sa
+
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db.store.schema import hnsw_index_name
+    from tnsrag_db.types import MemoryEntry
+
+    store = make_store()
+    vectors = VectorMemoryStore(store, lambda text: [1.0, float(len(text))], index_threshold=None)
+    vectors.add_all([MemoryEntry(f"e{i}", "x" * i) for i in range(1, 20)])
+    name = vectors.build_index()
+    assert name is not None
+
+    def exists() -> bool:
+        with store.transaction() as conn:
+            return conn.execute(sa.text("SELECT to_regclass(:n) IS NOT NULL"),
+                                {"n": f"{store.schema}.{name}"}).scalar_one()
+
+    assert exists() and name.startswith("ix_embeddings_hnsw_") and name == hnsw_index_name(int(name.rsplit("_", 1)[1]))
+    store.drop_corpus()
+    assert not exists()

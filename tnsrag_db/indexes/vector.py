@@ -50,6 +50,7 @@ from sqlalchemy.engine import Connection
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db.errors import ConfigurationError, DatabaseError, EmbeddingValidationError, ValidationError
 from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry, validate_filters
 
@@ -101,8 +102,7 @@ class _Space:
     index_name: str | None
 
 
-def _index_name(space_id: int) -> str:
-    return f"ix_embeddings_hnsw_{int(space_id)}"
+
 
 
 def _check_prefix(prefix: str) -> str:
@@ -449,7 +449,7 @@ class VectorMemoryStore:
             space = None if dim is None else self._lookup_space(conn, dim)
             if space is None:
                 return None
-            name = _index_name(space.space_id)
+            name = hnsw_index_name(space.space_id)
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('tnsrag_db.hnsw', :s))"),
                          {"s": space.space_id})
             exists = conn.execute(sa.text(
@@ -497,7 +497,7 @@ class VectorMemoryStore:
                 return False
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('tnsrag_db.hnsw', :s))"),
                          {"s": space.space_id})
-            name = _index_name(space.space_id)
+            name = hnsw_index_name(space.space_id)
             existed = conn.execute(sa.text(
                 "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = :schema AND c.relname = :name"),

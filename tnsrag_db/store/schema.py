@@ -43,6 +43,7 @@ __all__ = [
     "embedding_spaces",
     "embeddings",
     "entries",
+    "hnsw_index_name",
     "metadata",
 ]
 
@@ -114,6 +115,11 @@ embedding_spaces = Table(
     ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
     CheckConstraint("dimension BETWEEN 1 AND 16000", name="dimension"),
 )
+
+def hnsw_index_name(space_id: int) -> str:
+    """Name of the HNSW index the library builds for embedding space ``space_id``."""
+    return f"ix_embeddings_hnsw_{int(space_id)}"
+
 
 embeddings = Table(
     "embeddings",

@@ -26,7 +26,7 @@ from tnsrag_db.store import migrate
 from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.store.schema import DEFAULT_SCHEMA
+from tnsrag_db.store.schema import DEFAULT_SCHEMA, hnsw_index_name
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 __all__ = ["BM25_STAT_SHARDS", "IngestCounts", "Store", "WriteReport", "connect"]
@@ -461,6 +461,10 @@ class Store:
         """
         with self.transaction() as conn:
             conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c FOR UPDATE"), {"c": self._corpus})
+            # The per-space HNSW indexes are partial indexes of the shared embeddings table.
+            for space_id in conn.execute(sa.text("SELECT space_id FROM embedding_spaces WHERE corpus = :c"),
+                                         {"c": self._corpus}).scalars():
+                conn.execute(sa.text(f"DROP INDEX IF EXISTS {hnsw_index_name(space_id)}"))
             conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
             conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
         self._corpus_ready = False
