@@ -102,9 +102,6 @@ class _Space:
     index_name: str | None
 
 
-
-
-
 def _check_prefix(prefix: str) -> str:
     if not isinstance(prefix, str) or not prefix.isidentifier() or not prefix.isascii() or len(prefix) > 20:
         raise ConfigurationError(f"prefix must be a short ASCII identifier, got {prefix!r}")
