@@ -120,3 +120,19 @@ def test_cli_db_commands(fresh_db_url: URL) -> None:
     assert res.exit_code == 0, res.output
     res = runner.invoke(main_group, ["db", "sql", "--range", "base:head"])
     assert "CREATE TABLE tnsrag.corpora" in res.output
+
+
+def test_alembic_cli_from_the_source_checkout(fresh_db_url: URL) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    url = _url(fresh_db_url)
+    run = subprocess.run([sys.executable, "-m", "alembic", "-x", f"url={url}", "upgrade", "head"], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
+    run = subprocess.run([sys.executable, "-m", "alembic", "-x", f"url={url}", "current"], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert migrate.head_revision() in run.stdout
