@@ -33,8 +33,11 @@ import numpy.typing as npt
 import sqlalchemy as sa
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, Corpus, generate_corpus
+from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
 from tnsrag_db.store.store import connect
+from tnsrag_db.strategies.hybrid import HybridRAGStrategy
+from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 from tnsrag_db.strategies.vector import VectorRAGStrategy
 from tnsrag_db.types import RAGContext
 
@@ -121,10 +124,6 @@ def main() -> None:
     base = connect(args.url, corpus=f"bench_vector_{args.n}", auto_migrate=True)
     store = base
     with store.transaction() as conn:
-        # Deleting a corpus leaves its spaces' partial HNSW indexes behind: drop them first.
-        for name in conn.execute(sa.text("SELECT index_name FROM embedding_spaces WHERE corpus = :c "
-                                         "AND index_name IS NOT NULL"), {"c": store.corpus}).scalars():
-            conn.execute(sa.text(f'DROP INDEX IF EXISTS "{name}"'))
         workers = int(conn.execute(sa.text("SHOW max_parallel_maintenance_workers")).scalar_one())
     store.drop_corpus()
     # The index is built explicitly below (add_all would build it itself at the end) so
@@ -250,6 +249,29 @@ def main() -> None:
         rows.append((f"filtered {label} recall@{K}; rows == min(k, matches)", f"{frecall:.3f}; {full}",
                      f"{np.mean([len(set(r) & set(x)) / max(1, len(x)) for r, x in zip(fres, fexact)]):.3f}; "
                      f"avg {shortfall:.2f} rows", "", ">= 0.99; True"))
+
+    # -- hybrid vs its two streams, on text queries ---------------------------------
+    # 2-3 words of a random entry as the text, a corpus-like vector as its embedding:
+    # both streams have matches. Same queries for all three strategies.
+    rng = np.random.default_rng(args.seed + 3)
+    texts: list[str] = []
+    for i in range(args.queries):
+        words = corpus.entries[int(rng.integers(0, args.n))].content.split()
+        text = " ".join(rng.choice(words, size=int(rng.integers(2, 4)), replace=False).tolist())
+        texts.append(text)
+        lookup.extra[text] = queries[i]
+    keyword = KeywordRAGStrategy(BM25Index(store))
+    hybrid = HybridRAGStrategy(BM25Index(store), vectors)
+    medians: dict[str, float] = {}
+    for name, strat in (("keyword", keyword), ("vector", strategy), ("hybrid", hybrid)):
+        for text in texts[:20]:  # warm-up
+            strat.retrieve(text, RAGContext(max_results=K))
+        medians[name] = ms([timed(lambda t=t: strat.retrieve(t, RAGContext(max_results=K)))[0] for t in texts])
+    rows.append((f"keyword / vector top-{K} median ms (text queries)", f"{medians['keyword']:.2f} / "
+                 f"{medians['vector']:.2f}", "", "", "report"))
+    rows.append((f"hybrid top-{K} median ms vs keyword + vector", f"{medians['hybrid']:.2f}",
+                 f"{medians['keyword'] + medians['vector']:.2f}",
+                 f"{medians['hybrid'] / (medians['keyword'] + medians['vector']):.2f}x", "<= 1.3x"))
 
     with store.transaction() as conn:
         conn.execute(sa.text("DROP TABLE IF EXISTS public.bench_vector_bare"))

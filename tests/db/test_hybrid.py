@@ -136,3 +136,18 @@ def test_retriever_form_and_validation(make_store: Callable[..., Store], store: 
         HybridRAGStrategy(keywords)  # type: ignore[call-arg]
     with pytest.raises(ConfigurationError):
         HybridMemoryRetriever(keywords, vectors, rrf_k=0)
+
+
+def test_sql_fusion_equals_python_fusion(store: Store) -> None:
+    from tnsrag_db.fusion import reciprocal_rank_fusion
+
+    keywords, vectors = _corpus(store)
+    retriever = HybridMemoryRetriever(keywords, vectors)
+    for query in ("agent memory", "graph tree", "keyword", "time"):
+        for ctx in (RAGContext(3), RAGContext(10), RAGContext(10, 0.02), RAGContext(5, 0.0, {"tier": "SEMANTIC"})):
+            kw, vec = retriever.rankings(query, ctx)
+            expected = [d for d in reciprocal_rank_fusion(kw, vec) if d.score >= ctx.min_score][: ctx.max_results]
+            got = retriever.fused(query, ctx)
+            assert [(d.metadata["entryId"], d.score) for d in got] == [
+                (d.metadata["entryId"], d.score) for d in expected]
+            assert [dict(d.metadata) for d in got] == [dict(d.metadata) for d in expected]

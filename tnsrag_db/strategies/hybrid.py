@@ -87,6 +87,39 @@ class HybridMemoryRetriever:
         vector_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 2]
         return keyword_docs, vector_docs
 
+    def fused(self, query: str, context: RAGContext) -> list[RetrievedDocument]:
+        """BM25 + vector fused with RRF inside the database, in one statement.
+
+        Only the final ``max_results`` rows are read from ``entries``. Scores and order
+        equal :func:`~tnsrag_db.fusion.reciprocal_rank_fusion` over :meth:`rankings`: the
+        sum of two float8 terms is exact whatever the order, and ties go to the best
+        single-stream rank, then the entry id.
+        """
+        pool = self.pool_size(context.max_results)
+        filters = context.metadata_filters
+        kw_sql, kw_params = self.keywords.candidates_sql(query, pool, filters=filters, min_score=0.0, prefix="hk")
+        vec_sql, vec_params = self.vectors.candidates_sql(
+            self.vectors.embed_query(query), pool, filters=filters, min_score=-1.0, prefix="hv")
+        store = self.vectors.store
+        sql = (
+            f"WITH hk_r AS ({kw_sql}), hv_r AS ({vec_sql}), "
+            "ranked AS ("
+            "  SELECT entry_id, row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hk_r "
+            "  UNION ALL "
+            "  SELECT entry_id, row_number() OVER (ORDER BY score DESC, entry_id) FROM hv_r), "
+            "fused AS (SELECT entry_id, sum(1.0::float8 / (CAST(:h_k AS float8) + rank)) AS score, "
+            "  min(rank) AS best FROM ranked GROUP BY entry_id) "
+            f"SELECT f.score, {ENTRY_COLUMNS} FROM fused f "
+            "JOIN entries e ON e.corpus = :h_c AND e.id = f.entry_id "
+            "WHERE f.score >= CAST(:h_min AS float8) "
+            "ORDER BY f.score DESC, f.best, f.entry_id LIMIT :h_lim"
+        )
+        params: dict[str, Any] = {**kw_params, **vec_params, "h_c": store.corpus, "h_k": self.rrf_k,
+                                  "h_min": context.min_score, "h_lim": context.max_results}
+        with store.transaction() as conn:
+            rows = conn.execute(sa.text(sql), params).all()
+        return [document_from_row(r, float(r.score)) for r in rows]
+
 
 class HybridRAGStrategy:
     """Hybrid retrieval; ``name == "hybrid"``.
@@ -129,6 +162,8 @@ class HybridRAGStrategy:
         """Fused results, best first; ``min_score`` applies to the RRF score (inclusive)."""
         query = check_query(query)
         ctx = resolve_context(context)
+        if self._graph is None:
+            return self._retriever.fused(query, ctx)
         keyword_docs, vector_docs = self._retriever.rankings(query, ctx)
         rankings: list[Sequence[RetrievedDocument]] = [keyword_docs, vector_docs]
         if self._graph is not None:
