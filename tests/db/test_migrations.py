@@ -29,7 +29,9 @@ def _tables(url: URL) -> dict[str, set[str]]:
         with engine.connect() as conn:
             rows = conn.execute(sa.text(
                 "SELECT table_schema, table_name FROM information_schema.tables "
-                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')")).all()
+                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') "
+                # the write path's per-session temp tables are not schema objects
+                "AND table_schema NOT LIKE 'pg\\_temp\\_%'")).all()
     finally:
         engine.dispose()
     out: dict[str, set[str]] = {}

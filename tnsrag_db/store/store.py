@@ -29,7 +29,7 @@ from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import DEFAULT_SCHEMA, hnsw_index_name
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
-__all__ = ["BM25_STAT_SHARDS", "IngestCounts", "Store", "WriteReport", "connect"]
+__all__ = ["BM25_STAT_SHARDS", "STAGE_DDL", "STAGE_READY", "IngestCounts", "Store", "WriteReport", "connect"]
 
 #: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
 BM25_STAT_SHARDS = 16
@@ -112,7 +112,11 @@ def _row_to_entry(row: Any) -> MemoryEntry:
     )
 
 
-_STAGE_DDL = (
+#: Key in a connection's ``info`` set when its stage tables exist (committed).
+STAGE_READY = "tnsrag_stage_ready"
+
+#: Per-session temp tables that stage a batch; emptied at every commit.
+STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_entries (ord int PRIMARY KEY, id text NOT NULL, "
     "content text NOT NULL, tier text NOT NULL, source text, parent_id text, ts timestamptz, metadata jsonb NOT NULL, "
     "content_hash bytea NOT NULL, doc_len int NOT NULL DEFAULT 0, state char(1)) ON COMMIT DELETE ROWS",
@@ -250,10 +254,19 @@ class Store:
         rows (embeddings, edges) atomically. Maintains BM25 postings and statistics.
         """
         cfg = self.text_config(conn)
-        for ddl in _STAGE_DDL:
-            conn.execute(sa.text(ddl))
-        for table in _STAGE_TABLES:  # an earlier write in the same transaction may have left rows
-            conn.execute(sa.text(f"DELETE FROM {table}"))
+        info = conn.info
+        if not info.get(STAGE_READY):
+            # Engines from tnsrag_db.store.engine create the stage tables once per
+            # connection; on any other engine, create them here (cheap no-ops when they exist).
+            for ddl in STAGE_DDL:
+                conn.execute(sa.text(ddl))
+        transaction = conn.get_transaction()
+        if info.get("tnsrag_stage_tx") is transaction:
+            # An earlier write of this same transaction left rows (ON COMMIT DELETE ROWS
+            # empties them only at commit).
+            for table in _STAGE_TABLES:
+                conn.execute(sa.text(f"DELETE FROM {table}"))
+        info["tnsrag_stage_tx"] = transaction
         raw = conn.connection.driver_connection
         assert raw is not None
         hashes = [content_hash(e) for e in batch]
