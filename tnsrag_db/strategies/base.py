@@ -9,7 +9,7 @@ metadata, exactly the keys metadata filters apply to.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from tnsrag_db.errors import ValidationError
@@ -17,6 +17,7 @@ from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = [
     "ENTRY_COLUMNS",
+    "overfetch",
     "RAGStrategy",
     "check_query",
     "document_from_row",
@@ -84,3 +85,34 @@ def document_from_row(row: Any, score: float, extra: Mapping[str, str] | None = 
     if extra:
         metadata.update(extra)
     return RetrievedDocument(row.content, row.source, score, metadata)
+
+
+def overfetch(
+    fetch: Callable[[int], list[RetrievedDocument]],
+    rerank: Callable[[list[RetrievedDocument]], list[RetrievedDocument]],
+    ceiling: Callable[[float], float],
+    k: int,
+    *,
+    min_candidates: int = 50,
+    factor: int = 4,
+    max_candidates: int = 1000,
+) -> list[RetrievedDocument]:
+    """Top ``k`` of a re-ranking strategy over a child, fetching more candidates only when needed.
+
+    ``fetch(n)`` returns the child's best ``n`` candidates; ``rerank`` turns candidates
+    into final results, best first; ``ceiling(score)`` is the best final score a
+    candidate the child ranked below ``score`` could still reach. The first request is
+    ``max(min_candidates, factor × k)``; it doubles, up to ``max(max_candidates, first)``,
+    while the child returns full pages and the k-th result does not beat that ceiling.
+    Within the cap the top ``k`` is exact.
+    """
+    want = max(min_candidates, factor * k)
+    cap = max(max_candidates, want)
+    while True:
+        candidates = fetch(want)
+        results = rerank(candidates)
+        if len(candidates) < want or want >= cap:
+            return results[:k]
+        if len(results) >= k and results[k - 1].score > ceiling(min(c.score for c in candidates)):
+            return results[:k]
+        want = min(cap, want * 2)

@@ -35,6 +35,7 @@ from tnsrag_db.strategies.base import (
     RAGStrategy,
     check_query,
     document_from_row,
+    overfetch,
     resolve_context,
     source_fence,
 )
@@ -160,18 +161,12 @@ class HierarchicalRAGStrategy:
         # A hit below min_score cannot lift a parent above it when scores are >= 0; a
         # negative hit s reaches at best s × decay ** depth, hence the wider bound below 0.
         child_min = ctx.min_score if ctx.min_score >= 0 else ctx.min_score / self._decay ** self._max_parent_depth
-        want = max(self.MIN_CANDIDATES, self.CANDIDATE_FACTOR * k)
-        cap = max(self.MAX_CANDIDATES, want)
-        while True:
-            hits = self._child.retrieve(query, RAGContext(want, child_min))
-            results = self._expand(hits, ctx)
-            if len(hits) < want or want >= cap:
-                return results[:k]
-            last = min(h.score for h in hits)
-            bound = last if last >= 0 else last * self._decay ** self._max_parent_depth
-            if len(results) >= k and results[k - 1].score > bound:
-                return results[:k]
-            want = min(cap, want * 2)
+        floor = self._decay ** self._max_parent_depth
+        return overfetch(
+            lambda n: self._child.retrieve(query, RAGContext(n, child_min)),
+            lambda hits: self._expand(hits, ctx),
+            lambda last: last if last >= 0 else last * floor,
+            k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES)
 
     def _expand(self, hits: list[RetrievedDocument], ctx: RAGContext) -> list[RetrievedDocument]:
         """Fence the hits, walk their parents, merge, filter and rank (not yet cut to K)."""

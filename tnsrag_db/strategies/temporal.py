@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError
 from tnsrag_db.indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
-from tnsrag_db.strategies.base import RAGStrategy, check_query, resolve_context, source_fence
+from tnsrag_db.strategies.base import RAGStrategy, check_query, overfetch, resolve_context, source_fence
 from tnsrag_db.types import RAGContext, RetrievedDocument, TemporalMetadata, parse_instant
 
 __all__ = ["TemporalRAGStrategy"]
@@ -168,18 +168,11 @@ class TemporalRAGStrategy:
             child_min = ctx.min_score / self._floor
         else:
             child_min = -sys.float_info.max
-        want = max(self.MIN_CANDIDATES, self.CANDIDATE_FACTOR * k)
-        cap = max(self.MAX_CANDIDATES, want)
-        while True:
-            candidates = self._child.retrieve(query, RAGContext(want, child_min, ctx.metadata_filters))
-            results = self._rerank(candidates, ctx, now)
-            if len(candidates) < want or want >= cap:
-                return results[:k]
-            last = min(c.score for c in candidates)
-            bound = last if last >= 0 else last * self._floor
-            if len(results) >= k and results[k - 1].score > bound:
-                return results[:k]
-            want = min(cap, want * 2)
+        return overfetch(
+            lambda n: self._child.retrieve(query, RAGContext(n, child_min, ctx.metadata_filters)),
+            lambda candidates: self._rerank(candidates, ctx, now),
+            lambda last: last if last >= 0 else last * self._floor,
+            k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES)
 
     def _rerank(self, candidates: list[RetrievedDocument], ctx: RAGContext, now: datetime) -> list[RetrievedDocument]:
         if self._fence is not None:
