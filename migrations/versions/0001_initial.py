@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import context, op
 from pgvector.sqlalchemy import Vector
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -45,6 +45,7 @@ def upgrade() -> None:
         sa.Column("metadata", JSONB(), server_default=sa.text("'{}'::jsonb"), nullable=False),
         sa.Column("content_hash", sa.LargeBinary(), nullable=False),
         sa.Column("doc_len", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("lexemes", ARRAY(sa.Text()), server_default=sa.text("'{}'::text[]"), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.CheckConstraint("tier IN ('WORKING', 'EPISODIC', 'SEMANTIC', 'PROCEDURAL')", name="tier"),
@@ -106,7 +107,6 @@ def upgrade() -> None:
                                 postgresql_include=["tf", "doc_len"]),
         schema=s,
     )
-    op.create_index("ix_bm25_postings_corpus_entry_id", "bm25_postings", ["corpus", "entry_id"], schema=s)
     op.create_table(
         "bm25_stats",
         sa.Column("corpus", sa.Text(), nullable=False),

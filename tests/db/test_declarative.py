@@ -10,19 +10,18 @@ import json
 import importlib.util
 import multiprocessing
 import sys
-import textwrap
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
+from tests._entrypoints import Installer, installer
 from tnsrag_db.declarative import (
     OnFailure,
     RetrievalResult,
@@ -36,7 +35,7 @@ from tnsrag_db.declarative import (
     retrieval,
     retrieval_filters,
 )
-from tnsrag_db.embeddings import ENTRY_POINT_GROUP, get_process_embedding, reset_process_embedding
+from tnsrag_db.embeddings import get_process_embedding, reset_process_embedding
 from tnsrag_db.errors import (
     DatabaseError,
     EmbeddingValidationError,
@@ -385,34 +384,11 @@ def test_the_example_support_agent_runs(store: Store, capsys: pytest.CaptureFixt
 
 # -- embedding providers through the declarative path (real entry points) ---------------
 
-Installer = Callable[..., ModuleType]
-
-
 @pytest.fixture
 def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Installer]:
     """``install(dist, source, {name: attr})``: a module and a ``*.dist-info`` with an
     ``entry_points.txt`` in the embedding group, in a directory put on ``sys.path``."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    modules: list[str] = []
-
-    def _install(dist: str, source: str, entry_points: dict[str, str]) -> ModuleType:
-        module = f"tnsrag_decl_{dist.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        info = tmp_path / f"{dist.replace('-', '_')}-1.0.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-        lines = [f"[{ENTRY_POINT_GROUP}]"] + [f"{name} = {module}:{attr}" for name, attr in entry_points.items()]
-        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
-        importlib.invalidate_caches()
-        modules.append(module)
-        return importlib.import_module(module)
-
-    reset_process_embedding()
-    yield _install
-    reset_process_embedding()
-    for module in modules:
-        sys.modules.pop(module, None)
-    importlib.invalidate_caches()
+    yield from installer(tmp_path, monkeypatch, "tnsrag_decl")
 
 
 PROVIDER = """

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 
 import pytest
-import sqlalchemy as sa
 
+from tests.db._helpers import FixedScores, ids_of
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError
 from tnsrag_db.indexes.temporal import TemporalIndex
-from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import IngestCounts, Store
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, document_from_row, resolve_context
 from tnsrag_db.strategies.temporal import TemporalRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext, RetrievedDocument, TemporalMetadata
+from tnsrag_db.types import MemoryEntry, RAGContext, TemporalMetadata
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
@@ -24,39 +21,8 @@ def clock() -> datetime:
     return NOW
 
 
-class FixedScores:
-    """Test-only child strategy: the store's entries named in ``scores``, scored as given.
-
-    Applies the context's filter in SQL, then min_score (inclusive) and top-K, ordered by
-    score desc then id, like a direct strategy. Records every context it is called with.
-    """
-
-    name = "fixed"
-
-    def __init__(self, store: Store, scores: Mapping[str, float]) -> None:
-        self.store = store
-        self.scores = dict(scores)
-        self.calls: list[RAGContext] = []
-
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        ctx = resolve_context(context)
-        self.calls.append(ctx)
-        predicate, params = filter_sql(ctx.metadata_filters)
-        with self.store.transaction() as conn:
-            rows = conn.execute(sa.text(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.corpus = :c "
-                                        f"AND e.id = ANY(:ids) AND {predicate}"),
-                                {"c": self.store.corpus, "ids": list(self.scores), **params}).all()
-        docs = [document_from_row(r, self.scores[r.entry_id]) for r in rows]
-        docs = sorted((d for d in docs if d.score >= ctx.min_score), key=lambda d: (-d.score, d.metadata["entryId"]))
-        return docs[:ctx.max_results]
-
-
 def entry(eid: str, ts: datetime | None = None, source: str | None = None, **metadata: str) -> MemoryEntry:
     return MemoryEntry(eid, f"text of {eid}", source=source, timestamp=ts, metadata=metadata)
-
-
-def ids_of(docs: list[RetrievedDocument]) -> list[str]:
-    return [d.metadata["entryId"] for d in docs]
 
 
 @pytest.fixture

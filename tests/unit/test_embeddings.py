@@ -7,15 +7,12 @@ with an ``entry_points.txt`` in a temporary directory put on ``sys.path``.
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +22,7 @@ import numpy as np
 import pytest
 
 import tnsrag_db.embeddings as embeddings
+from tests._entrypoints import Installer, installer
 from tnsrag_db.embeddings import (
     ENTRY_POINT_GROUP,
     MAX_EMBEDDING_DIMENSION,
@@ -37,7 +35,6 @@ from tnsrag_db.embeddings import (
     get_process_embedding,
     load_process_embedding,
     provider_name,
-    reset_process_embedding,
 )
 from tnsrag_db.errors import (
     ConfigurationError,
@@ -618,9 +615,6 @@ def test_hash_is_deterministic_across_processes() -> None:
 
 # -- discovery with real entry points --------------------------------------------------
 
-Installer = Callable[..., ModuleType]
-
-
 @pytest.fixture
 def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Installer]:
     """Install fake distributions into ``tmp_path`` and put it on ``sys.path``.
@@ -629,27 +623,7 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     ``dist``-1.0.dist-info declaring ``entry_points`` (name -> attribute of that module)
     in the embedding group; it returns the imported module.
     """
-    monkeypatch.syspath_prepend(str(tmp_path))
-    modules: list[str] = []
-
-    def _install(dist: str, source: str, entry_points: dict[str, str]) -> ModuleType:
-        module = f"tnsrag_fake_{dist.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        info = tmp_path / f"{dist.replace('-', '_')}-1.0.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-        lines = [f"[{ENTRY_POINT_GROUP}]"] + [f"{name} = {module}:{attr}" for name, attr in entry_points.items()]
-        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
-        importlib.invalidate_caches()
-        modules.append(module)
-        return importlib.import_module(module)
-
-    reset_process_embedding()
-    yield _install
-    reset_process_embedding()
-    for module in modules:
-        sys.modules.pop(module, None)
-    importlib.invalidate_caches()
+    yield from installer(tmp_path, monkeypatch, "tnsrag_fake")
 
 
 PROVIDERS = """

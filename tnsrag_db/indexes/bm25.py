@@ -333,7 +333,9 @@ class BM25Index:
                                     c).scalars():
                 out[eid] = {}
             for row in conn.execute(sa.text(
-                    "SELECT entry_id, lexeme, tf FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids)"), c):
+                    "SELECT p.entry_id, p.lexeme, p.tf FROM entries e CROSS JOIN unnest(e.lexemes) AS l(lexeme) "
+                    "JOIN bm25_postings p ON p.corpus = e.corpus AND p.lexeme = l.lexeme AND p.entry_id = e.id "
+                    "WHERE e.corpus = :c AND e.id = ANY(:ids)"), c):
                 out.setdefault(row.entry_id, {})[row.lexeme] = int(row.tf)
         return out
 

@@ -119,7 +119,8 @@ STAGE_READY = "tnsrag_stage_ready"
 STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_entries (ord int PRIMARY KEY, id text NOT NULL, "
     "content text NOT NULL, tier text NOT NULL, source text, parent_id text, ts timestamptz, metadata jsonb NOT NULL, "
-    "content_hash bytea NOT NULL, doc_len int NOT NULL DEFAULT 0, state char(1)) ON COMMIT DELETE ROWS",
+    "content_hash bytea NOT NULL, doc_len int NOT NULL DEFAULT 0, lexemes text[] NOT NULL DEFAULT '{}', "
+    "state char(1)) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_extras (ord int NOT NULL, term text NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_terms (ord int NOT NULL, lexeme text NOT NULL, tf int NOT NULL) "
@@ -305,12 +306,13 @@ class Store:
         # quadratic as well.
         conn.execute(sa.text(f"INSERT INTO tnsrag_stage_terms (ord, lexeme, tf) {STAGED_TERMS_SQL}"), {"cfg": cfg})
         conn.execute(sa.text(
-            "UPDATE tnsrag_stage_entries s SET doc_len = l.doc_len "
-            "FROM (SELECT ord, sum(tf)::int AS doc_len FROM tnsrag_stage_terms GROUP BY ord) l WHERE s.ord = l.ord"))
+            "UPDATE tnsrag_stage_entries s SET doc_len = l.doc_len, lexemes = l.lexemes "
+            "FROM (SELECT ord, sum(tf)::int AS doc_len, array_agg(lexeme) AS lexemes FROM tnsrag_stage_terms "
+            "GROUP BY ord) l WHERE s.ord = l.ord"))
         inserted_count = conn.execute(sa.text(
             "WITH ins AS (INSERT INTO entries (corpus, id, content, tier, source, parent_id, ts, metadata, "
-            "content_hash, doc_len) SELECT :c, id, content, tier, source, parent_id, ts, metadata, content_hash, "
-            "doc_len FROM tnsrag_stage_entries ORDER BY id ON CONFLICT (corpus, id) DO NOTHING RETURNING id), "
+            "content_hash, doc_len, lexemes) SELECT :c, id, content, tier, source, parent_id, ts, metadata, "
+            "content_hash, doc_len, lexemes FROM tnsrag_stage_entries ORDER BY id ON CONFLICT (corpus, id) DO NOTHING RETURNING id), "
             "marked AS (UPDATE tnsrag_stage_entries s SET state = 'i' FROM ins WHERE s.id = ins.id RETURNING 1) "
             "SELECT count(*) FROM marked"), c).scalar_one()
         report = WriteReport()
@@ -348,17 +350,23 @@ class Store:
             conn.execute(sa.text("ANALYZE tnsrag_stage_terms"))
         report.inserted = list(conn.execute(sa.text(
             "SELECT id FROM tnsrag_stage_entries WHERE state = 'i' ORDER BY ord")).scalars())
+        if report.content_changed:
+            # The old postings, found through the entry's stored lexemes (primary-key
+            # probes; postings carry no per-entry index, which keeps bulk writes fast).
+            conn.execute(sa.text(
+                "WITH d AS (DELETE FROM bm25_postings p USING (SELECT e.id, l.lexeme FROM entries e "
+                "  JOIN tnsrag_stage_entries s ON e.corpus = :c AND e.id = s.id AND s.state = 'c' "
+                "  CROSS JOIN unnest(e.lexemes) AS l(lexeme)) o "
+                "  WHERE p.corpus = :c AND p.lexeme = o.lexeme AND p.entry_id = o.id RETURNING p.lexeme) "
+                "INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme"), c)
         if report.updated:
             conn.execute(sa.text(
                 "UPDATE entries e SET content = s.content, tier = s.tier, source = s.source, parent_id = s.parent_id, "
                 "ts = s.ts, metadata = s.metadata, content_hash = s.content_hash, "
-                "doc_len = CASE WHEN s.state = 'c' THEN s.doc_len ELSE e.doc_len END, updated_at = now() "
+                "doc_len = CASE WHEN s.state = 'c' THEN s.doc_len ELSE e.doc_len END, "
+                "lexemes = CASE WHEN s.state = 'c' THEN s.lexemes ELSE e.lexemes END, updated_at = now() "
                 "FROM tnsrag_stage_entries s WHERE e.corpus = :c AND e.id = s.id AND s.state IN ('u', 'c')"), c)
         if report.content_changed:
-            conn.execute(sa.text(
-                "WITH d AS (DELETE FROM bm25_postings p USING tnsrag_stage_entries s "
-                "  WHERE p.corpus = :c AND p.entry_id = s.id AND s.state = 'c' RETURNING p.lexeme) "
-                "INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme"), c)
             # Stale vectors must not outlive the text they were computed from.
             conn.execute(sa.text("DELETE FROM embeddings x USING tnsrag_stage_entries s "
                                  "WHERE x.corpus = :c AND x.entry_id = s.id AND s.state = 'c'"), c)
@@ -450,20 +458,25 @@ class Store:
 
     def _delete(self, predicate: str, params: dict[str, Any]) -> int:
         with self.transaction() as conn:
-            # Lock the rows in id order first, as writers do, so a delete and a batch
-            # upsert touching the same entries cannot deadlock.
-            rows = conn.execute(sa.text(
-                f"WITH v AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} "
-                "ORDER BY e.id FOR UPDATE OF e) "
-                "DELETE FROM entries d USING v WHERE d.corpus = :c AND d.id = v.id RETURNING d.id, d.doc_len"),
-                {"c": self._corpus, **params}).all()
-            if rows:
-                conn.execute(sa.text(
-                    "WITH d AS (DELETE FROM bm25_postings WHERE corpus = :c AND entry_id = ANY(:ids) "
-                    "RETURNING lexeme, -1 AS delta) " + _APPLY_DF_SQL.format(source="d")),
-                    {"c": self._corpus, "ids": [r.id for r in rows], "shard": _stat_shard()})
-                self._bump_stats(conn, -len(rows), -sum(r.doc_len for r in rows))
-        return len(rows)
+            # First lock the rows (in id order, as writers do, so deletes and upserts cannot
+            # deadlock); only then, in a statement whose snapshot sees every change committed
+            # by the writers it waited for, delete the entries, their postings (found through
+            # the stored lexemes) and the df counts. One statement for both would delete the
+            # postings as of before the wait and orphan those a concurrent update wrote.
+            conn.execute(sa.text(f"SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} "
+                                 "ORDER BY e.id FOR UPDATE OF e"), {"c": self._corpus, **params})
+            count, length = conn.execute(sa.text(
+                f"WITH gone AS (DELETE FROM entries e WHERE e.corpus = :c AND {predicate} "
+                "  RETURNING e.id, e.doc_len, e.lexemes), "
+                "d AS (DELETE FROM bm25_postings p USING (SELECT g.id, l.lexeme FROM gone g "
+                "  CROSS JOIN unnest(g.lexemes) AS l(lexeme)) o "
+                "  WHERE p.corpus = :c AND p.lexeme = o.lexeme AND p.entry_id = o.id RETURNING p.lexeme, -1 AS delta), "
+                "df AS (" + _APPLY_DF_SQL.format(source="d") + ") "
+                "SELECT count(*), coalesce(sum(doc_len), 0) FROM gone"),
+                {"c": self._corpus, "shard": _stat_shard(), **params}).one()
+            if count:
+                self._bump_stats(conn, -int(count), -int(length))
+        return int(count)
 
     def drop_corpus(self) -> None:
         """Delete the whole corpus: entries, postings, statistics, embeddings, spaces and edges.

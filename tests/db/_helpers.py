@@ -1,0 +1,46 @@
+"""Helpers shared by database tests (not collected by pytest: the name does not start with ``test_``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sqlalchemy as sa
+
+from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.base import ENTRY_COLUMNS, document_from_row, resolve_context
+from tnsrag_db.types import RAGContext, RetrievedDocument
+
+__all__ = ["FixedScores", "ids_of"]
+
+
+class FixedScores:
+    """Test-only child strategy: the store's entries named in ``scores``, scored as given.
+
+    Applies the context's filter in SQL, then min_score (inclusive) and top-K, ordered by
+    score desc then id, like a direct strategy. Records every context it is called with.
+    """
+
+    name = "fixed"
+
+    def __init__(self, store: Store, scores: Mapping[str, float]) -> None:
+        self.store = store
+        self.scores = dict(scores)
+        self.calls: list[RAGContext] = []
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        ctx = resolve_context(context)
+        self.calls.append(ctx)
+        predicate, params = filter_sql(ctx.metadata_filters)
+        with self.store.transaction() as conn:
+            rows = conn.execute(sa.text(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.corpus = :c "
+                                        f"AND e.id = ANY(:ids) AND {predicate}"),
+                                {"c": self.store.corpus, "ids": list(self.scores), **params}).all()
+        docs = [document_from_row(r, self.scores[r.entry_id]) for r in rows]
+        docs = sorted((d for d in docs if d.score >= ctx.min_score), key=lambda d: (-d.score, d.metadata["entryId"]))
+        return docs[:ctx.max_results]
+
+
+def ids_of(docs: list[RetrievedDocument]) -> list[str]:
+    """The entry ids of ``docs``, in order."""
+    return [d.metadata["entryId"] for d in docs]
