@@ -324,11 +324,7 @@ def test_concurrent_index_builds_create_one_index(store: Store) -> None:
     assert spaces(store) == [("table", 3, names[0])]
 
 
-def test_large_batches_are_written_in_parts_of_one_transaction(store: Store,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import tnsrag_db.indexes.vector as vector_module
-
-    monkeypatch.setattr(vector_module, "_WRITE_CHUNK", 10)
+def test_batches_count_outcomes_and_a_bad_vector_rejects_the_whole_batch(store: Store) -> None:
     vectors = VectorMemoryStore(store, TableEmbedding({}))
     rows = np.random.default_rng(2).standard_normal((25, 3))
     entries = [MemoryEntry(f"e{i:02d}", f"text {i}") for i in range(25)]
@@ -338,7 +334,7 @@ def test_large_batches_are_written_in_parts_of_one_transaction(store: Store,
         IngestCounts(inserted=1, updated=1, unchanged=12)
     assert store.count() == 26 and vector_rows(store) == 26
     bad = [MemoryEntry(f"b{i:02d}", "x") for i in range(15)] + [MemoryEntry("e00", "clash")]
-    with pytest.raises(EmbeddingValidationError):  # rejected before the first part is written
+    with pytest.raises(EmbeddingValidationError):  # rejected before anything is written
         vectors.add_all(bad, embeddings=np.vstack([rows[:15], [[np.nan, 0, 0]]]))
     assert store.count() == 26
 

@@ -51,7 +51,7 @@ from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db.errors import ConfigurationError, DatabaseError, EmbeddingValidationError, ValidationError
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
-from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
+from tnsrag_db.store.store import IngestCounts, Store, validate_batch
 from tnsrag_db.types import MemoryEntry, validate_filters
 
 __all__ = [
@@ -91,10 +91,6 @@ _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _SCORE = "CASE WHEN ({d}) = 'NaN'::float8 THEN 0::float8 ELSE greatest(-1::float8, least(1::float8, 1 - ({d}))) END"
 
 
-# Entries per Store.write_entries call inside add_all's one transaction. The store's
-# staging statements grow faster than linearly with the batch (measured here: 1.8k rows/s
-# at 2k-20k entries a call, 0.3k rows/s at 40k), so large batches are written in parts.
-_WRITE_CHUNK = 5_000
 @dataclass(frozen=True, slots=True)
 class _Space:
     space_id: int
@@ -340,11 +336,7 @@ class VectorMemoryStore:
                 progress(len(batch))
         by_id = {e.id: e for e in batch}
         with self._store.transaction() as conn:
-            report = WriteReport()
-            for start in range(0, len(batch), _WRITE_CHUNK):
-                part = self._store.write_entries(conn, batch[start:start + _WRITE_CHUNK])
-                for outcome in ("inserted", "updated", "unchanged", "content_changed"):
-                    getattr(report, outcome).extend(getattr(part, outcome))
+            report = self._store.write_entries(conn, batch)
             if self._dimension is None:
                 return report.counts  # nothing embedded and no dimension known: nothing to store
             space = self._ensure_space(conn, self._dimension)
