@@ -79,7 +79,7 @@ class QueryBinding:
         """Call ``func`` with the bound ``arguments`` plus ``retrieved=result``."""
         merged = {**arguments, RESULT_PARAMETER: result}
         ordered = {name: merged[name] for name in self.signature.parameters if name in merged}
-        final = inspect.BoundArguments(self.signature, ordered)  # type: ignore[arg-type]
+        final = inspect.BoundArguments(self.signature, ordered)
         return func(*final.args, **final.kwargs)
 
 

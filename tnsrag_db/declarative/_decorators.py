@@ -121,7 +121,7 @@ def _wrap(func: Callable[..., Any], config: RetrievalConfig, binding: QueryBindi
             return binding.call(func, arguments, result)
 
         wrapper = sync_wrapper
-    wrapper.__signature__ = binding.call_signature  # type: ignore[attr-defined]
+    setattr(wrapper, "__signature__", binding.call_signature)
     setattr(wrapper, CONFIG_ATTRIBUTE, config)
     return wrapper
 

@@ -366,9 +366,10 @@ def build_strategy(mode: RetrievalStrategy, config: RetrievalConfig, store: Stor
 
             return TemporalRAGStrategy(semantic, TemporalIndex(store))
         if mode is RetrievalStrategy.MULTI_QUERY:
-            from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy  # type: ignore[import-not-found]
+            from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
 
             expander, expansion = _expander(config, store)
+            assert config.expansion_model is not None  # RetrievalConfig.create requires it for MULTI_QUERY
             strategy: RAGStrategy = MultiQueryRAGStrategy(semantic, expander, expansion, config.expansion_model,
                                                           config.max_expansions)
             return strategy

@@ -126,7 +126,7 @@ class _Rows:
         raise NotImplementedError
 
     def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
-        return self._rows
+        return self._rows  # type: ignore[return-value]  # an ndarray of rows serves as a sequence
 
 
 class VectorMemoryStore:
@@ -542,7 +542,7 @@ class VectorMemoryStore:
         k = _check_k(k)
         min_score = _check_min_score(min_score)
         validate_filters(filters)
-        vec = self._validate_rows([query_vector], 1)[0]
+        vec = self._validate_rows([query_vector], 1)[0]  # type: ignore[list-item]
         space = self._space_for_query(int(vec.shape[0]))
         return self._ranking_sql(space, vec, k, filters, min_score, p)
 

