@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from tnsrag_db.errors import ConfigurationError, ProviderConfigurationError, StrategyUnavailableError
+from tnsrag_db.indexes.bm25 import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
 from tnsrag_db.store.analysis import analyze
 
 __all__ = [
@@ -160,16 +161,8 @@ class LexicalTreeNavigator:
     #: Ask the strategy for :attr:`NavNode.subtree_text`.
     wants_subtree_text = True
 
-    def __init__(self, *, k1: float = 1.2, b: float = 0.75) -> None:
-        for name, value in (("k1", k1), ("b", b)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
-        if k1 < 0:
-            raise ConfigurationError(f"k1 must be >= 0, got {k1!r}")
-        if not 0.0 <= b <= 1.0:
-            raise ConfigurationError(f"b must be between 0 and 1, got {b!r}")
-        self._k1 = float(k1)
-        self._b = float(b)
+    def __init__(self, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
+        self._k1, self._b = check_bm25_parameters(k1, b)
 
     def __repr__(self) -> str:
         return f"LexicalTreeNavigator(k1={self._k1!r}, b={self._b!r})"

@@ -105,6 +105,19 @@ def _query_terms_sql(p: str) -> str:
     )
 
 
+def check_bm25_parameters(k1: object, b: object) -> tuple[float, float]:
+    """Return ``(k1, b)`` as floats: both finite, ``k1 >= 0``, ``0 <= b <= 1``; :class:`ConfigurationError` otherwise."""
+    for name, value in (("k1", k1), ("b", b)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
+    assert isinstance(k1, (int, float)) and isinstance(b, (int, float))
+    if k1 < 0:
+        raise ConfigurationError(f"k1 must be >= 0, got {k1!r}")
+    if not 0.0 <= b <= 1.0:
+        raise ConfigurationError(f"b must be between 0 and 1, got {b!r}")
+    return float(k1), float(b)
+
+
 class BM25Index:
     """A BM25 view over one corpus of a :class:`Store` (``k1`` default 1.2, ``b`` default 0.75).
 
@@ -117,16 +130,8 @@ class BM25Index:
     def __init__(self, store: Store, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError(f"BM25Index needs a Store, got {type(store).__name__}")
-        for name, value in (("k1", k1), ("b", b)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
-        if k1 < 0:
-            raise ConfigurationError(f"k1 must be >= 0, got {k1!r}")
-        if not 0.0 <= b <= 1.0:
-            raise ConfigurationError(f"b must be between 0 and 1, got {b!r}")
         self._store = store
-        self._k1 = float(k1)
-        self._b = float(b)
+        self._k1, self._b = check_bm25_parameters(k1, b)
 
     @property
     def store(self) -> Store:

@@ -638,6 +638,15 @@ class VectorMemoryStore:
         inclusive. Raises :class:`ValidationError` for bad arguments and what the
         embedding function raises.
         """
+        ranking = self._query_ranking(query, k, filters, min_score)
+        if ranking is None:
+            return []
+        sql, params = ranking
+        return [(r.entry_id, float(r.score)) for r in self._read(sql, params)]
+
+    def _query_ranking(self, query: str, k: int, filters: Mapping[str, str] | None,
+                       min_score: float) -> tuple[str, dict[str, Any]] | None:
+        """Validate a text query and build its ranking SQL; None when the space does not exist yet."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
         k = _check_k(k)
@@ -646,9 +655,8 @@ class VectorMemoryStore:
         vec = self.embed_query(query)
         space = self._space_for_query(int(vec.shape[0]))
         if space is None:
-            return []
-        sql, params = self._ranking_sql(space, vec, k, filters, min_score, "v")
-        return [(r.entry_id, float(r.score)) for r in self._read(sql, params)]
+            return None
+        return self._ranking_sql(space, vec, k, filters, min_score, "v")
 
     def search_rows(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                     min_score: float = 0.0, columns: str = "") -> list[Any]:
@@ -657,16 +665,10 @@ class VectorMemoryStore:
         Each row has ``score`` plus ``columns`` (entry columns on alias ``e``, a code
         constant such as :data:`tnsrag_db.strategies.base.ENTRY_COLUMNS`).
         """
-        if not isinstance(query, str):
-            raise ValidationError(f"query must be a string, got {type(query).__name__}")
-        k = _check_k(k)
-        min_score = _check_min_score(min_score)
-        validate_filters(filters)
-        vec = self.embed_query(query)
-        space = self._space_for_query(int(vec.shape[0]))
-        if space is None:
+        ranking = self._query_ranking(query, k, filters, min_score)
+        if ranking is None:
             return []
-        sql, params = self._ranking_sql(space, vec, k, filters, min_score, "v")
+        sql, params = ranking
         cols = f"{columns}, " if columns else "e.id AS entry_id, "
         stmt = (f"WITH r AS ({sql}) SELECT {cols}r.score FROM r JOIN entries e ON e.corpus = :v_c "
                 f"AND e.id = r.entry_id ORDER BY r.score DESC, e.id")

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from tnsrag_db.errors import ValidationError
+from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = [
@@ -62,15 +62,17 @@ def check_query(query: object) -> str:
 
 
 def source_fence(allowed_sources: object) -> frozenset[str] | None:
-    """Normalise an ``allowed_sources`` argument: None or empty means no fence (returns None)."""
+    """Normalise an ``allowed_sources`` argument: None or empty means no fence (returns None).
+
+    Raises :class:`ConfigurationError` for a single string or a blank/non-string entry."""
     if allowed_sources is None:
         return None
     if isinstance(allowed_sources, str):
-        raise ValidationError("allowed_sources must be a collection of source names, not a single string")
+        raise ConfigurationError("allowed_sources must be a collection of source names, not a single string")
     fence = frozenset(allowed_sources)  # type: ignore[call-overload]
     for item in fence:
         if not isinstance(item, str) or not item.strip():
-            raise ValidationError(f"allowed_sources entries must be non-blank strings, got {item!r}")
+            raise ConfigurationError(f"allowed_sources entries must be non-blank strings, got {item!r}")
     return fence or None
 
 

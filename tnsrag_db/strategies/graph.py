@@ -201,10 +201,7 @@ class GraphRAGStrategy:
             raise ConfigurationError(f"provider_name must be a non-blank string, got {provider_name!r}")
         if not isinstance(store, GraphStore):
             raise ConfigurationError(f"store must be a GraphStore, got {type(store).__name__}")
-        try:
-            fence = source_fence(allowed_sources)
-        except ValidationError as exc:
-            raise ConfigurationError(str(exc)) from None
+        fence = source_fence(allowed_sources)
         _check_int(max_depth, "max_depth", 1, self.MAX_DEPTH_LIMIT)
         if isinstance(depth_decay, bool) or not isinstance(depth_decay, (int, float)) \
                 or not math.isfinite(depth_decay) or not 0.0 < depth_decay <= 1.0:

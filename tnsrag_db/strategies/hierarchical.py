@@ -115,10 +115,7 @@ class HierarchicalRAGStrategy:
         if (isinstance(decay, bool) or not isinstance(decay, (int, float)) or not math.isfinite(decay)
                 or not 0 < decay <= 1):
             raise ConfigurationError(f"decay must be a number in (0, 1], got {decay!r}")
-        try:
-            fence = source_fence(allowed_sources)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        fence = source_fence(allowed_sources)
         self._child = child_strategy
         self._index = index
         self._fence = fence

@@ -138,10 +138,7 @@ class ReasoningRAGStrategy:
                                      f"got {navigator!r}")
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError(f"model must be a non-blank provider model name, got {model!r}")
-        try:
-            fence = source_fence(allowed_sources)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from exc
+        fence = source_fence(allowed_sources)
         self._index = index
         self._store = store
         self._navigator = navigator

@@ -82,10 +82,7 @@ class TemporalRAGStrategy:
         if (isinstance(relevance_floor, bool) or not isinstance(relevance_floor, (int, float))
                 or not math.isfinite(relevance_floor) or not 0 <= relevance_floor <= 1):
             raise ConfigurationError(f"relevance_floor must be a number in [0, 1], got {relevance_floor!r}")
-        try:
-            fence = source_fence(allowed_sources)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        fence = source_fence(allowed_sources)
         self._child = child_strategy
         self._index = index
         self._fence = fence
