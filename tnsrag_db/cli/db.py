@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
+from sqlalchemy.engine import Engine
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.store import migrate
@@ -13,8 +16,14 @@ from tnsrag_db.store.engine import create_engine, embedded_url
 __all__ = ["db"]
 
 
-def _engine(url: str | None, schema: str):  # type: ignore[no-untyped-def]
-    return create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+@contextmanager
+def _engine(url: str | None, schema: str) -> Iterator[Engine]:
+    """A one-connection engine on ``url`` (or the embedded server), disposed afterwards."""
+    engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 @click.group()
@@ -35,13 +44,10 @@ def upgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
 
     Example: tnsrag db upgrade
     """
-    engine = _engine(url, schema)
-    try:
+    with _engine(url, schema) as engine:
         before = migrate.current_revision(engine, schema=schema)
         migrate.upgrade(engine, schema=schema, revision=revision)
         after = migrate.current_revision(engine, schema=schema)
-    finally:
-        engine.dispose()
     emit({"schema": schema, "from": before, "to": after}, as_json,
          f"schema {schema}: {before or 'empty'} -> {after}")
 
@@ -56,13 +62,10 @@ def downgrade(url: str | None, schema: str, revision: str, as_json: bool) -> Non
 
     Example: tnsrag db downgrade --revision base
     """
-    engine = _engine(url, schema)
-    try:
+    with _engine(url, schema) as engine:
         before = migrate.current_revision(engine, schema=schema)
         migrate.downgrade(engine, schema=schema, revision=revision)
         after = migrate.current_revision(engine, schema=schema)
-    finally:
-        engine.dispose()
     emit({"schema": schema, "from": before, "to": after}, as_json,
          f"schema {schema}: {before} -> {after or 'base'}")
 
@@ -76,11 +79,8 @@ def current(url: str | None, schema: str, as_json: bool) -> None:
 
     Example: tnsrag db current --json
     """
-    engine = _engine(url, schema)
-    try:
+    with _engine(url, schema) as engine:
         rev = migrate.current_revision(engine, schema=schema)
-    finally:
-        engine.dispose()
     head = migrate.head_revision()
     emit({"schema": schema, "current": rev, "head": head, "up_to_date": rev == head}, as_json,
          f"schema {schema}: {rev or 'not migrated'} (head {head}){'' if rev == head else ' - run tnsrag db upgrade'}")
@@ -97,12 +97,9 @@ def check(url: str | None, schema: str, as_json: bool) -> None:
 
     Example: tnsrag db check
     """
-    engine = _engine(url, schema)
-    try:
+    with _engine(url, schema) as engine:
         rev = migrate.current_revision(engine, schema=schema)
         diffs = migrate.check(engine, schema=schema) if rev is not None else ["schema is not migrated"]
-    finally:
-        engine.dispose()
     head = migrate.head_revision()
     ok = rev == head and not diffs
     emit({"schema": schema, "current": rev, "head": head, "differences": diffs, "ok": ok}, as_json,
