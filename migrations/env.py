@@ -4,10 +4,11 @@
   else ``-x schema=NAME``, else the ``tnsrag.schema`` option, else ``tnsrag``.
 - A connection may be injected through ``config.attributes["connection"]``;
   otherwise one is made from ``-x url=...``, ``sqlalchemy.url`` or TNSRAG_DATABASE_URL.
-- Every online upgrade and downgrade runs in ONE transaction that first takes a
-  PostgreSQL advisory lock keyed by the schema: N processes migrating the same
-  database at once run one after another, and each later one finds the schema at
-  head and does nothing. The version table is read only after the lock is held.
+- Every online upgrade and downgrade holds a PostgreSQL advisory lock keyed by the
+  schema and runs in ONE transaction started after the lock was granted: N processes
+  migrating the same database at once run one after another, and each later one finds
+  the schema at head and does nothing. The version table is read only after the lock
+  is held.
 """
 
 from __future__ import annotations
@@ -57,14 +58,25 @@ def run_offline() -> None:
 def _run_with(connection: Connection) -> None:
     if connection.in_transaction():
         connection.commit()
-    with connection.begin():
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_lock_key(schema)})
-        for statement in bootstrap_statements(schema):
-            connection.execute(text(statement))
-        connection.execute(text(f"SET LOCAL search_path TO {schema}, public"))
-        _configure(connection=connection)
-        with context.begin_transaction():
-            context.run_migrations()
+    key = {"key": advisory_lock_key(schema)}
+    # A session-level lock taken in its own transaction, and the migration in a NEW one:
+    # waiting on an advisory lock does not refresh the backend's catalog caches, so a
+    # transaction that began before another process created the schema could still
+    # believe it missing (CREATE SCHEMA IF NOT EXISTS then fails on a duplicate key).
+    # A transaction started after the wait sees the catalog as committed.
+    connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
+    connection.commit()
+    try:
+        with connection.begin():
+            for statement in bootstrap_statements(schema):
+                connection.execute(text(statement))
+            connection.execute(text(f"SET LOCAL search_path TO {schema}, public"))
+            _configure(connection=connection)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+        connection.commit()
 
 
 def run_online() -> None:
