@@ -60,9 +60,15 @@ _UPSERT_SQL = (
     "RETURNING (g.xmax = 0) AS inserted"
 )
 
-_MISSING_SQL = (
-    "SELECT DISTINCT x.id FROM (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges) x "
-    "WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.corpus = :c AND e.id = x.id) ORDER BY x.id"
+# Locks the entries at both ends (FOR KEY SHARE, in id order, as writers and deleters
+# take their entry locks, so none can deadlock) and lists the ends that do not exist.
+# A locked end cannot be deleted before this transaction ends, so the insert's foreign
+# keys then hold.
+_LOCK_ENDS_SQL = (
+    "WITH ends AS (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges), "
+    "locked AS (SELECT e.id FROM entries e JOIN ends x ON e.corpus = :c AND e.id = x.id "
+    "  ORDER BY e.id FOR KEY SHARE OF e) "
+    "SELECT x.id FROM ends x WHERE x.id NOT IN (SELECT id FROM locked) ORDER BY x.id"
 )
 
 
@@ -209,19 +215,10 @@ class GraphStore:
         if progress is not None:
             progress(len(batch))
         c = {"c": self.corpus}
-        missing = list(conn.execute(sa.text(_MISSING_SQL), c).scalars())
+        missing = list(conn.execute(sa.text(_LOCK_ENDS_SQL), c).scalars())
         if missing:
             raise _dangling(missing)
-        try:
-            # A savepoint keeps the transaction usable for the caller if a concurrent
-            # delete removed an entry between the check above and the insert.
-            with conn.begin_nested():
-                flags = list(conn.execute(sa.text(_UPSERT_SQL), c).scalars())
-        except sa.exc.IntegrityError as exc:
-            if getattr(exc.orig, "sqlstate", None) != "23503":
-                raise
-            missing = list(conn.execute(sa.text(_MISSING_SQL), c).scalars())
-            raise _dangling(missing) from exc
+        flags = list(conn.execute(sa.text(_UPSERT_SQL), c).scalars())
         inserted = sum(1 for f in flags if f)
         distinct = conn.execute(sa.text(
             "SELECT count(*) FROM (SELECT DISTINCT src, relation, dst FROM tnsrag_stage_edges) d")).scalar_one()

@@ -126,6 +126,7 @@ STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_terms (ord int NOT NULL, lexeme text NOT NULL, tf int NOT NULL) "
     "ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_df (lexeme text NOT NULL, delta int NOT NULL) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_ids (id text PRIMARY KEY) ON COMMIT DELETE ROWS",
 )
 #: Batches at least this large ANALYZE their stage tables before the set-based steps.
 _ANALYZE_STAGE_ROWS = 1000
@@ -309,21 +310,32 @@ class Store:
             "UPDATE tnsrag_stage_entries s SET doc_len = l.doc_len, lexemes = l.lexemes "
             "FROM (SELECT ord, sum(tf)::int AS doc_len, array_agg(lexeme) AS lexemes FROM tnsrag_stage_terms "
             "GROUP BY ord) l WHERE s.ord = l.ord"))
+        # One pass in id order inserts the new entries and locks the existing ones: the
+        # DO UPDATE ... WHERE false updates nothing but locks every conflicting row (its
+        # newest version, waiting for a concurrent writer or deleter to finish; a row
+        # deleted meanwhile is inserted instead). So every entry of the batch is ours
+        # after this statement, taken in the same order by every writer and deleter: no
+        # deadlock, no lost write. Only key-preserving columns are "set", so the lock is
+        # FOR NO KEY UPDATE and does not block edge inserts checking their foreign keys.
         inserted_count = conn.execute(sa.text(
-            "WITH ins AS (INSERT INTO entries (corpus, id, content, tier, source, parent_id, ts, metadata, "
+            "WITH ins AS (INSERT INTO entries AS e (corpus, id, content, tier, source, parent_id, ts, metadata, "
             "content_hash, doc_len, lexemes) SELECT :c, id, content, tier, source, parent_id, ts, metadata, "
-            "content_hash, doc_len, lexemes FROM tnsrag_stage_entries ORDER BY id ON CONFLICT (corpus, id) DO NOTHING RETURNING id), "
+            "content_hash, doc_len, lexemes FROM tnsrag_stage_entries ORDER BY id "
+            "ON CONFLICT (corpus, id) DO UPDATE SET content = e.content WHERE false RETURNING id), "
             "marked AS (UPDATE tnsrag_stage_entries s SET state = 'i' FROM ins WHERE s.id = ins.id RETURNING 1) "
             "SELECT count(*) FROM marked"), c).scalar_one()
         report = WriteReport()
         old_len = 0
         if inserted_count < len(batch):
-            # Lock the existing rows (in id order, so concurrent batches cannot deadlock)
-            # and compare: identical hash = unchanged.
+            # The existing rows are locked by the statement above; this one's snapshot sees
+            # their newest committed versions. Identical hash = unchanged.
             rows = conn.execute(sa.text(
                 "SELECT e.id, s.ord, e.content_hash = s.content_hash AS same, e.content <> s.content AS text_changed, "
                 "e.doc_len FROM entries e JOIN tnsrag_stage_entries s ON e.corpus = :c AND e.id = s.id "
-                "WHERE s.state IS NULL ORDER BY e.id FOR UPDATE OF e"), c).all()
+                "WHERE s.state IS NULL ORDER BY e.id"), c).all()
+            if len(rows) + inserted_count != len(batch):  # cannot happen: every entry was inserted or locked
+                raise DatabaseError(f"write to corpus {self._corpus!r} lost track of {len(batch) - inserted_count - len(rows)} "
+                                    "entries; the transaction was rolled back")
             ords: list[int] = []
             states: list[str] = []
             for row in rows:
@@ -458,22 +470,29 @@ class Store:
 
     def _delete(self, predicate: str, params: dict[str, Any]) -> int:
         with self.transaction() as conn:
-            # First lock the rows (in id order, as writers do, so deletes and upserts cannot
-            # deadlock); only then, in a statement whose snapshot sees every change committed
-            # by the writers it waited for, delete the entries, their postings (found through
-            # the stored lexemes) and the df counts. One statement for both would delete the
-            # postings as of before the wait and orphan those a concurrent update wrote.
-            conn.execute(sa.text(f"SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} "
-                                 "ORDER BY e.id FOR UPDATE OF e"), {"c": self._corpus, **params})
+            if not conn.info.get(STAGE_READY):
+                for ddl in STAGE_DDL:
+                    conn.execute(sa.text(ddl))
+            conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
+            # First lock the matching rows, in id order as writers do (so deletes and upserts
+            # cannot deadlock), and remember them. Then, in a statement whose snapshot sees
+            # every change committed by the writers waited for, delete exactly those rows with
+            # their postings (found through the stored lexemes) and df counts. Deleting by the
+            # predicate again instead would reach rows committed in between, and wait for (and
+            # orphan the postings of) a writer that locked one of them meanwhile.
+            conn.execute(sa.text(
+                f"WITH l AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} "
+                "ORDER BY e.id FOR UPDATE OF e) INSERT INTO tnsrag_stage_ids (id) SELECT id FROM l"),
+                {"c": self._corpus, **params})
             count, length = conn.execute(sa.text(
-                f"WITH gone AS (DELETE FROM entries e WHERE e.corpus = :c AND {predicate} "
+                "WITH gone AS (DELETE FROM entries e USING tnsrag_stage_ids k WHERE e.corpus = :c AND e.id = k.id "
                 "  RETURNING e.id, e.doc_len, e.lexemes), "
                 "d AS (DELETE FROM bm25_postings p USING (SELECT g.id, l.lexeme FROM gone g "
                 "  CROSS JOIN unnest(g.lexemes) AS l(lexeme)) o "
                 "  WHERE p.corpus = :c AND p.lexeme = o.lexeme AND p.entry_id = o.id RETURNING p.lexeme, -1 AS delta), "
                 "df AS (" + _APPLY_DF_SQL.format(source="d") + ") "
                 "SELECT count(*), coalesce(sum(doc_len), 0) FROM gone"),
-                {"c": self._corpus, "shard": _stat_shard(), **params}).one()
+                {"c": self._corpus, "shard": _stat_shard()}).one()
             if count:
                 self._bump_stats(conn, -int(count), -int(length))
         return int(count)
