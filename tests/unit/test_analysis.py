@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tnsrag_db.store.analysis import CHUNK_CHARS, MAX_TERM_CHARS, analyze, camel_parts, chunk_text
 
@@ -107,3 +109,40 @@ def test_long_documents_keep_every_token() -> None:
     analysed = analyze(text)
     tokens = [w for c in analysed.chunks for w in c.split()]
     assert tokens.count("alpha") == 300 and len(tokens) == 17300
+
+
+# -- the fast paths change nothing ---------------------------------------------------------
+
+def _analyze_slowly(text: str) -> tuple[list[str], list[str]]:
+    """The analysis without any shortcut: every token through the rewrite, then chunking."""
+    import re
+
+    from tnsrag_db.store import analysis
+
+    extras: list[str] = []
+    split_token = analysis._split_token.__wrapped__
+
+    def replace(match: re.Match[str]) -> str:
+        split = split_token(match.group(0))
+        if split is None:
+            return match.group(0)
+        extras.extend(split[1])
+        return split[0]
+
+    return list(chunk_text(analysis._TOKEN_RE.sub(replace, text))), extras
+
+
+_PIECES = ["word", "Word", "WORD", "getHTTPResponse", "TAN-5326", "snake_case", "HttpClient.get", "3.14",
+           "e.g.", "(Paren)", "end.", "École", "éA", "ǅx", "中文", "x2", "a", "-", "__", ":", "/", " ", "\n", "\t",
+           "\"quoted\"", "it's", "a/b", "U.S.A."]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=80), st.lists(st.sampled_from(["", " ", ",", "."]), max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_shortcuts_give_the_same_analysis(pieces: list[str], glue: list[str]) -> None:
+    text = "".join(p + (glue[i] if i < len(glue) else " ") for i, p in enumerate(pieces))
+    result = analyze(text)
+    assert (result.chunks, result.extra_terms) == _analyze_slowly(text)
+    # and again, now answered from the caches
+    again = analyze(text)
+    assert (again.chunks, again.extra_terms) == _analyze_slowly(text)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["CHUNK_CHARS", "AnalyzedText", "analyze", "camel_parts", "chunk_text"]
 
@@ -60,28 +61,58 @@ class AnalyzedText:
     extra_terms: list[str]
 
 
+@lru_cache(maxsize=1 << 16)
+def _split_token(token: str) -> tuple[str, tuple[str, ...]] | None:
+    """The rewritten form and whole-identifier terms of one token; None when it stays as is.
+
+    Cached: natural text repeats its words, and most of them need no rewriting.
+    """
+    if not any(c.isalpha() for c in token):
+        # Numbers (``3.14``, ``1/2``, ``5-10``) are not identifiers: PostgreSQL's
+        # parser already keeps decimals whole, and splitting them only adds noise.
+        return None
+    segments = [s for s in _SEP_RE.split(token) if s]
+    parts: list[str] = []
+    extras: list[str] = []
+    for segment in segments:
+        sub = camel_parts(segment)
+        if len(sub) > 1 and len(segment) <= MAX_TERM_CHARS and any(c.isalpha() for c in segment):
+            # A camelCase segment of a larger identifier is a whole term too
+            # (``HttpClient`` inside ``HttpClient.get``).
+            if len(segments) > 1:
+                extras.append(segment.lower())
+        parts.extend(sub)
+    if len(parts) <= 1:
+        return None
+    if len(token) <= MAX_TERM_CHARS:
+        extras.append(token.lower())
+    return " ".join(parts), tuple(extras)
+
+
+_EDGE_PUNCTUATION = ".,;:!?()[]{}<>\"'"
+
+
+@lru_cache(maxsize=1 << 16)
+def _plain_word(word: str) -> bool:
+    """True when a whitespace-separated word certainly holds no compound token: letters
+    only (after edge punctuation), at most the first one upper-case."""
+    core = word.strip(_EDGE_PUNCTUATION)
+    return core.isalpha() and (len(core) == 1 or core[1:].islower())
+
+
 def _rewrite(text: str, extras: list[str]) -> str:
+    # Most texts hold no compound token at all: find that out from cached word checks
+    # (C-level split and map), then from the cached token splits, before rewriting.
+    if all(map(_plain_word, text.split())) or not any(map(_split_token, _TOKEN_RE.findall(text))):
+        return text
+
     def replace(match: re.Match[str]) -> str:
         token = match.group(0)
-        if not any(c.isalpha() for c in token):
-            # Numbers (``3.14``, ``1/2``, ``5-10``) are not identifiers: PostgreSQL's
-            # parser already keeps decimals whole, and splitting them only adds noise.
+        split = _split_token(token)
+        if split is None:
             return token
-        segments = [s for s in _SEP_RE.split(token) if s]
-        parts: list[str] = []
-        for segment in segments:
-            sub = camel_parts(segment)
-            if len(sub) > 1 and len(segment) <= MAX_TERM_CHARS and any(c.isalpha() for c in segment):
-                # A camelCase segment of a larger identifier is a whole term too
-                # (``HttpClient`` inside ``HttpClient.get``).
-                if len(segments) > 1:
-                    extras.append(segment.lower())
-            parts.extend(sub)
-        if len(parts) <= 1:
-            return token
-        if len(token) <= MAX_TERM_CHARS:
-            extras.append(token.lower())
-        return " ".join(parts)
+        extras.extend(split[1])
+        return split[0]
 
     return _TOKEN_RE.sub(replace, text)
 
@@ -121,6 +152,9 @@ def analyze(text: str) -> AnalyzedText:
     """Rewrite compound identifiers into parts, collect their whole forms and chunk the result."""
     extras: list[str] = []
     rewritten = _rewrite(text, extras)
+    short = rewritten.lstrip()
+    if len(short) <= CHUNK_CHARS:  # the common case: one chunk (what chunk_text yields)
+        return AnalyzedText([short.rstrip()] if short else [], extras)
     return AnalyzedText(list(chunk_text(rewritten)), extras)
 
 
