@@ -75,7 +75,7 @@ def _contender(url: str, corpus: str, seed: int, ops: int) -> None:
 
     from tnsrag_db.embeddings import HashingEmbedding
     from tnsrag_db.errors import DanglingReferenceError
-    from tnsrag_db.indexes.graph import GraphStore
+    from tnsrag_db.indexes.graph import Edge, GraphStore
     from tnsrag_db.indexes.vector import VectorMemoryStore
 
     engine = create_engine(url, schema="tnsrag", pool_size=1)
@@ -100,6 +100,16 @@ def _contender(url: str, corpus: str, seed: int, ops: int) -> None:
                 counts = vectors.add_all(entries)
                 # Every entry of a batch is accounted for, even when a delete raced it.
                 assert counts.inserted + counts.updated + counts.unchanged == len(entries), counts
+            elif roll < 0.65:
+                # Entry and edge together, the edge's other end outside the batch: the one
+                # write that takes entries out of id order (PostgreSQL may abort it or its
+                # opponent to break a deadlock; the library runs the aborted call again).
+                j = rng.randrange(4)
+                try:
+                    graph.add_with_edges([MemoryEntry(f"c{j}", "agent memory " + rng.choice(_WORDS))],
+                                         [Edge(f"c{j}", f"c{(j + 1 + rng.randrange(3)) % 4}")])
+                except DanglingReferenceError:
+                    pass
             elif roll < 0.7:
                 try:
                     graph.add_edge(f"c{i}", f"c{(i + 1 + rng.randrange(3)) % 4}")

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import ConfigurationError, HierarchyError, ValidationError
-from tnsrag_db.store.store import IngestCounts, Store, validate_batch
+from tnsrag_db.store.store import IngestCounts, Store, WriteReport, retry_on_deadlock, validate_batch
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["HierarchyIndex"]
@@ -174,11 +174,14 @@ class HierarchyIndex:
         batch = validate_batch(batch)
         if not batch:
             return IngestCounts()
-        with self._store.transaction() as conn:
-            conn.execute(sa.text(_LOCK_SQL), {"c": self._store.corpus})
-            report = self._store.write_entries(conn, batch)
-            self._check_written(conn, [e.id for e in batch])
-        return report.counts
+        def write() -> WriteReport:
+            with self._store.transaction() as conn:
+                conn.execute(sa.text(_LOCK_SQL), {"c": self._store.corpus})
+                report = self._store.write_entries(conn, batch)
+                self._check_written(conn, [e.id for e in batch])
+            return report
+
+        return retry_on_deadlock(write).counts
 
     @staticmethod
     def _check_duplicates(batch: Sequence[object]) -> None:

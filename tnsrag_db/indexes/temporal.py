@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError, ValidationError
-from tnsrag_db.store.store import IngestCounts, Store, validate_batch
+from tnsrag_db.store.store import IngestCounts, Store, WriteReport, retry_on_deadlock, validate_batch
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["Clock", "TemporalIndex", "check_clock", "check_skew", "now_from", "utc_now"]
@@ -105,9 +105,11 @@ class TemporalIndex:
                 raise TemporalValidationError(
                     f"entry {entry.id!r}: timestamp {entry.timestamp.isoformat()} is more than "
                     f"{self._skew} ahead of the clock ({now.isoformat()})")
-        with self._store.transaction() as conn:
-            report = self._store.write_entries(conn, batch)
-        return report.counts
+        def write() -> WriteReport:
+            with self._store.transaction() as conn:
+                return self._store.write_entries(conn, batch)
+
+        return retry_on_deadlock(write).counts
 
     def timestamps(self, entry_ids: Sequence[str]) -> dict[str, datetime | None]:
         """The timestamp of each existing entry of ``entry_ids`` (None when undated); unknown ids are left out."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -29,7 +29,8 @@ from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import DEFAULT_SCHEMA, hnsw_index_name
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
-__all__ = ["BM25_STAT_SHARDS", "STAGE_DDL", "STAGE_READY", "IngestCounts", "Store", "WriteReport", "connect"]
+__all__ = ["BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "STAGE_DDL", "STAGE_READY", "IngestCounts", "Store", "WriteReport",
+           "connect", "retry_on_deadlock"]
 
 #: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
 BM25_STAT_SHARDS = 16
@@ -110,6 +111,28 @@ def _row_to_entry(row: Any) -> MemoryEntry:
         timestamp=row.ts,
         metadata=row.metadata or {},
     )
+
+
+#: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
+DEADLOCK_RETRIES = 3
+
+_T = TypeVar("_T")
+
+
+def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
+    """Run ``operation`` (which opens and commits its own transaction) and run it again,
+    up to ``retries`` times, when PostgreSQL aborted it to break a deadlock (SQLSTATE
+    40P01). Its transaction was rolled back, so nothing of the failed attempt remains.
+    """
+    attempt = 0
+    while True:
+        try:
+            return operation()
+        except DatabaseError as exc:
+            orig = getattr(exc.__cause__, "orig", None)
+            if attempt >= retries or getattr(orig, "sqlstate", None) != "40P01":
+                raise
+            attempt += 1
 
 
 #: Key in a connection's ``info`` set when its stage tables exist (committed).
@@ -244,9 +267,11 @@ class Store:
         batch = validate_batch(entries)
         if not batch:
             return IngestCounts()
-        with self.transaction() as conn:
-            report = self.write_entries(conn, batch, progress=progress)
-        return report.counts
+        def write() -> WriteReport:
+            with self.transaction() as conn:
+                return self.write_entries(conn, batch, progress=progress)
+
+        return retry_on_deadlock(write).counts
 
     def write_entries(self, conn: Connection, batch: Sequence[MemoryEntry], *,
                       progress: Callable[[int], None] | None = None) -> WriteReport:
@@ -469,6 +494,12 @@ class Store:
         return self._delete("TRUE", {})
 
     def _delete(self, predicate: str, params: dict[str, Any]) -> int:
+        # A delete takes its rows in id order like every writer; only a GraphStore
+        # add_with_edges reaching entries outside its batch can cross it, and then
+        # PostgreSQL may pick the delete to abort: it runs again.
+        return retry_on_deadlock(lambda: self._delete_once(predicate, params))
+
+    def _delete_once(self, predicate: str, params: dict[str, Any]) -> int:
         with self.transaction() as conn:
             if not conn.info.get(STAGE_READY):
                 for ddl in STAGE_DDL:

@@ -1,0 +1,73 @@
+"""retry_on_deadlock runs a whole transaction again after PostgreSQL broke a deadlock, and nothing else."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from tnsrag_db.errors import DatabaseError
+from tnsrag_db.store.store import Store, retry_on_deadlock
+from tnsrag_db.types import MemoryEntry
+
+
+def test_a_real_deadlock_is_retried_and_both_sides_commit(store: Store) -> None:
+    store.add_all([MemoryEntry("a", "first"), MemoryEntry("b", "second")])
+    barrier = threading.Barrier(2, timeout=30)
+    attempts: list[str] = []
+    errors: list[BaseException] = []
+
+    def side(first: str, second: str, text: str) -> None:
+        def once() -> None:
+            attempts.append(first)
+            with store.transaction() as conn:
+                conn.execute(sa.text("UPDATE entries SET source = :t WHERE corpus = :c AND id = :id"),
+                             {"t": text, "c": store.corpus, "id": first})
+                if len(attempts) <= 2:  # both first attempts hold one row, then want the other
+                    barrier.wait()
+                conn.execute(sa.text("UPDATE entries SET source = :t WHERE corpus = :c AND id = :id"),
+                             {"t": text, "c": store.corpus, "id": second})
+
+        try:
+            retry_on_deadlock(once)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=side, args=("a", "b", "left")),
+               threading.Thread(target=side, args=("b", "a", "right"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(attempts) == 3  # the side PostgreSQL aborted ran once more
+    a, b = store.get("a"), store.get("b")
+    assert a is not None and b is not None
+    assert a.source == b.source  # the retried side committed last, whole: both rows carry its text
+
+
+def test_other_database_errors_are_not_retried(store: Store) -> None:
+    calls = []
+
+    def once() -> None:
+        calls.append(1)
+        with store.transaction() as conn:
+            conn.execute(sa.text("SELECT 1 / 0"))
+
+    with pytest.raises(DatabaseError, match="division by zero"):
+        retry_on_deadlock(once)
+    assert calls == [1]
+
+
+def test_retries_are_bounded(store: Store) -> None:
+    calls = []
+
+    def once() -> None:
+        calls.append(1)
+        with store.transaction() as conn:
+            conn.execute(sa.text("DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '40P01'; END $$"))
+
+    with pytest.raises(DatabaseError, match="simulated"):
+        retry_on_deadlock(once, retries=2)
+    assert calls == [1, 1, 1]
