@@ -48,7 +48,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
-from tnsrag_db.errors import ConfigurationError, DatabaseError, EmbeddingValidationError, ValidationError
+from tnsrag_db.errors import ConfigurationError, EmbeddingValidationError, ValidationError
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, retry_on_deadlock, validate_batch
@@ -506,16 +506,8 @@ class VectorMemoryStore:
 
     # -- search ---------------------------------------------------------------------
     def _read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
-        """Run one read-only statement outside an explicit transaction.
-
-        Autocommit saves the BEGIN and COMMIT round trips (a search is one statement;
-        its ``set_config(..., true)`` settings last for that statement only).
-        """
-        try:
-            with self._store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                return list(conn.execute(sa.text(sql), dict(params)).all())
-        except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._store.corpus!r}: {exc}") from exc
+        """Run one read-only statement (autocommit: a search is one statement)."""
+        return self._store.read(sql, params)
 
     def _space_for_query(self, dimension: int) -> _Space | None:
         cached = self._spaces.get(dimension)

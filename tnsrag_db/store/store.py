@@ -15,10 +15,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import timezone
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 
 from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError
@@ -112,6 +114,14 @@ def _row_to_entry(row: Any) -> MemoryEntry:
         metadata=row.metadata or {},
     )
 
+
+@lru_cache(maxsize=512)
+def _driver_sql(sql: str) -> str:
+    """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
+    return sa.text(sql).compile(dialect=_DIALECT).string
+
+
+_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
 #: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
 DEADLOCK_RETRIES = 3
@@ -235,6 +245,21 @@ class Store:
                 yield conn
         except TnsragError:
             raise
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+
+    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run one read-only statement (``:name`` parameters) and return its rows.
+
+        The search paths' fast lane: autocommit (no BEGIN/COMMIT round trips; a
+        ``set_config(..., true)`` inside the statement lasts for that statement), and the
+        statement compiled once per distinct text, then run as driver SQL (SQLAlchemy's
+        engine events still see it, so tracing instrumentation keeps working). Driver
+        errors become :class:`DatabaseError`.
+        """
+        try:
+            with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                return list(conn.exec_driver_sql(_driver_sql(sql), dict(params)).all())
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
 

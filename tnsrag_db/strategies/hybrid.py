@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
@@ -70,19 +69,18 @@ class HybridMemoryRetriever:
         store = self.vectors.store
         vec_sql, vec_params = self.vectors.candidates_sql(
             self.vectors.embed_query(query), pool, filters=filters, min_score=-1.0, prefix="hv")
-        with store.transaction() as conn:
-            sql = (
-                f"WITH hk_r AS ({kw_sql}), hv_r AS ({vec_sql}), "
-                "ranked AS ("
-                "  SELECT 1 AS stream, entry_id, score, row_number() OVER (ORDER BY score DESC, entry_id) AS rank "
-                "  FROM hk_r "
-                "  UNION ALL "
-                "  SELECT 2, entry_id, score, row_number() OVER (ORDER BY score DESC, entry_id) FROM hv_r) "
-                f"SELECT r.stream, r.rank, r.score, {ENTRY_COLUMNS} FROM ranked r "
-                "JOIN entries e ON e.corpus = :h_c AND e.id = r.entry_id ORDER BY r.stream, r.rank"
-            )
-            params: dict[str, Any] = {**kw_params, **vec_params, "h_c": store.corpus}
-            rows = conn.execute(sa.text(sql), params).all()
+        sql = (
+            f"WITH hk_r AS ({kw_sql}), hv_r AS ({vec_sql}), "
+            "ranked AS ("
+            "  SELECT 1 AS stream, entry_id, score, row_number() OVER (ORDER BY score DESC, entry_id) AS rank "
+            "  FROM hk_r "
+            "  UNION ALL "
+            "  SELECT 2, entry_id, score, row_number() OVER (ORDER BY score DESC, entry_id) FROM hv_r) "
+            f"SELECT r.stream, r.rank, r.score, {ENTRY_COLUMNS} FROM ranked r "
+            "JOIN entries e ON e.corpus = :h_c AND e.id = r.entry_id ORDER BY r.stream, r.rank"
+        )
+        params: dict[str, Any] = {**kw_params, **vec_params, "h_c": store.corpus}
+        rows = store.read(sql, params)
         keyword_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 1]
         vector_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 2]
         return keyword_docs, vector_docs
@@ -116,8 +114,7 @@ class HybridMemoryRetriever:
         )
         params: dict[str, Any] = {**kw_params, **vec_params, "h_c": store.corpus, "h_k": self.rrf_k,
                                   "h_min": context.min_score, "h_lim": context.max_results}
-        with store.transaction() as conn:
-            rows = conn.execute(sa.text(sql), params).all()
+        rows = store.read(sql, params)
         return [document_from_row(r, float(r.score)) for r in rows]
 
 

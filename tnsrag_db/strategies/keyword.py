@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
@@ -53,6 +52,5 @@ class KeywordRAGStrategy:
         sql = (f"WITH kc AS ({candidates}) SELECT kc.score, {ENTRY_COLUMNS} FROM kc "
                "JOIN entries e ON e.corpus = :k_c AND e.id = kc.entry_id ORDER BY kc.score DESC, e.id")
         store = self._keywords.store
-        with store.transaction() as conn:
-            rows = conn.execute(sa.text(sql), params).all()
+        rows = store.read(sql, params)
         return [document_from_row(row, float(row.score)) for row in rows]
