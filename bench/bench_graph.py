@@ -1,7 +1,7 @@
 """Graph traversal benchmark: bounded recursive CTE vs a naive one, on 100k entries and 1M edges.
 
 The graph (seeded, reproducible): 100,000 entries; 50 hubs with out-degree 2,000
-(100,000 edges); every other entry has 9 out-edges (900,000 edges) to random
+(100,000 edges); each of the other 99,950 entries has 9 out-edges (899,550 edges; 999,550 in all) to random
 entries, 5 % of them into a hub. Weights are uniform in [0, 1).
 
 For depth 2 and 3, from 10 ordinary seeds and from 10 hub seeds, with the default

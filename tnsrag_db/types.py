@@ -16,7 +16,13 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from tnsrag_db.errors import InvalidContextError, InvalidEntryError, InvalidFilterError, TemporalValidationError
+from tnsrag_db.errors import (
+    InvalidContextError,
+    InvalidEntryError,
+    InvalidFilterError,
+    TemporalValidationError,
+    ValidationError,
+)
 
 __all__ = [
     "RESERVED_METADATA_KEYS",
@@ -96,7 +102,12 @@ def validate_filters(filters: Mapping[str, str] | None) -> Mapping[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class RetrievedDocument:
-    """One retrieval result: content, source, score and read-only metadata (str to str)."""
+    """One retrieval result: content, source, score and read-only metadata (str to str).
+
+    Raises :class:`ValidationError` for non-string content, source, metadata keys or
+    values, and for a score that is not a number or is NaN (±inf is allowed: some
+    rerankers use it to pin results).
+    """
 
     content: str
     source: str | None
@@ -104,10 +115,20 @@ class RetrievedDocument:
     metadata: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.content, str):
+            raise ValidationError(f"RetrievedDocument content must be a string, got {type(self.content).__name__}")
+        if self.source is not None and not isinstance(self.source, str):
+            raise ValidationError(f"RetrievedDocument source must be a string or None, got {type(self.source).__name__}")
+        score = self.score
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+            raise ValidationError(f"RetrievedDocument score must be a number, not NaN, got {score!r}")
         md = self.metadata
         copied = MappingProxyType(dict(md)) if md else _EMPTY
+        for key, value in copied.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValidationError(f"RetrievedDocument metadata maps str to str, got {key!r}: {value!r}")
         object.__setattr__(self, "metadata", copied)
-        object.__setattr__(self, "score", float(self.score))
+        object.__setattr__(self, "score", float(score))
 
     def with_score(self, score: float) -> RetrievedDocument:
         """Return a copy with another score."""

@@ -291,6 +291,10 @@ def test_cli_add_edge_import_and_query(make_store: Callable[..., Store], db_url:
     gs = GraphStore(store)
     assert gs.neighbours("a") == [Edge("a", "b", "cites", 2.0), Edge("a", "d", weight=0.5)]
     assert gs.neighbours("b") == [Edge("b", "c", weight=4.0)]  # re-written: weight and source replaced
+    # The database options also work after the subcommand, overriding the group's.
+    result = runner.invoke(graph, ["add-edge", "d", "a", "--url", url, "--corpus", store.corpus, "--json"])
+    assert result.exit_code == 0, result.output
+    assert gs.neighbours("d") == [Edge("d", "a")]
     strategy = graph_strategy(store)
     assert (strategy.max_depth, strategy.depth_decay, strategy.max_visited_nodes) == (2, 0.85, 1024)
     assert [d.metadata["entryId"] for d in strategy.traverse({"a": 1.0})] == ["a", "b", "d", "c"]

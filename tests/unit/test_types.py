@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tnsrag_db.errors import InvalidContextError, InvalidEntryError, InvalidFilterError
+from tnsrag_db.errors import InvalidContextError, InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 
 
@@ -74,3 +75,22 @@ def test_memory_entry_metadata_aliases() -> None:
     assert MemoryEntry("a", "x", timestamp=aware).timestamp == aware
     assert MemoryEntry("a", "x", source="s", metadata={"k": "v"}).result_metadata() == {
         "k": "v", "tier": "SEMANTIC", "entryId": "a", "source": "s"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("c", None, 1.0, {"k": 3}), "str to str"),
+    (("c", None, 1.0, {1: "v"}), "str to str"),
+    (("c", None, float("nan"), {}), "not NaN"),
+    (("c", None, "1.0", {}), "must be a number"),
+    (("c", None, True, {}), "must be a number"),
+    ((None, None, 1.0, {}), "content must be a string"),
+    (("c", 7, 1.0, {}), "source must be a string or None"),
+])
+def test_retrieved_document_rejects_what_is_not_its_shape(args: tuple[Any, ...], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        RetrievedDocument(*args)
+
+
+def test_retrieved_document_accepts_int_and_infinite_scores() -> None:
+    assert RetrievedDocument("c", None, 3, {}).score == 3.0
+    assert RetrievedDocument("c", "s", float("-inf"), {"k": "v"}).score == float("-inf")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from tqdm import tqdm
@@ -84,9 +84,24 @@ def read_edges(path: Path) -> Iterator[Edge]:
             yield _edge({k: v for k, v in row.items() if k is not None}, f"{path}:{reader.line_num}")
 
 
-def _open(ctx: click.Context) -> Store:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _target_options(func: F) -> F:
+    """--url/--schema/--corpus on a subcommand too, overriding the group's (so both
+    ``tnsrag graph --corpus docs add-edge a b`` and ``tnsrag graph add-edge a b --corpus docs`` work)."""
+    func = click.option("--corpus", "sub_corpus", default=None, help="Corpus (overrides the group option).")(func)
+    func = click.option("--schema", "sub_schema", default=None, help="Schema (overrides the group option).")(func)
+    func = click.option("--url", "sub_url", default=None, help="Database URL (overrides the group option).")(func)
+    return func
+
+
+def _open(ctx: click.Context, url: str | None, schema: str | None, corpus: str | None) -> Store:
     o = ctx.obj
-    return connect(o["url"], corpus=o["corpus"], schema=o["schema"], auto_migrate=None if o["url"] is None else False)
+    url = url if url is not None else o["url"]
+    return connect(url, corpus=corpus if corpus is not None else o["corpus"],
+                   schema=schema if schema is not None else o["schema"],
+                   auto_migrate=None if url is None else False)
 
 
 @click.group()
@@ -112,16 +127,17 @@ def graph(ctx: click.Context, url: str | None, schema: str, corpus: str) -> None
               help="Finite weight; heavier edges are followed first.")
 @click.option("--source", default=None, help="Where the edge came from.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@_target_options
 @click.pass_context
 @handle_errors
 def add_edge(ctx: click.Context, src: str, dst: str, relation: str, weight: float, source: str | None,
-             as_json: bool) -> None:
+             as_json: bool, sub_url: str | None, sub_schema: str | None, sub_corpus: str | None) -> None:
     """Add (or update) the edge SRC -> DST.
 
-    Example: tnsrag graph add-edge install-guide troubleshooting --relation see-also --weight 0.5
+    Example: tnsrag graph add-edge install-guide troubleshooting --corpus docs --relation see-also --weight 0.5
     """
     edge = Edge(src, dst, relation, weight, source)
-    with _open(ctx) as store:
+    with _open(ctx, sub_url, sub_schema, sub_corpus) as store:
         counts = GraphStore(store).add_edges([edge])
     data = {"inserted": counts.inserted, "updated": counts.updated, "unchanged": counts.unchanged}
     state = "added" if counts.inserted else "updated" if counts.updated else "unchanged"
@@ -131,9 +147,11 @@ def add_edge(ctx: click.Context, src: str, dst: str, relation: str, weight: floa
 @graph.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@_target_options
 @click.pass_context
 @handle_errors
-def import_edges(ctx: click.Context, file: Path, as_json: bool) -> None:
+def import_edges(ctx: click.Context, file: Path, as_json: bool, sub_url: str | None, sub_schema: str | None,
+                 sub_corpus: str | None) -> None:
     """Import edges from FILE in one transaction: CSV with a header (src,dst[,relation,weight,source])
     or JSONL (.jsonl/.ndjson, one {"src": ..., "dst": ...} object per line).
 
@@ -143,7 +161,8 @@ def import_edges(ctx: click.Context, file: Path, as_json: bool) -> None:
     Example: tnsrag graph --corpus docs import links.csv --json
     """
     edges = list(read_edges(file))
-    with _open(ctx) as store, tqdm(total=len(edges), unit="edge", desc="import", disable=as_json or None) as bar:
+    with _open(ctx, sub_url, sub_schema, sub_corpus) as store, \
+            tqdm(total=len(edges), unit="edge", desc="import", disable=as_json or None) as bar:
         last = 0
 
         def advance(done: int) -> None:
