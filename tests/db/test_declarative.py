@@ -37,6 +37,7 @@ from tnsrag_db.declarative import (
 )
 from tnsrag_db.embeddings import get_process_embedding, reset_process_embedding
 from tnsrag_db.errors import (
+    ConfigurationError,
     DatabaseError,
     EmbeddingValidationError,
     ExecutionError,
@@ -45,8 +46,11 @@ from tnsrag_db.errors import (
     ProviderConfigurationError,
     ProviderTransportError,
     StrategyUnavailableError,
+    TemporalValidationError,
 )
+from tnsrag_db.expansion import EXPANDER_ENTRY_POINT_GROUP
 from tnsrag_db.indexes.graph import GraphStore
+from tnsrag_db.navigation import NAVIGATOR_ENTRY_POINT_GROUP
 from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import IngestCounts, Store
 from tnsrag_db.types import MemoryEntry, RetrievedDocument
@@ -153,12 +157,118 @@ def test_temporal_mode_prefers_fresh_entries(store: Store) -> None:
     assert ids(role.ask("refund policy")) == ["new", "old"]
 
 
+def _vector_count(store: Store) -> int:
+    with store.transaction() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"),
+                                {"c": store.corpus}).scalar_one())
+
+
 def test_hierarchical_mode_rejects_a_broken_hierarchy(store: Store) -> None:
-    docs = [MemoryEntry("child", "refund text", parent_id="missing-parent")]
+    docs = [MemoryEntry("root", "refund root"), MemoryEntry("child", "refund text", parent_id="missing-parent")]
     role = echo_role(ListLoader(docs), store, strategy=RetrievalStrategy.HIERARCHICAL,
                      on_failure=OnFailure.CONTINUE_EMPTY)
+    with pytest.raises(HierarchyError) as info:
+        role.ask("refund")
+    assert info.value.ids == ("child",) and "'child' -> 'missing-parent'" in str(info.value)
+    # Checked inside the write's transaction: neither entries nor vectors were kept.
+    assert store.count() == 0 and _vector_count(store) == 0
+
+
+CYCLE = [MemoryEntry("root", "refund root"), MemoryEntry("a", "refund a", parent_id="b"),
+         MemoryEntry("b", "refund b", parent_id="a")]
+
+
+@pytest.mark.parametrize("mode", [RetrievalStrategy.HIERARCHICAL, RetrievalStrategy.REASONING])
+@pytest.mark.parametrize(("docs", "bad"), [
+    ([MemoryEntry("root", "refund root"), MemoryEntry("orphan", "refund", parent_id="nowhere")], ("orphan",)),
+    (CYCLE, ("a", "b")),
+], ids=["missing-parent", "cycle"])
+def test_hierarchy_modes_write_nothing_for_a_broken_hierarchy(store: Store, mode: RetrievalStrategy,
+                                                              docs: list[MemoryEntry], bad: tuple[str, ...]) -> None:
+    loader = ListLoader(docs)
+    role = echo_role(loader, store, strategy=mode, navigator_model="lexical-bm25")
+    with pytest.raises(HierarchyError) as info:
+        role.ask("refund")
+    assert info.value.ids == bad
+    assert store.count() == 0 and _vector_count(store) == 0
+    # Not cached as done: the next call loads and checks again.
     with pytest.raises(HierarchyError):
         role.ask("refund")
+    assert loader.loads == 2 and store.count() == 0
+
+
+def test_a_hierarchy_action_checks_the_ingestion_of_the_whole_role(store: Store) -> None:
+    @knowledge_source(loader=ListLoader(CYCLE))
+    class Role:
+        @retrieval(RetrievalStrategy.KEYWORD)
+        def find(self, question: str, *, retrieved: RetrievalResult) -> RetrievalResult:
+            return retrieved
+
+        @retrieval(RetrievalStrategy.REASONING, navigator_model="lexical-bm25")
+        def browse(self, question: str, *, retrieved: RetrievalResult) -> RetrievalResult:
+            return retrieved
+
+    bind_store(Role, store)
+    # The KEYWORD action shares the role's ingestion, so it is checked for REASONING too.
+    with pytest.raises(HierarchyError):
+        Role().find("refund")
+    with pytest.raises(HierarchyError):
+        ingest_sources(Role)
+    with pytest.raises(HierarchyError):
+        ingest_sources(Role, embed=True)
+    assert store.count() == 0 and _vector_count(store) == 0
+
+
+def test_a_role_without_hierarchy_modes_ingests_a_broken_hierarchy(store: Store) -> None:
+    role = echo_role(ListLoader(CYCLE), store, strategy=RetrievalStrategy.KEYWORD, top_k=3)
+    assert set(ids(role.ask("refund"))) == {"root", "a", "b"}
+
+
+def _dated(offset: timedelta) -> list[MemoryEntry]:
+    now = datetime.now(timezone.utc)
+    return [MemoryEntry("past", "Refund policy for returns.", timestamp=now - timedelta(days=2)),
+            MemoryEntry("ahead", "Refund policy for exchanges.", timestamp=now + offset)]
+
+
+def test_temporal_mode_rejects_a_future_timestamp_at_ingestion(store: Store) -> None:
+    loader = ListLoader(_dated(timedelta(days=3)))
+    role = echo_role(loader, store, strategy=RetrievalStrategy.TEMPORAL, on_failure=OnFailure.CONTINUE_EMPTY)
+    with pytest.raises(TemporalValidationError, match=r"entry 'ahead': timestamp .* is more than 0:05:00 ahead"):
+        role.ask("refund policy")
+    assert store.count() == 0 and _vector_count(store) == 0
+    with pytest.raises(TemporalValidationError):
+        ingest_sources(type(role), embed=True)
+    assert loader.loads == 2 and store.count() == 0
+
+
+def test_temporal_mode_accepts_a_timestamp_within_the_default_skew(store: Store) -> None:
+    role = echo_role(ListLoader(_dated(timedelta(minutes=2))), store, strategy=RetrievalStrategy.TEMPORAL,
+                     deduplicate=False, top_k=2)
+    assert ids(role.ask("refund policy")) == ["ahead", "past"]
+    assert store.count() == 2
+
+
+def test_a_temporal_action_checks_the_ingestion_of_the_whole_role(store: Store) -> None:
+    class Base:
+        @retrieval(RetrievalStrategy.TEMPORAL)
+        def recent(self, question: str, *, retrieved: RetrievalResult) -> RetrievalResult:
+            return retrieved
+
+    @knowledge_source(loader=ListLoader(_dated(timedelta(days=3))))
+    class Role(Base):  # the TEMPORAL action is inherited
+        @retrieval(RetrievalStrategy.KEYWORD)
+        def find(self, question: str, *, retrieved: RetrievalResult) -> RetrievalResult:
+            return retrieved
+
+    bind_store(Role, store)
+    with pytest.raises(TemporalValidationError, match="entry 'ahead'"):
+        Role().find("refund")
+    with pytest.raises(TemporalValidationError):
+        ingest_sources(Role)
+    assert store.count() == 0
+    # Without a TEMPORAL action the same entries are written as they are.
+    plain = echo_role(ListLoader(_dated(timedelta(days=3))), store, strategy=RetrievalStrategy.KEYWORD)
+    assert ingest_sources(type(plain)) == IngestCounts(inserted=2)
 
 
 @pytest.mark.parametrize(("mode", "module", "options"), [
@@ -552,3 +662,84 @@ def test_a_call_during_provider_initialisation_fails_at_once(install: Installer,
         module.init_release.set()
         thread.join(10)
     assert isinstance(out[0], RetrievalResult) and ids(out[0]) == ["shipping"]
+
+
+# -- plugin defaults through the declarative path (real entry points) --------------------
+
+EXPANDER = """
+    calls = []
+
+
+    class Expander:
+        def expand(self, query, mode, model, max_expansions):
+            calls.append((query, mode.name, model, max_expansions))
+            return ["password reset"]
+"""
+
+NAVIGATOR = """
+    calls = []
+
+
+    class Navigator:
+        def rank_children(self, query, node, children, model):
+            calls.append((query, model, [c.id for c in children]))
+            return [1.0 if c.id in ("manual", "shipping") else 0.0 for c in children]
+"""
+
+
+def llm_multi_query_role(store: Store) -> Any:
+    return echo_role(ListLoader(DOCS), store, strategy=RetrievalStrategy.MULTI_QUERY, expansion_mode="LLM",
+                     expansion_model="gpt-test", max_expansions=2, top_k=3, deduplicate=False,
+                     on_failure=OnFailure.CONTINUE_EMPTY)
+
+
+def test_llm_expansion_without_an_installed_expander_is_not_available(install: Installer, store: Store) -> None:
+    with pytest.raises(StrategyUnavailableError) as info:
+        llm_multi_query_role(store).ask("refund")
+    message = str(info.value)
+    assert "expansion mode LLM needs exactly one installed query expander" in message
+    assert f"{EXPANDER_ENTRY_POINT_GROUP!r} (found: none)" in message and "@retrieval(expander=...)" in message
+
+
+def test_llm_expansion_with_several_installed_expanders_names_them(install: Installer, store: Store) -> None:
+    install("decl-exp-beta", EXPANDER, {"beta": "Expander"}, group=EXPANDER_ENTRY_POINT_GROUP)
+    install("decl-exp-alpha", EXPANDER, {"alpha": "Expander"}, group=EXPANDER_ENTRY_POINT_GROUP)
+    with pytest.raises(ConfigurationError) as info:
+        llm_multi_query_role(store).ask("refund")
+    assert type(info.value) is ConfigurationError
+    assert "(found: alpha, beta)" in str(info.value)
+
+
+def test_llm_expansion_uses_the_one_installed_expander(install: Installer, store: Store) -> None:
+    module = install("decl-exp-one", EXPANDER, {"only": "Expander"}, group=EXPANDER_ENTRY_POINT_GROUP)
+    result = llm_multi_query_role(store).ask("refund")
+    assert module.calls == [("refund", "LLM", "gpt-test", 2)]
+    assert result.ok and "passwords" in ids(result)  # found through the expander's variant
+
+
+def reasoning_role(store: Store) -> Any:
+    return echo_role(ListLoader(DOCS), store, strategy=RetrievalStrategy.REASONING, navigator_model="nav-model",
+                     top_k=1, on_failure=OnFailure.CONTINUE_EMPTY)
+
+
+def test_reasoning_without_installed_navigators_uses_the_lexical_one(install: Installer, store: Store) -> None:
+    result = reasoning_role(store).ask("damaged item refund")
+    assert ids(result) == ["refund-damaged"]
+    assert json.loads(result.documents[0].metadata["path"]) == ["manual", "refunds", "refund-damaged"]
+
+
+def test_reasoning_uses_the_one_installed_navigator(install: Installer, store: Store) -> None:
+    module = install("decl-nav-one", NAVIGATOR, {"only": "Navigator"}, group=NAVIGATOR_ENTRY_POINT_GROUP)
+    result = reasoning_role(store).ask("damaged item refund")
+    assert ids(result) == ["shipping"]  # where the installed navigator points, not the lexical answer
+    assert module.calls and all(model == "nav-model" for _, model, _ in module.calls)
+
+
+def test_reasoning_with_several_installed_navigators_names_them(install: Installer, store: Store) -> None:
+    install("decl-nav-beta", NAVIGATOR, {"beta": "Navigator"}, group=NAVIGATOR_ENTRY_POINT_GROUP)
+    install("decl-nav-alpha", NAVIGATOR, {"alpha": "Navigator"}, group=NAVIGATOR_ENTRY_POINT_GROUP)
+    with pytest.raises(ConfigurationError) as info:
+        reasoning_role(store).ask("refund")
+    assert type(info.value) is ConfigurationError
+    assert "2 tree navigators are installed (alpha, beta)" in str(info.value)
+    assert "@retrieval(navigator=...)" in str(info.value)

@@ -12,6 +12,14 @@ Ingestion: the first retrieval of a role in a process loads its sources and writ
 processes the write happens under a PostgreSQL advisory lock keyed by schema and corpus,
 and entries whose stored content hash already matches are classified unchanged, so N
 processes starting together insert every entry exactly once.
+
+The write enforces what the role's modes need (the modes of every ``@retrieval`` action
+of the role class, since all of them share one ingestion): with a TEMPORAL action, a
+timestamp more than the mode's ``max_future_skew`` (5 minutes) ahead of its clock (now,
+UTC) raises :class:`TemporalValidationError` before anything is written; with a
+HIERARCHICAL or REASONING action, missing parents and cycles are checked inside the
+write's transaction, so a :class:`HierarchyError` leaves nothing written (entries nor
+vectors).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -37,6 +45,10 @@ from tnsrag_db.errors import (
 from tnsrag_db.store.store import IngestCounts, Store, content_hash, validate_batch
 from tnsrag_db.strategies.base import RAGStrategy
 from tnsrag_db.types import MemoryEntry, RAGContext, RetrievedDocument
+
+if TYPE_CHECKING:
+    from tnsrag_db.indexes.hierarchy import HierarchyIndex
+    from tnsrag_db.indexes.temporal import TemporalIndex
 
 __all__ = [
     "bind_store",
@@ -202,6 +214,72 @@ def _write_once(store: Store, entries: list[MemoryEntry], write: Callable[[list[
         lock_conn.close()
 
 
+#: Modes whose composition embeds with the process provider.
+VECTOR_MODES = frozenset({RetrievalStrategy.SEMANTIC, RetrievalStrategy.HYBRID, RetrievalStrategy.MULTI_QUERY,
+                          RetrievalStrategy.HIERARCHICAL, RetrievalStrategy.TEMPORAL})
+#: Modes that need a valid stored hierarchy.
+HIERARCHY_MODES = frozenset({RetrievalStrategy.HIERARCHICAL, RetrievalStrategy.REASONING})
+
+
+def _role_modes(cls: type) -> frozenset[RetrievalStrategy]:
+    """The modes of every ``@retrieval`` action of role class ``cls``, inherited ones
+    included (an override in a subclass replaces its base's action)."""
+    from tnsrag_db.declarative._decorators import retrieval_config  # it imports this module
+
+    modes: set[RetrievalStrategy] = set()
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        for name, value in vars(klass).items():
+            if name in seen:
+                continue
+            seen.add(name)
+            config = retrieval_config(value) if callable(value) else None
+            if config is not None:
+                modes.add(config.strategy)
+    return frozenset(modes)
+
+
+def _temporal_index(store: Store) -> TemporalIndex:
+    """The ``TemporalIndex`` of the declarative TEMPORAL mode, with the ``max_future_skew``
+    and clock its strategy uses (``@retrieval`` configures neither: 5 minutes, now in UTC)."""
+    from tnsrag_db.indexes.temporal import TemporalIndex
+    from tnsrag_db.strategies.temporal import TemporalRAGStrategy
+
+    return TemporalIndex(store, max_future_skew=TemporalRAGStrategy.DEFAULT_MAX_FUTURE_SKEW)
+
+
+class _Checks:
+    """What a role's modes require of its ingested entries (see the module docstring)."""
+
+    def __init__(self, store: Store, modes: frozenset[RetrievalStrategy]) -> None:
+        self.temporal: TemporalIndex | None = None
+        self.hierarchy: HierarchyIndex | None = None
+        if RetrievalStrategy.TEMPORAL in modes:
+            try:
+                self.temporal = _temporal_index(store)
+            except ImportError as exc:  # never write unchecked
+                raise _unavailable(RetrievalStrategy.TEMPORAL, exc) from exc
+        hierarchical = sorted(modes & HIERARCHY_MODES, key=lambda m: m.name)
+        if hierarchical:
+            try:
+                from tnsrag_db.indexes.hierarchy import HierarchyIndex
+            except ImportError as exc:
+                raise _unavailable(hierarchical[0], exc) from exc
+            self.hierarchy = HierarchyIndex(store)
+
+    @property
+    def key(self) -> tuple[bool, bool]:
+        """Part of the per-process cache key: the same sources checked differently are ingested again."""
+        return self.temporal is not None, self.hierarchy is not None
+
+    def load(self, sources: tuple[KnowledgeSource, ...]) -> list[MemoryEntry]:
+        """Load and validate the entries; the timestamp check runs here, before any write."""
+        entries = _load(sources)
+        if self.temporal is not None:
+            self.temporal.check_timestamps(entries)
+        return entries
+
+
 def _ensure(key: Hashable, work: Callable[[], IngestCounts]) -> IngestCounts:
     with _state_lock:
         lock = _ingest_locks.setdefault(key, threading.Lock())
@@ -220,32 +298,61 @@ def ingest_sources(role: object, *, store: Store | None = None, embed: bool = Fa
     process embedding provider for every entry (what vector-backed modes need; they do
     this themselves on first use). Returns how the entries were classified
     (inserted / updated / unchanged). Raises :class:`ConfigurationError` for bad sources,
-    :class:`InvalidEntryError` for bad entries (nothing is written) and
-    :class:`DatabaseError`.
+    :class:`InvalidEntryError` for bad entries, :class:`TemporalValidationError` /
+    :class:`HierarchyError` when the role has a TEMPORAL / HIERARCHICAL or REASONING action
+    and the entries break its rule (see the module docstring) — nothing is written in
+    these cases — and :class:`DatabaseError`.
     """
     cls = _role_class(role)
     target = store if store is not None else resolve_store(role)
     if embed:
         return _ingest_vectors(role, target, get_process_embedding())
-    sources, _ = collect_sources(cls)
-    if not sources:
-        return IngestCounts()
-    key = ("entries", id(target.engine), target.schema, target.corpus, tuple(id(s) for s in sources))
-    return _ensure(key, lambda: _write_once(target, _load(sources), target.add_all))
+    return _ingest_entries(role, target, _role_modes(cls))
 
 
-def _ingest_vectors(role: object, store: Store, embedding: ProcessEmbedding) -> IngestCounts:
-    """Write the role's entries with vectors of the process provider (once per process)."""
+def _ingest_entries(role: object, store: Store, modes: frozenset[RetrievalStrategy]) -> IngestCounts:
+    """Write the role's entries, checked for ``modes`` (once per process)."""
     sources, _ = collect_sources(_role_class(role))
     if not sources:
         return IngestCounts()
+    checks = _Checks(store, modes)
+    key = ("entries", id(store.engine), store.schema, store.corpus, tuple(id(s) for s in sources), checks.key)
+    # With a hierarchy mode the write goes through HierarchyIndex.add_all, which checks the
+    # batch inside its transaction (nothing is written when the check fails).
+    write: Callable[[list[MemoryEntry]], IngestCounts] = (
+        store.add_all if checks.hierarchy is None else checks.hierarchy.add_all)
+    return _ensure(key, lambda: _write_once(store, checks.load(sources), write))
+
+
+def _ingest_vectors(role: object, store: Store, embedding: ProcessEmbedding,
+                    modes: frozenset[RetrievalStrategy] | None = None) -> IngestCounts:
+    """Write the role's entries with vectors of the process provider (once per process),
+    checked for ``modes`` (default: the role's)."""
+    cls = _role_class(role)
+    sources, _ = collect_sources(cls)
+    if not sources:
+        return IngestCounts()
+    checks = _Checks(store, _role_modes(cls) if modes is None else modes)
     key = ("vectors", id(store.engine), store.schema, store.corpus, tuple(id(s) for s in sources),
-           id(embedding))
+           id(embedding), checks.key)
 
     def work() -> IngestCounts:
         vector_store = _vector_store(store, embedding)
-        counts: IngestCounts = _write_once(store, _load(sources), vector_store.add_all, embedding.name)
-        return counts
+        entries = checks.load(sources)
+        hierarchy = checks.hierarchy
+
+        def write(batch: list[MemoryEntry]) -> IngestCounts:
+            if hierarchy is None:
+                counts: IngestCounts = vector_store.add_all(batch)
+                return counts
+            # Entries and vectors stay in VectorMemoryStore's one transaction; the hierarchy
+            # check runs inside it, after the entries are written, so a failure rolls back both.
+            ids = [e.id for e in batch]
+            checked: IngestCounts = vector_store.add_all(
+                batch, check=lambda conn: hierarchy.check_written(conn, ids))
+            return checked
+
+        return _write_once(store, entries, write, embedding.name)
 
     return _ensure(key, work)
 
@@ -361,10 +468,10 @@ def build_strategy(mode: RetrievalStrategy, config: RetrievalConfig, store: Stor
 
             return HierarchicalRAGStrategy(semantic, HierarchyIndex(store))
         if mode is RetrievalStrategy.TEMPORAL:
-            from tnsrag_db.indexes.temporal import TemporalIndex
             from tnsrag_db.strategies.temporal import TemporalRAGStrategy
 
-            return TemporalRAGStrategy(semantic, TemporalIndex(store))
+            index = _temporal_index(store)
+            return TemporalRAGStrategy(semantic, index, max_future_skew=index.max_future_skew)
         if mode is RetrievalStrategy.MULTI_QUERY:
             from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
 
@@ -376,13 +483,6 @@ def build_strategy(mode: RetrievalStrategy, config: RetrievalConfig, store: Stor
     except ImportError as exc:
         raise _unavailable(mode, exc) from exc
     raise StrategyUnavailableError(f"unknown retrieval mode {mode!r}")  # pragma: no cover
-
-
-#: Modes whose composition embeds with the process provider.
-VECTOR_MODES = frozenset({RetrievalStrategy.SEMANTIC, RetrievalStrategy.HYBRID, RetrievalStrategy.MULTI_QUERY,
-                          RetrievalStrategy.HIERARCHICAL, RetrievalStrategy.TEMPORAL})
-#: Modes that need a valid stored hierarchy.
-HIERARCHY_MODES = frozenset({RetrievalStrategy.HIERARCHICAL, RetrievalStrategy.REASONING})
 
 
 def _validate_hierarchy(role: object, store: Store) -> None:
@@ -411,6 +511,8 @@ def retrieve_for(role: object, config: RetrievalConfig, query: str,
     """
     store = resolve_store(role)
     mode = config.strategy
+    # Every action of the role shares its ingestion: check for all of their modes.
+    modes = _role_modes(_role_class(role)) | {mode}
     needs_vectors = mode in VECTOR_MODES
     embedding = get_process_embedding() if (needs_vectors or config.deduplicate) else None
     if needs_vectors:
@@ -421,9 +523,9 @@ def retrieve_for(role: object, config: RetrievalConfig, query: str,
         except ImportError as exc:
             raise _unavailable(mode, exc) from exc
         assert embedding is not None
-        _ingest_vectors(role, store, embedding)
+        _ingest_vectors(role, store, embedding, modes)
     else:
-        ingest_sources(role, store=store)
+        _ingest_entries(role, store, modes)
     if mode in HIERARCHY_MODES:
         _validate_hierarchy(role, store)
     strategy = build_strategy(mode, config, store, embedding)

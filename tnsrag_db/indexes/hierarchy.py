@@ -183,6 +183,23 @@ class HierarchyIndex:
 
         return retry_on_deadlock(write).counts
 
+    def check_written(self, conn: Connection, entry_ids: Sequence[str]) -> None:
+        """Check the hierarchy around ``entry_ids`` inside the caller's open transaction
+        ``conn``, after the caller wrote those entries in it (through another write path).
+
+        Takes the corpus's hierarchy write lock (transaction-scoped, the one :meth:`add_all`
+        takes), then runs :meth:`add_all`'s check: every parent of a written entry exists
+        (in the corpus, this transaction's writes included) and no parent chain through
+        them loops. Raises :class:`HierarchyError` naming the offending ids; the caller
+        must then roll its transaction back so that nothing is written. Raises
+        :class:`ValidationError` for ``entry_ids`` that is not a collection of strings.
+        """
+        ids = _id_list(entry_ids, "entry_ids")
+        if not ids:
+            return
+        conn.execute(sa.text(_LOCK_SQL), {"c": self._store.corpus})
+        self._check_written(conn, ids)
+
     @staticmethod
     def _check_duplicates(batch: Sequence[object]) -> None:
         seen: set[str] = set()

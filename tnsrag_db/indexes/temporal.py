@@ -98,6 +98,25 @@ class TemporalIndex:
         batch = validate_batch(entries)
         if not batch:
             return IngestCounts()
+        self.check_timestamps(batch, clock=clock)
+
+        def write() -> WriteReport:
+            with self._store.transaction() as conn:
+                return self._store.write_entries(conn, batch)
+
+        return retry_on_deadlock(write).counts
+
+    def check_timestamps(self, entries: Iterable[MemoryEntry], *, clock: Clock | None = None) -> None:
+        """Check, without writing, that no timestamp of ``entries`` is more than
+        ``max_future_skew`` ahead of the clock (``clock`` overrides the index's; read once).
+
+        The check :meth:`add_all` runs before it writes, for callers that write through
+        another path. Undated entries pass. Raises :class:`TemporalValidationError` naming
+        the first offending entry, :class:`ConfigurationError` for a bad clock.
+        """
+        batch = list(entries)
+        if not batch:
+            return
         now = now_from(check_clock(clock) or self._clock)
         limit = now + self._skew
         for entry in batch:
@@ -105,11 +124,6 @@ class TemporalIndex:
                 raise TemporalValidationError(
                     f"entry {entry.id!r}: timestamp {entry.timestamp.isoformat()} is more than "
                     f"{self._skew} ahead of the clock ({now.isoformat()})")
-        def write() -> WriteReport:
-            with self._store.transaction() as conn:
-                return self._store.write_entries(conn, batch)
-
-        return retry_on_deadlock(write).counts
 
     def timestamps(self, entry_ids: Sequence[str]) -> dict[str, datetime | None]:
         """The timestamp of each existing entry of ``entry_ids`` (None when undated); unknown ids are left out."""

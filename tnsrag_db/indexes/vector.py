@@ -298,7 +298,8 @@ class VectorMemoryStore:
 
     def add_all(self, entries: Iterable[MemoryEntry], *,
                 embeddings: Sequence[Sequence[float]] | npt.NDArray[Any] | None = None,
-                batch_size: int = 256, progress: Callable[[int], None] | None = None) -> IngestCounts:
+                batch_size: int = 256, progress: Callable[[int], None] | None = None,
+                check: Callable[[Connection], None] | None = None) -> IngestCounts:
         """Write entries and their embeddings in one transaction; returns the entry counts.
 
         ``embeddings`` (optional) are precomputed vectors, row i for entry i, validated by
@@ -312,6 +313,11 @@ class VectorMemoryStore:
         vector (a precomputed row for it is validated, then ignored). ``progress`` is called with the number of entries whose
         vectors are ready, then with the total once written. Builds the space's HNSW index
         afterwards when the space reaches ``index_threshold`` vectors.
+
+        ``check`` (optional) is called with the write's connection inside its transaction,
+        after the entries are written and before their vectors and the commit; an
+        exception it raises rolls the whole write back (no entry, no vector) and
+        propagates. It runs again if the write is retried after a deadlock.
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -339,6 +345,8 @@ class VectorMemoryStore:
         def write() -> tuple[WriteReport, _Space | None]:
             with self._store.transaction() as conn:
                 report = self._store.write_entries(conn, batch)
+                if check is not None:
+                    check(conn)
                 if self._dimension is None:
                     return report, None  # nothing embedded and no dimension known: nothing to store
                 space = self._ensure_space(conn, self._dimension)
