@@ -130,8 +130,16 @@ def test_retriever_form_and_validation(make_store: Callable[..., Store], store: 
     docs = HybridRAGStrategy(retriever).retrieve("agent memory", RAGContext(10))
     assert 1 <= len(docs) <= 4  # each stream contributes at most 2 candidates
     other = make_store()
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(ConfigurationError, match="differs from vector corpus"):
         HybridMemoryRetriever(BM25Index(other), vectors)
+    G = GraphRAGStrategy
+    foreign_graph = G("test", GraphStore(other), None, G.DEFAULT_MAX_DEPTH, G.DEFAULT_DEPTH_DECAY,
+                      G.DEFAULT_MAX_VISITED_NODES)
+    with pytest.raises(ConfigurationError, match="graph corpus"):
+        HybridRAGStrategy(keywords, vectors, foreign_graph)
+    own_graph = G("test", GraphStore(store), None, G.DEFAULT_MAX_DEPTH, G.DEFAULT_DEPTH_DECAY,
+                  G.DEFAULT_MAX_VISITED_NODES)
+    assert HybridRAGStrategy(keywords, vectors, own_graph).retrieve("agent memory", RAGContext(2))
     with pytest.raises(ConfigurationError):
         HybridRAGStrategy(keywords)  # type: ignore[call-arg]
     with pytest.raises(ConfigurationError):

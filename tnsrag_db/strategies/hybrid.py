@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
+from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, RAGStrategy, check_query, document_from_row, resolve_context
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
@@ -32,6 +32,15 @@ MIN_CANDIDATES = 50
 CANDIDATE_FACTOR = 4
 
 
+def _place(store: Store) -> tuple[str, str, str]:
+    """Where a store's rows live: database URL (without password), schema, corpus."""
+    return store.engine.url.render_as_string(hide_password=True), store.schema, store.corpus
+
+
+def _describe(store: Store) -> str:
+    return f"{store.corpus!r} (schema {store.schema!r} on {store.engine.url.render_as_string(hide_password=True)})"
+
+
 class HybridMemoryRetriever:
     """A configured hybrid retriever: BM25 + vector over one corpus, fused with RRF.
 
@@ -44,9 +53,9 @@ class HybridMemoryRetriever:
                  rrf_k: int = DEFAULT_RRF_K) -> None:
         if keywords is None or vectors is None:
             raise ConfigurationError("HybridMemoryRetriever needs both a BM25Index and a VectorMemoryStore")
-        if keywords.store.corpus != vectors.store.corpus:
-            raise ConfigurationError(f"keyword corpus {keywords.store.corpus!r} differs from vector corpus "
-                                     f"{vectors.store.corpus!r}")
+        if _place(keywords.store) != _place(vectors.store):
+            raise ConfigurationError(f"keyword corpus {_describe(keywords.store)} differs from vector corpus "
+                                     f"{_describe(vectors.store)}")
         if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
                                        or candidates < 1):
             raise ConfigurationError(f"candidates must be a positive int, got {candidates!r}")
@@ -138,6 +147,10 @@ class HybridRAGStrategy:
             self._retriever = HybridMemoryRetriever(keywords, vectors)
         if graph is not None and not callable(getattr(graph, "retrieve", None)):
             raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
+        graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
+        if isinstance(graph_store, Store) and _place(graph_store) != _place(self._retriever.keywords.store):
+            raise ConfigurationError(f"graph corpus {_describe(graph_store)} differs from the hybrid's corpus "
+                                     f"{_describe(self._retriever.keywords.store)}")
         self._graph = graph
 
     @property
