@@ -159,11 +159,19 @@ def analyze(text: str) -> AnalyzedText:
 
 
 #: SQL computing (ord, lexeme, tf) from the staged chunks and extra terms of the
-#: current transaction; ``:cfg`` is the corpus's text search configuration.
+#: current transaction; ``:cfg`` is the corpus's text search configuration. A tsvector
+#: holds each lexeme once, so an entry staged as one chunk without extra terms
+#: (``single``, the common case) needs no aggregation; the others sum over chunks and
+#: extra terms.
 STAGED_TERMS_SQL = """
+SELECT c.ord, t.lexeme, cardinality(t.positions) AS tf
+FROM tnsrag_stage_chunks c CROSS JOIN LATERAL unnest(to_tsvector(CAST(:cfg AS regconfig), c.chunk)) AS t
+WHERE c.single
+UNION ALL
 SELECT ord, lexeme, sum(tf)::int AS tf FROM (
     SELECT c.ord, t.lexeme, cardinality(t.positions) AS tf
     FROM tnsrag_stage_chunks c CROSS JOIN LATERAL unnest(to_tsvector(CAST(:cfg AS regconfig), c.chunk)) AS t
+    WHERE NOT c.single
     UNION ALL
     SELECT x.ord, x.term, 1 FROM tnsrag_stage_extras x
 ) terms

@@ -152,19 +152,21 @@ STAGE_READY = "tnsrag_stage_ready"
 STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_entries (ord int PRIMARY KEY, id text NOT NULL, "
     "content text NOT NULL, tier text NOT NULL, source text, parent_id text, ts timestamptz, metadata jsonb NOT NULL, "
-    "content_hash bytea NOT NULL, doc_len int NOT NULL DEFAULT 0, lexemes text[] NOT NULL DEFAULT '{}', "
-    "state char(1)) ON COMMIT DELETE ROWS",
-    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL) ON COMMIT DELETE ROWS",
+    "content_hash bytea NOT NULL, state char(1)) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL, "
+    "single boolean NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_extras (ord int NOT NULL, term text NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_terms (ord int NOT NULL, lexeme text NOT NULL, tf int NOT NULL) "
     "ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_df (lexeme text NOT NULL, delta int NOT NULL) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_lens (ord int PRIMARY KEY, doc_len int NOT NULL, "
+    "lexemes text[] NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_ids (id text PRIMARY KEY) ON COMMIT DELETE ROWS",
 )
 #: Batches at least this large ANALYZE their stage tables before the set-based steps.
 _ANALYZE_STAGE_ROWS = 1000
 _STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_extras", "tnsrag_stage_terms",
-                 "tnsrag_stage_df")
+                 "tnsrag_stage_df", "tnsrag_stage_lens")
 
 # Applies df deltas in lexeme order: every writer locks bm25_df rows in the same order
 # (after its entry rows, before its bm25_stats row), so concurrent writers cannot deadlock.
@@ -334,10 +336,11 @@ class Store:
                 analyzed.append(analyze(e.content))
                 if progress is not None and (i + 1) % 1000 == 0:
                     progress(i + 1)
-            with cur.copy("COPY tnsrag_stage_chunks (ord, chunk) FROM STDIN") as copy:
+            with cur.copy("COPY tnsrag_stage_chunks (ord, chunk, single) FROM STDIN") as copy:
                 for i, a in enumerate(analyzed):
+                    single = len(a.chunks) == 1 and not a.extra_terms
                     for chunk in a.chunks:
-                        copy.write_row((i, chunk))
+                        copy.write_row((i, chunk, single))
             with cur.copy("COPY tnsrag_stage_extras (ord, term) FROM STDIN") as copy:
                 for i, a in enumerate(analyzed):
                     for term in a.extra_terms:
@@ -352,14 +355,16 @@ class Store:
             for table in _STAGE_TABLES[:3]:
                 conn.execute(sa.text(f"ANALYZE {table}"))
         # Terms and document lengths first, so entries are inserted with their final
-        # doc_len (no second write of every new row). Every later step joins the stage
-        # tables instead of passing id arrays: ``= ANY(array)`` over a large array is
-        # quadratic as well.
-        conn.execute(sa.text(f"INSERT INTO tnsrag_stage_terms (ord, lexeme, tf) {STAGED_TERMS_SQL}"), {"cfg": cfg})
+        # doc_len (no second write of every new row): one pass over the terms writes the
+        # term rows, and each entry's length and lexemes into a narrow table of their own
+        # (updating the wide stage rows instead would rewrite them). Every later step joins
+        # the stage tables instead of passing id arrays: ``= ANY(array)`` over a large array
+        # is quadratic as well.
         conn.execute(sa.text(
-            "UPDATE tnsrag_stage_entries s SET doc_len = l.doc_len, lexemes = l.lexemes "
-            "FROM (SELECT ord, sum(tf)::int AS doc_len, array_agg(lexeme) AS lexemes FROM tnsrag_stage_terms "
-            "GROUP BY ord) l WHERE s.ord = l.ord"))
+            f"WITH t AS MATERIALIZED ({STAGED_TERMS_SQL}), "
+            "ins AS (INSERT INTO tnsrag_stage_terms (ord, lexeme, tf) SELECT ord, lexeme, tf FROM t) "
+            "INSERT INTO tnsrag_stage_lens (ord, doc_len, lexemes) "
+            "SELECT ord, sum(tf)::int, array_agg(lexeme) FROM t GROUP BY ord"), {"cfg": cfg})
         # One pass in id order inserts the new entries and locks the existing ones: the
         # DO UPDATE ... WHERE false updates nothing but locks every conflicting row (its
         # newest version, waiting for a concurrent writer or deleter to finish; a row
@@ -369,8 +374,9 @@ class Store:
         # FOR NO KEY UPDATE and does not block edge inserts checking their foreign keys.
         inserted_count = conn.execute(sa.text(
             "WITH ins AS (INSERT INTO entries AS e (corpus, id, content, tier, source, parent_id, ts, metadata, "
-            "content_hash, doc_len, lexemes) SELECT :c, id, content, tier, source, parent_id, ts, metadata, "
-            "content_hash, doc_len, lexemes FROM tnsrag_stage_entries ORDER BY id "
+            "content_hash, doc_len, lexemes) SELECT :c, s.id, s.content, s.tier, s.source, s.parent_id, s.ts, s.metadata, "
+            "s.content_hash, coalesce(l.doc_len, 0), coalesce(l.lexemes, '{}') FROM tnsrag_stage_entries s "
+            "LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord ORDER BY s.id "
             "ON CONFLICT (corpus, id) DO UPDATE SET content = e.content WHERE false RETURNING id), "
             "marked AS (UPDATE tnsrag_stage_entries s SET state = 'i' FROM ins WHERE s.id = ins.id RETURNING 1) "
             "SELECT count(*) FROM marked"), c).scalar_one()
@@ -410,6 +416,7 @@ class Store:
         if large:  # the states are set now, and the steps below filter on them
             conn.execute(sa.text("ANALYZE tnsrag_stage_entries (ord, id, state)"))
             conn.execute(sa.text("ANALYZE tnsrag_stage_terms"))
+            conn.execute(sa.text("ANALYZE tnsrag_stage_lens"))
         report.inserted = list(conn.execute(sa.text(
             "SELECT id FROM tnsrag_stage_entries WHERE state = 'i' ORDER BY ord")).scalars())
         if report.content_changed:
@@ -425,9 +432,10 @@ class Store:
             conn.execute(sa.text(
                 "UPDATE entries e SET content = s.content, tier = s.tier, source = s.source, parent_id = s.parent_id, "
                 "ts = s.ts, metadata = s.metadata, content_hash = s.content_hash, "
-                "doc_len = CASE WHEN s.state = 'c' THEN s.doc_len ELSE e.doc_len END, "
-                "lexemes = CASE WHEN s.state = 'c' THEN s.lexemes ELSE e.lexemes END, updated_at = now() "
-                "FROM tnsrag_stage_entries s WHERE e.corpus = :c AND e.id = s.id AND s.state IN ('u', 'c')"), c)
+                "doc_len = CASE WHEN s.state = 'c' THEN coalesce(l.doc_len, 0) ELSE e.doc_len END, "
+                "lexemes = CASE WHEN s.state = 'c' THEN coalesce(l.lexemes, '{}') ELSE e.lexemes END, updated_at = now() "
+                "FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord "
+                "WHERE e.corpus = :c AND e.id = s.id AND s.state IN ('u', 'c')"), c)
         if report.content_changed:
             # Stale vectors must not outlive the text they were computed from.
             conn.execute(sa.text("DELETE FROM embeddings x USING tnsrag_stage_entries s "
@@ -437,15 +445,17 @@ class Store:
         if fresh:
             conn.execute(sa.text(
                 "INSERT INTO bm25_postings (corpus, lexeme, entry_id, tf, doc_len) "
-                "SELECT :c, t.lexeme, s.id, t.tf, s.doc_len FROM tnsrag_stage_terms t "
+                "SELECT :c, t.lexeme, s.id, t.tf, l.doc_len FROM tnsrag_stage_terms t "
                 "JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c') "
+                "JOIN tnsrag_stage_lens l ON l.ord = t.ord "
                 # In primary-key order: btree inserts then touch each leaf page once.
                 "ORDER BY t.lexeme, s.id"), c)
             new_len = conn.execute(sa.text(
                 "WITH dfs AS (INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT t.lexeme, count(*) "
                 "  FROM tnsrag_stage_terms t JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c') "
                 "  GROUP BY t.lexeme) "
-                "SELECT coalesce(sum(doc_len), 0) FROM tnsrag_stage_entries WHERE state IN ('i', 'c')")).scalar_one()
+                "SELECT coalesce(sum(l.doc_len), 0) FROM tnsrag_stage_entries s JOIN tnsrag_stage_lens l "
+                "ON l.ord = s.ord WHERE s.state IN ('i', 'c')")).scalar_one()
         if fresh:
             conn.execute(sa.text(_APPLY_DF_SQL.format(source="tnsrag_stage_df")), {**c, "shard": _stat_shard()})
         self._bump_stats(conn, len(report.inserted), int(new_len) - old_len)
