@@ -6,7 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tnsrag_db.errors import InvalidEntryError
+import sqlalchemy as sa
+
+from tnsrag_db.errors import ConfigurationError, InvalidEntryError
 from tnsrag_db.store.store import IngestCounts, Store
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
@@ -98,3 +100,21 @@ def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
             assert conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE corpus = :c"),
                                 {"c": store.corpus}).scalar_one() == 0, table
     assert store.add_all([MemoryEntry("a", "alpha beta")]) == IngestCounts(inserted=1)
+
+
+def test_a_bulk_write_refreshes_planner_statistics(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tnsrag_db.store.store as store_module
+
+    def reltuples_and_rows() -> tuple[float, int]:
+        with store.transaction() as conn:
+            return (conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one(),
+                    conn.execute(sa.text("SELECT count(*) FROM entries")).scalar_one())
+
+    monkeypatch.setattr(store_module, "ANALYZE_AFTER_ROWS", 30)
+    store.add_all([MemoryEntry(f"small-{i}", "a few words") for i in range(10)])  # below the threshold
+    store.add_all([MemoryEntry(f"bulk-{i}", f"bulk entry {i}") for i in range(40)])
+    estimated, rows = reltuples_and_rows()
+    assert estimated == rows  # ANALYZE ran after the bulk write (a small table is sampled whole)
+    assert store.refresh_statistics(29) is False
+    with pytest.raises(ConfigurationError, match="cannot analyse 'entries; DROP'"):
+        store.refresh_statistics(100, ("entries; DROP",))

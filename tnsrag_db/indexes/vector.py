@@ -364,6 +364,8 @@ class VectorMemoryStore:
             return report, space
 
         report, space = retry_on_deadlock(write)
+        self._store.refresh_statistics(len(report.inserted) + len(report.updated),
+                                       ("embeddings",) if space is not None else ())
         if space is None:
             return report.counts
         if progress is not None:

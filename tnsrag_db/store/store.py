@@ -123,6 +123,11 @@ def _driver_sql(sql: str) -> str:
 
 _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
+#: Bulk writes of at least this many entries refresh the planner statistics (see
+#: :meth:`Store.refresh_statistics`).
+ANALYZE_AFTER_ROWS = 5000
+_ANALYZABLE = frozenset({"embeddings", "edges", "bm25_df", "bm25_stats"})
+
 #: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
 DEADLOCK_RETRIES = 3
 
@@ -294,11 +299,45 @@ class Store:
         batch = validate_batch(entries)
         if not batch:
             return IngestCounts()
+
         def write() -> WriteReport:
             with self.transaction() as conn:
                 return self.write_entries(conn, batch, progress=progress)
 
-        return retry_on_deadlock(write).counts
+        counts = retry_on_deadlock(write).counts
+        self.refresh_statistics(counts.inserted + counts.updated)
+        return counts
+
+    def refresh_statistics(self, written: int, extra_tables: Sequence[str] = ()) -> bool:
+        """ANALYZE ``entries`` and ``bm25_postings`` (and ``extra_tables``, library table
+        names) after a bulk write of ``written`` rows, when that is at least 10 % of the
+        ``entries`` table (autovacuum's rule, but now rather than a minute later: until then
+        the planner sizes a freshly loaded corpus from stale statistics and picks slow plans).
+
+        Skipped below :data:`ANALYZE_AFTER_ROWS` rows. Runs in a transaction of its own after
+        the write committed, with a short lock timeout: when another session is analysing
+        the same tables it gives way (returns False). Returns True when it analysed.
+        """
+        unknown = sorted(set(extra_tables) - _ANALYZABLE)
+        if unknown:
+            raise ConfigurationError(f"cannot analyse {', '.join(map(repr, unknown))}; "
+                                     f"choose from {', '.join(sorted(_ANALYZABLE))}")
+        if written < ANALYZE_AFTER_ROWS:
+            return False
+        try:
+            with self._engine.begin() as conn:
+                rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")
+                                    ).scalar_one()
+                if rows >= 0 and written < 0.1 * rows:
+                    return False
+                conn.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+                tables = ", ".join(("entries", "bm25_postings", *extra_tables))
+                conn.execute(sa.text(f"ANALYZE {tables}"))
+            return True
+        except sa.exc.OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: someone else analyses
+                return False
+            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
 
     def write_entries(self, conn: Connection, batch: Sequence[MemoryEntry], *,
                       progress: Callable[[int], None] | None = None) -> WriteReport:
