@@ -360,3 +360,57 @@ def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: i
     assert exists() and name.startswith("ix_embeddings_hnsw_") and name == hnsw_index_name(int(name.rsplit("_", 1)[1]))
     store.drop_corpus()
     assert not exists()
+
+
+def test_build_index_reports_progress_from_postgresql(store: Store) -> None:
+    rng = np.random.default_rng(5)
+    matrix = rng.standard_normal((6000, 48)).astype(np.float32)
+    entries = [MemoryEntry(f"p{i:05d}", f"progress entry {i}") for i in range(len(matrix))]
+    vectors = VectorMemoryStore(store, lambda text: matrix[0], index_threshold=None)
+    vectors.add_all(entries, embeddings=matrix)
+    calls: list[tuple[str, int, int]] = []
+    assert vectors.build_index(progress=lambda *a: calls.append(a), poll_seconds=0.01) is not None
+    polled = [c for c in calls if c[0] != "done"]
+    assert polled, "no progress row was read while the index built"
+    # PostgreSQL's CREATE INDEX phases; pgvector reports "loading tuples" as its sub-phase.
+    assert all(c[0] == "initializing" or c[0].startswith("building index") for c in polled), polled
+    assert all(0 <= done <= total for _, done, total in polled)
+    assert calls[-1][0] == "done" and calls[-1][1] == calls[-1][2] > 0
+    # Built already: nothing runs, nothing is reported.
+    again: list[tuple[str, int, int]] = []
+    assert vectors.build_index(progress=lambda *a: again.append(a)) is not None
+    assert again == []
+
+
+def test_add_all_hands_index_progress_to_the_build_it_triggers(store: Store) -> None:
+    rng = np.random.default_rng(6)
+    matrix = rng.standard_normal((300, 8)).astype(np.float32)
+    entries = [MemoryEntry(f"q{i:04d}", f"entry {i}") for i in range(len(matrix))]
+    vectors = VectorMemoryStore(store, lambda text: matrix[0], index_threshold=len(entries))
+    calls: list[tuple[str, int, int]] = []
+    vectors.add_all(entries[:-1], embeddings=matrix[:-1], index_progress=lambda *a: calls.append(a))
+    assert calls == []  # below the threshold: no build
+    vectors.add_all(entries[-1:], embeddings=matrix[-1:], index_progress=lambda *a: calls.append(a))
+    assert calls and calls[-1][0] == "done"
+
+
+def test_build_index_progress_arguments_errors_and_empty_space(store: Store,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from tnsrag_db.errors import DatabaseError, ValidationError
+
+    vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0], index_threshold=None)
+    with pytest.raises(ValidationError, match="poll_seconds"):
+        vectors.build_index(progress=lambda *a: None, poll_seconds=0)
+    # no vectors yet: nothing to build, no progress call, no error
+    calls: list[tuple[str, int, int]] = []
+    assert vectors.build_index(progress=lambda *a: calls.append(a), poll_seconds=0.01) is None
+    assert calls == []
+
+    # An error of the build (on its worker thread) is raised in the caller's thread.
+    def failing(on_pid: object) -> None:
+        raise DatabaseError("the build failed")
+
+    monkeypatch.setattr(vectors, "_build_index", failing)
+    with pytest.raises(DatabaseError, match="the build failed"):
+        vectors.build_index(progress=lambda *a: calls.append(a), poll_seconds=0.01)
+    assert calls == []

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import click
 from tqdm import tqdm
@@ -78,6 +79,17 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
     started = time.perf_counter()
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
         vectors = VectorMemoryStore(store, get_process_embedding())
+        index_bar: tqdm[Any] | None = None
+
+        def index_advance(phase: str, done: int, total: int) -> None:
+            # The HNSW build (once the corpus reaches the index threshold): heap blocks read.
+            nonlocal index_bar
+            if index_bar is None:
+                index_bar = tqdm(total=total, unit="block", desc="HNSW index", disable=as_json or None)
+            index_bar.total = max(total, 1)
+            index_bar.set_postfix_str(phase, refresh=False)
+            index_bar.update(done - index_bar.n)
+
         with tqdm(total=len(entries), unit="entry", desc="ingest", disable=as_json or None) as bar:
             last = 0
 
@@ -86,7 +98,12 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
                 bar.update(done - last)
                 last = done
 
-            counts = vectors.add_all(entries, batch_size=batch_size, progress=advance)
+            try:
+                counts = vectors.add_all(entries, batch_size=batch_size, progress=advance,
+                                         index_progress=index_advance)
+            finally:
+                if index_bar is not None:
+                    index_bar.close()
     elapsed = time.perf_counter() - started
     emit({"corpus": corpus, "files": len(targets), "entries": len(entries), "inserted": counts.inserted,
           "updated": counts.updated, "unchanged": counts.unchanged, "seconds": round(elapsed, 3)}, as_json,

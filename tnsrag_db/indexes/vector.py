@@ -60,6 +60,7 @@ __all__ = [
     "DEFAULT_INDEX_THRESHOLD",
     "HNSW_EF_CONSTRUCTION",
     "HNSW_M",
+    "IndexProgress",
     "VectorMemoryStore",
 ]
 
@@ -79,6 +80,9 @@ DEFAULT_INDEX_THRESHOLD = 10_000
 #: queries at any ef_search); 128 removed them for ≈ 1.5x the build time.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 128
+
+#: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
+IndexProgress = Callable[[str, int, int], None]
 
 _MAX_EF_SEARCH = 1000  # pgvector's upper bound
 _FILTERED_MIN_EF = 200
@@ -299,7 +303,8 @@ class VectorMemoryStore:
     def add_all(self, entries: Iterable[MemoryEntry], *,
                 embeddings: Sequence[Sequence[float]] | npt.NDArray[Any] | None = None,
                 batch_size: int = 256, progress: Callable[[int], None] | None = None,
-                check: Callable[[Connection], None] | None = None) -> IngestCounts:
+                check: Callable[[Connection], None] | None = None,
+                index_progress: IndexProgress | None = None) -> IngestCounts:
         """Write entries and their embeddings in one transaction; returns the entry counts.
 
         ``embeddings`` (optional) are precomputed vectors, row i for entry i, validated by
@@ -318,6 +323,7 @@ class VectorMemoryStore:
         after the entries are written and before their vectors and the commit; an
         exception it raises rolls the whole write back (no entry, no vector) and
         propagates. It runs again if the write is retried after a deadlock.
+        ``index_progress`` is handed to :meth:`build_index` when this call builds the index.
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -370,7 +376,7 @@ class VectorMemoryStore:
             return report.counts
         if progress is not None:
             progress(len(batch))
-        self._maybe_build_index(space)
+        self._maybe_build_index(space, index_progress)
         return report.counts
 
     def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
@@ -427,7 +433,7 @@ class VectorMemoryStore:
             copy.write(b"".join(parts))
 
     # -- index ----------------------------------------------------------------------
-    def _maybe_build_index(self, space: _Space) -> None:
+    def _maybe_build_index(self, space: _Space, progress: IndexProgress | None = None) -> None:
         if self._index_threshold is None or space.index_name is not None:
             return
         with self._store.transaction() as conn:
@@ -435,10 +441,16 @@ class VectorMemoryStore:
                 "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s"),
                 {"c": self._store.corpus, "s": space.space_id, "t": self._index_threshold}).scalar_one()
         if n >= self._index_threshold:
-            self.build_index()
+            self.build_index(progress=progress)
 
-    def build_index(self) -> str | None:
-        """Create this space's HNSW index (cosine, m 16, ef_construction 64) if it does not exist.
+    def build_index(self, *, progress: IndexProgress | None = None, poll_seconds: float = 0.5) -> str | None:
+        """Create this space's HNSW index (cosine, m 16, ef_construction 128) if it does not exist.
+
+        ``progress`` (optional) is called in the calling thread every ``poll_seconds`` while
+        the index builds, with PostgreSQL's progress report for it (phase, heap blocks done,
+        heap blocks total; pgvector's phases are "initializing" and "loading tuples"), and
+        once more with ``("done", total, total)`` when it is built. The build then runs on a
+        worker thread and its own connection; its errors are raised here.
 
         Returns the index name, or None when the space has no vectors yet. Idempotent and
         safe when several processes race (a transaction-level advisory lock per space;
@@ -449,6 +461,47 @@ class VectorMemoryStore:
         here); :meth:`add_all` calls this automatically once a space holds
         ``index_threshold`` vectors.
         """
+        if progress is None:
+            return self._build_index(None)
+        if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)) or not poll_seconds > 0:
+            raise ValidationError(f"poll_seconds must be a positive number, got {poll_seconds!r}")
+        state: dict[str, Any] = {}
+        started = threading.Event()
+
+        def on_pid(pid: int) -> None:
+            state["pid"] = pid
+            started.set()
+
+        def run() -> None:
+            try:
+                state["name"] = self._build_index(on_pid)
+            except BaseException as exc:  # handed to the calling thread below
+                state["error"] = exc
+            finally:
+                started.set()
+
+        worker = threading.Thread(target=run, name="tnsrag-hnsw-build", daemon=True)
+        worker.start()
+        started.wait()
+        last = (0, 0)
+        while worker.is_alive():
+            worker.join(poll_seconds)
+            if worker.is_alive() and "pid" in state:
+                rows = self._store.read(
+                    "SELECT phase, blocks_done, blocks_total FROM pg_stat_progress_create_index WHERE pid = :pid",
+                    {"pid": state["pid"]})
+                if rows:
+                    last = (int(rows[0].blocks_done or 0), int(rows[0].blocks_total or 0))
+                    progress(str(rows[0].phase), *last)
+        if "error" in state:
+            raise state["error"]
+        if "pid" in state:  # a build ran (not only a check that found the index)
+            total = max(last[1], last[0])
+            progress("done", total, total)
+        name: str | None = state.get("name")
+        return name
+
+    def _build_index(self, on_pid: Callable[[int], None] | None) -> str | None:
         corpus = self._store.corpus
         with self._store.transaction() as conn:
             dim = self._known_dimension(conn)
@@ -473,6 +526,8 @@ class VectorMemoryStore:
                 mem = max(current_mb, min(need_mb, _MAX_MAINTENANCE_MEM_MB))
                 conn.execute(sa.text(f"SET LOCAL maintenance_work_mem = '{int(mem)}MB'"))
                 conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))  # an invalid leftover of a failed build
+                if on_pid is not None:
+                    on_pid(int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()))
                 # Index name, dimension and space id are integers from the database: safe to format in.
                 conn.execute(sa.text(
                     f"CREATE INDEX {name} ON embeddings USING hnsw ((embedding::vector({space.dimension})) "
