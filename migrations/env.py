@@ -8,7 +8,8 @@
   schema and runs in ONE transaction started after the lock was granted: N processes
   migrating the same database at once run one after another, and each later one finds
   the schema at head and does nothing. The version table is read only after the lock
-  is held.
+  is held. The CLI's read-only ``current`` and ``check`` neither lock nor create
+  anything.
 """
 
 from __future__ import annotations
@@ -55,9 +56,23 @@ def run_offline() -> None:
         context.run_migrations()
 
 
+def _read_only_command() -> bool:
+    """True for the alembic CLI's ``current`` and ``check``: they only read the version
+    table, so they must not create the schema or the extension (nor wait for the lock)."""
+    cmd = getattr(getattr(config, "cmd_opts", None), "cmd", None)
+    fn = cmd[0] if isinstance(cmd, tuple) and cmd else None
+    return getattr(fn, "__name__", "") in {"current", "check"}
+
+
 def _run_with(connection: Connection) -> None:
     if connection.in_transaction():
         connection.commit()
+    if _read_only_command():
+        with connection.begin():
+            _configure(connection=connection)
+            with context.begin_transaction():
+                context.run_migrations()
+        return
     key = {"key": advisory_lock_key(schema)}
     # A session-level lock taken in its own transaction, and the migration in a NEW one:
     # waiting on an advisory lock does not refresh the backend's catalog caches, so a

@@ -131,6 +131,18 @@ def test_alembic_cli_from_the_source_checkout(fresh_db_url: URL) -> None:
 
     root = Path(__file__).resolve().parents[2]
     url = _url(fresh_db_url)
+    # Read-only commands on an empty database create nothing (no schema, no extension).
+    run = subprocess.run([sys.executable, "-m", "alembic", "-x", f"url={url}", "current"], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert _tables(fresh_db_url) == {}
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = 'tnsrag'")).scalar() == 0
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_extension WHERE extname = 'vector'")).scalar() == 0
+    finally:
+        engine.dispose()
     run = subprocess.run([sys.executable, "-m", "alembic", "-x", f"url={url}", "upgrade", "head"], cwd=root,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr

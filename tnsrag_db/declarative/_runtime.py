@@ -393,11 +393,10 @@ def _graph(store: Store) -> RAGStrategy:
 
 
 def _navigator(name: str | None) -> Any:
-    from tnsrag_db.navigation import NAVIGATOR_ENTRY_POINT_GROUP, load_navigator
-    from tnsrag_db.navigation import _entry_points as navigator_entry_points
+    from tnsrag_db.navigation import installed_navigators, load_navigator
 
     if name is None:
-        installed = sorted(navigator_entry_points(NAVIGATOR_ENTRY_POINT_GROUP))
+        installed = installed_navigators()
         if len(installed) > 1:
             raise ConfigurationError(f"{len(installed)} tree navigators are installed ({', '.join(installed)}); "
                                      "choose one with @retrieval(navigator=...)")
@@ -406,8 +405,7 @@ def _navigator(name: str | None) -> Any:
 
 
 def _expander(config: RetrievalConfig, store: Store) -> tuple[Any, Any]:
-    from tnsrag_db.expansion import EXPANDER_ENTRY_POINT_GROUP, QueryExpansion, load_expander
-    from tnsrag_db.navigation import _entry_points as installed_entry_points
+    from tnsrag_db.expansion import EXPANDER_ENTRY_POINT_GROUP, QueryExpansion, installed_expanders, load_expander
 
     mode = QueryExpansion.parse(config.expansion_mode)  # type: ignore[arg-type]
     name = config.expander
@@ -415,7 +413,7 @@ def _expander(config: RetrievalConfig, store: Store) -> tuple[Any, Any]:
         if mode is QueryExpansion.RM3:
             name = "rm3"
         else:
-            installed = sorted(installed_entry_points(EXPANDER_ENTRY_POINT_GROUP))
+            installed = installed_expanders()
             if len(installed) != 1:
                 raise (StrategyUnavailableError if not installed else ConfigurationError)(
                     f"expansion mode {mode.name} needs exactly one installed query expander in entry-point group "
