@@ -170,7 +170,9 @@ def retrieval(
     - REASONING: ``navigator_model`` (required) and ``navigator`` (default: the one
       installed entry point of ``tnsrag_db.tree_navigators``, else ``"lexical"``);
     - MULTI_QUERY: ``expansion_mode`` (not NONE) and ``expansion_model`` (required),
-      ``expander`` (default: the mode's name, lower case), ``max_expansions`` [3].
+      ``expander`` (default: ``"rm3"`` for RM3; for the LLM modes the one installed entry
+      point of ``tnsrag_db.query_expanders`` — none is "not available", several a
+      configuration error naming them), ``max_expansions`` [3].
 
     The action must declare a keyword parameter ``retrieved``; it receives a
     :class:`RetrievalResult`. On a class, "every action" means every public function
