@@ -150,3 +150,34 @@ def test_alembic_cli_from_the_source_checkout(fresh_db_url: URL) -> None:
     run = subprocess.run([sys.executable, "-m", "alembic", "-x", f"url={url}", "current"], cwd=root,
                          capture_output=True, text=True, timeout=120)
     assert migrate.head_revision() in run.stdout
+
+
+def test_0002_keeps_data_and_keys_the_metadata_index_by_corpus(fresh_db_url: URL) -> None:
+    from tnsrag_db.store.store import Store
+    from tnsrag_db.types import MemoryEntry
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+
+    def metadata_indexes() -> dict[str, str]:
+        with engine.connect() as conn:
+            return dict(conn.execute(sa.text(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'entries' "
+                "AND indexdef LIKE '%metadata%'")).all())
+
+    try:
+        migrate.upgrade(engine, schema="tnsrag", revision="0001")
+        for tenant in ("a", "b"):
+            Store(engine, corpus=tenant).add_all(
+                [MemoryEntry(f"{tenant}{i}", f"text {i}", metadata={"group": f"g{i % 3}"}) for i in range(30)])
+        assert set(metadata_indexes()) == {"ix_entries_metadata"}
+        migrate.upgrade(engine, schema="tnsrag")
+        indexes = metadata_indexes()
+        assert set(indexes) == {"ix_entries_corpus_metadata"}
+        assert "gin (corpus, metadata jsonb_path_ops)" in indexes["ix_entries_corpus_metadata"]
+        assert migrate.check(engine, schema="tnsrag") == []
+        assert Store(engine, corpus="a").count({"group": "g1"}) == 10
+        migrate.downgrade(engine, schema="tnsrag", revision="0001")
+        assert set(metadata_indexes()) == {"ix_entries_metadata"}
+        assert Store(engine, corpus="b").count({"group": "g2"}) == 10
+    finally:
+        engine.dispose()

@@ -99,7 +99,9 @@ entries = Table(
     Index(None, "corpus", "source"),
     Index(None, "corpus", "parent_id"),
     Index(None, "corpus", "ts"),
-    Index("ix_entries_metadata", "metadata", postgresql_using="gin", postgresql_ops={"metadata": "jsonb_path_ops"}),
+    # GIN over (corpus, metadata) with btree_gin: a metadata filter reads only its corpus's rows.
+    Index("ix_entries_corpus_metadata", "corpus", "metadata", postgresql_using="gin",
+          postgresql_ops={"metadata": "jsonb_path_ops"}),
 )
 
 embedding_spaces = Table(
