@@ -68,7 +68,9 @@ _LOCK_ENDS_SQL = (
     "WITH ends AS (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges), "
     "locked AS (SELECT e.id FROM entries e JOIN ends x ON e.corpus = :c AND e.id = x.id "
     "  ORDER BY e.id FOR KEY SHARE OF e) "
-    "SELECT x.id FROM ends x WHERE x.id NOT IN (SELECT id FROM locked) ORDER BY x.id"
+    # An anti-join (NOT EXISTS), not NOT IN: NOT IN over a subquery too large for one hash
+    # table is evaluated row by row, quadratic in the number of ends.
+    "SELECT x.id FROM ends x WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = x.id) ORDER BY x.id"
 )
 
 
