@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from datetime import timezone
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -115,13 +115,14 @@ def _row_to_entry(row: Any) -> MemoryEntry:
     )
 
 
+_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
+
+
 @lru_cache(maxsize=512)
 def _driver_sql(sql: str) -> str:
     """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
     return sa.text(sql).compile(dialect=_DIALECT).string
 
-
-_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
 #: Bulk writes of at least this many entries refresh the planner statistics (see
 #: :meth:`Store.refresh_statistics`).
