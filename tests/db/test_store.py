@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 
@@ -118,3 +120,70 @@ def test_a_bulk_write_refreshes_planner_statistics(store: Store, monkeypatch: py
     assert store.refresh_statistics(29) is False
     with pytest.raises(ConfigurationError, match="cannot analyse 'entries; DROP'"):
         store.refresh_statistics(100, ("entries; DROP",))
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
+
+
+def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.Engine, make_store: Any) -> None:
+    """A corpus created after the last ANALYZE is estimated at one row; the write path must
+    still reach its rows by key, not scan the whole corpus once per written entry. Checked
+    on the real plans (auto_explain, sent to the client as notices): no plan node of an
+    update, a delete or an edge write reads more than a handful of rows."""
+    import json
+
+    import psycopg
+
+    seed = make_store()
+    seed.add_all([MemoryEntry(f"s{i}", "a few seed words") for i in range(20)])
+    with engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE entries, bm25_postings, embeddings"))  # statistics without the new corpus
+    store = make_store()
+    store.add_all([MemoryEntry(f"e{i:04d}", f"entry {i} with some shared words") for i in range(2000)])
+    plans: list[dict[str, Any]] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        text = diag.message_primary or ""
+        if text.startswith("duration:") and "{" in text:
+            plans.append(json.loads(text[text.index("{"):])["Plan"])
+
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        try:
+            with raw.cursor() as cur:
+                cur.execute("LOAD 'auto_explain'")
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("LOAD 'auto_explain' needs a superuser on this server")
+        raw.commit()
+    # A fresh engine whose connections load auto_explain at NOTICE level.
+    from tests.fix_db import SCHEMA
+    from tnsrag_db.store.engine import create_engine
+
+    probe_engine = create_engine(engine.url, schema=SCHEMA, pool_size=1)
+
+    @sa.event.listens_for(probe_engine, "connect")
+    def _explain(dbapi_conn: Any, record: Any) -> None:
+        with dbapi_conn.cursor() as cur:
+            for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                            "SET auto_explain.log_analyze = on", "SET auto_explain.log_format = json",
+                            "SET auto_explain.log_level = notice", "SET client_min_messages = notice"):
+                cur.execute(setting)
+        dbapi_conn.commit()
+        dbapi_conn.add_notice_handler(on_notice)
+
+    try:
+        probe = Store(probe_engine, corpus=store.corpus)
+        probe.add(MemoryEntry("e0007", "entry 7 rewritten with other words"))  # content changed
+        probe.add(MemoryEntry("e0008", "entry 8 with some shared words", metadata={"k": "v"}))  # metadata only
+        probe.delete("e0009")
+        from tnsrag_db.indexes.graph import Edge, GraphStore
+        GraphStore(probe).add_edges([Edge("e0010", "e0011")])
+    finally:
+        probe_engine.dispose()
+    assert len(plans) > 10
+    worst = max((node.get("Actual Rows", 0) * node.get("Actual Loops", 1), node.get("Node Type"), node.get("Relation Name"))
+                for plan in plans for node in _plan_nodes(plan))
+    assert worst[0] <= 100, worst

@@ -66,8 +66,10 @@ _UPSERT_SQL = (
 # keys then hold.
 _LOCK_ENDS_SQL = (
     "WITH ends AS (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges), "
-    "locked AS (SELECT e.id FROM entries e JOIN ends x ON e.corpus = :c AND e.id = x.id "
-    "  ORDER BY e.id FOR KEY SHARE OF e) "
+    # One primary-key lookup per end, in id order (a join could be planned as a scan of
+    # the whole corpus when its statistics are stale).
+    "locked AS (SELECT k.id FROM (SELECT id FROM ends ORDER BY id) o CROSS JOIN LATERAL "
+    "  (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = o.id FOR KEY SHARE OF e) k) "
     # An anti-join (NOT EXISTS), not NOT IN: NOT IN over a subquery too large for one hash
     # table is evaluated row by row, quadratic in the number of ends.
     "SELECT x.id FROM ends x WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = x.id) ORDER BY x.id"

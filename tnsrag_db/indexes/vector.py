@@ -357,8 +357,9 @@ class VectorMemoryStore:
                     return report, None  # nothing embedded and no dimension known: nothing to store
                 space = self._ensure_space(conn, self._dimension)
                 lacking = conn.execute(sa.text(
+                    # OFFSET 0: one index probe per id, never an anti-join over the whole space.
                     "SELECT i.id FROM unnest(CAST(:ids AS text[])) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM "
-                    "embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id)"),
+                    "embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id OFFSET 0)"),
                     {"c": self._store.corpus, "s": space.space_id, "ids": list(by_id)}).scalars().all()
                 missing = [i for i in lacking if i not in vectors]
                 if missing:

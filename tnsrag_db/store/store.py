@@ -151,6 +151,21 @@ def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRI
             attempt += 1
 
 
+def _probe(table: str, alias: str, columns: str, key: str) -> str:
+    """``CROSS JOIN LATERAL`` of one primary-key (or unique-prefix) lookup in ``table`` per
+    outer row: ``corpus = :c AND <key>``.
+
+    The write path reaches the shared tables only this way, driven by its stage rows.
+    ``OFFSET 0`` keeps the planner from turning the lookups into a join it may reorder:
+    a corpus created after the last ANALYZE is estimated at one row (the statistics'
+    most-common-values list covers every row then), and the planner would scan the whole
+    corpus once per stage row. Targets of UPDATE and DELETE are then named by ``ctid``
+    (a TID scan), for the same reason.
+    """
+    return (f"CROSS JOIN LATERAL (SELECT {columns} FROM {table} {alias} "
+            f"WHERE {alias}.corpus = :c AND {key} OFFSET 0) {alias}")
+
+
 #: Key in a connection's ``info`` set when its stage tables exist (committed).
 STAGE_READY = "tnsrag_stage_ready"
 
@@ -429,9 +444,9 @@ class Store:
             # The existing rows are locked by the statement above; this one's snapshot sees
             # their newest committed versions. Identical hash = unchanged.
             rows = conn.execute(sa.text(
-                "SELECT e.id, s.ord, e.content_hash = s.content_hash AS same, e.content <> s.content AS text_changed, "
-                "e.doc_len FROM entries e JOIN tnsrag_stage_entries s ON e.corpus = :c AND e.id = s.id "
-                "WHERE s.state IS NULL ORDER BY e.id"), c).all()
+                "SELECT x.id, s.ord, x.content_hash = s.content_hash AS same, x.content <> s.content AS text_changed, "
+                f"x.doc_len FROM tnsrag_stage_entries s {_probe('entries', 'x', 'x.id, x.content_hash, x.content, x.doc_len', 'x.id = s.id')} "
+                "WHERE s.state IS NULL ORDER BY x.id"), c).all()
             if len(rows) + inserted_count != len(batch):  # cannot happen: every entry was inserted or locked
                 raise DatabaseError(f"write to corpus {self._corpus!r} lost track of {len(batch) - inserted_count - len(rows)} "
                                     "entries; the transaction was rolled back")
@@ -465,23 +480,27 @@ class Store:
             # The old postings, found through the entry's stored lexemes (primary-key
             # probes; postings carry no per-entry index, which keeps bulk writes fast).
             conn.execute(sa.text(
-                "WITH d AS (DELETE FROM bm25_postings p USING (SELECT e.id, l.lexeme FROM entries e "
-                "  JOIN tnsrag_stage_entries s ON e.corpus = :c AND e.id = s.id AND s.state = 'c' "
-                "  CROSS JOIN unnest(e.lexemes) AS l(lexeme)) o "
-                "  WHERE p.corpus = :c AND p.lexeme = o.lexeme AND p.entry_id = o.id RETURNING p.lexeme) "
+                "WITH d AS (DELETE FROM bm25_postings p WHERE p.ctid = ANY (ARRAY("
+                f"  SELECT q.ctid FROM tnsrag_stage_entries s {_probe('entries', 'x', 'x.id, x.lexemes', 'x.id = s.id')} "
+                "  CROSS JOIN unnest(x.lexemes) AS l(lexeme) "
+                f"  {_probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = x.id')} "
+                "  WHERE s.state = 'c')) RETURNING p.lexeme) "
                 "INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme"), c)
         if report.updated:
             conn.execute(sa.text(
-                "UPDATE entries e SET content = s.content, tier = s.tier, source = s.source, parent_id = s.parent_id, "
-                "ts = s.ts, metadata = s.metadata, content_hash = s.content_hash, "
-                "doc_len = CASE WHEN s.state = 'c' THEN coalesce(l.doc_len, 0) ELSE e.doc_len END, "
-                "lexemes = CASE WHEN s.state = 'c' THEN coalesce(l.lexemes, '{}') ELSE e.lexemes END, updated_at = now() "
-                "FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord "
-                "WHERE e.corpus = :c AND e.id = s.id AND s.state IN ('u', 'c')"), c)
+                "WITH v AS MATERIALIZED (SELECT x.ctid AS tid, s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes "
+                "  FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord "
+                f"  {_probe('entries', 'x', 'x.ctid', 'x.id = s.id')} WHERE s.state IN ('u', 'c')) "
+                "UPDATE entries e SET content = v.content, tier = v.tier, source = v.source, parent_id = v.parent_id, "
+                "ts = v.ts, metadata = v.metadata, content_hash = v.content_hash, "
+                "doc_len = CASE WHEN v.state = 'c' THEN coalesce(v.new_len, 0) ELSE e.doc_len END, "
+                "lexemes = CASE WHEN v.state = 'c' THEN coalesce(v.new_lexemes, '{}') ELSE e.lexemes END, "
+                "updated_at = now() FROM v WHERE e.ctid = ANY (ARRAY(SELECT tid FROM v)) AND e.ctid = v.tid"), c)
         if report.content_changed:
             # Stale vectors must not outlive the text they were computed from.
-            conn.execute(sa.text("DELETE FROM embeddings x USING tnsrag_stage_entries s "
-                                 "WHERE x.corpus = :c AND x.entry_id = s.id AND s.state = 'c'"), c)
+            conn.execute(sa.text(
+                "DELETE FROM embeddings x WHERE x.ctid = ANY (ARRAY(SELECT q.ctid FROM tnsrag_stage_entries s "
+                f"{_probe('embeddings', 'q', 'q.ctid', 'q.entry_id = s.id')} WHERE s.state = 'c'))"), c)
         fresh = len(report.inserted) + len(report.content_changed)
         new_len = 0
         if fresh:
@@ -593,11 +612,12 @@ class Store:
                 "ORDER BY e.id FOR UPDATE OF e) INSERT INTO tnsrag_stage_ids (id) SELECT id FROM l"),
                 {"c": self._corpus, **params})
             count, length = conn.execute(sa.text(
-                "WITH gone AS (DELETE FROM entries e USING tnsrag_stage_ids k WHERE e.corpus = :c AND e.id = k.id "
-                "  RETURNING e.id, e.doc_len, e.lexemes), "
-                "d AS (DELETE FROM bm25_postings p USING (SELECT g.id, l.lexeme FROM gone g "
-                "  CROSS JOIN unnest(g.lexemes) AS l(lexeme)) o "
-                "  WHERE p.corpus = :c AND p.lexeme = o.lexeme AND p.entry_id = o.id RETURNING p.lexeme, -1 AS delta), "
+                "WITH gone AS (DELETE FROM entries e WHERE e.ctid = ANY (ARRAY(SELECT x.ctid FROM tnsrag_stage_ids k "
+                f"  {_probe('entries', 'x', 'x.ctid', 'x.id = k.id')})) RETURNING e.id, e.doc_len, e.lexemes), "
+                "d AS (DELETE FROM bm25_postings p WHERE p.ctid = ANY (ARRAY(SELECT q.ctid FROM gone g "
+                "  CROSS JOIN unnest(g.lexemes) AS l(lexeme) "
+                f"  {_probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = g.id')})) "
+                "  RETURNING p.lexeme, -1 AS delta), "
                 "df AS (" + _APPLY_DF_SQL.format(source="d") + ") "
                 "SELECT count(*), coalesce(sum(doc_len), 0) FROM gone"),
                 {"c": self._corpus, "shard": _stat_shard()}).one()
