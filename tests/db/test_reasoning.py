@@ -402,3 +402,28 @@ def test_load_navigator_from_entry_points(monkeypatch: pytest.MonkeyPatch) -> No
         load_navigator("broken")
     with pytest.raises(ProviderConfigurationError, match="not a tree navigator"):
         load_navigator("wrong")
+
+
+def test_subtree_text_reads_a_bounded_number_of_rows(store: Store) -> None:
+    # One child with a 60-deep chain below it: short texts, far under the character cap,
+    # so only the row bound can leave the deep end out.
+    chain = [MemoryEntry("r", "root"), MemoryEntry("n0", "start", parent_id="r")]
+    chain += [MemoryEntry(f"n{i}", f"level{i}", parent_id=f"n{i - 1}") for i in range(1, 60)]
+    HierarchyIndex(store).add_all(chain)
+    seen: list[NavNode] = []
+
+    class Recorder:
+        wants_subtree_text = True
+
+        def rank_children(self, query: str, node: NavNode | None, children: Sequence[NavNode],
+                          model: str) -> list[float]:
+            seen.extend(children)
+            return [0.0] * len(children)
+
+    ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m", max_nodes_visited=1).retrieve("q")
+    assert seen[0].subtree_text.split("\n")[-1] == "level59"  # default bound: the whole chain
+    seen.clear()
+    ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m", max_nodes_visited=1, subtree_rows=10).retrieve("q")
+    assert seen[0].subtree_text.split("\n") == ["root", "start"] + [f"level{i}" for i in range(1, 9)]
+    with pytest.raises(ConfigurationError, match="subtree_rows"):
+        ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m", subtree_rows=0)

@@ -110,8 +110,10 @@ class ReasoningRAGStrategy:
     ``max_nodes_visited`` 15 and ``max_depth`` 6; the full form is
     ``(index, navigator, model, allowed_sources, max_nodes_visited, max_depth)``.
     ``subtree_text_chars`` (keyword-only, default 20,000) caps the subtree text given
-    to navigators that want it, per child. See the module docstring for scores, budget
-    and filtering.
+    to navigators that want it, per child; ``subtree_rows`` (keyword-only, default
+    2,000) caps the descendant rows one expansion reads for those texts, all children
+    together, breadth first (so a huge subtree costs at most that many rows; deeper
+    text is left out). See the module docstring for scores, budget and filtering.
 
     Raises :class:`ConfigurationError` at construction for an index without a
     :class:`Store` ``store``, a navigator without ``rank_children``, a blank ``model``,
@@ -124,12 +126,15 @@ class ReasoningRAGStrategy:
     DEFAULT_MAX_DEPTH = 6
     #: Default cap, in characters, on a child's subtree text.
     DEFAULT_SUBTREE_TEXT_CHARS = 20_000
+    #: Default cap on the descendant rows one expansion reads for subtree texts.
+    DEFAULT_SUBTREE_ROWS = 2_000
 
     def __init__(self, index: HierarchyIndex, navigator: TreeNavigator, model: str,
                  allowed_sources: Collection[str] | None = None,
                  max_nodes_visited: int = DEFAULT_MAX_NODES_VISITED,
                  max_depth: int = DEFAULT_MAX_DEPTH, *,
-                 subtree_text_chars: int = DEFAULT_SUBTREE_TEXT_CHARS) -> None:
+                 subtree_text_chars: int = DEFAULT_SUBTREE_TEXT_CHARS,
+                 subtree_rows: int = DEFAULT_SUBTREE_ROWS) -> None:
         store = getattr(index, "store", None)
         if not isinstance(store, Store):
             raise ConfigurationError(f"ReasoningRAGStrategy needs a HierarchyIndex, got {type(index).__name__}")
@@ -147,6 +152,7 @@ class ReasoningRAGStrategy:
         self._max_nodes = _positive_int(max_nodes_visited, "max_nodes_visited")
         self._max_depth = _positive_int(max_depth, "max_depth")
         self._subtree_chars = _positive_int(subtree_text_chars, "subtree_text_chars")
+        self._subtree_rows = _positive_int(subtree_rows, "subtree_rows")
 
     @property
     def name(self) -> str:
@@ -265,8 +271,11 @@ class ReasoningRAGStrategy:
                         f"AND {fence_h}) AS has_children")
         if getattr(self._navigator, "wants_subtree_text", False) is True:
             params["cap"] = self._subtree_chars
-            # Whole subtree of each child (a forest reached from roots has no cycles),
-            # breadth-first order, cut once the running length passes the cap.
+            params["rows"] = self._subtree_rows
+            # The subtree of each child (a forest reached from roots has no cycles),
+            # breadth first, at most :rows rows for all children together (the recursion
+            # stops once that many are pulled), cut per child once the running length
+            # passes the cap.
             sql = (
                 f"WITH RECURSIVE {kids}, "
                 "sub(top, node, lvl, content) AS ("
@@ -274,8 +283,9 @@ class ReasoningRAGStrategy:
                 "  UNION ALL "
                 "  SELECT s.top, d.id, s.lvl + 1, d.content FROM sub s "
                 f"  JOIN entries d ON d.corpus = :c AND d.parent_id = s.node AND {fence_d}), "
+                "cut AS (SELECT * FROM sub LIMIT :rows), "
                 "run AS (SELECT top, node, lvl, content, sum(length(content) + 1) OVER "
-                "  (PARTITION BY top ORDER BY lvl, node ROWS UNBOUNDED PRECEDING) AS upto FROM sub), "
+                "  (PARTITION BY top ORDER BY lvl, node ROWS UNBOUNDED PRECEDING) AS upto FROM cut), "
                 "agg AS (SELECT top, left(string_agg(content, E'\\n' ORDER BY lvl, node), :cap) AS subtree_text "
                 "  FROM run WHERE upto - length(content) - 1 < :cap GROUP BY top) "
                 f"SELECT k.*, {has_children}, a.subtree_text FROM kids k LEFT JOIN agg a ON a.top = k.entry_id "
