@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
-from tnsrag_db.store.store import IngestCounts, Store, WriteReport, retry_on_deadlock, validate_batch
+from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
@@ -192,16 +192,17 @@ class GraphStore:
         """
         entry_batch = validate_batch(entries)
         edge_batch = _validate_edges(edges)
-        def write() -> tuple[WriteReport, IngestCounts]:
-            with self._store.transaction() as conn:
-                report = self._store.write_entries(conn, entry_batch) if entry_batch else WriteReport()
-                counts = self.write_edges(conn, edge_batch) if edge_batch else IngestCounts()
+
+        def write(conn: Connection) -> tuple[WriteReport, IngestCounts]:
+            report = self._store.write_entries(conn, entry_batch) if entry_batch else WriteReport()
+            counts = self.write_edges(conn, edge_batch) if edge_batch else IngestCounts()
             return report, counts
 
         # Entries are locked in id order, then the edges' other ends in id order: with
         # ends outside the batch, this can meet a concurrent delete that takes the same
-        # rows in one pass. PostgreSQL then aborts one side, and that side runs again.
-        return retry_on_deadlock(write)
+        # rows in one pass. PostgreSQL then aborts one side, and write_transaction runs
+        # that side again.
+        return self._store.write_transaction(write)
 
     def write_edges(self, conn: Connection, batch: Sequence[Edge], *,
                     progress: Callable[[int], None] | None = None) -> IngestCounts:

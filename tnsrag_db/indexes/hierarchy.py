@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import ConfigurationError, HierarchyError, ValidationError
-from tnsrag_db.store.store import IngestCounts, Store, WriteReport, retry_on_deadlock, validate_batch
+from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["HierarchyIndex"]
@@ -174,14 +174,14 @@ class HierarchyIndex:
         batch = validate_batch(batch)
         if not batch:
             return IngestCounts()
-        def write() -> WriteReport:
-            with self._store.transaction() as conn:
-                conn.execute(sa.text(_LOCK_SQL), {"c": self._store.corpus})
-                report = self._store.write_entries(conn, batch)
-                self._check_written(conn, [e.id for e in batch])
+
+        def write(conn: Connection) -> WriteReport:
+            conn.execute(sa.text(_LOCK_SQL), {"c": self._store.corpus})
+            report = self._store.write_entries(conn, batch)
+            self._check_written(conn, [e.id for e in batch])
             return report
 
-        return retry_on_deadlock(write).counts
+        return self._store.write_transaction(write).counts
 
     def check_written(self, conn: Connection, entry_ids: Sequence[str]) -> None:
         """Check the hierarchy around ``entry_ids`` inside the caller's open transaction

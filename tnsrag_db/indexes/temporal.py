@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError, ValidationError
-from tnsrag_db.store.store import IngestCounts, Store, WriteReport, retry_on_deadlock, validate_batch
+from tnsrag_db.store.store import IngestCounts, Store, validate_batch
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["Clock", "TemporalIndex", "check_clock", "check_skew", "now_from", "utc_now"]
@@ -100,11 +100,7 @@ class TemporalIndex:
             return IngestCounts()
         self.check_timestamps(batch, clock=clock)
 
-        def write() -> WriteReport:
-            with self._store.transaction() as conn:
-                return self._store.write_entries(conn, batch)
-
-        return retry_on_deadlock(write).counts
+        return self._store.write_transaction(lambda conn: self._store.write_entries(conn, batch)).counts
 
     def check_timestamps(self, entries: Iterable[MemoryEntry], *, clock: Clock | None = None) -> None:
         """Check, without writing, that no timestamp of ``entries`` is more than

@@ -51,7 +51,7 @@ from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db.errors import ConfigurationError, EmbeddingValidationError, ValidationError
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
-from tnsrag_db.store.store import IngestCounts, Store, WriteReport, retry_on_deadlock, validate_batch
+from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry, validate_filters
 
 __all__ = [
@@ -348,31 +348,28 @@ class VectorMemoryStore:
                 progress(len(batch))
         by_id = {e.id: e for e in batch}
 
-        def write() -> tuple[WriteReport, _Space | None]:
-            with self._store.transaction() as conn:
-                report = self._store.write_entries(conn, batch)
-                if check is not None:
-                    check(conn)
-                if self._dimension is None:
-                    return report, None  # nothing embedded and no dimension known: nothing to store
-                space = self._ensure_space(conn, self._dimension)
-                lacking = conn.execute(sa.text(
-                    # OFFSET 0: one index probe per id, never an anti-join over the whole space.
-                    "SELECT i.id FROM unnest(CAST(:ids AS text[])) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM "
-                    "embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id OFFSET 0)"),
-                    {"c": self._store.corpus, "s": space.space_id, "ids": list(by_id)}).scalars().all()
-                missing = [i for i in lacking if i not in vectors]
-                if missing:
-                    # A concurrent writer changed these texts after our pre-read: embed them now.
-                    extra = self._embed([by_id[i].content for i in missing], batch_size)
-                    vectors.update({i: extra[n] for n, i in enumerate(missing)})
-                if lacking:
-                    self._copy_vectors(conn, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]))
+        def write(conn: Connection) -> tuple[WriteReport, _Space | None]:
+            report = self._store.write_entries(conn, batch)
+            if check is not None:
+                check(conn)
+            if self._dimension is None:
+                return report, None  # nothing embedded and no dimension known: nothing to store
+            space = self._ensure_space(conn, self._dimension)
+            lacking = conn.execute(sa.text(
+                # OFFSET 0: one index probe per id, never an anti-join over the whole space.
+                "SELECT i.id FROM unnest(CAST(:ids AS text[])) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM "
+                "embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id OFFSET 0)"),
+                {"c": self._store.corpus, "s": space.space_id, "ids": list(by_id)}).scalars().all()
+            missing = [i for i in lacking if i not in vectors]
+            if missing:
+                # A concurrent writer changed these texts after our pre-read: embed them now.
+                extra = self._embed([by_id[i].content for i in missing], batch_size)
+                vectors.update({i: extra[n] for n, i in enumerate(missing)})
+            if lacking:
+                self._copy_vectors(conn, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]))
             return report, space
 
-        report, space = retry_on_deadlock(write)
-        self._store.refresh_statistics(len(report.inserted) + len(report.updated),
-                                       ("embeddings",) if space is not None else ())
+        report, space = self._store.write_transaction(write, analyze=("embeddings",))
         if space is None:
             return report.counts
         if progress is not None:

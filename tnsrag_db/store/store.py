@@ -166,6 +166,10 @@ def _probe(table: str, alias: str, columns: str, key: str) -> str:
             f"WHERE {alias}.corpus = :c AND {key} OFFSET 0) {alias}")
 
 
+#: Key in a connection's ``info`` counting the entries written by the current
+#: :meth:`Store.write_transaction` (absent outside one).
+_WRITTEN = "tnsrag_written"
+
 #: Key in a connection's ``info`` set when its stage tables exist (committed).
 STAGE_READY = "tnsrag_stage_ready"
 
@@ -188,6 +192,16 @@ STAGE_DDL = (
 _ANALYZE_STAGE_ROWS = 1000
 _STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_extras", "tnsrag_stage_terms",
                  "tnsrag_stage_df", "tnsrag_stage_lens")
+
+
+def _ensure_stage_tables(conn: Connection) -> None:
+    """Create the per-session stage tables unless this connection has them.
+
+    Engines from :mod:`tnsrag_db.store.engine` create them once per connection; on any
+    other engine they are created here (cheap no-ops when they exist)."""
+    if not conn.info.get(STAGE_READY):
+        for ddl in STAGE_DDL:
+            conn.execute(sa.text(ddl))
 
 # Applies df deltas in lexeme order: every writer locks bm25_df rows in the same order
 # (after its entry rows, before its bm25_stats row), so concurrent writers cannot deadlock.
@@ -315,14 +329,32 @@ class Store:
         batch = validate_batch(entries)
         if not batch:
             return IngestCounts()
+        return self.write_transaction(lambda conn: self.write_entries(conn, batch, progress=progress)).counts
 
-        def write() -> WriteReport:
+    def write_transaction(self, work: Callable[[Connection], _T], *, analyze: Sequence[str] = ()) -> _T:
+        """Run ``work(conn)`` in one transaction: the one way the library's writes commit.
+
+        When PostgreSQL aborts the transaction to break a deadlock, ``work`` runs again,
+        whole (see :func:`retry_on_deadlock`). After the commit, the entries ``work`` wrote
+        through :meth:`write_entries` count toward :meth:`refresh_statistics` (``analyze``
+        names further library tables to include, e.g. ``("embeddings",)``).
+        """
+        written = 0
+
+        def attempt() -> _T:
+            nonlocal written
             with self.transaction() as conn:
-                return self.write_entries(conn, batch, progress=progress)
+                conn.info[_WRITTEN] = 0
+                try:
+                    result = work(conn)
+                    written = conn.info[_WRITTEN]
+                finally:
+                    conn.info.pop(_WRITTEN, None)
+            return result
 
-        counts = retry_on_deadlock(write).counts
-        self.refresh_statistics(counts.inserted + counts.updated)
-        return counts
+        result = retry_on_deadlock(attempt)
+        self.refresh_statistics(written, analyze)
+        return result
 
     def refresh_statistics(self, written: int, extra_tables: Sequence[str] = ()) -> bool:
         """ANALYZE ``entries`` and ``bm25_postings`` (and ``extra_tables``, library table
@@ -364,11 +396,7 @@ class Store:
         """
         cfg = self.text_config(conn)
         info = conn.info
-        if not info.get(STAGE_READY):
-            # Engines from tnsrag_db.store.engine create the stage tables once per
-            # connection; on any other engine, create them here (cheap no-ops when they exist).
-            for ddl in STAGE_DDL:
-                conn.execute(sa.text(ddl))
+        _ensure_stage_tables(conn)
         transaction = conn.get_transaction()
         if info.get("tnsrag_stage_tx") is transaction:
             # An earlier write of this same transaction left rows (ON COMMIT DELETE ROWS
@@ -520,6 +548,8 @@ class Store:
         if fresh:
             conn.execute(sa.text(_APPLY_DF_SQL.format(source="tnsrag_stage_df")), {**c, "shard": _stat_shard()})
         self._bump_stats(conn, len(report.inserted), int(new_len) - old_len)
+        if _WRITTEN in info:
+            info[_WRITTEN] += len(report.inserted) + len(report.updated)
         return report
 
     def _bump_stats(self, conn: Connection, d_docs: int, d_len: int) -> None:
@@ -593,36 +623,33 @@ class Store:
         # A delete takes its rows in id order like every writer; only a GraphStore
         # add_with_edges reaching entries outside its batch can cross it, and then
         # PostgreSQL may pick the delete to abort: it runs again.
-        return retry_on_deadlock(lambda: self._delete_once(predicate, params))
+        return self.write_transaction(lambda conn: self._delete_in(conn, predicate, params))
 
-    def _delete_once(self, predicate: str, params: dict[str, Any]) -> int:
-        with self.transaction() as conn:
-            if not conn.info.get(STAGE_READY):
-                for ddl in STAGE_DDL:
-                    conn.execute(sa.text(ddl))
-            conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
-            # First lock the matching rows, in id order as writers do (so deletes and upserts
-            # cannot deadlock), and remember them. Then, in a statement whose snapshot sees
-            # every change committed by the writers waited for, delete exactly those rows with
-            # their postings (found through the stored lexemes) and df counts. Deleting by the
-            # predicate again instead would reach rows committed in between, and wait for (and
-            # orphan the postings of) a writer that locked one of them meanwhile.
-            conn.execute(sa.text(
-                f"WITH l AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} "
-                "ORDER BY e.id FOR UPDATE OF e) INSERT INTO tnsrag_stage_ids (id) SELECT id FROM l"),
-                {"c": self._corpus, **params})
-            count, length = conn.execute(sa.text(
-                "WITH gone AS (DELETE FROM entries e WHERE e.ctid = ANY (ARRAY(SELECT x.ctid FROM tnsrag_stage_ids k "
-                f"  {_probe('entries', 'x', 'x.ctid', 'x.id = k.id')})) RETURNING e.id, e.doc_len, e.lexemes), "
-                "d AS (DELETE FROM bm25_postings p WHERE p.ctid = ANY (ARRAY(SELECT q.ctid FROM gone g "
-                "  CROSS JOIN unnest(g.lexemes) AS l(lexeme) "
-                f"  {_probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = g.id')})) "
-                "  RETURNING p.lexeme, -1 AS delta), "
-                "df AS (" + _APPLY_DF_SQL.format(source="d") + ") "
-                "SELECT count(*), coalesce(sum(doc_len), 0) FROM gone"),
-                {"c": self._corpus, "shard": _stat_shard()}).one()
-            if count:
-                self._bump_stats(conn, -int(count), -int(length))
+    def _delete_in(self, conn: Connection, predicate: str, params: dict[str, Any]) -> int:
+        _ensure_stage_tables(conn)
+        conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
+        # First lock the matching rows, in id order as writers do (so deletes and upserts
+        # cannot deadlock), and remember them. Then, in a statement whose snapshot sees
+        # every change committed by the writers waited for, delete exactly those rows with
+        # their postings (found through the stored lexemes) and df counts. Deleting by the
+        # predicate again instead would reach rows committed in between, and wait for (and
+        # orphan the postings of) a writer that locked one of them meanwhile.
+        conn.execute(sa.text(
+            f"WITH l AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} "
+            "ORDER BY e.id FOR UPDATE OF e) INSERT INTO tnsrag_stage_ids (id) SELECT id FROM l"),
+            {"c": self._corpus, **params})
+        count, length = conn.execute(sa.text(
+            "WITH gone AS (DELETE FROM entries e WHERE e.ctid = ANY (ARRAY(SELECT x.ctid FROM tnsrag_stage_ids k "
+            f"  {_probe('entries', 'x', 'x.ctid', 'x.id = k.id')})) RETURNING e.id, e.doc_len, e.lexemes), "
+            "d AS (DELETE FROM bm25_postings p WHERE p.ctid = ANY (ARRAY(SELECT q.ctid FROM gone g "
+            "  CROSS JOIN unnest(g.lexemes) AS l(lexeme) "
+            f"  {_probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = g.id')})) "
+            "  RETURNING p.lexeme, -1 AS delta), "
+            "df AS (" + _APPLY_DF_SQL.format(source="d") + ") "
+            "SELECT count(*), coalesce(sum(doc_len), 0) FROM gone"),
+            {"c": self._corpus, "shard": _stat_shard()}).one()
+        if count:
+            self._bump_stats(conn, -int(count), -int(length))
         return int(count)
 
     def drop_corpus(self) -> None:
