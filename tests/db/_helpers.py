@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import multiprocessing as mp
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -11,7 +13,7 @@ from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, document_from_row, resolve_context
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
-__all__ = ["FixedScores", "ids_of"]
+__all__ = ["FixedScores", "ids_of", "run_processes"]
 
 
 class FixedScores:
@@ -44,3 +46,14 @@ class FixedScores:
 def ids_of(docs: list[RetrievedDocument]) -> list[str]:
     """The entry ids of ``docs``, in order."""
     return [d.metadata["entryId"] for d in docs]
+
+
+def run_processes(target: Callable[..., None], args: Sequence[tuple[Any, ...]], timeout: float = 180) -> list[int | None]:
+    """Start one spawned process per ``args`` tuple, wait for all, return their exit codes."""
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=target, args=a) for a in args]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    return [p.exitcode for p in procs]

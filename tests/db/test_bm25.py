@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import multiprocessing
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -12,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from tests.db._helpers import run_processes
 from tnsrag_db.errors import ConfigurationError, InvalidFilterError, ValidationError
 from tnsrag_db.indexes import bm25
 from tnsrag_db.indexes.bm25 import BM25Index
@@ -219,13 +219,7 @@ def test_scores_equal_reference_after_concurrent_writers(make_store: Callable[..
     store = make_store()
     store.add_all(generated_entries(random.Random(11), 40, prefix="c"))
     url = db_url.render_as_string(hide_password=False)
-    ctx = multiprocessing.get_context("spawn")
-    workers = [ctx.Process(target=_writer, args=(url, store.corpus, seed, 80)) for seed in range(4)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(120)
-    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    assert run_processes(_writer, [(url, store.corpus, seed, 80) for seed in range(4)], 120) == [0, 0, 0, 0]
     index = BM25Index(store)
     with store.transaction() as conn:
         rows = conn.execute(sa.text("SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS tl FROM entries "

@@ -7,6 +7,7 @@ import multiprocessing as mp
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from tests.db._helpers import run_processes
 from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import MemoryEntry
@@ -29,12 +30,7 @@ def test_four_processes_upsert_500_each(store: Store, db_url: URL) -> None:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(4)
     url = db_url.render_as_string(hide_password=False)
-    procs = [ctx.Process(target=_writer, args=(url, store.corpus, w, barrier)) for w in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(180)
-    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert run_processes(_writer, [(url, store.corpus, w, barrier) for w in range(4)]) == [0, 0, 0, 0]
     assert store.count() == 2000
     expected = {f"w{w}-{i}": f"worker {w} entry {i} " + ("updated" if i < 20 else "shared words")
                 for w in range(4) for i in range(500)}
@@ -127,14 +123,8 @@ def test_contended_writers_and_deleters_keep_every_index_consistent(store: Store
     """Four processes upserting, deleting (by id and by filter), embedding and linking the same
     four entries: no deadlock, no duplicate posting, no lost write, and every derived row
     (postings, df, statistics, vectors) agrees with the entries that remain."""
-    ctx = mp.get_context("spawn")
     url = db_url.render_as_string(hide_password=False)
-    procs = [ctx.Process(target=_contender, args=(url, store.corpus, seed, 150)) for seed in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(180)
-    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert run_processes(_contender, [(url, store.corpus, seed, 150) for seed in range(4)]) == [0, 0, 0, 0]
     c = {"c": store.corpus}
     with store.transaction() as conn:
         orphan_postings = conn.execute(sa.text(

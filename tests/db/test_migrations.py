@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
+from tests.db._helpers import run_processes
 from tnsrag_db.cli import main_group
 from tnsrag_db.errors import SchemaNotReadyError
 from tnsrag_db.store import migrate
@@ -72,12 +73,7 @@ def _upgrade_worker(url: str, barrier: mp.synchronize.Barrier) -> None:  # type:
 def test_concurrent_upgrades_all_succeed(fresh_db_url: URL) -> None:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(4)
-    procs = [ctx.Process(target=_upgrade_worker, args=(_url(fresh_db_url), barrier)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert run_processes(_upgrade_worker, [(_url(fresh_db_url), barrier)] * 4, 120) == [0, 0, 0, 0]
     assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
     engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1)
     try:

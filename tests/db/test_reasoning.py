@@ -273,19 +273,26 @@ def test_source_fence_hides_fenced_nodes_and_their_subtrees(manual: HierarchyInd
     assert ids(unfenced.retrieve("internal report")) == ["secret"]
 
 
+class _Recorder:
+    """A navigator that records the children it is shown and scores them all 0."""
+
+    def __init__(self, *, wants_subtree_text: bool) -> None:
+        self.wants_subtree_text = wants_subtree_text
+        self.seen: list[NavNode] = []
+
+    def rank_children(self, query: str, node: NavNode | None, children: Sequence[NavNode],
+                      model: str) -> list[float]:
+        self.seen.extend(children)
+        return [0.0] * len(children)
+
+
 def test_summary_metadata_and_titles_reach_the_navigator(store: Store) -> None:
     HierarchyIndex(store).add_all([MemoryEntry("r", "\n  Title line  \nbody " + "x " * 400,
                                                metadata={"summary": "short summary"}),
                                    MemoryEntry("s", "Plain\n" + "word " * 100)])
-    seen: list[NavNode] = []
-
-    class Recorder:
-        def rank_children(self, query: str, node: NavNode | None, children: Sequence[NavNode],
-                          model: str) -> list[float]:
-            seen.extend(children)
-            return [0.0] * len(children)
-
-    ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m").retrieve("q")
+    recorder = _Recorder(wants_subtree_text=False)
+    seen = recorder.seen
+    ReasoningRAGStrategy(HierarchyIndex(store), recorder, "m").retrieve("q")
     r, s = seen
     assert (r.id, r.title, r.summary, r.depth, r.has_children, r.subtree_text) == \
         ("r", "Title line", "short summary", 1, False, "")
@@ -295,17 +302,9 @@ def test_summary_metadata_and_titles_reach_the_navigator(store: Store) -> None:
 def test_subtree_text_is_capped_per_child(store: Store) -> None:
     HierarchyIndex(store).add_all([MemoryEntry("r", "root text"),
                                    *(MemoryEntry(f"c{i}", "y" * 100, parent_id="r") for i in range(5))])
-    seen: list[NavNode] = []
-
-    class Recorder:
-        wants_subtree_text = True
-
-        def rank_children(self, query: str, node: NavNode | None, children: Sequence[NavNode],
-                          model: str) -> list[float]:
-            seen.extend(children)
-            return [0.0] * len(children)
-
-    ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m", subtree_text_chars=250).retrieve("q")
+    recorder = _Recorder(wants_subtree_text=True)
+    seen = recorder.seen
+    ReasoningRAGStrategy(HierarchyIndex(store), recorder, "m", subtree_text_chars=250).retrieve("q")
     [root] = seen
     assert root.has_children
     assert root.subtree_text == ("root text\n" + "y" * 100 + "\n" + "y" * 100 + "\n" + "y" * 100)[:250]
@@ -410,20 +409,12 @@ def test_subtree_text_reads_a_bounded_number_of_rows(store: Store) -> None:
     chain = [MemoryEntry("r", "root"), MemoryEntry("n0", "start", parent_id="r")]
     chain += [MemoryEntry(f"n{i}", f"level{i}", parent_id=f"n{i - 1}") for i in range(1, 60)]
     HierarchyIndex(store).add_all(chain)
-    seen: list[NavNode] = []
-
-    class Recorder:
-        wants_subtree_text = True
-
-        def rank_children(self, query: str, node: NavNode | None, children: Sequence[NavNode],
-                          model: str) -> list[float]:
-            seen.extend(children)
-            return [0.0] * len(children)
-
-    ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m", max_nodes_visited=1).retrieve("q")
+    recorder = _Recorder(wants_subtree_text=True)
+    seen = recorder.seen
+    ReasoningRAGStrategy(HierarchyIndex(store), recorder, "m", max_nodes_visited=1).retrieve("q")
     assert seen[0].subtree_text.split("\n")[-1] == "level59"  # default bound: the whole chain
     seen.clear()
-    ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m", max_nodes_visited=1, subtree_rows=10).retrieve("q")
+    ReasoningRAGStrategy(HierarchyIndex(store), recorder, "m", max_nodes_visited=1, subtree_rows=10).retrieve("q")
     assert seen[0].subtree_text.split("\n") == ["root", "start"] + [f"level{i}" for i in range(1, 9)]
     with pytest.raises(ConfigurationError, match="subtree_rows"):
-        ReasoningRAGStrategy(HierarchyIndex(store), Recorder(), "m", subtree_rows=0)
+        ReasoningRAGStrategy(HierarchyIndex(store), recorder, "m", subtree_rows=0)
