@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Hashable, Mapping
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -221,9 +222,13 @@ VECTOR_MODES = frozenset({RetrievalStrategy.SEMANTIC, RetrievalStrategy.HYBRID, 
 HIERARCHY_MODES = frozenset({RetrievalStrategy.HIERARCHICAL, RetrievalStrategy.REASONING})
 
 
+@lru_cache(maxsize=256)
 def _role_modes(cls: type) -> frozenset[RetrievalStrategy]:
     """The modes of every ``@retrieval`` action of role class ``cls``, inherited ones
-    included (an override in a subclass replaces its base's action)."""
+    included (an override in a subclass replaces its base's action).
+
+    Cached per class: it runs on every retrieval, and decorators are applied once.
+    """
     from tnsrag_db.declarative._decorators import retrieval_config  # it imports this module
 
     modes: set[RetrievalStrategy] = set()
