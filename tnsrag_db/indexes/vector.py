@@ -568,10 +568,6 @@ class VectorMemoryStore:
         return existed
 
     # -- search ---------------------------------------------------------------------
-    def _read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
-        """Run one read-only statement (autocommit: a search is one statement)."""
-        return self._store.read(sql, params)
-
     def _space_for_query(self, dimension: int) -> _Space | None:
         cached = self._spaces.get(dimension)
         now = time.monotonic()
@@ -704,7 +700,7 @@ class VectorMemoryStore:
         if ranking is None:
             return []
         sql, params = ranking
-        return [(r.entry_id, float(r.score)) for r in self._read(sql, params)]
+        return [(r.entry_id, float(r.score)) for r in self._store.read(sql, params)]
 
     def _query_ranking(self, query: str, k: int, filters: Mapping[str, str] | None,
                        min_score: float) -> tuple[str, dict[str, Any]] | None:
@@ -734,4 +730,4 @@ class VectorMemoryStore:
         cols = f"{columns}, " if columns else "e.id AS entry_id, "
         stmt = (f"WITH r AS ({sql}) SELECT {cols}r.score FROM r JOIN entries e ON e.corpus = :v_c "
                 f"AND e.id = r.entry_id ORDER BY r.score DESC, e.id")
-        return self._read(stmt, params)
+        return self._store.read(stmt, params)
