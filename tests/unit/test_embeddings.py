@@ -486,6 +486,31 @@ def test_batch_checks_every_vector_and_names_it() -> None:
         wrapped.embed_batch(["a", "b"])
 
 
+def _outcome(wrapped: ValidatingEmbedding, n: int) -> tuple[str, object]:
+    try:
+        return "ok", [v.tolist() for v in wrapped.embed_batch(["t"] * n)] + [wrapped.dimension]
+    except EmbeddingValidationError as exc:
+        return "error", (str(exc), wrapped.dimension)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_batch_matrix_is_judged_exactly_as_row_by_row(seed: int) -> None:
+    # A numeric 2-d array is checked as a whole; a list of lists goes row by row. Both must
+    # accept the same batches, return the same vectors and raise the same first error.
+    rng = np.random.default_rng(seed)
+    rows, dim = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+    matrix = rng.normal(size=(rows, dim))
+    for _ in range(int(rng.integers(0, 3))):
+        matrix[rng.integers(rows), rng.integers(dim)] = rng.choice([math.nan, math.inf, -math.inf, 1e300])
+    fixed = [None, dim, dim + 1][int(rng.integers(3))]
+    max_dimension = [16_384, dim, dim - 1][int(rng.integers(3))] or 1
+    fixed = fixed if fixed is None or fixed <= max_dimension else None
+    as_matrix = ValidatingEmbedding(Batching(matrix.copy()), name="p", dimension=fixed, max_dimension=max_dimension)
+    row_by_row = ValidatingEmbedding(Batching(matrix.tolist()), name="p", dimension=fixed,
+                                     max_dimension=max_dimension)
+    assert _outcome(as_matrix, rows) == _outcome(row_by_row, rows)
+
+
 def test_batch_exceptions_are_classified() -> None:
     class Failing(Batching):
         def embed_batch(self, texts: Sequence[str]) -> Any:

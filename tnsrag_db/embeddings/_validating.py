@@ -117,6 +117,9 @@ class ValidatingEmbedding:
             return [self._validate(self._invoke(self._fn, text), f"vector {i} of the batch: ")
                     for i, text in enumerate(batch)]
         raw = self._invoke(self._batch, batch)
+        if (isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.shape[0] == len(batch)
+                and raw.dtype.kind in _NUMERIC_KINDS):
+            return self._check_matrix(raw.astype(np.float64))  # astype copies: the snapshot
         rows = self._rows(raw, len(batch))
         # Snapshot every row before checking any, so a provider that reuses its buffers
         # cannot change a row while an earlier one is being validated.
@@ -124,6 +127,23 @@ class ValidatingEmbedding:
         return [self._check(snap, f"vector {i} of the batch: ") for i, snap in enumerate(snapshots)]
 
     # -- internals -------------------------------------------------------------------
+
+    def _check_matrix(self, snap: npt.NDArray[np.float64]) -> list[npt.NDArray[np.float32]]:
+        """The per-row rules of :meth:`_check` over a whole numeric matrix at once.
+
+        Every row has the same length, so row 0 decides the size and dimension rules; the
+        first row holding a non-finite value (before or after the float32 conversion) is
+        then checked on its own, which raises the same error the row-by-row path would.
+        """
+        self._check(snap[0], "vector 0 of the batch: ")
+        with np.errstate(over="ignore"):
+            out: npt.NDArray[np.float32] = snap.astype(np.float32)
+        bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
+        if bad.size:
+            i = int(bad[0])
+            self._check(snap[i], f"vector {i} of the batch: ")
+        return list(out)
+
 
     def _invoke(self, call: Callable[[Any], _T], arg: Any) -> _T:
         try:

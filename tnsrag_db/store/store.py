@@ -444,11 +444,7 @@ class Store:
         # (updating the wide stage rows instead would rewrite them). Every later step joins
         # the stage tables instead of passing id arrays: ``= ANY(array)`` over a large array
         # is quadratic as well.
-        conn.execute(sa.text(
-            f"WITH t AS MATERIALIZED ({STAGED_TERMS_SQL}), "
-            "ins AS (INSERT INTO tnsrag_stage_terms (ord, lexeme, tf) SELECT ord, lexeme, tf FROM t) "
-            "INSERT INTO tnsrag_stage_lens (ord, doc_len, lexemes) "
-            "SELECT ord, sum(tf)::int, array_agg(lexeme) FROM t GROUP BY ord"), {"cfg": cfg})
+        conn.execute(sa.text(STAGED_TERMS_SQL), {"cfg": cfg})
         # One pass in id order inserts the new entries and locks the existing ones: the
         # DO UPDATE ... WHERE false updates nothing but locks every conflicting row (its
         # newest version, waiting for a concurrent writer or deleter to finish; a row
