@@ -372,8 +372,13 @@ def test_build_index_reports_progress_from_postgresql(store: Store) -> None:
     assert vectors.build_index(progress=lambda *a: calls.append(a), poll_seconds=0.01) is not None
     polled = [c for c in calls if c[0] != "done"]
     assert polled, "no progress row was read while the index built"
-    # PostgreSQL's CREATE INDEX phases; pgvector reports "loading tuples" as its sub-phase.
-    assert all(c[0] == "initializing" or c[0].startswith("building index") for c in polled), polled
+    # PostgreSQL's CREATE INDEX CONCURRENTLY phases; pgvector reports "loading tuples"
+    # as the sub-phase of "building index".
+    phases = {"initializing", "waiting for writers before build", "waiting for writers before validation",
+              "index validation: scanning index", "index validation: sorting tuples",
+              "index validation: scanning table", "waiting for old snapshots"}
+    assert all(c[0] in phases or c[0].startswith("building index") for c in polled), polled
+    assert any(c[0].startswith("building index") for c in polled), polled
     assert all(0 <= done <= total for _, done, total in polled)
     assert calls[-1][0] == "done" and calls[-1][1] == calls[-1][2] > 0
     # Built already: nothing runs, nothing is reported.
@@ -414,3 +419,72 @@ def test_build_index_progress_arguments_errors_and_empty_space(store: Store,
     with pytest.raises(DatabaseError, match="the build failed"):
         vectors.build_index(progress=lambda *a: calls.append(a), poll_seconds=0.01)
     assert calls == []
+
+
+def test_writes_go_on_while_an_index_builds_and_land_in_the_index(make_store: Callable[..., Store]) -> None:
+    # The build is CREATE INDEX CONCURRENTLY: the shared embeddings table keeps taking
+    # writes, of this corpus and of others, while it runs (a plain CREATE INDEX would hold
+    # them until the build commits), and a vector written meanwhile is in the index.
+    store, other_store = make_store(), make_store()
+    rng = np.random.default_rng(8)
+    matrix = rng.standard_normal((8000, 64)).astype(np.float32)
+    late = rng.standard_normal(64).astype(np.float32)
+    entries = [MemoryEntry(f"b{i:05d}", f"build entry {i}") for i in range(len(matrix))]
+    vectors = VectorMemoryStore(store, lambda text: late, index_threshold=None)
+    vectors.add_all(entries, embeddings=matrix)
+    other = VectorMemoryStore(other_store, lambda text: [1.0, 2.0], index_threshold=None)
+    still_building: list[bool] = []
+
+    def during_build(phase: str, done: int, total: int) -> None:
+        if still_building or phase == "done":
+            return
+        other.add(MemoryEntry("o1", "another corpus, same table"))
+        vectors.add(MemoryEntry("late", "written while the index builds"))
+        with store.transaction() as conn:
+            still_building.append(conn.execute(sa.text(
+                "SELECT count(*) FROM pg_stat_progress_create_index WHERE relid = to_regclass(:t)"),
+                {"t": f"{store.schema}.embeddings"}).scalar_one() == 1)
+
+    name = vectors.build_index(progress=during_build, poll_seconds=0.01)
+    assert still_building == [True]
+    assert other_store.count() == 1 and store.count() == len(entries) + 1
+    with store.transaction() as conn:
+        assert conn.execute(sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:n)"),
+                            {"n": f"{store.schema}.{name}"}).scalar_one() is True
+        # Read through the index alone: the late vector must be in the graph.
+        conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+        conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+        conn.execute(sa.text("SET LOCAL hnsw.ef_search = 400"))
+        space_id = int(conn.execute(sa.text("SELECT space_id FROM embedding_spaces WHERE corpus = :c"),
+                                    {"c": store.corpus}).scalar_one())
+        query = (f"SELECT entry_id FROM embeddings WHERE space_id = {space_id} "  # the partial index's predicate
+                 "ORDER BY embedding::vector(64) <=> CAST(:q AS vector(64)) LIMIT 1")
+        params = {"q": str(late.tolist())}
+        assert name in "\n".join(conn.execute(sa.text(f"EXPLAIN {query}"), params).scalars())
+        assert conn.execute(sa.text(query), params).scalar_one() == "late"
+
+
+def test_a_dropped_corpus_leaves_no_hnsw_index_and_orphans_are_swept(make_store: Callable[..., Store]) -> None:
+    store, other_store = make_store(), make_store()
+    rng = np.random.default_rng(9)
+    built = []
+    for s in (store, other_store):
+        vectors = VectorMemoryStore(s, lambda text: [1.0, 0.0], index_threshold=None)
+        vectors.add_all([MemoryEntry(f"e{i}", f"t{i}") for i in range(30)], embeddings=rng.standard_normal((30, 2)))
+        built.append(vectors.build_index())
+
+    def indexes() -> set[str]:
+        with store.transaction() as conn:
+            return set(conn.execute(sa.text(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = :s AND indexname = ANY(:n)"),
+                {"s": store.schema, "n": built}).scalars())
+
+    assert indexes() == set(built)
+    store.drop_corpus()
+    assert indexes() == {built[1]}
+    # A process that died between the commit and the drop leaves an index whose space is
+    # gone: the next sweep (from any corpus) removes it, and only it.
+    with other_store.transaction() as conn:
+        conn.execute(sa.text("DELETE FROM embedding_spaces WHERE corpus = :c"), {"c": other_store.corpus})
+    assert store.drop_orphan_hnsw_indexes() == [built[1]]
+    assert indexes() == set() and store.drop_orphan_hnsw_indexes() == []

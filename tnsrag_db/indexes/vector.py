@@ -445,19 +445,26 @@ class VectorMemoryStore:
         """Create this space's HNSW index (cosine, m 16, ef_construction 128) if it does not exist.
 
         ``progress`` (optional) is called in the calling thread every ``poll_seconds`` while
-        the index builds, with PostgreSQL's progress report for it (phase, heap blocks done,
-        heap blocks total; pgvector's phases are "initializing" and "loading tuples"), and
-        once more with ``("done", total, total)`` when it is built. The build then runs on a
+        the index builds, with PostgreSQL's progress report for it (phase, blocks done,
+        blocks total of that phase: "building index: loading tuples" counts heap blocks,
+        the validation and waiting phases of a concurrent build follow), and once more with
+        ``("done", total, total)``, total being the largest count seen, when it is built. The build then runs on a
         worker thread and its own connection; its errors are raised here.
 
         Returns the index name, or None when the space has no vectors yet. Idempotent and
-        safe when several processes race (a transaction-level advisory lock per space;
-        the loser finds the index built). Runs in one transaction with
-        ``maintenance_work_mem`` raised to hold the graph (up to 2 GB) so the build stays in
-        memory, and PostgreSQL's parallel maintenance workers. ``CREATE INDEX`` blocks
-        writes to the ``embeddings`` table while it runs (≈ 20 s per 100k 384-d vectors
-        here); :meth:`add_all` calls this automatically once a space holds
-        ``index_threshold`` vectors.
+        safe when several processes race: builds on one ``embeddings`` table take turns
+        (a session-level advisory lock, waited for by polling) and a later one finds the
+        index built. The build is ``CREATE INDEX CONCURRENTLY`` with
+        ``maintenance_work_mem`` raised to hold the graph (up to 2 GB) so it stays in
+        memory, and PostgreSQL's parallel maintenance workers. It does not block writes:
+        every corpus and space of the shared ``embeddings`` table keeps taking vectors
+        while it runs (≈ 20 s per 100k 384-d vectors here), and vectors written meanwhile
+        are in the index when it is done. Like any concurrent build it waits for the
+        transactions that hold an older snapshot (a long statement, or a REPEATABLE READ or
+        SERIALIZABLE transaction) and for open transactions that wrote to the table.
+        An interrupted build leaves an invalid index, which the next call replaces.
+        :meth:`add_all` calls this automatically once a space holds ``index_threshold``
+        vectors.
         """
         if progress is None:
             return self._build_index(None)
@@ -481,7 +488,9 @@ class VectorMemoryStore:
         worker = threading.Thread(target=run, name="tnsrag-hnsw-build", daemon=True)
         worker.start()
         started.wait()
-        last = (0, 0)
+        # The largest block count seen: the later phases of a concurrent build (validation,
+        # waits) report their own counts, often zero.
+        total = 0
         while worker.is_alive():
             worker.join(poll_seconds)
             if worker.is_alive() and "pid" in state:
@@ -489,31 +498,36 @@ class VectorMemoryStore:
                     "SELECT phase, blocks_done, blocks_total FROM pg_stat_progress_create_index WHERE pid = :pid",
                     {"pid": state["pid"]})
                 if rows:
-                    last = (int(rows[0].blocks_done or 0), int(rows[0].blocks_total or 0))
-                    progress(str(rows[0].phase), *last)
+                    done, of = int(rows[0].blocks_done or 0), int(rows[0].blocks_total or 0)
+                    total = max(total, done, of)
+                    progress(str(rows[0].phase), done, of)
         if "error" in state:
             raise state["error"]
         if "pid" in state:  # a build ran (not only a check that found the index)
-            total = max(last[1], last[0])
             progress("done", total, total)
         name: str | None = state.get("name")
         return name
+
+    def _index_is_valid(self, conn: Connection, name: str) -> bool:
+        return conn.execute(sa.text(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_index i ON i.indexrelid = c.oid WHERE n.nspname = :schema AND c.relname = :name "
+            "AND i.indisvalid"), {"schema": self._store.schema, "name": name}).first() is not None
 
     def _build_index(self, on_pid: Callable[[int], None] | None) -> str | None:
         corpus = self._store.corpus
         with self._store.transaction() as conn:
             dim = self._known_dimension(conn)
             space = None if dim is None else self._lookup_space(conn, dim)
-            if space is None:
-                return None
-            name = hnsw_index_name(space.space_id)
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('tnsrag_db.hnsw', :s))"),
-                         {"s": space.space_id})
-            exists = conn.execute(sa.text(
-                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "JOIN pg_index i ON i.indexrelid = c.oid WHERE n.nspname = :schema AND c.relname = :name "
-                "AND i.indisvalid"), {"schema": self._store.schema, "name": name}).scalar_one_or_none()
-            if exists is None:
+        if space is None:
+            return None
+        name = hnsw_index_name(space.space_id)
+        built = False
+        with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
+            if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE space_id = :s"),
+                            {"s": space.space_id}).first() is None:
+                return None  # the corpus was dropped meanwhile
+            if not self._index_is_valid(conn, name):
                 n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
                                  {"c": corpus, "s": space.space_id}).scalar_one()
                 # Graph + vectors: dim * 4 bytes plus ≈ 2 m neighbour slots of ~10 bytes per element.
@@ -522,23 +536,26 @@ class VectorMemoryStore:
                     "SELECT setting::bigint * (CASE unit WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192 ELSE 1 END) "
                     "/ 1048576 FROM pg_settings WHERE name = 'maintenance_work_mem'")).scalar_one())
                 mem = max(current_mb, min(need_mb, _MAX_MAINTENANCE_MEM_MB))
-                conn.execute(sa.text(f"SET LOCAL maintenance_work_mem = '{int(mem)}MB'"))
-                conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))  # an invalid leftover of a failed build
+                # Session settings on an autocommit connection: reset below, and on an error
+                # the connection is closed rather than pooled (Store.autocommit).
+                conn.execute(sa.text(f"SET maintenance_work_mem = '{int(mem)}MB'"))
+                conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))  # an invalid leftover
                 if on_pid is not None:
                     on_pid(int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()))
                 # Index name, dimension and space id are integers from the database: safe to format in.
                 conn.execute(sa.text(
-                    f"CREATE INDEX {name} ON embeddings USING hnsw ((embedding::vector({space.dimension})) "
-                    f"vector_cosine_ops) WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
-                    f"WHERE space_id = {space.space_id}"))
+                    f"CREATE INDEX CONCURRENTLY {name} ON embeddings USING hnsw "
+                    f"((embedding::vector({space.dimension})) vector_cosine_ops) "
+                    f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE space_id = {space.space_id}"))
+                conn.execute(sa.text("RESET maintenance_work_mem"))
+                built = True
             conn.execute(sa.text(
                 "UPDATE embedding_spaces SET index_name = :name WHERE space_id = :s AND index_name IS DISTINCT FROM :name"),
                 {"name": name, "s": space.space_id})
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, name)
-        if exists is None:
+        if built:
             # Fresh statistics, so the planner sizes this space right (a bulk load leaves the
-            # shared table's statistics describing other corpora). A transaction of its own:
-            # ANALYZE inside the build's transaction can deadlock with a concurrent build.
+            # shared table's statistics describing other corpora).
             with self._store.transaction() as conn:
                 conn.execute(sa.text("ANALYZE embeddings"))
         return name
@@ -547,23 +564,24 @@ class VectorMemoryStore:
         """Drop this space's HNSW index (searches fall back to exact scans); True when one existed.
 
         Useful before re-loading a large space (building once is much faster than inserting
-        into a live graph). Takes a brief exclusive lock on the ``embeddings`` table.
+        into a live graph). ``DROP INDEX CONCURRENTLY``: reads and writes of the
+        ``embeddings`` table go on meanwhile. Waits for a build running on the table.
         """
         with self._store.transaction() as conn:
             dim = self._known_dimension(conn)
             space = None if dim is None else self._lookup_space(conn, dim)
-            if space is None:
-                return False
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('tnsrag_db.hnsw', :s))"),
-                         {"s": space.space_id})
-            name = hnsw_index_name(space.space_id)
+        if space is None:
+            return False
+        name = hnsw_index_name(space.space_id)
+        with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
             existed = conn.execute(sa.text(
                 "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = :schema AND c.relname = :name"),
                 {"schema": self._store.schema, "name": name}).first() is not None
-            conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))
+            # Queries stop planning for the index first, then it goes.
             conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE space_id = :s"),
                          {"s": space.space_id})
+            conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, None)
         return existed
 

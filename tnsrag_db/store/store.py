@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from tnsrag_db.store import migrate
 from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.store.schema import DEFAULT_SCHEMA, hnsw_index_name
+from tnsrag_db.store.schema import DEFAULT_SCHEMA
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 __all__ = ["BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "STAGE_DDL", "STAGE_READY", "IngestCounts", "Store", "WriteReport",
@@ -36,6 +37,8 @@ __all__ = ["BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "STAGE_DDL", "STAGE_READY", "
 
 #: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
 BM25_STAT_SHARDS = 16
+#: How often an HNSW build or index drop waiting for another one on the same table checks the lock.
+HNSW_BUILD_LOCK_POLL_SECONDS = 0.2
 _MAX_CORPUS = 200
 
 
@@ -284,6 +287,53 @@ class Store:
             raise
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection in autocommit mode: each statement commits on its own.
+
+        For statements that cannot run inside a transaction block (``CREATE INDEX
+        CONCURRENTLY``) and for session-level advisory locks. If the block raises, the
+        connection is closed instead of going back to the pool, so no session state
+        (settings, locks) it set outlives the error. Driver errors are re-raised as
+        :class:`DatabaseError`; library errors pass through.
+        """
+        try:
+            with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                try:
+                    yield conn
+                except BaseException:
+                    conn.invalidate()
+                    raise
+        except TnsragError:
+            raise
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+
+    @contextmanager
+    def hnsw_build_lock(self, conn: Connection) -> Iterator[None]:
+        """Hold the HNSW build lock of this schema's ``embeddings`` table on ``conn``.
+
+        ``conn`` is an :meth:`autocommit` connection: the lock is session-level, and it
+        is waited for by polling ``pg_try_advisory_lock`` with no transaction open. A
+        session blocked inside ``pg_advisory_lock``, or a transaction left open while
+        polling, would hold a snapshot that a running ``CREATE INDEX CONCURRENTLY`` waits
+        for while its holder waits for the build: a deadlock. Builds and index drops on
+        one table take turns under it (PostgreSQL runs one concurrent build per table
+        at a time anyway).
+        """
+        key = {"k": f"tnsrag_db.hnsw_build:{self._schema}"}
+        while not conn.execute(sa.text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"), key).scalar_one():
+            time.sleep(HNSW_BUILD_LOCK_POLL_SECONDS)
+        try:
+            yield
+        except BaseException:
+            try:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
+            except sa.exc.SQLAlchemyError:
+                pass  # a broken connection: Store.autocommit closes it, which releases the lock
+            raise
+        conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
 
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run one read-only statement (``:name`` parameters) and return its rows.
@@ -651,19 +701,43 @@ class Store:
     def drop_corpus(self) -> None:
         """Delete the whole corpus: entries, postings, statistics, embeddings, spaces and edges.
 
-        The store stays usable; the next write creates the corpus again. Deleting a
+        The store stays usable; the next write creates the corpus again. Its spaces' HNSW
+        indexes are dropped concurrently once the deletion has committed (see
+        :meth:`drop_orphan_hnsw_indexes`). Deleting a
         ``corpora`` row by hand would leave BM25 postings behind (they carry no foreign
         key, to keep bulk writes fast): use this method.
         """
         with self.transaction() as conn:
             conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c FOR UPDATE"), {"c": self._corpus})
-            # The per-space HNSW indexes are partial indexes of the shared embeddings table.
-            for space_id in conn.execute(sa.text("SELECT space_id FROM embedding_spaces WHERE corpus = :c"),
-                                         {"c": self._corpus}).scalars():
-                conn.execute(sa.text(f"DROP INDEX IF EXISTS {hnsw_index_name(space_id)}"))
             conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
             conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
         self._corpus_ready = False
+        self.drop_orphan_hnsw_indexes()
+
+    def drop_orphan_hnsw_indexes(self) -> list[str]:
+        """Drop the HNSW indexes whose embedding space no longer exists; returns their names.
+
+        The per-space HNSW indexes are partial indexes of the shared ``embeddings``
+        table. :meth:`drop_corpus` drops its spaces' indexes with ``DROP INDEX
+        CONCURRENTLY`` after its transaction commits: a plain ``DROP INDEX`` inside it
+        would lock the whole table and could deadlock with a build running for another
+        corpus. A process that dies in between leaves an empty index behind, which the
+        next call of this method (any corpus) removes.
+        """
+        dropped: list[str] = []
+        with self.autocommit() as conn, self.hnsw_build_lock(conn):
+            names = conn.execute(sa.text(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
+                "WHERE n.nspname = :schema AND t.relname = 'embeddings' AND c.relname ~ '^ix_embeddings_hnsw_[0-9]+$' "
+                "AND NOT EXISTS (SELECT 1 FROM embedding_spaces s "
+                "  WHERE c.relname = 'ix_embeddings_hnsw_' || s.space_id::text)"),
+                {"schema": self._schema}).scalars().all()
+            for name in names:
+                # Names matched ^ix_embeddings_hnsw_[0-9]+$ above: safe to format in.
+                conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                dropped.append(name)
+        return dropped
 
 
 def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
