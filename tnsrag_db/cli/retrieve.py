@@ -82,13 +82,16 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
         index_bar: tqdm[Any] | None = None
 
         def index_advance(phase: str, done: int, total: int) -> None:
-            # The HNSW build (once the corpus reaches the index threshold): heap blocks read.
+            # The HNSW build (once the corpus reaches the index threshold): heap blocks read
+            # while it builds; the validation and waiting phases of the concurrent build
+            # that follow only show their name.
             nonlocal index_bar
             if index_bar is None:
                 index_bar = tqdm(total=total, unit="block", desc="HNSW index", disable=as_json or None)
-            index_bar.total = max(total, 1)
-            index_bar.set_postfix_str(phase, refresh=False)
-            index_bar.update(done - index_bar.n)
+            if phase == "done" or phase.startswith("building index"):
+                index_bar.total = max(total, 1)
+                index_bar.update(done - index_bar.n)
+            index_bar.set_postfix_str(phase)
 
         with tqdm(total=len(entries), unit="entry", desc="ingest", disable=as_json or None) as bar:
             last = 0
