@@ -488,3 +488,27 @@ def test_a_dropped_corpus_leaves_no_hnsw_index_and_orphans_are_swept(make_store:
         conn.execute(sa.text("DELETE FROM embedding_spaces WHERE corpus = :c"), {"c": other_store.corpus})
     assert store.drop_orphan_hnsw_indexes() == [built[1]]
     assert indexes() == set() and store.drop_orphan_hnsw_indexes() == []
+
+
+def test_drop_corpus_does_not_wait_for_a_build_unless_it_has_an_index_to_drop(
+        make_store: Callable[..., Store]) -> None:
+    import threading
+
+    store, plain, indexed = make_store(), make_store(), make_store()
+    plain.add(MemoryEntry("p", "a corpus without vectors"))
+    vectors = VectorMemoryStore(indexed, lambda text: [1.0, 0.0], index_threshold=None)
+    vectors.add_all([MemoryEntry(f"e{i}", f"t{i}") for i in range(20)],
+                    embeddings=np.random.default_rng(10).standard_normal((20, 2)))
+    name = vectors.build_index()
+    with store.autocommit() as conn, store.hnsw_build_lock(conn):  # as a build running elsewhere does
+        done = threading.Event()
+        threading.Thread(target=lambda: (plain.drop_corpus(), done.set()), daemon=True).start()
+        assert done.wait(10), "drop_corpus of a corpus without an index waited for the build lock"
+        waiting = threading.Thread(target=indexed.drop_corpus, daemon=True)
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive()  # its index goes only once the build is over
+    waiting.join(10)
+    assert not waiting.is_alive()
+    with store.transaction() as conn:
+        assert conn.execute(sa.text("SELECT to_regclass(:n)"), {"n": f"{store.schema}.{name}"}).scalar() is None

@@ -724,19 +724,22 @@ class Store:
         corpus. A process that dies in between leaves an empty index behind, which the
         next call of this method (any corpus) removes.
         """
+        orphans = sa.text(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
+            "WHERE n.nspname = :schema AND t.relname = 'embeddings' AND c.relname ~ '^ix_embeddings_hnsw_[0-9]+$' "
+            "AND NOT EXISTS (SELECT 1 FROM embedding_spaces s WHERE c.relname = 'ix_embeddings_hnsw_' || s.space_id::text) "
+            "ORDER BY c.relname")
+        schema = {"schema": self._schema}
         dropped: list[str] = []
-        with self.autocommit() as conn, self.hnsw_build_lock(conn):
-            names = conn.execute(sa.text(
-                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
-                "WHERE n.nspname = :schema AND t.relname = 'embeddings' AND c.relname ~ '^ix_embeddings_hnsw_[0-9]+$' "
-                "AND NOT EXISTS (SELECT 1 FROM embedding_spaces s "
-                "  WHERE c.relname = 'ix_embeddings_hnsw_' || s.space_id::text)"),
-                {"schema": self._schema}).scalars().all()
-            for name in names:
-                # Names matched ^ix_embeddings_hnsw_[0-9]+$ above: safe to format in.
-                conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-                dropped.append(name)
+        with self.autocommit() as conn:
+            if not conn.execute(orphans, schema).first():
+                return dropped  # the common case: no wait for a build running on the table
+            with self.hnsw_build_lock(conn):
+                for name in conn.execute(orphans, schema).scalars().all():
+                    # Names matched ^ix_embeddings_hnsw_[0-9]+$ above: safe to format in.
+                    conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                    dropped.append(name)
         return dropped
 
 
