@@ -187,3 +187,43 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
     worst = max((node.get("Actual Rows", 0) * node.get("Actual Loops", 1), node.get("Node Type"), node.get("Relation Name"))
                 for plan in plans for node in _plan_nodes(plan))
     assert worst[0] <= 100, worst
+
+
+def _one_connection_store(db_url: Any, corpus: str) -> Store:
+    from tests.fix_db import SCHEMA
+    from tnsrag_db.store.engine import create_engine
+
+    return Store(create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0), corpus=corpus,
+                 schema=SCHEMA, owns_engine=True)
+
+
+def _kill_pooled_connection(store: Store, engine: sa.Engine) -> None:
+    pid = store.read("SELECT pg_backend_pid() AS pid", {})[0].pid
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid})
+
+
+def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engine: sa.Engine,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import tnsrag_db.store.engine as engine_module
+    from tnsrag_db.errors import DatabaseError
+
+    store = _one_connection_store(db_url, "test_dead_connection")
+    try:
+        store.add(MemoryEntry("a", "alpha"))
+        # Reused at once (no ping is due): a read notices the disconnect and runs again.
+        _kill_pooled_connection(store, engine)
+        assert store.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": store.corpus})[0].n == 1
+        # Idle long enough to be pinged: the checkout replaces it before a transaction uses it.
+        monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 0.0)
+        _kill_pooled_connection(store, engine)
+        assert store.get("a") is not None
+        # Neither: the transaction fails once as a DatabaseError, and the pool has recovered.
+        monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 3600.0)
+        _kill_pooled_connection(store, engine)
+        with pytest.raises(DatabaseError):
+            store.get("a")
+        assert store.get("a") is not None
+    finally:
+        store.drop_corpus()
+        store.close()

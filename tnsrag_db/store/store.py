@@ -344,11 +344,20 @@ class Store:
         engine events still see it, so tracing instrumentation keeps working). Driver
         errors become :class:`DatabaseError`.
         """
-        try:
-            with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                return list(conn.exec_driver_sql(_driver_sql(sql), dict(params)).all())
-        except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+        for attempt in (1, 2):
+            try:
+                with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                    return list(conn.exec_driver_sql(_driver_sql(sql), dict(params)).all())
+            except sa.exc.DBAPIError as exc:
+                # A pooled connection whose server went away (reused too soon after its
+                # last use to be pinged): SQLAlchemy has invalidated the pool; a read is
+                # safe to run again, once.
+                if attempt == 1 and exc.connection_invalidated:
+                    continue
+                raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+            except sa.exc.SQLAlchemyError as exc:
+                raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def text_config(self, conn: Connection) -> str:
         """The corpus's text search configuration, creating the corpus row on first use."""
