@@ -522,7 +522,6 @@ class VectorMemoryStore:
         if space is None:
             return None
         name = hnsw_index_name(space.space_id)
-        built = False
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
             if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE space_id = :s"),
                             {"s": space.space_id}).first() is None:
@@ -548,16 +547,16 @@ class VectorMemoryStore:
                     f"((embedding::vector({space.dimension})) vector_cosine_ops) "
                     f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE space_id = {space.space_id}"))
                 conn.execute(sa.text("RESET maintenance_work_mem"))
-                built = True
+                # Fresh statistics, so the planner sizes this space right (a bulk load leaves
+                # the shared table's statistics describing other corpora). Still under the
+                # build lock, and never waiting for a table lock: an ANALYZE queued behind
+                # the next build could deadlock with it (SKIP_LOCKED leaves the table to
+                # whoever holds it).
+                conn.execute(sa.text("ANALYZE (SKIP_LOCKED) embeddings"))
             conn.execute(sa.text(
                 "UPDATE embedding_spaces SET index_name = :name WHERE space_id = :s AND index_name IS DISTINCT FROM :name"),
                 {"name": name, "s": space.space_id})
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, name)
-        if built:
-            # Fresh statistics, so the planner sizes this space right (a bulk load leaves the
-            # shared table's statistics describing other corpora).
-            with self._store.transaction() as conn:
-                conn.execute(sa.text("ANALYZE embeddings"))
         return name
 
     def drop_index(self) -> bool:

@@ -422,8 +422,10 @@ class Store:
         the planner sizes a freshly loaded corpus from stale statistics and picks slow plans).
 
         Skipped below :data:`ANALYZE_AFTER_ROWS` rows. Runs in a transaction of its own after
-        the write committed, with a short lock timeout: when another session is analysing
-        the same tables it gives way (returns False). Returns True when it analysed.
+        the write committed and never waits for a table lock (``SKIP_LOCKED``): a table that
+        another session is analysing, vacuuming or indexing concurrently is left to it.
+        Waiting there could deadlock with a ``CREATE INDEX CONCURRENTLY``, which waits for
+        this transaction's snapshot. Returns True when it ran, False when skipped.
         """
         unknown = sorted(set(extra_tables) - _ANALYZABLE)
         if unknown:
@@ -437,13 +439,10 @@ class Store:
                                     ).scalar_one()
                 if rows >= 0 and written < 0.1 * rows:
                     return False
-                conn.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
                 tables = ", ".join(("entries", "bm25_postings", *extra_tables))
-                conn.execute(sa.text(f"ANALYZE {tables}"))
+                conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {tables}"))
             return True
-        except sa.exc.OperationalError as exc:
-            if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: someone else analyses
-                return False
+        except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
 
     def write_entries(self, conn: Connection, batch: Sequence[MemoryEntry], *,
