@@ -447,9 +447,10 @@ class VectorMemoryStore:
         ``progress`` (optional) is called in the calling thread every ``poll_seconds`` while
         the index builds, with PostgreSQL's progress report for it (phase, blocks done,
         blocks total of that phase: "building index: loading tuples" counts heap blocks,
-        the validation and waiting phases of a concurrent build follow), and once more with
-        ``("done", total, total)``, total being the largest count seen, when it is built. The build then runs on a
-        worker thread and its own connection; its errors are raised here.
+        the validation and waiting phases of a concurrent build follow), and once more
+        with ``("done", total, total)`` when it is built, total being the largest count
+        seen. The build then runs on a worker thread and its own connection; its errors
+        are raised here.
 
         Returns the index name, or None when the space has no vectors yet. Idempotent and
         safe when several processes race: builds on one ``embeddings`` table take turns

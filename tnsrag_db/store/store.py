@@ -736,7 +736,8 @@ class Store:
             "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
             "WHERE n.nspname = :schema AND t.relname = 'embeddings' AND c.relname ~ '^ix_embeddings_hnsw_[0-9]+$' "
-            "AND NOT EXISTS (SELECT 1 FROM embedding_spaces s WHERE c.relname = 'ix_embeddings_hnsw_' || s.space_id::text) "
+            "AND NOT EXISTS (SELECT 1 FROM embedding_spaces s "
+            "  WHERE c.relname = 'ix_embeddings_hnsw_' || s.space_id::text) "
             "ORDER BY c.relname")
         schema = {"schema": self._schema}
         dropped: list[str] = []
