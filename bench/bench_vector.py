@@ -181,7 +181,7 @@ def main() -> None:
         # Queries are timed on a settled corpus: the vacuum that autovacuum would start
         # after the load (a pass over the HNSW index on 2 cores) runs now, not during them.
         print("vacuum ...", flush=True)
-        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with store.autocommit() as conn:
             conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings"))
 
     # -- unfiltered ---------------------------------------------------------------

@@ -509,11 +509,13 @@ class VectorMemoryStore:
         name: str | None = state.get("name")
         return name
 
-    def _index_is_valid(self, conn: Connection, name: str) -> bool:
-        return conn.execute(sa.text(
-            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "JOIN pg_index i ON i.indexrelid = c.oid WHERE n.nspname = :schema AND c.relname = :name "
-            "AND i.indisvalid"), {"schema": self._store.schema, "name": name}).first() is not None
+    def _index_state(self, conn: Connection, name: str) -> bool | None:
+        """None when index ``name`` does not exist in the store's schema, else whether it is valid."""
+        valid: bool | None = conn.execute(sa.text(
+            "SELECT i.indisvalid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_index i ON i.indexrelid = c.oid WHERE n.nspname = :schema AND c.relname = :name"),
+            {"schema": self._store.schema, "name": name}).scalar_one_or_none()
+        return valid
 
     def _build_index(self, on_pid: Callable[[int], None] | None) -> str | None:
         corpus = self._store.corpus
@@ -527,7 +529,7 @@ class VectorMemoryStore:
             if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE space_id = :s"),
                             {"s": space.space_id}).first() is None:
                 return None  # the corpus was dropped meanwhile
-            if not self._index_is_valid(conn, name):
+            if not self._index_state(conn, name):
                 n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
                                  {"c": corpus, "s": space.space_id}).scalar_one()
                 # Graph + vectors: dim * 4 bytes plus ≈ 2 m neighbour slots of ~10 bytes per element.
@@ -574,10 +576,7 @@ class VectorMemoryStore:
             return False
         name = hnsw_index_name(space.space_id)
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
-            existed = conn.execute(sa.text(
-                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = :schema AND c.relname = :name"),
-                {"schema": self._store.schema, "name": name}).first() is not None
+            existed = self._index_state(conn, name) is not None
             # Queries stop planning for the index first, then it goes.
             conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE space_id = :s"),
                          {"s": space.space_id})
