@@ -743,3 +743,32 @@ def test_reasoning_with_several_installed_navigators_names_them(install: Install
     assert type(info.value) is ConfigurationError
     assert "2 tree navigators are installed (alpha, beta)" in str(info.value)
     assert "@retrieval(navigator=...)" in str(info.value)
+
+
+def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(store: Store) -> None:
+    # The holder of the ingestion lock may build an HNSW index (CREATE INDEX
+    # CONCURRENTLY), which waits for every older snapshot. A waiter blocked inside
+    # pg_advisory_lock would hold one while waiting for the holder: a deadlock that
+    # PostgreSQL breaks by aborting one side. The lock is polled instead.
+    import numpy as np
+
+    from tnsrag_db.declarative._runtime import _lock_key, _write_once
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+
+    vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0, 0.0], index_threshold=None)
+    vectors.add_all([MemoryEntry(f"v{i}", f"vector {i}") for i in range(2000)],
+                    embeddings=np.random.default_rng(3).standard_normal((2000, 3)))
+    waiter_result: list[object] = []
+    with store.autocommit() as conn, store.session_lock(conn, _lock_key(store)):
+        waiter = threading.Thread(target=lambda: waiter_result.append(
+            _write_once(store, [MemoryEntry("late", "written after the build")], store.add_all)), daemon=True)
+        waiter.start()
+        waiter.join(1.5)  # now waiting for the lock (longer than the deadlock check's 1 s)
+        assert waiter.is_alive()
+        built: list[str | None] = []
+        builder = threading.Thread(target=lambda: built.append(vectors.build_index()), daemon=True)
+        builder.start()
+        builder.join(60)  # with a blocking waiter the build never ends (PostgreSQL sees no cycle)
+        assert built and built[0] is not None
+    waiter.join(10)
+    assert waiter_result == [IngestCounts(inserted=1)]

@@ -38,7 +38,6 @@ from tnsrag_db.declarative._sources import KnowledgeSource, collect_sources
 from tnsrag_db.embeddings import ProcessEmbedding, get_process_embedding
 from tnsrag_db.errors import (
     ConfigurationError,
-    DatabaseError,
     ExecutionError,
     StrategyUnavailableError,
     TnsragError,
@@ -193,26 +192,12 @@ def _write_once(store: Store, entries: list[MemoryEntry], write: Callable[[list[
     ids = list(wanted)
     if _stored_hashes(store, ids) == wanted and (provider is None or _vectors_present(store, provider, ids)):
         return IngestCounts(unchanged=len(entries))
-    try:
-        lock_conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-    except sa.exc.SQLAlchemyError as exc:
-        raise DatabaseError(f"could not connect to ingest knowledge sources: {exc}") from exc
-    key = {"k": _lock_key(store)}
-    try:
-        # A session-level lock (not a transaction's) so the writes below may use any
-        # pooled connection and any number of transactions while it is held; the writes
-        # classify entries whose stored content hash matches as unchanged, so a process
-        # that waited here re-inserts nothing.
-        lock_conn.execute(sa.text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), key)
-        try:
-            return write(entries)
-        finally:
-            lock_conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
-    except sa.exc.SQLAlchemyError as exc:
-        raise DatabaseError(f"database error while ingesting knowledge sources into corpus "
-                            f"{store.corpus!r}: {exc}") from exc
-    finally:
-        lock_conn.close()
+    # A session-level lock (not a transaction's) so the writes below may use any pooled
+    # connection and any number of transactions while it is held (an HNSW build among
+    # them); the writes classify entries whose stored content hash matches as unchanged,
+    # so a process that waited here re-inserts nothing.
+    with store.autocommit() as lock_conn, store.session_lock(lock_conn, _lock_key(store)):
+        return write(entries)
 
 
 #: Modes whose composition embeds with the process provider.

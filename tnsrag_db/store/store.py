@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timezone
 from functools import lru_cache
@@ -37,8 +37,8 @@ __all__ = ["BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "STAGE_DDL", "STAGE_READY", "
 
 #: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
 BM25_STAT_SHARDS = 16
-#: How often an HNSW build or index drop waiting for another one on the same table checks the lock.
-HNSW_BUILD_LOCK_POLL_SECONDS = 0.2
+#: How often a process waiting for a session lock (HNSW build, declarative ingestion) checks it.
+SESSION_LOCK_POLL_SECONDS = 0.2
 _MAX_CORPUS = 200
 
 
@@ -311,20 +311,17 @@ class Store:
             raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
 
     @contextmanager
-    def hnsw_build_lock(self, conn: Connection) -> Iterator[None]:
-        """Hold the HNSW build lock of this schema's ``embeddings`` table on ``conn``.
+    def session_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        """Hold the session-level advisory lock ``name`` on ``conn``, an :meth:`autocommit` connection.
 
-        ``conn`` is an :meth:`autocommit` connection: the lock is session-level, and it
-        is waited for by polling ``pg_try_advisory_lock`` with no transaction open. A
-        session blocked inside ``pg_advisory_lock``, or a transaction left open while
-        polling, would hold a snapshot that a running ``CREATE INDEX CONCURRENTLY`` waits
-        for while its holder waits for the build: a deadlock. Builds and index drops on
-        one table take turns under it (PostgreSQL runs one concurrent build per table
-        at a time anyway).
+        Waited for by polling ``pg_try_advisory_lock`` with no transaction open. A
+        session blocked inside ``pg_advisory_lock`` holds a snapshot, and a ``CREATE
+        INDEX CONCURRENTLY`` run by the lock's holder (an HNSW build) waits for that
+        snapshot while the waiter waits for the holder: a deadlock.
         """
-        key = {"k": f"tnsrag_db.hnsw_build:{self._schema}"}
+        key = {"k": name}
         while not conn.execute(sa.text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"), key).scalar_one():
-            time.sleep(HNSW_BUILD_LOCK_POLL_SECONDS)
+            time.sleep(SESSION_LOCK_POLL_SECONDS)
         try:
             yield
         except BaseException:
@@ -334,6 +331,12 @@ class Store:
                 pass  # a broken connection: Store.autocommit closes it, which releases the lock
             raise
         conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
+
+    def hnsw_build_lock(self, conn: Connection) -> AbstractContextManager[None]:
+        """The :meth:`session_lock` under which HNSW builds and index drops on this schema's
+        ``embeddings`` table take turns (PostgreSQL runs one concurrent build per table
+        at a time anyway)."""
+        return self.session_lock(conn, f"tnsrag_db.hnsw_build:{self._schema}")
 
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run one read-only statement (``:name`` parameters) and return its rows.
