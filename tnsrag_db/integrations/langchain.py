@@ -36,6 +36,7 @@ from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
     StrategyCache,
+    argument,
     check_text_query,
     document_record,
     new_entry_id,
@@ -89,7 +90,8 @@ class TnsragRetriever(BaseRetriever):
         if isinstance(self.strategy, str):
             if self.store is None:
                 raise ValueError(f"strategy {self.strategy!r} is a name: give the store to build it over")
-            self._resolved = StrategyCache(self.store, SerialEmbedding(self.embedding)).get(self.strategy)
+            with argument("strategy"):
+                self._resolved = StrategyCache(self.store, SerialEmbedding(self.embedding)).get(self.strategy)
         elif isinstance(self.strategy, RAGStrategy):
             self._resolved = self.strategy
         else:
