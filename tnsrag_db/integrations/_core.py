@@ -12,13 +12,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding, provider_name
 from tnsrag_db.errors import TnsragError, ValidationError
 from tnsrag_db.strategies.base import RAGStrategy, check_query
-from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db.strategies.registry import build_strategy
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import RAGContext, RetrievedDocument, validate_filters
 
@@ -114,11 +111,6 @@ class StrategyCache:
         self._built: dict[str, RAGStrategy] = {}
         self._lock = threading.Lock()
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The strategy names, in documentation order."""
-        return STRATEGY_NAMES
-
     def get(self, name: str) -> RAGStrategy:
         """The strategy called ``name``."""
         with self._lock:
@@ -144,8 +136,3 @@ def document_record(doc: RetrievedDocument) -> dict[str, Any]:
 def new_entry_id() -> str:
     """A fresh entry id (a random UUID) for writes that name none."""
     return str(uuid.uuid4())
-
-
-def as_float_rows(vectors: Sequence[Sequence[float]]) -> npt.NDArray[np.float32]:
-    """``vectors`` as a 2-d float32 array (for precomputed embeddings)."""
-    return np.asarray(vectors, dtype=np.float32)

@@ -237,9 +237,12 @@ class TnsragVectorStore(VectorStore):
         return self._embeddings
 
     # -- writes -----------------------------------------------------------------------
-    def add_texts(self, texts: Iterable[str], metadatas: list[dict[Any, Any]] | None = None, *,
-                  ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+    def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *,
+                  ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         """Upsert ``texts`` (one transaction, embedded with ``embed_documents``); returns their ids.
+
+        ``ids[i]`` names text i; a missing list or a ``None`` in it (``add_documents`` passes
+        one for documents without ``id``) gets a random UUID. ``tier=`` overrides the store's tier.
 
         One bad text, metadata or id rejects the whole call (library errors name the
         document) and nothing is written.
@@ -304,7 +307,7 @@ class TnsragVectorStore(VectorStore):
         return lambda score: (score + 1.0) / 2.0 if math.isfinite(score) else 0.0
 
     @classmethod
-    def from_texts(cls, texts: list[str], embedding: Embeddings, metadatas: list[dict[Any, Any]] | None = None, *,
+    def from_texts(cls, texts: list[str], embedding: Embeddings, metadatas: list[dict[str, Any]] | None = None, *,
                    ids: list[str] | None = None, store: Store | None = None, url: str | None = None,
                    corpus: str = "default", **kwargs: Any) -> TnsragVectorStore:
         """A vector store holding ``texts``: over ``store``, or over a new store on ``url``
