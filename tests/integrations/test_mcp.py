@@ -214,3 +214,39 @@ def test_four_agents_through_their_own_servers(store: Store, db_url: URL, tmp_pa
         assert r["seen"] == {f"w{w}": ids[w] for w in range(writers)}  # every write of every writer
     assert store.count() == writers * per_writer + 1
     assert store.get("shared-note") is not None
+
+
+def test_http_transport(store: Store, db_url: URL) -> None:
+    """``tnsrag mcp --transport http``: Streamable HTTP on a loopback port, through the SDK's client."""
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = db_url.render_as_string(hide_password=False)
+    params = server_parameters(url, store.corpus, "--transport", "http", "--port", str(port))
+    server = subprocess.Popen([params.command, *params.args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()[1][-2000:]
+                assert time.monotonic() < deadline, "the http server did not start"
+                time.sleep(0.2)
+
+        async def session(client: Client) -> None:
+            assert {t.name for t in (await client.list_tools()).tools} == ALL_TOOLS
+            assert (await ok(client, "remember", {"content": "Served over HTTP.", "id": "h1"}))["id"] == "h1"
+            assert [d["id"] for d in (await ok(client, "search", {"query": "HTTP"}))["documents"]] == ["h1"]
+            assert "query" in await error(client, "search", {"query": ""})
+
+        run(session, f"http://127.0.0.1:{port}/mcp")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert store.count() == 1
