@@ -85,7 +85,7 @@ def test_retriever_documents_carry_id_score_tier_source_and_metadata(notes: Stor
     assert [d.metadata["score"] for d in docs] == sorted((d.metadata["score"] for d in docs), reverse=True)
     assert {d.id for d in docs} == {"n1", "n2", "n3"}
     [working] = [d for d in docs if d.id == "n2"]
-    assert (working.metadata["tier"], working.metadata["source"], working.metadata["tenant"]) == ("WORKING", None, "acme")
+    assert [working.metadata[k] for k in ("tier", "source", "tenant")] == ["WORKING", None, "acme"]
 
 
 def test_retriever_filters_and_k_as_fields_and_per_call(notes: Store) -> None:

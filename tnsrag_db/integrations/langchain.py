@@ -294,7 +294,8 @@ class TnsragVectorStore(VectorStore):
         """The ``k`` documents most similar to a query vector."""
         return [doc for doc, _ in self._by_vector(embedding, k, kwargs.get("filter"))]
 
-    def _by_vector(self, vector: Sequence[float], k: int, flt: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
+    def _by_vector(self, vector: Sequence[float], k: int,
+                   flt: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         sql, params = self._vectors.candidates_sql(vector, k, filters=to_library_filters(flt), min_score=-1.0)
         rows = self._store.read(
             f"WITH r AS ({sql}) SELECT {ENTRY_COLUMNS}, r.score FROM r JOIN entries e "
