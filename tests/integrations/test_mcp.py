@@ -79,7 +79,7 @@ def test_every_tool_in_process(store: Store) -> None:
         stats = await ok(client, "stats", {})
         assert (stats["corpus"], stats["entries"], stats["edges"]) == (store.corpus, 2, 1)
         assert stats["tiers"] == {"EPISODIC": 1, "SEMANTIC": 1}
-        corpora = (await ok(client, "corpora", {}))["result"]
+        corpora = (await ok(client, "corpora", {}))["corpora"]
         assert {"corpus": store.corpus, "entries": 2} in [{k: c[k] for k in ("corpus", "entries")} for c in corpora]
         assert await ok(client, "forget", {"filters": {"team": "red"}}) == {"deleted": 1}
         assert await ok(client, "forget", {"id": generated["id"]}) == {"deleted": 1}
@@ -172,7 +172,7 @@ def test_stdio_server_spawned_by_the_cli(store: Store, db_url: URL) -> None:
                                             "filters": {"kind": "fact"}}))["documents"]
         assert [(d["id"], d["metadata"]) for d in docs] == [("m1", {"kind": "fact"})]
         assert (await ok(client, "stats", {}))["entries"] == 2
-        assert store.corpus in [c["corpus"] for c in (await ok(client, "corpora", {}))["result"]]
+        assert store.corpus in [c["corpus"] for c in (await ok(client, "corpora", {}))["corpora"]]
         for args, name in BAD_SEARCHES[:6]:
             assert name in await error(client, "search", args)
         assert await ok(client, "forget", {"id": "m1"}) == {"deleted": 1}

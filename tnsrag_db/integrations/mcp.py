@@ -24,7 +24,7 @@ text names the argument, with the library's message.
 
 import functools
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import sqlalchemy as sa
 from mcp.server.mcpserver import MCPServer
@@ -64,6 +64,7 @@ WRITE_TOOLS = ("remember", "forget", "link")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _TIERS = [t.name for t in MemoryTier]
+_Status = Literal["inserted", "updated", "unchanged"]
 
 
 class Document(BaseModel):
@@ -88,7 +89,7 @@ class RememberResult(BaseModel):
     """The id of the remembered entry and whether it was inserted, updated or already identical."""
 
     id: str
-    status: str
+    status: _Status
 
 
 class ForgetResult(BaseModel):
@@ -103,10 +104,10 @@ class LinkResult(BaseModel):
     src: str
     dst: str
     relation: str
-    status: str
+    status: _Status
 
 
-def _status(inserted: int, updated: int) -> str:
+def _status(inserted: int, updated: int) -> _Status:
     return "inserted" if inserted else "updated" if updated else "unchanged"
 
 
@@ -173,9 +174,9 @@ def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEF
 
     @server.tool(annotations=read)
     @_library_errors
-    def corpora() -> list[dict[str, Any]]:
+    def corpora() -> dict[str, Any]:
         """Every corpus of the database schema, with its number of entries."""
-        return [c.to_dict() for c in list_corpora(store)]
+        return {"corpora": [c.to_dict() for c in list_corpora(store)]}
 
     if read_only:
         return server
