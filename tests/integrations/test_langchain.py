@@ -184,3 +184,13 @@ def test_vector_store_delete_tier_and_from_texts(store: Store) -> None:
     vs.delete(["1", "missing"])
     assert store.count() == 0
     assert asyncio.run(vs.asimilarity_search("one")) == []
+
+
+def test_retriever_searches_what_the_vector_store_wrote(store: Store) -> None:
+    embeddings = DeterministicFakeEmbedding(size=8)
+    TnsragVectorStore(store, embeddings).add_texts(["alpha text", "beta text"], ids=["a", "b"])
+    for strategy in ("vector", "hybrid"):
+        [doc] = TnsragRetriever(store=store, strategy=strategy, k=1, embedding=embeddings).invoke("beta text")
+        assert doc.id == "b", strategy
+    [doc] = TnsragRetriever(store=store, strategy="vector", k=1, embedding=embeddings).invoke("alpha text")
+    assert doc.metadata["score"] == pytest.approx(1.0, abs=1e-5)

@@ -66,7 +66,8 @@ class TnsragRetriever(BaseRetriever):
 
     ``strategy`` is a strategy name (``"hybrid"`` by default; built over ``store`` with the
     process embedding provider, or ``embedding``) or any ``RAGStrategy`` object (then
-    ``store`` is not needed). ``k`` (default 4) is the number of results, ``filters`` exact
+    ``store`` is not needed); ``embedding`` may also be a LangChain ``Embeddings``, whose
+    vectors a :class:`TnsragVectorStore` with the same one wrote. ``k`` (default 4) is the number of results, ``filters`` exact
     metadata filters (tier, entryId, source or an entry's own keys), ``min_score`` the
     inclusive threshold. Invalid settings raise at construction (pydantic's
     ``ValidationError`` carrying the library's message); invalid per-call overrides raise
@@ -90,8 +91,11 @@ class TnsragRetriever(BaseRetriever):
         if isinstance(self.strategy, str):
             if self.store is None:
                 raise ValueError(f"strategy {self.strategy!r} is a name: give the store to build it over")
+            embedding = self.embedding
+            if isinstance(embedding, Embeddings):  # the space a TnsragVectorStore with it writes
+                embedding = _LangChainEmbedding(embedding, None)
             with argument("strategy"):
-                self._resolved = StrategyCache(self.store, SerialEmbedding(self.embedding)).get(self.strategy)
+                self._resolved = StrategyCache(self.store, SerialEmbedding(embedding)).get(self.strategy)
         elif isinstance(self.strategy, RAGStrategy):
             self._resolved = self.strategy
         else:
