@@ -526,8 +526,8 @@ class VectorMemoryStore:
             return None
         name = hnsw_index_name(space.space_id)
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
-            if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE space_id = :s"),
-                            {"s": space.space_id}).first() is None:
+            if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE corpus = :c AND space_id = :s"),
+                            {"c": corpus, "s": space.space_id}).first() is None:
                 return None  # the corpus was dropped meanwhile
             if not self._index_state(conn, name):
                 n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
@@ -557,8 +557,9 @@ class VectorMemoryStore:
                 # whoever holds it).
                 conn.execute(sa.text("ANALYZE (SKIP_LOCKED) embeddings"))
             conn.execute(sa.text(
-                "UPDATE embedding_spaces SET index_name = :name WHERE space_id = :s AND index_name IS DISTINCT FROM :name"),
-                {"name": name, "s": space.space_id})
+                "UPDATE embedding_spaces SET index_name = :name WHERE corpus = :c AND space_id = :s "
+                "AND index_name IS DISTINCT FROM :name"),
+                {"name": name, "c": corpus, "s": space.space_id})
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, name)
         return name
 
@@ -578,8 +579,8 @@ class VectorMemoryStore:
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
             existed = self._index_state(conn, name) is not None
             # Queries stop planning for the index first, then it goes.
-            conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE space_id = :s"),
-                         {"s": space.space_id})
+            conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s"),
+                         {"c": self._store.corpus, "s": space.space_id})
             conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, None)
         return existed
