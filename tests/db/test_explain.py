@@ -1,0 +1,183 @@
+"""Explained rankings: every strategy's ``explain`` returns what ``retrieve`` returns, and the
+figures of each explanation give its score (BM25 contributions sum, RRF shares sum, decays
+and multipliers multiply), on a real corpus: the sample corpus and this project's README
+(its Markdown sections form a hierarchy), with timestamps and graph edges."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from tnsrag_db import (
+    BM25Explanation,
+    BM25Index,
+    CosineExplanation,
+    Edge,
+    Explanation,
+    FusionExplanation,
+    GraphExplanation,
+    GraphRAGStrategy,
+    GraphStore,
+    HashingEmbedding,
+    HierarchicalRAGStrategy,
+    HierarchyExplanation,
+    HierarchyIndex,
+    HybridRAGStrategy,
+    KeywordRAGStrategy,
+    LexicalTreeNavigator,
+    MultiQueryRAGStrategy,
+    QueryExpansion,
+    RAGContext,
+    ReasoningExplanation,
+    ReasoningRAGStrategy,
+    RM3QueryExpander,
+    TemporalExplanation,
+    TemporalIndex,
+    TemporalRAGStrategy,
+    UnexplainedScore,
+    VectorMemoryStore,
+    VectorRAGStrategy,
+)
+from tnsrag_db.loaders import FileLoader
+from tnsrag_db.store.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+K1, B = 1.2, 0.75
+QUERIES = ["hybrid retrieval fuses keyword and vector rankings", "PostgreSQL memory for agents",
+           "TAN-5326 HttpClient", "BM25 identifiers snake_case_name", "embedding provider installed"]
+
+
+def _corpus(store: Store) -> tuple[BM25Index, VectorMemoryStore]:
+    entries = list(FileLoader(str(ROOT / "tnsrag_db" / "data" / "sample_corpus.jsonl"), "README.md",
+                              base_dir=ROOT, tier="SEMANTIC").load())
+    # Every third entry undated, the others a week apart.
+    entries = [e if i % 3 == 0 else dataclasses.replace(e, timestamp=NOW - timedelta(days=7 * i))
+               for i, e in enumerate(entries)]
+    vectors = VectorMemoryStore(store, HashingEmbedding())
+    vectors.add_all(entries)
+    graph = GraphStore(store)
+    ids = [e.id for e in entries]
+    edges = [Edge(e.parent_id, e.id, "contains", 2.0) for e in entries if e.parent_id]
+    edges += [Edge(a, b, "next", 0.5) for a, b in zip(ids, ids[1:])]
+    graph.add_edges(edges)
+    return BM25Index(store), vectors
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+
+
+def check(explanation: object, score: float) -> None:
+    """Assert that ``explanation``'s figures give ``score``, recursively."""
+    assert explanation.score == score  # type: ignore[attr-defined]
+    if isinstance(explanation, BM25Explanation):
+        assert explanation.terms and _close(math.fsum(t.contribution for t in explanation.terms), score)
+        avgdl = explanation.avg_doc_len
+        for t in explanation.terms:
+            n, df = explanation.n_docs, t.df
+            assert _close(t.idf, math.log(1 + (n - df + 0.5) / (df + 0.5)))
+            expected = t.idf * t.tf * (K1 + 1) / (t.tf + K1 * (1 - B + B * explanation.doc_len / avgdl)) if t.tf else 0
+            assert _close(t.contribution, expected)
+    elif isinstance(explanation, CosineExplanation):
+        assert explanation.cosine == score and explanation.provider and explanation.dimension == 128
+    elif isinstance(explanation, FusionExplanation):
+        total = 0.0
+        for s in explanation.streams:
+            assert s.share == s.weight / (explanation.k + s.rank)
+            total += s.share
+            if s.explanation is not None:
+                check(s.explanation, s.stream_score)
+        assert total == score
+    elif isinstance(explanation, GraphExplanation):
+        value = explanation.seed_score
+        for hop in explanation.hops:
+            value *= explanation.decay
+            assert hop.score == value and hop.decay == explanation.decay
+        assert value == score
+        if explanation.seed_explanation is not None:
+            check(explanation.seed_explanation, explanation.seed_score)
+    elif isinstance(explanation, HierarchyExplanation):
+        value = explanation.child_score
+        for _ in range(explanation.level):
+            value *= explanation.decay
+        assert value == score
+        if explanation.child_explanation is not None:
+            check(explanation.child_explanation, explanation.child_score)
+    elif isinstance(explanation, TemporalExplanation):
+        assert explanation.child_score * explanation.multiplier == score
+        floor = explanation.relevance_floor
+        if explanation.age_seconds is None:
+            assert explanation.multiplier == floor
+        else:
+            assert _close(explanation.multiplier,
+                          floor + (1 - floor) * 0.5 ** (explanation.age_seconds / explanation.half_life_seconds))
+        if explanation.child_explanation is not None:
+            check(explanation.child_explanation, explanation.child_score)
+    elif isinstance(explanation, ReasoningExplanation):
+        value = 1.0
+        for step in explanation.steps:
+            assert step.share == step.navigator_score / step.sibling_total
+            value *= step.share
+        assert value == score
+    else:
+        raise AssertionError(f"unexpected explanation {explanation!r}")
+
+
+def assert_explains(strategy: object, query: str, context: RAGContext | None = None) -> Explanation:
+    expected = strategy.retrieve(query, context)  # type: ignore[attr-defined]
+    explained = strategy.explain(query, context)  # type: ignore[attr-defined]
+    assert isinstance(explained, Explanation)
+    assert explained.documents == expected
+    assert [r.rank for r in explained.results] == list(range(1, len(expected) + 1))
+    for result in explained.results:
+        check(result.explanation, result.document.score)
+    json.dumps(explained.to_dict())
+    assert explained.to_text()
+    return explained
+
+
+def top_hits(keywords: BM25Index) -> list:  # type: ignore[type-arg]
+    return KeywordRAGStrategy(keywords).explain("TAN-5326", RAGContext(3)).results[:1]
+
+
+def test_keyword_explains_bm25_per_term(store: Store) -> None:
+    keywords, _ = _corpus(store)
+    strategy = KeywordRAGStrategy(keywords)
+    for query in QUERIES:
+        explained = assert_explains(strategy, query)
+        assert explained.results and explained.plans[0].method == "bm25"
+    top = assert_explains(strategy, "TAN-5326").results[0]
+    terms = {t.term: t for t in top.explanation.terms}  # type: ignore[union-attr]
+    assert terms["tan-5326"].tf >= 1 and terms["tan-5326"].df == keywords.document_frequency(["tan-5326"])["tan-5326"]
+    assert top.document.metadata["entryId"] in {r.document.metadata["entryId"] for r in top_hits(keywords)}
+    filtered = assert_explains(strategy, "agent memory", RAGContext(3, 0.5, {"tier": "WORKING"}))
+    assert filtered.plans[0].filtered and all(d.metadata["tier"] == "WORKING" for d in filtered.documents)
+
+
+def test_vector_explains_cosine_and_plan(store: Store) -> None:
+    _, vectors = _corpus(store)
+    strategy = VectorRAGStrategy(vectors)
+    for query in QUERIES:
+        explained = assert_explains(strategy, query)
+        assert explained.plans[0].method == "exact" and explained.plans[0].index is None
+    # With an HNSW index: unfiltered top 3 is an HNSW scan; asking for more rows than
+    # there are vectors makes HNSW fall short, and the exact scan answers.
+    vectors.build_index()
+    plan = assert_explains(strategy, QUERIES[0], RAGContext(3)).plans[0]
+    assert (plan.method, plan.fallback, plan.filtered) == ("hnsw", False, False) and plan.index
+    plan = assert_explains(strategy, QUERIES[0], RAGContext(500)).plans[0]
+    assert (plan.method, plan.fallback) == ("hnsw", True)
+    # Filtered: few matches are scanned exactly; above the threshold HNSW iterates.
+    working = store.count({"tier": "WORKING"})
+    plan = assert_explains(strategy, QUERIES[1], RAGContext(2, -1.0, {"tier": "SEMANTIC"})).plans[0]
+    assert plan.method == "exact" and plan.filtered and plan.matches_counted == store.count({"tier": "SEMANTIC"})
+    low = VectorRAGStrategy(VectorMemoryStore(store, HashingEmbedding(), exact_threshold=1))
+    plan = assert_explains(low, QUERIES[1], RAGContext(1, -1.0, {"tier": "SEMANTIC"})).plans[0]
+    assert (plan.method, plan.matches_counted, plan.exact_threshold, plan.fallback) == ("hnsw", 2, 1, False)
+    assert working >= 1
