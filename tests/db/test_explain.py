@@ -18,6 +18,7 @@ from tnsrag_db import (
     BM25Index,
     CosineExplanation,
     Edge,
+    ExplainableStrategy,
     Explanation,
     FusionExplanation,
     GraphExplanation,
@@ -44,10 +45,12 @@ from tnsrag_db import (
     VectorRAGStrategy,
 )
 from tnsrag_db.loaders import FileLoader
+from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
-NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+# Timestamps in the past of the real clock (the registry's temporal strategy uses it).
+NOW = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
 K1, B = 1.2, 0.75
 QUERIES = ["hybrid retrieval fuses keyword and vector rankings", "PostgreSQL memory for agents",
            "TAN-5326 HttpClient", "BM25 identifiers snake_case_name", "embedding provider installed"]
@@ -129,11 +132,17 @@ def check(explanation: object, score: float) -> None:
         raise AssertionError(f"unexpected explanation {explanation!r}")
 
 
-def assert_explains(strategy: object, query: str, context: RAGContext | None = None) -> Explanation:
+def assert_explains(strategy: object, query: str, context: RAGContext | None = None, *,
+                    moving_clock: bool = False) -> Explanation:
     expected = strategy.retrieve(query, context)  # type: ignore[attr-defined]
     explained = strategy.explain(query, context)  # type: ignore[attr-defined]
     assert isinstance(explained, Explanation)
-    assert explained.documents == expected
+    if moving_clock:  # freshness changed a little between the two calls
+        assert [(d.content, d.metadata["entryId"]) for d in explained.documents] == \
+            [(d.content, d.metadata["entryId"]) for d in expected]
+        assert [d.score for d in explained.documents] == pytest.approx([d.score for d in expected], rel=1e-6)
+    else:
+        assert explained.documents == expected
     assert [r.rank for r in explained.results] == list(range(1, len(expected) + 1))
     for result in explained.results:
         check(result.explanation, result.document.score)
@@ -181,3 +190,124 @@ def test_vector_explains_cosine_and_plan(store: Store) -> None:
     plan = assert_explains(low, QUERIES[1], RAGContext(1, -1.0, {"tier": "SEMANTIC"})).plans[0]
     assert (plan.method, plan.matches_counted, plan.exact_threshold, plan.fallback) == ("hnsw", 2, 1, False)
     assert working >= 1
+
+
+def test_hybrid_explains_stream_ranks_and_shares(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    plain = HybridRAGStrategy(keywords, vectors)
+    for query in QUERIES:
+        explained = assert_explains(plain, query)
+        assert [p.stream for p in explained.plans] == ["keyword", "vector"]
+        both = [r for r in explained.results if len(r.explanation.streams) == 2]  # type: ignore[union-attr]
+        assert both, "some result should come from both streams"
+        kinds = {s.stream: s.explanation.kind for s in both[0].explanation.streams}  # type: ignore[union-attr]
+        assert kinds == {"keyword": "bm25", "vector": "cosine"}
+    assert_explains(plain, QUERIES[0], RAGContext(4, 0.02, {"tier": "SEMANTIC"}))
+    weighted = HybridRAGStrategy(keywords, vectors, weights=(2.0, 0.5))
+    explained = assert_explains(weighted, QUERIES[0])
+    shares = explained.results[0].explanation.streams  # type: ignore[union-attr]
+    assert {(s.stream, s.weight) for s in shares} <= {("keyword", 2.0), ("vector", 0.5)}
+    keyword_only = assert_explains(HybridRAGStrategy(keywords, vectors, weights=(1.0, 0.0)), QUERIES[2])
+    assert [p.stream for p in keyword_only.plans] == ["keyword"]
+    assert all(s.stream == "keyword" for r in keyword_only.results for s in r.explanation.streams)  # type: ignore[union-attr]
+    graph = GraphRAGStrategy("test", GraphStore(store), None, 2, 0.85, 1024)
+    with_graph = HybridRAGStrategy(keywords, vectors, graph, weights=(1.0, 1.0, 0.5))
+    explained = assert_explains(with_graph, QUERIES[1])
+    streams = {s.stream for r in explained.results for s in r.explanation.streams}  # type: ignore[union-attr]
+    assert streams == {"keyword", "vector", "graph"}
+    assert [p.stream for p in explained.plans][:3] == ["keyword", "vector", "graph/seeds"]
+
+
+def test_graph_explains_path_and_decay(store: Store) -> None:
+    _corpus(store)
+    graph = GraphRAGStrategy("test", GraphStore(store), None, 2, 0.85, 1024)
+    explained = assert_explains(graph, "PostgreSQL memory for agents", RAGContext(30))
+    depths = {len(r.explanation.hops) for r in explained.results}  # type: ignore[union-attr]
+    assert depths == {0, 1, 2}
+    hop = next(r for r in explained.results if len(r.explanation.hops) == 2).explanation  # type: ignore[union-attr]
+    assert json.loads(explained.results[0].document.metadata["path"])[0] in {r.document.metadata["entryId"]
+                                                                             for r in explained.results}
+    assert all(h.relation in {"contains", "next"} and h.weight in {2.0, 0.5} for h in hop.hops)
+    assert hop.seed_explanation is not None and hop.seed_explanation.kind == "bm25"
+    seeded = GraphRAGStrategy("test", GraphStore(store), None, 1, 0.5, 1024,
+                              seed_strategy=VectorRAGStrategy(VectorMemoryStore(store, HashingEmbedding())))
+    explained = assert_explains(seeded, QUERIES[0], RAGContext(20, 0.0, {"tier": "SEMANTIC"}))
+    assert any(r.explanation.seed_explanation.kind == "cosine" for r in explained.results)  # type: ignore[union-attr]
+
+
+def test_hierarchical_explains_level_and_decay(store: Store) -> None:
+    keywords, _ = _corpus(store)
+    strategy = HierarchicalRAGStrategy(KeywordRAGStrategy(keywords), HierarchyIndex(store))
+    explained = assert_explains(strategy, "tnsrag query strategy", RAGContext(40))
+    levels = {r.explanation.level for r in explained.results}  # type: ignore[union-attr]
+    assert 0 in levels and max(levels) >= 1
+    parent = next(r for r in explained.results if r.explanation.level >= 1).explanation  # type: ignore[union-attr]
+    assert parent.child_explanation.kind == "bm25" and parent.child_of
+    assert [p.stream for p in explained.plans] == ["child/keyword"]
+    assert_explains(strategy, "tnsrag query strategy", RAGContext(3, 1.0, {"tier": "SEMANTIC"}))
+
+
+def test_temporal_explains_age_and_freshness(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    clock = lambda: NOW + timedelta(hours=1)  # noqa: E731
+    strategy = TemporalRAGStrategy(KeywordRAGStrategy(keywords), TemporalIndex(store), clock=clock,
+                                   half_life=timedelta(days=14))
+    explained = assert_explains(strategy, "retrieval strategy", RAGContext(20))
+    ages = [r.explanation.age_seconds for r in explained.results]  # type: ignore[union-attr]
+    assert None in ages and any(a is not None and a > 86400 for a in ages)
+    dated = next(r.explanation for r in explained.results if r.explanation.age_seconds)  # type: ignore[union-attr]
+    assert dated.half_life_seconds == 14 * 86400 and dated.child_explanation.kind == "bm25"
+    over_vector = TemporalRAGStrategy(VectorRAGStrategy(vectors), TemporalIndex(store), clock=clock)
+    assert_explains(over_vector, QUERIES[1], RAGContext(5, 0.0, {"tier": "SEMANTIC"}))
+
+
+def test_multi_query_explains_variants_and_shares(store: Store) -> None:
+    keywords, _ = _corpus(store)
+    strategy = MultiQueryRAGStrategy(KeywordRAGStrategy(keywords), RM3QueryExpander(keywords), QueryExpansion.RM3,
+                                     "rm3", 2)
+    explained = assert_explains(strategy, "hybrid retrieval")
+    assert len(explained.queries) > 1 and explained.queries[0] == "hybrid retrieval"
+    streams = {s.stream for r in explained.results for s in r.explanation.streams}  # type: ignore[union-attr]
+    assert streams <= set(explained.queries) and len(streams) > 1
+    assert [p.stream for p in explained.plans] == [f"query {n}/keyword" for n in range(1, len(explained.queries) + 1)]
+    weighted = MultiQueryRAGStrategy(KeywordRAGStrategy(keywords), RM3QueryExpander(keywords), QueryExpansion.RM3,
+                                     "rm3", 2, weights=(3.0, 1.0, 0.0))
+    explained = assert_explains(weighted, "hybrid retrieval")
+    for r in explained.results:
+        for s in r.explanation.streams:  # type: ignore[union-attr]
+            assert s.weight == (3.0 if s.stream == "hybrid retrieval" else 1.0)
+
+
+def test_reasoning_explains_sibling_shares(store: Store) -> None:
+    _corpus(store)
+    strategy = ReasoningRAGStrategy(HierarchyIndex(store), LexicalTreeNavigator(), "lexical", None, 40, 6)
+    explained = assert_explains(strategy, "vector index HNSW")
+    assert explained.results and any(len(r.explanation.steps) >= 2 for r in explained.results)  # type: ignore[union-attr]
+    path = json.loads(explained.results[0].document.metadata["path"])
+    assert [s.node for s in explained.results[0].explanation.steps] == path  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_every_registered_strategy_explains(store: Store, name: str) -> None:
+    _corpus(store)
+    strategy = build_strategy(name, store, embedding=HashingEmbedding())
+    assert isinstance(strategy, ExplainableStrategy)
+    moving = name == "temporal"  # the registry's temporal strategy reads the real clock
+    for query in QUERIES[:3]:
+        assert_explains(strategy, query, RAGContext(5), moving_clock=moving)
+    assert_explains(strategy, QUERIES[1], RAGContext(5, 0.0, {"tier": "SEMANTIC"}), moving_clock=moving)
+
+
+def test_a_child_without_explain_is_reported_unexplained(store: Store) -> None:
+    keywords, _ = _corpus(store)
+
+    class Plain:
+        name = "plain"
+
+        def retrieve(self, query: str, context: RAGContext | None = None) -> list:  # type: ignore[type-arg]
+            return KeywordRAGStrategy(keywords).retrieve(query, context)
+
+    explained = HierarchicalRAGStrategy(Plain(), HierarchyIndex(store)).explain("tnsrag query", RAGContext(5))
+    hit = next(r for r in explained.results if r.explanation.level == 0)  # type: ignore[union-attr]
+    assert isinstance(hit.explanation.child_explanation, UnexplainedScore)  # type: ignore[union-attr]
+    assert hit.explanation.child_explanation.score == hit.document.score  # type: ignore[union-attr]
