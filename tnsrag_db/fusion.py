@@ -34,20 +34,20 @@ def document_key(doc: RetrievedDocument) -> str:
     return "doc:" + json.dumps([doc.source, doc.content], ensure_ascii=False)
 
 
-def check_weights(weights: object, streams: int, what: str = "weights") -> tuple[float, ...]:
+def check_weights(weights: object, streams: int, what: str = "weights", per: str = "stream") -> tuple[float, ...]:
     """``weights`` as a tuple of floats, one per stream; None means ``(1.0,) * streams``.
 
     Each weight must be a finite real number ≥ 0 and at least one must be > 0. Raises
-    :class:`ConfigurationError` (naming ``what``) for anything else, including a length
-    other than ``streams``.
+    :class:`ConfigurationError` (naming ``what``; ``per`` names what a weight belongs to)
+    for anything else, including a length other than ``streams``.
     """
     if weights is None:
         return (1.0,) * streams
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise ConfigurationError(f"{what} must be a sequence of numbers, one per stream, "
+        raise ConfigurationError(f"{what} must be a sequence of numbers, one per {per}, "
                                  f"got {type(weights).__name__}")
     if len(weights) != streams:
-        raise ConfigurationError(f"{what} must have one weight per stream ({streams}), got {len(weights)}")
+        raise ConfigurationError(f"{what} must have one weight per {per} ({streams}), got {len(weights)}")
     out: list[float] = []
     for i, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
@@ -87,7 +87,7 @@ def _fuse(rankings: Sequence[Sequence[RetrievedDocument]], k: int, weights: obje
                                  dict[str, list[RankShare]]]:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigurationError(f"RRF constant k must be a positive int, got {k!r}")
-    w = check_weights(weights, len(rankings)) if weights is not None else None
+    w = check_weights(weights, len(rankings), per="ranking") if weights is not None else None
     key_of = document_key if key is None else key
     scores: dict[str, float] = {}
     first: dict[str, RetrievedDocument] = {}

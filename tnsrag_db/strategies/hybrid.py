@@ -108,8 +108,8 @@ class HybridMemoryRetriever:
                                                               prefix="hv")
             params.update(vec_params)
             ctes.append(f"hv_r AS ({vec_sql})")
-            ranked.append(f"SELECT 2, entry_id, score, {_weight_sql(weights[1], 'h_w2', params)}, "
-                          "row_number() OVER (ORDER BY score DESC, entry_id) FROM hv_r")
+            ranked.append(f"SELECT 2 AS stream, entry_id, score, {_weight_sql(weights[1], 'h_w2', params)} AS w, "
+                          "row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hv_r")
         ctes.append(f"ranked AS ({' UNION ALL '.join(ranked)})")
         return ", ".join(ctes), params
 

@@ -194,8 +194,8 @@ class MultiQueryRAGStrategy:
         self._check_cancelled()
         rankings = [e.documents for e in explained]
         weights = self._weights[: len(rankings)]
-        fused = [f for f in fuse(*rankings, k=DEFAULT_RRF_K, weights=weights) if f.document.score >= ctx.min_score]
-        fused = fused[: ctx.max_results] if any(weights) else []
+        fused = [f for f in fuse(*rankings, k=DEFAULT_RRF_K, weights=weights)
+                 if f.document.score >= ctx.min_score][: ctx.max_results] if any(weights) else []
         details = [by_entry(e) for e in explained]
         explanations: list[ScoreExplanation] = []
         for f in fused:
