@@ -311,3 +311,19 @@ def test_a_child_without_explain_is_reported_unexplained(store: Store) -> None:
     hit = next(r for r in explained.results if r.explanation.level == 0)  # type: ignore[union-attr]
     assert isinstance(hit.explanation.child_explanation, UnexplainedScore)  # type: ignore[union-attr]
     assert hit.explanation.child_explanation.score == hit.document.score  # type: ignore[union-attr]
+
+
+def test_readme_explain_example_runs(store: Store) -> None:
+    import contextlib
+    import io
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    (example,) = [b for b in blocks if "hybrid.explain(" in b]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(example, "README.md", "exec"), {"__name__": "readme_explain", "store": store})
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("keyword 1 2.0 ") and lines[0].endswith(" bm25")
+    assert lines[1].startswith("vector ") and lines[1].endswith(" cosine")
+    assert lines[2] == "hybrid: 2 result(s) for 'TAN-5326 memory'"

@@ -373,7 +373,7 @@ class GraphRAGStrategy:
                                      None if edge is None else float(edge.weight), self._decay, value))
             explanations.append(GraphExplanation(doc.score, path[0], seeds[path[0]], self._decay, tuple(hops),
                                                  seed_details.get(path[0])))
-        plans.append(SearchPlan("graph", "graph", bool(ctx.metadata_filters),
+        plans.append(SearchPlan("walk", "graph", bool(ctx.metadata_filters),
                                 detail=f"{len(seeds)} seed(s), depth <= {self._max_depth}, decay {self._decay:g} "
                                        f"per hop, at most {self._budget} entries visited"))
         return explanation_of(self.name, query, docs, explanations, plans)
