@@ -346,7 +346,8 @@ class BM25Index:
         return [(r.entry_id, float(r.score)) for r in rows]
 
     # -- explanations -------------------------------------------------------------------
-    def term_figures_sql(self, query: str, entry_ids: Sequence[str], *, prefix: str = "kx") -> tuple[str, dict[str, Any]]:
+    def term_figures_sql(self, query: str, entry_ids: Sequence[str], *,
+                         prefix: str = "kx") -> tuple[str, dict[str, Any]]:
         """A SELECT of every (entry, analysed query term) pair of ``entry_ids``: ``entry_id``,
         ``dl`` (document length), ``n`` and ``tl`` (corpus size and total length),
         ``lexeme``, ``df``, ``idf``, ``tf`` (0 when the entry lacks the term) and

@@ -747,7 +747,8 @@ class VectorMemoryStore:
         return (*self._ranking_sql(space, vec, k, filters, min_score, "v"), space, vec)
 
     def rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                       min_score: float = 0.0, columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
+                       min_score: float = 0.0,
+                       columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
         """The statement :meth:`search_rows` runs, with the query vector; None when the space
         does not exist yet (then there is nothing to find)."""
         ranking = self._query_ranking(query, k, filters, min_score)

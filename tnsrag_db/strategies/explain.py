@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import DatabaseError, TnsragError
+from tnsrag_db.fusion import document_key
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
@@ -261,7 +262,8 @@ class GraphExplanation:
 
     def lines(self) -> list[str]:
         """Human-readable lines."""
-        out = [f"graph {_fmt(self.score)} = seed {self.seed!r} {_fmt(self.seed_score)} x {self.decay:g}^{len(self.hops)}"]
+        out = [f"graph {_fmt(self.score)} = seed {self.seed!r} {_fmt(self.seed_score)} "
+               f"x {self.decay:g}^{len(self.hops)}"]
         for h in self.hops:
             out.append(f"  {h.src} -[{h.relation}, {h.weight}]-> {h.dst}: x {h.decay:g} = {_fmt(h.score)}")
         if self.seed_explanation is not None:
@@ -533,8 +535,6 @@ def explain_with(strategy: object, query: str, context: RAGContext | None) -> Ex
 
 def by_entry(explanation: Explanation) -> Mapping[str, ExplainedDocument]:
     """The results of ``explanation`` keyed by fusion identity (``entry:<id>`` or source and content)."""
-    from tnsrag_db.fusion import document_key
-
     out: dict[str, ExplainedDocument] = {}
     for r in explanation.results:
         out.setdefault(document_key(r.document), r)

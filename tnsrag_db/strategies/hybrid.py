@@ -7,6 +7,11 @@ k = 60). The BM25 and vector streams run as ONE statement (one round trip); the 
 stream, when given, is a third ranking. ``min_score`` (inclusive) applies to the fused
 score. A missing graph keeps the two other streams fused: hybrid never collapses into
 vector only.
+
+Fusion weights (``weights=``, one per stream, default all 1 as the spec has it) scale each
+stream's term to ``weight / (k + rank)``; a stream weighted 0 is not run. ``explain``
+returns the same results with each stream's rank, weight and share (see
+:mod:`tnsrag_db.strategies.explain`).
 """
 
 from __future__ import annotations
