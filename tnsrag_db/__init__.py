@@ -40,7 +40,7 @@ from tnsrag_db.errors import (
     ValidationError,
 )
 from tnsrag_db.expansion import CancellationToken, QueryExpander, QueryExpansion, RM3QueryExpander
-from tnsrag_db.fusion import reciprocal_rank_fusion
+from tnsrag_db.fusion import FusedDocument, RankShare, fuse, reciprocal_rank_fusion
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.graph import Edge, GraphStore
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
@@ -50,6 +50,25 @@ from tnsrag_db.navigation import LexicalTreeNavigator, NavNode, TreeNavigator
 from tnsrag_db.pipeline import RAGPipeline
 from tnsrag_db.store.store import IngestCounts, Store, connect
 from tnsrag_db.strategies.base import RAGStrategy
+from tnsrag_db.strategies.explain import (
+    BM25Explanation,
+    BM25TermScore,
+    CosineExplanation,
+    ExplainableStrategy,
+    ExplainedDocument,
+    Explanation,
+    FusionExplanation,
+    GraphExplanation,
+    GraphHop,
+    HierarchyExplanation,
+    ReasoningExplanation,
+    ReasoningStep,
+    ScoreExplanation,
+    SearchPlan,
+    StreamShare,
+    TemporalExplanation,
+    UnexplainedScore,
+)
 from tnsrag_db.strategies.graph import GraphRAGStrategy
 from tnsrag_db.strategies.hierarchical import HierarchicalRAGStrategy
 from tnsrag_db.strategies.hybrid import HybridMemoryRetriever, HybridRAGStrategy
@@ -68,20 +87,31 @@ from tnsrag_db.types import (
 )
 
 __all__ = [
+    "BM25Explanation",
     "BM25Index",
+    "BM25TermScore",
     "CancellationToken",
     "ConfigurationError",
+    "CosineExplanation",
     "DanglingReferenceError",
     "DatabaseError",
     "Edge",
     "EmbeddingFunction",
     "EmbeddingValidationError",
     "ExecutionError",
+    "ExplainableStrategy",
+    "ExplainedDocument",
+    "Explanation",
+    "FusedDocument",
+    "FusionExplanation",
+    "GraphExplanation",
+    "GraphHop",
     "GraphRAGStrategy",
     "GraphStore",
     "HashingEmbedding",
     "HierarchicalRAGStrategy",
     "HierarchyError",
+    "HierarchyExplanation",
     "HierarchyIndex",
     "HierarchyMetadata",
     "HybridMemoryRetriever",
@@ -107,27 +137,36 @@ __all__ = [
     "RAGPipeline",
     "RAGStrategy",
     "RM3QueryExpander",
+    "RankShare",
+    "ReasoningExplanation",
     "ReasoningRAGStrategy",
+    "ReasoningStep",
     "RetrievalCancelledError",
     "RetrievalError",
     "RetrievalResult",
     "RetrievalStrategy",
     "RetrievedDocument",
     "SchemaNotReadyError",
+    "ScoreExplanation",
+    "SearchPlan",
     "SourceLoader",
     "Store",
     "StrategyUnavailableError",
+    "StreamShare",
+    "TemporalExplanation",
     "TemporalIndex",
     "TemporalMetadata",
     "TemporalRAGStrategy",
     "TemporalValidationError",
     "TnsragError",
     "TreeNavigator",
+    "UnexplainedScore",
     "ValidatingEmbedding",
     "ValidationError",
     "VectorMemoryStore",
     "VectorRAGStrategy",
     "connect",
+    "fuse",
     "knowledge_source",
     "reciprocal_rank_fusion",
     "retrieval",
