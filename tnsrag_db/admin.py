@@ -53,7 +53,8 @@ def list_corpora(store: Store) -> list[CorpusInfo]:
     """Every corpus in ``store``'s schema (the store's own corpus or not), by name."""
     with store.transaction() as conn:
         rows = conn.execute(sa.text(
-            "SELECT c.corpus, c.text_config, c.created_at, "
+            # Lists every corpus on purpose (a multi-shard read when distributed by corpus).
+            "/* tnsrag:all-corpora */ SELECT c.corpus, c.text_config, c.created_at, "
             "(SELECT count(*) FROM entries e WHERE e.corpus = c.corpus) AS entries "
             "FROM corpora c ORDER BY c.corpus")).all()
     return [CorpusInfo(r.corpus, int(r.entries), r.text_config, r.created_at) for r in rows]
