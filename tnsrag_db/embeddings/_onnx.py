@@ -215,6 +215,9 @@ class OnnxEmbedding:
         options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle intra-op threads sleep instead of spinning: spinning takes the cores from the
+        # database writes that overlap embedding, and from everything else on a busy machine.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(str(self._onnx_path), sess_options=options,
                                            providers=["CPUExecutionProvider"])
@@ -294,9 +297,10 @@ class OnnxEmbedding:
         """The number of tokens ``text`` becomes, special tokens included, without truncation."""
         return len(self._counter.encode(text).ids)
 
-    def __call__(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one text; a float32 vector of :attr:`dimension` values."""
-        return self.embed_batch([text])[0]
+    def __call__(self, text: str) -> list[float]:
+        """Embed one text; :attr:`dimension` floats (use :meth:`embed_batch` for arrays)."""
+        vector: list[float] = self.embed_batch([text])[0].tolist()
+        return vector
 
     def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` in order; a float32 array of shape (len(texts), :attr:`dimension`)."""
@@ -334,7 +338,7 @@ class OnnxEmbedding:
             types[row, :n] = e.type_ids
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         (raw,) = self._session.run([self._output], {k: feeds[k] for k in self._inputs})
-        hidden = np.asarray(raw, dtype=np.float32)
+        hidden: npt.NDArray[np.float32] = np.asarray(raw, dtype=np.float32)
         if self._token_level:
             if hidden.ndim != 3 or hidden.shape[:2] != ids.shape:
                 raise ProviderConfigurationError(
