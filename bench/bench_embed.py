@@ -15,7 +15,7 @@ whole hybrid search (BM25 + vector, RRF) including that embedding — medians ov
 
 Usage::
 
-    python -m bench.bench_embed [--url URL] [--data DIR] [--generated N] [--repeats R]
+    python -m bench.bench_embed [--url URL] [--data DIR] [--generated N] [--repeats R] [--limit N]
 
 Without ``--url`` (or ``TNSRAG_DATABASE_URL``) a throwaway embedded server is started.
 The machine's other load moves these figures; compare rows of the same run.
@@ -106,21 +106,22 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="Cranfield directory")
     parser.add_argument("--generated", type=int, default=10_000, help="synthetic texts (default 10000)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per row (median; default 3)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="use only the first N Cranfield abstracts (default: all 1400; for busy machines)")
     args = parser.parse_args()
     model = default_model()
-    documents = load_documents(args.data)
+    documents = load_documents(args.data)[:args.limit]
     queries = [text for _, text in load_queries(args.data)]
     generated = generate_corpus(args.generated).entries
     print(f"model {model.name}: {model.dimension}-d, {model.pooling} pooling, window {model.max_tokens} tokens, "
           f"{os.cpu_count()} cores; medians of {args.repeats} runs")
+    print(f"\n{'texts':<10} {'what':<48} {'docs/s':>8}  ratio", flush=True)
     with database_url(args.url) as url:
-        rows = throughput(url, model, "cranfield", documents, args.repeats)
-        rows += throughput(url, model, "generated", generated, args.repeats)
+        for label, entries in (("cranfield", documents), ("generated", generated)):
+            for label_, what, rate, ratio in throughput(url, model, label, entries, args.repeats):
+                print(f"{label_:<10} {what:<48} {rate:>8.1f}  {ratio}", flush=True)
         timings = query_times(url, model, documents, queries)
-    print(f"\n{'texts':<10} {'what':<48} {'docs/s':>8}  ratio")
-    for label, what, rate, ratio in rows:
-        print(f"{label:<10} {what:<48} {rate:>8.1f}  {ratio}")
-    print(f"\n{'query time (Cranfield, 225 queries)':<40} {'median ms':>10}")
+    print(f"\n{f'query time ({len(documents)} abstracts, {len(queries)} queries)':<40} {'median ms':>10}")
     for what, ms in timings:
         print(f"{what:<40} {ms:>10.1f}")
 
