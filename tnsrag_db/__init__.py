@@ -16,7 +16,13 @@ from tnsrag_db.declarative import (
     knowledge_source,
     retrieval,
 )
-from tnsrag_db.embeddings import EmbeddingFunction, HashingEmbedding, ValidatingEmbedding
+from tnsrag_db.embeddings import (
+    EmbeddingFunction,
+    HashingEmbedding,
+    OnnxEmbedding,
+    ValidatingEmbedding,
+    default_model,
+)
 from tnsrag_db.errors import (
     ConfigurationError,
     DanglingReferenceError,
@@ -128,6 +134,7 @@ __all__ = [
     "MultiQueryRAGStrategy",
     "NavNode",
     "OnFailure",
+    "OnnxEmbedding",
     "ProviderBusyError",
     "ProviderConfigurationError",
     "ProviderTransportError",
@@ -166,6 +173,7 @@ __all__ = [
     "VectorMemoryStore",
     "VectorRAGStrategy",
     "connect",
+    "default_model",
     "fuse",
     "knowledge_source",
     "reciprocal_rank_fusion",

@@ -10,12 +10,14 @@ import click
 
 from tnsrag_db.cli._common import main_group
 from tnsrag_db.cli.db import db
+from tnsrag_db.cli.embed import embed
 from tnsrag_db.cli.mcp import mcp
 from tnsrag_db.cli.retrieve import ingest, query
 
 __all__ = ["main"]
 
 main_group.add_command(db)
+main_group.add_command(embed)
 main_group.add_command(ingest)
 main_group.add_command(mcp)
 main_group.add_command(query)

@@ -21,9 +21,12 @@ __all__ = ["mcp"]
               help="Port of the http transport.")
 @click.option("--max-top-k", default=100, show_default=True, type=click.IntRange(min=1),
               help="Largest top_k a search may ask for.")
+@click.option("--embedding", default=None, metavar="NAME",
+              help="Embedding provider for searches and writes. Default: the provider of the corpus's "
+                   "newest complete space (a new corpus: the shipped model when installed, else hash).")
 @handle_errors
 def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: str, host: str, port: int,
-        max_top_k: int) -> None:
+        max_top_k: int, embedding: str | None) -> None:
     """Run an MCP server whose tools search and write one corpus.
 
     Tools: search, stats, corpora, and unless --read-only remember, forget and link.
@@ -37,7 +40,12 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
         raise click.ClickException(f"the MCP server needs the [mcp] extra (pip install 'tnsrag-db[mcp]'): {exc}") \
             from None
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        server = create_server(store, read_only=read_only, max_top_k=max_top_k)
+        from tnsrag_db.indexes.spaces import query_embedding
+
+        # The provider that filled the space searches use, so that queries and the
+        # vectors of remembered entries live in the same space.
+        server = create_server(store, read_only=read_only, max_top_k=max_top_k,
+                               embedding=query_embedding(store, embedding))
         if transport == "stdio":
             server.run("stdio")
         else:

@@ -12,7 +12,7 @@ import click
 from tqdm import tqdm
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
-from tnsrag_db.embeddings import get_process_embedding
+from tnsrag_db.embeddings import HashingEmbedding, resolve_embedding
 from tnsrag_db.errors import ConfigurationError, InvalidEntryError
 from tnsrag_db.loaders import FileLoader
 from tnsrag_db.store.store import connect
@@ -48,22 +48,27 @@ def sample_corpus_path() -> Path:
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Metadata for every entry (repeatable).")
 @click.option("--sample", is_flag=True, help="Ingest the sample corpus that ships with tnsrag_db.")
 @click.option("--batch-size", default=500, show_default=True, help="Entries per embedding batch.")
+@click.option("--embedding", default=None, metavar="NAME",
+              help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model) or an installed "
+                   "entry-point provider. Default: the shipped model when installed, else hash.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 @handle_errors
 def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
-           meta: tuple[str, ...], sample: bool, batch_size: int, as_json: bool) -> None:
+           meta: tuple[str, ...], sample: bool, batch_size: int, embedding: str | None, as_json: bool) -> None:
     """Ingest text, Markdown and JSONL files (or directories or globs of them) into a corpus.
 
     Markdown becomes one entry per heading section (each the child of its enclosing
     section), text becomes paragraph chunks, JSONL one entry per line; ids are the
     paths relative to the current directory plus "#n" (or the JSONL "id").
 
-    Entries are embedded with the installed embedding provider (or the offline
-    128-dimensional hash fallback) and indexed for BM25. Re-running with the same
+    Entries are embedded with --embedding (default: the shipped model of the embed
+    extra, else the offline 128-dimensional hash fallback, with a notice) and indexed
+    for BM25. Texts beyond the model's window are truncated and counted. Re-running with the same
     files is idempotent: unchanged entries are reported, not rewritten.
 
     Example: tnsrag ingest docs/ notes.md --tier SEMANTIC --meta tenant=acme
     """
+    from tnsrag_db.indexes.spaces import bind_embedding
     from tnsrag_db.indexes.vector import VectorMemoryStore
 
     targets = list(paths) + ([sample_corpus_path()] if sample else [])
@@ -77,9 +82,11 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
     entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra}) for e in loaded]
     if not entries:
         raise InvalidEntryError("no entries found in the given paths")
+    provider = resolve_embedding(embedding, on_fallback=lambda notice: click.echo(notice, err=True))
+    truncated_before = getattr(provider, "truncated_texts", 0)
     started = time.perf_counter()
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        vectors = VectorMemoryStore(store, get_process_embedding())
+        vectors = VectorMemoryStore(store, bind_embedding(store, provider))
         index_bar: tqdm[Any] | None = None
 
         def index_advance(phase: str, done: int, total: int) -> None:
@@ -109,10 +116,15 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
                 if index_bar is not None:
                     index_bar.close()
     elapsed = time.perf_counter() - started
+    truncated = getattr(provider, "truncated_texts", 0) - truncated_before
+    window = f" ({truncated} truncated to the model's {getattr(provider, 'max_tokens', '?')}-token window)" \
+        if truncated else ""
     emit({"corpus": corpus, "files": len(targets), "entries": len(entries), "inserted": counts.inserted,
-          "updated": counts.updated, "unchanged": counts.unchanged, "seconds": round(elapsed, 3)}, as_json,
+          "updated": counts.updated, "unchanged": counts.unchanged, "embedding": vectors.embedding.name,
+          "truncated": truncated, "seconds": round(elapsed, 3)}, as_json,
          f"{len(entries)} entries from {len(targets)} path(s) into corpus {corpus!r}: "
-         f"{counts.inserted} inserted, {counts.updated} updated, {counts.unchanged} unchanged ({elapsed:.1f} s)")
+         f"{counts.inserted} inserted, {counts.updated} updated, {counts.unchanged} unchanged{window}, "
+         f"embedded with {vectors.embedding.name} ({elapsed:.1f} s)")
 
 
 @click.command()
@@ -124,13 +136,18 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
 @click.option("--min-score", default=0.0, show_default=True, type=float, help="Inclusive score threshold.")
 @click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
               help="Exact metadata filter, e.g. tier=SEMANTIC (repeatable; all must match).")
+@click.option("--embedding", default=None, metavar="NAME",
+              help="Search the corpus's embedding space of this provider. Default: its newest complete space.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--explain", "explain", is_flag=True,
               help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")
 @handle_errors
 def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, top_k: int, min_score: float,
-          filters: tuple[str, ...], as_json: bool, explain: bool) -> None:
+          filters: tuple[str, ...], embedding: str | None, as_json: bool, explain: bool) -> None:
     """Retrieve the best entries for TEXT with one of the strategies.
+
+    Vector and hybrid search embed TEXT with the provider that filled the embedding
+    space they search: the corpus's newest complete space, or --embedding NAME's.
 
     Example: tnsrag query "how do agents share memory" --strategy hybrid --top-k 3 --filter tier=SEMANTIC
 
@@ -138,7 +155,11 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     """
     context = RAGContext(top_k, min_score, _pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        chosen = build_strategy(strategy, store)
+        from tnsrag_db.indexes.spaces import query_embedding
+
+        # Only vector and hybrid search embed the query; the others never load a model.
+        embedder = query_embedding(store, embedding) if strategy in ("vector", "hybrid") else HashingEmbedding()
+        chosen = build_strategy(strategy, store, embedding=embedder)
         started = time.perf_counter()
         if explain:
             explained = explain_with(chosen, text, context)

@@ -116,7 +116,7 @@ class StrategyCache:
         with self._lock:
             strategy = self._built.get(name)
             if strategy is None:
-                strategy = build_strategy(name, self._store, embedding=self._embedding)  # type: ignore[arg-type]
+                strategy = build_strategy(name, self._store, embedding=self._embedding)
                 self._built[name] = strategy
             return strategy
 

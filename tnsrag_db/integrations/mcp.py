@@ -126,11 +126,13 @@ def _library_errors(fn: _F) -> _F:
 
 
 def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEFAULT_MAX_TOP_K,
-                  embedding: EmbeddingFunction | None = None, name: str = "tnsrag") -> MCPServer:
+                  embedding: EmbeddingFunction | Callable[[str], object] | None = None,
+                  name: str = "tnsrag") -> MCPServer:
     """An MCP server whose tools work on ``store``'s corpus (the store stays the caller's to close).
 
     ``embedding`` defaults to the process provider (an installed entry point, else the
-    128-dimensional hash fallback), the one ``tnsrag ingest`` uses; its calls are
+    128-dimensional hash fallback); ``tnsrag mcp`` passes the provider of the corpus's
+    query space (:func:`tnsrag_db.indexes.spaces.query_embedding`). Its calls are
     serialised. ``max_top_k`` (default 100) caps ``search``'s ``top_k``. Constructing the
     server does no I/O; run it with ``server.run("stdio")`` or connect an in-process
     ``mcp.Client(server)``. Raises :class:`ValueError` for a ``max_top_k`` below 1.

@@ -99,7 +99,8 @@ _FACTORIES: dict[str, Factory] = {
 STRATEGY_NAMES = tuple(_FACTORIES)
 
 
-def build_strategy(name: str, store: Store, *, embedding: EmbeddingFunction | None = None) -> RAGStrategy:
+def build_strategy(name: str, store: Store, *,
+                   embedding: EmbeddingFunction | Embedder | None = None) -> RAGStrategy:
     """The strategy called ``name`` over ``store`` with default settings.
 
     ``embedding`` defaults to the process embedding provider (an installed entry point,
