@@ -10,6 +10,7 @@ import click
 
 from tnsrag_db.cli._common import main_group
 from tnsrag_db.cli.db import db
+from tnsrag_db.cli.eval import eval_command
 from tnsrag_db.cli.retrieve import ingest, query
 
 __all__ = ["main"]
@@ -17,6 +18,7 @@ __all__ = ["main"]
 main_group.add_command(db)
 main_group.add_command(ingest)
 main_group.add_command(query)
+main_group.add_command(eval_command)
 try:
     from tnsrag_db.cli.graph import graph
 
