@@ -272,6 +272,34 @@ def test_identifier_parts_find_the_identifier(store: Store) -> None:
     assert "snake" in [i for i, _ in index.search("case", 10)]
 
 
+ABBREVIATION_DOCS = [
+    MemoryEntry("abbrev", "Turbines, e.g. the U.S. designs, run hot; i.e. they need cooling."),
+    MemoryEntry("vitamin", "Vitamin E deficiency and vitamin U."),
+    MemoryEntry("jet", "The x-15 flew fast."),
+    MemoryEntry("other", "Nothing relevant here at all."),
+]
+
+
+def test_abbreviations_add_no_one_letter_terms(store: Store) -> None:
+    index = BM25Index(store)
+    index.add_all(ABBREVIATION_DOCS)
+    with store.transaction() as conn:
+        lexemes = dict(conn.execute(sa.text("SELECT id, lexemes FROM entries WHERE corpus = :c"),
+                                    {"c": store.corpus}).all())
+    assert {"e.g", "u.s", "i.e"} <= set(lexemes["abbrev"])
+    assert not [t for t in lexemes["abbrev"] if len(t) < 2]
+    assert "15" in lexemes["jet"] and "x-15" in lexemes["jet"] and "x" not in lexemes["jet"]
+    # A one-letter query word finds the text that has the word, not the abbreviations.
+    assert [i for i, _ in index.search("e", 10)] == ["vitamin"]
+    assert [i for i, _ in index.search("vitamin U", 10)] == ["vitamin"]
+    assert [i for i, _ in index.search("x", 10)] == []
+    # The abbreviations and identifiers themselves still match whole and by their long parts.
+    assert [i for i, _ in index.search("e.g.", 10)] == ["abbrev"]
+    assert [i for i, _ in index.search("U.S.", 10)] == ["abbrev"]
+    assert [i for i, _ in index.search("X-15", 10)] == ["jet"]
+    assert [i for i, _ in index.search("15", 10)] == ["jet"]
+
+
 # -- the strategy ---------------------------------------------------------------------------
 
 def test_keyword_strategy_spec_filter_examples(store: Store) -> None:
