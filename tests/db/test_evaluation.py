@@ -165,3 +165,15 @@ def test_bm25_on_cranfield(store: Store) -> None:
     assert keyword.metric("nDCG@10").mean >= 0.38  # issue 10's target for BM25
     assert keyword.metric("recall@100").mean >= 0.74
     assert keyword.metric("nDCG@10").ci_low < keyword.metric("nDCG@10").mean < keyword.metric("nDCG@10").ci_high
+
+
+def test_readme_evaluation_example_runs(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "tnsrag_db.evaluation" in b]
+    assert len(blocks) == 1
+    namespace: dict[str, object] = {"store": store}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    assert namespace["ndcg"].mean == pytest.approx(1.0)  # type: ignore[attr-defined]
+    assert "keyword" in capsys.readouterr().out
