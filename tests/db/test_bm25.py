@@ -441,7 +441,7 @@ def test_pruned_search_is_exact(store: Store, monkeypatch: pytest.MonkeyPatch, p
     entries = {e.id: e for e in store.iter_entries()}
     docs = dict(zip(entries, analysed_counts(store, [e.content for e in entries.values()])))
     reference = ReferenceBM25(docs)
-    full = {}  # the unpruned statement: the same ranking, bit for bit
+    full = {}  # the unpruned statement: the same ranking
     monkeypatch.setattr(bm25, "PRUNE_MIN_DF", 10**9)
     cases = [(q, k, f, m) for q in PRUNE_QUERIES for k in (1, 3, 10, 200)
              for f in ({}, {"tier": "WORKING"}, {"group": "g1", "tier": "SEMANTIC"}) for m in (0.0, 2.5)]
@@ -453,7 +453,10 @@ def test_pruned_search_is_exact(store: Store, monkeypatch: pytest.MonkeyPatch, p
     nonempty = 0
     for q, k, f, m in cases:
         got = index.search(q, k, filters=f or None, min_score=m)
-        assert got == full[q, k, str(f), m], (q, k, f, m)
+        # The same ranking; the scores to the last bits only: the pruned statement adds
+        # the same contributions grouped differently, and float addition is not associative.
+        assert [i for i, _ in got] == [i for i, _ in full[q, k, str(f), m]], (q, k, f, m)
+        assert all(a == pytest.approx(b, rel=1e-12) for (_, a), (_, b) in zip(got, full[q, k, str(f), m]))
         expected = expected_top(reference, entries, query_terms_independently(store, q), k, f, m)
         assert [i for i, _ in got] == [i for i, _ in expected], (q, k, f, m)
         for (_, score), (_, want) in zip(got, expected):
