@@ -126,8 +126,9 @@ def _check_k(k: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Metric:
-    """A per-query metric: its report ``name``, a function kind (``ndcg``, ``recall``,
-    ``mrr``) and its cutoff ``k``."""
+    """A per-query metric: its ``kind`` (``ndcg``, ``recall`` or ``mrr``) and cutoff ``k``;
+    called with a ranking and the query's grades it returns the value, ``name`` is its
+    report name. Raises :class:`ValueError` for another kind or ``k < 1``."""
 
     kind: str
     k: int
@@ -356,7 +357,7 @@ def evaluate_runs(runs: Mapping[str, Mapping[str, Sequence[str]]], qrels: Qrels,
     if baseline is not None and baseline not in runs:
         raise ValidationError(f"baseline {baseline!r} is not among the runs: {', '.join(runs)}")
     judged = sorted(q for q, grades in qrels.items() if any(g > 0 for g in grades.values()))
-    skipped = tuple(sorted(q for q in qrels if q not in set(judged)))
+    skipped = tuple(sorted(set(qrels).difference(judged)))
     if not judged:
         raise ValidationError("no query has a relevant judgement (grade > 0)")
     values: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
@@ -517,7 +518,7 @@ def load_queries(path: str | Path) -> list[Query]:
             continue
         where = f"{path}:{n}"
         if jsonl:
-            qid, text = _jsonl_query(line, where)
+            qid, text = _jsonl_query(line, str(path), n)
         else:
             qid, sep, text = line.partition("\t")
             if not sep:
@@ -538,22 +539,22 @@ def load_queries(path: str | Path) -> list[Query]:
     return queries
 
 
-def _jsonl_query(line: str, where: str) -> tuple[str, str]:
-    path, _, n = where.rpartition(":")
+def _jsonl_query(line: str, path: str, n: int) -> tuple[str, str]:
+    where = f"{path}:{n}"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise EvaluationDataError(f"{where}: invalid JSON ({exc.msg})", path=path, line=int(n)) from None
+        raise EvaluationDataError(f"{where}: invalid JSON ({exc.msg})", path=path, line=n) from None
     if not isinstance(obj, dict):
-        raise EvaluationDataError(f"{where}: expected a JSON object", path=path, line=int(n))
+        raise EvaluationDataError(f"{where}: expected a JSON object", path=path, line=n)
     qid = next((obj[k] for k in _ID_KEYS if k in obj), None)
     text = next((obj[k] for k in _TEXT_KEYS if k in obj), None)
     if qid is None or isinstance(qid, bool) or not isinstance(qid, (str, int)):
         raise EvaluationDataError(f"{where}: no query id (a string or integer under {', '.join(_ID_KEYS)})",
-                                  path=path, line=int(n))
+                                  path=path, line=n)
     if not isinstance(text, str):
         raise EvaluationDataError(f"{where}: no query text (a string under {' or '.join(_TEXT_KEYS)})",
-                                  path=path, line=int(n))
+                                  path=path, line=n)
     return str(qid).strip(), " ".join(text.split())
 
 
