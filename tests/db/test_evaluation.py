@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,9 +88,9 @@ def _cli(db_url: URL, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_eval_command(db_url: URL, tmp_path: Path) -> None:
+def test_eval_command(db_url: URL, tmp_path: Path, make_store: Callable[..., Store]) -> None:
     docs, queries, qrels = _files(tmp_path)
-    corpus = f"eval_{uuid.uuid4().hex[:8]}"
+    corpus = make_store().corpus  # deleted after the test
     code, out, err = _cli(db_url, "ingest", str(docs), "--corpus", corpus, "--json")
     assert code == 0, out + err
     code, out, err = _cli(db_url, "eval", "--corpus", corpus, "--qrels", str(qrels), "--queries", str(queries),
@@ -111,9 +111,10 @@ def test_eval_command(db_url: URL, tmp_path: Path) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_eval_command_bad_input(db_url: URL, tmp_path: Path) -> None:
+def test_eval_command_bad_input(db_url: URL, tmp_path: Path, make_store: Callable[..., Store]) -> None:
     docs, queries, qrels = _files(tmp_path)
-    corpus = f"eval_{uuid.uuid4().hex[:8]}"
+    corpus = make_store().corpus
+    make_store(f"{corpus}_empty")
     assert _cli(db_url, "ingest", str(docs), "--corpus", corpus, "--json")[0] == 0
     base = ["eval", "--corpus", corpus, "--resamples", "100"]
 
