@@ -33,6 +33,7 @@ __all__ = [
     "DanglingReferenceError",
     "DatabaseError",
     "EmbeddingValidationError",
+    "EvaluationDataError",
     "ExecutionError",
     "HierarchyError",
     "InvalidContextError",
@@ -106,6 +107,17 @@ class TemporalValidationError(ValidationError):
 
 class DanglingReferenceError(ValidationError):
     """A reference (edge end, parent id) names an entry that does not exist."""
+
+
+class EvaluationDataError(ValidationError):
+    """An evaluation input (qrels, queries) is malformed; ``path`` and ``line`` say where."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        #: The file at fault, when the input came from a file.
+        self.path = path
+        #: The 1-based line at fault, when one line is.
+        self.line = line
 
 
 class DatabaseError(TnsragError):

@@ -11,6 +11,7 @@ import click
 from tnsrag_db.cli._common import main_group
 from tnsrag_db.cli.db import db
 from tnsrag_db.cli.embed import embed
+from tnsrag_db.cli.eval import eval_command
 from tnsrag_db.cli.mcp import mcp
 from tnsrag_db.cli.retrieve import ingest, query
 
@@ -21,6 +22,7 @@ main_group.add_command(embed)
 main_group.add_command(ingest)
 main_group.add_command(mcp)
 main_group.add_command(query)
+main_group.add_command(eval_command)
 try:
     from tnsrag_db.cli.graph import graph
 
