@@ -71,6 +71,10 @@ class Chunker:
     def __repr__(self) -> str:
         return f"Chunker(max_tokens={self._max}, overlap={self._overlap}, unit={self._unit!r})"
 
+    def count(self, text: str) -> int:
+        """The size of ``text`` as ``count_tokens`` measures it."""
+        return self._count(text)
+
     def fits(self, text: str) -> bool:
         """Whether ``text`` fits in one chunk."""
         return self._count(text) <= self._max

@@ -10,7 +10,8 @@ import click
 
 from tnsrag_db.cli._common import main_group
 from tnsrag_db.cli.db import db
-from tnsrag_db.cli.retrieve import ingest, query
+from tnsrag_db.cli.ingest import ingest
+from tnsrag_db.cli.retrieve import query
 
 __all__ = ["main"]
 
