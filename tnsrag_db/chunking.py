@@ -57,6 +57,9 @@ class Chunker:
         self._count = count_tokens
         self._overlap = overlap
         self._unit = unit
+        # What joining two pieces adds: separators cost characters, not word pieces.
+        self._sep = {True: max(0, count_tokens("a\n\nb") - count_tokens("a") - count_tokens("b")),
+                     False: max(0, count_tokens("a b") - count_tokens("a") - count_tokens("b"))}
 
     @property
     def max_tokens(self) -> int:
@@ -116,10 +119,12 @@ class Chunker:
         current: list[tuple[str, int, bool]] = []
         size = 0
         for piece in pieces:
-            if current and size + piece[1] > self._max:
+            if current and size + self._sep[piece[2]] + piece[1] > self._max:
                 chunks.append(_join(current))
-                current = self._tail(current, self._max - piece[1])
+                current = self._tail(current, self._max - piece[1] - self._sep[False])
                 size = sum(p[1] for p in current)
+            if current:
+                size += self._sep[piece[2]]
             current.append(piece)
             size += piece[1]
         if current:
@@ -142,7 +147,8 @@ class Chunker:
             used += cost
         if not out:
             return []
-        return [("".join(reversed(out)).strip() + " ", used, False)]
+        text = "".join(reversed(out)).strip()
+        return [(text + " ", self._count(text), False)]
 
 
 def _split_keep(text: str, pattern: re.Pattern[str]) -> list[str]:
