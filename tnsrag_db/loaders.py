@@ -248,8 +248,9 @@ class FileLoader:
         base = (self._base if self._base is not None else Path.cwd()).resolve()
         found: list[tuple[Path, str, bool, str]] = []
         skipped: list[SkippedFile] = []
-        seen: set[Path] = set()
+        seen: dict[Path, str] = {}
         for pattern in self._patterns:
+            walk_skips = len(skipped)
             full = pattern if os.path.isabs(pattern) else str(base / pattern)
             matches: list[tuple[Path, Path, bool]] = []  # (file, root, explicit)
             shown_root = pattern  # what stands for the root in messages
@@ -267,13 +268,15 @@ class FileLoader:
                         skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
             elif os.path.isfile(full):
                 matches = [(Path(full), Path(full), True)]
-            if not matches and not skipped:
+            if not matches and len(skipped) == walk_skips:
                 raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
             for path, root, explicit in matches:
                 resolved = path.resolve()
+                shown = _shown(shown_root, root, path)
                 if resolved in seen:
+                    skipped.append(SkippedFile(shown, f"same file as {seen[resolved]}"))
                     continue
-                seen.add(resolved)
+                seen[resolved] = shown
                 anchor = base if self._relative_to == "base" else (
                     root.parent if root == path else root).resolve()
                 try:
@@ -283,7 +286,7 @@ class FileLoader:
                         rel = path.absolute().relative_to(anchor.absolute()).as_posix()
                     except ValueError:
                         rel = resolved.as_posix()
-                found.append((path, self._prefix + rel, explicit, _shown(shown_root, root, path)))
+                found.append((path, self._prefix + rel, explicit, shown))
         return found, skipped
 
     def files(self) -> list[Path]:
@@ -491,8 +494,13 @@ def _glob_root(pattern: str) -> str:
 
 def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
     """Files under ``root`` in path order with None, or a path and why it is skipped
-    (hidden files and directories, symlinked directories: named once, not entered)."""
-    for current, dirs, files in os.walk(root):
+    (hidden files and directories, symlinked directories: named once, not entered;
+    directories that cannot be listed)."""
+    errors: list[OSError] = []
+    for current, dirs, files in os.walk(root, onerror=errors.append):
+        while errors:
+            failed = errors.pop()
+            yield Path(failed.filename or current), f"unreadable directory ({failed.strerror or failed})"
         here = Path(current)
         kept = []
         for name in sorted(dirs):
@@ -511,6 +519,8 @@ def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
                 yield path, "not a regular file" if path.exists() else "broken symlink"
             else:
                 yield path, None
+    for failed in errors:
+        yield Path(failed.filename or root), f"unreadable directory ({failed.strerror or failed})"
 
 
 def _shown(shown_root: str, root: Path, path: Path) -> str:
