@@ -166,6 +166,7 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
                 loaded = list(loader.load(progress=lambda done, total: progress.update("read", done, total)))
             except ConfigurationError as exc:
                 raise click.UsageError(str(exc)) from None
+            read_seconds = time.perf_counter() - started
             skipped = [{"path": s.path, "reason": s.reason} for s in loader.skipped]
             if strict and skipped:
                 listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
@@ -190,7 +191,8 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
     elapsed = time.perf_counter() - started
     result = {"corpus": corpus, "files": loader.files_read, "entries": len(entries), "inserted": counts.inserted,
               "updated": counts.updated, "unchanged": counts.unchanged, "pruned": pruned, "skipped": skipped,
-              "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "seconds": round(elapsed, 3)}
+              "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
+              "seconds": round(elapsed, 3)}
     emit(result, as_json, _summary(corpus, result))
 
 
