@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,9 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests._trees import messy_tree
-from tnsrag_db.cli import main_group
-from tnsrag_db.store.engine import create_engine
-from tnsrag_db.store.store import Store
 from tests.fix_db import SCHEMA
+from tnsrag_db.cli import main_group
+from tnsrag_db.store.store import Store
 
 
 def run(args: list[str], cwd: Path | None = None) -> Any:
@@ -34,11 +33,11 @@ def run(args: list[str], cwd: Path | None = None) -> Any:
 
 
 @pytest.fixture
-def target(db_url: URL) -> tuple[list[str], Store]:
+def target(db_url: URL, make_store: Callable[..., Store]) -> tuple[list[str], Store]:
+    """CLI arguments for a fresh corpus (dropped after the test) and a store on it."""
+    store = make_store()
     url = db_url.render_as_string(hide_password=False)
-    corpus = f"ing_{uuid.uuid4().hex[:8]}"
-    store = Store(create_engine(url, schema=SCHEMA), corpus=corpus, schema=SCHEMA, owns_engine=True)
-    return ["--url", url, "--schema", SCHEMA, "--corpus", corpus], store
+    return ["--url", url, "--schema", SCHEMA, "--corpus", store.corpus], store
 
 
 def ids(store: Store) -> list[str]:
