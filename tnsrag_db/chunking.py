@@ -136,15 +136,18 @@ class Chunker:
         budget = min(self._overlap, room)
         if budget <= 0:
             return []
-        words = [w for p in pieces for w in _WORD.findall(p[0] + " ")]
         out: list[str] = []
         used = 0
-        for word in reversed(words):
-            cost = self._count(word)
-            if used + cost > budget:
-                break
-            out.append(word)
-            used += cost
+        for piece in reversed(pieces):  # only as far back as the budget reaches
+            for word in reversed(_WORD.findall(piece[0] + " ")):
+                cost = self._count(word)
+                if used + cost > budget:
+                    break
+                out.append(word)
+                used += cost
+            else:
+                continue
+            break
         if not out:
             return []
         text = "".join(reversed(out)).strip()

@@ -447,9 +447,10 @@ class VectorMemoryStore:
         place, Ctrl-C (SIGINT) stops the ingest after the statement in progress (a second
         one interrupts at once). The open batch is rolled back and
         :class:`IngestInterrupted` is raised with the counts that were committed; so is
-        it, chained to the cause, for any library error (a bad entry, a bad vector, a
-        database error) after the first batch was read. A batch still being embedded is
-        abandoned (its worker thread finishes on its own).
+        it, chained to the cause, for any library error met on the way (a bad entry, a
+        bad vector, a database error; ``committed`` is empty when it was in the first
+        batch). A batch still being embedded is abandoned (its worker thread finishes on
+        its own). A bad ``batch_size`` raises :class:`ValidationError` before anything.
         """
         _check_batch_size(batch_size)
         total = len(entries) if isinstance(entries, Sized) else None
