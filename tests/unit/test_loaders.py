@@ -155,13 +155,18 @@ def test_phase_progress_draws_counts_rates_and_eta() -> None:
     now = [100.0]
     out = io.StringIO()
     progress = PhaseProgress(out, {"read": "files", "embed": "entries"}, enabled=True, clock=lambda: now[0])
+    progress.start("read")
     progress.start("embed")
-    progress.update("read", 10, 10)
     now[0] += 2.0
+    progress.update("read", 10, 10)
     progress.update("embed", 50, 200)
     lines = progress.lines()
     assert re.fullmatch(r"read   10/10 files  .*done in 0:00:02", lines[0]), lines
     assert lines[1] == "embed  50/200 entries  25.0 entries/s  ETA 0:00:06"
+    now[0] += 10.0
+    progress.update("embed", 200)
+    now[0] += 30.0
+    assert progress.lines()[1] == "embed  200/200 entries  16.7 entries/s  done in 0:00:12"  # frozen at the end
     progress.draw()
     progress.draw()
     assert out.getvalue().count("\x1b[2F") == 1  # the second draw overwrites the first

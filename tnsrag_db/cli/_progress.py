@@ -23,6 +23,7 @@ class _Phase:
     done: int = 0
     total: int | None = None
     started: float | None = None
+    finished: float | None = None
     note: str = ""
 
 
@@ -64,6 +65,10 @@ class PhaseProgress:
             p.done = done
             if total is not None:
                 p.total = total
+            if p.total is not None and done >= p.total:
+                p.finished = p.finished or self._clock()
+            else:
+                p.finished = None
             if note is not None:
                 p.note = note
 
@@ -83,7 +88,7 @@ class PhaseProgress:
             count = f"{p.done:,}" + (f"/{p.total:,}" if p.total is not None else "")
             parts = [f"{p.name:<{width}}  {count} {p.unit}"]
             if p.started is not None and p.done > 0:
-                elapsed = max(now - p.started, 1e-6)
+                elapsed = max((p.finished or now) - p.started, 1e-6)
                 rate = p.done / elapsed
                 parts.append(f"{rate:,.1f} {p.unit}/s")
                 if p.total is not None and p.done < p.total and rate > 0:

@@ -209,7 +209,8 @@ def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: st
         vectors = VectorMemoryStore(store, embedding)
 
         def advance(phase: str, done: int, total: int | None) -> None:
-            progress.update(phase, done, total)
+            if phase != "read":  # the read line counts files, done by now
+                progress.update(phase, done, total)
 
         def index_advance(phase: str, done: int, total: int) -> None:
             progress.update("index", done, total, note=phase)
