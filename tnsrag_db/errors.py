@@ -13,6 +13,7 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   ├── EmbeddingValidationError an embedding vector breaks a rule
     │   ├── TemporalValidationError  a timestamp is invalid or too far in the future
     │   └── DanglingReferenceError   an edge or parent names an entry that does not exist
+    ├── IngestInterrupted            a batched ingest stopped part-way (Ctrl-C or an error)
     ├── DatabaseError                the database failed or is not ready
     │   ├── SchemaNotReadyError      the schema is missing or not at the expected revision
     │   └── MigrationError           an alembic upgrade or downgrade failed
@@ -28,6 +29,11 @@ Driver errors (psycopg, SQLAlchemy) are wrapped with ``raise ... from exc``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tnsrag_db.store.store import IngestCounts
+
 __all__ = [
     "ConfigurationError",
     "DanglingReferenceError",
@@ -36,6 +42,7 @@ __all__ = [
     "EvaluationDataError",
     "ExecutionError",
     "HierarchyError",
+    "IngestInterrupted",
     "InvalidContextError",
     "InvalidEntryError",
     "InvalidFilterError",
@@ -118,6 +125,20 @@ class EvaluationDataError(ValidationError):
         self.path = path
         #: The 1-based line at fault, when one line is.
         self.line = line
+
+
+class IngestInterrupted(TnsragError):
+    """A batched ingest stopped part-way; ``committed`` counts what stayed written (whole batches).
+
+    The batch in progress was rolled back. Raised for Ctrl-C (no ``__cause__``) and,
+    chained to the cause, for a library error met after some batches were committed.
+    Running the same ingest again continues idempotently.
+    """
+
+    def __init__(self, message: str, *, committed: IngestCounts) -> None:
+        super().__init__(message)
+        #: Entries of the batches committed before the stop.
+        self.committed = committed
 
 
 class DatabaseError(TnsragError):

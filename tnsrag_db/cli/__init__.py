@@ -12,8 +12,9 @@ from tnsrag_db.cli._common import main_group
 from tnsrag_db.cli.db import db
 from tnsrag_db.cli.embed import embed
 from tnsrag_db.cli.eval import eval_command
+from tnsrag_db.cli.ingest import ingest
 from tnsrag_db.cli.mcp import mcp
-from tnsrag_db.cli.retrieve import ingest, query
+from tnsrag_db.cli.retrieve import query
 
 __all__ = ["main"]
 

@@ -1,26 +1,19 @@
-"""``tnsrag ingest`` and ``tnsrag query``: the main job."""
+"""``tnsrag query``: retrieve with one of the strategies (``tnsrag ingest`` lives in :mod:`tnsrag_db.cli.ingest`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from importlib import resources
-from pathlib import Path
-from typing import Any
 
 import click
-from tqdm import tqdm
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
-from tnsrag_db.embeddings import HashingEmbedding, resolve_embedding
-from tnsrag_db.errors import ConfigurationError, InvalidEntryError
-from tnsrag_db.loaders import FileLoader
+from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db.store.store import connect
 from tnsrag_db.strategies.explain import explain_with
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
-from tnsrag_db.types import MemoryTier, RAGContext
+from tnsrag_db.types import RAGContext
 
-__all__ = ["ingest", "query"]
+__all__ = ["query"]
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
@@ -31,100 +24,6 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
         out[key] = value
     return out
-
-
-def sample_corpus_path() -> Path:
-    """The small sample corpus that ships with the package (JSONL)."""
-    return Path(str(resources.files("tnsrag_db") / "data" / "sample_corpus.jsonl"))
-
-
-@click.command()
-@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@db_options
-@click.option("--corpus", default="default", show_default=True, help="Corpus to write into.")
-@click.option("--tier", type=click.Choice([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
-              help="Tier for entries that do not set one.")
-@click.option("--source", default=None, help="Source for every entry (default: the file path).")
-@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Metadata for every entry (repeatable).")
-@click.option("--sample", is_flag=True, help="Ingest the sample corpus that ships with tnsrag_db.")
-@click.option("--batch-size", default=500, show_default=True, help="Entries per embedding batch.")
-@click.option("--embedding", default=None, metavar="NAME",
-              help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model) or an installed "
-                   "entry-point provider. Default: the shipped model when installed, else hash.")
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
-@handle_errors
-def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
-           meta: tuple[str, ...], sample: bool, batch_size: int, embedding: str | None, as_json: bool) -> None:
-    """Ingest text, Markdown and JSONL files (or directories or globs of them) into a corpus.
-
-    Markdown becomes one entry per heading section (each the child of its enclosing
-    section), text becomes paragraph chunks, JSONL one entry per line; ids are the
-    paths relative to the current directory plus "#n" (or the JSONL "id").
-
-    Entries are embedded with --embedding (default: the shipped model of the embed
-    extra, else the offline 128-dimensional hash fallback, with a notice) and indexed
-    for BM25. Texts beyond the model's window are truncated and counted. Re-running with the same
-    files is idempotent: unchanged entries are reported, not rewritten.
-
-    Example: tnsrag ingest docs/ notes.md --tier SEMANTIC --meta tenant=acme
-    """
-    from tnsrag_db.indexes.spaces import bind_embedding
-    from tnsrag_db.indexes.vector import VectorMemoryStore
-
-    targets = list(paths) + ([sample_corpus_path()] if sample else [])
-    if not targets:
-        raise click.UsageError("give at least one PATH, or --sample")
-    extra = _pairs(meta, "--meta")
-    try:
-        loaded = list(FileLoader(*targets, tier=tier).load())
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
-    entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra}) for e in loaded]
-    if not entries:
-        raise InvalidEntryError("no entries found in the given paths")
-    provider = resolve_embedding(embedding, on_fallback=lambda notice: click.echo(notice, err=True))
-    truncated_before = getattr(provider, "truncated_texts", 0)
-    started = time.perf_counter()
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        vectors = VectorMemoryStore(store, bind_embedding(store, provider))
-        index_bar: tqdm[Any] | None = None
-
-        def index_advance(phase: str, done: int, total: int) -> None:
-            # The HNSW build (once the corpus reaches the index threshold): heap blocks read
-            # while it builds; the validation and waiting phases of the concurrent build
-            # that follow only show their name.
-            nonlocal index_bar
-            if index_bar is None:
-                index_bar = tqdm(total=total, unit="block", desc="HNSW index", disable=as_json or None)
-            if phase == "done" or phase.startswith("building index"):
-                index_bar.total = max(total, 1)
-                index_bar.update(done - index_bar.n)
-            index_bar.set_postfix_str(phase)
-
-        with tqdm(total=len(entries), unit="entry", desc="ingest", disable=as_json or None) as bar:
-            last = 0
-
-            def advance(done: int) -> None:
-                nonlocal last
-                bar.update(done - last)
-                last = done
-
-            try:
-                counts = vectors.add_all(entries, batch_size=batch_size, progress=advance,
-                                         index_progress=index_advance)
-            finally:
-                if index_bar is not None:
-                    index_bar.close()
-    elapsed = time.perf_counter() - started
-    truncated = getattr(provider, "truncated_texts", 0) - truncated_before
-    window = f" ({truncated} truncated to the model's {getattr(provider, 'max_tokens', '?')}-token window)" \
-        if truncated else ""
-    emit({"corpus": corpus, "files": len(targets), "entries": len(entries), "inserted": counts.inserted,
-          "updated": counts.updated, "unchanged": counts.unchanged, "embedding": vectors.embedding.name,
-          "truncated": truncated, "seconds": round(elapsed, 3)}, as_json,
-         f"{len(entries)} entries from {len(targets)} path(s) into corpus {corpus!r}: "
-         f"{counts.inserted} inserted, {counts.updated} updated, {counts.unchanged} unchanged{window}, "
-         f"embedded with {vectors.embedding.name} ({elapsed:.1f} s)")
 
 
 @click.command()

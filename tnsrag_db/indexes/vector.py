@@ -33,14 +33,17 @@ the last qualifying row.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import math
+import signal
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +51,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
-from tnsrag_db.errors import ConfigurationError, EmbeddingValidationError, ValidationError
+from tnsrag_db.errors import (
+    ConfigurationError,
+    EmbeddingValidationError,
+    IngestInterrupted,
+    InvalidEntryError,
+    TnsragError,
+    ValidationError,
+)
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
@@ -62,6 +72,7 @@ __all__ = [
     "HNSW_EF_CONSTRUCTION",
     "HNSW_M",
     "IndexProgress",
+    "IngestProgress",
     "VectorMemoryStore",
 ]
 
@@ -84,6 +95,10 @@ HNSW_EF_CONSTRUCTION = 128
 
 #: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
 IndexProgress = Callable[[str, int, int], None]
+#: ``progress(phase, done, total)`` of :meth:`VectorMemoryStore.ingest`: phase ``"read"``,
+#: ``"embed"``, ``"write"`` or ``"index"``; ``total`` None when the input has no length.
+IngestProgress = Callable[[str, int, "int | None"], None]
+_R = TypeVar("_R")
 
 _MAX_EF_SEARCH = 1000  # pgvector's upper bound
 _FILTERED_MIN_EF = 200
@@ -132,6 +147,64 @@ class _Rows:
 
     def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         return self._rows  # type: ignore[return-value]  # an ndarray of rows serves as a sequence
+
+
+class _Stopped(Exception):
+    """Raised inside an ingest's write once a stop was requested (rolls the batch back)."""
+
+
+def _check_batch_size(batch_size: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+
+
+class _Job(Generic[_R]):
+    """``fn(arg)`` on a daemon worker thread; :meth:`wait` returns its result or raises its error."""
+
+    def __init__(self, fn: Callable[[list[MemoryEntry]], _R], arg: list[MemoryEntry]) -> None:
+        self._done = threading.Event()
+        self._result: _R | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._result = fn(arg)
+            except BaseException as exc:  # handed to the waiting thread
+                self._error = exc
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name="tnsrag-ingest-embed", daemon=True).start()
+
+    def wait(self, stop: threading.Event) -> _R:
+        """The result, polling ``stop`` (raises :class:`_Stopped` once it is set)."""
+        while not self._done.wait(0.05):
+            if stop.is_set():
+                raise _Stopped
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]  # set when no error
+
+
+@contextlib.contextmanager
+def _deferred_sigint(stop: threading.Event) -> Iterator[None]:
+    """While inside, the first SIGINT sets ``stop`` instead of raising KeyboardInterrupt (the
+    second raises it). Only on the main thread with Python's default handler in place."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class VectorMemoryStore:
@@ -326,8 +399,7 @@ class VectorMemoryStore:
         propagates. It runs again if the write is retried after a deadlock.
         ``index_progress`` is handed to :meth:`build_index` when this call builds the index.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        _check_batch_size(batch_size)
         batch = validate_batch(entries)
         if not batch:
             if embeddings is not None and len(embeddings) != 0:
@@ -340,16 +412,158 @@ class VectorMemoryStore:
             if progress is not None:
                 progress(len(batch))
         else:
-            todo = self._needing_vectors(batch)
-            done = len(batch) - len(todo)
-            if todo:
-                matrix = self._embed([e.content for e in todo], batch_size, progress, done)
-                vectors = {e.id: matrix[i] for i, e in enumerate(todo)}
-            elif progress is not None:
-                progress(len(batch))
+            vectors = self._prepare(batch, batch_size, progress)
+        report, space = self._write_batch(batch, vectors, batch_size, check=check)
+        if space is None:
+            return report.counts
+        if progress is not None:
+            progress(len(batch))
+        self._maybe_build_index(space, index_progress)
+        return report.counts
+
+    def ingest(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
+               progress: IngestProgress | None = None,
+               index_progress: IndexProgress | None = None) -> IngestCounts:
+        """Write a stream of entries batch by batch, embedding the next batch while the previous one is written.
+
+        Unlike :meth:`add_all` (one transaction), every batch of ``batch_size`` entries
+        (default 256) commits on its own, and its embedding (on a worker thread: new
+        entries, changed texts and entries lacking a vector in this space, as in
+        :meth:`add_all`) overlaps the write of the batch before it, so the end-to-end rate
+        approaches the embedding function's own. Entries are read from ``entries``
+        lazily, one batch ahead; each batch is validated before it is written, and an id
+        seen in an earlier batch is an :class:`InvalidEntryError`. Re-running with the
+        same entries is idempotent: unchanged entries are counted as such, not rewritten,
+        nor re-embedded. The space's HNSW index is built at the end once the space holds
+        ``index_threshold`` vectors.
+
+        ``progress(phase, done, total)`` reports ``"read"`` (entries taken from
+        ``entries``), ``"embed"`` (entries whose vectors are ready, unchanged ones
+        included; called from the worker thread), ``"write"`` (entries committed) and
+        ``"index"`` (heap blocks of the HNSW build); ``total`` is the number of entries
+        when ``entries`` has a length (blocks for ``"index"``), else None.
+        ``index_progress`` also receives PostgreSQL's own build phases (see :meth:`build_index`).
+
+        Stopping: when called on the main thread with Python's default SIGINT handler in
+        place, Ctrl-C (SIGINT) stops the ingest after the statement in progress (a second
+        one interrupts at once). The open batch is rolled back and
+        :class:`IngestInterrupted` is raised with the counts that were committed; so is
+        it, chained to the cause, for any library error met on the way (a bad entry, a
+        bad vector, a database error; ``committed`` is empty when it was in the first
+        batch). A batch still being embedded is abandoned (its worker thread finishes on
+        its own). A bad ``batch_size`` raises :class:`ValidationError` before anything.
+        """
+        _check_batch_size(batch_size)
+        total = len(entries) if isinstance(entries, Sized) else None
+        stop = threading.Event()
+        embed_lock = threading.Lock()
+        committed = IngestCounts()
+        stream = iter(entries)
+        seen: dict[str, int] = {}
+        counters = {"read": 0, "embed": 0}
+
+        def report(phase: str, done: int, of: int | None = total) -> None:
+            if progress is not None:
+                progress(phase, done, of)
+
+        def read_batch() -> list[MemoryEntry]:
+            start = counters["read"]
+            raw = list(itertools.islice(stream, batch_size))
+            try:
+                batch = validate_batch(raw)
+            except InvalidEntryError as exc:
+                where = None if exc.index is None else start + exc.index
+                raise InvalidEntryError(str(exc).replace(f"batch item {exc.index} ", f"entry {where} ")
+                                        if where is not None else str(exc), entry_id=exc.entry_id,
+                                        index=where) from None
+            for offset, entry in enumerate(batch):
+                first = seen.setdefault(entry.id, start + offset)
+                if first != start + offset:
+                    raise InvalidEntryError(f"entry {start + offset}: duplicate id {entry.id!r} "
+                                            f"(first at entry {first})", entry_id=entry.id, index=start + offset)
+            counters["read"] = start + len(batch)
+            if batch:
+                report("read", counters["read"])
+            return batch
+
+        def prepare(batch: list[MemoryEntry]) -> dict[str, npt.NDArray[np.float32]]:
+            base = counters["embed"]
+
+            def embedded(done: int) -> None:
+                report("embed", base + done)
+
+            with embed_lock:
+                vectors = self._prepare(batch, batch_size, embedded)
+            counters["embed"] = base + len(batch)
+            report("embed", counters["embed"])
+            return vectors
+
+        space: _Space | None = None
+        try:
+            with _deferred_sigint(stop):
+                batch = read_batch()
+                job = _Job(prepare, batch) if batch else None
+                while job is not None:
+                    vectors = job.wait(stop)
+                    following = read_batch()
+                    next_job = _Job(prepare, following) if following else None
+                    written, batch_space = self._write_batch(batch, vectors, batch_size, stop=stop,
+                                                             embed_lock=embed_lock)
+                    space = batch_space or space
+                    committed = committed + written.counts
+                    report("write", committed.total)
+                    batch, job = following, next_job
+            if space is not None:
+                def index_advance(phase: str, done: int, of: int) -> None:
+                    report("index", done, of)
+                    if index_progress is not None:
+                        index_progress(phase, done, of)
+
+                self._maybe_build_index(space, index_advance)
+        except (_Stopped, KeyboardInterrupt):
+            raise IngestInterrupted(
+                f"interrupted: {committed.total} entries committed, the batch in progress was rolled back",
+                committed=committed) from None
+        except TnsragError as exc:
+            raise IngestInterrupted(
+                f"{exc} ({committed.total} entries committed before, the batch in progress was rolled back)",
+                committed=committed) from exc
+        return committed
+
+    def _prepare(self, batch: Sequence[MemoryEntry], batch_size: int,
+                 progress: Callable[[int], None] | None = None) -> dict[str, npt.NDArray[np.float32]]:
+        """The vectors ``batch`` needs before its write, by id (a pre-read finds what is stored)."""
+        todo = self._needing_vectors(batch)
+        done = len(batch) - len(todo)
+        if todo:
+            matrix = self._embed([e.content for e in todo], batch_size, progress, done)
+            return {e.id: matrix[i] for i, e in enumerate(todo)}
+        if progress is not None:
+            progress(len(batch))
+        return {}
+
+    def _write_batch(self, batch: Sequence[MemoryEntry], vectors: dict[str, npt.NDArray[np.float32]],
+                     batch_size: int, *, check: Callable[[Connection], None] | None = None,
+                     stop: threading.Event | None = None,
+                     embed_lock: threading.Lock | None = None) -> tuple[WriteReport, _Space | None]:
+        """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
+        meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement."""
         by_id = {e.id: e for e in batch}
 
+        def stop_check(*_: object) -> None:
+            if stop is not None and stop.is_set():
+                raise _Stopped
+
         def write(conn: Connection) -> tuple[WriteReport, _Space | None]:
+            if stop is not None:
+                sa.event.listen(conn, "after_cursor_execute", stop_check)
+            try:
+                return write_in(conn)
+            finally:
+                if stop is not None:
+                    sa.event.remove(conn, "after_cursor_execute", stop_check)
+
+        def write_in(conn: Connection) -> tuple[WriteReport, _Space | None]:
             report = self._store.write_entries(conn, batch)
             if check is not None:
                 check(conn)
@@ -364,19 +578,15 @@ class VectorMemoryStore:
             missing = [i for i in lacking if i not in vectors]
             if missing:
                 # A concurrent writer changed these texts after our pre-read: embed them now.
-                extra = self._embed([by_id[i].content for i in missing], batch_size)
+                with embed_lock if embed_lock is not None else contextlib.nullcontext():
+                    extra = self._embed([by_id[i].content for i in missing], batch_size)
                 vectors.update({i: extra[n] for n, i in enumerate(missing)})
             if lacking:
                 self._copy_vectors(conn, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]))
+            stop_check()
             return report, space
 
-        report, space = self._store.write_transaction(write, analyze=("embeddings",))
-        if space is None:
-            return report.counts
-        if progress is not None:
-            progress(len(batch))
-        self._maybe_build_index(space, index_progress)
-        return report.counts
+        return self._store.write_transaction(write, analyze=("embeddings",))
 
     def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
         """Entries that are new, changed their text, or lack a vector in this space (a pre-read)."""
