@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: the root group, database options, JSON output, error reporting."""
+"""Shared CLI plumbing: database options, JSON output, error reporting (the root group is in ``_group``)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,7 @@ from tnsrag_db.store.schema import DEFAULT_SCHEMA
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["db_options", "emit", "handle_errors", "main_group"]
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tnsrag-db")
-def main_group() -> None:
-    """tnsrag: a persistent PostgreSQL retrieval store for RAG and agent memory.
-
-    With no --url (or TNSRAG_DATABASE_URL) commands use the embedded PostgreSQL server.
-
-    Example: tnsrag ingest docs/ && tnsrag query "agent memory" --strategy hybrid
-    """
+__all__ = ["db_options", "emit", "handle_errors"]
 
 
 def db_options(func: F) -> F:
