@@ -23,9 +23,9 @@ def _describe(st: kept.ServerStatus) -> str:
     if st.postgres_version:
         lines.append(f"  PostgreSQL: {st.postgres_version}")
     if st.keeper_pid is not None:
-        timeout = "never" if not st.idle_timeout else f"{st.idle_timeout:g} s idle"
+        when = "no idle timeout" if not st.idle_timeout else f"stops after {st.idle_timeout:g} s idle"
         last = st.last_use.astimezone().strftime("%Y-%m-%d %H:%M:%S") if st.last_use else "?"
-        lines.append(f"  kept running by pid {st.keeper_pid}: stops after {timeout} (last use {last})")
+        lines.append(f"  kept running by pid {st.keeper_pid}: {when} (last use {last})")
     elif st.running:
         lines.append("  not kept running: it stops when the processes using it exit")
     return "\n".join(lines)
