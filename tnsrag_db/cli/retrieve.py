@@ -1,23 +1,26 @@
-"""``tnsrag ingest`` and ``tnsrag query``: the main job."""
+"""``tnsrag ingest`` and ``tnsrag query``: the main job.
+
+What only ``ingest`` needs (tqdm, the loaders, the embedding provider, which loads numpy)
+is imported inside it, so a ``tnsrag query`` process does not pay for it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from tqdm import tqdm
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
-from tnsrag_db.embeddings import get_process_embedding
 from tnsrag_db.errors import ConfigurationError, InvalidEntryError
-from tnsrag_db.loaders import FileLoader
 from tnsrag_db.store.store import connect
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db.types import MemoryTier, RAGContext
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["ingest", "query"]
 
@@ -34,6 +37,8 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
 
 def sample_corpus_path() -> Path:
     """The small sample corpus that ships with the package (JSONL)."""
+    from importlib import resources
+
     return Path(str(resources.files("tnsrag_db") / "data" / "sample_corpus.jsonl"))
 
 
@@ -63,6 +68,10 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
 
     Example: tnsrag ingest docs/ notes.md --tier SEMANTIC --meta tenant=acme
     """
+    from tqdm import tqdm
+
+    from tnsrag_db.embeddings import get_process_embedding
+    from tnsrag_db.loaders import FileLoader
     from tnsrag_db.indexes.vector import VectorMemoryStore
 
     targets = list(paths) + ([sample_corpus_path()] if sample else [])

@@ -7,11 +7,14 @@ built from the same keys, so the message cannot drift from what exists.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding
 from tnsrag_db.errors import StrategyUnavailableError
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import RAGStrategy
+
+if TYPE_CHECKING:  # tnsrag_db.embeddings loads numpy: only strategies that embed import it
+    from tnsrag_db.embeddings import EmbeddingFunction
 
 __all__ = ["STRATEGY_NAMES", "build_strategy"]
 
@@ -101,6 +104,12 @@ _FACTORIES: dict[str, Factory] = {
 STRATEGY_NAMES = tuple(_FACTORIES)
 
 
+def _process_embedding() -> Embedder:
+    from tnsrag_db.embeddings import get_process_embedding
+
+    return get_process_embedding()
+
+
 def build_strategy(name: str, store: Store, *, embedding: EmbeddingFunction | None = None) -> RAGStrategy:
     """The strategy called ``name`` over ``store`` with default settings.
 
@@ -111,6 +120,6 @@ def build_strategy(name: str, store: Store, *, embedding: EmbeddingFunction | No
     if factory is None:
         raise StrategyUnavailableError(f"unknown strategy {name!r}; available: {', '.join(STRATEGY_NAMES)}")
     try:
-        return factory(store, (lambda: embedding) if embedding is not None else get_process_embedding)
+        return factory(store, (lambda: embedding) if embedding is not None else _process_embedding)
     except ImportError as exc:
         raise StrategyUnavailableError(f"strategy {name!r} is not available in this installation: {exc}") from exc
