@@ -138,7 +138,9 @@ def _read_state(state_file: Path) -> dict[str, Any] | None:
         state = json.loads(state_file.read_text())
     except (OSError, ValueError):
         return None
-    return state if isinstance(state, dict) and _pid_alive(int(state.get("pid", 0))) else None
+    if not isinstance(state, dict) or not isinstance(state.get("pid"), int):
+        return None
+    return state if _pid_alive(state["pid"]) else None
 
 
 @dataclass(frozen=True)
@@ -244,9 +246,10 @@ def _spawn_keeper(target: Path, idle_timeout: float, log_file: Path) -> subproce
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True, **options)
 
 
-def stop(data_dir: Path | None = None, *, force: bool = False, timeout: float = 30.0) -> ServerStatus:
+def stop(data_dir: Path | None = None, *, force: bool = False, timeout: float = 120.0) -> ServerStatus:
     """End the keeper (the server stops unless a script's ``connect()`` still holds it; with
-    ``force`` it stops anyway, ``pg_ctl stop -m fast``) and return the status afterwards."""
+    ``force`` it stops anyway, ``pg_ctl stop -m fast``) and return the status afterwards.
+    Waits up to ``timeout`` seconds for the keeper, which waits for PostgreSQL's shutdown."""
     target = data_dir or default_data_dir()
     state = _read_state(_files(target)[0])
     deadline = time.monotonic() + timeout
