@@ -169,7 +169,7 @@ class ServerStatus:
 
 def status(data_dir: Path | None = None) -> ServerStatus:
     """The embedded server's state in ``data_dir`` (default: the user data directory); starts nothing."""
-    target = data_dir or default_data_dir()
+    target = (data_dir or default_data_dir()).expanduser().resolve()
     try:
         version: str | None = (target / "PG_VERSION").read_text().strip()
     except OSError:
@@ -250,7 +250,7 @@ def stop(data_dir: Path | None = None, *, force: bool = False, timeout: float = 
     """End the keeper (the server stops unless a script's ``connect()`` still holds it; with
     ``force`` it stops anyway, ``pg_ctl stop -m fast``) and return the status afterwards.
     Waits up to ``timeout`` seconds for the keeper, which waits for PostgreSQL's shutdown."""
-    target = data_dir or default_data_dir()
+    target = (data_dir or default_data_dir()).expanduser().resolve()
     state = _read_state(_files(target)[0])
     deadline = time.monotonic() + timeout
     if state is not None:
