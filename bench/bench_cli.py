@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -46,12 +47,17 @@ class Runner:
     def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
         self.name, self.root = name, root
         self.env = {**env, "PYTHONPATH": str(root)}
+        self.last_cpu = 0.0
 
     def run(self, *args: str, check: bool = True) -> float:
+        """Run ``tnsrag ARGS``; return its wall time and record its CPU time in ``last_cpu``."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", _CLI, *args], cwd=self.root, env=self.env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         elapsed = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.last_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if check and done.returncode != 0:
             raise SystemExit(f"{self.name}: tnsrag {' '.join(args)} failed:\n{done.stderr}")
         return elapsed
@@ -65,6 +71,10 @@ def _stats(times: list[float]) -> str:
     ordered = sorted(times)
     p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
     return f"{statistics.median(times) * 1000:7.0f} ms (p90 {p90 * 1000:5.0f})"
+
+
+def _ms(times: list[float]) -> str:
+    return f"{statistics.median(times) * 1000:.0f} ms"
 
 
 def _floor(env: dict[str, str]) -> float:
@@ -88,12 +98,14 @@ def main() -> None:
     for r in runners:
         print(f"{r.name}: tnsrag_db from {r.module_file()}")
     results: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
 
     def timed(label: str, each: Callable[[Runner], float], runs: int) -> None:
         for n in range(runs):
             order = runners if n % 2 == 0 else runners[::-1]  # rotate so neither always goes first
             for r in order:
                 results.setdefault((label, r.name), []).append(each(r))
+                cpu.setdefault((label, r.name), []).append(r.last_cpu)
             results.setdefault((label, "python -c pass"), []).append(_floor(env))
 
     def stop_server() -> None:
@@ -116,16 +128,18 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
 
     labels = list(dict.fromkeys(label for label, _ in results))
-    header = f"{'command':32} {'new':>24}" + (f" {'old':>24} {'new/old':>8}" if args.baseline else "")
-    print(f"\nwhole-process wall time, median (p90) over the runs; interpreter floor `python -c pass` "
+    header = (f"{'command':32} {'new':>24} {'cpu':>7}"
+              + (f" {'old':>24} {'cpu':>7} {'new/old':>8}" if args.baseline else ""))
+    print(f"\nwhole-process wall time, median (p90) over the runs, and the median CPU time (user + sys)"
+          f" of the process (less sensitive to other load); interpreter floor `python -c pass` "
           f"{statistics.median(results[(labels[0], 'python -c pass')]) * 1000:.0f} ms")
     print(header)
     print("-" * len(header))
     for label in labels:
-        row = f"{label:32} {_stats(results[(label, 'new')]):>24}"
+        row = f"{label:32} {_stats(results[(label, 'new')]):>24} {_ms(cpu[(label, 'new')]):>7}"
         if args.baseline:
             ratio = statistics.median(results[(label, "new")]) / statistics.median(results[(label, "old")])
-            row += f" {_stats(results[(label, 'old')]):>24} {ratio:8.2f}"
+            row += f" {_stats(results[(label, 'old')]):>24} {_ms(cpu[(label, 'old')]):>7} {ratio:8.2f}"
         print(row)
 
 

