@@ -60,7 +60,7 @@ def _private_user_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator
             os.environ["XDG_DATA_HOME"] = previous
         from tnsrag_db.store import server
 
-        server.stop(home / "tnsrag_db" / "pg18", force=True)
+        server.stop(home / "tnsrag_db" / "pg18")  # a server this process holds stops at its exit
 
 
 def _conninfo(url: URL) -> str:
