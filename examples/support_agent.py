@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-from tnsrag_db import connect
+from tnsrag_db import Store, connect
 from tnsrag_db.declarative import (
     OnFailure,
     RetrievalResult,
@@ -83,9 +83,11 @@ class SupportAgent:
         return [doc.metadata["entryId"] for doc in retrieved.documents]
 
 
-def main(keep: bool = False) -> None:
-    with connect(corpus=CORPUS) as store:  # the embedded database, this example's corpus
-        bind_store(SupportAgent, store)
+def main(keep: bool = False, store: Store | None = None) -> None:
+    """Run the role on ``store``'s database (default: the embedded one), in the corpus CORPUS,
+    and drop that corpus afterwards unless ``keep``."""
+    with connect(corpus=CORPUS) if store is None else store.with_corpus(CORPUS) as own:
+        bind_store(SupportAgent, own)
         try:
             agent = SupportAgent()
             print(agent.answer("How do I get my money back for a damaged item?"))
@@ -98,7 +100,7 @@ def main(keep: bool = False) -> None:
                 print("sections:", agent.section_with_context("reset password link expired"))
         finally:
             if not keep:
-                store.drop_corpus()
+                own.drop_corpus()
 
 
 if __name__ == "__main__":
