@@ -112,9 +112,20 @@ def check(url: str | None, schema: str, as_json: bool) -> None:
 @click.option("--schema", default="tnsrag", show_default=True, help="PostgreSQL schema for the tables.")
 @click.option("--range", "revision_range", default="base:head", show_default=True,
               help="Revisions as FROM:TO (a downgrade when TO is older).")
-def sql(schema: str, revision_range: str) -> None:
+@click.option("--citus", is_flag=True,
+              help="Instead: the script that distributes the migrated tables by corpus on a Citus coordinator.")
+def sql(schema: str, revision_range: str, citus: bool) -> None:
     """Print the SQL of a migration without connecting (for review or a DBA).
 
-    Example: tnsrag db sql --range base:head > upgrade.sql
+    With --citus, print the script an operator runs on a Citus coordinator after the
+    migrations: every table hash-distributed by corpus and co-located (see README,
+    "Scale out with Citus").
+
+    Example: tnsrag db sql --range base:head > upgrade.sql; tnsrag db sql --citus > citus.sql
     """
+    if citus:
+        from tnsrag_db.store.citus import citus_script
+
+        click.echo(citus_script(schema=schema), nl=False)
+        return
     click.echo(migrate.offline_sql(schema=schema, revision_range=revision_range), nl=False)

@@ -16,6 +16,7 @@ import click
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.errors import ConfigurationError, InvalidEntryError
 from tnsrag_db.store.store import connect
+from tnsrag_db.strategies.explain import explain_with
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db.types import MemoryTier, RAGContext
 
@@ -133,17 +134,26 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
 @click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
               help="Exact metadata filter, e.g. tier=SEMANTIC (repeatable; all must match).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--explain", "explain", is_flag=True,
+              help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")
 @handle_errors
 def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, top_k: int, min_score: float,
-          filters: tuple[str, ...], as_json: bool) -> None:
+          filters: tuple[str, ...], as_json: bool, explain: bool) -> None:
     """Retrieve the best entries for TEXT with one of the strategies.
 
     Example: tnsrag query "how do agents share memory" --strategy hybrid --top-k 3 --filter tier=SEMANTIC
+
+    Example: tnsrag query "TAN-5326" --strategy keyword --explain
     """
     context = RAGContext(top_k, min_score, _pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
         chosen = build_strategy(strategy, store)
         started = time.perf_counter()
+        if explain:
+            explained = explain_with(chosen, text, context)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            emit({**explained.to_dict(), "milliseconds": round(elapsed_ms, 2)}, as_json, explained.to_text())
+            return
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
     if as_json:

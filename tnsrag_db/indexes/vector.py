@@ -52,6 +52,7 @@ from tnsrag_db.errors import ConfigurationError, EmbeddingValidationError, Valid
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
+from tnsrag_db.strategies.explain import CosineExplanation, SearchPlan
 from tnsrag_db.types import MemoryEntry, validate_filters
 
 __all__ = [
@@ -526,8 +527,8 @@ class VectorMemoryStore:
             return None
         name = hnsw_index_name(space.space_id)
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
-            if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE space_id = :s"),
-                            {"s": space.space_id}).first() is None:
+            if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE corpus = :c AND space_id = :s"),
+                            {"c": corpus, "s": space.space_id}).first() is None:
                 return None  # the corpus was dropped meanwhile
             if not self._index_state(conn, name):
                 n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
@@ -557,8 +558,9 @@ class VectorMemoryStore:
                 # whoever holds it).
                 conn.execute(sa.text("ANALYZE (SKIP_LOCKED) embeddings"))
             conn.execute(sa.text(
-                "UPDATE embedding_spaces SET index_name = :name WHERE space_id = :s AND index_name IS DISTINCT FROM :name"),
-                {"name": name, "s": space.space_id})
+                "UPDATE embedding_spaces SET index_name = :name WHERE corpus = :c AND space_id = :s "
+                "AND index_name IS DISTINCT FROM :name"),
+                {"name": name, "c": corpus, "s": space.space_id})
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, name)
         return name
 
@@ -578,8 +580,8 @@ class VectorMemoryStore:
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
             existed = self._index_state(conn, name) is not None
             # Queries stop planning for the index first, then it goes.
-            conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE space_id = :s"),
-                         {"s": space.space_id})
+            conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s"),
+                         {"c": self._store.corpus, "s": space.space_id})
             conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, None)
         return existed
@@ -621,8 +623,17 @@ class VectorMemoryStore:
         space = self._space_for_query(int(vec.shape[0]))
         return self._ranking_sql(space, vec, k, filters, min_score, p)
 
+    def _ef_for(self, k: int, filtered: bool) -> int:
+        """``hnsw.ef_search`` of a top-``k`` query (filtered queries search wider)."""
+        return min(_MAX_EF_SEARCH, max(self._ef_search, k, (2 * k if filtered else 0),
+                                       (_FILTERED_MIN_EF if filtered else 0)))
+
     def _ranking_sql(self, space: _Space | None, vec: npt.NDArray[np.float32], k: int,
-                     filters: Mapping[str, str] | None, min_score: float, p: str) -> tuple[str, dict[str, Any]]:
+                     filters: Mapping[str, str] | None, min_score: float, p: str,
+                     plan: bool = False) -> tuple[str, dict[str, Any]]:
+        """The ranking statement; with ``plan``, for an indexed space with a non-zero query
+        vector, the statement that reports its path instead: ``n`` (matches counted, NULL
+        unfiltered) and ``ok`` (HNSW returned enough rows), from the same CTEs."""
         if space is None:
             return "SELECT NULL::text AS entry_id, NULL::float8 AS score WHERE false", {}
         predicate, params = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f")
@@ -651,8 +662,7 @@ class VectorMemoryStore:
         if space.index_name is None:
             return (f"SELECT entry_id, score FROM ({exact}) {p}_r WHERE score >= :{p}_min "
                     f"ORDER BY score DESC, entry_id", params)
-        ef = min(_MAX_EF_SEARCH, max(self._ef_search, k, (2 * k if filtered else 0),
-                                     (_FILTERED_MIN_EF if filtered else 0)))
+        ef = self._ef_for(k, filtered)
         # The settings are applied inside the InitPlan that yields the query vector, which
         # runs before the index scan starts; the index matches the typed expression.
         qv = (f"(SELECT CASE WHEN set_config('hnsw.ef_search', '{ef}', true) IS NULL "
@@ -698,6 +708,9 @@ class VectorMemoryStore:
         # Exactly one branch yields rows: the small exact scan (few matches), the HNSW rows
         # (enough of them), or the full exact scan (HNSW fell short).
         fallback = f"SELECT entry_id, score FROM ({exact}) {p}_xx WHERE NOT ({ok}){gate}"
+        if plan:
+            counted = f"(SELECT n FROM {p}_n)" if filtered else "NULL::bigint"
+            return f"WITH {', '.join(ctes)} SELECT {counted} AS n, {ok} AS ok", params
         branches = [f"SELECT entry_id, {_SCORE.format(d='d')} AS score FROM {p}_h WHERE {ok}", fallback]
         if small:
             branches.append(f"SELECT entry_id, score FROM ({small}) {p}_s")
@@ -716,12 +729,13 @@ class VectorMemoryStore:
         ranking = self._query_ranking(query, k, filters, min_score)
         if ranking is None:
             return []
-        sql, params = ranking
+        sql, params = ranking[:2]
         return [(r.entry_id, float(r.score)) for r in self._store.read(sql, params)]
 
     def _query_ranking(self, query: str, k: int, filters: Mapping[str, str] | None,
-                       min_score: float) -> tuple[str, dict[str, Any]] | None:
-        """Validate a text query and build its ranking SQL; None when the space does not exist yet."""
+                       min_score: float) -> tuple[str, dict[str, Any], _Space, npt.NDArray[np.float32]] | None:
+        """Validate a text query and build its ranking SQL (with the space and the query
+        vector); None when the space does not exist yet."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
         k = _check_k(k)
@@ -731,7 +745,21 @@ class VectorMemoryStore:
         space = self._space_for_query(int(vec.shape[0]))
         if space is None:
             return None
-        return self._ranking_sql(space, vec, k, filters, min_score, "v")
+        return (*self._ranking_sql(space, vec, k, filters, min_score, "v"), space, vec)
+
+    def rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                       min_score: float = 0.0,
+                       columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
+        """The statement :meth:`search_rows` runs, with the query vector; None when the space
+        does not exist yet (then there is nothing to find)."""
+        ranking = self._query_ranking(query, k, filters, min_score)
+        if ranking is None:
+            return None
+        sql, params, _, vec = ranking
+        cols = f"{columns}, " if columns else "e.id AS entry_id, "
+        stmt = (f"WITH r AS ({sql}) SELECT {cols}r.score FROM r JOIN entries e ON e.corpus = :v_c "
+                f"AND e.id = r.entry_id ORDER BY r.score DESC, e.id")
+        return stmt, params, vec
 
     def search_rows(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                     min_score: float = 0.0, columns: str = "") -> list[Any]:
@@ -740,11 +768,54 @@ class VectorMemoryStore:
         Each row has ``score`` plus ``columns`` (entry columns on alias ``e``, a code
         constant such as :data:`tnsrag_db.strategies.base.ENTRY_COLUMNS`).
         """
-        ranking = self._query_ranking(query, k, filters, min_score)
-        if ranking is None:
+        statement = self.rows_statement(query, k, filters=filters, min_score=min_score, columns=columns)
+        if statement is None:
             return []
-        sql, params = ranking
-        cols = f"{columns}, " if columns else "e.id AS entry_id, "
-        stmt = (f"WITH r AS ({sql}) SELECT {cols}r.score FROM r JOIN entries e ON e.corpus = :v_c "
-                f"AND e.id = r.entry_id ORDER BY r.score DESC, e.id")
-        return self._store.read(stmt, params)
+        return self._store.read(statement[0], statement[1])
+
+    # -- explanations -----------------------------------------------------------------
+    def space_of(self, query_vector: npt.NDArray[np.float32]) -> tuple[int, int] | None:
+        """``(space_id, dimension)`` of the space a query vector searches; None before the first write."""
+        space = self._space_for_query(int(query_vector.shape[0]))
+        return None if space is None else (space.space_id, space.dimension)
+
+    def explain_cosine(self, query_vector: npt.NDArray[np.float32], score: float) -> CosineExplanation:
+        """The :class:`CosineExplanation` of a score this store's search returned for ``query_vector``."""
+        space = self.space_of(query_vector)
+        dim = int(query_vector.shape[0])
+        return CosineExplanation(score, score, self._embedding.name, dim, None if space is None else space[0])
+
+    def explain_plan(self, conn: Connection, query_vector: npt.NDArray[np.float32], k: int, *,
+                     filters: Mapping[str, str] | None = None, min_score: float = 0.0,
+                     stream: str = "vector") -> SearchPlan:
+        """Which path the ranking statement for ``query_vector`` takes (see the module docstring):
+        exact scan or HNSW iterative scan, the matches it counted and whether the exact
+        fallback answered. For an indexed space this runs the statement's own path-choosing
+        part on ``conn`` (run it in the transaction that ranked: same snapshot, same answer)."""
+        k = _check_k(k)
+        min_score = _check_min_score(min_score)
+        filtered = bool(validate_filters(filters))
+        vec = self._validate_rows([query_vector], 1)[0]  # type: ignore[list-item]
+        space = self._space_for_query(int(vec.shape[0]))
+        if space is None:
+            return SearchPlan(stream, "none", filtered, detail="no embedding space yet: nothing to search")
+        if not np.any(vec):
+            return SearchPlan(stream, "exact", filtered, space.index_name,
+                              detail="zero query vector: every entry scores 0 (ties by entry id)")
+        if space.index_name is None:
+            return SearchPlan(stream, "exact", filtered, None, detail="no HNSW index in this space: exact scan")
+        sql, params = self._ranking_sql(space, vec, k, filters, min_score, "v", plan=True)
+        row = conn.execute(sa.text(sql), params).one()
+        ef = self._ef_for(k, filtered)
+        t = self._exact_threshold
+        if filtered:
+            n = int(row.n)
+            if n <= t:
+                return SearchPlan(stream, "exact", True, space.index_name, n, t,
+                                  detail=f"{n} matching entries (at most {t}): exact scan of them")
+            return SearchPlan(stream, "hnsw", True, space.index_name, n, t, not bool(row.ok), ef,
+                              detail="HNSW strict-order iterative scan, filter checked per row"
+                              + ("; too few rows, exact scan answered" if not row.ok else ""))
+        return SearchPlan(stream, "hnsw", False, space.index_name, None, None, not bool(row.ok), ef,
+                          detail="HNSW strict-order iterative scan"
+                          + ("; too few rows, exact scan answered" if not row.ok else ""))

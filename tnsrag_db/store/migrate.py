@@ -98,6 +98,9 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head") -> None:
     try:
         with engine.connect() as conn:
             command.upgrade(_config(schema, conn), revision)
+            # Set up before the migration changed the schema (the vector type, the stage
+            # tables): never hand this connection to the pool's next user.
+            conn.invalidate()
     except Exception as exc:
         raise MigrationError(f"upgrade of schema {schema!r} to {revision} failed: {exc}") from exc
 
@@ -109,6 +112,9 @@ def downgrade(engine: Engine, *, schema: str, revision: str = "base") -> None:
     try:
         with engine.connect() as conn:
             command.downgrade(_config(schema, conn), revision)
+            # Set up before the migration changed the schema (the vector type, the stage
+            # tables): never hand this connection to the pool's next user.
+            conn.invalidate()
     except Exception as exc:
         raise MigrationError(f"downgrade of schema {schema!r} to {revision} failed: {exc}") from exc
 
