@@ -1,4 +1,8 @@
-"""``tnsrag query``: retrieve with one of the strategies (``tnsrag ingest`` lives in :mod:`tnsrag_db.cli.ingest`)."""
+"""``tnsrag query``: retrieve with one of the strategies (``tnsrag ingest`` lives in :mod:`tnsrag_db.cli.ingest`).
+
+What only vector and hybrid search need (the embedding provider, which loads numpy) is
+imported inside the command, so a keyword query process does not pay for it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import time
 import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db.store.store import connect
 from tnsrag_db.strategies.explain import explain_with
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
@@ -54,10 +57,12 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     """
     context = RAGContext(top_k, min_score, _pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        from tnsrag_db.indexes.spaces import query_embedding
-
         # Only vector and hybrid search embed the query; the others never load a model.
-        embedder = query_embedding(store, embedding) if strategy in ("vector", "hybrid") else HashingEmbedding()
+        embedder = None
+        if strategy in ("vector", "hybrid"):
+            from tnsrag_db.indexes.spaces import query_embedding
+
+            embedder = query_embedding(store, embedding)
         chosen = build_strategy(strategy, store, embedding=embedder)
         started = time.perf_counter()
         if explain:

@@ -8,19 +8,24 @@ migrate a database without the source tree.
 from __future__ import annotations
 
 import io
+import re
 import zlib
 from contextlib import redirect_stdout
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db.errors import MigrationError, SchemaNotReadyError
 from tnsrag_db.store.engine import validate_schema_name
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic is imported inside the functions that need it: opening a store on a schema that
+# is already at head (every CLI query) checks the version with one SELECT, no alembic.
 
 __all__ = [
     "advisory_lock_key",
@@ -30,6 +35,8 @@ __all__ = [
     "downgrade",
     "ensure_at_head",
     "head_revision",
+    "is_at_head",
+    "shipped_head",
     "migrations_dir",
     "offline_sql",
     "upgrade",
@@ -63,6 +70,8 @@ def bootstrap_statements(schema: str) -> list[str]:
 
 
 def _config(schema: str, connection: Connection | None = None, url: str | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["tnsrag_schema"] = validate_schema_name(schema)
@@ -75,6 +84,8 @@ def _config(schema: str, connection: Connection | None = None, url: str | None =
 
 def head_revision() -> str:
     """The newest revision this installation ships."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_config("tnsrag")).get_current_head()
     assert head is not None
     return head
@@ -82,6 +93,8 @@ def head_revision() -> str:
 
 def upgrade(engine: Engine, *, schema: str, revision: str = "head") -> None:
     """Migrate ``schema`` up to ``revision`` under the advisory lock; raises :class:`MigrationError`."""
+    from alembic import command
+
     try:
         with engine.connect() as conn:
             command.upgrade(_config(schema, conn), revision)
@@ -94,6 +107,8 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head") -> None:
 
 def downgrade(engine: Engine, *, schema: str, revision: str = "base") -> None:
     """Migrate ``schema`` down to ``revision`` (default: remove every table) under the lock."""
+    from alembic import command
+
     try:
         with engine.connect() as conn:
             command.downgrade(_config(schema, conn), revision)
@@ -106,6 +121,8 @@ def downgrade(engine: Engine, *, schema: str, revision: str = "base") -> None:
 
 def current_revision(engine: Engine, *, schema: str) -> str | None:
     """The revision ``schema`` is at, or None for an unmigrated database."""
+    from alembic.runtime.migration import MigrationContext
+
     validate_schema_name(schema)
     with engine.connect() as conn:
         exists = conn.execute(
@@ -117,8 +134,51 @@ def current_revision(engine: Engine, *, schema: str) -> str | None:
         return ctx.get_current_revision()
 
 
+_REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", re.M)
+_DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
+
+
+@lru_cache(maxsize=1)
+def shipped_head() -> str | None:
+    """This installation's head revision read from the revision files without alembic, or None
+    when they are not a plain linear chain of literal ``revision``/``down_revision`` strings
+    (callers then ask alembic; a test checks both agree)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (migrations_dir() / "versions").glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        rev, down = _REVISION_RE.search(source), _DOWN_REVISION_RE.search(source)
+        if rev is None and down is None:
+            continue  # __init__.py and helpers
+        if rev is None or down is None:
+            return None
+        revisions.add(rev.group(1))
+        if down.group(2) is not None:
+            parents.add(down.group(2))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def is_at_head(engine: Engine, *, schema: str) -> bool:
+    """True when ``schema`` is at this release's head, checked with one query and no alembic
+    (False also when that cannot be decided cheaply: callers then take the full alembic path)."""
+    head = shipped_head()
+    if head is None:
+        return False
+    validate_schema_name(schema)
+    with engine.connect() as conn:
+        if not conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
+                            {"t": f"{schema}.alembic_version"}).scalar_one():
+            return False
+        # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
+        versions = conn.execute(text(f"SELECT version_num FROM {schema}.alembic_version")).scalars().all()
+    return list(versions) == [head]
+
+
 def ensure_at_head(engine: Engine, *, schema: str) -> None:
     """Raise :class:`SchemaNotReadyError` unless ``schema`` is migrated to this release's head."""
+    if is_at_head(engine, schema=schema):
+        return
     current = current_revision(engine, schema=schema)
     head = head_revision()
     if current != head:
@@ -132,6 +192,7 @@ def ensure_at_head(engine: Engine, *, schema: str) -> None:
 def check(engine: Engine, *, schema: str) -> list[str]:
     """Compare the declared tables with the migrated database; return the differences (empty = none)."""
     from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
 
     from tnsrag_db.store.schema import metadata
 
@@ -155,6 +216,8 @@ def _not_version_table(name: str | None, type_: str, _parent: object) -> bool:
 
 def offline_sql(*, schema: str, revision_range: str = "base:head", url: str = "postgresql+psycopg://") -> str:
     """The SQL an upgrade (``a:b``) or downgrade (``b:a`` with a downgrade target) would run, as text."""
+    from alembic import command
+
     cfg = _config(schema, url=url)
     out = io.StringIO()
     cfg.output_buffer = out
@@ -168,6 +231,8 @@ def offline_sql(*, schema: str, revision_range: str = "base:head", url: str = "p
 
 
 def _is_downgrade(start: str, end: str) -> bool:
+    from alembic.script import ScriptDirectory
+
     order = ["base"] + [s.revision for s in reversed(list(ScriptDirectory.from_config(_config("tnsrag")).walk_revisions()))]
     resolve = {"head": order[-1]}
     try:

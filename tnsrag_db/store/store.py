@@ -780,8 +780,9 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
     engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
     try:
         if auto_migrate or (auto_migrate is None and embedded):
-            migrate.upgrade(engine, schema=schema)
-            engine.dispose()  # connections opened before the extension existed lack the vector type
+            if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
+                migrate.upgrade(engine, schema=schema)
+                engine.dispose()  # connections opened before the extension existed lack the vector type
         else:
             migrate.ensure_at_head(engine, schema=schema)
     except TnsragError:
