@@ -19,6 +19,7 @@ from tnsrag_db.declarative import (
 from tnsrag_db.embeddings import EmbeddingFunction, HashingEmbedding, ValidatingEmbedding
 from tnsrag_db.errors import (
     ConfigurationError,
+    CorpusNotFoundError,
     DanglingReferenceError,
     DatabaseError,
     EmbeddingValidationError,
@@ -71,6 +72,7 @@ __all__ = [
     "BM25Index",
     "CancellationToken",
     "ConfigurationError",
+    "CorpusNotFoundError",
     "DanglingReferenceError",
     "DatabaseError",
     "Edge",

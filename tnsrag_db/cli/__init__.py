@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from tnsrag_db.cli._common import main_group
+from tnsrag_db.cli.corpora import corpora, delete, drop, export, stats
 from tnsrag_db.cli.db import db
 from tnsrag_db.cli.retrieve import ingest, query
 
@@ -17,6 +18,8 @@ __all__ = ["main"]
 main_group.add_command(db)
 main_group.add_command(ingest)
 main_group.add_command(query)
+for _command in (corpora, stats, delete, drop, export):
+    main_group.add_command(_command)
 try:
     from tnsrag_db.cli.graph import graph
 

@@ -662,6 +662,14 @@ class Store:
         """Delete one entry with its postings, embeddings and edges. True when it existed."""
         return self._delete("e.id = :id", {"id": entry_id}) == 1
 
+    def delete_many(self, entry_ids: Sequence[str]) -> int:
+        """Delete these entries (with postings, embeddings and edges) in one transaction;
+        returns how many existed."""
+        ids = list(entry_ids)
+        if not ids:
+            return 0
+        return self._delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
+
     def delete_where(self, filters: Mapping[str, str]) -> int:
         """Delete every entry matching ``filters`` (exact-match, as in retrieval); returns how many.
 
