@@ -63,22 +63,32 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
 
     Example: tnsrag ingest docs/ notes.md --tier SEMANTIC --meta tenant=acme
     """
+    from tnsrag_db.indexes.graph import GraphStore
     from tnsrag_db.indexes.vector import VectorMemoryStore
 
     targets = list(paths) + ([sample_corpus_path()] if sample else [])
     if not targets:
         raise click.UsageError("give at least one PATH, or --sample")
     extra = _pairs(meta, "--meta")
+    loader = FileLoader(*targets, tier=tier)
     try:
-        loaded = list(FileLoader(*targets, tier=tier).load())
+        loaded = list(loader.load())
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
+    edges = loader.edges  # from JSONL records (tnsrag export files), written with the entries
     entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra}) for e in loaded]
     if not entries:
         raise InvalidEntryError("no entries found in the given paths")
     started = time.perf_counter()
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
         vectors = VectorMemoryStore(store, get_process_embedding())
+        graph = GraphStore(store)
+
+        def write_edges(conn: Any) -> None:
+            # In the entries' transaction: an edge to an entry neither in the files nor in
+            # the corpus rolls everything back.
+            graph.write_edges(conn, edges)
+
         index_bar: tqdm[Any] | None = None
 
         def index_advance(phase: str, done: int, total: int) -> None:
@@ -103,15 +113,17 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
 
             try:
                 counts = vectors.add_all(entries, batch_size=batch_size, progress=advance,
-                                         index_progress=index_advance)
+                                         index_progress=index_advance, check=write_edges if edges else None)
             finally:
                 if index_bar is not None:
                     index_bar.close()
     elapsed = time.perf_counter() - started
     emit({"corpus": corpus, "files": len(targets), "entries": len(entries), "inserted": counts.inserted,
-          "updated": counts.updated, "unchanged": counts.unchanged, "seconds": round(elapsed, 3)}, as_json,
+          "updated": counts.updated, "unchanged": counts.unchanged, "edges": len(edges),
+          "seconds": round(elapsed, 3)}, as_json,
          f"{len(entries)} entries from {len(targets)} path(s) into corpus {corpus!r}: "
-         f"{counts.inserted} inserted, {counts.updated} updated, {counts.unchanged} unchanged ({elapsed:.1f} s)")
+         f"{counts.inserted} inserted, {counts.updated} updated, {counts.unchanged} unchanged"
+         + (f", {len(edges)} edges" if edges else "") + f" ({elapsed:.1f} s)")
 
 
 @click.command()
@@ -129,20 +141,30 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
           filters: tuple[str, ...], as_json: bool) -> None:
     """Retrieve the best entries for TEXT with one of the strategies.
 
+    TEXT must not be blank. A corpus that does not exist is an error (exit 1) naming
+    the corpora that do; when a --filter matches no entry, a note on stderr says which
+    and what values its key takes. --json prints each result with id, score, content,
+    source and metadata at top level (a shape kept stable across versions).
+
     Example: tnsrag query "how do agents share memory" --strategy hybrid --top-k 3 --filter tier=SEMANTIC
     """
+    from tnsrag_db.admin import empty_filter_notes, require_corpus
+    from tnsrag_db.cli._render import render_text, result_json
+    from tnsrag_db.strategies.base import check_query
+
+    check_query(text)
     context = RAGContext(top_k, min_score, _pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+        require_corpus(store)  # reads only: a query never creates a corpus
         chosen = build_strategy(strategy, store)
         started = time.perf_counter()
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
+        notes = empty_filter_notes(store, context.metadata_filters) if not documents else []
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if as_json:
         emit({"query": text, "strategy": chosen.name, "milliseconds": round(elapsed_ms, 2),
-              "results": [{"rank": n, "score": d.score, "source": d.source, "content": d.content,
-                           "metadata": dict(d.metadata)} for n, d in enumerate(documents, 1)]}, True)
+              "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
         return
-    click.echo(f"{chosen.name}: {len(documents)} result(s) in {elapsed_ms:.1f} ms")
-    for n, d in enumerate(documents, 1):
-        click.echo(f"[{n}] {d.score:.4f}  {d.metadata.get('entryId', '')}  ({d.metadata.get('tier', '')})")
-        click.echo(f"    {d.content[:200]}")
+    click.echo(render_text(chosen.name, documents, elapsed_ms))
