@@ -306,6 +306,9 @@ def test_export_of_a_missing_corpus_leaves_no_file(db_url: URL, tmp_path: Path) 
     res = _cli(db_url, "export", "--corpus", f"ghost_{uuid.uuid4().hex[:6]}", "-o", str(target))
     assert res.exit_code == 1 and "does not exist" in res.stderr
     assert list(tmp_path.iterdir()) == []
+    res = _cli(db_url, "export", "-o", str(tmp_path / "no" / "such" / "dir.jsonl"))
+    assert res.exit_code == 1 and "dir.jsonl" in res.stderr and "No such file or directory" in res.stderr
+    assert "Traceback" not in res.output
 
 
 # -- empty answers -------------------------------------------------------------------------

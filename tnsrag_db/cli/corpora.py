@@ -227,7 +227,10 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, as_js
             to_stderr = True
         else:
             # A temporary file beside the target, renamed over it once complete.
-            fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent or Path("."))
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent or Path("."))
+            except OSError as exc:
+                raise click.FileError(str(output), hint=exc.strerror or str(exc)) from None
             try:
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                     counts = export_corpus(store, fh)
