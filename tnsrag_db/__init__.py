@@ -33,6 +33,7 @@ if _typing.TYPE_CHECKING:
     )
     from tnsrag_db.errors import (
         ConfigurationError,
+        CorpusNotFoundError,
         DanglingReferenceError,
         DatabaseError,
         EmbeddingValidationError,
@@ -109,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "BM25TermScore": "tnsrag_db.strategies.explain",
     "CancellationToken": "tnsrag_db.expansion",
     "ConfigurationError": "tnsrag_db.errors",
+    "CorpusNotFoundError": "tnsrag_db.errors",
     "CosineExplanation": "tnsrag_db.strategies.explain",
     "DanglingReferenceError": "tnsrag_db.errors",
     "DatabaseError": "tnsrag_db.errors",
@@ -199,6 +201,7 @@ __all__ = [
     "BM25TermScore",
     "CancellationToken",
     "ConfigurationError",
+    "CorpusNotFoundError",
     "CosineExplanation",
     "DanglingReferenceError",
     "DatabaseError",

@@ -4,6 +4,7 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
 
     TnsragError
     ├── ConfigurationError           bad construction or set-up (never retried)
+    │   ├── CorpusNotFoundError      a named corpus does not exist in the schema
     │   ├── HierarchyError           duplicate ids, missing parents, cycles
     │   └── ProviderConfigurationError  zero/many embedding providers, bad entry point
     ├── ValidationError (ValueError) bad input values; nothing was written
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ConfigurationError",
+    "CorpusNotFoundError",
     "DanglingReferenceError",
     "DatabaseError",
     "EmbeddingValidationError",
@@ -66,6 +68,17 @@ class TnsragError(Exception):
 
 class ConfigurationError(TnsragError):
     """A component was constructed or configured incorrectly."""
+
+
+class CorpusNotFoundError(ConfigurationError):
+    """A corpus named for reading or removal does not exist; the message lists those that do."""
+
+    def __init__(self, message: str, *, corpus: str, existing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        #: The corpus that was asked for.
+        self.corpus = corpus
+        #: The corpora of the schema, sorted.
+        self.existing = existing
 
 
 class HierarchyError(ConfigurationError):

@@ -20,11 +20,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from tnsrag_db.chunking import Chunker
 from tnsrag_db.errors import ConfigurationError, InvalidEntryError
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db.types import MemoryEntry, MemoryTier, parse_instant
+
+if TYPE_CHECKING:
+    from tnsrag_db.indexes.graph import Edge
 
 __all__ = ["FileLoader", "SkippedFile", "SourceLoader", "file_format"]
 
@@ -181,8 +184,10 @@ class FileLoader:
     * Source code (``.py``, ``.js``, ``.go``, ... see ``_LANGUAGES``): chunks that begin at
       top-level definitions and break at blank lines, lines kept; metadata ``language``.
     * JSONL: one object per non-blank line with ``content`` (or ``text``) and optional
-      ``id`` (default ``path#line``), ``tier``, ``source``, ``parentId``, ``timestamp`` and
-      ``metadata`` (str to str).
+      ``id`` (default ``path#line``), ``tier``, ``source`` (default the path; ``null``
+      means none), ``parentId``, ``timestamp`` (ISO-8601 with a zone), ``metadata`` (str to
+      str) and ``edges`` (outgoing: ``[{"dst", "relation", "weight", "source"}]``, returned
+      by :attr:`edges`): the export format of ``tnsrag export``, read back exactly.
 
     ``chunker`` sizes the chunks (default: :class:`~tnsrag_db.chunking.Chunker` of 1,000
     characters). ``encoding`` forces one text encoding instead of detecting it. Files that
@@ -223,6 +228,7 @@ class FileLoader:
         self.skipped: list[SkippedFile] = []
         #: Number of files the last :meth:`load` read entries from.
         self.files_read = 0
+        self._edges: list[Edge] = []
 
     @property
     def name(self) -> str:
@@ -233,6 +239,12 @@ class FileLoader:
     def patterns(self) -> tuple[str, ...]:
         """The patterns as given."""
         return self._patterns
+
+    @property
+    def edges(self) -> tuple[Edge, ...]:
+        """The edges the JSONL records of the last :meth:`load` carried (``"edges"`` field),
+        complete once that load has been consumed."""
+        return tuple(self._edges)
 
     @property
     def id_prefix(self) -> str:
@@ -302,6 +314,7 @@ class FileLoader:
         found, skipped = self._scan()
         self.skipped = skipped
         self.files_read = 0
+        self._edges = []
         for number, (path, rel, explicit, shown) in enumerate(found, start=1):
             if progress is not None and number > 1:
                 progress(number - 1, len(found))
@@ -455,6 +468,10 @@ class FileLoader:
             yield self._entry(f"{rel}#{index}", chunk, rel, metadata)
 
     def _jsonl(self, rel: str, text: str) -> Iterator[MemoryEntry]:
+        # The record format is the export format of tnsrag_db.admin (see its docstring):
+        # a present "source": null stays None, "timestamp" is the entry's timestamp, and
+        # "edges" (outgoing, {"dst", "relation", "weight", "source"}) are collected for
+        # the caller in self.edges.
         for lineno, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -471,14 +488,44 @@ class FileLoader:
             metadata = obj.get("metadata") or {}
             if not isinstance(metadata, dict):
                 raise InvalidEntryError(f"{where}: 'metadata' must be an object of strings")
+            stamp = obj.get("timestamp")
             try:
-                yield MemoryEntry(
+                if stamp is not None and not isinstance(stamp, str):
+                    raise InvalidEntryError(f"'timestamp' must be an ISO-8601 string, got {stamp!r}")
+                entry = MemoryEntry(
                     str(obj.get("id") or f"{rel}#{lineno}"), content, obj.get("tier") or self._tier,
-                    source=obj.get("source") or rel, parent_id=obj.get("parentId", obj.get("parent_id")),
-                    metadata={**metadata, **({"timestamp": obj["timestamp"]} if obj.get("timestamp") else {})},
+                    source=None if "source" in obj and obj["source"] is None else (obj.get("source") or rel),
+                    parent_id=obj.get("parentId", obj.get("parent_id")),
+                    timestamp=parse_instant(stamp) if stamp else None, metadata=metadata,
                 )
+                edges = self._record_edges(entry.id, obj.get("edges"))
             except (InvalidEntryError, ValueError) as exc:
                 raise InvalidEntryError(f"{where}: {exc}") from None
+            self._edges.extend(edges)
+            yield entry
+
+    @staticmethod
+    def _record_edges(src: str, raw: object) -> list[Edge]:
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise InvalidEntryError(f"'edges' must be a list of objects, got {type(raw).__name__}")
+        from tnsrag_db.indexes.graph import DEFAULT_RELATION, Edge
+
+        out: list[Edge] = []
+        for n, item in enumerate(raw):
+            if not isinstance(item, dict):
+                raise InvalidEntryError(f"edge {n} must be an object with 'dst'")
+            unknown = sorted(set(item) - {"dst", "relation", "weight", "source"})
+            if unknown:
+                raise InvalidEntryError(f"edge {n}: unknown field(s) {', '.join(unknown)}; "
+                                        "expected dst, relation, weight, source")
+            relation = item.get("relation")
+            weight = item.get("weight")
+            dst: Any = item.get("dst")  # Edge checks every field
+            out.append(Edge(src, dst, DEFAULT_RELATION if relation is None else relation,
+                            1.0 if weight is None else weight, item.get("source")))
+        return out
 
 
 def _glob_root(pattern: str) -> str:

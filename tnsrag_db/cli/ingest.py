@@ -84,6 +84,27 @@ def _stale_ids(store: Any, roots: list[tuple[str, Path]], prefix: str, kept: set
     return stale
 
 
+def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
+    """Raise :class:`DanglingReferenceError` before anything is written when an edge of the
+    files ends at an entry neither in the files nor in the corpus (batches commit one at a
+    time, so the edge write after them could no longer undo the entries)."""
+    import sqlalchemy as sa
+
+    from tnsrag_db.errors import DanglingReferenceError
+
+    ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - loaded)
+    if not ends:
+        return
+    with store.transaction() as conn:
+        stored = set(conn.execute(sa.text("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)"),
+                                  {"c": store.corpus, "ids": ends}).scalars())
+    missing = [end for end in ends if end not in stored]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise DanglingReferenceError(f"edges end at entries that are neither in the files nor in corpus "
+                                     f"{store.corpus!r}: {shown}; nothing was written")
+
+
 def _summary(corpus: str, result: dict[str, Any]) -> str:
     head = (f"{result['entries']} entries from {result['files']} file(s) into corpus {corpus!r}: "
             f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
@@ -201,7 +222,8 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
         click.echo(_INTERRUPTED.format(n=committed.total), err=True)
         sys.exit(EXIT_INTERRUPTED)
     elapsed = time.perf_counter() - started
-    result = {"corpus": corpus, "files": loader.files_read, "entries": len(entries), "inserted": counts.inserted,
+    result = {"corpus": corpus, "files": loader.files_read, "entries": len(entries), "edges": len(loader.edges),
+              "inserted": counts.inserted,
               "updated": counts.updated, "unchanged": counts.unchanged, "pruned": pruned, "skipped": skipped,
               "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
               "embedding": provider_name(provider), "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
@@ -220,6 +242,8 @@ def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: st
     if not entries and not prune:
         return IngestCounts(), None
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+        if loader.edges:
+            _check_edge_ends(store, loader.edges, {e.id for e in entries})
         # Bound to the corpus's spaces: a provider whose dimension differs from its own
         # stored space is refused before anything is written.
         vectors = VectorMemoryStore(store, bind_embedding(store, embedding))
@@ -233,6 +257,13 @@ def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: st
 
         progress.start("embed")
         counts = vectors.ingest(entries, batch_size=batch_size, progress=advance, index_progress=index_advance)
+        if loader.edges:
+            from tnsrag_db.indexes.graph import GraphStore
+
+            # The edges of JSONL records (tnsrag export files), once every entry is
+            # committed: an edge to an entry neither in the files nor in the corpus is an
+            # error naming it, and no edge is written.
+            GraphStore(store).add_edges(loader.edges)
         if not prune:
             return counts, None
         roots = [("dir" if path.is_dir() else "file", path) for path in targets]

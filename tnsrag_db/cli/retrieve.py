@@ -51,12 +51,23 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     Vector and hybrid search embed TEXT with the provider that filled the embedding
     space they search: the corpus's newest complete space, or --embedding NAME's.
 
+    TEXT must not be blank. A corpus that does not exist is an error (exit 1) naming
+    the corpora that do; when a --filter matches no entry, a note on stderr says which
+    and what values its key takes. --json prints each result with id, score, content,
+    source and metadata at top level (a shape kept stable across versions).
+
     Example: tnsrag query "how do agents share memory" --strategy hybrid --top-k 3 --filter tier=SEMANTIC
 
     Example: tnsrag query "TAN-5326" --strategy keyword --explain
     """
+    from tnsrag_db.admin import empty_filter_notes, require_corpus
+    from tnsrag_db.cli._render import render_text, result_json
+    from tnsrag_db.strategies.base import check_query
+
+    check_query(text)
     context = RAGContext(top_k, min_score, _pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+        require_corpus(store)  # reads only: a query never creates a corpus
         # Only vector and hybrid search embed the query; the others never load a model.
         embedder = None
         if strategy in ("vector", "hybrid"):
@@ -72,12 +83,11 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             return
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
+        notes = empty_filter_notes(store, context.metadata_filters) if not documents else []
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if as_json:
         emit({"query": text, "strategy": chosen.name, "milliseconds": round(elapsed_ms, 2),
-              "results": [{"rank": n, "score": d.score, "source": d.source, "content": d.content,
-                           "metadata": dict(d.metadata)} for n, d in enumerate(documents, 1)]}, True)
+              "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
         return
-    click.echo(f"{chosen.name}: {len(documents)} result(s) in {elapsed_ms:.1f} ms")
-    for n, d in enumerate(documents, 1):
-        click.echo(f"[{n}] {d.score:.4f}  {d.metadata.get('entryId', '')}  ({d.metadata.get('tier', '')})")
-        click.echo(f"    {d.content[:200]}")
+    click.echo(render_text(chosen.name, documents, elapsed_ms))

@@ -28,17 +28,20 @@ if TYPE_CHECKING:
 # is already at head (every CLI query) checks the version with one SELECT, no alembic.
 
 __all__ = [
+    "RUNTIME_INDEX",
     "advisory_lock_key",
     "bootstrap_statements",
     "check",
     "current_revision",
+    "describe_difference",
     "downgrade",
     "ensure_at_head",
     "head_revision",
+    "include_object",
     "is_at_head",
-    "shipped_head",
     "migrations_dir",
     "offline_sql",
+    "shipped_head",
     "upgrade",
 ]
 
@@ -190,7 +193,11 @@ def ensure_at_head(engine: Engine, *, schema: str) -> None:
 
 
 def check(engine: Engine, *, schema: str) -> list[str]:
-    """Compare the declared tables with the migrated database; return the differences (empty = none)."""
+    """Compare the declared tables with the migrated database; return the differences, each
+    described in one line (empty = none).
+
+    Objects the library creates at run time are not differences (see :func:`include_object`).
+    """
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
@@ -204,14 +211,65 @@ def check(engine: Engine, *, schema: str) -> list[str]:
                 "compare_type": True,
                 "target_metadata": metadata,
                 "include_name": _not_version_table,
+                "include_object": include_object,
             },
         )
         diffs = compare_metadata(ctx, metadata)
-    return [repr(d) for d in diffs]
+    return [describe_difference(d) for d in diffs]
 
 
 def _not_version_table(name: str | None, type_: str, _parent: object) -> bool:
     return not (type_ == "table" and name == "alembic_version")
+
+
+#: Indexes the library creates at run time, outside the revisions: one HNSW index per
+#: embedding space (``schema.hnsw_index_name``), built and dropped by ``VectorMemoryStore``.
+RUNTIME_INDEX = re.compile(r"^ix_embeddings_hnsw_[0-9]+$")
+
+
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """Alembic's ``include_object`` hook: False for the objects the library creates at run time.
+
+    These are the per-space HNSW indexes on ``embeddings`` (found in the database, with no
+    declaration to compare to); the write path's stage tables are session temp tables and
+    never appear. Used by :func:`check` and by ``migrations/env.py`` (``alembic check``,
+    autogenerate), so neither reports them as drift.
+    """
+    if type_ == "index" and reflected and compare_to is None and name is not None and RUNTIME_INDEX.match(name):
+        table = getattr(obj, "table", None)
+        return getattr(table, "name", None) != "embeddings"
+    return True
+
+
+def describe_difference(diff: object) -> str:
+    """One readable line for an alembic autogenerate difference (a tuple, or a list of
+    tuples for column modifications), e.g. ``column entries.doc_len is declared but missing
+    from the database``."""
+    if isinstance(diff, list):
+        return "; ".join(describe_difference(d) for d in diff)
+    if not isinstance(diff, tuple) or not diff:
+        return repr(diff)
+    op = diff[0]
+
+    def label(obj: object) -> str:
+        table = getattr(obj, "table", None)
+        own = getattr(obj, "name", None) or "(unnamed)"
+        return f"{getattr(table, 'name', '?')}.{own}" if table is not None else str(own)
+
+    if op in ("add_table", "remove_table"):
+        where = "declared but missing from the database" if op == "add_table" else "in the database but not declared"
+        return f"table {getattr(diff[1], 'name', diff[1])} is {where}"
+    if op in ("add_column", "remove_column") and len(diff) >= 4:
+        where = "declared but missing from the database" if op == "add_column" else "in the database but not declared"
+        return f"column {diff[2]}.{getattr(diff[3], 'name', diff[3])} is {where}"
+    if op in ("add_index", "remove_index", "add_constraint", "remove_constraint", "add_fk", "remove_fk"):
+        kind = {"index": "index", "constraint": "constraint", "fk": "foreign key"}[op.split("_", 1)[1]]
+        where = "declared but missing from the database" if op.startswith("add") else "in the database but not declared"
+        return f"{kind} {label(diff[1])} is {where}"
+    if op.startswith("modify_") and len(diff) >= 7:
+        what = op.removeprefix("modify_")
+        return f"column {diff[2]}.{diff[3]}: {what} is {diff[5]!r} in the database, declared {diff[6]!r}"
+    return repr(diff)
 
 
 def offline_sql(*, schema: str, revision_range: str = "base:head", url: str = "postgresql+psycopg://") -> str:
