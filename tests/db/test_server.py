@@ -88,13 +88,14 @@ def test_the_cli_starts_the_server_on_first_use_and_leaves_it_running(stopped: P
     before = _status(home)
     assert before["running"] is False and before["data_dir"] == str(_data_dir(home))
     # Two first uses at once: both succeed on one server with one keeper.
-    args = [sys.executable, "-c", _CLI, "query", "agents", "--strategy", "keyword", "--json"]
+    # (`corpora`: a query of a corpus that does not exist yet is an error by design.)
+    args = [sys.executable, "-c", _CLI, "corpora", "--json"]
     procs = [subprocess.Popen(args, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-        assert json.loads(out)["results"] == []
+        assert json.loads(out)["corpora"] == []
     first = _status(home)
     assert first["running"] is True and first["kept_running"] is True
     assert first["idle_timeout"] == 900.0 and first["tnsrag_version"]
