@@ -363,7 +363,12 @@ class Store:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def text_config(self, conn: Connection) -> str:
-        """The corpus's text search configuration, creating the corpus row on first use."""
+        """The corpus's text search configuration, creating the corpus row on first use.
+
+        First takes the corpus's write lock in shared mode until ``conn``'s transaction
+        ends (see :meth:`_lock_corpus`), as every write does before it touches an entry.
+        """
+        self._lock_corpus(conn, shared=True)
         if not self._corpus_ready:
             conn.execute(sa.text("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
                                  "ON CONFLICT (corpus) DO NOTHING"), {"c": self._corpus, "cfg": self._text_config})
@@ -374,6 +379,22 @@ class Store:
             return self.text_config(conn)
         self._corpus_ready = True
         return str(cfg)
+
+    def _lock_corpus(self, conn: Connection, *, shared: bool) -> None:
+        """Take the corpus's transaction-level advisory lock: shared for writes and deletes,
+        exclusive for :meth:`drop_corpus`.
+
+        BM25 postings carry no foreign key (bulk writes stay fast), so nothing else stops a
+        write that only rewrites existing entries (it locks no corpus row) from committing
+        new postings behind a concurrent drop's back: orphans, and later writes of the same
+        ids failed on the postings' primary key. With the lock, a drop waits for the writes
+        in flight and writes arriving later wait for the drop, which the lock manager queues
+        fairly (a drop waiting for ``FOR UPDATE`` on the corpus row instead would starve
+        behind writers whose ``FOR KEY SHARE`` locks overlap).
+        """
+        fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        conn.execute(sa.text(f"SELECT {fn}(hashtextextended(:k, 0))"),
+                     {"k": f"tnsrag_db.corpus:{self._schema}:{self._corpus}"})
 
     # -- writes -----------------------------------------------------------------------
     def add(self, entry: MemoryEntry) -> IngestCounts:
@@ -683,6 +704,9 @@ class Store:
         return self.write_transaction(lambda conn: self._delete_in(conn, predicate, params))
 
     def _delete_in(self, conn: Connection, predicate: str, params: dict[str, Any]) -> int:
+        # The corpus lock first, as writers take it: a drop_corpus waits for this delete
+        # instead of deadlocking with its df and stats updates.
+        self._lock_corpus(conn, shared=True)
         _ensure_stage_tables(conn)
         conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
         # First lock the matching rows, in id order as writers do (so deletes and upserts
@@ -718,10 +742,16 @@ class Store:
         ``corpora`` row by hand would leave BM25 postings behind (they carry no foreign
         key, to keep bulk writes fast): use this method.
         """
-        with self.transaction() as conn:
-            conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c FOR UPDATE"), {"c": self._corpus})
-            conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
-            conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
+        def drop() -> None:
+            with self.transaction() as conn:
+                # Waits for every write and delete of the corpus in flight (see _lock_corpus);
+                # the postings are deleted after the wait, by a statement that sees what
+                # those writers committed.
+                self._lock_corpus(conn, shared=False)
+                conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
+                conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
+
+        retry_on_deadlock(drop)
         self._corpus_ready = False
         self.drop_orphan_hnsw_indexes()
 
