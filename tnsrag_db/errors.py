@@ -15,7 +15,10 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   └── DanglingReferenceError   an edge or parent names an entry that does not exist
     ├── DatabaseError                the database failed or is not ready
     │   ├── SchemaNotReadyError      the schema is missing or not at the expected revision
-    │   └── MigrationError           an alembic upgrade or downgrade failed
+    │   ├── MigrationError           an alembic upgrade or downgrade failed
+    │   ├── PermissionDeniedError    the role lacks a privilege, or the session is read-only
+    │   ├── StatementTimeoutError    a statement ran past statement_timeout or lock_timeout
+    │   └── ConnectionLostError      the server connection broke during the operation
     └── RetrievalError               a retrieval failed at run time
         ├── ProviderTransportError   an embedding/model provider's transport failed
         ├── ExecutionError           any other provider exception, wrapped
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "ConnectionLostError",
     "DanglingReferenceError",
     "DatabaseError",
     "EmbeddingValidationError",
@@ -39,12 +43,14 @@ __all__ = [
     "InvalidEntryError",
     "InvalidFilterError",
     "MigrationError",
+    "PermissionDeniedError",
     "ProviderBusyError",
     "ProviderConfigurationError",
     "ProviderTransportError",
     "RetrievalCancelledError",
     "RetrievalError",
     "SchemaNotReadyError",
+    "StatementTimeoutError",
     "StrategyUnavailableError",
     "TemporalValidationError",
     "TnsragError",
@@ -118,6 +124,18 @@ class SchemaNotReadyError(DatabaseError):
 
 class MigrationError(DatabaseError):
     """An alembic migration failed."""
+
+
+class PermissionDeniedError(DatabaseError):
+    """The database role may not do this: a missing privilege, a read-only session or a hot standby."""
+
+
+class StatementTimeoutError(DatabaseError):
+    """The server cancelled a statement (``statement_timeout``, ``lock_timeout`` or a cancel request)."""
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection to the server broke mid-operation; its open transaction did not commit."""
 
 
 class RetrievalError(TnsragError):

@@ -20,6 +20,7 @@ from datetime import timezone
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
@@ -27,6 +28,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError
 from tnsrag_db.store import migrate
 from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
+from tnsrag_db.store.driver_errors import driver_error, sqlstate_of
 from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import DEFAULT_SCHEMA
@@ -148,8 +150,7 @@ def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRI
         try:
             return operation()
         except DatabaseError as exc:
-            orig = getattr(exc.__cause__, "orig", None)
-            if attempt >= retries or getattr(orig, "sqlstate", None) != "40P01":
+            if attempt >= retries or sqlstate_of(exc) != "40P01":
                 raise
             attempt += 1
 
@@ -198,13 +199,32 @@ _STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_ex
 
 
 def _ensure_stage_tables(conn: Connection) -> None:
-    """Create the per-session stage tables unless this connection has them.
+    """Create the per-session stage tables inside the current transaction unless this
+    connection has them (committed).
 
-    Engines from :mod:`tnsrag_db.store.engine` create them once per connection; on any
-    other engine they are created here (cheap no-ops when they exist)."""
+    :meth:`Store.write_transaction` creates them before its transaction, once per
+    connection (see :func:`_prepare_stage_tables`); a write run inside another
+    transaction creates them here (cheap no-ops when they exist)."""
     if not conn.info.get(STAGE_READY):
         for ddl in STAGE_DDL:
             conn.execute(sa.text(ddl))
+
+
+def _prepare_stage_tables(conn: Connection) -> None:
+    """Create the stage tables on ``conn`` (outside any transaction) in a transaction of
+    their own, once per connection.
+
+    Only writes need them, so a connection that only reads creates nothing: a role
+    without the TEMP privilege, a ``default_transaction_read_only`` session and a hot
+    standby can read. For those a write fails here, before anything is written, with
+    :class:`PermissionDeniedError` (raised by the caller's error mapping).
+    """
+    if conn.info.get(STAGE_READY):
+        return
+    with conn.begin():
+        for ddl in STAGE_DDL:
+            conn.execute(sa.text(ddl))
+    conn.info[STAGE_READY] = True
 
 # Applies df deltas in lexeme order: every writer locks bm25_df rows in the same order
 # (after its entry rows, before its bm25_stats row), so concurrent writers cannot deadlock.
@@ -278,15 +298,24 @@ class Store:
     def transaction(self) -> Iterator[Connection]:
         """A connection inside one transaction (committed on success, rolled back on error).
 
-        Driver errors are re-raised as :class:`DatabaseError`; library errors pass through.
+        Driver errors are re-raised as :class:`DatabaseError` (the subclass their SQLSTATE
+        names, see :mod:`tnsrag_db.store.driver_errors`); library errors pass through.
         """
+        with self._transaction(stage=False) as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, *, stage: bool) -> Iterator[Connection]:
         try:
-            with self._engine.begin() as conn:
-                yield conn
+            with self._engine.connect() as conn:
+                if stage:
+                    _prepare_stage_tables(conn)
+                with conn.begin():
+                    yield conn
         except TnsragError:
             raise
-        except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+        except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
+            raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
     @contextmanager
     def autocommit(self) -> Iterator[Connection]:
@@ -307,8 +336,8 @@ class Store:
                     raise
         except TnsragError:
             raise
-        except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+        except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
+            raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
     @contextmanager
     def session_lock(self, conn: Connection, name: str) -> Iterator[None]:
@@ -357,9 +386,9 @@ class Store:
                 # safe to run again, once.
                 if attempt == 1 and exc.connection_invalidated:
                     continue
-                raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+                raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
             except sa.exc.SQLAlchemyError as exc:
-                raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+                raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def text_config(self, conn: Connection) -> str:
@@ -426,13 +455,17 @@ class Store:
 
         def attempt() -> _T:
             nonlocal written
-            with self.transaction() as conn:
-                conn.info[_WRITTEN] = 0
+            with self._transaction(stage=True) as conn:
+                # The dict itself, not conn.info again in the finally: after a disconnect
+                # SQLAlchemy refuses every use of conn ("Can't reconnect until invalid
+                # transaction is rolled back"), which hid the error that broke the write.
+                info = conn.info
+                info[_WRITTEN] = 0
                 try:
                     result = work(conn)
-                    written = conn.info[_WRITTEN]
+                    written = info[_WRITTEN]
                 finally:
-                    conn.info.pop(_WRITTEN, None)
+                    info.pop(_WRITTEN, None)
             return result
 
         result = retry_on_deadlock(attempt)
@@ -467,7 +500,7 @@ class Store:
                 conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {tables}"))
             return True
         except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+            raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
     def write_entries(self, conn: Connection, batch: Sequence[MemoryEntry], *,
                       progress: Callable[[int], None] | None = None) -> WriteReport:
