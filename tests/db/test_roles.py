@@ -9,18 +9,22 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect
+from tnsrag_db.cli.db import db
 from tnsrag_db.errors import PermissionDeniedError
+from tnsrag_db.indexes.hnsw_builds import IndexBuildDeferred
 from tnsrag_db.store import migrate
 from tnsrag_db.store.engine import create_engine
 
@@ -100,3 +104,31 @@ def test_read_only_role_connects_and_every_read_works(roles: Roles) -> None:
         with pytest.raises(PermissionDeniedError):
             reader.delete("r1")
         assert reader.count() == 30 and reader.get("new") is None
+
+
+def test_application_role_writes_vectors_past_the_threshold_and_the_owner_builds_the_index(roles: Roles) -> None:
+    corpus = _corpus()
+    with connect(roles.app, corpus=corpus) as app:
+        vectors = VectorMemoryStore(app, HashingEmbedding(32), index_threshold=20)
+        with pytest.warns(IndexBuildDeferred, match="tnsrag db build-indexes"):
+            counts = vectors.add_all(ENTRIES)
+        assert counts.inserted == 30  # reported as written, and it was
+        assert vectors.count() == 30
+        sql_text, _ = vectors.candidates_sql(HashingEmbedding(32)("refund"), 3)
+        assert "hnsw.ef_search" not in sql_text  # no index yet: exact scans
+        # Explicitly asked, the build fails with a typed error.
+        with pytest.raises(PermissionDeniedError):
+            vectors.build_index()
+        result = CliRunner().invoke(db, ["build-indexes", "--url", roles.owner.render_as_string(hide_password=False),
+                                         "--threshold", "20", "--json"])
+        assert result.exit_code == 0, result.output
+        built = json.loads(result.output)["built"]
+        assert [(b["corpus"], b["vectors"]) for b in built if b["corpus"] == corpus] == [(corpus, 20)]
+        fresh = VectorMemoryStore(app, HashingEmbedding(32), index_threshold=20)
+        sql_text, params = fresh.candidates_sql(HashingEmbedding(32)("refund"), 3)
+        assert "hnsw.ef_search" in sql_text
+        assert len(app.read(sql_text, params)) == 3
+        # Nothing is due any more.
+        again = CliRunner().invoke(db, ["build-indexes", "--url", roles.owner.render_as_string(hide_password=False),
+                                        "--threshold", "20", "--json"])
+        assert [b for b in json.loads(again.output)["built"] if b["corpus"] == corpus] == []

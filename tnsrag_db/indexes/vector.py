@@ -48,7 +48,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
-from tnsrag_db.errors import ConfigurationError, EmbeddingValidationError, ValidationError
+from tnsrag_db.errors import ConfigurationError, DatabaseError, EmbeddingValidationError, ValidationError
+from tnsrag_db.indexes.hnsw_builds import defer_build, may_build_indexes
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
@@ -432,14 +433,26 @@ class VectorMemoryStore:
 
     # -- index ----------------------------------------------------------------------
     def _maybe_build_index(self, space: _Space, progress: IndexProgress | None = None) -> None:
+        """Build the space's index once it is due, after the write committed: a role that may
+        not build it (the application role owns no table), or a build that fails, leaves the
+        committed write standing and warns (:class:`IndexBuildDeferred`) instead of raising."""
         if self._index_threshold is None or space.index_name is not None:
             return
         with self._store.transaction() as conn:
             n = conn.execute(sa.text(
                 "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s"),
                 {"c": self._store.corpus, "s": space.space_id, "t": self._index_threshold}).scalar_one()
-        if n >= self._index_threshold:
+            allowed = n >= self._index_threshold and may_build_indexes(conn)
+        if n < self._index_threshold:
+            return
+        if not allowed:
+            defer_build(self._store, space.space_id, n, "this database role does not own the embeddings table "
+                        "(or the session is read-only)")
+            return
+        try:
             self.build_index(progress=progress)
+        except DatabaseError as exc:
+            defer_build(self._store, space.space_id, n, f"the build failed ({type(exc).__name__}: {exc})")
 
     def build_index(self, *, progress: IndexProgress | None = None, poll_seconds: float = 0.5) -> str | None:
         """Create this space's HNSW index (cosine, m 16, ef_construction 128) if it does not exist.
