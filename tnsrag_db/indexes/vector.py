@@ -96,6 +96,17 @@ _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _SCORE = "CASE WHEN ({d}) = 'NaN'::float8 THEN 0::float8 ELSE greatest(-1::float8, least(1::float8, 1 - ({d}))) END"
 
 
+#: A space row's id and index name (alias ``s``; binds ``:schema``). The name is the recorded
+#: one, else that of a valid index the catalog holds under the space's index name: a build
+#: whose process died after PostgreSQL finished the index, but before it was recorded,
+#: left the space searched by exact scans until someone built it again.
+_SPACE_COLUMNS = (
+    "s.space_id, coalesce(s.index_name, (SELECT 'ix_embeddings_hnsw_' || s.space_id::text FROM pg_index i "
+    "WHERE i.indexrelid = to_regclass(:schema || '.ix_embeddings_hnsw_' || s.space_id::text) AND i.indisvalid)) "
+    "AS index_name"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Space:
     space_id: int
@@ -242,12 +253,12 @@ class VectorMemoryStore:
 
     # -- spaces ---------------------------------------------------------------------
     def _space_params(self, dimension: int) -> dict[str, Any]:
-        return {"c": self._store.corpus, "p": self._embedding.name, "d": dimension}
+        return {"c": self._store.corpus, "p": self._embedding.name, "d": dimension, "schema": self._store.schema}
 
     def _ensure_space(self, conn: Connection, dimension: int) -> _Space:
         """The space row for ``dimension``, created if missing (race-safe). Needs the corpus row."""
         params = self._space_params(dimension)
-        select = sa.text("SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c AND provider = :p "
+        select = sa.text(f"SELECT {_SPACE_COLUMNS} FROM embedding_spaces s WHERE corpus = :c AND provider = :p "
                          "AND dimension = :d")
         # Select first: an INSERT ... ON CONFLICT would burn an identity value on every write.
         row = conn.execute(select, params).one_or_none()
@@ -268,7 +279,7 @@ class VectorMemoryStore:
             return cached
         # Unindexed (or unknown) spaces are re-read: another process may have built the index.
         row = conn.execute(sa.text(
-            "SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c AND provider = :p "
+            f"SELECT {_SPACE_COLUMNS} FROM embedding_spaces s WHERE corpus = :c AND provider = :p "
             "AND dimension = :d"), self._space_params(dimension)).one_or_none()
         if row is None:
             self._spaces.pop(dimension, None)
