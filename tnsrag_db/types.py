@@ -25,6 +25,7 @@ from tnsrag_db.errors import (
 )
 
 __all__ = [
+    "MAX_KEY_BYTES",
     "RESERVED_METADATA_KEYS",
     "HierarchyMetadata",
     "MemoryEntry",
@@ -32,6 +33,7 @@ __all__ = [
     "RAGContext",
     "RetrievedDocument",
     "TemporalMetadata",
+    "is_unicode_text",
     "validate_filters",
 ]
 
@@ -40,6 +42,22 @@ __all__ = [
 RESERVED_METADATA_KEYS = frozenset({"tier", "entryId", "source"})
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+
+#: Most UTF-8 bytes of an entry id, parent id or source: they are btree index keys, which
+#: PostgreSQL caps at about 2,700 bytes per entry, next to a corpus name of up to 800.
+MAX_KEY_BYTES = 1800
+
+
+def is_unicode_text(value: str) -> bool:
+    """False when ``value`` holds a lone surrogate (``"\\ud800"``): such a str is not Unicode
+    text, has no UTF-8 form, and PostgreSQL cannot store or compare it."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class MemoryTier(enum.Enum):
@@ -82,7 +100,7 @@ def validate_filters(filters: Mapping[str, str] | None) -> Mapping[str, str]:
     """Return a read-only copy of ``filters`` after checking every key and value.
 
     Raises :class:`InvalidFilterError` for a non-mapping, a None/blank/non-string key
-    or value, or a NUL character (which PostgreSQL text cannot hold).
+    or value, a NUL character or a lone surrogate (which PostgreSQL text cannot hold).
     """
     if filters is None:
         return _EMPTY
@@ -96,6 +114,8 @@ def validate_filters(filters: Mapping[str, str] | None) -> Mapping[str, str]:
             raise InvalidFilterError(f"metadata filter value for {key!r} must be a non-blank string, got {value!r}")
         if "\x00" in key or "\x00" in value:
             raise InvalidFilterError(f"metadata filter {key!r} contains a NUL character")
+        if not is_unicode_text(key) or not is_unicode_text(value):
+            raise InvalidFilterError(f"metadata filter {key!r} contains a lone surrogate (not Unicode text)")
         copied[key] = value
     return MappingProxyType(copied) if copied else _EMPTY
 
@@ -194,6 +214,8 @@ def _check_text(value: Any, what: str, entry_id: str | None, index: int | None, 
         raise InvalidEntryError(f"{what} must not be blank", entry_id=entry_id, index=index)
     if "\x00" in value:
         raise InvalidEntryError(f"{what} contains a NUL character", entry_id=entry_id, index=index)
+    if not is_unicode_text(value):
+        raise InvalidEntryError(f"{what} contains a lone surrogate (not Unicode text)", entry_id=entry_id, index=index)
     return value
 
 

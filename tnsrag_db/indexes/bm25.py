@@ -43,7 +43,7 @@ from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.store.analysis import analyze
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import IngestCounts, Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db.types import MemoryEntry, is_unicode_text
 
 __all__ = ["DEFAULT_B", "DEFAULT_K1", "BM25Index"]
 
@@ -186,6 +186,8 @@ class BM25Index:
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
         if "\x00" in query:
             raise ValidationError("query contains a NUL character")
+        if not is_unicode_text(query):
+            raise ValidationError("query contains a lone surrogate (not Unicode text)")
         p = _check_prefix(prefix)
         k = _check_k(k)
         floor = _check_min_score(min_score)
@@ -317,8 +319,8 @@ class BM25Index:
     # -- term statistics (for pseudo-relevance feedback and tests) -------------------------
     def query_terms(self, query: str) -> list[str]:
         """The distinct analysed terms of ``query`` (as documents are analysed), sorted."""
-        if not isinstance(query, str) or "\x00" in query:
-            raise ValidationError("query must be a string without NUL characters")
+        if not isinstance(query, str) or "\x00" in query or not is_unicode_text(query):
+            raise ValidationError("query must be Unicode text without NUL characters")
         params = self._analysis_params(query, "k")
         with self._store.transaction() as conn:
             terms = conn.execute(sa.text(f"SELECT lexeme FROM ({_query_terms_sql('k')}) q ORDER BY lexeme"),

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db.types import MemoryEntry, is_unicode_text
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
 
@@ -84,6 +84,8 @@ def _check_name(value: object, what: str, index: int | None) -> str:
         raise ValidationError(f"{what} must not be blank{where}")
     if "\x00" in value:
         raise ValidationError(f"{what} contains a NUL character{where}")
+    if not is_unicode_text(value):
+        raise ValidationError(f"{what} contains a lone surrogate (not Unicode text){where}")
     if len(value) > _MAX_ID:
         raise ValidationError(f"{what} is longer than {_MAX_ID} characters{where}")
     return value

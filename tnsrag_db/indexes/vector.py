@@ -53,7 +53,7 @@ from tnsrag_db.indexes.hnsw_builds import defer_build, may_build_indexes
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
-from tnsrag_db.types import MemoryEntry, validate_filters
+from tnsrag_db.types import MemoryEntry, is_unicode_text, validate_filters
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -748,6 +748,8 @@ class VectorMemoryStore:
         """Validate a text query and build its ranking SQL; None when the space does not exist yet."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        if not is_unicode_text(query):
+            raise ValidationError("query contains a lone surrogate (not Unicode text)")
         k = _check_k(k)
         min_score = _check_min_score(min_score)
         validate_filters(filters)

@@ -25,14 +25,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 
-from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError
+from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError, ValidationError
 from tnsrag_db.store import migrate
 from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db.store.driver_errors import driver_error, sqlstate_of
 from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import DEFAULT_SCHEMA
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db.types import MemoryEntry, MemoryTier, is_unicode_text
 
 __all__ = ["BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "STAGE_DDL", "STAGE_READY", "IngestCounts", "Store", "WriteReport",
            "connect", "retry_on_deadlock"]
@@ -106,6 +106,13 @@ def validate_batch(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
             raise InvalidEntryError(f"entry id {entry.id!r} appears twice in the batch (positions {first} and {index})",
                                     entry_id=entry.id, index=index)
     return batch
+
+
+def _not_text(exc: UnicodeEncodeError) -> ValidationError:
+    # A str with a lone surrogate reached the driver through an argument the public
+    # methods do not check one by one (an id to get or delete, say): nothing was sent.
+    return ValidationError(f"an argument is not Unicode text (a lone surrogate at position {exc.start}); "
+                           "nothing was written")
 
 
 def _row_to_entry(row: Any) -> MemoryEntry:
@@ -246,7 +253,8 @@ class Store:
 
     def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
                  text_config: str = "english", owns_engine: bool = False) -> None:
-        if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS:
+        if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS \
+                or not is_unicode_text(corpus):
             raise ConfigurationError(f"corpus must be a non-blank string of at most {_MAX_CORPUS} characters, "
                                      f"got {corpus!r}")
         self._engine = engine
@@ -314,6 +322,8 @@ class Store:
                     yield conn
         except TnsragError:
             raise
+        except UnicodeEncodeError as exc:
+            raise _not_text(exc) from exc
         except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
             raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
@@ -336,6 +346,8 @@ class Store:
                     raise
         except TnsragError:
             raise
+        except UnicodeEncodeError as exc:
+            raise _not_text(exc) from exc
         except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
             raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
@@ -389,6 +401,8 @@ class Store:
                 raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
             except sa.exc.SQLAlchemyError as exc:
                 raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
+            except UnicodeEncodeError as exc:
+                raise _not_text(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def text_config(self, conn: Connection) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db.types import RAGContext, RetrievedDocument, is_unicode_text
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -53,11 +53,13 @@ def resolve_context(context: RAGContext | None) -> RAGContext:
 
 
 def check_query(query: object) -> str:
-    """Return ``query`` if it is a string without NUL characters; :class:`ValidationError` otherwise."""
+    """Return ``query`` if it is Unicode text without NUL characters; :class:`ValidationError` otherwise."""
     if not isinstance(query, str):
         raise ValidationError(f"query must be a string, got {type(query).__name__}")
     if "\x00" in query:
         raise ValidationError("query contains a NUL character")
+    if not is_unicode_text(query):
+        raise ValidationError("query contains a lone surrogate (not Unicode text)")
     return query
 
 
