@@ -8,6 +8,8 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   └── ProviderConfigurationError  zero/many embedding providers, bad entry point
     ├── ValidationError (ValueError) bad input values; nothing was written
     │   ├── InvalidEntryError        a MemoryEntry (or one entry of a batch) is invalid
+    │   │   └── InvalidTimestampError  its timestamp is malformed or zone-less (also a
+    │   │                              TemporalValidationError)
     │   ├── InvalidFilterError       a metadata filter is invalid
     │   ├── InvalidContextError      a RAGContext argument is invalid
     │   ├── EmbeddingValidationError an embedding vector breaks a rule
@@ -42,6 +44,7 @@ __all__ = [
     "InvalidContextError",
     "InvalidEntryError",
     "InvalidFilterError",
+    "InvalidTimestampError",
     "MigrationError",
     "PermissionDeniedError",
     "ProviderBusyError",
@@ -108,6 +111,10 @@ class EmbeddingValidationError(ValidationError):
 
 class TemporalValidationError(ValidationError):
     """A timestamp is malformed, zone-less or further in the future than allowed."""
+
+
+class InvalidTimestampError(InvalidEntryError, TemporalValidationError):
+    """An entry's timestamp is malformed or zone-less; ``entry_id`` and ``index`` say which entry."""
 
 
 class DanglingReferenceError(ValidationError):

@@ -20,6 +20,7 @@ from tnsrag_db.errors import (
     InvalidContextError,
     InvalidEntryError,
     InvalidFilterError,
+    InvalidTimestampError,
     TemporalValidationError,
     ValidationError,
 )
@@ -43,9 +44,11 @@ RESERVED_METADATA_KEYS = frozenset({"tier", "entryId", "source"})
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
-#: Most UTF-8 bytes of an entry id, parent id or source: they are btree index keys, which
-#: PostgreSQL caps at about 2,700 bytes per entry, next to a corpus name of up to 800.
-MAX_KEY_BYTES = 1800
+#: Most UTF-8 bytes of an entry id, parent id or source (besides the 512-character limit of
+#: ids). They are btree index keys, which PostgreSQL caps at about 2,700 bytes, beside a
+#: corpus name of up to 800 bytes and, in the BM25 postings, a term: longer ones failed
+#: late, with ProgramLimitExceeded naming no entry.
+MAX_KEY_BYTES = 1024
 
 
 def is_unicode_text(value: str) -> bool:
@@ -219,6 +222,13 @@ def _check_text(value: Any, what: str, entry_id: str | None, index: int | None, 
     return value
 
 
+def _check_key_bytes(value: str, what: str, entry_id: str | None, index: int | None) -> None:
+    size = len(value.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise InvalidEntryError(f"{what} is {size} UTF-8 bytes long, more than {MAX_KEY_BYTES} (an index key)",
+                                entry_id=entry_id, index=index)
+
+
 def parse_instant(value: str) -> datetime:
     """Parse an ISO-8601 instant that carries a zone; :class:`TemporalValidationError` otherwise."""
     text = value.strip()
@@ -241,7 +251,8 @@ class MemoryEntry:
     ``tier`` may be a :class:`MemoryTier` or its name. The metadata keys
     ``HierarchyMetadata.PARENT_ID`` and ``TemporalMetadata.TIMESTAMP`` are accepted as
     alternatives to ``parent_id`` and ``timestamp`` (they must agree when both are given).
-    Raises :class:`InvalidEntryError` (or :class:`TemporalValidationError`) at construction.
+    Raises :class:`InvalidEntryError` at construction (for a malformed or zone-less timestamp
+    its subclass :class:`InvalidTimestampError`, which is also a :class:`TemporalValidationError`).
     """
 
     id: str
@@ -262,6 +273,7 @@ class MemoryEntry:
         _check_text(raw_id, "entry id", eid, index)
         if len(raw_id) > 512:
             raise InvalidEntryError("entry id is longer than 512 characters", entry_id=eid, index=index)
+        _check_key_bytes(raw_id, "entry id", eid, index)
         _check_text(self.content, f"content of entry {raw_id!r}", eid, index, blank_ok=True)
         try:
             object.__setattr__(self, "tier", MemoryTier.parse(self.tier))
@@ -269,6 +281,7 @@ class MemoryEntry:
             raise InvalidEntryError(f"entry {raw_id!r}: {exc}", entry_id=eid, index=index) from None
         if self.source is not None:
             _check_text(self.source, f"source of entry {raw_id!r}", eid, index)
+            _check_key_bytes(self.source, f"source of entry {raw_id!r}", eid, index)
         md = self.metadata if self.metadata is not None else {}
         if not isinstance(md, Mapping):
             raise InvalidEntryError(f"metadata of entry {raw_id!r} must be a mapping", entry_id=eid, index=index)
@@ -295,6 +308,7 @@ class MemoryEntry:
                                     f"{HierarchyMetadata.PARENT_ID}={md_parent!r}", entry_id=eid, index=index)
         if parent is not None:
             _check_text(parent, f"parent_id of entry {raw_id!r}", eid, index)
+            _check_key_bytes(parent, f"parent_id of entry {raw_id!r}", eid, index)
             if parent == raw_id:
                 raise InvalidEntryError(f"entry {raw_id!r} is its own parent", entry_id=eid, index=index)
         object.__setattr__(self, "parent_id", parent)
@@ -304,7 +318,7 @@ class MemoryEntry:
             try:
                 parsed = parse_instant(md_ts)
             except TemporalValidationError as exc:
-                raise TemporalValidationError(f"entry {raw_id!r}: {exc}") from None
+                raise InvalidTimestampError(f"entry {raw_id!r}: {exc}", entry_id=eid, index=index) from None
             if ts is None:
                 ts = parsed
             elif parsed != ts:
@@ -315,7 +329,8 @@ class MemoryEntry:
                 raise InvalidEntryError(f"entry {raw_id!r}: timestamp must be a datetime, got {type(ts).__name__}",
                                         entry_id=eid, index=index)
             if ts.tzinfo is None or ts.utcoffset() is None:
-                raise TemporalValidationError(f"entry {raw_id!r}: timestamp {ts.isoformat()} has no time zone")
+                raise InvalidTimestampError(f"entry {raw_id!r}: timestamp {ts.isoformat()} has no time zone",
+                                            entry_id=eid, index=index)
         object.__setattr__(self, "timestamp", ts)
         object.__setattr__(self, "metadata", MappingProxyType(clean) if clean else _EMPTY)
 

@@ -220,8 +220,12 @@ class VectorMemoryStore:
                                            f"{dim}, expected {expected} (fixed by the first vector)")
 
     def _validate_rows(self, rows: Sequence[Sequence[float]] | npt.NDArray[Any],
-                       count: int) -> npt.NDArray[np.float32]:
-        """Validate precomputed vectors by the wrapper's rules; returns a (count, dim) float32 array."""
+                       count: int, *, fix: bool = True) -> npt.NDArray[np.float32]:
+        """Validate precomputed vectors by the wrapper's rules; returns a (count, dim) float32 array.
+
+        ``fix=False`` (query vectors) checks against a known dimension without fixing an
+        unknown one: a wrong-dimension query vector used to fix the dimension of a fresh
+        view, and the next correct write failed."""
         if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
             raise EmbeddingValidationError(f"embeddings must be a sequence of vectors, got {type(rows).__name__}")
         if len(rows) != count:
@@ -231,7 +235,8 @@ class VectorMemoryStore:
         checker = ValidatingEmbedding(_Rows(rows), name=self._embedding.name, dimension=self._dimension,
                                       max_dimension=self._embedding.max_dimension)
         vectors = checker.embed_batch([""] * count)
-        self._fix_dimension(int(vectors[0].shape[0]))
+        if fix:
+            self._fix_dimension(int(vectors[0].shape[0]))
         return np.vstack(vectors)
 
     def _embed(self, texts: Sequence[str], batch_size: int,
@@ -641,7 +646,7 @@ class VectorMemoryStore:
         k = _check_k(k)
         min_score = _check_min_score(min_score)
         validate_filters(filters)
-        vec = self._validate_rows([query_vector], 1)[0]  # type: ignore[list-item]
+        vec = self._validate_rows([query_vector], 1, fix=False)[0]  # type: ignore[list-item]
         space = self._space_for_query(int(vec.shape[0]))
         return self._ranking_sql(space, vec, k, filters, min_score, p)
 
