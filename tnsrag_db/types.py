@@ -26,7 +26,9 @@ from tnsrag_db.errors import (
 )
 
 __all__ = [
+    "MAX_CANDIDATES",
     "MAX_KEY_BYTES",
+    "MAX_RESULTS",
     "RESERVED_METADATA_KEYS",
     "HierarchyMetadata",
     "MemoryEntry",
@@ -43,6 +45,13 @@ __all__ = [
 RESERVED_METADATA_KEYS = frozenset({"tier", "entryId", "source"})
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+
+#: Largest ``RAGContext.max_results``: a larger request is refused (InvalidContextError) rather
+#: than holding a connection and memory for it. Strategies cap what they ask of a child here.
+MAX_RESULTS = 10_000
+#: Largest ``k`` of an index search (``BM25Index``, ``VectorMemoryStore``): strategies ask
+#: their streams for a multiple of ``max_results``.
+MAX_CANDIDATES = 100_000
 
 #: Most UTF-8 bytes of an entry id, parent id or source (besides the 512-character limit of
 #: ids). They are btree index keys, which PostgreSQL caps at about 2,700 bytes, beside a
@@ -164,10 +173,10 @@ class RetrievedDocument:
 
 @dataclass(frozen=True, slots=True, init=False)
 class RAGContext:
-    """Per-query options: ``max_results`` (default 10), inclusive ``min_score`` (default 0.0)
-    and exact metadata filters (default none).
+    """Per-query options: ``max_results`` (default 10, at most :data:`MAX_RESULTS`, 10,000),
+    inclusive ``min_score`` (default 0.0) and exact metadata filters (default none).
 
-    Raises :class:`InvalidContextError` for ``max_results < 1`` or a non-finite
+    Raises :class:`InvalidContextError` for ``max_results`` outside 1 to 10,000 or a non-finite
     ``min_score`` and :class:`InvalidFilterError` for a bad filter, at construction.
     """
 
@@ -185,6 +194,8 @@ class RAGContext:
             raise InvalidContextError(f"max_results must be an int, got {max_results!r}")
         if max_results < 1:
             raise InvalidContextError(f"max_results must be >= 1, got {max_results}")
+        if max_results > MAX_RESULTS:
+            raise InvalidContextError(f"max_results must be at most {MAX_RESULTS}, got {max_results}")
         if isinstance(min_score, bool) or not isinstance(min_score, (int, float)):
             raise InvalidContextError(f"min_score must be a number, got {min_score!r}")
         if not math.isfinite(min_score):

@@ -40,10 +40,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.store.analysis import analyze
+from tnsrag_db.store.analysis import analyze_query
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import IngestCounts, Store
-from tnsrag_db.types import MemoryEntry, is_unicode_text
+from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
 
 __all__ = ["DEFAULT_B", "DEFAULT_K1", "BM25Index"]
 
@@ -80,6 +80,8 @@ def _check_k(k: object) -> int:
         raise ValidationError(f"k must be an int, got {k!r}")
     if k < 1:
         raise ValidationError(f"k must be >= 1, got {k}")
+    if k > MAX_CANDIDATES:
+        raise ValidationError(f"k must be at most {MAX_CANDIDATES}, got {k}")
     return k
 
 
@@ -163,7 +165,7 @@ class BM25Index:
 
     # -- SQL --------------------------------------------------------------------------
     def _analysis_params(self, query: str, p: str) -> dict[str, Any]:
-        analysed = analyze(query)
+        analysed = analyze_query(query, self._store.max_query_terms)
         return {f"{p}_c": self._store.corpus, f"{p}_chunks": analysed.chunks, f"{p}_extras": analysed.extra_terms}
 
     def candidates_sql(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,

@@ -53,7 +53,7 @@ from tnsrag_db.indexes.hnsw_builds import defer_build, may_build_indexes
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
-from tnsrag_db.types import MemoryEntry, is_unicode_text, validate_filters
+from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text, validate_filters
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -121,8 +121,8 @@ def _check_prefix(prefix: str) -> str:
 
 
 def _check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValidationError(f"k must be an int >= 1, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_CANDIDATES:
+        raise ValidationError(f"k must be an int from 1 to {MAX_CANDIDATES}, got {k!r}")
     return k
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timezone
 from functools import lru_cache
@@ -27,7 +28,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError, ValidationError
 from tnsrag_db.store import migrate
-from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
+from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS, STAGED_TERMS_SQL, analyze
 from tnsrag_db.store.driver_errors import driver_error, sqlstate_of
 from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
 from tnsrag_db.store.filters import filter_sql
@@ -242,6 +243,35 @@ _APPLY_DF_SQL = (
 )
 
 
+def _check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
+    """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 86_400 * 24:
+        raise ConfigurationError(f"{what} must be None or a positive number of seconds (under 24 days), "
+                                 f"got {seconds!r}")
+    return max(1, round(seconds * 1000))
+
+
+#: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
+#: session (absent: the server's or role's default).
+_TIMEOUT_SET = "tnsrag_statement_timeout"
+
+
+def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
+    """Give ``conn``'s session ``statement_timeout`` ``ms`` (None: the server's default),
+    outside any transaction; a no-op when the session has it already (no round trip)."""
+    if conn.info.get(_TIMEOUT_SET) == ms:
+        return
+    conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+    if conn.in_transaction():
+        conn.commit()
+    if ms is None:
+        conn.info.pop(_TIMEOUT_SET, None)
+    else:
+        conn.info[_TIMEOUT_SET] = ms
+
+
 class Store:
     """One corpus of the library's schema in one PostgreSQL database.
 
@@ -249,19 +279,36 @@ class Store:
     migrations) or directly from an engine you own. Thread-safe; the engine's pool
     is shared by every view built on this store. Use as a context manager or call
     :meth:`close`.
+
+    Bounds on the work of one call: ``max_query_terms`` (default 256, 1 to 100,000) is
+    how many words of a query are analysed (the rest is ignored, see
+    :func:`~tnsrag_db.store.analysis.analyze_query`); ``statement_timeout`` (seconds,
+    default None: the server's setting) cancels any statement of this store that runs
+    longer, with :class:`StatementTimeoutError` (a write is rolled back whole).
+    :meth:`timeout` sets it for the calls of one block. Index builds and the statistics
+    refresh after bulk writes are not limited. Raises :class:`ConfigurationError` for a
+    bad option.
     """
 
     def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
-                 text_config: str = "english", owns_engine: bool = False) -> None:
+                 text_config: str = "english", owns_engine: bool = False,
+                 max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None) -> None:
         if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS \
                 or not is_unicode_text(corpus):
             raise ConfigurationError(f"corpus must be a non-blank string of at most {_MAX_CORPUS} characters, "
                                      f"got {corpus!r}")
+        if isinstance(max_query_terms, bool) or not isinstance(max_query_terms, int) \
+                or not 1 <= max_query_terms <= 100_000:
+            raise ConfigurationError(f"max_query_terms must be an int from 1 to 100000, got {max_query_terms!r}")
         self._engine = engine
         self._corpus = corpus
         self._schema = validate_schema_name(schema)
         self._text_config = text_config
         self._owns_engine = owns_engine
+        self._max_query_terms = max_query_terms
+        self._timeout_ms = _check_timeout(statement_timeout)
+        self._timeout_override: ContextVar[int | None | bool] = ContextVar(f"tnsrag_timeout_{id(self)}",
+                                                                          default=False)
         self._corpus_ready = False
         self._closed = False
 
@@ -281,9 +328,44 @@ class Store:
         """The PostgreSQL schema holding the library's tables."""
         return self._schema
 
+    @property
+    def max_query_terms(self) -> int:
+        """How many words of a query are analysed (default 256)."""
+        return self._max_query_terms
+
+    @property
+    def statement_timeout(self) -> float | None:
+        """The statement timeout in seconds in effect here (inside :meth:`timeout`, its value); None: the server's."""
+        ms = self._effective_timeout()
+        return None if ms is None else ms / 1000
+
     def with_corpus(self, corpus: str) -> Store:
-        """A store over another corpus sharing this store's engine (closing it leaves the engine open)."""
-        return Store(self._engine, corpus=corpus, schema=self._schema, text_config=self._text_config)
+        """A store over another corpus sharing this store's engine and options (closing it leaves the engine open)."""
+        return Store(self._engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
+                     max_query_terms=self._max_query_terms,
+                     statement_timeout=None if self._timeout_ms is None else self._timeout_ms / 1000)
+
+    @contextmanager
+    def timeout(self, seconds: float | None) -> Iterator[None]:
+        """Run this store's statements inside the block (this thread or task) with
+        ``statement_timeout`` ``seconds`` (None: the server's), whatever the store's own.
+
+        ``with store.timeout(2.0): strategy.retrieve(query)`` bounds one call: a statement
+        running longer raises :class:`StatementTimeoutError`. Raises
+        :class:`ConfigurationError` for a bad value.
+        """
+        token = self._timeout_override.set(_check_timeout(seconds))
+        try:
+            yield
+        finally:
+            self._timeout_override.reset(token)
+
+    def _effective_timeout(self) -> int | None:
+        override = self._timeout_override.get()
+        if override is False:
+            return self._timeout_ms
+        assert override is None or isinstance(override, int)
+        return override
 
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
@@ -313,9 +395,10 @@ class Store:
             yield conn
 
     @contextmanager
-    def _transaction(self, *, stage: bool) -> Iterator[Connection]:
+    def _transaction(self, *, stage: bool, limited: bool = True) -> Iterator[Connection]:
         try:
             with self._engine.connect() as conn:
+                _apply_statement_timeout(conn, self._effective_timeout() if limited else None)
                 if stage:
                     _prepare_stage_tables(conn)
                 with conn.begin():
@@ -339,6 +422,7 @@ class Store:
         """
         try:
             with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                _apply_statement_timeout(conn, None)  # index builds run as long as they need
                 try:
                     yield conn
                 except BaseException:
@@ -391,6 +475,7 @@ class Store:
         for attempt in (1, 2):
             try:
                 with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                    _apply_statement_timeout(conn, self._effective_timeout())
                     return list(conn.exec_driver_sql(_driver_sql(sql), dict(params)).all())
             except sa.exc.DBAPIError as exc:
                 # A pooled connection whose server went away (reused too soon after its
@@ -505,7 +590,7 @@ class Store:
         if written < ANALYZE_AFTER_ROWS:
             return False
         try:
-            with self._engine.begin() as conn:
+            with self._transaction(stage=False, limited=False) as conn:
                 rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")
                                     ).scalar_one()
                 if rows >= 0 and written < 0.1 * rows:
@@ -834,18 +919,22 @@ class Store:
 
 def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
             auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
-            max_overflow: int = 10) -> Store:
+            max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
+            statement_timeout: float | None = None) -> Store:
     """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
 
     The embedded server is migrated to head automatically. A URL names a shared server
     whose schema is never created implicitly: unless ``auto_migrate=True`` the schema
     must already be at this release's head, else :class:`SchemaNotReadyError`.
+    ``max_query_terms`` and ``statement_timeout`` bound the work of each call (see :class:`Store`).
     """
     embedded = url is None
     target = embedded_url() if embedded else url
     assert target is not None
     engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
     try:
+        store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
+                      max_query_terms=max_query_terms, statement_timeout=statement_timeout)
         if auto_migrate or (auto_migrate is None and embedded):
             migrate.upgrade(engine, schema=schema)
             engine.dispose()  # connections opened before the extension existed lack the vector type
@@ -857,4 +946,4 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
         raise DatabaseError(f"could not connect: {exc}") from exc
-    return Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True)
+    return store

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.types import RAGContext, RetrievedDocument, is_unicode_text
+from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument, is_unicode_text
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -106,12 +106,13 @@ def overfetch(
     ``fetch(n)`` returns the child's best ``n`` candidates; ``rerank`` turns candidates
     into final results, best first; ``ceiling(score)`` is the best final score a
     candidate the child ranked below ``score`` could still reach. The first request is
-    ``max(min_candidates, factor × k)``; it doubles, up to ``max(max_candidates, first)``,
+    ``max(min_candidates, factor × k)``; it doubles, up to ``max(max_candidates, first)``
+    (never beyond :data:`~tnsrag_db.types.MAX_RESULTS`),
     while the child returns full pages and the k-th result does not beat that ceiling.
     Within the cap the top ``k`` is exact.
     """
-    want = max(min_candidates, factor * k)
-    cap = max(max_candidates, want)
+    cap = min(MAX_RESULTS, max(max_candidates, min_candidates, factor * k))
+    want = min(cap, max(min_candidates, factor * k))
     while True:
         candidates = fetch(want)
         results = rerank(candidates)

@@ -18,7 +18,7 @@ from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, RAGStrategy, check_query, document_from_row, resolve_context
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
     from tnsrag_db.indexes.bm25 import BM25Index
@@ -178,6 +178,6 @@ class HybridRAGStrategy:
         rankings: list[Sequence[RetrievedDocument]] = [keyword_docs, vector_docs]
         if self._graph is not None:
             pool = self._retriever.pool_size(ctx.max_results)
-            rankings.append(self._graph.retrieve(query, RAGContext(pool, 0.0, ctx.metadata_filters)))
+            rankings.append(self._graph.retrieve(query, RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters)))
         fused = reciprocal_rank_fusion(*rankings, k=self._retriever.rrf_k)
         return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]
