@@ -132,3 +132,12 @@ def test_application_role_writes_vectors_past_the_threshold_and_the_owner_builds
         again = CliRunner().invoke(db, ["build-indexes", "--url", roles.owner.render_as_string(hide_password=False),
                                         "--threshold", "20", "--json"])
         assert [b for b in json.loads(again.output)["built"] if b["corpus"] == corpus] == []
+
+
+def test_upgrade_by_roles_without_create_on_a_migrated_database_reports_at_head(roles: Roles) -> None:
+    for url in (roles.app, roles.reader):
+        result = CliRunner().invoke(db, ["upgrade", "--url", url.render_as_string(hide_password=False)])
+        assert result.exit_code == 0, result.output
+        assert "at head" in result.output
+        result = CliRunner().invoke(db, ["upgrade", "--url", url.render_as_string(hide_password=False), "--json"])
+        assert json.loads(result.output)["at_head"] is True

@@ -51,8 +51,10 @@ def upgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
         before = migrate.current_revision(engine, schema=schema)
         migrate.upgrade(engine, schema=schema, revision=revision)
         after = migrate.current_revision(engine, schema=schema)
-    emit({"schema": schema, "from": before, "to": after}, as_json,
-         f"schema {schema}: {before or 'empty'} -> {after}")
+    at_head = after == migrate.head_revision()
+    emit({"schema": schema, "from": before, "to": after, "at_head": at_head}, as_json,
+         f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
+         else f"schema {schema}: {before or 'empty'} -> {after}")
 
 
 @db.command()
