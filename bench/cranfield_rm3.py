@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from bench._common import database_url
-from bench.cranfield import DEFAULT_DATA, evaluate, load_documents, load_judgements, load_queries
+from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries
+from tnsrag_db import evaluation
 from tnsrag_db.expansion import QueryExpansion, RM3QueryExpander
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.store import Store, connect
@@ -61,18 +61,13 @@ def run(store: Store, args: argparse.Namespace) -> None:
     index = BM25Index(store)
     keyword = KeywordRAGStrategy(index)
     rm3 = MultiQueryRAGStrategy(keyword, RM3QueryExpander(index), QueryExpansion.RM3, "rm3", args.max_expansions)
-    judged = sum(1 for qid, _ in queries if qrels.get(qid))
-    print(f"Cranfield: {len(docs)} documents, {len(queries)} queries, {judged} with judgements")
-    rows: list[tuple[str, Callable[[], tuple[float, float, float]]]] = [
-        ("keyword (BM25)", lambda: evaluate(keyword, queries, qrels)[:3]),
-        ("multi_query + RM3", lambda: evaluate(rm3, queries, qrels)[:3]),
-    ]
-    results = [(name, fn()) for name, fn in rows]
-    base_ndcg, base_recall, base_ms = results[0][1]
-    print(f"{'strategy':<20} {'nDCG@10':>8} {'Δ':>7} {'recall@100':>10} {'Δ':>7} {'median ms':>10} {'× time':>7}")
-    for name, (ndcg, recall, ms) in results:
-        print(f"{name:<20} {ndcg:8.4f} {ndcg - base_ndcg:+7.4f} {recall:10.4f} {recall - base_recall:+7.4f} "
-              f"{ms:10.2f} {ms / base_ms:7.2f}")
+    report = evaluation.evaluate_strategies({"keyword (BM25)": keyword, "multi_query + RM3": rm3}, queries, qrels,
+                                            baseline="keyword (BM25)")
+    print(f"Cranfield: {len(docs)} documents, {len(queries)} queries, {report.queries} judged")
+    print(report.table())
+    base_ms = report.results[0].median_ms or 1.0
+    for result in report.results:
+        print(f"{result.strategy}: {(result.median_ms or 0.0) / base_ms:.2f}x the keyword time")
 
 
 def main() -> None:

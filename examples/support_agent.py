@@ -2,7 +2,11 @@
 
 Run it on the embedded database (nothing to configure)::
 
-    python examples/support_agent.py
+    python examples/support_agent.py          # add --keep to keep its corpus afterwards
+
+It writes into a corpus of its own, ``support-agent-example``, and drops that corpus
+when it is done (with ``--keep`` it stays, for ``tnsrag query ... --corpus
+support-agent-example``); nothing else in the database is touched.
 
 ``SupportAgent`` declares two knowledge sources: the Markdown and JSONL files under
 ``examples/docs/`` and a small custom ``SourceLoader`` whose entries carry an
@@ -13,17 +17,23 @@ the result to the action as its ``retrieved`` keyword argument.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
+from tnsrag_db import Store, connect
 from tnsrag_db.declarative import (
     OnFailure,
     RetrievalResult,
     RetrievalStrategy,
+    bind_store,
     knowledge_source,
     retrieval,
     retrieval_filters,
 )
 from tnsrag_db.types import MemoryEntry, MemoryTier
+
+#: The example's own corpus (see the module docstring).
+CORPUS = "support-agent-example"
 
 
 class FaqLoader:
@@ -73,17 +83,25 @@ class SupportAgent:
         return [doc.metadata["entryId"] for doc in retrieved.documents]
 
 
-def main() -> None:
-    agent = SupportAgent()
-    print(agent.answer("How do I get my money back for a damaged item?"))
-    print()
-    print(agent.explain_error("Ada", "AUTH-401"))
-    print()
-    print("customer FAQ:", agent.customer_faq("refund"))
-    # Request context from a chat lifecycle: tnsai.chat.* keys are dropped before filtering.
-    with retrieval_filters({"tnsai.chat.conversationId": "c-42"}):
-        print("sections:", agent.section_with_context("reset password link expired"))
+def main(keep: bool = False, store: Store | None = None) -> None:
+    """Run the role on ``store``'s database (default: the embedded one), in the corpus CORPUS,
+    and drop that corpus afterwards unless ``keep``."""
+    with connect(corpus=CORPUS) if store is None else store.with_corpus(CORPUS) as own:
+        bind_store(SupportAgent, own)
+        try:
+            agent = SupportAgent()
+            print(agent.answer("How do I get my money back for a damaged item?"))
+            print()
+            print(agent.explain_error("Ada", "AUTH-401"))
+            print()
+            print("customer FAQ:", agent.customer_faq("refund"))
+            # Request context from a chat lifecycle: tnsai.chat.* keys are dropped before filtering.
+            with retrieval_filters({"tnsai.chat.conversationId": "c-42"}):
+                print("sections:", agent.section_with_context("reset password link expired"))
+        finally:
+            if not keep:
+                own.drop_corpus()
 
 
 if __name__ == "__main__":
-    main()
+    main(keep="--keep" in sys.argv[1:])

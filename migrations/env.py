@@ -22,7 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.store.engine import create_engine, validate_schema_name
-from tnsrag_db.store.migrate import advisory_lock_key, bootstrap_statements
+from tnsrag_db.store.migrate import advisory_lock_key, bootstrap_statements, include_object
 from tnsrag_db.store.schema import DEFAULT_SCHEMA, metadata
 
 config = context.config
@@ -41,6 +41,8 @@ def _configure(**kwargs: object) -> None:
         target_metadata=metadata,
         version_table_schema=schema,
         compare_type=True,
+        # The HNSW indexes the library builds per embedding space are not drift.
+        include_object=include_object,
         transactional_ddl=True,
         **kwargs,  # type: ignore[arg-type]
     )

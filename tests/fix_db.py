@@ -11,6 +11,8 @@ A test session creates its own database, migrated with the real alembic revision
 and drops it at the end. Tests are isolated by corpus: the ``store`` fixture gives
 every test a corpus of its own (every table and query is keyed by corpus), deleted
 afterwards. ``fresh_db_url`` gives an empty, unmigrated database for migration tests.
+The user data directory is a temporary one for the whole session (see
+``_private_user_data_dir``), so nothing reaches the developer's own embedded database.
 """
 
 from __future__ import annotations
@@ -35,6 +37,30 @@ SCHEMA = "tnsrag"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--test-dsn", default=os.environ.get("TNSRAG_TEST_DSN"),
                      help="PostgreSQL server URL for the tests (default: TNSRAG_TEST_DSN, else embedded)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_user_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Point the user data directory (``XDG_DATA_HOME``) at a temporary one for the session.
+
+    Anything that reaches the embedded server without a URL (``tnsrag`` commands without
+    ``--url``, ``connect()``, child processes) then uses a throw-away server, never the
+    developer's own data, and whatever such a server is left running by the session
+    (the CLI keeps its server running) is stopped at the end.
+    """
+    home = tmp_path_factory.mktemp("user-data")
+    previous = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(home)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("XDG_DATA_HOME", None)
+        else:
+            os.environ["XDG_DATA_HOME"] = previous
+        from tnsrag_db.store import server
+
+        server.stop(home / "tnsrag_db" / "pg18")  # a server this process holds stops at its exit
 
 
 def _conninfo(url: URL) -> str:

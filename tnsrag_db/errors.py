@@ -4,6 +4,7 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
 
     TnsragError
     ├── ConfigurationError           bad construction or set-up (never retried)
+    │   ├── CorpusNotFoundError      a named corpus does not exist in the schema
     │   ├── HierarchyError           duplicate ids, missing parents, cycles
     │   └── ProviderConfigurationError  zero/many embedding providers, bad entry point
     ├── ValidationError (ValueError) bad input values; nothing was written
@@ -15,6 +16,7 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   ├── EmbeddingValidationError an embedding vector breaks a rule
     │   ├── TemporalValidationError  a timestamp is invalid or too far in the future
     │   └── DanglingReferenceError   an edge or parent names an entry that does not exist
+    ├── IngestInterrupted            a batched ingest stopped part-way (Ctrl-C or an error)
     ├── DatabaseError                the database failed or is not ready
     │   ├── SchemaNotReadyError      the schema is missing or not at the expected revision
     │   ├── MigrationError           an alembic upgrade or downgrade failed
@@ -33,14 +35,22 @@ Driver errors (psycopg, SQLAlchemy) are wrapped with ``raise ... from exc``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tnsrag_db.store.store import IngestCounts
+
 __all__ = [
     "ConfigurationError",
     "ConnectionLostError",
+    "CorpusNotFoundError",
     "DanglingReferenceError",
     "DatabaseError",
     "EmbeddingValidationError",
+    "EvaluationDataError",
     "ExecutionError",
     "HierarchyError",
+    "IngestInterrupted",
     "InvalidContextError",
     "InvalidEntryError",
     "InvalidFilterError",
@@ -67,6 +77,17 @@ class TnsragError(Exception):
 
 class ConfigurationError(TnsragError):
     """A component was constructed or configured incorrectly."""
+
+
+class CorpusNotFoundError(ConfigurationError):
+    """A corpus named for reading or removal does not exist; the message lists those that do."""
+
+    def __init__(self, message: str, *, corpus: str, existing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        #: The corpus that was asked for.
+        self.corpus = corpus
+        #: The corpora of the schema, sorted.
+        self.existing = existing
 
 
 class HierarchyError(ConfigurationError):
@@ -119,6 +140,31 @@ class InvalidTimestampError(InvalidEntryError, TemporalValidationError):
 
 class DanglingReferenceError(ValidationError):
     """A reference (edge end, parent id) names an entry that does not exist."""
+
+
+class EvaluationDataError(ValidationError):
+    """An evaluation input (qrels, queries) is malformed; ``path`` and ``line`` say where."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        #: The file at fault, when the input came from a file.
+        self.path = path
+        #: The 1-based line at fault, when one line is.
+        self.line = line
+
+
+class IngestInterrupted(TnsragError):
+    """A batched ingest stopped part-way; ``committed`` counts what stayed written (whole batches).
+
+    The batch in progress was rolled back. Raised for Ctrl-C (no ``__cause__``) and,
+    chained to the cause, for a library error met after some batches were committed.
+    Running the same ingest again continues idempotently.
+    """
+
+    def __init__(self, message: str, *, committed: IngestCounts) -> None:
+        super().__init__(message)
+        #: Entries of the batches committed before the stop.
+        self.committed = committed
 
 
 class DatabaseError(TnsragError):

@@ -485,7 +485,7 @@ def test_the_example_support_agent_runs(store: Store, capsys: pytest.CaptureFixt
         sections = agent.section_with_context("reset password link expired")
         assert sections[0] == "docs/accounts.md#2"
         assert "docs/accounts.md#1" in sections  # its parent section
-        module.main()
+        module.main(store=store)  # in the example's own corpus on the test database, dropped afterwards
         printed = capsys.readouterr().out
         assert "AUTH-401" in printed and "customer FAQ: ['faq-refund-time', 'faq-password']" in printed
     finally:

@@ -114,7 +114,11 @@ def test_cli_db_commands(fresh_db_url: URL) -> None:
     assert res.exit_code == 0, res.output
     res = runner.invoke(main_group, ["db", "check", "--url", url, "--json"])
     assert res.exit_code == 0 and '"ok": true' in res.output
-    res = runner.invoke(main_group, ["db", "downgrade", "--url", url])
+    res = runner.invoke(main_group, ["db", "downgrade", "--url", url])  # no terminal, no --yes: refused
+    assert res.exit_code == 1 and "refusing to downgrade" in res.output and "--yes" in res.output
+    assert migrate.current_revision(create_engine(fresh_db_url, schema="tnsrag", pool_size=1),
+                                    schema="tnsrag") == migrate.head_revision()
+    res = runner.invoke(main_group, ["db", "downgrade", "--url", url, "--yes"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(main_group, ["db", "sql", "--range", "base:head"])
     assert "CREATE TABLE tnsrag.corpora" in res.output
@@ -175,5 +179,52 @@ def test_0002_keeps_data_and_keys_the_metadata_index_by_corpus(fresh_db_url: URL
         migrate.downgrade(engine, schema="tnsrag", revision="0001")
         assert set(metadata_indexes()) == {"ix_entries_metadata"}
         assert Store(engine, corpus="b").count({"group": "g2"}) == 10
+    finally:
+        engine.dispose()
+
+
+def test_0003_drops_the_unique_key_without_corpus_and_keeps_spaces(fresh_db_url: URL) -> None:
+    from tnsrag_db.embeddings import HashingEmbedding
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db.store.store import Store
+    from tnsrag_db.types import MemoryEntry
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+
+    def unique_keys() -> set[str]:
+        with engine.connect() as conn:
+            return set(conn.execute(sa.text(
+                "SELECT conname FROM pg_constraint WHERE conrelid = 'tnsrag.embedding_spaces'::regclass "
+                "AND contype = 'u'")).scalars())
+
+    try:
+        migrate.upgrade(engine, schema="tnsrag", revision="0002")
+        vectors = VectorMemoryStore(Store(engine, corpus="a"), HashingEmbedding(dimension=16))
+        vectors.add_all([MemoryEntry(f"e{i}", f"text {i}") for i in range(5)])
+        assert "uq_embedding_spaces_space_id" in unique_keys()
+        migrate.upgrade(engine, schema="tnsrag")
+        assert unique_keys() == {"uq_embedding_spaces_corpus_provider_dimension"}
+        assert migrate.check(engine, schema="tnsrag") == []
+        assert vectors.count() == 5 and len(vectors.search("text 3", 3)) == 3
+        migrate.downgrade(engine, schema="tnsrag", revision="0002")
+        assert "uq_embedding_spaces_space_id" in unique_keys()
+    finally:
+        engine.dispose()
+
+
+def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL) -> None:
+    # The upgrade's connection was opened before the vector extension existed, so it
+    # lacks the vector type adaptation; it must not go back to the pool.
+    from tnsrag_db.embeddings import HashingEmbedding
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db.store.store import Store
+    from tnsrag_db.types import MemoryEntry
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1, max_overflow=0)
+    try:
+        migrate.upgrade(engine, schema="tnsrag")
+        vectors = VectorMemoryStore(Store(engine, corpus="a"), HashingEmbedding(dimension=16))
+        vectors.add_all([MemoryEntry(f"e{i}", f"text {i}") for i in range(3)])
+        assert [entry_id for entry_id, _ in vectors.search("text 1", 1)] == ["e1"]
     finally:
         engine.dispose()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tnsrag_db.store.analysis import CHUNK_CHARS, MAX_TERM_CHARS, analyze, camel_parts, chunk_text
+from tnsrag_db.store.analysis import CHUNK_CHARS, MAX_TERM_CHARS, MIN_PART_CHARS, analyze, camel_parts, chunk_text
 
 
 @pytest.mark.parametrize(("word", "parts"), [
@@ -31,24 +31,58 @@ def test_camel_parts(word: str, parts: list[str]) -> None:
     ("HttpClient.get", "Http Client get", ["httpclient", "httpclient.get"]),
     ("HttpClient", "Http Client", ["httpclient"]),
     ("getHTTPResponse", "get HTTP Response", ["gethttpresponse"]),
-    ("a/b:c", "a b c", ["a/b:c"]),
+    # Parts shorter than two characters are no terms of their own; the whole form stays.
+    ("a/b:c", "", ["a/b:c"]),
+    ("v2.1", "", ["v2", "v2.1"]),
+    ("x-15 aircraft", "15 aircraft", ["x-15"]),
+    ("getX", "get", ["getx"]),
+    ("iPhone", "Phone", ["iphone"]),
+    ("XMLHttpRequest2", "XML Http Request", ["xmlhttprequest2"]),
+    ("TAN-5", "TAN", ["tan-5"]),
+    # Abbreviations: only the whole form, as PostgreSQL's parser alone gives it.
+    ("e.g. a turbine", ". a turbine", ["e.g"]),
+    ("i.e., the U.S. navy", "., the . navy", ["i.e", "u.s"]),
+    ("U.S.A.", ".", ["u.s.a"]),
+    ("n.a.c.a. report", ". report", ["n.a.c.a"]),
     # Plain words and numbers (even with separators) are left to to_tsvector.
     ("plain words 5326", "plain words 5326", []),
     ("3.14 5-10 1/2", "3.14 5-10 1/2", []),
-    ("v2.1", "v 2 1", ["v2", "v2.1"]),
+    ("a b", "a b", []),  # plain one-letter words are to_tsvector's to keep or drop
     # Separators only (no parts on one side) leave the token alone.
     ("__init__", "__init__", []),
 ])
 def test_identifiers_become_parts_plus_whole_terms(text: str, chunk: str, extras: list[str]) -> None:
     analysed = analyze(text)
-    assert analysed.chunks == [chunk]
+    assert analysed.chunks == ([chunk] if chunk else [])
     assert analysed.extra_terms == extras
+
+
+_LETTERS = st.text(alphabet="abcXYZ", min_size=1, max_size=4)
+_SEPARATORS = st.sampled_from(["-", "_", ".", ":", "/"])
+
+
+@given(st.lists(st.tuples(_LETTERS, st.lists(st.tuples(_SEPARATORS, _LETTERS), min_size=1, max_size=4)),
+                min_size=1, max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_no_identifier_part_shorter_than_two_characters_is_a_term(tokens: list[tuple[str, list[tuple[str, str]]]],
+                                                                  ) -> None:
+    # Every token below has a separator, so every word of the rewritten text is one of
+    # its parts: none may be a single character; each token is kept whole.
+    words = [head + "".join(sep + part for sep, part in rest) for head, rest in tokens]
+    analysed = analyze(" ".join(words))
+    parts = [w for chunk in analysed.chunks for w in chunk.split()]
+    assert all(len(p) >= MIN_PART_CHARS for p in parts)
+    assert all(any(p in w for w in words) for p in parts)
+    assert all(w.lower() in analysed.extra_terms for w in words)
 
 
 def test_identifiers_inside_prose() -> None:
     analysed = analyze("Fixed TAN-5326 in HttpClient.get, see getHTTPResponse.")
     assert analysed.chunks == ["Fixed TAN 5326 in Http Client get, see get HTTP Response."]
     assert analysed.extra_terms == ["tan-5326", "httpclient", "httpclient.get", "gethttpresponse"]
+    analysed = analyze("Fixed TAN-5326 in HttpClient.get, e.g. in the U.S. office.")
+    assert analysed.chunks == ["Fixed TAN 5326 in Http Client get, . in the . office."]
+    assert analysed.extra_terms == ["tan-5326", "httpclient", "httpclient.get", "e.g", "u.s"]
 
 
 def test_overlong_identifier_is_split_but_not_kept_whole() -> None:

@@ -482,8 +482,11 @@ def test_file_loader_reads_text_in_chunks_and_walks_directories(tmp_path: Path) 
     (tmp_path / "notes" / "a.txt").write_text("First paragraph.\n\nSecond paragraph.\n")
     (tmp_path / "notes" / "big.txt").write_text("\n\n".join("x" * 900 for _ in range(3)))
     (tmp_path / "notes" / "skip.bin").write_bytes(b"\x00\x01")
-    entries = list(FileLoader("notes", base_dir=tmp_path, tier="WORKING").load())
-    assert [e.id for e in entries] == ["notes/a.txt#0", "notes/big.txt#0", "notes/big.txt#1"]
+    loader = FileLoader("notes", base_dir=tmp_path, tier="WORKING")
+    entries = list(loader.load())
+    # Chunks of at most 1,000 characters (the hash fallback's size): one 900-character paragraph each.
+    assert [e.id for e in entries] == ["notes/a.txt#0", "notes/big.txt#0", "notes/big.txt#1", "notes/big.txt#2"]
+    assert [(s.path, s.reason) for s in loader.skipped] == [("notes/skip.bin", "binary")]
     assert entries[0].content == "First paragraph.\n\nSecond paragraph."
     assert entries[0].tier.name == "WORKING" and entries[0].metadata["format"] == "text"
 

@@ -12,6 +12,9 @@ def test_all_is_sorted_and_importable() -> None:
 
 
 def test_all_lists_every_public_name() -> None:
+    for name in tnsrag_db.__all__:  # names load on first access (PEP 562): load them all first
+        getattr(tnsrag_db, name)
+    assert set(tnsrag_db._EXPORTS) == set(tnsrag_db.__all__)
     public = {n for n, v in vars(tnsrag_db).items() if not n.startswith("_") and not isinstance(v, type(tnsrag_db))
               and n != "annotations"}
     assert public == set(tnsrag_db.__all__)
@@ -23,3 +26,13 @@ def test_eight_strategies_have_spec_names() -> None:
                                       tnsrag_db.MultiQueryRAGStrategy, tnsrag_db.HierarchicalRAGStrategy,
                                       tnsrag_db.TemporalRAGStrategy, tnsrag_db.ReasoningRAGStrategy)}
     assert len(names) == 8
+
+
+def test_import_loads_no_database_stack() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, tnsrag_db; print(sorted(m for m in ('sqlalchemy', 'alembic', 'psycopg', 'numpy') "
+            "if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"

@@ -1,4 +1,8 @@
-"""Shared CLI plumbing: the root group, database options, JSON output, error reporting."""
+"""Shared CLI plumbing: database options, JSON output, error reporting.
+
+The root group is defined in ``tnsrag_db/cli/__init__.py`` (commands register there, in
+``COMMANDS``); ``main_group`` is re-exported here for modules that import it from here.
+"""
 
 from __future__ import annotations
 
@@ -10,23 +14,13 @@ from typing import Any, TypeVar
 
 import click
 
+from tnsrag_db.cli import main_group  # re-exported: the root group lives in tnsrag_db/cli/__init__.py
 from tnsrag_db.errors import TnsragError
 from tnsrag_db.store.schema import DEFAULT_SCHEMA
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["db_options", "emit", "handle_errors", "main_group"]
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tnsrag-db")
-def main_group() -> None:
-    """tnsrag: a persistent PostgreSQL retrieval store for RAG and agent memory.
-
-    With no --url (or TNSRAG_DATABASE_URL) commands use the embedded PostgreSQL server.
-
-    Example: tnsrag ingest docs/ && tnsrag query "agent memory" --strategy hybrid
-    """
 
 
 def db_options(func: F) -> F:

@@ -10,6 +10,7 @@ import click
 from sqlalchemy.engine import Engine
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
+from tnsrag_db.cli._confirm import confirm_destruction, yes_option
 from tnsrag_db.indexes.hnsw_builds import build_due_indexes
 from tnsrag_db.indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db.store import migrate
@@ -61,14 +62,23 @@ def upgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
 @db_options
 @click.option("--revision", default="base", show_default=True, help="Target revision ('base' removes every table).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@yes_option
 @handle_errors
-def downgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
+def downgrade(url: str | None, schema: str, revision: str, as_json: bool, yes: bool) -> None:
     """Migrate the schema down (default: to base, dropping the library's tables and data).
 
-    Example: tnsrag db downgrade --revision base
+    Asks for confirmation first; without a terminal it refuses unless --yes is given.
+
+    Example: tnsrag db downgrade --revision base --yes
     """
     with _engine(url, schema) as engine:
         before = migrate.current_revision(engine, schema=schema)
+        if before is None:
+            emit({"schema": schema, "from": None, "to": None}, as_json, f"schema {schema}: not migrated, nothing to do")
+            return
+        where = engine.url.render_as_string(hide_password=True)
+        confirm_destruction(f"downgrade schema {schema!r} on {where} from {before} to {revision}"
+                            f"{' (drops every table and all data)' if revision == 'base' else ''}", yes=yes)
         migrate.downgrade(engine, schema=schema, revision=revision)
         after = migrate.current_revision(engine, schema=schema)
     emit({"schema": schema, "from": before, "to": after}, as_json,
@@ -98,17 +108,25 @@ def current(url: str | None, schema: str, as_json: bool) -> None:
 def check(url: str | None, schema: str, as_json: bool) -> None:
     """Check for drift between the library's table declarations and the migrated database.
 
-    Exits 1 when the schema is not at head or differs from the declarations.
+    Exits 1 when the schema is not migrated, not at head, or differs from the
+    declarations. The HNSW indexes the library builds per embedding space at run time
+    are not drift.
 
     Example: tnsrag db check
     """
     with _engine(url, schema) as engine:
         rev = migrate.current_revision(engine, schema=schema)
-        diffs = migrate.check(engine, schema=schema) if rev is not None else ["schema is not migrated"]
+        diffs = migrate.check(engine, schema=schema) if rev is not None else []
     head = migrate.head_revision()
     ok = rev == head and not diffs
+    if rev is None:
+        state = f"schema {schema} is not migrated (head {head}): run tnsrag db upgrade"
+    elif rev != head:
+        state = f"schema {schema} is at {rev}, head is {head}: run tnsrag db upgrade"
+    else:
+        state = f"schema {schema} at {rev} differs from this release's declarations:"
     emit({"schema": schema, "current": rev, "head": head, "differences": diffs, "ok": ok}, as_json,
-         "no drift" if ok else "\n".join([f"schema {schema} at {rev}, head {head}", *diffs]))
+         "no drift" if ok else "\n".join([state, *(f"  {d}" for d in diffs)]))
     if not ok:
         sys.exit(1)
 
@@ -117,11 +135,22 @@ def check(url: str | None, schema: str, as_json: bool) -> None:
 @click.option("--schema", default="tnsrag", show_default=True, help="PostgreSQL schema for the tables.")
 @click.option("--range", "revision_range", default="base:head", show_default=True,
               help="Revisions as FROM:TO (a downgrade when TO is older).")
-def sql(schema: str, revision_range: str) -> None:
+@click.option("--citus", is_flag=True,
+              help="Instead: the script that distributes the migrated tables by corpus on a Citus coordinator.")
+def sql(schema: str, revision_range: str, citus: bool) -> None:
     """Print the SQL of a migration without connecting (for review or a DBA).
 
-    Example: tnsrag db sql --range base:head > upgrade.sql
+    With --citus, print the script an operator runs on a Citus coordinator after the
+    migrations: every table hash-distributed by corpus and co-located (see README,
+    "Scale out with Citus").
+
+    Example: tnsrag db sql --range base:head > upgrade.sql; tnsrag db sql --citus > citus.sql
     """
+    if citus:
+        from tnsrag_db.store.citus import citus_script
+
+        click.echo(citus_script(schema=schema), nl=False)
+        return
     click.echo(migrate.offline_sql(schema=schema, revision_range=revision_range), nl=False)
 
 

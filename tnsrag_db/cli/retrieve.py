@@ -1,25 +1,22 @@
-"""``tnsrag ingest`` and ``tnsrag query``: the main job."""
+"""``tnsrag query``: retrieve with one of the strategies (``tnsrag ingest`` lives in :mod:`tnsrag_db.cli.ingest`).
+
+What only vector and hybrid search need (the embedding provider, which loads numpy) is
+imported inside the command, so a keyword query process does not pay for it.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from importlib import resources
-from pathlib import Path
-from typing import Any
 
 import click
-from tqdm import tqdm
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
-from tnsrag_db.embeddings import get_process_embedding
-from tnsrag_db.errors import ConfigurationError, InvalidEntryError
-from tnsrag_db.loaders import FileLoader
 from tnsrag_db.store.store import connect
+from tnsrag_db.strategies.explain import explain_with
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
-from tnsrag_db.types import MemoryTier, RAGContext
+from tnsrag_db.types import RAGContext
 
-__all__ = ["ingest", "query"]
+__all__ = ["query"]
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
@@ -32,88 +29,6 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
     return out
 
 
-def sample_corpus_path() -> Path:
-    """The small sample corpus that ships with the package (JSONL)."""
-    return Path(str(resources.files("tnsrag_db") / "data" / "sample_corpus.jsonl"))
-
-
-@click.command()
-@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@db_options
-@click.option("--corpus", default="default", show_default=True, help="Corpus to write into.")
-@click.option("--tier", type=click.Choice([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
-              help="Tier for entries that do not set one.")
-@click.option("--source", default=None, help="Source for every entry (default: the file path).")
-@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Metadata for every entry (repeatable).")
-@click.option("--sample", is_flag=True, help="Ingest the sample corpus that ships with tnsrag_db.")
-@click.option("--batch-size", default=500, show_default=True, help="Entries per embedding batch.")
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
-@handle_errors
-def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
-           meta: tuple[str, ...], sample: bool, batch_size: int, as_json: bool) -> None:
-    """Ingest text, Markdown and JSONL files (or directories or globs of them) into a corpus.
-
-    Markdown becomes one entry per heading section (each the child of its enclosing
-    section), text becomes paragraph chunks, JSONL one entry per line; ids are the
-    paths relative to the current directory plus "#n" (or the JSONL "id").
-
-    Entries are embedded with the installed embedding provider (or the offline
-    128-dimensional hash fallback) and indexed for BM25. Re-running with the same
-    files is idempotent: unchanged entries are reported, not rewritten.
-
-    Example: tnsrag ingest docs/ notes.md --tier SEMANTIC --meta tenant=acme
-    """
-    from tnsrag_db.indexes.vector import VectorMemoryStore
-
-    targets = list(paths) + ([sample_corpus_path()] if sample else [])
-    if not targets:
-        raise click.UsageError("give at least one PATH, or --sample")
-    extra = _pairs(meta, "--meta")
-    try:
-        loaded = list(FileLoader(*targets, tier=tier).load())
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
-    entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra}) for e in loaded]
-    if not entries:
-        raise InvalidEntryError("no entries found in the given paths")
-    started = time.perf_counter()
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        vectors = VectorMemoryStore(store, get_process_embedding())
-        index_bar: tqdm[Any] | None = None
-
-        def index_advance(phase: str, done: int, total: int) -> None:
-            # The HNSW build (once the corpus reaches the index threshold): heap blocks read
-            # while it builds; the validation and waiting phases of the concurrent build
-            # that follow only show their name.
-            nonlocal index_bar
-            if index_bar is None:
-                index_bar = tqdm(total=total, unit="block", desc="HNSW index", disable=as_json or None)
-            if phase == "done" or phase.startswith("building index"):
-                index_bar.total = max(total, 1)
-                index_bar.update(done - index_bar.n)
-            index_bar.set_postfix_str(phase)
-
-        with tqdm(total=len(entries), unit="entry", desc="ingest", disable=as_json or None) as bar:
-            last = 0
-
-            def advance(done: int) -> None:
-                nonlocal last
-                bar.update(done - last)
-                last = done
-
-            try:
-                counts = vectors.add_all(entries, batch_size=batch_size, progress=advance,
-                                         index_progress=index_advance)
-            finally:
-                if index_bar is not None:
-                    index_bar.close()
-    elapsed = time.perf_counter() - started
-    emit({"corpus": corpus, "files": len(targets), "entries": len(entries), "inserted": counts.inserted,
-          "updated": counts.updated, "unchanged": counts.unchanged, "seconds": round(elapsed, 3)}, as_json,
-         f"{len(entries)} entries from {len(targets)} path(s) into corpus {corpus!r}: "
-         f"{counts.inserted} inserted, {counts.updated} updated, {counts.unchanged} unchanged ({elapsed:.1f} s)")
-
-
 @click.command()
 @click.argument("text")
 @db_options
@@ -123,26 +38,56 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
 @click.option("--min-score", default=0.0, show_default=True, type=float, help="Inclusive score threshold.")
 @click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
               help="Exact metadata filter, e.g. tier=SEMANTIC (repeatable; all must match).")
+@click.option("--embedding", default=None, metavar="NAME",
+              help="Search the corpus's embedding space of this provider. Default: its newest complete space.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--explain", "explain", is_flag=True,
+              help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")
 @handle_errors
 def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, top_k: int, min_score: float,
-          filters: tuple[str, ...], as_json: bool) -> None:
+          filters: tuple[str, ...], embedding: str | None, as_json: bool, explain: bool) -> None:
     """Retrieve the best entries for TEXT with one of the strategies.
 
+    Vector and hybrid search embed TEXT with the provider that filled the embedding
+    space they search: the corpus's newest complete space, or --embedding NAME's.
+
+    TEXT must not be blank. A corpus that does not exist is an error (exit 1) naming
+    the corpora that do; when a --filter matches no entry, a note on stderr says which
+    and what values its key takes. --json prints each result with id, score, content,
+    source and metadata at top level (a shape kept stable across versions).
+
     Example: tnsrag query "how do agents share memory" --strategy hybrid --top-k 3 --filter tier=SEMANTIC
+
+    Example: tnsrag query "TAN-5326" --strategy keyword --explain
     """
+    from tnsrag_db.admin import empty_filter_notes, require_corpus
+    from tnsrag_db.cli._render import render_text, result_json
+    from tnsrag_db.strategies.base import check_query
+
+    check_query(text)
     context = RAGContext(top_k, min_score, _pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        chosen = build_strategy(strategy, store)
+        require_corpus(store)  # reads only: a query never creates a corpus
+        # Only vector and hybrid search embed the query; the others never load a model.
+        embedder = None
+        if strategy in ("vector", "hybrid"):
+            from tnsrag_db.indexes.spaces import query_embedding
+
+            embedder = query_embedding(store, embedding)
+        chosen = build_strategy(strategy, store, embedding=embedder)
         started = time.perf_counter()
+        if explain:
+            explained = explain_with(chosen, text, context)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            emit({**explained.to_dict(), "milliseconds": round(elapsed_ms, 2)}, as_json, explained.to_text())
+            return
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
+        notes = empty_filter_notes(store, context.metadata_filters) if not documents else []
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if as_json:
         emit({"query": text, "strategy": chosen.name, "milliseconds": round(elapsed_ms, 2),
-              "results": [{"rank": n, "score": d.score, "source": d.source, "content": d.content,
-                           "metadata": dict(d.metadata)} for n, d in enumerate(documents, 1)]}, True)
+              "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
         return
-    click.echo(f"{chosen.name}: {len(documents)} result(s) in {elapsed_ms:.1f} ms")
-    for n, d in enumerate(documents, 1):
-        click.echo(f"[{n}] {d.score:.4f}  {d.metadata.get('entryId', '')}  ({d.metadata.get('tier', '')})")
-        click.echo(f"    {d.content[:200]}")
+    click.echo(render_text(chosen.name, documents, elapsed_ms))

@@ -1,6 +1,7 @@
-"""Embedding functions: the protocol, the validating wrapper, the hash fallback and the
-process-wide provider of the declarative path (entry-point group
-``tnsrag_db.embedding_functions``).
+"""Embedding functions: the protocol, the validating wrapper, the hash fallback, the
+ONNX sentence-embedding provider and the shipped model (the ``embed`` extra), the
+resolution of provider names, and the process-wide provider of the declarative path
+(entry-point group ``tnsrag_db.embedding_functions``).
 """
 
 from __future__ import annotations
@@ -14,21 +15,39 @@ from tnsrag_db.embeddings._discovery import (
     reset_process_embedding,
 )
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
+from tnsrag_db.embeddings._onnx import OnnxEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, batch_method, provider_name
+from tnsrag_db.embeddings._shipped import (
+    EMBED_EXTRA,
+    SHIPPED_MODEL_NAME,
+    default_model,
+    embedding_install_hint,
+    resolve_embedding,
+    shipped_model_available,
+    shipped_model_dir,
+)
 from tnsrag_db.embeddings._validating import MAX_EMBEDDING_DIMENSION, ValidatingEmbedding
 
 __all__ = [
     "DEFAULT_HASH_DIMENSION",
+    "EMBED_EXTRA",
     "ENTRY_POINT_GROUP",
     "EmbeddingFunction",
     "HashingEmbedding",
     "MAX_EMBEDDING_DIMENSION",
+    "OnnxEmbedding",
     "ProcessEmbedding",
+    "SHIPPED_MODEL_NAME",
     "ValidatingEmbedding",
     "batch_method",
+    "default_model",
     "discover_embedding_providers",
+    "embedding_install_hint",
     "get_process_embedding",
     "load_process_embedding",
     "provider_name",
     "reset_process_embedding",
+    "resolve_embedding",
+    "shipped_model_available",
+    "shipped_model_dir",
 ]

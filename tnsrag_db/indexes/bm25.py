@@ -38,11 +38,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.store.analysis import analyze_query
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.strategies.explain import BM25Explanation, BM25TermScore
 from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
 
 __all__ = ["DEFAULT_B", "DEFAULT_K1", "BM25Index"]
@@ -105,6 +107,39 @@ def _query_terms_sql(p: str) -> str:
         f"WHERE {p}_cfg.corpus = :{p}_c "
         f"UNION SELECT x FROM unnest(CAST(:{p}_extras AS text[])) AS x"
     )
+
+
+def _stats_sql(p: str) -> str:
+    """SELECT of the corpus statistics: N (``n``) and the total length (``tl``), float8."""
+    return (f"SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
+            f"  FROM bm25_stats WHERE corpus = :{p}_c")
+
+
+def _df_sql(p: str, term: str) -> str:
+    """SELECT of ``df``, the document frequency of ``term`` (an SQL expression), float8."""
+    return (f"SELECT coalesce(sum(dp.df), 0)::float8 AS df "
+            f"    FROM bm25_df dp WHERE dp.corpus = :{p}_c AND dp.lexeme = {term}")
+
+
+def _idf_sql(n: str, df: str) -> str:
+    """``idf = ln(1 + (N − df + 0.5) / (df + 0.5))`` of float8 expressions ``n`` and ``df``."""
+    return f"ln(1.0::float8 + ({n} - {df} + 0.5::float8) / ({df} + 0.5::float8))"
+
+
+def _weight_sql(p: str, n: str, df: str) -> str:
+    """A term's weight ``wt = idf · (k1 + 1)``."""
+    return f"{_idf_sql(n, df)}     * CAST(:{p}_k1p1 AS float8)"
+
+
+def _kbl_sql(p: str, n: str, tl: str) -> str:
+    """``kbl = k1·b / avgdl`` (0 for an empty corpus), the per-term-of-length factor."""
+    return f"CASE WHEN {tl} > 0 THEN CAST(:{p}_kb1 AS float8) * {n} / {tl} ELSE 0.0::float8 END"
+
+
+def _contribution_sql(p: str, t: str, post: str) -> str:
+    """One term's BM25 contribution ``wt·tf / (tf + k1·(1−b) + kbl·dl)``: ``t`` has ``wt`` and
+    ``kbl``, ``post`` ``tf`` and ``doc_len``. The one formula every score is built from."""
+    return f"{t}.wt * {post}.tf / ({post}.tf + CAST(:{p}_kb0 AS float8) + {t}.kbl * {post}.doc_len)"
 
 
 def check_bm25_parameters(k1: object, b: object) -> tuple[float, float]:
@@ -204,11 +239,10 @@ class BM25Index:
         }
         c = f":{p}_c"
         filtered = predicate != "TRUE"
-        kb0 = f"CAST(:{p}_kb0 AS float8)"
         floor_sql = f"CAST(:{p}_min AS float8)"
 
         def contribution(t: str, post: str) -> str:
-            return f"{t}.wt * {post}.tf / ({post}.tf + {kb0} + {t}.kbl * {post}.doc_len)"
+            return _contribution_sql(p, t, post)
 
         def keep(alias: str, scanned: str) -> str:
             """A WHERE condition restricting rows of ``alias`` (with ``entry_id``) to the filtered
@@ -242,16 +276,13 @@ class BM25Index:
             # The filtered entries, read once (and only when a filter is given).
             + (f"{p}_fe AS MATERIALIZED (SELECT {p}_e.id FROM entries {p}_e WHERE {p}_e.corpus = {c} "
                f"AND {predicate}), " if filtered else "") +
-            f"{p}_st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
-            f"  FROM bm25_stats WHERE corpus = {c}), "
+            f"{p}_st AS ({_stats_sql(p)}), "
             # MATERIALIZED: one row per query term, so df is summed once per term
             # (inlined, the planner re-runs the count for every posting it scores).
             f"{p}_w AS MATERIALIZED (SELECT q.lexeme, d.df, "
-            f"  ln(1.0::float8 + (st.n - d.df + 0.5::float8) / (d.df + 0.5::float8)) "
-            f"    * CAST(:{p}_k1p1 AS float8) AS wt, "
-            f"  CASE WHEN st.tl > 0 THEN CAST(:{p}_kb1 AS float8) * st.n / st.tl ELSE 0.0::float8 END AS kbl "
-            f"  FROM {p}_q q CROSS JOIN {p}_st st CROSS JOIN LATERAL (SELECT coalesce(sum(dp.df), 0)::float8 AS df "
-            f"    FROM bm25_df dp WHERE dp.corpus = {c} AND dp.lexeme = q.lexeme) d WHERE d.df > 0), "
+            f"  {_weight_sql(p, 'st.n', 'd.df')} AS wt, "
+            f"  {_kbl_sql(p, 'st.n', 'st.tl')} AS kbl "
+            f"  FROM {p}_q q CROSS JOIN {p}_st st CROSS JOIN LATERAL ({_df_sql(p, 'q.lexeme')}) d WHERE d.df > 0), "
             # Non-essential terms: the most frequent ones, while their summed upper
             # bounds stay below a share of the remaining terms' (at least one term stays essential).
             f"{p}_t AS MATERIALIZED (SELECT x.lexeme, x.df, x.wt, x.kbl, "
@@ -317,6 +348,54 @@ class BM25Index:
         with self._store.transaction() as conn:
             rows = conn.execute(sa.text(sql), params).all()
         return [(r.entry_id, float(r.score)) for r in rows]
+
+    # -- explanations -------------------------------------------------------------------
+    def term_figures_sql(self, query: str, entry_ids: Sequence[str], *,
+                         prefix: str = "kx") -> tuple[str, dict[str, Any]]:
+        """A SELECT of every (entry, analysed query term) pair of ``entry_ids``: ``entry_id``,
+        ``dl`` (document length), ``n`` and ``tl`` (corpus size and total length),
+        ``lexeme``, ``df``, ``idf``, ``tf`` (0 when the entry lacks the term) and
+        ``contribution``, computed by the same SQL expressions as the scores of
+        :meth:`candidates_sql` (so per term they are the very summands of the score)."""
+        if not isinstance(query, str) or "\x00" in query:
+            raise ValidationError("query must be a string without NUL characters")
+        p = _check_prefix(prefix)
+        k1, b = self._k1, self._b
+        params: dict[str, Any] = {**self._analysis_params(query, p), f"{p}_ids": list(entry_ids),
+                                  f"{p}_k1p1": k1 + 1.0, f"{p}_kb0": k1 * (1.0 - b), f"{p}_kb1": k1 * b}
+        sql = (
+            f"WITH {p}_q AS ({_query_terms_sql(p)}), {p}_st AS ({_stats_sql(p)}), "
+            f"{p}_w AS MATERIALIZED (SELECT q.lexeme, d.df, {_idf_sql('st.n', 'd.df')} AS idf, "
+            f"  {_weight_sql(p, 'st.n', 'd.df')} AS wt, {_kbl_sql(p, 'st.n', 'st.tl')} AS kbl "
+            f"  FROM {p}_q q CROSS JOIN {p}_st st CROSS JOIN LATERAL ({_df_sql(p, 'q.lexeme')}) d) "
+            f"SELECT x.id AS entry_id, e.doc_len AS dl, st.n, st.tl, w.lexeme, w.df, w.idf, "
+            f"  coalesce(bp.tf, 0) AS tf, CASE WHEN bp.tf IS NULL THEN 0.0::float8 "
+            f"  ELSE {_contribution_sql(p, 'w', 'bp')} END AS contribution "
+            f"FROM unnest(CAST(:{p}_ids AS text[])) AS x(id) "
+            f"JOIN entries e ON e.corpus = :{p}_c AND e.id = x.id CROSS JOIN {p}_st st CROSS JOIN {p}_w w "
+            f"LEFT JOIN bm25_postings bp ON bp.corpus = :{p}_c AND bp.lexeme = w.lexeme AND bp.entry_id = x.id"
+        )
+        return sql, params
+
+    def explain_scores(self, conn: Connection, query: str, scores: Mapping[str, float]) -> dict[str, BM25Explanation]:
+        """The :class:`BM25Explanation` of each entry of ``scores`` (entry id to its BM25 score for
+        ``query``), read on ``conn`` (one statement; run it in the transaction that ranked, so
+        the figures come from the same snapshot). Entries that no longer exist are left out."""
+        if not scores:
+            return {}
+        sql, params = self.term_figures_sql(query, list(scores))
+        rows: dict[str, list[Any]] = {}
+        for row in conn.execute(sa.text(sql), params):
+            rows.setdefault(row.entry_id, []).append(row)
+        out: dict[str, BM25Explanation] = {}
+        for entry_id, terms in rows.items():
+            first = terms[0]
+            n, tl = float(first.n), float(first.tl)
+            out[entry_id] = BM25Explanation(
+                float(scores[entry_id]), int(first.dl or 0), int(n), tl / n if n > 0 else 0.0, self._k1, self._b,
+                tuple(BM25TermScore(str(t.lexeme), int(t.tf), int(t.df), float(t.idf), float(t.contribution))
+                      for t in sorted(terms, key=lambda t: str(t.lexeme))))
+        return out
 
     # -- term statistics (for pseudo-relevance feedback and tests) -------------------------
     def query_terms(self, query: str) -> list[str]:

@@ -70,9 +70,15 @@ _UPSERT_SQL = (
 _LOCK_ENDS_SQL = (
     "WITH ends AS (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges), "
     # One primary-key lookup per end, in id order (a join could be planned as a scan of
-    # the whole corpus when its statistics are stale).
+    # the whole corpus when its statistics are stale). The key is given twice: as plain
+    # equalities, and as a row comparison, which only the primary key (corpus, id) serves
+    # in full. With the equalities alone a corpus newer than the last ANALYZE is estimated
+    # at one row, and the planner took the smaller (corpus, ts) index and filtered the
+    # whole corpus once per end (5,000 edges written with their entries: 15 s instead of
+    # 0.13 s); with the row comparison alone an analysed corpus got a sequential scan per end.
     "locked AS (SELECT k.id FROM (SELECT id FROM ends ORDER BY id) o CROSS JOIN LATERAL "
-    "  (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = o.id FOR KEY SHARE OF e) k) "
+    "  (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = o.id AND (e.corpus, e.id) >= (:c, o.id) "
+    "   FOR KEY SHARE OF e) k) "
     # An anti-join (NOT EXISTS), not NOT IN: NOT IN over a subquery too large for one hash
     # table is evaluated row by row, quadratic in the number of ends.
     "SELECT x.id FROM ends x WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = x.id) ORDER BY x.id"

@@ -33,14 +33,17 @@ the last qualifying row.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import math
+import signal
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -48,11 +51,20 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
-from tnsrag_db.errors import ConfigurationError, DatabaseError, EmbeddingValidationError, ValidationError
+from tnsrag_db.errors import (
+    ConfigurationError,
+    DatabaseError,
+    EmbeddingValidationError,
+    IngestInterrupted,
+    InvalidEntryError,
+    TnsragError,
+    ValidationError,
+)
 from tnsrag_db.indexes.hnsw_builds import defer_build, may_build_indexes
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
+from tnsrag_db.strategies.explain import CosineExplanation, SearchPlan
 from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text, validate_filters
 
 __all__ = [
@@ -62,6 +74,7 @@ __all__ = [
     "HNSW_EF_CONSTRUCTION",
     "HNSW_M",
     "IndexProgress",
+    "IngestProgress",
     "VectorMemoryStore",
 ]
 
@@ -84,6 +97,10 @@ HNSW_EF_CONSTRUCTION = 128
 
 #: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
 IndexProgress = Callable[[str, int, int], None]
+#: ``progress(phase, done, total)`` of :meth:`VectorMemoryStore.ingest`: phase ``"read"``,
+#: ``"embed"``, ``"write"`` or ``"index"``; ``total`` None when the input has no length.
+IngestProgress = Callable[[str, int, "int | None"], None]
+_R = TypeVar("_R")
 
 _MAX_EF_SEARCH = 1000  # pgvector's upper bound
 _FILTERED_MIN_EF = 200
@@ -143,6 +160,64 @@ class _Rows:
 
     def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         return self._rows  # type: ignore[return-value]  # an ndarray of rows serves as a sequence
+
+
+class _Stopped(Exception):
+    """Raised inside an ingest's write once a stop was requested (rolls the batch back)."""
+
+
+def _check_batch_size(batch_size: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+
+
+class _Job(Generic[_R]):
+    """``fn(arg)`` on a daemon worker thread; :meth:`wait` returns its result or raises its error."""
+
+    def __init__(self, fn: Callable[[list[MemoryEntry]], _R], arg: list[MemoryEntry]) -> None:
+        self._done = threading.Event()
+        self._result: _R | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._result = fn(arg)
+            except BaseException as exc:  # handed to the waiting thread
+                self._error = exc
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name="tnsrag-ingest-embed", daemon=True).start()
+
+    def wait(self, stop: threading.Event) -> _R:
+        """The result, polling ``stop`` (raises :class:`_Stopped` once it is set)."""
+        while not self._done.wait(0.05):
+            if stop.is_set():
+                raise _Stopped
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]  # set when no error
+
+
+@contextlib.contextmanager
+def _deferred_sigint(stop: threading.Event) -> Iterator[None]:
+    """While inside, the first SIGINT sets ``stop`` instead of raising KeyboardInterrupt (the
+    second raises it). Only on the main thread with Python's default handler in place."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class VectorMemoryStore:
@@ -342,8 +417,7 @@ class VectorMemoryStore:
         propagates. It runs again if the write is retried after a deadlock.
         ``index_progress`` is handed to :meth:`build_index` when this call builds the index.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValidationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        _check_batch_size(batch_size)
         batch = validate_batch(entries)
         if not batch:
             if embeddings is not None and len(embeddings) != 0:
@@ -356,16 +430,158 @@ class VectorMemoryStore:
             if progress is not None:
                 progress(len(batch))
         else:
-            todo = self._needing_vectors(batch)
-            done = len(batch) - len(todo)
-            if todo:
-                matrix = self._embed([e.content for e in todo], batch_size, progress, done)
-                vectors = {e.id: matrix[i] for i, e in enumerate(todo)}
-            elif progress is not None:
-                progress(len(batch))
+            vectors = self._prepare(batch, batch_size, progress)
+        report, space = self._write_batch(batch, vectors, batch_size, check=check)
+        if space is None:
+            return report.counts
+        if progress is not None:
+            progress(len(batch))
+        self._maybe_build_index(space, index_progress)
+        return report.counts
+
+    def ingest(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
+               progress: IngestProgress | None = None,
+               index_progress: IndexProgress | None = None) -> IngestCounts:
+        """Write a stream of entries batch by batch, embedding the next batch while the previous one is written.
+
+        Unlike :meth:`add_all` (one transaction), every batch of ``batch_size`` entries
+        (default 256) commits on its own, and its embedding (on a worker thread: new
+        entries, changed texts and entries lacking a vector in this space, as in
+        :meth:`add_all`) overlaps the write of the batch before it, so the end-to-end rate
+        approaches the embedding function's own. Entries are read from ``entries``
+        lazily, one batch ahead; each batch is validated before it is written, and an id
+        seen in an earlier batch is an :class:`InvalidEntryError`. Re-running with the
+        same entries is idempotent: unchanged entries are counted as such, not rewritten,
+        nor re-embedded. The space's HNSW index is built at the end once the space holds
+        ``index_threshold`` vectors.
+
+        ``progress(phase, done, total)`` reports ``"read"`` (entries taken from
+        ``entries``), ``"embed"`` (entries whose vectors are ready, unchanged ones
+        included; called from the worker thread), ``"write"`` (entries committed) and
+        ``"index"`` (heap blocks of the HNSW build); ``total`` is the number of entries
+        when ``entries`` has a length (blocks for ``"index"``), else None.
+        ``index_progress`` also receives PostgreSQL's own build phases (see :meth:`build_index`).
+
+        Stopping: when called on the main thread with Python's default SIGINT handler in
+        place, Ctrl-C (SIGINT) stops the ingest after the statement in progress (a second
+        one interrupts at once). The open batch is rolled back and
+        :class:`IngestInterrupted` is raised with the counts that were committed; so is
+        it, chained to the cause, for any library error met on the way (a bad entry, a
+        bad vector, a database error; ``committed`` is empty when it was in the first
+        batch). A batch still being embedded is abandoned (its worker thread finishes on
+        its own). A bad ``batch_size`` raises :class:`ValidationError` before anything.
+        """
+        _check_batch_size(batch_size)
+        total = len(entries) if isinstance(entries, Sized) else None
+        stop = threading.Event()
+        embed_lock = threading.Lock()
+        committed = IngestCounts()
+        stream = iter(entries)
+        seen: dict[str, int] = {}
+        counters = {"read": 0, "embed": 0}
+
+        def report(phase: str, done: int, of: int | None = total) -> None:
+            if progress is not None:
+                progress(phase, done, of)
+
+        def read_batch() -> list[MemoryEntry]:
+            start = counters["read"]
+            raw = list(itertools.islice(stream, batch_size))
+            try:
+                batch = validate_batch(raw)
+            except InvalidEntryError as exc:
+                where = None if exc.index is None else start + exc.index
+                raise InvalidEntryError(str(exc).replace(f"batch item {exc.index} ", f"entry {where} ")
+                                        if where is not None else str(exc), entry_id=exc.entry_id,
+                                        index=where) from None
+            for offset, entry in enumerate(batch):
+                first = seen.setdefault(entry.id, start + offset)
+                if first != start + offset:
+                    raise InvalidEntryError(f"entry {start + offset}: duplicate id {entry.id!r} "
+                                            f"(first at entry {first})", entry_id=entry.id, index=start + offset)
+            counters["read"] = start + len(batch)
+            if batch:
+                report("read", counters["read"])
+            return batch
+
+        def prepare(batch: list[MemoryEntry]) -> dict[str, npt.NDArray[np.float32]]:
+            base = counters["embed"]
+
+            def embedded(done: int) -> None:
+                report("embed", base + done)
+
+            with embed_lock:
+                vectors = self._prepare(batch, batch_size, embedded)
+            counters["embed"] = base + len(batch)
+            report("embed", counters["embed"])
+            return vectors
+
+        space: _Space | None = None
+        try:
+            with _deferred_sigint(stop):
+                batch = read_batch()
+                job = _Job(prepare, batch) if batch else None
+                while job is not None:
+                    vectors = job.wait(stop)
+                    following = read_batch()
+                    next_job = _Job(prepare, following) if following else None
+                    written, batch_space = self._write_batch(batch, vectors, batch_size, stop=stop,
+                                                             embed_lock=embed_lock)
+                    space = batch_space or space
+                    committed = committed + written.counts
+                    report("write", committed.total)
+                    batch, job = following, next_job
+            if space is not None:
+                def index_advance(phase: str, done: int, of: int) -> None:
+                    report("index", done, of)
+                    if index_progress is not None:
+                        index_progress(phase, done, of)
+
+                self._maybe_build_index(space, index_advance)
+        except (_Stopped, KeyboardInterrupt):
+            raise IngestInterrupted(
+                f"interrupted: {committed.total} entries committed, the batch in progress was rolled back",
+                committed=committed) from None
+        except TnsragError as exc:
+            raise IngestInterrupted(
+                f"{exc} ({committed.total} entries committed before, the batch in progress was rolled back)",
+                committed=committed) from exc
+        return committed
+
+    def _prepare(self, batch: Sequence[MemoryEntry], batch_size: int,
+                 progress: Callable[[int], None] | None = None) -> dict[str, npt.NDArray[np.float32]]:
+        """The vectors ``batch`` needs before its write, by id (a pre-read finds what is stored)."""
+        todo = self._needing_vectors(batch)
+        done = len(batch) - len(todo)
+        if todo:
+            matrix = self._embed([e.content for e in todo], batch_size, progress, done)
+            return {e.id: matrix[i] for i, e in enumerate(todo)}
+        if progress is not None:
+            progress(len(batch))
+        return {}
+
+    def _write_batch(self, batch: Sequence[MemoryEntry], vectors: dict[str, npt.NDArray[np.float32]],
+                     batch_size: int, *, check: Callable[[Connection], None] | None = None,
+                     stop: threading.Event | None = None,
+                     embed_lock: threading.Lock | None = None) -> tuple[WriteReport, _Space | None]:
+        """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
+        meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement."""
         by_id = {e.id: e for e in batch}
 
+        def stop_check(*_: object) -> None:
+            if stop is not None and stop.is_set():
+                raise _Stopped
+
         def write(conn: Connection) -> tuple[WriteReport, _Space | None]:
+            if stop is not None:
+                sa.event.listen(conn, "after_cursor_execute", stop_check)
+            try:
+                return write_in(conn)
+            finally:
+                if stop is not None:
+                    sa.event.remove(conn, "after_cursor_execute", stop_check)
+
+        def write_in(conn: Connection) -> tuple[WriteReport, _Space | None]:
             report = self._store.write_entries(conn, batch)
             if check is not None:
                 check(conn)
@@ -380,19 +596,15 @@ class VectorMemoryStore:
             missing = [i for i in lacking if i not in vectors]
             if missing:
                 # A concurrent writer changed these texts after our pre-read: embed them now.
-                extra = self._embed([by_id[i].content for i in missing], batch_size)
+                with embed_lock if embed_lock is not None else contextlib.nullcontext():
+                    extra = self._embed([by_id[i].content for i in missing], batch_size)
                 vectors.update({i: extra[n] for n, i in enumerate(missing)})
             if lacking:
                 self._copy_vectors(conn, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]))
+            stop_check()
             return report, space
 
-        report, space = self._store.write_transaction(write, analyze=("embeddings",))
-        if space is None:
-            return report.counts
-        if progress is not None:
-            progress(len(batch))
-        self._maybe_build_index(space, index_progress)
-        return report.counts
+        return self._store.write_transaction(write, analyze=("embeddings",))
 
     def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
         """Entries that are new, changed their text, or lack a vector in this space (a pre-read)."""
@@ -555,8 +767,8 @@ class VectorMemoryStore:
             return None
         name = hnsw_index_name(space.space_id)
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
-            if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE space_id = :s"),
-                            {"s": space.space_id}).first() is None:
+            if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE corpus = :c AND space_id = :s"),
+                            {"c": corpus, "s": space.space_id}).first() is None:
                 return None  # the corpus was dropped meanwhile
             if not self._index_state(conn, name):
                 n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
@@ -586,8 +798,9 @@ class VectorMemoryStore:
                 # whoever holds it).
                 conn.execute(sa.text("ANALYZE (SKIP_LOCKED) embeddings"))
             conn.execute(sa.text(
-                "UPDATE embedding_spaces SET index_name = :name WHERE space_id = :s AND index_name IS DISTINCT FROM :name"),
-                {"name": name, "s": space.space_id})
+                "UPDATE embedding_spaces SET index_name = :name WHERE corpus = :c AND space_id = :s "
+                "AND index_name IS DISTINCT FROM :name"),
+                {"name": name, "c": corpus, "s": space.space_id})
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, name)
         return name
 
@@ -607,8 +820,8 @@ class VectorMemoryStore:
         with self._store.autocommit() as conn, self._store.hnsw_build_lock(conn):
             existed = self._index_state(conn, name) is not None
             # Queries stop planning for the index first, then it goes.
-            conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE space_id = :s"),
-                         {"s": space.space_id})
+            conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s"),
+                         {"c": self._store.corpus, "s": space.space_id})
             conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
         self._spaces[space.dimension] = _Space(space.space_id, space.dimension, None)
         return existed
@@ -650,8 +863,17 @@ class VectorMemoryStore:
         space = self._space_for_query(int(vec.shape[0]))
         return self._ranking_sql(space, vec, k, filters, min_score, p)
 
+    def _ef_for(self, k: int, filtered: bool) -> int:
+        """``hnsw.ef_search`` of a top-``k`` query (filtered queries search wider)."""
+        return min(_MAX_EF_SEARCH, max(self._ef_search, k, (2 * k if filtered else 0),
+                                       (_FILTERED_MIN_EF if filtered else 0)))
+
     def _ranking_sql(self, space: _Space | None, vec: npt.NDArray[np.float32], k: int,
-                     filters: Mapping[str, str] | None, min_score: float, p: str) -> tuple[str, dict[str, Any]]:
+                     filters: Mapping[str, str] | None, min_score: float, p: str,
+                     plan: bool = False) -> tuple[str, dict[str, Any]]:
+        """The ranking statement; with ``plan``, for an indexed space with a non-zero query
+        vector, the statement that reports its path instead: ``n`` (matches counted, NULL
+        unfiltered) and ``ok`` (HNSW returned enough rows), from the same CTEs."""
         if space is None:
             return "SELECT NULL::text AS entry_id, NULL::float8 AS score WHERE false", {}
         predicate, params = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f")
@@ -680,8 +902,7 @@ class VectorMemoryStore:
         if space.index_name is None:
             return (f"SELECT entry_id, score FROM ({exact}) {p}_r WHERE score >= :{p}_min "
                     f"ORDER BY score DESC, entry_id", params)
-        ef = min(_MAX_EF_SEARCH, max(self._ef_search, k, (2 * k if filtered else 0),
-                                     (_FILTERED_MIN_EF if filtered else 0)))
+        ef = self._ef_for(k, filtered)
         # The settings are applied inside the InitPlan that yields the query vector, which
         # runs before the index scan starts; the index matches the typed expression.
         qv = (f"(SELECT CASE WHEN set_config('hnsw.ef_search', '{ef}', true) IS NULL "
@@ -727,6 +948,9 @@ class VectorMemoryStore:
         # Exactly one branch yields rows: the small exact scan (few matches), the HNSW rows
         # (enough of them), or the full exact scan (HNSW fell short).
         fallback = f"SELECT entry_id, score FROM ({exact}) {p}_xx WHERE NOT ({ok}){gate}"
+        if plan:
+            counted = f"(SELECT n FROM {p}_n)" if filtered else "NULL::bigint"
+            return f"WITH {', '.join(ctes)} SELECT {counted} AS n, {ok} AS ok", params
         branches = [f"SELECT entry_id, {_SCORE.format(d='d')} AS score FROM {p}_h WHERE {ok}", fallback]
         if small:
             branches.append(f"SELECT entry_id, score FROM ({small}) {p}_s")
@@ -745,12 +969,13 @@ class VectorMemoryStore:
         ranking = self._query_ranking(query, k, filters, min_score)
         if ranking is None:
             return []
-        sql, params = ranking
+        sql, params = ranking[:2]
         return [(r.entry_id, float(r.score)) for r in self._store.read(sql, params)]
 
     def _query_ranking(self, query: str, k: int, filters: Mapping[str, str] | None,
-                       min_score: float) -> tuple[str, dict[str, Any]] | None:
-        """Validate a text query and build its ranking SQL; None when the space does not exist yet."""
+                       min_score: float) -> tuple[str, dict[str, Any], _Space, npt.NDArray[np.float32]] | None:
+        """Validate a text query and build its ranking SQL (with the space and the query
+        vector); None when the space does not exist yet."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
         if not is_unicode_text(query):
@@ -762,7 +987,21 @@ class VectorMemoryStore:
         space = self._space_for_query(int(vec.shape[0]))
         if space is None:
             return None
-        return self._ranking_sql(space, vec, k, filters, min_score, "v")
+        return (*self._ranking_sql(space, vec, k, filters, min_score, "v"), space, vec)
+
+    def rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                       min_score: float = 0.0,
+                       columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
+        """The statement :meth:`search_rows` runs, with the query vector; None when the space
+        does not exist yet (then there is nothing to find)."""
+        ranking = self._query_ranking(query, k, filters, min_score)
+        if ranking is None:
+            return None
+        sql, params, _, vec = ranking
+        cols = f"{columns}, " if columns else "e.id AS entry_id, "
+        stmt = (f"WITH r AS ({sql}) SELECT {cols}r.score FROM r JOIN entries e ON e.corpus = :v_c "
+                f"AND e.id = r.entry_id ORDER BY r.score DESC, e.id")
+        return stmt, params, vec
 
     def search_rows(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                     min_score: float = 0.0, columns: str = "") -> list[Any]:
@@ -771,11 +1010,54 @@ class VectorMemoryStore:
         Each row has ``score`` plus ``columns`` (entry columns on alias ``e``, a code
         constant such as :data:`tnsrag_db.strategies.base.ENTRY_COLUMNS`).
         """
-        ranking = self._query_ranking(query, k, filters, min_score)
-        if ranking is None:
+        statement = self.rows_statement(query, k, filters=filters, min_score=min_score, columns=columns)
+        if statement is None:
             return []
-        sql, params = ranking
-        cols = f"{columns}, " if columns else "e.id AS entry_id, "
-        stmt = (f"WITH r AS ({sql}) SELECT {cols}r.score FROM r JOIN entries e ON e.corpus = :v_c "
-                f"AND e.id = r.entry_id ORDER BY r.score DESC, e.id")
-        return self._store.read(stmt, params)
+        return self._store.read(statement[0], statement[1])
+
+    # -- explanations -----------------------------------------------------------------
+    def space_of(self, query_vector: npt.NDArray[np.float32]) -> tuple[int, int] | None:
+        """``(space_id, dimension)`` of the space a query vector searches; None before the first write."""
+        space = self._space_for_query(int(query_vector.shape[0]))
+        return None if space is None else (space.space_id, space.dimension)
+
+    def explain_cosine(self, query_vector: npt.NDArray[np.float32], score: float) -> CosineExplanation:
+        """The :class:`CosineExplanation` of a score this store's search returned for ``query_vector``."""
+        space = self.space_of(query_vector)
+        dim = int(query_vector.shape[0])
+        return CosineExplanation(score, score, self._embedding.name, dim, None if space is None else space[0])
+
+    def explain_plan(self, conn: Connection, query_vector: npt.NDArray[np.float32], k: int, *,
+                     filters: Mapping[str, str] | None = None, min_score: float = 0.0,
+                     stream: str = "vector") -> SearchPlan:
+        """Which path the ranking statement for ``query_vector`` takes (see the module docstring):
+        exact scan or HNSW iterative scan, the matches it counted and whether the exact
+        fallback answered. For an indexed space this runs the statement's own path-choosing
+        part on ``conn`` (run it in the transaction that ranked: same snapshot, same answer)."""
+        k = _check_k(k)
+        min_score = _check_min_score(min_score)
+        filtered = bool(validate_filters(filters))
+        vec = self._validate_rows([query_vector], 1)[0]  # type: ignore[list-item]
+        space = self._space_for_query(int(vec.shape[0]))
+        if space is None:
+            return SearchPlan(stream, "none", filtered, detail="no embedding space yet: nothing to search")
+        if not np.any(vec):
+            return SearchPlan(stream, "exact", filtered, space.index_name,
+                              detail="zero query vector: every entry scores 0 (ties by entry id)")
+        if space.index_name is None:
+            return SearchPlan(stream, "exact", filtered, None, detail="no HNSW index in this space: exact scan")
+        sql, params = self._ranking_sql(space, vec, k, filters, min_score, "v", plan=True)
+        row = conn.execute(sa.text(sql), params).one()
+        ef = self._ef_for(k, filtered)
+        t = self._exact_threshold
+        if filtered:
+            n = int(row.n)
+            if n <= t:
+                return SearchPlan(stream, "exact", True, space.index_name, n, t,
+                                  detail=f"{n} matching entries (at most {t}): exact scan of them")
+            return SearchPlan(stream, "hnsw", True, space.index_name, n, t, not bool(row.ok), ef,
+                              detail="HNSW strict-order iterative scan, filter checked per row"
+                              + ("; too few rows, exact scan answered" if not row.ok else ""))
+        return SearchPlan(stream, "hnsw", False, space.index_name, None, None, not bool(row.ok), ef,
+                          detail="HNSW strict-order iterative scan"
+                          + ("; too few rows, exact scan answered" if not row.ok else ""))

@@ -9,6 +9,13 @@ is rewritten into its parts, and its whole lower-cased form
 analysed the same way, so ``TAN-5326``, ``5326``, ``HttpClient`` and ``getHTTPResponse``
 all match, and the whole identifier scores above its parts alone.
 
+Parts shorter than :data:`MIN_PART_CHARS` (two) characters are not terms of their own:
+abbreviations such as ``e.g.``, ``i.e.`` and ``U.S.`` keep only their whole form
+(``e.g``, as PostgreSQL's parser alone would give), instead of adding stray one-letter
+terms (``e``, ``g``, ``u``) that match unrelated text; ``x-15`` gives ``15`` and ``x-15``,
+``getX`` gives ``get`` and ``getx``. (Plain one-letter words of the text are still
+PostgreSQL's to keep or drop.)
+
 A tsvector caps a lexeme's count at 255 and merges positions past 16,383, so the
 rewritten text is cut into chunks of at most :data:`CHUNK_CHARS` characters (at most
 250 tokens each) and the counts of all chunks are summed: long documents keep their
@@ -22,14 +29,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["CHUNK_CHARS", "DEFAULT_MAX_QUERY_TERMS", "AnalyzedText", "analyze", "analyze_query", "camel_parts",
-           "chunk_text"]
+__all__ = ["CHUNK_CHARS", "DEFAULT_MAX_QUERY_TERMS", "MAX_TERM_CHARS", "MIN_PART_CHARS", "AnalyzedText", "analyze",
+           "analyze_query", "camel_parts", "chunk_text"]
 
 #: Upper bound on a chunk's length; 500 characters hold at most 250 tokens, below the
 #: tsvector limit of 255 positions per lexeme.
 CHUNK_CHARS = 500
 #: Whole-identifier terms longer than this are not indexed (btree entries have a size limit).
 MAX_TERM_CHARS = 200
+#: Identifier parts shorter than this are not indexed as terms of their own (only the
+#: whole identifier is): the ``e`` and ``g`` of ``e.g.`` match unrelated text.
+MIN_PART_CHARS = 2
 
 _TOKEN_RE = re.compile(r"\w+(?:[-.:/]\w+)*")
 _SEP_RE = re.compile(r"[-_.:/]+")
@@ -87,7 +97,8 @@ def _split_token(token: str) -> tuple[str, tuple[str, ...]] | None:
         return None
     if len(token) <= MAX_TERM_CHARS:
         extras.append(token.lower())
-    return " ".join(parts), tuple(extras)
+    # The token's neighbours are not word characters, so dropping it whole joins no words.
+    return " ".join(p for p in parts if len(p) >= MIN_PART_CHARS), tuple(extras)
 
 
 _EDGE_PUNCTUATION = ".,;:!?()[]{}<>\"'"

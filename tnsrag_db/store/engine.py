@@ -76,17 +76,24 @@ def _redact(url: str) -> str:
 
 def embedded_data_dir() -> Path:
     """The embedded server's data directory: ``<user data dir>/tnsrag_db/pg18``."""
-    import platformdirs
+    from tnsrag_db.store.server import default_data_dir
 
-    return Path(platformdirs.user_data_dir("tnsrag_db")) / "pg18"
+    return default_data_dir()
 
 
 def embedded_url(data_dir: Path | None = None) -> URL:
     """Start (or reuse) the embedded server and return a URL for its ``tnsrag`` database.
 
     The server keeps running while any process holds a handle and stops when the
-    last one exits. Raises :class:`DatabaseError` when the server cannot start.
+    last one exits. After :func:`tnsrag_db.store.server.keep_running` (the CLI calls it)
+    the server is the kept-running one instead, which outlives this process and stops
+    after an idle time. Raises :class:`DatabaseError` when the server cannot start.
     """
+    from tnsrag_db.store import server as kept
+
+    idle_timeout = kept.kept_running_timeout()
+    if idle_timeout is not None:
+        return normalize_url(kept.ensure_running(data_dir, idle_timeout=idle_timeout))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:

@@ -117,7 +117,8 @@ embedding_spaces = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("corpus", "space_id"),
     UniqueConstraint("corpus", "provider", "dimension"),
-    UniqueConstraint("space_id"),
+    # space_id is unique without a constraint (an identity); a unique constraint without
+    # corpus would keep the table from being distributed by corpus (migration 0003).
     ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
     CheckConstraint("dimension BETWEEN 1 AND 16000", name="dimension"),
 )

@@ -718,7 +718,7 @@ class Store:
             # The old postings, found through the entry's stored lexemes (primary-key
             # probes; postings carry no per-entry index, which keeps bulk writes fast).
             conn.execute(sa.text(
-                "WITH d AS (DELETE FROM bm25_postings p WHERE p.ctid = ANY (ARRAY("
+                "WITH d AS (DELETE FROM bm25_postings p WHERE p.corpus = :c AND p.ctid = ANY (ARRAY("
                 f"  SELECT q.ctid FROM tnsrag_stage_entries s {_probe('entries', 'x', 'x.id, x.lexemes', 'x.id = s.id')} "
                 "  CROSS JOIN unnest(x.lexemes) AS l(lexeme) "
                 f"  {_probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = x.id')} "
@@ -733,11 +733,11 @@ class Store:
                 "ts = v.ts, metadata = v.metadata, content_hash = v.content_hash, "
                 "doc_len = CASE WHEN v.state = 'c' THEN coalesce(v.new_len, 0) ELSE e.doc_len END, "
                 "lexemes = CASE WHEN v.state = 'c' THEN coalesce(v.new_lexemes, '{}') ELSE e.lexemes END, "
-                "updated_at = now() FROM v WHERE e.ctid = ANY (ARRAY(SELECT tid FROM v)) AND e.ctid = v.tid"), c)
+                "updated_at = now() FROM v WHERE e.corpus = :c AND e.ctid = ANY (ARRAY(SELECT tid FROM v)) AND e.ctid = v.tid"), c)
         if report.content_changed:
             # Stale vectors must not outlive the text they were computed from.
             conn.execute(sa.text(
-                "DELETE FROM embeddings x WHERE x.ctid = ANY (ARRAY(SELECT q.ctid FROM tnsrag_stage_entries s "
+                "DELETE FROM embeddings x WHERE x.corpus = :c AND x.ctid = ANY (ARRAY(SELECT q.ctid FROM tnsrag_stage_entries s "
                 f"{_probe('embeddings', 'q', 'q.ctid', 'q.entry_id = s.id')} WHERE s.state = 'c'))"), c)
         fresh = len(report.inserted) + len(report.content_changed)
         new_len = 0
@@ -815,6 +815,14 @@ class Store:
         """Delete one entry with its postings, embeddings and edges. True when it existed."""
         return self._delete("e.id = :id", {"id": entry_id}) == 1
 
+    def delete_many(self, entry_ids: Sequence[str]) -> int:
+        """Delete the entries with these ids (with their postings, embeddings and edges) in one
+        transaction; returns how many existed."""
+        ids = list(dict.fromkeys(entry_ids))
+        if not ids:
+            return 0
+        return self._delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
+
     def delete_where(self, filters: Mapping[str, str]) -> int:
         """Delete every entry matching ``filters`` (exact-match, as in retrieval); returns how many.
 
@@ -852,9 +860,9 @@ class Store:
             "ORDER BY e.id FOR UPDATE OF e) INSERT INTO tnsrag_stage_ids (id) SELECT id FROM l"),
             {"c": self._corpus, **params})
         count, length = conn.execute(sa.text(
-            "WITH gone AS (DELETE FROM entries e WHERE e.ctid = ANY (ARRAY(SELECT x.ctid FROM tnsrag_stage_ids k "
+            "WITH gone AS (DELETE FROM entries e WHERE e.corpus = :c AND e.ctid = ANY (ARRAY(SELECT x.ctid FROM tnsrag_stage_ids k "
             f"  {_probe('entries', 'x', 'x.ctid', 'x.id = k.id')})) RETURNING e.id, e.doc_len, e.lexemes), "
-            "d AS (DELETE FROM bm25_postings p WHERE p.ctid = ANY (ARRAY(SELECT q.ctid FROM gone g "
+            "d AS (DELETE FROM bm25_postings p WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(SELECT q.ctid FROM gone g "
             "  CROSS JOIN unnest(g.lexemes) AS l(lexeme) "
             f"  {_probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = g.id')})) "
             "  RETURNING p.lexeme, -1 AS delta), "
@@ -900,6 +908,8 @@ class Store:
         orphans = sa.text(
             "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
+            # Every corpus's spaces on purpose: an orphan index belongs to no corpus.
+            "/* tnsrag:all-corpora */ "
             "WHERE n.nspname = :schema AND t.relname = 'embeddings' AND c.relname ~ '^ix_embeddings_hnsw_[0-9]+$' "
             "AND NOT EXISTS (SELECT 1 FROM embedding_spaces s "
             "  WHERE c.relname = 'ix_embeddings_hnsw_' || s.space_id::text) "
@@ -936,8 +946,9 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
         store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
                       max_query_terms=max_query_terms, statement_timeout=statement_timeout)
         if auto_migrate or (auto_migrate is None and embedded):
-            migrate.upgrade(engine, schema=schema)
-            engine.dispose()  # connections opened before the extension existed lack the vector type
+            if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
+                migrate.upgrade(engine, schema=schema)
+                engine.dispose()  # connections opened before the extension existed lack the vector type
         else:
             migrate.ensure_at_head(engine, schema=schema)
     except TnsragError:

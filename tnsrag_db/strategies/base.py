@@ -53,9 +53,15 @@ def resolve_context(context: RAGContext | None) -> RAGContext:
 
 
 def check_query(query: object) -> str:
-    """Return ``query`` if it is Unicode text without NUL characters; :class:`ValidationError` otherwise."""
+    """Return ``query`` if it is non-blank Unicode text without NUL characters; :class:`ValidationError` otherwise.
+
+    A blank query (empty or whitespace only) has no meaning for any of the eight
+    strategies (the SPI defines none): an error instead of arbitrary results.
+    """
     if not isinstance(query, str):
         raise ValidationError(f"query must be a string, got {type(query).__name__}")
+    if not query.strip():
+        raise ValidationError(f"query is blank ({query!r}); give some text to search for")
     if "\x00" in query:
         raise ValidationError("query contains a NUL character")
     if not is_unicode_text(query):

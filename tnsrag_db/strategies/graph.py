@@ -63,6 +63,17 @@ from tnsrag_db.strategies.base import (
     resolve_context,
     source_fence,
 )
+from tnsrag_db.strategies.explain import (
+    Explanation,
+    GraphExplanation,
+    GraphHop,
+    ScoreExplanation,
+    SearchPlan,
+    explain_with,
+    explanation_of,
+    prefixed,
+    snapshot,
+)
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["GraphRAGStrategy"]
@@ -139,6 +150,25 @@ FROM ranked nd CROSS JOIN LATERAL (
 ORDER BY nd.score DESC, nd.id
 LIMIT :k
 """
+
+
+# The heaviest edge between each consecutive pair of a path (the walk follows edges
+# heaviest first, so that is the edge it took).
+_HOPS_SQL = (
+    "SELECT DISTINCT ON (x.src, x.dst) x.src, x.dst, ed.relation, ed.weight "
+    "FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS x(src, dst) "
+    "JOIN edges ed ON ed.corpus = :c AND ed.src = x.src AND ed.dst = x.dst "
+    "ORDER BY x.src, x.dst, ed.weight DESC, ed.relation"
+)
+
+
+def _seed_map(pairs: list[tuple[str, float]]) -> dict[str, float]:
+    """Seed ids to scores: the best score of each id, dropping non-finite and non-positive ones."""
+    seeds: dict[str, float] = {}
+    for entry_id, score in pairs:
+        if math.isfinite(score) and score > 0.0 and score > seeds.get(entry_id, 0.0):
+            seeds[entry_id] = score
+    return seeds
 
 
 def _check_int(value: object, what: str, low: int, high: int) -> int:
@@ -291,11 +321,62 @@ class GraphRAGStrategy:
         else:
             docs = self._seed_strategy.retrieve(query, RAGContext(max_results=min(MAX_RESULTS, self._seed_count)))
             pairs = [(d.metadata["entryId"], d.score) for d in docs if "entryId" in d.metadata]
-        seeds: dict[str, float] = {}
-        for entry_id, score in pairs:
-            if math.isfinite(score) and score > 0.0 and score > seeds.get(entry_id, 0.0):
-                seeds[entry_id] = score
-        return seeds
+        return _seed_map(pairs)
+
+    def _explained_seeds(self, query: str) -> tuple[dict[str, float], dict[str, ScoreExplanation], list[SearchPlan]]:
+        """:meth:`seeds` with each seed's explanation and the seed search's plans."""
+        if self._seed_strategy is None:
+            from tnsrag_db.indexes.bm25 import BM25Index
+            from tnsrag_db.strategies.keyword import bm25_plan
+
+            index = BM25Index(self._store.store)
+            sql, params = index.candidates_sql(query, self._seed_count)
+            with snapshot(self._store.store) as conn:
+                pairs = [(str(r.entry_id), float(r.score)) for r in conn.execute(sa.text(sql), params)]
+                figures: dict[str, ScoreExplanation] = dict(index.explain_scores(conn, query, dict(pairs)))
+            return _seed_map(pairs), figures, [bm25_plan(RAGContext(self._seed_count), "seeds")]
+        explained = explain_with(self._seed_strategy, query, RAGContext(max_results=self._seed_count))
+        seeds = _seed_map([(r.document.metadata["entryId"], r.document.score) for r in explained.results
+                           if "entryId" in r.document.metadata])
+        details: dict[str, ScoreExplanation] = {}
+        for r in explained.results:
+            entry_id = r.document.metadata.get("entryId")
+            if entry_id is not None and seeds.get(entry_id) == r.document.score and entry_id not in details:
+                details[entry_id] = r.explanation
+        return seeds, details, prefixed(explained.plans, "seeds")
+
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`GraphExplanation`: the seed and
+        its score (with the seed strategy's explanation), then one hop per edge of the
+        winning path (the heaviest edge between the two entries), each multiplying by the
+        decay. Errors as :meth:`retrieve`."""
+        query = check_query(query)
+        ctx = resolve_context(context)
+        seeds, seed_details, plans = self._explained_seeds(query)
+        docs = self.traverse(seeds, ctx)
+        paths = [tuple(json.loads(d.metadata["path"])) for d in docs]
+        pairs = sorted({(a, b) for path in paths for a, b in zip(path, path[1:])})
+        edges: dict[tuple[str, str], Any] = {}
+        if pairs:
+            with self._store.store.transaction() as conn:
+                for row in conn.execute(sa.text(_HOPS_SQL), {"c": self._store.corpus, "srcs": [a for a, _ in pairs],
+                                                             "dsts": [b for _, b in pairs]}):
+                    edges[(row.src, row.dst)] = row
+        explanations: list[ScoreExplanation] = []
+        for doc, path in zip(docs, paths):
+            value = seeds[path[0]]
+            hops: list[GraphHop] = []
+            for a, b in zip(path, path[1:]):
+                value = value * self._decay  # as the walk multiplies, hop by hop
+                edge = edges.get((a, b))
+                hops.append(GraphHop(a, b, None if edge is None else str(edge.relation),
+                                     None if edge is None else float(edge.weight), self._decay, value))
+            explanations.append(GraphExplanation(doc.score, path[0], seeds[path[0]], self._decay, tuple(hops),
+                                                 seed_details.get(path[0])))
+        plans.append(SearchPlan("walk", "graph", bool(ctx.metadata_filters),
+                                detail=f"{len(seeds)} seed(s), depth <= {self._max_depth}, decay {self._decay:g} "
+                                       f"per hop, at most {self._budget} entries visited"))
+        return explanation_of(self.name, query, docs, explanations, plans)
 
     def traverse(self, seeds: Mapping[str, float], context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Walk from explicit ``seeds`` (entry id to seed score) in one statement; see the module docstring.

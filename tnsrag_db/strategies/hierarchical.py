@@ -23,7 +23,7 @@ is exactly the top-K over every child hit.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -38,6 +38,16 @@ from tnsrag_db.strategies.base import (
     overfetch,
     resolve_context,
     source_fence,
+)
+from tnsrag_db.fusion import document_key
+from tnsrag_db.strategies.explain import (
+    ExplainedDocument,
+    Explanation,
+    HierarchyExplanation,
+    ScoreExplanation,
+    explain_with,
+    explanation_of,
+    prefixed,
 )
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
@@ -154,16 +164,52 @@ class HierarchicalRAGStrategy:
         """
         check_query(query)
         ctx = resolve_context(context)
+        return self._run(query, ctx, self._child.retrieve)
+
+    def _run(self, query: str, ctx: RAGContext,
+             fetch: Callable[[str, RAGContext], list[RetrievedDocument]]) -> list[RetrievedDocument]:
         k = ctx.max_results
         # A hit below min_score cannot lift a parent above it when scores are >= 0; a
         # negative hit s reaches at best s × decay ** depth, hence the wider bound below 0.
         child_min = ctx.min_score if ctx.min_score >= 0 else ctx.min_score / self._decay ** self._max_parent_depth
         floor = self._decay ** self._max_parent_depth
         return overfetch(
-            lambda n: self._child.retrieve(query, RAGContext(n, child_min)),
+            lambda n: fetch(query, RAGContext(n, child_min)),
             lambda hits: self._expand(hits, ctx),
             lambda last: last if last >= 0 else last * floor,
             k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES)
+
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`HierarchyExplanation`: the hit
+        it was reached from, that hit's score (and the child strategy's explanation of it)
+        and the level, the score being the hit's times ``decay`` once per level. Errors as
+        :meth:`retrieve`."""
+        check_query(query)
+        ctx = resolve_context(context)
+        last: list[Explanation] = []
+
+        def fetch(q: str, c: RAGContext) -> list[RetrievedDocument]:
+            explained = explain_with(self._child, q, c)
+            last[:] = [explained]  # the final results come from the last fetch
+            return explained.documents
+
+        docs = self._run(query, ctx, fetch)
+        hits: dict[str, ExplainedDocument] = {}
+        if last:
+            for r in last[0].results:
+                key = document_key(r.document)
+                if key not in hits or r.document.score > hits[key].document.score:
+                    hits[key] = r
+        explanations: list[ScoreExplanation] = []
+        for doc in docs:
+            level = int(doc.metadata.get("depth", "0"))
+            child_of = doc.metadata.get("childOf")
+            hit = hits.get(f"entry:{child_of}" if child_of is not None else document_key(doc))
+            child_score = doc.score if hit is None else hit.document.score
+            explanations.append(HierarchyExplanation(doc.score, child_of, child_score, level, self._decay,
+                                                     None if hit is None else hit.explanation))
+        plans = prefixed(last[0].plans, "child") if last else []
+        return explanation_of(self.name, query, docs, explanations, plans)
 
     def _expand(self, hits: list[RetrievedDocument], ctx: RAGContext) -> list[RetrievedDocument]:
         """Fence the hits, walk their parents, merge, filter and rank (not yet cut to K)."""

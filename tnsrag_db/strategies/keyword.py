@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import sqlalchemy as sa
 
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context
+from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of, snapshot
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["KeywordRAGStrategy"]
@@ -38,6 +42,13 @@ class KeywordRAGStrategy:
     def __repr__(self) -> str:
         return f"KeywordRAGStrategy({self._keywords!r})"
 
+    def _statement(self, text: str, ctx: RAGContext) -> tuple[str, dict[str, Any]]:
+        candidates, params = self._keywords.candidates_sql(
+            text, ctx.max_results, filters=ctx.metadata_filters, min_score=ctx.min_score, prefix="k")
+        sql = (f"WITH kc AS ({candidates}) SELECT kc.score, {ENTRY_COLUMNS} FROM kc "
+               "JOIN entries e ON e.corpus = :k_c AND e.id = kc.entry_id ORDER BY kc.score DESC, e.id")
+        return sql, params
+
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The best ``context.max_results`` entries for ``query`` scoring ≥ ``context.min_score``
         and matching ``context.metadata_filters``, best first (ties by entry id).
@@ -47,10 +58,25 @@ class KeywordRAGStrategy:
         """
         ctx = resolve_context(context)
         text = check_query(query)
-        candidates, params = self._keywords.candidates_sql(
-            text, ctx.max_results, filters=ctx.metadata_filters, min_score=ctx.min_score, prefix="k")
-        sql = (f"WITH kc AS ({candidates}) SELECT kc.score, {ENTRY_COLUMNS} FROM kc "
-               "JOIN entries e ON e.corpus = :k_c AND e.id = kc.entry_id ORDER BY kc.score DESC, e.id")
-        store = self._keywords.store
-        rows = store.read(sql, params)
+        sql, params = self._statement(text, ctx)
+        rows = self._keywords.store.read(sql, params)
         return [document_from_row(row, float(row.score)) for row in rows]
+
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
+        tf, df, idf and contribution); the ranking and the figures come from one snapshot.
+        Errors as :meth:`retrieve`."""
+        ctx = resolve_context(context)
+        text = check_query(query)
+        sql, params = self._statement(text, ctx)
+        with snapshot(self._keywords.store) as conn:
+            docs = [document_from_row(row, float(row.score)) for row in conn.execute(sa.text(sql), params)]
+            figures = self._keywords.explain_scores(conn, text, {d.metadata["entryId"]: d.score for d in docs})
+        return explanation_of(self.name, text, docs, [figures[d.metadata["entryId"]] for d in docs],
+                              [bm25_plan(ctx)])
+
+
+def bm25_plan(ctx: RAGContext, stream: str = "keyword") -> SearchPlan:
+    """The plan of a BM25 ranking statement (always the postings; filters joined before top-K)."""
+    return SearchPlan(stream, "bm25", bool(ctx.metadata_filters),
+                      detail="postings of the query terms, frequent terms pruned where that cannot change the top k")

@@ -10,7 +10,8 @@ Per retrieval:
    the caller's metadata filter — the filter is passed *down*, so it applies before
    the base's own top-K (DESIGN, "Metadata filtering"), and a source fence is whatever
    the base strategy enforces;
-3. the rankings are fused by RRF with k = 60 (:func:`~tnsrag_db.fusion.reciprocal_rank_fusion`);
+3. the rankings are fused by RRF with k = 60 (:func:`~tnsrag_db.fusion.reciprocal_rank_fusion`),
+   each weighted by ``weights`` (default all 1);
    ``min_score`` (inclusive) applies to the fused RRF score, then the top ``max_results``.
 
 Cancellation: the token is checked before the expander call, before every base call and
@@ -20,13 +21,23 @@ no further call is started.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tnsrag_db.errors import ConfigurationError, ExecutionError, ProviderTransportError, RetrievalCancelledError
 from tnsrag_db.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
-from tnsrag_db.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
+from tnsrag_db.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
 from tnsrag_db.strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db.strategies.explain import (
+    Explanation,
+    FusionExplanation,
+    ScoreExplanation,
+    StreamShare,
+    by_entry,
+    explain_with,
+    explanation_of,
+    prefixed,
+)
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["MultiQueryRAGStrategy"]
@@ -41,11 +52,15 @@ class MultiQueryRAGStrategy:
     than ``NONE``; ``model`` the exact provider model name passed to the expander;
     ``max_expansions`` the positive bound on variants besides the original.
     ``candidates`` (keyword-only) fixes the per-query candidate count; by default it is
-    ``max(50, 4 × max_results)``. See the module docstring for the steps.
+    ``max(50, 4 × max_results)``. ``weights`` (keyword-only) holds ``1 + max_expansions``
+    fusion weights: the original query's, then one per variant in the order they run
+    (weights past the last variant are unused); default all 1, the plain RRF; a query
+    weighted 0 takes no part in the fusion (see :func:`~tnsrag_db.fusion.check_weights`).
+    See the module docstring for the steps.
 
     Raises :class:`ConfigurationError` at construction for a mode of ``NONE`` (or one the
     expander's ``supported_modes`` excludes), a blank model, a non-positive
-    ``max_expansions`` or ``candidates``, or arguments of the wrong kind.
+    ``max_expansions`` or ``candidates``, bad ``weights``, or arguments of the wrong kind.
     """
 
     #: Lower bound of the default per-query candidate count.
@@ -55,7 +70,7 @@ class MultiQueryRAGStrategy:
 
     def __init__(self, base_strategy: RAGStrategy, expander: QueryExpander, mode: QueryExpansion | str,
                  model: str, max_expansions: int, cancellation_token: CancellationToken | None = None, *,
-                 candidates: int | None = None) -> None:
+                 candidates: int | None = None, weights: Sequence[float] | None = None) -> None:
         if isinstance(base_strategy, type) or not callable(getattr(base_strategy, "retrieve", None)):
             raise ConfigurationError(f"base_strategy must be a RAGStrategy instance, got {base_strategy!r}")
         if isinstance(expander, type) or not callable(getattr(expander, "expand", None)):
@@ -84,6 +99,8 @@ class MultiQueryRAGStrategy:
         self._max_expansions = max_expansions
         self._token = cancellation_token
         self._candidates = candidates
+        self._weights = check_weights(weights, 1 + max_expansions,
+                                      "weights (the original query, then each variant)")
 
     @property
     def name(self) -> str:
@@ -150,8 +167,46 @@ class MultiQueryRAGStrategy:
             self._check_cancelled()
             rankings.append(list(self._base.retrieve(q, sub_context)))
         self._check_cancelled()
-        fused = reciprocal_rank_fusion(*rankings, k=DEFAULT_RRF_K)
+        weights = self._weights[: len(rankings)]
+        if not any(weights):  # only zero-weighted queries ran
+            return []
+        fused = reciprocal_rank_fusion(*rankings, k=DEFAULT_RRF_K, weights=weights)
         return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The fusion weights: the original query's, then one per variant."""
+        return self._weights
+
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`FusionExplanation`: per query
+        that found it (the stream is the query text) the rank, weight and RRF share, with the
+        base strategy's explanation; :attr:`Explanation.queries` lists the queries run (the
+        expander is asked again, so an expander that answers differently each time explains
+        a different retrieval). Errors as :meth:`retrieve`."""
+        ctx = resolve_context(context)
+        queries = self.queries(query)
+        sub_context = RAGContext(self.candidate_count(ctx.max_results), 0.0, ctx.metadata_filters)
+        explained: list[Explanation] = []
+        for q in queries:
+            self._check_cancelled()
+            explained.append(explain_with(self._base, q, sub_context))
+        self._check_cancelled()
+        rankings = [e.documents for e in explained]
+        weights = self._weights[: len(rankings)]
+        fused = [f for f in fuse(*rankings, k=DEFAULT_RRF_K, weights=weights)
+                 if f.document.score >= ctx.min_score][: ctx.max_results] if any(weights) else []
+        details = [by_entry(e) for e in explained]
+        explanations: list[ScoreExplanation] = []
+        for f in fused:
+            key = document_key(f.document)
+            explanations.append(FusionExplanation(f.document.score, DEFAULT_RRF_K, tuple(
+                StreamShare(queries[s.ranking], s.rank, s.weight, s.share, rankings[s.ranking][s.rank - 1].score,
+                            details[s.ranking][key].explanation if key in details[s.ranking] else None)
+                for s in f.shares)))
+        plans = [p for n, e in enumerate(explained, 1) for p in prefixed(e.plans, f"query {n}")]
+        return explanation_of(self.name, check_query(query), [f.document for f in fused], explanations, plans,
+                              queries)
 
     # -- helpers ----------------------------------------------------------------------------
     def _check_cancelled(self) -> None:

@@ -60,6 +60,14 @@ from tnsrag_db.indexes.hierarchy import HierarchyIndex
 from tnsrag_db.navigation import NavNode, TreeNavigator
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context, source_fence
+from tnsrag_db.strategies.explain import (
+    Explanation,
+    ReasoningExplanation,
+    ReasoningStep,
+    ScoreExplanation,
+    SearchPlan,
+    explanation_of,
+)
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["Descent", "ReasoningRAGStrategy"]
@@ -88,6 +96,8 @@ class _Node:
     row: Any
     path: tuple[str, ...]
     score: float
+    # (node id, navigator score, positive sibling total) from the root down: the score's factors.
+    steps: tuple[tuple[str, float, float], ...]
     order: tuple[float, int, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -202,6 +212,27 @@ class ReasoningRAGStrategy:
 
         Errors as :meth:`retrieve`.
         """
+        return self._descend(query, context)[0]
+
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`ReasoningExplanation`: per level
+        of its path the navigator's score, the positive sibling total and the share, the
+        score being the product of the shares. The navigator is asked again (a navigator
+        that answers differently each time explains a different descent). Errors as
+        :meth:`retrieve`."""
+        descent, steps = self._descend(query, context)
+        explanations: list[ScoreExplanation] = []
+        for doc in descent.documents:
+            explanations.append(ReasoningExplanation(doc.score, self._model, tuple(
+                ReasoningStep(node, raw, total, raw / total) for node, raw, total in steps[doc.metadata["entryId"]])))
+        ctx = resolve_context(context)
+        plan = SearchPlan("reasoning", "tree", bool(ctx.metadata_filters),
+                          detail=f"{descent.expansions} expansion(s), {len(descent.visited)} of at most "
+                                 f"{self._max_nodes} nodes fetched, depth <= {self._max_depth}")
+        return explanation_of(self.name, check_query(query), descent.documents, explanations, [plan])
+
+    def _descend(self, query: str, context: RAGContext | None
+                 ) -> tuple[Descent, dict[str, tuple[tuple[str, float, float], ...]]]:
         ctx = resolve_context(context)
         text = check_query(query)
         visited: list[str] = []
@@ -228,10 +259,12 @@ class ReasoningRAGStrategy:
                 return
             base_path = () if parent is None else parent.path
             base_score = 1.0 if parent is None else parent.score
+            base_steps = () if parent is None else parent.steps
             for child, row, s in zip(children, rows, scores):
                 if s <= 0:
                     continue
-                node = _Node(child, row, base_path + (child.id,), base_score * (s / total))
+                node = _Node(child, row, base_path + (child.id,), base_score * (s / total),
+                             base_steps + ((child.id, s, total),))
                 if child.has_children and child.depth < self._max_depth:
                     heapq.heappush(frontier, node)
                 else:
@@ -243,6 +276,7 @@ class ReasoningRAGStrategy:
         stops.extend(frontier)  # the budget ran out before these were expanded
 
         documents: list[RetrievedDocument] = []
+        steps: dict[str, tuple[tuple[str, float, float], ...]] = {}
         for node in stops:
             doc = document_from_row(node.row, node.score, {
                 PATH_KEY: json.dumps(list(node.path), ensure_ascii=False),
@@ -250,8 +284,9 @@ class ReasoningRAGStrategy:
             })
             if ctx.matches(doc.metadata) and doc.score >= ctx.min_score:
                 documents.append(doc)
+                steps[node.nav.id] = node.steps
         documents.sort(key=lambda d: (-d.score, d.metadata["entryId"]))
-        return Descent(documents[: ctx.max_results], tuple(visited), expansions)
+        return Descent(documents[: ctx.max_results], tuple(visited), expansions), steps
 
     # -- helpers ------------------------------------------------------------------------
     def _fetch_children(self, parent_id: str | None, limit: int) -> list[Any]:

@@ -7,40 +7,45 @@ built from the same keys, so the message cannot drift from what exists.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding
 from tnsrag_db.errors import StrategyUnavailableError
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import RAGStrategy
+
+if TYPE_CHECKING:  # tnsrag_db.embeddings loads numpy: only strategies that embed import it
+    from tnsrag_db.embeddings import EmbeddingFunction
 
 __all__ = ["STRATEGY_NAMES", "build_strategy"]
 
 #: Anything that maps a text to a vector (an EmbeddingFunction or the process provider).
 Embedder = Callable[[str], object]
-Factory = Callable[[Store, Embedder], RAGStrategy]
+#: A factory gets the embedding as a thunk: strategies without vectors never resolve it,
+#: so a keyword query does not look for providers (an entry-point scan) or load one.
+Factory = Callable[[Store, Callable[[], Embedder]], RAGStrategy]
 
 
-def _vector(store: Store, embedding: Embedder) -> RAGStrategy:
+def _vector(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.indexes.vector import VectorMemoryStore
     from tnsrag_db.strategies.vector import VectorRAGStrategy
 
-    return VectorRAGStrategy(VectorMemoryStore(store, embedding))
+    return VectorRAGStrategy(VectorMemoryStore(store, embedding()))
 
 
-def _keyword(store: Store, embedding: Embedder) -> RAGStrategy:
+def _keyword(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 
     return KeywordRAGStrategy(BM25Index(store))
 
 
-def _graph(store: Store, embedding: Embedder) -> RAGStrategy:
+def _graph(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.cli.graph import graph_strategy
 
     return graph_strategy(store)
 
 
-def _hybrid(store: Store, embedding: Embedder) -> RAGStrategy:
+def _hybrid(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.indexes.vector import VectorMemoryStore
     from tnsrag_db.strategies.hybrid import HybridRAGStrategy
@@ -50,24 +55,24 @@ def _hybrid(store: Store, embedding: Embedder) -> RAGStrategy:
         graph = _graph(store, embedding)
     except ImportError:
         pass
-    return HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, embedding), graph)
+    return HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, embedding()), graph)
 
 
-def _hierarchical(store: Store, embedding: Embedder) -> RAGStrategy:
+def _hierarchical(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.indexes.hierarchy import HierarchyIndex
     from tnsrag_db.strategies.hierarchical import HierarchicalRAGStrategy
 
     return HierarchicalRAGStrategy(_keyword(store, embedding), HierarchyIndex(store))
 
 
-def _temporal(store: Store, embedding: Embedder) -> RAGStrategy:
+def _temporal(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.indexes.temporal import TemporalIndex
     from tnsrag_db.strategies.temporal import TemporalRAGStrategy
 
     return TemporalRAGStrategy(_keyword(store, embedding), TemporalIndex(store))
 
 
-def _reasoning(store: Store, embedding: Embedder) -> RAGStrategy:
+def _reasoning(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.indexes.hierarchy import HierarchyIndex
     from tnsrag_db.navigation import LexicalTreeNavigator
     from tnsrag_db.strategies.reasoning import ReasoningRAGStrategy
@@ -75,7 +80,7 @@ def _reasoning(store: Store, embedding: Embedder) -> RAGStrategy:
     return ReasoningRAGStrategy(HierarchyIndex(store), LexicalTreeNavigator(), "lexical")
 
 
-def _multi_query(store: Store, embedding: Embedder) -> RAGStrategy:
+def _multi_query(store: Store, embedding: Callable[[], Embedder]) -> RAGStrategy:
     from tnsrag_db.expansion import QueryExpansion, RM3QueryExpander
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
@@ -99,7 +104,14 @@ _FACTORIES: dict[str, Factory] = {
 STRATEGY_NAMES = tuple(_FACTORIES)
 
 
-def build_strategy(name: str, store: Store, *, embedding: EmbeddingFunction | None = None) -> RAGStrategy:
+def _process_embedding() -> Embedder:
+    from tnsrag_db.embeddings import get_process_embedding
+
+    return get_process_embedding()
+
+
+def build_strategy(name: str, store: Store, *,
+                   embedding: EmbeddingFunction | Embedder | None = None) -> RAGStrategy:
     """The strategy called ``name`` over ``store`` with default settings.
 
     ``embedding`` defaults to the process embedding provider (an installed entry point,
@@ -109,7 +121,6 @@ def build_strategy(name: str, store: Store, *, embedding: EmbeddingFunction | No
     if factory is None:
         raise StrategyUnavailableError(f"unknown strategy {name!r}; available: {', '.join(STRATEGY_NAMES)}")
     try:
-        chosen: Embedder = embedding if embedding is not None else get_process_embedding()
-        return factory(store, chosen)
+        return factory(store, (lambda: embedding) if embedding is not None else _process_embedding)
     except ImportError as exc:
         raise StrategyUnavailableError(f"strategy {name!r} is not available in this installation: {exc}") from exc

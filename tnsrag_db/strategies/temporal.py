@@ -24,12 +24,23 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError
 from tnsrag_db.indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
 from tnsrag_db.strategies.base import RAGStrategy, check_query, overfetch, resolve_context, source_fence
+from tnsrag_db.fusion import document_key
+from tnsrag_db.strategies.explain import (
+    Explanation,
+    ScoreExplanation,
+    TemporalExplanation,
+    by_entry,
+    explain_with,
+    explanation_of,
+    prefixed,
+)
 from tnsrag_db.types import RAGContext, RetrievedDocument, TemporalMetadata, parse_instant
 
 __all__ = ["TemporalRAGStrategy"]
@@ -156,6 +167,11 @@ class TemporalRAGStrategy:
         check_query(query)
         ctx = resolve_context(context)
         now = now_from(self._clock)
+        return self._run(query, ctx, self._child.retrieve,
+                         lambda candidates: [r.doc for r in self._rerank(candidates, ctx, now)])
+
+    def _run(self, query: str, ctx: RAGContext, fetch: Callable[[str, RAGContext], list[RetrievedDocument]],
+             rerank: Callable[[list[RetrievedDocument]], list[RetrievedDocument]]) -> list[RetrievedDocument]:
         k = ctx.max_results
         # The multiplier is in [floor, 1]: a non-negative child score below min_score
         # stays below it; a negative score s rises at most to s × floor.
@@ -166,17 +182,52 @@ class TemporalRAGStrategy:
         else:
             child_min = -sys.float_info.max
         return overfetch(
-            lambda n: self._child.retrieve(query, RAGContext(n, child_min, ctx.metadata_filters)),
-            lambda candidates: self._rerank(candidates, ctx, now),
+            lambda n: fetch(query, RAGContext(n, child_min, ctx.metadata_filters)),
+            rerank,
             lambda last: last if last >= 0 else last * self._floor,
             k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES)
 
-    def _rerank(self, candidates: list[RetrievedDocument], ctx: RAGContext, now: datetime) -> list[RetrievedDocument]:
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`TemporalExplanation`: the child's
+        score (and the child's explanation of it), the timestamp, the age and the freshness
+        multiplier, the score being their product. Errors as :meth:`retrieve`."""
+        check_query(query)
+        ctx = resolve_context(context)
+        now = now_from(self._clock)
+        children: list[Explanation] = []
+        scored: dict[str, _Rescored] = {}
+
+        def fetch(q: str, c: RAGContext) -> list[RetrievedDocument]:
+            explained = explain_with(self._child, q, c)
+            children[:] = [explained]
+            return explained.documents
+
+        def rerank(candidates: list[RetrievedDocument]) -> list[RetrievedDocument]:
+            out = self._rerank(candidates, ctx, now)
+            scored.clear()
+            scored.update((document_key(r.doc), r) for r in out)
+            return [r.doc for r in out]
+
+        docs = self._run(query, ctx, fetch, rerank)
+        child_details = by_entry(children[0]) if children else {}
+        hl = self._half_life.total_seconds()
+        explanations: list[ScoreExplanation] = []
+        for doc in docs:
+            r = scored[document_key(doc)]
+            child = child_details.get(document_key(r.child))
+            explanations.append(TemporalExplanation(
+                doc.score, r.child.score, r.multiplier, r.timestamp,
+                None if r.age is None else r.age / timedelta(seconds=1), hl, self._floor,
+                None if child is None else child.explanation))
+        plans = prefixed(children[0].plans, "child") if children else []
+        return explanation_of(self.name, query, docs, explanations, plans)
+
+    def _rerank(self, candidates: list[RetrievedDocument], ctx: RAGContext, now: datetime) -> list[_Rescored]:
         if self._fence is not None:
             candidates = [c for c in candidates if c.source in self._fence]
         ids = [c.metadata["entryId"] for c in candidates if "entryId" in c.metadata]
         stamps = self._index.timestamps(ids) if ids else {}
-        out: list[RetrievedDocument] = []
+        out: list[_Rescored] = []
         for doc in candidates:
             entry_id = doc.metadata.get("entryId")
             if entry_id is not None and entry_id in stamps:
@@ -193,6 +244,18 @@ class TemporalRAGStrategy:
                 extra = {"freshness": str(round(mult, 6)), "ageSeconds": str(age // timedelta(seconds=1))}
             scored = RetrievedDocument(doc.content, doc.source, doc.score * mult, {**doc.metadata, **extra})
             if scored.score >= ctx.min_score:
-                out.append(scored)
-        out.sort(key=_sort_key)
+                out.append(_Rescored(scored, doc, mult, ts, age))
+        out.sort(key=lambda r: _sort_key(r.doc))
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Rescored:
+    """A re-ranked document with what made its score: the child's document, the multiplier,
+    the timestamp and the age (None when undated)."""
+
+    doc: RetrievedDocument
+    child: RetrievedDocument
+    multiplier: float
+    timestamp: datetime | None
+    age: timedelta | None

@@ -7,9 +7,12 @@ Metadata filters and ``min_score`` (inclusive) apply in SQL before top-K.
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context
+from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of, snapshot
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["VectorRAGStrategy"]
@@ -49,3 +52,22 @@ class VectorRAGStrategy:
         rows = self._vectors.search_rows(text, ctx.max_results, filters=ctx.metadata_filters,
                                          min_score=ctx.min_score, columns=ENTRY_COLUMNS)
         return [document_from_row(row, float(row.score)) for row in rows]
+
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`CosineExplanation`, and the
+        search plan (exact scan or HNSW iterative scan, matches counted, fallback taken),
+        ranking and plan from one snapshot. Errors as :meth:`retrieve`."""
+        ctx = resolve_context(context)
+        text = check_query(query)
+        statement = self._vectors.rows_statement(text, ctx.max_results, filters=ctx.metadata_filters,
+                                                 min_score=ctx.min_score, columns=ENTRY_COLUMNS)
+        if statement is None:
+            plan = SearchPlan("vector", "none", bool(ctx.metadata_filters), detail="no embedding space yet")
+            return explanation_of(self.name, text, [], [], [plan])
+        sql, params, vec = statement
+        with snapshot(self._vectors.store) as conn:
+            docs = [document_from_row(row, float(row.score)) for row in conn.execute(sa.text(sql), params)]
+            plan = self._vectors.explain_plan(conn, vec, ctx.max_results, filters=ctx.metadata_filters,
+                                              min_score=ctx.min_score)
+        return explanation_of(self.name, text, docs, [self._vectors.explain_cosine(vec, d.score) for d in docs],
+                              [plan])

@@ -1,0 +1,147 @@
+"""Whole-process CLI timings: ``tnsrag --version``, ``--help`` and a keyword query.
+
+Usage::
+
+    python -m bench.bench_cli [--runs 20] [--cold-runs 20] [--baseline DIR]
+
+Every figure is the wall time of a whole ``tnsrag`` process (interpreter start, imports,
+work, exit), median and p90 over ``--runs`` runs; the command is run the way the console
+script runs it (``from tnsrag_db.cli import main; main()``). The query is
+``tnsrag query "agents share memory" --strategy keyword`` on the sample corpus, timed
+
+* against a running embedded server (``tnsrag server start`` first), and
+* against a cold one: the server is stopped (untimed) before every run, so each run
+  starts it; ``--cold-runs`` of them.
+
+``--baseline DIR`` names a checkout of older code (e.g. ``git archive main | tar -x -C
+DIR``): its runs import ``tnsrag_db`` from DIR and are interleaved with this checkout's,
+run by run, so both see the same machine load; the table then shows both and the ratio
+new/old. ``python -c pass`` is timed alongside as the interpreter's floor.
+
+The embedded server lives in a temporary user data directory (``XDG_DATA_HOME``), which
+is stopped and deleted at the end; nothing touches your own data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_CLI = "from tnsrag_db.cli import main; main()"
+QUERY = ["query", "agents share memory", "--strategy", "keyword", "--top-k", "3"]
+
+
+class Runner:
+    """Runs ``tnsrag`` from one checkout (``tnsrag_db`` imported from ``root``)."""
+
+    def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
+        self.name, self.root = name, root
+        self.env = {**env, "PYTHONPATH": str(root)}
+        self.last_cpu = 0.0
+
+    def run(self, *args: str, check: bool = True) -> float:
+        """Run ``tnsrag ARGS``; return its wall time and record its CPU time in ``last_cpu``."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _CLI, *args], cwd=self.root, env=self.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        elapsed = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.last_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if check and done.returncode != 0:
+            raise SystemExit(f"{self.name}: tnsrag {' '.join(args)} failed:\n{done.stderr}")
+        return elapsed
+
+    def module_file(self) -> str:
+        return subprocess.run([sys.executable, "-c", "import tnsrag_db; print(tnsrag_db.__file__)"], cwd=self.root,
+                              env=self.env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _stats(times: list[float]) -> str:
+    ordered = sorted(times)
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return f"{statistics.median(times) * 1000:7.0f} ms (p90 {p90 * 1000:5.0f})"
+
+
+def _ms(times: list[float]) -> str:
+    return f"{statistics.median(times) * 1000:.0f} ms"
+
+
+def _floor(env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--cold-runs", type=int, default=20)
+    parser.add_argument("--baseline", type=Path, default=None, help="checkout of older code to compare with")
+    args = parser.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="tnsrag-bench-cli-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TNSRAG_")}
+    env["XDG_DATA_HOME"] = str(home)
+    new = Runner("new", ROOT, env)
+    runners = [new] + ([Runner("old", args.baseline.resolve(), env)] if args.baseline else [])
+    for r in runners:
+        print(f"{r.name}: tnsrag_db from {r.module_file()}")
+    results: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
+
+    def timed(label: str, each: Callable[[Runner], float], runs: int) -> None:
+        for n in range(runs):
+            order = runners if n % 2 == 0 else runners[::-1]  # rotate so neither always goes first
+            for r in order:
+                results.setdefault((label, r.name), []).append(each(r))
+                cpu.setdefault((label, r.name), []).append(r.last_cpu)
+            results.setdefault((label, "python -c pass"), []).append(_floor(env))
+
+    def stop_server() -> None:
+        new.run("server", "stop", "--force")
+
+    try:
+        new.run("ingest", "--sample")  # starts the kept server, migrates, loads the sample corpus
+        timed("tnsrag --version", lambda r: r.run("--version"), args.runs)
+        timed("tnsrag --help", lambda r: r.run("--help"), args.runs)
+        new.run("server", "start")
+        timed("keyword query, server running", lambda r: r.run(*QUERY), args.runs)
+
+        def cold(r: Runner) -> float:
+            stop_server()
+            return r.run(*QUERY)
+
+        timed("keyword query, server stopped", cold, args.cold_runs)
+    finally:
+        stop_server()
+        shutil.rmtree(home, ignore_errors=True)
+
+    labels = list(dict.fromkeys(label for label, _ in results))
+    header = (f"{'command':32} {'new':>24} {'cpu':>7}"
+              + (f" {'old':>24} {'cpu':>7} {'new/old':>8}" if args.baseline else ""))
+    print(f"\nwhole-process wall time, median (p90) over the runs, and the median CPU time (user + sys)"
+          f" of the process (less sensitive to other load); interpreter floor `python -c pass` "
+          f"{statistics.median(results[(labels[0], 'python -c pass')]) * 1000:.0f} ms")
+    print(header)
+    print("-" * len(header))
+    for label in labels:
+        row = f"{label:32} {_stats(results[(label, 'new')]):>24} {_ms(cpu[(label, 'new')]):>7}"
+        if args.baseline:
+            ratio = statistics.median(results[(label, "new")]) / statistics.median(results[(label, "old")])
+            row += f" {_stats(results[(label, 'old')]):>24} {_ms(cpu[(label, 'old')]):>7} {ratio:8.2f}"
+        print(row)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Embedding throughput and query time with the shipped model (the ``embed`` extra).
+
+Rows, each the median of ``--repeats`` runs:
+
+* ``model``: the model alone, ``OnnxEmbedding.embed_batch`` over all texts (docs/s);
+* ``ingest``: end to end into a fresh corpus, ``VectorMemoryStore.add_all`` (entries, BM25
+  terms and vectors written; docs/s), and its ratio to the ``model`` row of the same run
+  (the issue's target is ≥ 0.9 once embedding and writing overlap);
+
+on two text sets: the Cranfield abstracts (1,400 texts, ≈ 180 tokens on average) and
+``--generated`` synthetic texts (default 10,000, ≈ 40 words, from ``bench/_corpus.py``).
+Then query time on the Cranfield corpus: the model's embedding of one query, and a
+whole hybrid search (BM25 + vector, RRF) including that embedding — medians over the
+225 Cranfield queries.
+
+Usage::
+
+    python -m bench.bench_embed [--url URL] [--data DIR] [--generated N] [--repeats R] [--limit N]
+
+Without ``--url`` (or ``TNSRAG_DATABASE_URL``) a throwaway embedded server is started.
+The machine's other load moves these figures; compare rows of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench._common import database_url
+from bench._corpus import generate_corpus
+from bench.cranfield import DEFAULT_DATA, load_documents, load_queries
+from tnsrag_db.embeddings import OnnxEmbedding, default_model
+from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.store.store import connect
+from tnsrag_db.strategies.hybrid import HybridRAGStrategy
+from tnsrag_db.types import MemoryEntry, RAGContext
+
+
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _ingest_once(url: str, model: OnnxEmbedding, entries: Sequence[MemoryEntry]) -> float:
+    corpus = f"bench_embed_{uuid.uuid4().hex[:8]}"
+    with connect(url, corpus=corpus, auto_migrate=True) as store:
+        try:
+            vectors = VectorMemoryStore(store, model, index_threshold=None)
+            started = time.perf_counter()
+            vectors.add_all(entries)
+            return time.perf_counter() - started
+        finally:
+            store.drop_corpus()
+
+
+def throughput(url: str, model: OnnxEmbedding, label: str, entries: Sequence[MemoryEntry],
+               repeats: int) -> list[tuple[str, str, float, str]]:
+    texts = [e.content for e in entries]
+    model.embed_batch(texts[:64])  # warm-up: first-run allocations
+    tokens = statistics.mean(min(model.count_tokens(t), model.max_tokens) for t in texts[:500])
+    alone = _median_time(lambda: model.embed_batch(texts), repeats)
+    e2e = statistics.median(_ingest_once(url, model, entries) for _ in range(repeats))
+    model_rate, e2e_rate = len(texts) / alone, len(texts) / e2e
+    return [(label, f"model alone ({len(texts)} texts, {tokens:.0f} tokens avg)", model_rate, ""),
+            (label, "ingest end to end (add_all)", e2e_rate, f"{e2e_rate / model_rate:.2f}x model")]
+
+
+def query_times(url: str, model: OnnxEmbedding, documents: Sequence[MemoryEntry],
+                queries: Sequence[str]) -> list[tuple[str, float]]:
+    corpus = f"bench_embed_q_{uuid.uuid4().hex[:8]}"
+    with connect(url, corpus=corpus, auto_migrate=True) as store:
+        try:
+            vectors = VectorMemoryStore(store, model)
+            vectors.add_all(documents)
+            hybrid = HybridRAGStrategy(BM25Index(store), vectors)
+            context = RAGContext(max_results=10)
+            for q in queries[:10]:  # warm caches
+                hybrid.retrieve(q, context)
+            embed_ms, search_ms = [], []
+            for q in queries:
+                started = time.perf_counter()
+                model(q)
+                embed_ms.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                hybrid.retrieve(q, context)
+                search_ms.append((time.perf_counter() - started) * 1000)
+            return [("query embedding (model)", statistics.median(embed_ms)),
+                    ("hybrid search incl. embedding", statistics.median(search_ms))]
+        finally:
+            store.drop_corpus()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="Cranfield directory")
+    parser.add_argument("--generated", type=int, default=10_000, help="synthetic texts (default 10000)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per row (median; default 3)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="use only the first N Cranfield abstracts (default: all 1400; for busy machines)")
+    args = parser.parse_args()
+    model = default_model()
+    documents = load_documents(args.data)[:args.limit]
+    queries = [text for _, text in load_queries(args.data)]
+    generated = generate_corpus(args.generated).entries
+    print(f"model {model.name}: {model.dimension}-d, {model.pooling} pooling, window {model.max_tokens} tokens, "
+          f"{os.cpu_count()} cores; medians of {args.repeats} runs")
+    print(f"\n{'texts':<10} {'what':<48} {'docs/s':>8}  ratio", flush=True)
+    with database_url(args.url) as url:
+        for label, entries in (("cranfield", documents), ("generated", generated)):
+            for label_, what, rate, ratio in throughput(url, model, label, entries, args.repeats):
+                print(f"{label_:<10} {what:<48} {rate:>8.1f}  {ratio}", flush=True)
+        timings = query_times(url, model, documents, queries)
+    print(f"\n{f'query time ({len(documents)} abstracts, {len(queries)} queries)':<40} {'median ms':>10}")
+    for what, ms in timings:
+        print(f"{what:<40} {ms:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""VectorMemoryStore.ingest: batches commit one at a time, embedding overlaps the writes, stops roll back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from tnsrag_db.embeddings import HashingEmbedding
+from tnsrag_db.errors import ExecutionError, IngestInterrupted, InvalidEntryError
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.types import MemoryEntry
+
+
+def entries(n: int, prefix: str = "e") -> list[MemoryEntry]:
+    return [MemoryEntry(f"{prefix}{i:03d}", f"text number {i} about topic {i % 7}") for i in range(n)]
+
+
+class Recording:
+    """Hash embedding that logs the start of every batch call ("embed", first text)."""
+
+    name = "recording"
+
+    def __init__(self, events: list[tuple[str, str]], on_batch: Any = None) -> None:
+        self._hash = HashingEmbedding(16)
+        self.events = events
+        self.batches = 0
+        self.on_batch = on_batch
+        self.started: dict[str, threading.Event] = {}
+
+    def started_event(self, text: str) -> threading.Event:
+        return self.started.setdefault(text, threading.Event())
+
+    def __call__(self, text: str) -> Sequence[float]:
+        return self._hash(text)
+
+    def embed_batch(self, texts: Sequence[str]) -> list[Sequence[float]]:
+        self.batches += 1
+        self.events.append(("embed", texts[0]))
+        self.started_event(texts[0]).set()
+        if self.on_batch is not None:
+            self.on_batch(self.batches)
+        return [self._hash(t) for t in texts]
+
+
+def test_ingest_embeds_the_next_batch_before_the_previous_commit(store: Store) -> None:
+    # The commit of batch i waits (bounded) for the embedding of batch i+1 to start: a
+    # pipelined ingest lets it start, a serial one (embed, write, embed, write) cannot,
+    # so the recorded order tells the two apart without measuring time.
+    data = entries(6)
+    events: list[tuple[str, str]] = []
+    embedding = Recording(events)
+    vectors = VectorMemoryStore(store, embedding)
+    firsts = [data[i].content for i in range(0, 6, 2)]
+    commits = 0
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "INSERT INTO entries" in statement:
+            conn.info["test_wrote"] = True
+
+    def on_commit(conn: Any) -> None:
+        nonlocal commits
+        if not conn.info.pop("test_wrote", False):
+            return
+        if commits + 1 < len(firsts):
+            embedding.started_event(firsts[commits + 1]).wait(10)
+        events.append(("commit", firsts[commits]))
+        commits += 1
+
+    sa.event.listen(store.engine, "after_cursor_execute", on_execute)
+    sa.event.listen(store.engine, "commit", on_commit)
+    try:
+        counts = vectors.ingest(data, batch_size=2)
+    finally:
+        sa.event.remove(store.engine, "after_cursor_execute", on_execute)
+        sa.event.remove(store.engine, "commit", on_commit)
+    assert counts == IngestCounts(inserted=6)
+    order = [e for e in events if e[0] in ("embed", "commit")]
+    for i in range(len(firsts) - 1):
+        assert order.index(("embed", firsts[i + 1])) < order.index(("commit", firsts[i])), order
+    assert store.count() == 6 and vectors.count() == 6
+
+
+def test_ingest_reports_phases_and_is_idempotent(store: Store) -> None:
+    data = entries(7)
+    vectors = VectorMemoryStore(store, HashingEmbedding(16))
+    seen: list[tuple[str, int, int | None]] = []
+    assert vectors.ingest(data, batch_size=3, progress=lambda *a: seen.append(a)) == IngestCounts(inserted=7)
+    for phase in ("read", "embed", "write"):
+        done = [d for p, d, _ in seen if p == phase]
+        assert done == sorted(done) and done[-1] == 7, (phase, seen)
+        assert all(t == 7 for p, _, t in seen if p == phase)
+    assert [d for p, d, _ in seen if p == "write"] == [3, 6, 7]
+    changed = [*data[:6], MemoryEntry(data[6].id, "a new text")]
+    again = vectors.ingest(iter(changed), batch_size=3, progress=lambda *a: seen.append(a))
+    assert again == IngestCounts(updated=1, unchanged=6)
+    assert seen[-1][2] is None  # an iterator has no length
+    hits = vectors.search("a new text", 1)
+    assert hits[0][0] == data[6].id and hits[0][1] == pytest.approx(1.0)
+
+
+def test_ingest_error_after_some_batches_keeps_them_and_names_the_cause(store: Store) -> None:
+    def fail_third(n: int) -> None:
+        if n == 3:
+            raise RuntimeError("model crashed")
+
+    vectors = VectorMemoryStore(store, Recording([], on_batch=fail_third))
+    with pytest.raises(IngestInterrupted) as info:
+        vectors.ingest(entries(10), batch_size=2)
+    # Batch 3 fails while the main thread waits for it, after batches 1 and 2 committed.
+    assert info.value.committed == IngestCounts(inserted=4)
+    assert isinstance(info.value.__cause__, ExecutionError)
+    assert "model crashed" in str(info.value) and "4 entries committed" in str(info.value)
+    assert store.count() == 4 and vectors.count() == 4
+    assert VectorMemoryStore(store, HashingEmbedding(16), name="recording").ingest(
+        entries(10), batch_size=2) == IngestCounts(inserted=6, unchanged=4)
+
+
+def test_ingest_duplicate_id_in_a_later_batch(store: Store) -> None:
+    data = [*entries(3), MemoryEntry("e001", "again")]
+    with pytest.raises(IngestInterrupted) as info:
+        VectorMemoryStore(store, HashingEmbedding(16)).ingest(data, batch_size=2)
+    cause = info.value.__cause__
+    assert isinstance(cause, InvalidEntryError) and cause.entry_id == "e001" and cause.index == 3
+    assert "duplicate id 'e001'" in str(info.value)
+    # The second batch is read (and rejected) while the first one embeds: nothing written.
+    assert info.value.committed == IngestCounts() and store.count() == 0
+
+
+def test_ingest_sigint_rolls_back_the_open_batch(store: Store) -> None:
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def interrupt(n: int) -> None:
+        if n == 4:  # while batch 3 is written (or about to be)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    data = entries(20)
+    vectors = VectorMemoryStore(store, Recording([], on_batch=interrupt))
+    with pytest.raises(IngestInterrupted) as info:
+        vectors.ingest(data, batch_size=3)
+    committed = info.value.committed
+    assert info.value.__cause__ is None
+    assert str(info.value) == (f"interrupted: {committed.total} entries committed, "
+                               "the batch in progress was rolled back")
+    # Whole batches only, and the handler is restored.
+    assert committed.total % 3 == 0 and 0 < committed.total < 20
+    assert store.count() == committed.total == vectors.count()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    again = VectorMemoryStore(store, HashingEmbedding(16), name="recording").ingest(data, batch_size=3)
+    assert again == IngestCounts(inserted=20 - committed.total, unchanged=committed.total)
+    assert np.isclose(vectors.search(data[19].content, 1)[0][1], 1.0)

@@ -1,0 +1,123 @@
+"""``tnsrag query``: empty answers explain themselves, blank queries are errors, output shows
+what each strategy adds and wraps on word boundaries; the JSON shape is stable."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy.engine import URL
+
+from tnsrag_db.admin import corpus_exists
+from tnsrag_db.cli import main_group
+from tnsrag_db.embeddings import HashingEmbedding
+from tnsrag_db.errors import ValidationError
+from tnsrag_db.indexes.graph import GraphStore
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db.types import MemoryEntry
+
+LONG = ("Agents share memory across processes through PostgreSQL; every write commits with its "
+        "postings and statistics, so a reader in another process sees a consistent corpus. ") * 3
+
+
+def _query(db_url: URL, corpus: str, *args: str) -> Any:
+    return CliRunner().invoke(main_group, ["query", *args, "--corpus", corpus,
+                                           "--url", db_url.render_as_string(hide_password=False)])
+
+
+@pytest.fixture
+def corpus(make_store: Callable[..., Store]) -> Store:
+    store = make_store()
+    now = datetime.now(timezone.utc)
+    VectorMemoryStore(store, HashingEmbedding()).add_all([
+        MemoryEntry("root", "Manual about agent memory.", "SEMANTIC", source="manual.md"),
+        MemoryEntry("root#1", LONG, "SEMANTIC", source="manual.md", parent_id="root", timestamp=now - timedelta(days=3)),
+        MemoryEntry("faq", "Questions about memory sharing and agents.", "WORKING", source="faq.md",
+                    metadata={"topic": "faq"}),
+    ])
+    GraphStore(store).add_edge("root#1", "faq", "see-also")
+    return store
+
+
+def test_a_query_on_a_missing_corpus_names_the_corpora_and_creates_none(db_url: URL, corpus: Store) -> None:
+    res = _query(db_url, "no_such_corpus_q", "memory")
+    assert res.exit_code == 1, res.output
+    assert re.search(r"corpus 'no_such_corpus_q' does not exist; corpora here: .*" + corpus.corpus, res.stderr)
+    assert "Traceback" not in res.output and "0 result" not in res.output
+    assert not corpus_exists(corpus.with_corpus("no_such_corpus_q"))
+
+
+def test_a_filter_matching_nothing_gets_a_note(db_url: URL, corpus: Store) -> None:
+    res = _query(db_url, corpus.corpus, "memory", "--filter", "tier=semantic")
+    assert res.exit_code == 0, res.output
+    assert "0 result(s)" in res.stdout
+    assert "note: tier=semantic matches no entry; tiers here: SEMANTIC, WORKING" in res.stderr
+    res = _query(db_url, corpus.corpus, "memory", "--filter", "tenant=acme", "--json")
+    out = json.loads(res.stdout)
+    assert out["results"] == [] and "no entry has the metadata key 'tenant'" in out["notes"][0]
+    # A filter that matches entries but not the query: no note about the filter.
+    res = _query(db_url, corpus.corpus, "zebra", "--strategy", "keyword", "--filter", "tier=SEMANTIC")
+    assert res.exit_code == 0 and res.stderr == ""
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\t\n"])
+def test_a_blank_query_is_an_error_in_the_cli(db_url: URL, corpus: Store, text: str) -> None:
+    res = _query(db_url, corpus.corpus, text)
+    assert res.exit_code == 1 and "error: query is blank" in res.stderr and "Traceback" not in res.output
+
+
+def test_a_blank_query_is_a_validation_error_for_every_strategy(corpus: Store) -> None:
+    for name in STRATEGY_NAMES:
+        strategy = build_strategy(name, corpus, embedding=HashingEmbedding())
+        for text in ("", "  "):
+            with pytest.raises(ValidationError, match="query is blank"):
+                strategy.retrieve(text)
+
+
+def test_json_results_carry_id_score_content_source_metadata(db_url: URL, corpus: Store) -> None:
+    res = _query(db_url, corpus.corpus, "agents memory", "--strategy", "keyword", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert set(out) >= {"query", "strategy", "milliseconds", "results", "notes"}
+    first = out["results"][0]
+    assert {"rank", "id", "score", "content", "source", "metadata"} <= set(first)
+    assert first["id"] == first["metadata"]["entryId"] and first["rank"] == 1
+    assert {r["id"] for r in out["results"]} <= {"root", "root#1", "faq"}
+
+
+def _blocks(stdout: str) -> list[list[str]]:
+    """The output lines of each result (its header line first)."""
+    blocks: list[list[str]] = []
+    for line in stdout.splitlines()[1:]:
+        if re.match(r"\[\d+\] ", line):
+            blocks.append([line])
+        else:
+            blocks[-1].append(line)
+    return blocks
+
+
+def test_text_output_wraps_on_words_and_shows_what_each_strategy_adds(db_url: URL, corpus: Store) -> None:
+    res = _query(db_url, corpus.corpus, "consistent corpus postings", "--strategy", "keyword", "--top-k", "1")
+    assert res.exit_code == 0, res.output
+    (block,) = _blocks(res.stdout)
+    assert block[0].startswith("[1] ") and "root#1" in block[0] and "(SEMANTIC, manual.md)" in block[0]
+    body = block[1:]
+    assert 2 <= len(body) <= 3 and all(line.startswith("    ") and len(line) <= 100 for line in body)
+    words = set(LONG.split()) | {"..."}
+    assert all(w in words for line in body for w in line.split())  # no word cut in two
+    graph = _query(db_url, corpus.corpus, "consistent corpus postings", "--strategy", "graph")
+    faq = next(b for b in _blocks(graph.stdout) if "faq" in b[0])
+    assert "    depth 1; path root#1 > faq" in faq
+    temporal = _query(db_url, corpus.corpus, "consistent corpus postings", "--strategy", "temporal")
+    fresh = next(b for b in _blocks(temporal.stdout) if "root#1" in b[0])
+    assert any(re.fullmatch(r"    freshness 0\.9\d\d, age 3\.0 d", line) for line in fresh), fresh
+    hier = _query(db_url, corpus.corpus, "consistent corpus postings", "--strategy", "hierarchical")
+    blocks = {b[0].split()[2]: b for b in _blocks(hier.stdout)}
+    assert "    hit" in blocks["root#1"] and "    level 1 above root#1" in blocks["root"]

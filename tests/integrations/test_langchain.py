@@ -1,0 +1,196 @@
+"""LangChain adapters: langchain-tests' standard suites plus behaviour of our own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.vectorstores import VectorStore
+from langchain_tests.integration_tests import RetrieversIntegrationTests, VectorStoreIntegrationTests
+from pydantic import ValidationError as PydanticValidationError
+
+from tnsrag_db.errors import InvalidEntryError, InvalidFilterError, ValidationError
+from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db.integrations.langchain import (
+    NON_STRING_METADATA_KEY,
+    TnsragRetriever,
+    TnsragVectorStore,
+    to_library_filters,
+)
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+from tnsrag_db.types import MemoryEntry, MemoryTier
+
+# The standard suites' async tests carry no asyncio mark (pytest-asyncio runs in strict
+# mode): the classes get it, and its warning for their sync tests is silenced.
+STANDARD = [pytest.mark.asyncio, pytest.mark.filterwarnings(
+    "ignore:The test <Function .* is marked with '@pytest.mark.asyncio' but it is not an async function")]
+
+
+@STANDARD[0]
+@STANDARD[1]
+class TestStandardVectorStore(VectorStoreIntegrationTests):
+    """langchain-tests' VectorStore suite (sync and async), each test on an empty corpus."""
+
+    @pytest.fixture
+    def vectorstore(self, make_store: Callable[..., Store]) -> Iterator[VectorStore]:
+        yield TnsragVectorStore(make_store(), self.get_embeddings())
+
+
+@STANDARD[0]
+@STANDARD[1]
+class TestStandardRetriever(RetrieversIntegrationTests):
+    """langchain-tests' retriever suite, over a corpus with a handful of matching entries."""
+
+    @pytest.fixture(autouse=True)
+    def _corpus(self, store: Store) -> None:
+        BM25Index(store).add_all([MemoryEntry(f"doc{i}", f"agents share memory note {i}") for i in range(6)])
+        self._store = store
+
+    @property
+    def retriever_constructor(self) -> type[TnsragRetriever]:
+        return TnsragRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"store": self._store, "strategy": "keyword"}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "agents memory"
+
+
+@pytest.fixture
+def notes(store: Store) -> Store:
+    BM25Index(store).add_all([
+        MemoryEntry("n1", "Agents share memory through PostgreSQL.", MemoryTier.SEMANTIC, source="guide.md",
+                    metadata={"tenant": "acme"}),
+        MemoryEntry("n2", "Working memory holds the current task.", MemoryTier.WORKING, metadata={"tenant": "acme"}),
+        MemoryEntry("n3", "Other tenants keep their memory apart.", MemoryTier.SEMANTIC, metadata={"tenant": "zeta"}),
+    ])
+    return store
+
+
+def test_retriever_documents_carry_id_score_tier_source_and_metadata(notes: Store) -> None:
+    docs = TnsragRetriever(store=notes, strategy="keyword", k=5).invoke("memory PostgreSQL")
+    first = docs[0]
+    assert first.id == "n1" and first.page_content == "Agents share memory through PostgreSQL."
+    assert first.metadata == {"id": "n1", "score": pytest.approx(first.metadata["score"]), "tier": "SEMANTIC",
+                              "source": "guide.md", "tenant": "acme"}
+    assert first.metadata["score"] > 0
+    assert [d.metadata["score"] for d in docs] == sorted((d.metadata["score"] for d in docs), reverse=True)
+    assert {d.id for d in docs} == {"n1", "n2", "n3"}
+    [working] = [d for d in docs if d.id == "n2"]
+    assert [working.metadata[k] for k in ("tier", "source", "tenant")] == ["WORKING", None, "acme"]
+
+
+def test_retriever_filters_and_k_as_fields_and_per_call(notes: Store) -> None:
+    acme = TnsragRetriever(store=notes, strategy="keyword", filters={"tenant": "acme"})
+    assert {d.id for d in acme.invoke("memory")} == {"n1", "n2"}
+    assert [d.id for d in acme.invoke("memory", filters={"tier": "WORKING"})] == ["n2"]
+    assert len(acme.invoke("memory", k=1)) == 1
+    assert acme.invoke("memory", min_score=1e9) == []
+    with pytest.raises(ValidationError, match="'filters'.*'tenant' must be a non-blank string") as caught:
+        acme.invoke("memory", filters={"tenant": ""})
+    assert isinstance(caught.value.__cause__, InvalidFilterError)
+    with pytest.raises(ValidationError, match="'query'.*blank"):
+        acme.invoke("  ")
+
+
+def test_retriever_async_matches_sync_for_every_strategy(notes: Store) -> None:
+    for strategy in ("vector", "keyword", "hybrid", "graph", "hierarchical", "temporal", "reasoning", "multi_query"):
+        retriever = TnsragRetriever(store=notes, strategy=strategy, k=3)
+        sync = retriever.invoke("memory")
+        assert asyncio.run(retriever.ainvoke("memory")) == sync, strategy
+        assert all(d.id in {"n1", "n2", "n3"} for d in sync)
+
+
+def test_retriever_over_a_strategy_object_and_bad_settings(notes: Store) -> None:
+    strategy = KeywordRAGStrategy(BM25Index(notes))
+    assert [d.id for d in TnsragRetriever(strategy=strategy, k=1).invoke("PostgreSQL")] == ["n1"]
+    with pytest.raises(PydanticValidationError, match="'k'.*max_results must be >= 1"):
+        TnsragRetriever(store=notes, k=0)
+    with pytest.raises(PydanticValidationError, match="unknown strategy 'bogus'"):
+        TnsragRetriever(store=notes, strategy="bogus")
+    with pytest.raises(PydanticValidationError, match="give the store"):
+        TnsragRetriever(strategy="keyword")
+
+
+@pytest.fixture
+def vs(store: Store) -> TnsragVectorStore:
+    return TnsragVectorStore(store, DeterministicFakeEmbedding(size=8))
+
+
+def test_vector_store_metadata_round_trip_and_filters(vs: TnsragVectorStore) -> None:
+    ids = vs.add_texts(["alpha text", "beta text", "gamma text"],
+                       [{"source": "a.pdf", "page": 3, "tags": ["x", "y"], "tenant": "acme"},
+                        {"tenant": "acme", "ok": True}, {"tenant": "zeta"}], ids=["a", None, "c"])
+    assert ids[0] == "a" and ids[2] == "c" and len(ids[1]) == 36
+    [(doc, score)] = vs.similarity_search_with_score("alpha text", k=1)
+    assert doc == Document(id="a", page_content="alpha text",
+                           metadata={"source": "a.pdf", "page": 3, "tags": ["x", "y"], "tenant": "acme"})
+    assert score == pytest.approx(1.0, abs=1e-5)
+    entry = vs.store.get("a")
+    assert entry is not None and entry.source == "a.pdf" and entry.metadata["tenant"] == "acme"
+    assert entry.metadata[NON_STRING_METADATA_KEY] == '{"page": 3, "tags": ["x", "y"]}'
+    assert {d.id for d in vs.similarity_search("text", k=10, filter={"tenant": "acme"})} == {"a", ids[1]}
+    assert [d.id for d in vs.similarity_search("text", k=10, filter={"source": "a.pdf"})] == ["a"]
+    assert vs.similarity_search("text", k=10, filter={"tenant": "nobody"}) == []
+    retriever = vs.as_retriever(search_kwargs={"k": 5, "filter": {"tenant": "zeta"}})
+    assert [d.id for d in retriever.invoke("text")] == ["c"]
+    relevance = vs.similarity_search_with_relevance_scores("alpha text", k=3)
+    assert all(0.0 <= r <= 1.0 for _, r in relevance) and relevance[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("flt, message", [
+    ({"page": 3}, "must be a string"),
+    ({"tenant": {"$eq": "acme"}}, "operators"),
+    ({"$and": [{"a": "b"}]}, "operator '\\$and'"),
+    ({"tenant": ""}, "non-blank"),
+    ("tenant=acme", "must be a dict"),
+])
+def test_vector_store_rejects_filters_it_cannot_express(vs: TnsragVectorStore, flt: Any, message: str) -> None:
+    vs.add_texts(["x"], [{"tenant": "acme"}])
+    with pytest.raises(InvalidFilterError, match=message):
+        vs.similarity_search("x", filter=flt)
+    with pytest.raises(InvalidFilterError, match=message):
+        to_library_filters(flt)
+
+
+def test_vector_store_rejects_bad_documents_whole(vs: TnsragVectorStore) -> None:
+    for metadata, message in [({"tier": "WORKING"}, "reserved"), ({"entryId": "x"}, "reserved"),
+                              ({"source": 7}, "'source' must be a string"),
+                              ({"when": object()}, "JSON values")]:
+        with pytest.raises(InvalidEntryError, match=message):
+            vs.add_texts(["good", "bad"], [{}, metadata])
+    with pytest.raises(ValidationError, match="2 ids for 1 texts"):
+        vs.add_texts(["x"], ids=["a", "b"])
+    assert vs.store.count() == 0
+
+
+def test_vector_store_delete_tier_and_from_texts(store: Store) -> None:
+    vs = TnsragVectorStore.from_texts(["one", "two", "three"], DeterministicFakeEmbedding(size=8),
+                                      [{"kind": "a"}, {"kind": "b"}, {"kind": "b"}], ids=["1", "2", "3"],
+                                      store=store, tier="EPISODIC")
+    assert {e.tier for e in store.iter_entries()} == {MemoryTier.EPISODIC}
+    assert vs.delete(filter={"kind": "b"}) is True
+    assert [d.id for d in vs.get_by_ids(["3", "1", "2"])] == ["1"]
+    with pytest.raises(ValidationError, match="ids or filter"):
+        vs.delete()
+    vs.delete(["1", "missing"])
+    assert store.count() == 0
+    assert asyncio.run(vs.asimilarity_search("one")) == []
+
+
+def test_retriever_searches_what_the_vector_store_wrote(store: Store) -> None:
+    embeddings = DeterministicFakeEmbedding(size=8)
+    TnsragVectorStore(store, embeddings).add_texts(["alpha text", "beta text"], ids=["a", "b"])
+    for strategy in ("vector", "hybrid"):
+        [doc] = TnsragRetriever(store=store, strategy=strategy, k=1, embedding=embeddings).invoke("beta text")
+        assert doc.id == "b", strategy
+    [doc] = TnsragRetriever(store=store, strategy="vector", k=1, embedding=embeddings).invoke("alpha text")
+    assert doc.metadata["score"] == pytest.approx(1.0, abs=1e-5)

@@ -1,0 +1,173 @@
+"""FileLoader on a messy tree, and the Chunker: no database."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests._trees import messy_tree
+from tnsrag_db.chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
+from tnsrag_db.cli._progress import PhaseProgress
+from tnsrag_db.embeddings import HashingEmbedding, ValidatingEmbedding
+from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.loaders import FileLoader, SkippedFile, file_format
+
+
+def load(*patterns: str | Path, **options: object) -> tuple[dict[str, object], FileLoader]:
+    loader = FileLoader(*patterns, relative_to="pattern", **options)  # type: ignore[arg-type]
+    return {e.id: e for e in loader.load()}, loader
+
+
+def test_messy_tree_reads_every_format_and_names_every_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    messy_tree(tmp_path / "docs")
+    monkeypatch.chdir(tmp_path)
+    entries, loader = load("docs")
+    assert sorted(loader.skipped, key=lambda s: s.path) == [
+        SkippedFile("docs/.hidden", "hidden directory"), SkippedFile("docs/blob.bin", "binary"),
+        SkippedFile("docs/data.xyz", "unknown file type '.xyz'"), SkippedFile("docs/empty.txt", "empty")]
+    assert loader.files_read == 9
+    by = {k: v for k, v in entries.items()}
+    latin = by["notes/latin1.txt#0"]
+    assert latin.content == "Café crème à la française, naïve résumé."  # type: ignore[attr-defined]
+    html = by["page.html#0"]
+    assert html.metadata == {"path": "page.html", "format": "html", "title": "The Page"}  # type: ignore[attr-defined]
+    assert html.content == "Welcome\n\nHybrid retrieval combines ranks.\n\nSecond paragraph."  # type: ignore[attr-defined]
+    pages = [(by[f"manual.pdf#{i}"].metadata["page"], by[f"manual.pdf#{i}"].content)  # type: ignore[attr-defined]
+             for i in range(2)]
+    assert pages == [("1", "First page about vectors."), ("2", "Second page about graphs.")]
+    assert by["src/app.py#0"].metadata["language"] == "python"  # type: ignore[attr-defined]
+    assert by["src/lib.go#0"].metadata == {"path": "src/lib.go", "format": "code", "language": "go"}  # type: ignore[attr-defined]
+    assert by["changelog.gz#0"].content == "Version 2: fixed the widget."  # type: ignore[attr-defined]
+    assert by["deep/a/b/c.rst#0"].source == "deep/a/b/c.rst"  # type: ignore[attr-defined]
+    assert [(i, by[i].parent_id) for i in sorted(by) if i.startswith("guide/")] == [  # type: ignore[attr-defined]
+        ("guide/install.md#1", None), ("guide/install.md#2", "guide/install.md#1"),
+        ("guide/install.md#3", "guide/install.md#1")]
+    # The same ids from another working directory, and with a prefix.
+    monkeypatch.chdir(tmp_path / "docs" / "deep")
+    again, _ = load(tmp_path / "docs")
+    assert sorted(again) == sorted(entries)
+    prefixed, pl = load("../../docs", id_prefix="kb")
+    assert sorted(prefixed) == sorted(f"kb/{i}" for i in entries)
+    assert prefixed["kb/guide/install.md#2"].metadata["path"] == "kb/guide/install.md"  # type: ignore[attr-defined]
+    assert {s.path for s in pl.skipped} == {"../../docs/.hidden", "../../docs/blob.bin", "../../docs/data.xyz",
+                                            "../../docs/empty.txt"}
+
+
+def test_named_files_of_unknown_type_are_read_and_bad_ones_skipped(tmp_path: Path) -> None:
+    messy_tree(tmp_path)
+    (tmp_path / "utf16.txt").write_bytes("Grüße aus UTF-16".encode("utf-16"))
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    entries, loader = load(tmp_path / "data.xyz", tmp_path / "empty.txt", tmp_path / "blob.bin",
+                           tmp_path / "utf16.txt", tmp_path / "broken.pdf")
+    assert {k: v.content for k, v in entries.items()} == {  # type: ignore[attr-defined]
+        "data.xyz#0": "unknown format", "utf16.txt#0": "Grüße aus UTF-16"}
+    reasons = {Path(s.path).name: s.reason for s in loader.skipped}
+    assert reasons.keys() == {"empty.txt", "blob.bin", "broken.pdf"}
+    assert reasons["empty.txt"] == "empty" and reasons["blob.bin"] == "binary"
+    assert reasons["broken.pdf"].startswith("unreadable PDF")
+
+
+def test_file_formats_by_name() -> None:
+    assert [file_format(n) for n in ["a.md", "b.RST", "c.htm", "d.pdf", "e.tsx", "README", "NEWS.Debian.gz",
+                                     "changelog.Debian", "x.jsonl", "pic.png", "Makefile"]] == [
+        "markdown", "text", "html", "pdf", "code", "text", "text", "text", "jsonl", None, "text"]
+
+
+def test_large_markdown_section_becomes_child_chunks(tmp_path: Path) -> None:
+    body = "\n\n".join(f"Paragraph {i} " + "word " * 30 for i in range(12))
+    (tmp_path / "big.md").write_text(f"# Top\n\nIntro.\n\n## Big\n\n{body}\n\n## Small\n\nTiny.\n")
+    entries, _ = load(tmp_path / "big.md", chunker=Chunker(400))
+    ids = list(entries)
+    children = [i for i in ids if i.startswith("big.md#2.")]
+    assert ids[:2] == ["big.md#1", "big.md#2"] and ids[-1] == "big.md#3" and len(children) >= 3
+    assert all(entries[c].parent_id == "big.md#2" for c in children)  # type: ignore[attr-defined]
+    assert entries["big.md#3"].parent_id == "big.md#1"  # type: ignore[attr-defined]
+    assert entries["big.md#2"].content.startswith("## Big\n\nParagraph 0")  # type: ignore[attr-defined]
+    for i in ["big.md#2", *children]:
+        assert len(entries[i].content) <= 400  # type: ignore[attr-defined]
+    text = " ".join(entries[i].content for i in ["big.md#2", *children])  # type: ignore[attr-defined]
+    assert all(f"Paragraph {i} " in text for i in range(12))
+
+
+def test_code_chunks_start_at_definitions_and_keep_lines(tmp_path: Path) -> None:
+    funcs = "\n\n".join(f"def f{i}(x):\n    y = x + {i}\n    return y * {i}" for i in range(30))
+    (tmp_path / "mod.py").write_text("import os\nimport sys\n\n\n" + funcs + "\n")
+    entries, _ = load(tmp_path / "mod.py", chunker=Chunker(200))
+    chunks = [e.content for e in entries.values()]  # type: ignore[attr-defined]
+    assert len(chunks) > 3 and all(len(c) <= 200 for c in chunks)
+    assert all(c.startswith(("import os", "def f")) for c in chunks)
+    assert all("    y = x +" in c for c in chunks[1:])  # indentation and newlines kept
+    joined = "\n\n".join(chunks)
+    assert all(f"def f{i}(x):\n    y = x + {i}\n    return y * {i}" in joined for i in range(30))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="abcdefghij .!?\n", min_size=0, max_size=40), min_size=1, max_size=40),
+       st.integers(min_value=20, max_value=120))
+def test_chunker_never_splits_a_word_and_respects_the_size(parts: list[str], size: int) -> None:
+    text = "".join(parts)
+    chunks = Chunker(size).chunks(text)
+    words = text.split()
+    for chunk in chunks:
+        assert chunk == chunk.strip() and chunk
+        assert len(chunk) <= size or len(chunk.split()) == 1
+        assert all(w in words for w in chunk.split())
+    # Every word appears, in order, when the overlap is removed.
+    seen = [w for c in Chunker(size, overlap=0).chunks(text) for w in c.split()]
+    assert seen == words
+
+
+def test_chunker_overlaps_and_counts_tokens_with_the_model() -> None:
+    text = " ".join(f"w{i}" for i in range(200))
+    chunks = Chunker(100, overlap=20).chunks(text)
+    assert len(chunks) > 1
+    for first, second in zip(chunks, chunks[1:]):
+        words = first.split()
+        repeated = [k for k in range(1, 8) if second.split()[:k] == words[-k:]]
+        assert repeated and sum(len(w) + 1 for w in words[-repeated[-1]:]) <= 20  # the last words, within 20
+
+    class Model:
+        name = "model"
+        max_tokens = 8
+
+        def count_tokens(self, text: str) -> int:
+            return len(text.split())
+
+        def __call__(self, text: str) -> list[float]:
+            return [1.0]
+
+    chunker = chunker_for(ValidatingEmbedding(Model()))
+    assert (chunker.max_tokens, chunker.unit) == (8, "tokens")
+    assert all(len(c.split()) <= 8 for c in chunker.chunks(text))
+    assert chunker_for(Model(), 5).max_tokens == 5
+    fallback = chunker_for(HashingEmbedding())
+    assert (fallback.max_tokens, fallback.unit) == (DEFAULT_CHUNK_CHARS, "characters")
+    with pytest.raises(ConfigurationError, match="chunk size"):
+        chunker_for(HashingEmbedding(), 0)
+
+
+def test_phase_progress_draws_counts_rates_and_eta() -> None:
+    now = [100.0]
+    out = io.StringIO()
+    progress = PhaseProgress(out, {"read": "files", "embed": "entries"}, enabled=True, clock=lambda: now[0])
+    progress.start("read")
+    progress.start("embed")
+    now[0] += 2.0
+    progress.update("read", 10, 10)
+    progress.update("embed", 50, 200)
+    lines = progress.lines()
+    assert re.fullmatch(r"read   10/10 files  .*done in 0:00:02", lines[0]), lines
+    assert lines[1] == "embed  50/200 entries  25.0 entries/s  ETA 0:00:06"
+    now[0] += 10.0
+    progress.update("embed", 200)
+    now[0] += 30.0
+    assert progress.lines()[1] == "embed  200/200 entries  16.7 entries/s  done in 0:00:12"  # frozen at the end
+    progress.draw()
+    progress.draw()
+    assert out.getvalue().count("\x1b[2F") == 1  # the second draw overwrites the first
+    assert not PhaseProgress(io.StringIO(), {"read": "files"}).enabled  # not a TTY

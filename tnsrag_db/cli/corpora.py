@@ -1,0 +1,250 @@
+"""``tnsrag corpora``, ``stats``, ``delete``, ``drop`` and ``export``: looking after corpora.
+
+Thin commands over :mod:`tnsrag_db.admin` and :class:`~tnsrag_db.store.store.Store`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from tnsrag_db.cli._common import db_options, emit, handle_errors
+from tnsrag_db.cli._confirm import confirm_destruction, yes_option
+
+if TYPE_CHECKING:
+    from tnsrag_db.admin import SpaceInfo
+    from tnsrag_db.store.store import Store
+
+__all__ = ["corpora", "delete", "drop", "export", "parse_pairs", "stats"]
+
+
+def parse_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a dict; a usage error (exit 2) naming ``option`` for a malformed one."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        out[key] = value
+    return out
+
+
+def _open(url: str | None, schema: str, corpus: str) -> Store:
+    from tnsrag_db.store.store import connect
+
+    return connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False)
+
+
+def human_size(n: int) -> str:
+    """``n`` bytes as ``12.3 MB`` (powers of 1,024)."""
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _space_text(space: SpaceInfo) -> str:
+    index = {"hnsw": "HNSW index", "building": "HNSW index building", "invalid": "invalid HNSW index (rebuilt "
+             "on the next build)", "none": "no index, exact scans"}.get(space.index, space.index)
+    return f"{space.provider} ({space.dimension}-d): {space.vectors} vectors, {index}"
+
+
+corpus_option = click.option("--corpus", default="default", show_default=True, help="Corpus to work on.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+@click.command()
+@db_options
+@json_option
+@handle_errors
+def corpora(url: str | None, schema: str, as_json: bool) -> None:
+    """List every corpus of the schema: entries, tiers, embedding spaces, size on disk.
+
+    Sizes are estimates: each corpus's share (by rows) of the shared tables and their
+    indexes, plus its own HNSW indexes.
+
+    Example: tnsrag corpora --json
+    """
+    from tnsrag_db.admin import list_corpora
+
+    with _open(url, schema, "default") as store:
+        infos = list_corpora(store)
+    if as_json:
+        emit({"schema": schema, "corpora": [i.to_dict() for i in infos]}, True)
+        return
+    if not infos:
+        click.echo(f"no corpora in schema {schema} yet (tnsrag ingest creates one)")
+        return
+    rows = [("CORPUS", "ENTRIES", "TIERS", "SPACES", "EDGES", "SIZE")]
+    for i in infos:
+        rows.append((i.name, str(i.entries), ", ".join(f"{t} {n}" for t, n in i.tiers.items()) or "-",
+                     ", ".join(f"{s.provider}/{s.dimension}{'+hnsw' if s.index == 'hnsw' else ''}"
+                               for s in i.spaces) or "-", str(i.edges), human_size(i.size_bytes)))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(cell.ljust(w) if c in (0, 2, 3) else cell.rjust(w)
+                             for c, (cell, w) in enumerate(zip(r, widths))).rstrip())
+
+
+@click.command()
+@db_options
+@corpus_option
+@click.option("--sources", "max_sources", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Sources to list, most entries first.")
+@json_option
+@handle_errors
+def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: bool) -> None:
+    """Show what a corpus holds: entries by tier and source, embedding spaces and their
+    index state, BM25 statistics, edges, last write.
+
+    Example: tnsrag stats --corpus docs --sources 5
+    """
+    from tnsrag_db.admin import corpus_stats
+
+    with _open(url, schema, corpus) as store:
+        s = corpus_stats(store, max_sources=max_sources)
+    if as_json:
+        emit(s.to_dict(), True)
+        return
+    lines = [f"corpus {s.corpus}: {s.entries} entries, created {s.created_at:%Y-%m-%d %H:%M}, "
+             f"last write {s.last_write:%Y-%m-%d %H:%M:%S %Z}" if s.last_write else
+             f"corpus {s.corpus}: {s.entries} entries, created {s.created_at:%Y-%m-%d %H:%M}, no writes"]
+    lines.append("tiers:    " + (", ".join(f"{t} {n}" for t, n in s.by_tier.items()) or "-"))
+    shown = ", ".join(f"{src if src is not None else '(none)'} {n}" for src, n in s.by_source)
+    more = f" (and {s.sources - len(s.by_source)} more)" if s.sources > len(s.by_source) else ""
+    lines.append(f"sources:  {s.sources}" + (f": {shown}{more}" if shown else ""))
+    lines.append("spaces:   " + ("; ".join(_space_text(sp) for sp in s.spaces) or "none (nothing embedded)"))
+    lines.append(f"bm25:     {s.bm25_documents} documents, average length {s.bm25_average_length:g} terms, "
+                 f"{s.bm25_terms} distinct terms ({s.text_config})")
+    lines.append(f"edges:    {s.edges}" + (": " + ", ".join(f"{r} {n}" for r, n in s.edges_by_relation.items())
+                                            if s.edges else ""))
+    click.echo("\n".join(lines))
+
+
+@click.command()
+@click.argument("ids", nargs=-1)
+@db_options
+@corpus_option
+@click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
+              help="Delete every entry matching all these exact filters (e.g. source=old.md), instead of IDS.")
+@click.option("--missing-ok", is_flag=True, help="Delete the IDS that exist and ignore the others.")
+@json_option
+@handle_errors
+def delete(ids: tuple[str, ...], url: str | None, schema: str, corpus: str, filters: tuple[str, ...],
+           missing_ok: bool, as_json: bool) -> None:
+    """Delete entries (with their vectors, BM25 postings and edges) by id, or every entry
+    matching --filter.
+
+    By id, every id must exist (unless --missing-ok): a missing one deletes nothing.
+
+    Example: tnsrag delete guide.md#3 guide.md#4 --corpus docs   (or: tnsrag delete --filter source=old.md)
+    """
+    from tnsrag_db.admin import require_corpus
+    from tnsrag_db.errors import ValidationError
+
+    if bool(ids) == bool(filters):
+        raise click.UsageError("give entry IDS or --filter KEY=VALUE, not both" if ids
+                               else "give entry IDS or --filter KEY=VALUE")
+    chosen = parse_pairs(filters, "--filter")
+    with _open(url, schema, corpus) as store:
+        require_corpus(store)
+        if chosen:
+            deleted = store.delete_where(chosen)
+            data = {"corpus": corpus, "filter": chosen, "deleted": deleted}
+            emit(data, as_json, f"deleted {deleted} entr{'y' if deleted == 1 else 'ies'} matching "
+                                f"{', '.join(f'{k}={v}' for k, v in chosen.items())} from corpus {corpus!r}")
+            if not deleted and not as_json:
+                from tnsrag_db.admin import empty_filter_notes
+
+                for note in empty_filter_notes(store, chosen):
+                    click.echo(f"note: {note}", err=True)
+            return
+        wanted = list(dict.fromkeys(ids))
+        found = store.get_many(wanted)
+        missing = [i for i in wanted if i not in found]
+        if missing and not missing_ok:
+            raise ValidationError(f"no entr{'y' if len(missing) == 1 else 'ies'} "
+                                  f"{', '.join(map(repr, missing))} in corpus {corpus!r}; nothing was deleted "
+                                  "(--missing-ok deletes the others)")
+        deleted = store.delete_many([i for i in wanted if i in found])
+    emit({"corpus": corpus, "deleted": deleted, "missing": missing}, as_json,
+         f"deleted {deleted} entr{'y' if deleted == 1 else 'ies'} from corpus {corpus!r}"
+         + (f"; not found: {', '.join(missing)}" if missing else ""))
+
+
+@click.command()
+@db_options
+@click.option("--corpus", required=True, help="Corpus to drop.")
+@yes_option
+@json_option
+@handle_errors
+def drop(url: str | None, schema: str, corpus: str, yes: bool, as_json: bool) -> None:
+    """Drop a whole corpus: its entries, vectors, HNSW indexes, BM25 statistics and edges.
+
+    Asks for confirmation first; without a terminal it refuses unless --yes is given.
+
+    Example: tnsrag drop --corpus scratch --yes
+    """
+    from tnsrag_db.admin import corpus_stats
+
+    with _open(url, schema, corpus) as store:
+        s = corpus_stats(store, max_sources=1)
+        confirm_destruction(f"drop corpus {corpus!r} ({s.entries} entries, {s.edges} edges)", yes=yes)
+        store.drop_corpus()
+    emit({"corpus": corpus, "dropped": True, "entries": s.entries, "edges": s.edges}, as_json,
+         f"dropped corpus {corpus!r}: {s.entries} entries, {s.edges} edges")
+
+
+@click.command()
+@db_options
+@corpus_option
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="File to write (default: standard output).")
+@json_option
+@handle_errors
+def export(url: str | None, schema: str, corpus: str, output: Path | None, as_json: bool) -> None:
+    """Export every entry of a corpus as JSONL: id, content, tier, source, parent, timestamp,
+    metadata and outgoing edges, one entry per line in id order.
+
+    `tnsrag ingest FILE.jsonl --corpus C` restores it exactly (vectors are recomputed).
+    The file is written whole or not at all; the summary goes to stderr when the
+    export itself goes to stdout.
+
+    Example: tnsrag export --corpus docs -o docs.jsonl && tnsrag ingest docs.jsonl --corpus docs-copy
+    """
+    from tnsrag_db.admin import export_corpus
+
+    with _open(url, schema, corpus) as store:
+        if output is None:
+            counts = export_corpus(store, sys.stdout)
+            to_stderr = True
+        else:
+            # A temporary file beside the target, renamed over it once complete.
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent or Path("."))
+            except OSError as exc:
+                raise click.FileError(str(output), hint=exc.strerror or str(exc)) from None
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                    counts = export_corpus(store, fh)
+                os.replace(tmp, output)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            to_stderr = False
+    data = {"corpus": corpus, "file": str(output) if output else None, **counts.to_dict()}
+    text = f"exported {counts.entries} entries and {counts.edges} edges of corpus {corpus!r}" + (
+        f" to {output}" if output else "")
+    if to_stderr:
+        import json
+
+        click.echo(json.dumps(data) if as_json else text, err=True)
+    else:
+        emit(data, as_json, text)

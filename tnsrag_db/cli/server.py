@@ -1,0 +1,105 @@
+"""``tnsrag server``: start, stop and inspect the kept-running embedded PostgreSQL server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tnsrag_db.cli._common import emit, handle_errors
+from tnsrag_db.store import server as kept
+
+__all__ = ["server"]
+
+
+def _describe(st: kept.ServerStatus) -> str:
+    lines = [f"embedded server: {'running' if st.running else 'not running'}",
+             f"  data dir:   {st.data_dir}"]
+    if st.running:
+        where = f"socket {st.socket_dir}" + (f" (port {st.port})" if st.port else "") if st.socket_dir \
+            else f"port {st.port}"
+        lines += [f"  listening:  {where}", f"  pid:        {st.pid}", f"  url:        {st.url}"]
+    if st.postgres_version:
+        lines.append(f"  PostgreSQL: {st.postgres_version}")
+    if st.keeper_pid is not None:
+        when = "no idle timeout" if not st.idle_timeout else f"stops after {st.idle_timeout:g} s idle"
+        last = st.last_use.astimezone().strftime("%Y-%m-%d %H:%M:%S") if st.last_use else "?"
+        lines.append(f"  kept running by pid {st.keeper_pid}: {when} (last use {last})")
+    elif st.running:
+        lines.append("  not kept running: it stops when the processes using it exit")
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("tnsrag-db")
+
+
+@click.group()
+def server() -> None:
+    """The embedded PostgreSQL server that commands without --url use.
+
+    The first such command starts it and it keeps running for later commands, stopping
+    after --server-idle-timeout seconds (default 900) without a client or command.
+
+    Example: tnsrag server status --json
+    """
+
+
+@server.command()
+@click.option("--idle-timeout", type=click.FloatRange(min=0), default=kept.DEFAULT_IDLE_TIMEOUT,
+              show_default=True, envvar="TNSRAG_SERVER_IDLE_TIMEOUT", metavar="SECONDS",
+              help="Stop after this many seconds without a client or command (0: never).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Data directory (default: the user data directory's tnsrag_db/pg18).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@handle_errors
+def start(idle_timeout: float, data_dir: Path | None, as_json: bool) -> None:
+    """Start the embedded server (initialising its data directory on first use) and keep it running.
+
+    A server already kept running keeps its own idle timeout.
+
+    Example: tnsrag server start --idle-timeout 3600
+    """
+    kept.ensure_running(data_dir, idle_timeout=idle_timeout)
+    st = kept.status(data_dir)
+    emit({**st.as_dict(), "tnsrag_version": _version()}, as_json, _describe(st))
+
+
+@server.command()
+@click.option("--force", is_flag=True, help="Stop the server even while scripts still use it.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Data directory (default: the user data directory's tnsrag_db/pg18).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status afterwards as JSON.")
+@handle_errors
+def stop(force: bool, data_dir: Path | None, as_json: bool) -> None:
+    """Stop the kept-running embedded server now (data stays in the data directory).
+
+    Without --force a server that a running script opened with connect() stays up until
+    that script exits. Exits 1 when the server is still running afterwards.
+
+    Example: tnsrag server stop
+    """
+    st = kept.stop(data_dir, force=force)
+    emit({**st.as_dict(), "tnsrag_version": _version()}, as_json,
+         _describe(st) + ("\n  still in use by a script; it stops when the script exits (or use --force)"
+                          if st.running else ""))
+    if st.running:
+        sys.exit(1)
+
+
+@server.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Data directory (default: the user data directory's tnsrag_db/pg18).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(data_dir: Path | None, as_json: bool) -> None:
+    """Show whether the embedded server runs, where its data lives, its socket or port and versions.
+
+    Starts nothing; exits 0 whether or not the server runs (see "running" in --json).
+
+    Example: tnsrag server status --json
+    """
+    st = kept.status(data_dir)
+    emit({**st.as_dict(), "tnsrag_version": _version()}, as_json, _describe(st) + f"\n  tnsrag_db:  {_version()}")

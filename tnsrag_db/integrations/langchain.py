@@ -1,0 +1,333 @@
+"""LangChain adapters (install the ``[langchain]`` extra): a retriever over any strategy and
+a vector store.
+
+* :class:`TnsragRetriever` runs any of the eight strategies (by name over a ``Store``, or
+  any ``RAGStrategy`` object) with ``k``, ``filters`` and ``min_score`` as fields (each
+  may be overridden per call: ``retriever.invoke(q, k=3)``). ``Document.metadata`` holds
+  the entry's own metadata and what the strategy added, then ``id``, ``score``,
+  ``tier`` and ``source`` (these four win over an entry key of the same name);
+  ``Document.id`` is the entry id.
+* :class:`TnsragVectorStore` stores LangChain documents as entries with their vectors
+  (LangChain ``Embeddings``), searches by cosine similarity and maps ``filter=`` dicts
+  to the library's exact filters.
+
+The library has no async API yet: the async forms (``ainvoke``, ``asimilarity_search``,
+...) run the sync calls in the event loop's default thread pool (LangChain's
+``run_in_executor``), so they do not block the loop but take a thread each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+
+from tnsrag_db.errors import InvalidEntryError, InvalidFilterError, ValidationError
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.integrations._core import (
+    SerialEmbedding,
+    StrategyCache,
+    argument,
+    check_text_query,
+    document_record,
+    new_entry_id,
+    search_context,
+)
+from tnsrag_db.store.store import Store, connect
+from tnsrag_db.strategies.base import ENTRY_COLUMNS, RAGStrategy
+from tnsrag_db.types import MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
+
+__all__ = ["NON_STRING_METADATA_KEY", "TnsragRetriever", "TnsragVectorStore", "to_library_filters"]
+
+#: Entry metadata key under which :class:`TnsragVectorStore` keeps a document's non-string
+#: metadata values, as one JSON object (entry metadata maps strings to strings).
+NON_STRING_METADATA_KEY = "langchain:json"
+
+
+def to_document(doc: RetrievedDocument) -> Document:
+    """A LangChain document for a library result (see the module docstring for its metadata)."""
+    record = document_record(doc)
+    metadata: dict[str, Any] = dict(record["metadata"])
+    metadata.update(id=record["id"], score=record["score"], tier=record["tier"], source=record["source"])
+    return Document(page_content=doc.content, metadata=metadata, id=record["id"])
+
+
+class TnsragRetriever(BaseRetriever):
+    """A LangChain retriever over one tnsrag_db strategy.
+
+    ``strategy`` is a strategy name (``"hybrid"`` by default; built over ``store`` with the
+    process embedding provider, or ``embedding``) or any ``RAGStrategy`` object (then
+    ``store`` is not needed); ``embedding`` may also be a LangChain ``Embeddings``, whose
+    vectors a :class:`TnsragVectorStore` with the same one wrote. ``k`` (default 4) is the number of results, ``filters`` exact
+    metadata filters (tier, entryId, source or an entry's own keys), ``min_score`` the
+    inclusive threshold. Invalid settings raise at construction (pydantic's
+    ``ValidationError`` carrying the library's message); invalid per-call overrides raise
+    the library's :class:`~tnsrag_db.errors.ValidationError`.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    store: Store | None = None
+    strategy: Any = "hybrid"
+    k: int = 4
+    filters: dict[str, str] = Field(default_factory=dict)
+    min_score: float = 0.0
+    embedding: Any = None
+
+    _resolved: RAGStrategy | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _check(self) -> TnsragRetriever:
+        search_context(self.k, self.filters, self.min_score, top_k_name="k")
+        if isinstance(self.strategy, str):
+            if self.store is None:
+                raise ValueError(f"strategy {self.strategy!r} is a name: give the store to build it over")
+            embedding = self.embedding
+            if isinstance(embedding, Embeddings):  # the space a TnsragVectorStore with it writes
+                embedding = _LangChainEmbedding(embedding, None)
+            with argument("strategy"):
+                self._resolved = StrategyCache(self.store, SerialEmbedding(embedding)).get(self.strategy)
+        elif isinstance(self.strategy, RAGStrategy):
+            self._resolved = self.strategy
+        else:
+            raise ValueError(f"strategy must be a strategy name or a RAGStrategy, got {type(self.strategy).__name__}")
+        return self
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                k: int | None = None, filters: Mapping[str, str] | None = None,
+                                min_score: float | None = None) -> list[Document]:
+        text = check_text_query(query)
+        context = search_context(self.k if k is None else k, self.filters if filters is None else filters,
+                                 self.min_score if min_score is None else min_score, top_k_name="k")
+        assert self._resolved is not None
+        return [to_document(d) for d in self._resolved.retrieve(text, context)]
+
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
+                                       k: int | None = None, filters: Mapping[str, str] | None = None,
+                                       min_score: float | None = None) -> list[Document]:
+        # No async library API yet: the sync retrieval runs in the default thread pool.
+        result: list[Document] = await run_in_executor(
+            None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k, filters=filters,
+            min_score=min_score)
+        return result
+
+
+def to_library_filters(filter: Mapping[str, Any] | None) -> dict[str, str]:
+    """A LangChain ``filter=`` dict as the library's exact filters (all must match).
+
+    Only ``{key: "value"}`` pairs are accepted: an operator (``{"$and": ...}``,
+    ``{"k": {"$eq": ...}}``), a non-string value or a blank key or value raises
+    :class:`~tnsrag_db.errors.InvalidFilterError` saying so.
+    """
+    if filter is None:
+        return {}
+    if not isinstance(filter, Mapping):
+        raise InvalidFilterError(f"filter must be a dict of metadata key to string value, got {type(filter).__name__}")
+    out: dict[str, str] = {}
+    for key, value in filter.items():
+        if isinstance(key, str) and key.startswith("$"):
+            raise InvalidFilterError(f"filter operator {key!r} is not supported: tnsrag_db filters are exact "
+                                     "string matches on metadata keys, all of which must match")
+        if isinstance(value, Mapping):
+            raise InvalidFilterError(f"filter on {key!r} uses operators {sorted(map(str, value))}: only exact "
+                                     "string values are supported")
+        if not isinstance(value, str):
+            raise InvalidFilterError(f"filter value for {key!r} must be a string (exact match), got "
+                                     f"{type(value).__name__} {value!r}")
+        out[key] = value
+    return dict(validate_filters(out))
+
+
+class _LangChainEmbedding:
+    """A LangChain ``Embeddings`` as a library embedding function: queries through
+    ``embed_query``, stored texts through ``embed_documents``."""
+
+    def __init__(self, embeddings: Embeddings, name: str | None) -> None:
+        self._embeddings = embeddings
+        if name is None:
+            model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+            cls = type(embeddings)
+            name = f"langchain:{cls.__module__}.{cls.__qualname__}" + (f":{model}" if isinstance(model, str) else "")
+        self.name = name
+
+    def __call__(self, text: str) -> list[float]:
+        return self._embeddings.embed_query(text)
+
+    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._embeddings.embed_documents(list(texts))
+
+
+_RESERVED = ("tier", "entryId", NON_STRING_METADATA_KEY)
+
+
+def _entry(text: str, metadata: Mapping[str, Any] | None, entry_id: str, tier: MemoryTier, index: int) -> MemoryEntry:
+    where = f"document {index} (id {entry_id!r})"
+    md = dict(metadata or {})
+    source = md.pop("source", None)
+    if source is not None and not isinstance(source, str):
+        raise InvalidEntryError(f"{where}: metadata 'source' must be a string, got {type(source).__name__}",
+                                entry_id=entry_id, index=index)
+    strings: dict[str, str] = {}
+    others: dict[str, Any] = {}
+    for key, value in md.items():
+        if key in _RESERVED:
+            raise InvalidEntryError(f"{where}: metadata key {key!r} is reserved ({', '.join(_RESERVED)})",
+                                    entry_id=entry_id, index=index)
+        if isinstance(value, str):
+            strings[key] = value
+        else:
+            others[key] = value
+    if others:
+        try:
+            strings[NON_STRING_METADATA_KEY] = json.dumps(others, ensure_ascii=False, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidEntryError(f"{where}: metadata values must be strings or JSON values: {exc}",
+                                    entry_id=entry_id, index=index) from None
+    return MemoryEntry(entry_id, text, tier, source=source, metadata=strings)
+
+
+def _document(row: Any) -> Document:
+    raw = row.metadata
+    stored: dict[str, str] = dict(json.loads(raw) if isinstance(raw, str) else (raw or {}))
+    metadata: dict[str, Any] = dict(stored)
+    packed = metadata.pop(NON_STRING_METADATA_KEY, None)
+    if packed is not None:
+        metadata.update(json.loads(packed))
+    if row.source is not None:
+        metadata["source"] = row.source
+    return Document(page_content=row.content, metadata=metadata, id=row.entry_id)
+
+
+class TnsragVectorStore(VectorStore):
+    """A LangChain vector store over one corpus.
+
+    Documents become entries (``id``: the given one, else a random UUID; tier ``tier``,
+    default ``SEMANTIC``) with their vector from ``embedding.embed_documents``, in the
+    embedding space named ``embedding_name`` (default: the ``Embeddings`` class and its
+    ``model``). Metadata: ``source`` becomes the entry's source; other string values are
+    entry metadata (filterable); non-string JSON values (numbers, lists, ...) are kept
+    in one JSON string under :data:`NON_STRING_METADATA_KEY`, returned as they were but
+    not filterable; the keys ``tier`` and ``entryId`` are reserved. Search results carry
+    the document's metadata as added (no score: use ``similarity_search_with_score``,
+    whose score is the cosine similarity in [-1, 1], higher is better). No score
+    threshold by default. The caller keeps ``store`` (and closes it).
+    """
+
+    def __init__(self, store: Store, embedding: Embeddings, *, tier: MemoryTier | str = MemoryTier.SEMANTIC,
+                 embedding_name: str | None = None) -> None:
+        if not isinstance(store, Store):
+            raise ValidationError(f"store must be a Store, got {type(store).__name__}")
+        self._store = store
+        self._embeddings = embedding
+        self._tier = MemoryTier.parse(tier)
+        self._vectors = VectorMemoryStore(store, _LangChainEmbedding(embedding, embedding_name))
+
+    @property
+    def store(self) -> Store:
+        """The corpus this vector store writes and searches."""
+        return self._store
+
+    @property
+    def embeddings(self) -> Embeddings:
+        return self._embeddings
+
+    # -- writes -----------------------------------------------------------------------
+    def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *,
+                  ids: list[str] | None = None, **kwargs: Any) -> list[str]:
+        """Upsert ``texts`` (one transaction, embedded with ``embed_documents``); returns their ids.
+
+        ``ids[i]`` names text i; a missing list or a ``None`` in it (``add_documents`` passes
+        one for documents without ``id``) gets a random UUID. ``tier=`` overrides the store's tier.
+
+        One bad text, metadata or id rejects the whole call (library errors name the
+        document) and nothing is written.
+        """
+        batch = list(texts)
+        for what, values in (("metadatas", metadatas), ("ids", ids)):
+            if values is not None and len(values) != len(batch):
+                raise ValidationError(f"got {len(values)} {what} for {len(batch)} texts")
+        chosen = [(ids[i] if ids is not None and ids[i] is not None else new_entry_id()) for i in range(len(batch))]
+        tier = MemoryTier.parse(kwargs.get("tier", self._tier))
+        entries = [_entry(t, metadatas[i] if metadatas else None, str(chosen[i]), tier, i) for i, t in enumerate(batch)]
+        self._vectors.add_all(entries)
+        return [str(i) for i in chosen]
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Delete the entries with ``ids`` (missing ones are ignored), or with ``filter=`` every
+        entry matching it. Emptying the whole corpus needs ``Store.clear()``, not ``delete()``."""
+        flt = kwargs.get("filter")
+        if ids is None and flt is None:
+            raise ValidationError("delete needs ids or filter=; use Store.clear() to empty the corpus")
+        if flt is not None:
+            self._store.delete_where(to_library_filters(flt))
+        for entry_id in ids or ():
+            self._store.delete(entry_id)
+        return True
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The documents with these ids that exist, in the order asked."""
+        found = self._store.get_many(list(ids))
+        docs = []
+        for entry_id in ids:
+            entry = found.get(entry_id)
+            if entry is not None:
+                docs.append(_document(_EntryRow(entry)))
+        return docs
+
+    # -- search -----------------------------------------------------------------------
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        """The ``k`` documents most similar to ``query`` (``filter=``: exact metadata filters)."""
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]
+
+    def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
+        """Like :meth:`similarity_search`, each with its cosine similarity (in [-1, 1], higher is better)."""
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        return self._by_vector(self._embeddings.embed_query(query), k, kwargs.get("filter"))
+
+    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[Document]:
+        """The ``k`` documents most similar to a query vector."""
+        return [doc for doc, _ in self._by_vector(embedding, k, kwargs.get("filter"))]
+
+    def _by_vector(self, vector: Sequence[float], k: int,
+                   flt: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
+        sql, params = self._vectors.candidates_sql(vector, k, filters=to_library_filters(flt), min_score=-1.0)
+        rows = self._store.read(
+            f"WITH r AS ({sql}) SELECT {ENTRY_COLUMNS}, r.score FROM r JOIN entries e "
+            "ON e.corpus = :lc_corpus AND e.id = r.entry_id ORDER BY r.score DESC, e.id",
+            {**params, "lc_corpus": self._store.corpus})
+        return [(_document(r), float(r.score)) for r in rows]
+
+    def _select_relevance_score_fn(self) -> Any:
+        # Cosine similarity in [-1, 1] to a relevance in [0, 1].
+        return lambda score: (score + 1.0) / 2.0 if math.isfinite(score) else 0.0
+
+    @classmethod
+    def from_texts(cls, texts: list[str], embedding: Embeddings, metadatas: list[dict[str, Any]] | None = None, *,
+                   ids: list[str] | None = None, store: Store | None = None, url: str | None = None,
+                   corpus: str = "default", **kwargs: Any) -> TnsragVectorStore:
+        """A vector store holding ``texts``: over ``store``, or over a new store on ``url``
+        (default: the embedded server) and ``corpus`` that the caller closes (``vs.store.close()``)."""
+        target = store if store is not None else connect(url, corpus=corpus)
+        vs = cls(target, embedding, **{k: v for k, v in kwargs.items() if k in ("tier", "embedding_name")})
+        vs.add_texts(texts, metadatas, ids=list(ids) if ids is not None else None)
+        return vs
+
+
+class _EntryRow:
+    """An entry in the shape of a search row (for :func:`_document`)."""
+
+    def __init__(self, entry: MemoryEntry) -> None:
+        self.entry_id = entry.id
+        self.content = entry.content
+        self.source = entry.source
+        self.metadata = dict(entry.metadata)
