@@ -65,6 +65,8 @@ def due_indexes(store: Store, threshold: int) -> list[DueIndex]:
     least ``threshold`` vectors, by corpus and space id."""
     with store.transaction() as conn:
         rows = conn.execute(sa.text(
+            # Every corpus on purpose: the owner's sweep (Citus runs it as a multi-shard query).
+            "/* tnsrag:all-corpora */ "
             "SELECT s.corpus, s.provider, s.dimension, s.space_id, n.vectors FROM embedding_spaces s "
             "CROSS JOIN LATERAL (SELECT count(*) AS vectors FROM (SELECT 1 FROM embeddings x "
             "  WHERE x.corpus = s.corpus AND x.space_id = s.space_id LIMIT :t) l) n "
