@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 
 from alembic import context
 from sqlalchemy import text
@@ -66,6 +67,43 @@ def _read_only_command() -> bool:
     return getattr(fn, "__name__", "") in {"current", "check"}
 
 
+#: Extensions the revisions need, created before any revision runs (see _ensure_extensions).
+_EXTENSIONS = ("vector", "btree_gin")
+#: Advisory-lock key serialising extension creation across every schema of a database.
+_EXTENSIONS_LOCK_KEY = zlib.crc32(b"tnsrag_db.migrate:extensions") + 0x7A5_0000_0000
+
+
+def _ensure_extensions(connection: Connection) -> None:
+    """Create the missing extensions under a database-wide lock, committed before the migration.
+
+    The migration lock is per schema, so upgrades of two schemas of one database ran
+    ``CREATE EXTENSION IF NOT EXISTS vector`` at the same time: the later one does not
+    see the earlier one's uncommitted row and failed on pg_extension's unique index
+    (about one process in eight). An extension that exists is left alone (and needs no
+    privilege), so a role without CREATE on the database can upgrade once a superuser
+    created the extensions.
+    """
+    names = list(_EXTENSIONS)
+    query = text("SELECT n FROM unnest(CAST(:names AS text[])) AS n "
+                 "WHERE NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = n) ORDER BY n")
+    missing = connection.execute(query, {"names": names}).scalars().all()
+    connection.commit()
+    if not missing:
+        return
+    key = {"key": _EXTENSIONS_LOCK_KEY}
+    # Lock, then a new transaction (as in _run_with): it sees what the lock holder committed.
+    connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
+    connection.commit()
+    try:
+        with connection.begin():
+            for name in connection.execute(query, {"names": names}).scalars().all():
+                # Names come from _EXTENSIONS above, not from input.
+                connection.execute(text(f"CREATE EXTENSION IF NOT EXISTS {name} WITH SCHEMA public"))
+    finally:
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+        connection.commit()
+
+
 def _run_with(connection: Connection) -> None:
     if connection.in_transaction():
         connection.commit()
@@ -75,6 +113,7 @@ def _run_with(connection: Connection) -> None:
             with context.begin_transaction():
                 context.run_migrations()
         return
+    _ensure_extensions(connection)
     key = {"key": advisory_lock_key(schema)}
     # A session-level lock taken in its own transaction, and the migration in a NEW one:
     # waiting on an advisory lock does not refresh the backend's catalog caches, so a

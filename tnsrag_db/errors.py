@@ -9,6 +9,8 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   └── ProviderConfigurationError  zero/many embedding providers, bad entry point
     ├── ValidationError (ValueError) bad input values; nothing was written
     │   ├── InvalidEntryError        a MemoryEntry (or one entry of a batch) is invalid
+    │   │   └── InvalidTimestampError  its timestamp is malformed or zone-less (also a
+    │   │                              TemporalValidationError)
     │   ├── InvalidFilterError       a metadata filter is invalid
     │   ├── InvalidContextError      a RAGContext argument is invalid
     │   ├── EmbeddingValidationError an embedding vector breaks a rule
@@ -17,7 +19,10 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     ├── IngestInterrupted            a batched ingest stopped part-way (Ctrl-C or an error)
     ├── DatabaseError                the database failed or is not ready
     │   ├── SchemaNotReadyError      the schema is missing or not at the expected revision
-    │   └── MigrationError           an alembic upgrade or downgrade failed
+    │   ├── MigrationError           an alembic upgrade or downgrade failed
+    │   ├── PermissionDeniedError    the role lacks a privilege, or the session is read-only
+    │   ├── StatementTimeoutError    a statement ran past statement_timeout or lock_timeout
+    │   └── ConnectionLostError      the server connection broke during the operation
     └── RetrievalError               a retrieval failed at run time
         ├── ProviderTransportError   an embedding/model provider's transport failed
         ├── ExecutionError           any other provider exception, wrapped
@@ -37,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ConfigurationError",
+    "ConnectionLostError",
     "CorpusNotFoundError",
     "DanglingReferenceError",
     "DatabaseError",
@@ -48,13 +54,16 @@ __all__ = [
     "InvalidContextError",
     "InvalidEntryError",
     "InvalidFilterError",
+    "InvalidTimestampError",
     "MigrationError",
+    "PermissionDeniedError",
     "ProviderBusyError",
     "ProviderConfigurationError",
     "ProviderTransportError",
     "RetrievalCancelledError",
     "RetrievalError",
     "SchemaNotReadyError",
+    "StatementTimeoutError",
     "StrategyUnavailableError",
     "TemporalValidationError",
     "TnsragError",
@@ -125,6 +134,10 @@ class TemporalValidationError(ValidationError):
     """A timestamp is malformed, zone-less or further in the future than allowed."""
 
 
+class InvalidTimestampError(InvalidEntryError, TemporalValidationError):
+    """An entry's timestamp is malformed or zone-less; ``entry_id`` and ``index`` say which entry."""
+
+
 class DanglingReferenceError(ValidationError):
     """A reference (edge end, parent id) names an entry that does not exist."""
 
@@ -164,6 +177,18 @@ class SchemaNotReadyError(DatabaseError):
 
 class MigrationError(DatabaseError):
     """An alembic migration failed."""
+
+
+class PermissionDeniedError(DatabaseError):
+    """The database role may not do this: a missing privilege, a read-only session or a hot standby."""
+
+
+class StatementTimeoutError(DatabaseError):
+    """The server cancelled a statement (``statement_timeout``, ``lock_timeout`` or a cancel request)."""
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection to the server broke mid-operation; its open transaction did not commit."""
 
 
 class RetrievalError(TnsragError):

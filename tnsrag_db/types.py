@@ -20,11 +20,15 @@ from tnsrag_db.errors import (
     InvalidContextError,
     InvalidEntryError,
     InvalidFilterError,
+    InvalidTimestampError,
     TemporalValidationError,
     ValidationError,
 )
 
 __all__ = [
+    "MAX_CANDIDATES",
+    "MAX_KEY_BYTES",
+    "MAX_RESULTS",
     "RESERVED_METADATA_KEYS",
     "HierarchyMetadata",
     "MemoryEntry",
@@ -32,6 +36,7 @@ __all__ = [
     "RAGContext",
     "RetrievedDocument",
     "TemporalMetadata",
+    "is_unicode_text",
     "validate_filters",
 ]
 
@@ -40,6 +45,31 @@ __all__ = [
 RESERVED_METADATA_KEYS = frozenset({"tier", "entryId", "source"})
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+
+#: Largest ``RAGContext.max_results``: a larger request is refused (InvalidContextError) rather
+#: than holding a connection and memory for it. Strategies cap what they ask of a child here.
+MAX_RESULTS = 10_000
+#: Largest ``k`` of an index search (``BM25Index``, ``VectorMemoryStore``): strategies ask
+#: their streams for a multiple of ``max_results``.
+MAX_CANDIDATES = 100_000
+
+#: Most UTF-8 bytes of an entry id, parent id or source (besides the 512-character limit of
+#: ids). They are btree index keys, which PostgreSQL caps at about 2,700 bytes, beside a
+#: corpus name of up to 800 bytes and, in the BM25 postings, a term: longer ones failed
+#: late, with ProgramLimitExceeded naming no entry.
+MAX_KEY_BYTES = 1024
+
+
+def is_unicode_text(value: str) -> bool:
+    """False when ``value`` holds a lone surrogate (``"\\ud800"``): such a str is not Unicode
+    text, has no UTF-8 form, and PostgreSQL cannot store or compare it."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class MemoryTier(enum.Enum):
@@ -82,7 +112,7 @@ def validate_filters(filters: Mapping[str, str] | None) -> Mapping[str, str]:
     """Return a read-only copy of ``filters`` after checking every key and value.
 
     Raises :class:`InvalidFilterError` for a non-mapping, a None/blank/non-string key
-    or value, or a NUL character (which PostgreSQL text cannot hold).
+    or value, a NUL character or a lone surrogate (which PostgreSQL text cannot hold).
     """
     if filters is None:
         return _EMPTY
@@ -96,6 +126,8 @@ def validate_filters(filters: Mapping[str, str] | None) -> Mapping[str, str]:
             raise InvalidFilterError(f"metadata filter value for {key!r} must be a non-blank string, got {value!r}")
         if "\x00" in key or "\x00" in value:
             raise InvalidFilterError(f"metadata filter {key!r} contains a NUL character")
+        if not is_unicode_text(key) or not is_unicode_text(value):
+            raise InvalidFilterError(f"metadata filter {key!r} contains a lone surrogate (not Unicode text)")
         copied[key] = value
     return MappingProxyType(copied) if copied else _EMPTY
 
@@ -141,10 +173,10 @@ class RetrievedDocument:
 
 @dataclass(frozen=True, slots=True, init=False)
 class RAGContext:
-    """Per-query options: ``max_results`` (default 10), inclusive ``min_score`` (default 0.0)
-    and exact metadata filters (default none).
+    """Per-query options: ``max_results`` (default 10, at most :data:`MAX_RESULTS`, 10,000),
+    inclusive ``min_score`` (default 0.0) and exact metadata filters (default none).
 
-    Raises :class:`InvalidContextError` for ``max_results < 1`` or a non-finite
+    Raises :class:`InvalidContextError` for ``max_results`` outside 1 to 10,000 or a non-finite
     ``min_score`` and :class:`InvalidFilterError` for a bad filter, at construction.
     """
 
@@ -162,6 +194,8 @@ class RAGContext:
             raise InvalidContextError(f"max_results must be an int, got {max_results!r}")
         if max_results < 1:
             raise InvalidContextError(f"max_results must be >= 1, got {max_results}")
+        if max_results > MAX_RESULTS:
+            raise InvalidContextError(f"max_results must be at most {MAX_RESULTS}, got {max_results}")
         if isinstance(min_score, bool) or not isinstance(min_score, (int, float)):
             raise InvalidContextError(f"min_score must be a number, got {min_score!r}")
         if not math.isfinite(min_score):
@@ -194,7 +228,16 @@ def _check_text(value: Any, what: str, entry_id: str | None, index: int | None, 
         raise InvalidEntryError(f"{what} must not be blank", entry_id=entry_id, index=index)
     if "\x00" in value:
         raise InvalidEntryError(f"{what} contains a NUL character", entry_id=entry_id, index=index)
+    if not is_unicode_text(value):
+        raise InvalidEntryError(f"{what} contains a lone surrogate (not Unicode text)", entry_id=entry_id, index=index)
     return value
+
+
+def _check_key_bytes(value: str, what: str, entry_id: str | None, index: int | None) -> None:
+    size = len(value.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise InvalidEntryError(f"{what} is {size} UTF-8 bytes long, more than {MAX_KEY_BYTES} (an index key)",
+                                entry_id=entry_id, index=index)
 
 
 def parse_instant(value: str) -> datetime:
@@ -219,7 +262,8 @@ class MemoryEntry:
     ``tier`` may be a :class:`MemoryTier` or its name. The metadata keys
     ``HierarchyMetadata.PARENT_ID`` and ``TemporalMetadata.TIMESTAMP`` are accepted as
     alternatives to ``parent_id`` and ``timestamp`` (they must agree when both are given).
-    Raises :class:`InvalidEntryError` (or :class:`TemporalValidationError`) at construction.
+    Raises :class:`InvalidEntryError` at construction (for a malformed or zone-less timestamp
+    its subclass :class:`InvalidTimestampError`, which is also a :class:`TemporalValidationError`).
     """
 
     id: str
@@ -240,6 +284,7 @@ class MemoryEntry:
         _check_text(raw_id, "entry id", eid, index)
         if len(raw_id) > 512:
             raise InvalidEntryError("entry id is longer than 512 characters", entry_id=eid, index=index)
+        _check_key_bytes(raw_id, "entry id", eid, index)
         _check_text(self.content, f"content of entry {raw_id!r}", eid, index, blank_ok=True)
         try:
             object.__setattr__(self, "tier", MemoryTier.parse(self.tier))
@@ -247,6 +292,7 @@ class MemoryEntry:
             raise InvalidEntryError(f"entry {raw_id!r}: {exc}", entry_id=eid, index=index) from None
         if self.source is not None:
             _check_text(self.source, f"source of entry {raw_id!r}", eid, index)
+            _check_key_bytes(self.source, f"source of entry {raw_id!r}", eid, index)
         md = self.metadata if self.metadata is not None else {}
         if not isinstance(md, Mapping):
             raise InvalidEntryError(f"metadata of entry {raw_id!r} must be a mapping", entry_id=eid, index=index)
@@ -273,6 +319,7 @@ class MemoryEntry:
                                     f"{HierarchyMetadata.PARENT_ID}={md_parent!r}", entry_id=eid, index=index)
         if parent is not None:
             _check_text(parent, f"parent_id of entry {raw_id!r}", eid, index)
+            _check_key_bytes(parent, f"parent_id of entry {raw_id!r}", eid, index)
             if parent == raw_id:
                 raise InvalidEntryError(f"entry {raw_id!r} is its own parent", entry_id=eid, index=index)
         object.__setattr__(self, "parent_id", parent)
@@ -282,7 +329,7 @@ class MemoryEntry:
             try:
                 parsed = parse_instant(md_ts)
             except TemporalValidationError as exc:
-                raise TemporalValidationError(f"entry {raw_id!r}: {exc}") from None
+                raise InvalidTimestampError(f"entry {raw_id!r}: {exc}", entry_id=eid, index=index) from None
             if ts is None:
                 ts = parsed
             elif parsed != ts:
@@ -293,7 +340,8 @@ class MemoryEntry:
                 raise InvalidEntryError(f"entry {raw_id!r}: timestamp must be a datetime, got {type(ts).__name__}",
                                         entry_id=eid, index=index)
             if ts.tzinfo is None or ts.utcoffset() is None:
-                raise TemporalValidationError(f"entry {raw_id!r}: timestamp {ts.isoformat()} has no time zone")
+                raise InvalidTimestampError(f"entry {raw_id!r}: timestamp {ts.isoformat()} has no time zone",
+                                            entry_id=eid, index=index)
         object.__setattr__(self, "timestamp", ts)
         object.__setattr__(self, "metadata", MappingProxyType(clean) if clean else _EMPTY)
 

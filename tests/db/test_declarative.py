@@ -593,7 +593,7 @@ def test_two_providers_are_a_configuration_error_even_with_continue_empty(instal
 @pytest.mark.parametrize(("query", "message"), [
     ("nan", "non-finite value nan at index 0"),
     ("three", "dimension 3, expected 4"),
-    ("long", "16385 values, more than the maximum of 16384"),
+    ("long", "16385 values, more than the maximum of 16000"),
 ])
 def test_invalid_provider_vectors_follow_on_failure(install: Installer, store: Store, query: str,
                                                     message: str) -> None:

@@ -154,8 +154,8 @@ def test_name_defaults_and_override() -> None:
     [
         ({"name": ""}, "name must be a non-blank string"),
         ({"name": 3}, "name must be a non-blank string"),
-        ({"max_dimension": 0}, "max_dimension must be an int from 1 to 16384"),
-        ({"max_dimension": 16_385}, "max_dimension must be an int from 1 to 16384"),
+        ({"max_dimension": 0}, "max_dimension must be an int from 1 to 16000"),
+        ({"max_dimension": 16_001}, "max_dimension must be an int from 1 to 16000"),
         ({"max_dimension": True}, "max_dimension must be an int"),
         ({"dimension": 0}, "dimension must be None or an int"),
         ({"dimension": 9, "max_dimension": 8}, "dimension must be None or an int from 1 to 8"),
@@ -244,14 +244,14 @@ def test_rejects_empty_without_fixing_dimension() -> None:
     assert wrapped("ok").shape == (3,)
 
 
-def test_rejects_more_than_16384_values_without_fixing_dimension() -> None:
-    assert MAX_EMBEDDING_DIMENSION == 16_384
-    wrapped = ValidatingEmbedding(by_text({"long": [0.0] * 16_385, "max": [0.5] * 16_384}))
-    with pytest.raises(EmbeddingValidationError, match="16385 values, more than the maximum of 16384"):
+def test_rejects_more_than_16000_values_without_fixing_dimension() -> None:
+    assert MAX_EMBEDDING_DIMENSION == 16_000  # pgvector's vector limit, and the schema's check
+    wrapped = ValidatingEmbedding(by_text({"long": [0.0] * 16_001, "max": [0.5] * 16_000}))
+    with pytest.raises(EmbeddingValidationError, match="16001 values, more than the maximum of 16000"):
         wrapped("long")
     assert wrapped.dimension is None
-    assert wrapped("max").shape == (16_384,)
-    assert wrapped.dimension == 16_384
+    assert wrapped("max").shape == (16_000,)
+    assert wrapped.dimension == 16_000
 
 
 def test_custom_max_dimension() -> None:
@@ -503,7 +503,7 @@ def test_a_batch_matrix_is_judged_exactly_as_row_by_row(seed: int) -> None:
     for _ in range(int(rng.integers(0, 3))):
         matrix[rng.integers(rows), rng.integers(dim)] = rng.choice([math.nan, math.inf, -math.inf, 1e300])
     fixed = [None, dim, dim + 1][int(rng.integers(3))]
-    max_dimension = [16_384, dim, dim - 1][int(rng.integers(3))] or 1
+    max_dimension = [16_000, dim, dim - 1][int(rng.integers(3))] or 1
     fixed = fixed if fixed is None or fixed <= max_dimension else None
     as_matrix = ValidatingEmbedding(Batching(matrix.copy()), name="p", dimension=fixed, max_dimension=max_dimension)
     row_by_row = ValidatingEmbedding(Batching(matrix.tolist()), name="p", dimension=fixed,
@@ -571,9 +571,9 @@ def test_hash_defaults() -> None:
     assert len(hashing("hello")) == 128
 
 
-@pytest.mark.parametrize("bad", [0, -1, 16_385, 1.5, True, "128"])
+@pytest.mark.parametrize("bad", [0, -1, 16_001, 1.5, True, "128"])
 def test_hash_bad_dimension(bad: Any) -> None:
-    with pytest.raises(ConfigurationError, match="dimension must be an int from 1 to 16384"):
+    with pytest.raises(ConfigurationError, match="dimension must be an int from 1 to 16000"):
         HashingEmbedding(bad)
 
 
@@ -846,7 +846,7 @@ def test_process_provider_wrong_dimension_on_second_call(install: Installer) -> 
 def test_process_provider_rejects_too_long_vector(install: Installer) -> None:
     install("tnsrag-fake-long", PROVIDERS, {"fake": "Provider"})
     process = get_process_embedding()
-    with pytest.raises(EmbeddingValidationError, match="16385 values, more than the maximum of 16384"):
+    with pytest.raises(EmbeddingValidationError, match="16385 values, more than the maximum of 16000"):
         process("long")
     assert process.dimension is None
 

@@ -11,8 +11,11 @@ from sqlalchemy.engine import Engine
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.cli._confirm import confirm_destruction, yes_option
+from tnsrag_db.indexes.hnsw_builds import build_due_indexes
+from tnsrag_db.indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db.store import migrate
 from tnsrag_db.store.engine import create_engine, embedded_url
+from tnsrag_db.store.store import Store
 
 __all__ = ["db"]
 
@@ -49,8 +52,10 @@ def upgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
         before = migrate.current_revision(engine, schema=schema)
         migrate.upgrade(engine, schema=schema, revision=revision)
         after = migrate.current_revision(engine, schema=schema)
-    emit({"schema": schema, "from": before, "to": after}, as_json,
-         f"schema {schema}: {before or 'empty'} -> {after}")
+    at_head = after == migrate.head_revision()
+    emit({"schema": schema, "from": before, "to": after, "at_head": at_head}, as_json,
+         f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
+         else f"schema {schema}: {before or 'empty'} -> {after}")
 
 
 @db.command()
@@ -147,3 +152,27 @@ def sql(schema: str, revision_range: str, citus: bool) -> None:
         click.echo(citus_script(schema=schema), nl=False)
         return
     click.echo(migrate.offline_sql(schema=schema, revision_range=revision_range), nl=False)
+
+
+@db.command("build-indexes")
+@db_options
+@click.option("--threshold", type=click.IntRange(min=1), default=DEFAULT_INDEX_THRESHOLD, show_default=True,
+              help="Build the index of every space holding at least this many vectors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -> None:
+    """Build the HNSW indexes that are due, in every corpus (run it as the schema's owner).
+
+    An application role that owns no table cannot build the index its writes make due;
+    its writes warn and this command, run by the owner (e.g. from cron), catches up.
+    Builds run concurrently with reads and writes.
+
+    Example: tnsrag db build-indexes --url postgresql://owner@db.internal/app
+    """
+    with _engine(url, schema) as engine:
+        built = build_due_indexes(Store(engine, schema=schema), threshold)
+    rows = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "vectors": d.vectors,
+             "index": name} for d, name in built]
+    emit({"schema": schema, "built": rows}, as_json,
+         "\n".join(f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']}+ vectors)" for r in rows)
+         or f"schema {schema}: no index due")

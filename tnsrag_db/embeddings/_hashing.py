@@ -28,14 +28,14 @@ _TOKEN = re.compile(r"[^\W_]+")
 # Changing the personalisation changes every stored vector, so it is versioned.
 _PERSON = b"tnsrag-hash-v1"
 
-_MAX_DIMENSION = 16_384
+_MAX_DIMENSION = 16_000  # pgvector's limit (and the schema's check)
 
 
 class HashingEmbedding:
     """Token-hash embedding of ``dimension`` slots (default 128); name ``tnsrag-hash-<dimension>``.
 
     Returns L2-normalised vectors (all zeros for a text without tokens). Raises
-    :class:`ConfigurationError` when ``dimension`` is not an int from 1 to 16,384.
+    :class:`ConfigurationError` when ``dimension`` is not an int from 1 to 16,000.
     """
 
     def __init__(self, dimension: int = DEFAULT_HASH_DIMENSION) -> None:

@@ -30,7 +30,7 @@ from tnsrag_db.errors import (
 __all__ = ["MAX_EMBEDDING_DIMENSION", "ValidatingEmbedding"]
 
 #: The largest number of values an embedding may have (the spec's limit).
-MAX_EMBEDDING_DIMENSION = 16_384
+MAX_EMBEDDING_DIMENSION = 16_000
 
 _T = TypeVar("_T")
 
@@ -43,7 +43,7 @@ class ValidatingEmbedding:
     """Wraps an :class:`EmbeddingFunction` and validates every vector it returns.
 
     ``name`` defaults to :func:`provider_name` of ``fn``; ``max_dimension`` (default and
-    upper bound 16,384) caps the number of values; ``dimension`` (default None) fixes the
+    upper bound 16,000, pgvector's and the schema's limit) caps the number of values; ``dimension`` (default None) fixes the
     dimension up front instead of letting the first shape-valid vector fix it.
     Raises :class:`ConfigurationError` for a bad option; calls raise
     :class:`EmbeddingValidationError`, :class:`ExecutionError` or the provider's own

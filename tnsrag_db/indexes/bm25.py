@@ -41,11 +41,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.store.analysis import analyze
+from tnsrag_db.store.analysis import analyze_query
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import IngestCounts, Store
 from tnsrag_db.strategies.explain import BM25Explanation, BM25TermScore
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
 
 __all__ = ["DEFAULT_B", "DEFAULT_K1", "BM25Index"]
 
@@ -82,6 +82,8 @@ def _check_k(k: object) -> int:
         raise ValidationError(f"k must be an int, got {k!r}")
     if k < 1:
         raise ValidationError(f"k must be >= 1, got {k}")
+    if k > MAX_CANDIDATES:
+        raise ValidationError(f"k must be at most {MAX_CANDIDATES}, got {k}")
     return k
 
 
@@ -198,7 +200,7 @@ class BM25Index:
 
     # -- SQL --------------------------------------------------------------------------
     def _analysis_params(self, query: str, p: str) -> dict[str, Any]:
-        analysed = analyze(query)
+        analysed = analyze_query(query, self._store.max_query_terms)
         return {f"{p}_c": self._store.corpus, f"{p}_chunks": analysed.chunks, f"{p}_extras": analysed.extra_terms}
 
     def candidates_sql(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
@@ -221,6 +223,8 @@ class BM25Index:
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
         if "\x00" in query:
             raise ValidationError("query contains a NUL character")
+        if not is_unicode_text(query):
+            raise ValidationError("query contains a lone surrogate (not Unicode text)")
         p = _check_prefix(prefix)
         k = _check_k(k)
         floor = _check_min_score(min_score)
@@ -396,8 +400,8 @@ class BM25Index:
     # -- term statistics (for pseudo-relevance feedback and tests) -------------------------
     def query_terms(self, query: str) -> list[str]:
         """The distinct analysed terms of ``query`` (as documents are analysed), sorted."""
-        if not isinstance(query, str) or "\x00" in query:
-            raise ValidationError("query must be a string without NUL characters")
+        if not isinstance(query, str) or "\x00" in query or not is_unicode_text(query):
+            raise ValidationError("query must be Unicode text without NUL characters")
         params = self._analysis_params(query, "k")
         with self._store.transaction() as conn:
             terms = conn.execute(sa.text(f"SELECT lexeme FROM ({_query_terms_sql('k')}) q ORDER BY lexeme"),

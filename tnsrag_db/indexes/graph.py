@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db.types import MemoryEntry, is_unicode_text
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
 
@@ -39,6 +39,9 @@ __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
 DEFAULT_RELATION = "related"
 
 _MAX_ID = 512
+#: Most UTF-8 bytes of src, relation and dst together: the edge's primary key (with the
+#: corpus, up to 800 bytes) must fit a btree entry (about 2,700 bytes).
+MAX_EDGE_KEY_BYTES = 1800
 _MAX_NAMED_MISSING = 20
 
 _STAGE_DDL = (
@@ -90,6 +93,8 @@ def _check_name(value: object, what: str, index: int | None) -> str:
         raise ValidationError(f"{what} must not be blank{where}")
     if "\x00" in value:
         raise ValidationError(f"{what} contains a NUL character{where}")
+    if not is_unicode_text(value):
+        raise ValidationError(f"{what} contains a lone surrogate (not Unicode text){where}")
     if len(value) > _MAX_ID:
         raise ValidationError(f"{what} is longer than {_MAX_ID} characters{where}")
     return value
@@ -121,6 +126,11 @@ class Edge:
             _check_name(self.source, "edge source", index)
         if self.src == self.dst:
             raise ValidationError(f"self-loop on {self.src!r} is not allowed"
+                                  + (f" (edge {index})" if index is not None else ""))
+        size = sum(len(part.encode("utf-8")) for part in (self.src, self.relation, self.dst))
+        if size > MAX_EDGE_KEY_BYTES:
+            raise ValidationError(f"edge {self.src[:40]!r} -> {self.dst[:40]!r}: src, relation and dst are {size} "
+                                  f"UTF-8 bytes together, more than {MAX_EDGE_KEY_BYTES} (an index key)"
                                   + (f" (edge {index})" if index is not None else ""))
         w = self.weight
         if isinstance(w, bool) or not isinstance(w, (int, float)):

@@ -53,17 +53,19 @@ from sqlalchemy.engine import Connection
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db.errors import (
     ConfigurationError,
+    DatabaseError,
     EmbeddingValidationError,
     IngestInterrupted,
     InvalidEntryError,
     TnsragError,
     ValidationError,
 )
+from tnsrag_db.indexes.hnsw_builds import defer_build, may_build_indexes
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.strategies.explain import CosineExplanation, SearchPlan
-from tnsrag_db.types import MemoryEntry, validate_filters
+from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text, validate_filters
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -111,6 +113,17 @@ _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _SCORE = "CASE WHEN ({d}) = 'NaN'::float8 THEN 0::float8 ELSE greatest(-1::float8, least(1::float8, 1 - ({d}))) END"
 
 
+#: A space row's id and index name (alias ``s``; binds ``:schema``). The name is the recorded
+#: one, else that of a valid index the catalog holds under the space's index name: a build
+#: whose process died after PostgreSQL finished the index, but before it was recorded,
+#: left the space searched by exact scans until someone built it again.
+_SPACE_COLUMNS = (
+    "s.space_id, coalesce(s.index_name, (SELECT 'ix_embeddings_hnsw_' || s.space_id::text FROM pg_index i "
+    "WHERE i.indexrelid = to_regclass(:schema || '.ix_embeddings_hnsw_' || s.space_id::text) AND i.indisvalid)) "
+    "AS index_name"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Space:
     space_id: int
@@ -125,8 +138,8 @@ def _check_prefix(prefix: str) -> str:
 
 
 def _check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValidationError(f"k must be an int >= 1, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_CANDIDATES:
+        raise ValidationError(f"k must be an int from 1 to {MAX_CANDIDATES}, got {k!r}")
     return k
 
 
@@ -282,8 +295,12 @@ class VectorMemoryStore:
                                            f"{dim}, expected {expected} (fixed by the first vector)")
 
     def _validate_rows(self, rows: Sequence[Sequence[float]] | npt.NDArray[Any],
-                       count: int) -> npt.NDArray[np.float32]:
-        """Validate precomputed vectors by the wrapper's rules; returns a (count, dim) float32 array."""
+                       count: int, *, fix: bool = True) -> npt.NDArray[np.float32]:
+        """Validate precomputed vectors by the wrapper's rules; returns a (count, dim) float32 array.
+
+        ``fix=False`` (query vectors) checks against a known dimension without fixing an
+        unknown one: a wrong-dimension query vector used to fix the dimension of a fresh
+        view, and the next correct write failed."""
         if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
             raise EmbeddingValidationError(f"embeddings must be a sequence of vectors, got {type(rows).__name__}")
         if len(rows) != count:
@@ -293,7 +310,8 @@ class VectorMemoryStore:
         checker = ValidatingEmbedding(_Rows(rows), name=self._embedding.name, dimension=self._dimension,
                                       max_dimension=self._embedding.max_dimension)
         vectors = checker.embed_batch([""] * count)
-        self._fix_dimension(int(vectors[0].shape[0]))
+        if fix:
+            self._fix_dimension(int(vectors[0].shape[0]))
         return np.vstack(vectors)
 
     def _embed(self, texts: Sequence[str], batch_size: int,
@@ -315,12 +333,12 @@ class VectorMemoryStore:
 
     # -- spaces ---------------------------------------------------------------------
     def _space_params(self, dimension: int) -> dict[str, Any]:
-        return {"c": self._store.corpus, "p": self._embedding.name, "d": dimension}
+        return {"c": self._store.corpus, "p": self._embedding.name, "d": dimension, "schema": self._store.schema}
 
     def _ensure_space(self, conn: Connection, dimension: int) -> _Space:
         """The space row for ``dimension``, created if missing (race-safe). Needs the corpus row."""
         params = self._space_params(dimension)
-        select = sa.text("SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c AND provider = :p "
+        select = sa.text(f"SELECT {_SPACE_COLUMNS} FROM embedding_spaces s WHERE corpus = :c AND provider = :p "
                          "AND dimension = :d")
         # Select first: an INSERT ... ON CONFLICT would burn an identity value on every write.
         row = conn.execute(select, params).one_or_none()
@@ -341,7 +359,7 @@ class VectorMemoryStore:
             return cached
         # Unindexed (or unknown) spaces are re-read: another process may have built the index.
         row = conn.execute(sa.text(
-            "SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c AND provider = :p "
+            f"SELECT {_SPACE_COLUMNS} FROM embedding_spaces s WHERE corpus = :c AND provider = :p "
             "AND dimension = :d"), self._space_params(dimension)).one_or_none()
         if row is None:
             self._spaces.pop(dimension, None)
@@ -643,14 +661,26 @@ class VectorMemoryStore:
 
     # -- index ----------------------------------------------------------------------
     def _maybe_build_index(self, space: _Space, progress: IndexProgress | None = None) -> None:
+        """Build the space's index once it is due, after the write committed: a role that may
+        not build it (the application role owns no table), or a build that fails, leaves the
+        committed write standing and warns (:class:`IndexBuildDeferred`) instead of raising."""
         if self._index_threshold is None or space.index_name is not None:
             return
         with self._store.transaction() as conn:
             n = conn.execute(sa.text(
                 "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s"),
                 {"c": self._store.corpus, "s": space.space_id, "t": self._index_threshold}).scalar_one()
-        if n >= self._index_threshold:
+            allowed = n >= self._index_threshold and may_build_indexes(conn)
+        if n < self._index_threshold:
+            return
+        if not allowed:
+            defer_build(self._store, space.space_id, n, "this database role does not own the embeddings table "
+                        "(or the session is read-only)")
+            return
+        try:
             self.build_index(progress=progress)
+        except DatabaseError as exc:
+            defer_build(self._store, space.space_id, n, f"the build failed ({type(exc).__name__}: {exc})")
 
     def build_index(self, *, progress: IndexProgress | None = None, poll_seconds: float = 0.5) -> str | None:
         """Create this space's HNSW index (cosine, m 16, ef_construction 128) if it does not exist.
@@ -829,7 +859,7 @@ class VectorMemoryStore:
         k = _check_k(k)
         min_score = _check_min_score(min_score)
         validate_filters(filters)
-        vec = self._validate_rows([query_vector], 1)[0]  # type: ignore[list-item]
+        vec = self._validate_rows([query_vector], 1, fix=False)[0]  # type: ignore[list-item]
         space = self._space_for_query(int(vec.shape[0]))
         return self._ranking_sql(space, vec, k, filters, min_score, p)
 
@@ -948,6 +978,8 @@ class VectorMemoryStore:
         vector); None when the space does not exist yet."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        if not is_unicode_text(query):
+            raise ValidationError("query contains a lone surrogate (not Unicode text)")
         k = _check_k(k)
         min_score = _check_min_score(min_score)
         validate_filters(filters)

@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["CHUNK_CHARS", "MAX_TERM_CHARS", "MIN_PART_CHARS", "AnalyzedText", "analyze", "camel_parts", "chunk_text"]
+__all__ = ["CHUNK_CHARS", "DEFAULT_MAX_QUERY_TERMS", "MAX_TERM_CHARS", "MIN_PART_CHARS", "AnalyzedText", "analyze",
+           "analyze_query", "camel_parts", "chunk_text"]
 
 #: Upper bound on a chunk's length; 500 characters hold at most 250 tokens, below the
 #: tsvector limit of 255 positions per lexeme.
@@ -200,3 +201,32 @@ FROM v
 UNION ALL
 SELECT ord, sum(tf)::int, array_agg(lexeme) FROM m GROUP BY ord
 """
+
+
+#: Default of ``Store(max_query_terms=...)``: analysed terms of a query; the rest is ignored.
+DEFAULT_MAX_QUERY_TERMS = 256
+_WORD_RE = re.compile(r"\w+")
+
+
+def _query_prefix(text: str, max_terms: int) -> str:
+    """The longest prefix of ``text`` whose tokens yield at most ``max_terms`` terms: a plain
+    token one per word, a compound identifier its parts plus its whole forms."""
+    used = 0
+    for match in _TOKEN_RE.finditer(text):
+        token = match.group(0)
+        split = _split_token(token)
+        cost = len(_WORD_RE.findall(token)) if split is None else len(split[0].split()) + len(split[1])
+        if used + cost > max_terms:
+            return text[:match.start()]
+        used += cost
+    return text
+
+
+def analyze_query(text: str, max_terms: int) -> AnalyzedText:
+    """:func:`analyze` of the prefix of a query that yields at most ``max_terms`` terms (words,
+    identifier parts and whole identifiers, in query order); the rest is ignored. The work of
+    a query (analysis, then one posting list per term) no longer grows with its length: a
+    100,000-word query held a connection for 40 s. (PostgreSQL's parser drops stop words
+    and never makes more lexemes of a prefix than it has words.)
+    """
+    return analyze(_query_prefix(text, max_terms))

@@ -180,16 +180,9 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        # Nothing that writes: a read-only role or a hot standby must be able to connect
+        # (the write path creates its temp stage tables on a connection's first write).
         _register_vector(dbapi_conn)
         dbapi_conn.commit()
-        # The write path's temp stage tables, created (and committed) once per
-        # connection instead of being checked on every write.
-        from tnsrag_db.store.store import STAGE_DDL, STAGE_READY
-
-        with dbapi_conn.cursor() as cur:
-            for ddl in STAGE_DDL:
-                cur.execute(ddl)
-        dbapi_conn.commit()
-        record.info[STAGE_READY] = True
 
     return engine

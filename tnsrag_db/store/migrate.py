@@ -95,10 +95,16 @@ def head_revision() -> str:
 
 
 def upgrade(engine: Engine, *, schema: str, revision: str = "head") -> None:
-    """Migrate ``schema`` up to ``revision`` under the advisory lock; raises :class:`MigrationError`."""
+    """Migrate ``schema`` up to ``revision`` under the advisory lock; raises :class:`MigrationError`.
+
+    A schema already at head is left alone without taking the lock or running any DDL,
+    so an application or read-only role (no CREATE on the database) can run it.
+    """
     from alembic import command
 
     try:
+        if revision == "head" and current_revision(engine, schema=schema) == head_revision():
+            return
         with engine.connect() as conn:
             command.upgrade(_config(schema, conn), revision)
             # Set up before the migration changed the schema (the vector type, the stage

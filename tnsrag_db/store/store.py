@@ -15,22 +15,25 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timezone
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 
-from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError
+from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError, ValidationError
 from tnsrag_db.store import migrate
-from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
+from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS, STAGED_TERMS_SQL, analyze
+from tnsrag_db.store.driver_errors import driver_error, sqlstate_of
 from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import DEFAULT_SCHEMA
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db.types import MemoryEntry, MemoryTier, is_unicode_text
 
 __all__ = ["BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "STAGE_DDL", "STAGE_READY", "IngestCounts", "Store", "WriteReport",
            "connect", "retry_on_deadlock"]
@@ -106,6 +109,13 @@ def validate_batch(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
     return batch
 
 
+def _not_text(exc: UnicodeEncodeError) -> ValidationError:
+    # A str with a lone surrogate reached the driver through an argument the public
+    # methods do not check one by one (an id to get or delete, say): nothing was sent.
+    return ValidationError(f"an argument is not Unicode text (a lone surrogate at position {exc.start}); "
+                           "nothing was written")
+
+
 def _row_to_entry(row: Any) -> MemoryEntry:
     return MemoryEntry(
         id=row.id,
@@ -148,8 +158,7 @@ def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRI
         try:
             return operation()
         except DatabaseError as exc:
-            orig = getattr(exc.__cause__, "orig", None)
-            if attempt >= retries or getattr(orig, "sqlstate", None) != "40P01":
+            if attempt >= retries or sqlstate_of(exc) != "40P01":
                 raise
             attempt += 1
 
@@ -198,13 +207,32 @@ _STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_ex
 
 
 def _ensure_stage_tables(conn: Connection) -> None:
-    """Create the per-session stage tables unless this connection has them.
+    """Create the per-session stage tables inside the current transaction unless this
+    connection has them (committed).
 
-    Engines from :mod:`tnsrag_db.store.engine` create them once per connection; on any
-    other engine they are created here (cheap no-ops when they exist)."""
+    :meth:`Store.write_transaction` creates them before its transaction, once per
+    connection (see :func:`_prepare_stage_tables`); a write run inside another
+    transaction creates them here (cheap no-ops when they exist)."""
     if not conn.info.get(STAGE_READY):
         for ddl in STAGE_DDL:
             conn.execute(sa.text(ddl))
+
+
+def _prepare_stage_tables(conn: Connection) -> None:
+    """Create the stage tables on ``conn`` (outside any transaction) in a transaction of
+    their own, once per connection.
+
+    Only writes need them, so a connection that only reads creates nothing: a role
+    without the TEMP privilege, a ``default_transaction_read_only`` session and a hot
+    standby can read. For those a write fails here, before anything is written, with
+    :class:`PermissionDeniedError` (raised by the caller's error mapping).
+    """
+    if conn.info.get(STAGE_READY):
+        return
+    with conn.begin():
+        for ddl in STAGE_DDL:
+            conn.execute(sa.text(ddl))
+    conn.info[STAGE_READY] = True
 
 # Applies df deltas in lexeme order: every writer locks bm25_df rows in the same order
 # (after its entry rows, before its bm25_stats row), so concurrent writers cannot deadlock.
@@ -215,6 +243,35 @@ _APPLY_DF_SQL = (
 )
 
 
+def _check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
+    """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 86_400 * 24:
+        raise ConfigurationError(f"{what} must be None or a positive number of seconds (under 24 days), "
+                                 f"got {seconds!r}")
+    return max(1, round(seconds * 1000))
+
+
+#: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
+#: session (absent: the server's or role's default).
+_TIMEOUT_SET = "tnsrag_statement_timeout"
+
+
+def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
+    """Give ``conn``'s session ``statement_timeout`` ``ms`` (None: the server's default),
+    outside any transaction; a no-op when the session has it already (no round trip)."""
+    if conn.info.get(_TIMEOUT_SET) == ms:
+        return
+    conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+    if conn.in_transaction():
+        conn.commit()
+    if ms is None:
+        conn.info.pop(_TIMEOUT_SET, None)
+    else:
+        conn.info[_TIMEOUT_SET] = ms
+
+
 class Store:
     """One corpus of the library's schema in one PostgreSQL database.
 
@@ -222,18 +279,36 @@ class Store:
     migrations) or directly from an engine you own. Thread-safe; the engine's pool
     is shared by every view built on this store. Use as a context manager or call
     :meth:`close`.
+
+    Bounds on the work of one call: ``max_query_terms`` (default 256, 1 to 100,000) is
+    how many words of a query are analysed (the rest is ignored, see
+    :func:`~tnsrag_db.store.analysis.analyze_query`); ``statement_timeout`` (seconds,
+    default None: the server's setting) cancels any statement of this store that runs
+    longer, with :class:`StatementTimeoutError` (a write is rolled back whole).
+    :meth:`timeout` sets it for the calls of one block. Index builds and the statistics
+    refresh after bulk writes are not limited. Raises :class:`ConfigurationError` for a
+    bad option.
     """
 
     def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
-                 text_config: str = "english", owns_engine: bool = False) -> None:
-        if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS:
+                 text_config: str = "english", owns_engine: bool = False,
+                 max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None) -> None:
+        if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS \
+                or not is_unicode_text(corpus):
             raise ConfigurationError(f"corpus must be a non-blank string of at most {_MAX_CORPUS} characters, "
                                      f"got {corpus!r}")
+        if isinstance(max_query_terms, bool) or not isinstance(max_query_terms, int) \
+                or not 1 <= max_query_terms <= 100_000:
+            raise ConfigurationError(f"max_query_terms must be an int from 1 to 100000, got {max_query_terms!r}")
         self._engine = engine
         self._corpus = corpus
         self._schema = validate_schema_name(schema)
         self._text_config = text_config
         self._owns_engine = owns_engine
+        self._max_query_terms = max_query_terms
+        self._timeout_ms = _check_timeout(statement_timeout)
+        self._timeout_override: ContextVar[int | None | bool] = ContextVar(f"tnsrag_timeout_{id(self)}",
+                                                                          default=False)
         self._corpus_ready = False
         self._closed = False
 
@@ -253,9 +328,44 @@ class Store:
         """The PostgreSQL schema holding the library's tables."""
         return self._schema
 
+    @property
+    def max_query_terms(self) -> int:
+        """How many words of a query are analysed (default 256)."""
+        return self._max_query_terms
+
+    @property
+    def statement_timeout(self) -> float | None:
+        """The statement timeout in seconds in effect here (inside :meth:`timeout`, its value); None: the server's."""
+        ms = self._effective_timeout()
+        return None if ms is None else ms / 1000
+
     def with_corpus(self, corpus: str) -> Store:
-        """A store over another corpus sharing this store's engine (closing it leaves the engine open)."""
-        return Store(self._engine, corpus=corpus, schema=self._schema, text_config=self._text_config)
+        """A store over another corpus sharing this store's engine and options (closing it leaves the engine open)."""
+        return Store(self._engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
+                     max_query_terms=self._max_query_terms,
+                     statement_timeout=None if self._timeout_ms is None else self._timeout_ms / 1000)
+
+    @contextmanager
+    def timeout(self, seconds: float | None) -> Iterator[None]:
+        """Run this store's statements inside the block (this thread or task) with
+        ``statement_timeout`` ``seconds`` (None: the server's), whatever the store's own.
+
+        ``with store.timeout(2.0): strategy.retrieve(query)`` bounds one call: a statement
+        running longer raises :class:`StatementTimeoutError`. Raises
+        :class:`ConfigurationError` for a bad value.
+        """
+        token = self._timeout_override.set(_check_timeout(seconds))
+        try:
+            yield
+        finally:
+            self._timeout_override.reset(token)
+
+    def _effective_timeout(self) -> int | None:
+        override = self._timeout_override.get()
+        if override is False:
+            return self._timeout_ms
+        assert override is None or isinstance(override, int)
+        return override
 
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
@@ -278,15 +388,27 @@ class Store:
     def transaction(self) -> Iterator[Connection]:
         """A connection inside one transaction (committed on success, rolled back on error).
 
-        Driver errors are re-raised as :class:`DatabaseError`; library errors pass through.
+        Driver errors are re-raised as :class:`DatabaseError` (the subclass their SQLSTATE
+        names, see :mod:`tnsrag_db.store.driver_errors`); library errors pass through.
         """
+        with self._transaction(stage=False) as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, *, stage: bool, limited: bool = True) -> Iterator[Connection]:
         try:
-            with self._engine.begin() as conn:
-                yield conn
+            with self._engine.connect() as conn:
+                _apply_statement_timeout(conn, self._effective_timeout() if limited else None)
+                if stage:
+                    _prepare_stage_tables(conn)
+                with conn.begin():
+                    yield conn
         except TnsragError:
             raise
-        except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+        except UnicodeEncodeError as exc:
+            raise _not_text(exc) from exc
+        except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
+            raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
     @contextmanager
     def autocommit(self) -> Iterator[Connection]:
@@ -300,6 +422,7 @@ class Store:
         """
         try:
             with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                _apply_statement_timeout(conn, None)  # index builds run as long as they need
                 try:
                     yield conn
                 except BaseException:
@@ -307,8 +430,10 @@ class Store:
                     raise
         except TnsragError:
             raise
-        except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+        except UnicodeEncodeError as exc:
+            raise _not_text(exc) from exc
+        except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
+            raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
     @contextmanager
     def session_lock(self, conn: Connection, name: str) -> Iterator[None]:
@@ -350,6 +475,7 @@ class Store:
         for attempt in (1, 2):
             try:
                 with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                    _apply_statement_timeout(conn, self._effective_timeout())
                     return list(conn.exec_driver_sql(_driver_sql(sql), dict(params)).all())
             except sa.exc.DBAPIError as exc:
                 # A pooled connection whose server went away (reused too soon after its
@@ -357,13 +483,20 @@ class Store:
                 # safe to run again, once.
                 if attempt == 1 and exc.connection_invalidated:
                     continue
-                raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+                raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
             except sa.exc.SQLAlchemyError as exc:
-                raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+                raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
+            except UnicodeEncodeError as exc:
+                raise _not_text(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def text_config(self, conn: Connection) -> str:
-        """The corpus's text search configuration, creating the corpus row on first use."""
+        """The corpus's text search configuration, creating the corpus row on first use.
+
+        First takes the corpus's write lock in shared mode until ``conn``'s transaction
+        ends (see :meth:`_lock_corpus`), as every write does before it touches an entry.
+        """
+        self._lock_corpus(conn, shared=True)
         if not self._corpus_ready:
             conn.execute(sa.text("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
                                  "ON CONFLICT (corpus) DO NOTHING"), {"c": self._corpus, "cfg": self._text_config})
@@ -374,6 +507,22 @@ class Store:
             return self.text_config(conn)
         self._corpus_ready = True
         return str(cfg)
+
+    def _lock_corpus(self, conn: Connection, *, shared: bool) -> None:
+        """Take the corpus's transaction-level advisory lock: shared for writes and deletes,
+        exclusive for :meth:`drop_corpus`.
+
+        BM25 postings carry no foreign key (bulk writes stay fast), so nothing else stops a
+        write that only rewrites existing entries (it locks no corpus row) from committing
+        new postings behind a concurrent drop's back: orphans, and later writes of the same
+        ids failed on the postings' primary key. With the lock, a drop waits for the writes
+        in flight and writes arriving later wait for the drop, which the lock manager queues
+        fairly (a drop waiting for ``FOR UPDATE`` on the corpus row instead would starve
+        behind writers whose ``FOR KEY SHARE`` locks overlap).
+        """
+        fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        conn.execute(sa.text(f"SELECT {fn}(hashtextextended(:k, 0))"),
+                     {"k": f"tnsrag_db.corpus:{self._schema}:{self._corpus}"})
 
     # -- writes -----------------------------------------------------------------------
     def add(self, entry: MemoryEntry) -> IngestCounts:
@@ -405,13 +554,17 @@ class Store:
 
         def attempt() -> _T:
             nonlocal written
-            with self.transaction() as conn:
-                conn.info[_WRITTEN] = 0
+            with self._transaction(stage=True) as conn:
+                # The dict itself, not conn.info again in the finally: after a disconnect
+                # SQLAlchemy refuses every use of conn ("Can't reconnect until invalid
+                # transaction is rolled back"), which hid the error that broke the write.
+                info = conn.info
+                info[_WRITTEN] = 0
                 try:
                     result = work(conn)
-                    written = conn.info[_WRITTEN]
+                    written = info[_WRITTEN]
                 finally:
-                    conn.info.pop(_WRITTEN, None)
+                    info.pop(_WRITTEN, None)
             return result
 
         result = retry_on_deadlock(attempt)
@@ -437,7 +590,7 @@ class Store:
         if written < ANALYZE_AFTER_ROWS:
             return False
         try:
-            with self._engine.begin() as conn:
+            with self._transaction(stage=False, limited=False) as conn:
                 rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")
                                     ).scalar_one()
                 if rows >= 0 and written < 0.1 * rows:
@@ -446,7 +599,7 @@ class Store:
                 conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {tables}"))
             return True
         except sa.exc.SQLAlchemyError as exc:
-            raise DatabaseError(f"database error in corpus {self._corpus!r}: {exc}") from exc
+            raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
     def write_entries(self, conn: Connection, batch: Sequence[MemoryEntry], *,
                       progress: Callable[[int], None] | None = None) -> WriteReport:
@@ -691,6 +844,9 @@ class Store:
         return self.write_transaction(lambda conn: self._delete_in(conn, predicate, params))
 
     def _delete_in(self, conn: Connection, predicate: str, params: dict[str, Any]) -> int:
+        # The corpus lock first, as writers take it: a drop_corpus waits for this delete
+        # instead of deadlocking with its df and stats updates.
+        self._lock_corpus(conn, shared=True)
         _ensure_stage_tables(conn)
         conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
         # First lock the matching rows, in id order as writers do (so deletes and upserts
@@ -726,10 +882,16 @@ class Store:
         ``corpora`` row by hand would leave BM25 postings behind (they carry no foreign
         key, to keep bulk writes fast): use this method.
         """
-        with self.transaction() as conn:
-            conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c FOR UPDATE"), {"c": self._corpus})
-            conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
-            conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
+        def drop() -> None:
+            with self.transaction() as conn:
+                # Waits for every write and delete of the corpus in flight (see _lock_corpus);
+                # the postings are deleted after the wait, by a statement that sees what
+                # those writers committed.
+                self._lock_corpus(conn, shared=False)
+                conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
+                conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
+
+        retry_on_deadlock(drop)
         self._corpus_ready = False
         self.drop_orphan_hnsw_indexes()
 
@@ -767,18 +929,22 @@ class Store:
 
 def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
             auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
-            max_overflow: int = 10) -> Store:
+            max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
+            statement_timeout: float | None = None) -> Store:
     """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
 
     The embedded server is migrated to head automatically. A URL names a shared server
     whose schema is never created implicitly: unless ``auto_migrate=True`` the schema
     must already be at this release's head, else :class:`SchemaNotReadyError`.
+    ``max_query_terms`` and ``statement_timeout`` bound the work of each call (see :class:`Store`).
     """
     embedded = url is None
     target = embedded_url() if embedded else url
     assert target is not None
     engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
     try:
+        store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
+                      max_query_terms=max_query_terms, statement_timeout=statement_timeout)
         if auto_migrate or (auto_migrate is None and embedded):
             if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
                 migrate.upgrade(engine, schema=schema)
@@ -791,4 +957,4 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
         raise DatabaseError(f"could not connect: {exc}") from exc
-    return Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True)
+    return store

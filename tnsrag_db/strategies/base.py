@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument, is_unicode_text
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -53,7 +53,7 @@ def resolve_context(context: RAGContext | None) -> RAGContext:
 
 
 def check_query(query: object) -> str:
-    """Return ``query`` if it is a non-blank string without NUL characters; :class:`ValidationError` otherwise.
+    """Return ``query`` if it is non-blank Unicode text without NUL characters; :class:`ValidationError` otherwise.
 
     A blank query (empty or whitespace only) has no meaning for any of the eight
     strategies (the SPI defines none): an error instead of arbitrary results.
@@ -64,6 +64,8 @@ def check_query(query: object) -> str:
         raise ValidationError(f"query is blank ({query!r}); give some text to search for")
     if "\x00" in query:
         raise ValidationError("query contains a NUL character")
+    if not is_unicode_text(query):
+        raise ValidationError("query contains a lone surrogate (not Unicode text)")
     return query
 
 
@@ -110,12 +112,13 @@ def overfetch(
     ``fetch(n)`` returns the child's best ``n`` candidates; ``rerank`` turns candidates
     into final results, best first; ``ceiling(score)`` is the best final score a
     candidate the child ranked below ``score`` could still reach. The first request is
-    ``max(min_candidates, factor × k)``; it doubles, up to ``max(max_candidates, first)``,
+    ``max(min_candidates, factor × k)``; it doubles, up to ``max(max_candidates, first)``
+    (never beyond :data:`~tnsrag_db.types.MAX_RESULTS`),
     while the child returns full pages and the k-th result does not beat that ceiling.
     Within the cap the top ``k`` is exact.
     """
-    want = max(min_candidates, factor * k)
-    cap = max(max_candidates, want)
+    cap = min(MAX_RESULTS, max(max_candidates, min_candidates, factor * k))
+    want = min(cap, max(min_candidates, factor * k))
     while True:
         candidates = fetch(want)
         results = rerank(candidates)

@@ -74,7 +74,7 @@ from tnsrag_db.strategies.explain import (
     prefixed,
     snapshot,
 )
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["GraphRAGStrategy"]
 
@@ -319,7 +319,7 @@ class GraphRAGStrategy:
             hits = BM25Index(self._store.store).search(query, self._seed_count)
             pairs = [(str(entry_id), float(score)) for entry_id, score in hits]
         else:
-            docs = self._seed_strategy.retrieve(query, RAGContext(max_results=self._seed_count))
+            docs = self._seed_strategy.retrieve(query, RAGContext(max_results=min(MAX_RESULTS, self._seed_count)))
             pairs = [(d.metadata["entryId"], d.score) for d in docs if "entryId" in d.metadata]
         return _seed_map(pairs)
 

@@ -40,7 +40,7 @@ from tnsrag_db.strategies.explain import (
     snapshot,
 )
 from tnsrag_db.strategies.keyword import bm25_plan
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
     from tnsrag_db.indexes.bm25 import BM25Index
@@ -282,7 +282,7 @@ class HybridRAGStrategy:
             return self._retriever.fused(query, ctx, weights=self._weights)
         keyword_docs, vector_docs = self._retriever.rankings(query, ctx)
         pool = self._retriever.pool_size(ctx.max_results)
-        graph_docs = self._graph.retrieve(query, RAGContext(pool, 0.0, ctx.metadata_filters))
+        graph_docs = self._graph.retrieve(query, RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters))
         fused = reciprocal_rank_fusion(keyword_docs, vector_docs, graph_docs, k=self._retriever.rrf_k,
                                        weights=self._weights)
         return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]

@@ -38,7 +38,7 @@ from tnsrag_db.strategies.explain import (
     explanation_of,
     prefixed,
 )
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["MultiQueryRAGStrategy"]
 
@@ -134,8 +134,8 @@ class MultiQueryRAGStrategy:
     def candidate_count(self, max_results: int) -> int:
         """Candidates asked of the base per query: ``candidates`` or ``max(50, 4 × max_results)``."""
         if self._candidates is not None:
-            return self._candidates
-        return max(self.MIN_CANDIDATES, self.CANDIDATE_FACTOR * max_results)
+            return min(MAX_RESULTS, self._candidates)
+        return min(MAX_RESULTS, max(self.MIN_CANDIDATES, self.CANDIDATE_FACTOR * max_results))
 
     def queries(self, query: str) -> list[str]:
         """The unique queries a retrieval of ``query`` runs: the original first, then the variants.

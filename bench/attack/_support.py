@@ -1,0 +1,81 @@
+"""Shared helpers of the attack scripts: a migrated database, the BM25 recomputation, tables."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from bench._common import database_url
+from tnsrag_db.store import migrate
+from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.store.store import Store
+
+__all__ = ["SCHEMA", "arguments", "inconsistencies", "migrated_database", "print_table"]
+
+SCHEMA = "tnsrag"
+
+
+def arguments(description: str, seconds: float) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--url", default=None, help="server URL (default: a temporary embedded server)")
+    parser.add_argument("--seconds", type=float, default=seconds, help="time budget of the attack")
+    return parser.parse_args()
+
+
+@contextmanager
+def migrated_database(url: str | None) -> Iterator[str]:
+    """A fresh database migrated to head on ``url``'s server (dropped afterwards); yields its URL."""
+    with database_url(url) as server:
+        base = normalize_url(server)
+        name = f"tnsrag_attack_{uuid.uuid4().hex[:10]}"
+        admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        target = base.set(database=name)
+        engine = create_engine(target, schema=SCHEMA, pool_size=1)
+        try:
+            migrate.upgrade(engine, schema=SCHEMA)
+        finally:
+            engine.dispose()
+        try:
+            yield target.render_as_string(hide_password=False)
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def inconsistencies(store: Store) -> dict[str, int]:
+    """Differences between the stored BM25 bookkeeping and a recomputation from the entries."""
+    c = {"c": store.corpus}
+    one = lambda q: int(store.read(q, c)[0].n)  # noqa: E731
+    return {
+        "orphan postings": one("SELECT count(*) AS n FROM bm25_postings p WHERE p.corpus = :c AND NOT EXISTS "
+                               "(SELECT 1 FROM entries e WHERE e.corpus = p.corpus AND e.id = p.entry_id)"),
+        "missing postings": one("SELECT count(*) AS n FROM entries e CROSS JOIN unnest(e.lexemes) l(lexeme) "
+                                "WHERE e.corpus = :c AND NOT EXISTS (SELECT 1 FROM bm25_postings p WHERE "
+                                "p.corpus = e.corpus AND p.lexeme = l.lexeme AND p.entry_id = e.id)"),
+        "wrong df": one("SELECT count(*) AS n FROM (SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = :c "
+                        "GROUP BY lexeme) d FULL JOIN (SELECT lexeme, count(*) AS df FROM bm25_postings "
+                        "WHERE corpus = :c GROUP BY lexeme) p USING (lexeme) WHERE coalesce(d.df, 0) <> coalesce(p.df, 0)"),
+        "wrong n_docs": one("SELECT abs((SELECT coalesce(sum(n_docs), 0) FROM bm25_stats WHERE corpus = :c) "
+                            "- (SELECT count(*) FROM entries WHERE corpus = :c)) AS n"),
+        "wrong total_len": one("SELECT abs((SELECT coalesce(sum(total_len), 0) FROM bm25_stats WHERE corpus = :c) "
+                               "- (SELECT coalesce(sum(doc_len), 0) FROM entries WHERE corpus = :c)) AS n"),
+    }
+
+
+def print_table(title: str, rows: Sequence[tuple[str, object]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    print(f"\n{title}\n" + "-" * (width + 14))
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def engine_for(url: str, pool_size: int = 4):  # type: ignore[no-untyped-def]
+    return create_engine(make_url(url), schema=SCHEMA, pool_size=pool_size)

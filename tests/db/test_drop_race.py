@@ -1,0 +1,143 @@
+"""``drop_corpus`` racing writers: nothing orphaned, later writes of the same ids succeed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import MemoryEntry
+
+
+def _wait_for_lock_wait(store: Store, timeout: float = 10.0) -> bool:
+    """True once some session of this database waits for a lock (the blocked drop)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = store.read("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                          "AND wait_event_type = 'Lock'", {})
+        if rows[0].n:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _leftovers(store: Store) -> dict[str, int]:
+    counts = {}
+    for table in ("entries", "bm25_postings", "bm25_df", "bm25_stats", "corpora"):
+        counts[table] = store.read(f"SELECT count(*) AS n FROM {table} WHERE corpus = :c", {"c": store.corpus})[0].n
+    return counts
+
+
+def test_drop_corpus_beside_an_updating_writer_leaves_no_orphan_postings(store: Store) -> None:
+    ids = [f"e{i}" for i in range(10)]
+    store.add_all([MemoryEntry(i, f"first text of {i}") for i in ids])
+    writer_in = threading.Event()
+    release = threading.Event()
+    errors: list[BaseException] = []
+
+    def rewrite(conn: Connection) -> None:
+        # Only updates existing entries, then holds the transaction: new text (so new
+        # postings) of the same terms, so no document frequency or length changes.
+        store.write_entries(conn, [MemoryEntry(i, f"{i} of text first") for i in ids])
+        writer_in.set()
+        assert release.wait(20)
+
+    def writer() -> None:
+        try:
+            store.write_transaction(rewrite)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            writer_in.set()
+
+    def dropper() -> None:
+        try:
+            store.drop_corpus()
+        except BaseException as exc:
+            errors.append(exc)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    assert writer_in.wait(20)
+    d = threading.Thread(target=dropper)
+    d.start()
+    assert _wait_for_lock_wait(store), "drop_corpus did not wait for the writer"
+    release.set()
+    w.join(30)
+    d.join(30)
+    assert not errors
+    assert _leftovers(store) == {"entries": 0, "bm25_postings": 0, "bm25_df": 0, "bm25_stats": 0, "corpora": 0}
+    # The same ids can be written again, and their statistics are those of a fresh corpus.
+    assert store.add_all([MemoryEntry(i, f"third {i}") for i in ids]).inserted == 10
+    assert _leftovers(store)["bm25_postings"] == 20  # third, e<digit> (parts under two characters are no terms)
+
+
+def _inconsistencies(store: Store) -> list[str]:
+    """Differences between the stored BM25 bookkeeping and a recomputation from the entries."""
+    c = {"c": store.corpus}
+    problems = []
+    orphans = store.read("SELECT count(*) AS n FROM bm25_postings p WHERE p.corpus = :c AND NOT EXISTS "
+                         "(SELECT 1 FROM entries e WHERE e.corpus = p.corpus AND e.id = p.entry_id)", c)[0].n
+    if orphans:
+        problems.append(f"{orphans} orphan postings")
+    missing = store.read("SELECT count(*) AS n FROM entries e CROSS JOIN unnest(e.lexemes) l(lexeme) "
+                         "WHERE e.corpus = :c AND NOT EXISTS (SELECT 1 FROM bm25_postings p WHERE p.corpus = e.corpus "
+                         "AND p.lexeme = l.lexeme AND p.entry_id = e.id)", c)[0].n
+    if missing:
+        problems.append(f"{missing} missing postings")
+    bad_df = store.read("SELECT count(*) AS n FROM (SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = :c "
+                        "GROUP BY lexeme) d FULL JOIN (SELECT lexeme, count(*) AS df FROM bm25_postings "
+                        "WHERE corpus = :c GROUP BY lexeme) p USING (lexeme) "
+                        "WHERE coalesce(d.df, 0) <> coalesce(p.df, 0)", c)[0].n
+    if bad_df:
+        problems.append(f"{bad_df} wrong document frequencies")
+    stats = store.read("SELECT (SELECT coalesce(sum(n_docs), 0) FROM bm25_stats WHERE corpus = :c) AS n, "
+                       "(SELECT count(*) FROM entries WHERE corpus = :c) AS e, "
+                       "(SELECT coalesce(sum(total_len), 0) FROM bm25_stats WHERE corpus = :c) AS tl, "
+                       "(SELECT coalesce(sum(doc_len), 0) FROM entries WHERE corpus = :c) AS dl", c)[0]
+    if (stats.n, stats.tl) != (stats.e, stats.dl):
+        problems.append(f"statistics {stats.n} docs / {stats.tl} terms, entries {stats.e} / {stats.dl}")
+    return problems
+
+
+def test_repeated_drops_beside_two_writers_fail_nothing_and_orphan_nothing(store: Store) -> None:
+    ids = [f"d{i}" for i in range(20)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    writes = [0, 0]
+
+    def writer(n: int) -> None:
+        round_ = 0
+        while not stop.is_set():
+            round_ += 1
+            try:
+                if round_ % 5 == 0:
+                    store.delete_where({"entryId": ids[round_ % len(ids)]})
+                else:
+                    # Alternating word order: rewrites that keep every term (no df change).
+                    words = ["alpha", "beta", f"w{n}"]
+                    text = " ".join(words if round_ % 2 else words[::-1])
+                    store.add_all([MemoryEntry(i, f"{text} {i}") for i in ids])
+                writes[n] += 1
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(10):
+            store.drop_corpus()
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors[:3]
+    assert min(writes) > 0
+    assert _inconsistencies(store) == []
+    assert store.add_all([MemoryEntry(i, f"again {i}") for i in ids]).total == len(ids)
+    assert _inconsistencies(store) == []
