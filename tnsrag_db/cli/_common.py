@@ -20,7 +20,7 @@ from tnsrag_db.store.schema import DEFAULT_SCHEMA
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["db_options", "emit", "handle_errors", "main_group"]
+__all__ = ["db_options", "emit", "handle_errors", "main_group", "parse_pairs"]
 
 
 def db_options(func: F) -> F:
@@ -52,3 +52,14 @@ def handle_errors(func: F) -> F:
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def parse_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a dict; a usage error (exit 2) naming ``option`` for a malformed one."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        out[key] = value
+    return out

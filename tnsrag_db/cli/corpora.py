@@ -13,25 +13,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tnsrag_db.cli._common import db_options, emit, handle_errors
+from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db.cli._confirm import confirm_destruction, yes_option
 
 if TYPE_CHECKING:
     from tnsrag_db.admin import SpaceInfo
     from tnsrag_db.store.store import Store
 
-__all__ = ["corpora", "delete", "drop", "export", "parse_pairs", "stats"]
-
-
-def parse_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
-    """``KEY=VALUE`` strings as a dict; a usage error (exit 2) naming ``option`` for a malformed one."""
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
-        out[key] = value
-    return out
+__all__ = ["corpora", "delete", "drop", "export", "stats"]
 
 
 def _open(url: str | None, schema: str, corpus: str) -> Store:

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from tnsrag_db.cli._common import db_options, emit, handle_errors
+from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db.errors import ConfigurationError, IngestInterrupted, InvalidEntryError
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
@@ -42,16 +42,6 @@ def choose_embedding(name: str | None = None) -> Any:
     from tnsrag_db.embeddings import resolve_embedding
 
     return resolve_embedding(name, on_fallback=lambda notice: click.echo(notice, err=True))
-
-
-def _meta(values: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--meta")
-        out[key] = value
-    return out
 
 
 def _check_unique(entries: list[MemoryEntry]) -> None:
@@ -180,7 +170,7 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
     targets = list(paths) + ([sample_corpus_path()] if sample else [])
     if not targets:
         raise click.UsageError("give at least one PATH, or --sample")
-    extra = _meta(meta)
+    extra = parse_pairs(meta, "--meta")
     started = time.perf_counter()
     provider = choose_embedding(embedding)
     truncated_before = getattr(provider, "truncated_texts", 0)

@@ -10,23 +10,13 @@ import time
 
 import click
 
-from tnsrag_db.cli._common import db_options, emit, handle_errors
+from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db.store.store import connect
 from tnsrag_db.strategies.explain import explain_with
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db.types import RAGContext
 
 __all__ = ["query"]
-
-
-def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
-        out[key] = value
-    return out
 
 
 @click.command()
@@ -65,7 +55,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     from tnsrag_db.strategies.base import check_query
 
     check_query(text)
-    context = RAGContext(top_k, min_score, _pairs(filters, "--filter"))
+    context = RAGContext(top_k, min_score, parse_pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
         require_corpus(store)  # reads only: a query never creates a corpus
         # Only vector and hybrid search embed the query; the others never load a model.
