@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from bench.cranfield import DEFAULT_DATA, evaluate, load_documents, load_judgements, load_queries, ndcg_at, recall_at
+from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries
+from tnsrag_db.evaluation import evaluate_strategies, ndcg_at, recall_at
 from tnsrag_db.embeddings import OnnxEmbedding, default_model
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import VectorMemoryStore
@@ -70,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     documents, queries, qrels = load_documents(args.data), load_queries(args.data), load_judgements(args.data)
     texts, doc_ids = [d.content for d in documents], [d.id for d in documents]
-    query_texts, query_ids = [t for _, t in queries], [q for q, _ in queries]
+    query_texts, query_ids = [q.text for q in queries], [q.id for q in queries]
     shipped = default_model()
     models = [shipped] + [OnnxEmbedding(d) for d in args.model]
     reference = None
@@ -109,10 +110,8 @@ def main() -> None:
             rows = {"keyword (BM25)": KeywordRAGStrategy(keywords),
                     "vector": VectorRAGStrategy(vectors_store),
                     "hybrid (RRF)": HybridRAGStrategy(keywords, vectors_store)}
-            print(f"{'strategy':<16} {'nDCG@10':>8} {'recall@100':>10} {'median ms':>10}")
-            for name, strategy in rows.items():
-                ndcg, recall, ms, _ = evaluate(strategy, queries, qrels)
-                print(f"{name:<16} {ndcg:8.4f} {recall:10.4f} {ms:10.2f}")
+            report = evaluate_strategies(rows, queries, qrels, baseline="keyword (BM25)", depth=100)
+            print(report.table())
         finally:
             store.drop_corpus()
 

@@ -227,7 +227,9 @@ ORDER BY s.corpus, s.space_id
 
 
 def _spaces(store: Store, corpus: str | None) -> dict[str, list[SpaceInfo]]:
-    where = "TRUE" if corpus is None else "s.corpus = :c"
+    # Without a corpus: every corpus's spaces on purpose (list_corpora), marked for the
+    # single-corpus statement check.
+    where = "TRUE /* tnsrag:all-corpora */" if corpus is None else "s.corpus = :c"
     out: dict[str, list[SpaceInfo]] = {}
     for r in _rows(store, _SPACES_SQL.format(where=where), {"schema": store.schema, "c": corpus}):
         if r.valid is None:
