@@ -228,3 +228,39 @@ def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL
         assert [entry_id for entry_id, _ in vectors.search("text 1", 1)] == ["e1"]
     finally:
         engine.dispose()
+
+
+def test_0004_keys_edges_by_destination_and_keeps_them(fresh_db_url: URL) -> None:
+    from tnsrag_db.indexes.graph import Edge, GraphStore
+    from tnsrag_db.store.store import Store
+    from tnsrag_db.types import MemoryEntry
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+
+    def key_and_indexes() -> tuple[str, set[str]]:
+        with engine.connect() as conn:
+            key = conn.execute(sa.text(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE conrelid = 'tnsrag.edges'::regclass AND contype = 'p'")).scalar_one()
+            names = set(conn.execute(sa.text(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'edges'")).scalars())
+        return key, names
+
+    try:
+        migrate.upgrade(engine, schema="tnsrag", revision="0003")
+        graph = GraphStore(Store(engine, corpus="a"))
+        graph.add_with_edges([MemoryEntry(i, f"text {i}") for i in "xyz"], [Edge("x", "y"), Edge("x", "z", weight=2.0)])
+        assert key_and_indexes() == ("PRIMARY KEY (corpus, src, relation, dst)",
+                                     {"pk_edges", "ix_edges_corpus_src_weight", "ix_edges_corpus_dst"})
+        migrate.upgrade(engine, schema="tnsrag")
+        assert key_and_indexes() == ("PRIMARY KEY (corpus, dst, relation, src)",
+                                     {"pk_edges", "ix_edges_corpus_src_weight"})
+        assert migrate.check(engine, schema="tnsrag") == []
+        assert [e.dst for e in graph.neighbours("x")] == ["z", "y"]  # heaviest first
+        graph.add_edge("x", "y", weight=3.0)  # the upsert still finds its conflict target
+        assert [(e.dst, e.weight) for e in graph.neighbours("x")] == [("y", 3.0), ("z", 2.0)]
+        migrate.downgrade(engine, schema="tnsrag", revision="0003")
+        assert key_and_indexes()[0] == "PRIMARY KEY (corpus, src, relation, dst)"
+        assert graph.count() == 2
+    finally:
+        engine.dispose()

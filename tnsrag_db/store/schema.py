@@ -193,12 +193,13 @@ edges = Table(
     Column("weight", Float(53), nullable=False, server_default="1.0"),
     Column("source", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint("corpus", "src", "relation", "dst"),
+    # Destination first: lookups by src go to the weight index below, never to the key
+    # (migration 0004); the key serves lookups by destination.
+    PrimaryKeyConstraint("corpus", "dst", "relation", "src"),
     ForeignKeyConstraint(["corpus", "src"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
     ForeignKeyConstraint(["corpus", "dst"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
     # Heaviest-first fan-out per node for bounded traversal.
     Index("ix_edges_corpus_src_weight", "corpus", "src", text("weight DESC"), "dst"),
-    Index(None, "corpus", "dst"),
     CheckConstraint("weight = weight AND weight > '-Infinity'::float8 AND weight < 'Infinity'::float8",
                     name="weight_finite"),
 )
