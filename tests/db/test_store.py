@@ -10,6 +10,7 @@ import pytest
 
 import sqlalchemy as sa
 
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError, InvalidEntryError
 from tnsrag_db.store.store import IngestCounts, Store
 from tnsrag_db.types import MemoryEntry, MemoryTier
@@ -254,3 +255,29 @@ def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engi
     finally:
         store.drop_corpus()
         store.close()
+
+
+def test_run_drives_a_plan_on_one_connection(store: Store) -> None:
+    store.add_all([MemoryEntry(id=f"p{i}", content=f"plan entry {i}") for i in range(3)])
+
+    def plan() -> Plan[tuple[int, int, int]]:
+        first = yield Statement("SELECT pg_backend_pid() AS pid, count(*) AS n FROM entries WHERE corpus = :c",
+                                {"c": store.corpus})
+        second = yield Statement("SELECT pg_backend_pid() AS pid")
+        return first[0].pid, second[0].pid, first[0].n
+
+    pid_a, pid_b, count = store.run(plan())
+    assert pid_a == pid_b and count == 3
+
+
+def test_run_with_snapshot_sees_one_committed_state(store: Store) -> None:
+    store.add(MemoryEntry(id="s0", content="before"))
+
+    def plan(new_id: str) -> Plan[tuple[int, int]]:
+        before = yield Statement("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": store.corpus})
+        store.add(MemoryEntry(id=new_id, content="written meanwhile"))  # another connection commits
+        after = yield Statement("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": store.corpus})
+        return before[0].n, after[0].n
+
+    assert store.run(plan("s1"), snapshot=True) == (1, 1)
+    assert store.run(plan("s2"), snapshot=False) == (2, 3)  # autocommit: each statement sees the latest commit

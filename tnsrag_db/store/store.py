@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 
+from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError, ValidationError
 from tnsrag_db.store import migrate
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS, STAGED_TERMS_SQL, analyze
@@ -466,29 +467,71 @@ class Store:
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run one read-only statement (``:name`` parameters) and return its rows.
 
-        The search paths' fast lane: autocommit (no BEGIN/COMMIT round trips; a
-        ``set_config(..., true)`` inside the statement lasts for that statement), and the
-        statement compiled once per distinct text, then run as driver SQL (SQLAlchemy's
-        engine events still see it, so tracing instrumentation keeps working). Driver
-        errors become :class:`DatabaseError`.
+        Shorthand for :meth:`run` of a one-statement plan. Driver errors become
+        :class:`DatabaseError`.
         """
-        for attempt in (1, 2):
-            try:
-                with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                    _apply_statement_timeout(conn, self._effective_timeout())
-                    return list(conn.exec_driver_sql(_driver_sql(sql), dict(params)).all())
-            except sa.exc.DBAPIError as exc:
-                # A pooled connection whose server went away (reused too soon after its
-                # last use to be pinged): SQLAlchemy has invalidated the pool; a read is
-                # safe to run again, once.
-                if attempt == 1 and exc.connection_invalidated:
-                    continue
-                raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
-            except sa.exc.SQLAlchemyError as exc:
-                raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
-            except UnicodeEncodeError as exc:
-                raise _not_text(exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        return list(self.run(one(Statement(sql, params))))
+
+    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+        """Drive a read :data:`~tnsrag_db.db.statement.Plan` on one connection and return its result.
+
+        The search paths' fast lane: autocommit (no BEGIN/COMMIT round trips; a
+        ``set_config(..., true)`` inside a statement lasts for that statement), each
+        statement compiled once per distinct text, then run as driver SQL (SQLAlchemy's
+        engine events still see it, so tracing instrumentation keeps working). With
+        ``snapshot=True`` every statement runs in one read-only REPEATABLE READ
+        transaction instead, so all of them see the same committed data (explanations).
+        The connection is checked out at the plan's first statement. Driver errors become
+        :class:`DatabaseError` (thrown into the plan first).
+        """
+        with self._plan_executor(snapshot=snapshot) as execute:
+            return run_plan(plan, execute)
+
+    @contextmanager
+    def _plan_executor(self, *, snapshot: bool) -> Iterator[Callable[[Statement], Rows]]:
+        conns: list[Connection] = []
+
+        def checkout() -> Connection:
+            if snapshot:
+                conn = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
+                conns.append(conn)
+                _apply_statement_timeout(conn, self._effective_timeout())
+                conn.begin()
+                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            else:
+                conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                conns.append(conn)
+                _apply_statement_timeout(conn, self._effective_timeout())
+            return conn
+
+        def execute(statement: Statement) -> Rows:
+            fresh = not conns
+            for attempt in (1, 2):
+                try:
+                    conn = conns[-1] if conns else checkout()
+                    return conn.exec_driver_sql(_driver_sql(statement.sql), dict(statement.params)).all()
+                except sa.exc.DBAPIError as exc:
+                    # A pooled connection whose server went away (reused too soon after its
+                    # last use to be pinged): SQLAlchemy has invalidated the pool; a read on
+                    # a connection that ran nothing yet is safe to run again, once.
+                    if attempt == 1 and fresh and exc.connection_invalidated and not snapshot:
+                        conns.pop().close()
+                        continue
+                    raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
+                except sa.exc.SQLAlchemyError as exc:
+                    raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
+                except UnicodeEncodeError as exc:
+                    raise _not_text(exc) from exc
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        try:
+            yield execute
+        finally:
+            for conn in conns:
+                try:
+                    conn.close()  # rolls back a snapshot transaction: it only read
+                except sa.exc.SQLAlchemyError:
+                    pass  # a broken connection: the pool has already discarded it
 
     def text_config(self, conn: Connection) -> str:
         """The corpus's text search configuration, creating the corpus row on first use.

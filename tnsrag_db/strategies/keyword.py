@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context
@@ -42,12 +41,20 @@ class KeywordRAGStrategy:
     def __repr__(self) -> str:
         return f"KeywordRAGStrategy({self._keywords!r})"
 
-    def _statement(self, text: str, ctx: RAGContext) -> tuple[str, dict[str, Any]]:
+    def _statement(self, text: str, ctx: RAGContext) -> Statement:
         candidates, params = self._keywords.candidates_sql(
             text, ctx.max_results, filters=ctx.metadata_filters, min_score=ctx.min_score, prefix="k")
         sql = (f"WITH kc AS ({candidates}) SELECT kc.score, {ENTRY_COLUMNS} FROM kc "
                "JOIN entries e ON e.corpus = :k_c AND e.id = kc.entry_id ORDER BY kc.score DESC, e.id")
-        return sql, params
+        return Statement(sql, params, ("score", "entry_id", "content", "tier", "source", "metadata"))
+
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db.db.statement.Plan` (validation
+        happens when the plan starts)."""
+        ctx = resolve_context(context)
+        text = check_query(query)
+        rows = yield self._statement(text, ctx)
+        return [document_from_row(row, float(row.score)) for row in rows]
 
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The best ``context.max_results`` entries for ``query`` scoring ≥ ``context.min_score``
@@ -56,11 +63,7 @@ class KeywordRAGStrategy:
         Raises :class:`ValidationError` for a non-string query or a bad context and
         :class:`DatabaseError` when the database fails.
         """
-        ctx = resolve_context(context)
-        text = check_query(query)
-        sql, params = self._statement(text, ctx)
-        rows = self._keywords.store.read(sql, params)
-        return [document_from_row(row, float(row.score)) for row in rows]
+        return self._keywords.store.run(self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
@@ -68,9 +71,10 @@ class KeywordRAGStrategy:
         Errors as :meth:`retrieve`."""
         ctx = resolve_context(context)
         text = check_query(query)
-        sql, params = self._statement(text, ctx)
+        statement = self._statement(text, ctx)
         with snapshot(self._keywords.store) as conn:
-            docs = [document_from_row(row, float(row.score)) for row in conn.execute(sa.text(sql), params)]
+            docs = [document_from_row(row, float(row.score))
+                    for row in conn.execute(sa.text(statement.sql), dict(statement.params))]
             figures = self._keywords.explain_scores(conn, text, {d.metadata["entryId"]: d.score for d in docs})
         return explanation_of(self.name, text, docs, [figures[d.metadata["entryId"]] for d in docs],
                               [bm25_plan(ctx)])

@@ -1,0 +1,87 @@
+"""Statements built without I/O, and plans that run them on a sync or an async connection.
+
+Indexes build :class:`Statement` objects (SQL text with ``:name`` parameters, the bound
+values, the result columns) and never execute them. A strategy's retrieval is a
+:data:`Plan`: a generator that yields statements and receives their rows, so the same
+logic, and the same SQL, runs under :func:`run_plan` on a sync connection and under
+:func:`arun_plan` on an async one (the httpx model: one I/O-free core, two thin drivers).
+
+Example of a plan with two rounds::
+
+    def plan(index, text):
+        rows = yield index.terms_statement(text)
+        ranked = yield index.ranking_statement(text, [r.lexeme for r in rows])
+        return [shape(r) for r in ranked]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = ["Plan", "Rows", "Statement", "arun_plan", "one", "run_plan"]
+
+_T = TypeVar("_T")
+
+#: Result rows: sequences with attribute access by column name (SQLAlchemy ``Row``).
+Rows = Sequence[Any]
+
+#: A retrieval as a generator: yields statements, is sent each one's rows, returns its result.
+Plan = Generator["Statement", Rows, _T]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One read statement: ``sql`` with ``:name`` placeholders, its bound ``params``, and
+    the ``columns`` its rows carry (documentation for readers and explain output; the
+    driver does not check them)."""
+
+    sql: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    columns: tuple[str, ...] = ()
+
+
+def one(statement: Statement) -> Plan[Rows]:
+    """The plan that runs ``statement`` and returns its rows."""
+    rows = yield statement
+    return rows
+
+
+def run_plan(plan: Plan[_T], execute: Callable[[Statement], Rows]) -> _T:
+    """Drive ``plan`` to its result, running each statement it yields with ``execute``.
+
+    An exception from ``execute`` is thrown into the plan (a plan may catch it, as a
+    ``try`` around ``yield``), and propagates from here when the plan does not."""
+    try:
+        statement = next(plan)
+        while True:
+            try:
+                rows = execute(statement)
+            except BaseException as exc:  # noqa: BLE001 - handed to the plan, re-raised by it
+                statement = plan.throw(exc)
+            else:
+                statement = plan.send(rows)
+    except StopIteration as stop:
+        result: _T = stop.value
+        return result
+    finally:
+        plan.close()
+
+
+async def arun_plan(plan: Plan[_T], execute: Callable[[Statement], Awaitable[Rows]]) -> _T:
+    """:func:`run_plan` for an async ``execute`` (same plan, same statements)."""
+    try:
+        statement = next(plan)
+        while True:
+            try:
+                rows = await execute(statement)
+            except BaseException as exc:  # noqa: BLE001 - handed to the plan, re-raised by it
+                statement = plan.throw(exc)
+            else:
+                statement = plan.send(rows)
+    except StopIteration as stop:
+        result: _T = stop.value
+        return result
+    finally:
+        plan.close()
