@@ -40,4 +40,3 @@ class SourceLoader(Protocol):
     def load(self) -> Iterable[MemoryEntry]:
         """Every entry of the source (ids must be unique across the role's sources)."""
         ...
-

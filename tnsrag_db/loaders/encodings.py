@@ -5,7 +5,6 @@ from __future__ import annotations
 from tnsrag_db.loaders.base import _Skip
 
 
-
 def _decode_text(data: bytes) -> str:
     """``data`` as text: UTF-8 (with or without BOM), a BOM-marked UTF-16/32, else the
     encoding ``charset-normalizer`` finds. Raises :class:`_Skip` for binary data."""
@@ -40,4 +39,3 @@ def _decode_text(data: bytes) -> str:
     if controls > len(text) // 100:
         raise _Skip("binary")
     return text
-

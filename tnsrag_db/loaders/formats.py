@@ -61,4 +61,3 @@ def _language(name: str) -> str:
 def _suffix(name: str) -> str:
     lower = name.lower().removesuffix(".gz")
     return os.path.splitext(lower)[1] or lower
-

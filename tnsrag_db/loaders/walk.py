@@ -125,4 +125,3 @@ def _unknown_reason(path: Path) -> str:
     except OSError:
         head = b""
     return "binary" if b"\x00" in head else f"unknown file type {_suffix(path.name)!r}"
-
