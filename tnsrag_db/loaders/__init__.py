@@ -15,7 +15,8 @@ to files), one module per format (:mod:`.text` for Markdown and plain text, :mod
 
 from __future__ import annotations
 
-from tnsrag_db.loaders.base import MAX_FILE_BYTES, SkippedFile, SourceLoader  # noqa: F401 (MAX_FILE_BYTES: public, not in __all__)
+from tnsrag_db.loaders.base import MAX_FILE_BYTES as MAX_FILE_BYTES  # public, though not in __all__
+from tnsrag_db.loaders.base import SkippedFile, SourceLoader
 from tnsrag_db.loaders.files import FileLoader
 from tnsrag_db.loaders.formats import file_format
 
