@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
 from tnsrag_db.errors import ConfigurationError, CorpusNotFoundError
 from tnsrag_db.store.schema import TIERS
@@ -136,7 +137,7 @@ def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
     not exist, :class:`ConfigurationError` for a bad ``max_sources``, :class:`DatabaseError`
     when the database fails. Reads only.
     """
-    if isinstance(max_sources, bool) or not isinstance(max_sources, int) or max_sources < 1:
+    if not is_int(max_sources) or max_sources < 1:
         raise ConfigurationError(f"max_sources must be an int >= 1, got {max_sources!r}")
     c = {"c": store.corpus}
     head = _rows(store, "SELECT text_config, created_at FROM corpora WHERE corpus = :c", c)

@@ -9,6 +9,7 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.admin.corpora import _not_found
 from tnsrag_db.admin.reports import ExportCounts
 from tnsrag_db.errors import ConfigurationError, DatabaseError, TnsragError
@@ -39,7 +40,7 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> Expo
     exist, :class:`ConfigurationError` for a bad ``batch_size``, :class:`DatabaseError`
     when the database fails.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
     from tnsrag_db.store.store import _row_to_entry
 

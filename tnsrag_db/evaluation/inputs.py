@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.errors import EvaluationDataError
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def _jsonl_query(line: str, path: str, n: int) -> tuple[str, str]:
         raise EvaluationDataError(f"{where}: expected a JSON object", path=path, line=n)
     qid = next((obj[k] for k in _ID_KEYS if k in obj), None)
     text = next((obj[k] for k in _TEXT_KEYS if k in obj), None)
-    if qid is None or isinstance(qid, bool) or not isinstance(qid, (str, int)):
+    if not (isinstance(qid, str) or is_int(qid)):
         raise EvaluationDataError(f"{where}: no query id (a string or integer under {', '.join(_ID_KEYS)})",
                                   path=path, line=n)
     if not isinstance(text, str):
