@@ -47,43 +47,52 @@ def _code_chunks(text: str, chunker: Chunker) -> list[str]:
         current.append(line)
     if current:
         blocks.append(("\n".join(current), starts_def))
-    chunks: list[str] = []
-    pending: list[str] = []
-    size = 0
+    pack = _Packer("\n\n", chunker.max_tokens)
     half = chunker.max_tokens // 2
     for block, is_def in blocks:
         pieces = [block] if chunker.fits(block) else _split_lines(block, chunker)
         for n, piece in enumerate(pieces):
-            cost = chunker.count(piece + "\n\n")
             # A definition starts a chunk of its own once the current one is half full.
-            if pending and (size + cost > chunker.max_tokens or (is_def and n == 0 and size >= half)):
-                chunks.append("\n\n".join(pending))
-                pending, size = [], 0
-            pending.append(piece)
-            size += cost
-    if pending:
-        chunks.append("\n\n".join(pending))
-    return [c.strip("\n") for c in chunks if c.strip()]
+            pack.add(piece, chunker.count(piece + "\n\n"), fresh=is_def and n == 0 and pack.size >= half)
+    pack.flush()
+    return [c.strip("\n") for c in pack.chunks if c.strip()]
 
 
 def _split_lines(block: str, chunker: Chunker) -> list[str]:
     """An oversized block cut between lines (a line too long for a chunk: between words)."""
-    out: list[str] = []
-    current: list[str] = []
-    size = 0
+    pack = _Packer("\n", chunker.max_tokens)
     for line in block.split("\n"):
         cost = chunker.count(line + "\n")
         if cost > chunker.max_tokens:
-            if current:
-                out.append("\n".join(current))
-                current, size = [], 0
-            out.extend(chunker.chunks(line))
-            continue
-        if current and size + cost > chunker.max_tokens:
-            out.append("\n".join(current))
-            current, size = [], 0
-        current.append(line)
-        size += cost
-    if current:
-        out.append("\n".join(current))
-    return out
+            pack.flush()
+            pack.chunks.extend(chunker.chunks(line))
+        else:
+            pack.add(line, cost)
+    pack.flush()
+    return pack.chunks
+
+
+class _Packer:
+    """Pieces gathered into chunks of at most ``limit`` tokens (a piece larger than that
+    stands alone), each chunk its pieces joined with ``sep``; :attr:`chunks` so far."""
+
+    def __init__(self, sep: str, limit: int) -> None:
+        self._sep = sep
+        self._limit = limit
+        self._pending: list[str] = []
+        self.size = 0  # tokens in the chunk being gathered
+        self.chunks: list[str] = []
+
+    def add(self, piece: str, cost: int, *, fresh: bool = False) -> None:
+        """Add ``piece`` (``cost`` tokens), ending the current chunk first when the piece
+        would overflow it or ``fresh`` asks for a new one."""
+        if self._pending and (fresh or self.size + cost > self._limit):
+            self.flush()
+        self._pending.append(piece)
+        self.size += cost
+
+    def flush(self) -> None:
+        """End the current chunk (if it has any piece)."""
+        if self._pending:
+            self.chunks.append(self._sep.join(self._pending))
+            self._pending, self.size = [], 0
