@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.corpora import _not_found
 from tnsrag_db.admin.reports import ExportCounts
-from tnsrag_db.errors import ConfigurationError, DatabaseError, TnsragError
+from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.explain.transaction import snapshot
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["entry_record", "export_corpus"]
@@ -45,34 +46,28 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> Expo
     from tnsrag_db.store.store import _row_to_entry
 
     entries = edges = 0
-    try:
-        with store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-            conn.execute(sa.text("SET TRANSACTION READ ONLY"))
-            if conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c"), {"c": store.corpus}).first() is None:
-                raise _not_found(store.corpus, list(conn.execute(
-                    sa.text("SELECT corpus FROM corpora ORDER BY corpus")).scalars()))
-            last = ""
-            while True:
-                rows = conn.execute(sa.text(
-                    "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
-                    "WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n"),
-                    {"c": store.corpus, "last": last, "n": batch_size}).all()
-                if not rows:
-                    break
-                ids = [r.id for r in rows]
-                outgoing: dict[str, list[dict[str, Any]]] = {}
-                for e in conn.execute(sa.text(
-                        "SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c AND src = ANY(:ids) "
-                        "ORDER BY src, relation, dst"), {"c": store.corpus, "ids": ids}).mappings():
-                    outgoing.setdefault(e["src"], []).append(dict(e))
-                for r in rows:
-                    mine = outgoing.get(r.id, [])
-                    out.write(json.dumps(entry_record(_row_to_entry(r), mine), ensure_ascii=False) + "\n")
-                    entries += 1
-                    edges += len(mine)
-                last = ids[-1]
-    except TnsragError:
-        raise
-    except sa.exc.SQLAlchemyError as exc:
-        raise DatabaseError(f"database error in corpus {store.corpus!r}: {exc}") from exc
+    with snapshot(store) as conn:  # one read-only REPEATABLE READ transaction
+        if conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c"), {"c": store.corpus}).first() is None:
+            raise _not_found(store.corpus, list(conn.execute(
+                sa.text("SELECT corpus FROM corpora ORDER BY corpus")).scalars()))
+        last = ""
+        while True:
+            rows = conn.execute(sa.text(
+                "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
+                "WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n"),
+                {"c": store.corpus, "last": last, "n": batch_size}).all()
+            if not rows:
+                break
+            ids = [r.id for r in rows]
+            outgoing: dict[str, list[dict[str, Any]]] = {}
+            for e in conn.execute(sa.text(
+                    "SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c AND src = ANY(:ids) "
+                    "ORDER BY src, relation, dst"), {"c": store.corpus, "ids": ids}).mappings():
+                outgoing.setdefault(e["src"], []).append(dict(e))
+            for r in rows:
+                mine = outgoing.get(r.id, [])
+                out.write(json.dumps(entry_record(_row_to_entry(r), mine), ensure_ascii=False) + "\n")
+                entries += 1
+                edges += len(mine)
+            last = ids[-1]
     return ExportCounts(entries, edges)
