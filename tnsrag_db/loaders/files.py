@@ -50,7 +50,7 @@ class FileLoader:
     * HTML: the main text (``<main>``, ``<article>`` or the body, without scripts, styles
       and navigation) in chunks; metadata ``title``. Parsed with selectolax (lexbor).
     * PDF: each page's text in chunks (pypdf); metadata ``page`` (1-based).
-    * Source code (``.py``, ``.js``, ``.go``, ... see ``_LANGUAGES``): chunks that begin at
+    * Source code (``.py``, ``.js``, ``.go``, ... see ``loaders.formats._LANGUAGES``): chunks that begin at
       top-level definitions and break at blank lines, lines kept; metadata ``language``.
     * JSONL: one object per non-blank line with ``content`` (or ``text``) and optional
       ``id`` (default ``path#line``), ``tier``, ``source`` (default the path; ``null``
