@@ -111,7 +111,12 @@ class VectorMemoryStore(VectorWrites):
         k = _check_k(k)
         score = check_number(min_score, "min_score")
         validate_filters(filters)  # type: ignore[arg-type]
-        vec = self._validate_rows([query_vector], 1, fix=fix)[0]  # type: ignore[list-item]
+        vec = query_vector
+        # What embed_query returns (1-d float32, finite, of the known dimension) is valid
+        # as it is; anything else goes through the full check.
+        if not (isinstance(vec, np.ndarray) and vec.dtype == np.float32 and vec.ndim == 1
+                and vec.shape[0] == self._dimension and bool(np.isfinite(vec).all())):
+            vec = self._validate_rows([query_vector], 1, fix=fix)[0]  # type: ignore[list-item]
         return vec, k, score
 
     def candidates_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -204,26 +205,36 @@ _ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
 def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]:
     """The ranking statement of ``r`` and its parameters. With ``path`` (an indexed space,
     a non-zero query vector), the statement that reports the path instead (``n``, ``ok``)."""
-    p, sid, dim, k = r.prefix, r.space_id, r.dimension, r.k
+    p = r.prefix
     predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f")
-    filtered = predicate != "TRUE"
     params.update({f"{p}_c": r.corpus, f"{p}_min": r.min_score})
+    zero = not np.any(r.vector)
+    if not zero:
+        params[f"{p}_q"] = r.vector
+    keys = validate_filters(r.filters)
+    by_index = len(keys) == 1 and set(keys) <= {"tier", "source"}
+    # The text depends only on the statement's shape (values are bound): rendered once per shape.
+    sql = _render(p, r.space_id, r.dimension, r.k, predicate, by_index, zero, r.index_name is not None,
+                  r.ef_search, r.exact_threshold, path)
+    return sql, params
+
+
+@lru_cache(maxsize=512)
+def _render(p: str, sid: int, dim: int, k: int, predicate: str, by_index: bool, zero: bool, indexed: bool,
+            ef: int, t: int, path: bool) -> str:
+    filtered = predicate != "TRUE"
     names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate}
     base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
-    if not np.any(r.vector):
-        return _ZERO_QUERY.format(base=base, **names), params
-    params[f"{p}_q"] = r.vector
+    if zero:
+        return _ZERO_QUERY.format(base=base, **names)
     exact = _EXACT.format(base=base, score=score(f"{p}_x.embedding <=> CAST(:{p}_q AS vector)"), **names)
-    if r.index_name is None:
-        return _UNINDEXED.format(exact=_indent(exact, 1), **names), params
-    qv = _QUERY_VECTOR.format(ef=r.ef_search, max_scan=MAX_SCAN_TUPLES, **names)
+    if not indexed:
+        return _UNINDEXED.format(exact=_indent(exact, 1), **names)
+    qv = _QUERY_VECTOR.format(ef=ef, max_scan=MAX_SCAN_TUPLES, **names)
     ctes: list[str] = []
     gate = small = ""
     if filtered:
-        t = r.exact_threshold
         ctes.append(_MATCHES.format(limit=t + 1, **names))
-        single = validate_filters(r.filters)
-        by_index = len(single) == 1 and set(single) <= {"tier", "source"}
         ctes.append((_COUNT_BY_INDEX if by_index else _COUNT_MATCHES).format(limit=t + 1, **names))
         gate = f" AND (SELECT n FROM {p}_n) > {t}"
         small = _SMALL.format(score=score(f"{p}_y.embedding <=> CAST(:{p}_q AS vector)"), t=t, **names)
@@ -232,13 +243,13 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     ok = _ENOUGH.format(**names)
     if path:
         counted = f"(SELECT n FROM {p}_n)" if filtered else "NULL::bigint"
-        return _PATH.format(ctes=", ".join(ctes), counted=counted, ok=ok), params
+        return _PATH.format(ctes=", ".join(ctes), counted=counted, ok=ok)
     small_branch = _SMALL_BRANCH.format(small=_indent(small, 2), **names) if small else ""
-    sql = _HNSW_RANKING.format(ctes=", ".join(ctes), hnsw_score=score("d"), ok=ok, exact=_indent(exact, 2),
-                               gate=gate, small=small_branch, **names)
-    return sql, params
+    return _HNSW_RANKING.format(ctes=", ".join(ctes), hnsw_score=score("d"), ok=ok, exact=_indent(exact, 2),
+                                gate=gate, small=small_branch, **names)
 
 
+@lru_cache(maxsize=512)
 def documents_sql(ranking: str, prefix: str, columns: str = "") -> str:
     """``ranking`` (prefix ``prefix``) joined with its entries: ``columns`` (entry columns on
     alias ``e``; default the columns of :data:`DOCUMENT_COLUMNS`) and ``score``, best first."""
