@@ -212,9 +212,9 @@ class VectorMemoryStore(VectorWrites):
         embedding function raises.
         """
         vec = self._embed_text_query(query, k, filters, min_score)
-        return self._store.run(self._search_plan_of(vec, k, filters, min_score))
+        return self._store.run(self._ids_plan(vec, k, filters, min_score))
 
-    def _search_plan_of(self, vec: npt.NDArray[np.float32], k: int, filters: Mapping[str, str] | None,
+    def _ids_plan(self, vec: npt.NDArray[np.float32], k: int, filters: Mapping[str, str] | None,
                         min_score: float) -> Plan[list[tuple[str, float]]]:
         statement = yield from self.ranking_plan(vec, k, filters=filters, min_score=min_score)
         if statement is None:
