@@ -9,7 +9,7 @@ import click
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.errors import EvaluationDataError
 from tnsrag_db.store.store import connect
-from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db.strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
 
 __all__ = ["eval_command"]
 
@@ -73,7 +73,7 @@ def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, qu
         from tnsrag_db.indexes.spaces import query_embedding
 
         # As `tnsrag query`: queries are embedded by the provider of the space searched.
-        embedder = query_embedding(store, embedding) if {"vector", "hybrid"} & set(names) else HashingEmbedding()
+        embedder = query_embedding(store, embedding) if EMBEDDING_STRATEGIES & set(names) else HashingEmbedding()
         built = {name: build_strategy(name, store, embedding=embedder) for name in names}
         report = evaluation.evaluate_strategies(built, queries, qrels, baseline=baseline, depth=top_k,
                                                 resamples=resamples, permutations=resamples, seed=seed)
