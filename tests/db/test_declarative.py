@@ -752,7 +752,7 @@ def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(
     # PostgreSQL breaks by aborting one side. The lock is polled instead.
     import numpy as np
 
-    from tnsrag_db.declarative._runtime import _lock_key, _write_once
+    from tnsrag_db.declarative._ingest import lock_key as _lock_key, write_once as _write_once
     from tnsrag_db.indexes.vector import VectorMemoryStore
 
     vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0, 0.0], index_threshold=None)
