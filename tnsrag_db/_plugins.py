@@ -9,8 +9,9 @@ lets every other import error through unchanged: an import that fails *inside* a
 that is there (a renamed function, a typo, a dependency of the dependency) is a bug to
 see with its traceback, not a quiet "not installed".
 
-The test is on :attr:`ImportError.name`, the module the import system could not find
-(``import a.b.c`` with ``a`` absent names ``a``); a message is never parsed.
+The test is on the :class:`ModuleNotFoundError` and its :attr:`~ImportError.name`, the
+module the import system could not find (``import a.b.c`` with ``a`` absent names ``a``);
+a message is never parsed.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ def _packages(module: str) -> Iterator[str]:
 def is_missing(exc: ImportError, modules: Collection[str]) -> bool:
     """True when ``exc`` says one of ``modules`` (or a package holding one) is not installed.
 
-    A module *below* a listed one (``mcp.server`` for ``mcp``) does not count: the listed
-    module is there and something inside it failed.
+    Only a :class:`ModuleNotFoundError` counts. A module *below* a listed one
+    (``mcp.server`` for ``mcp``) does not: the listed module is there and something
+    inside it failed; nor does a name missing from a listed module (``from M import X``
+    raises an ``ImportError`` whose ``name`` is M).
     """
+    if not isinstance(exc, ModuleNotFoundError):
+        return False  # "cannot import name X from M": M is there, X is not (a rename, a typo)
     name = exc.name
     return name is not None and any(name in _packages(module) for module in modules)
 

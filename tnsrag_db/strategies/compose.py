@@ -241,7 +241,7 @@ EMBEDDING_STRATEGIES = frozenset(name for name, builder in BUILDERS.items() if b
 def _builder(name: str) -> Builder:
     builder = BUILDERS.get(name)
     if builder is None:
-        raise StrategyUnavailableError(f"unknown strategy {name!r}; available: {', '.join(STRATEGY_NAMES)}")
+        raise StrategyUnavailableError(f"unknown strategy {name!r}; available: {', '.join(BUILDERS)}")
     return builder
 
 
