@@ -37,7 +37,7 @@ _DEFAULT_STRATEGIES = ("keyword", "vector", "hybrid")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw a bar chart with the intervals to this PNG file (needs tnsrag-db[plot]).")
 @click.option("--embedding", default=None, metavar="NAME",
-              help="Embedding space vector and hybrid search (default: the corpus's newest complete space).")
+              help="Embedding space the strategies that embed search (default: the corpus's newest complete space).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (with per-query values).")
 @handle_errors
 def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, queries_path: Path,
