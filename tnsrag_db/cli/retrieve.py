@@ -1,7 +1,7 @@
 """``tnsrag query``: retrieve with one of the strategies (``tnsrag ingest`` lives in :mod:`tnsrag_db.cli.ingest`).
 
-What only vector and hybrid search need (the embedding provider, which loads numpy) is
-imported inside the command, so a keyword query process does not pay for it.
+What only the strategies that embed the query need (the embedding provider, which loads
+numpy) is imported inside the command, so a keyword query process does not pay for it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import click
 from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db.store.store import connect
 from tnsrag_db.strategies.explain import explain_with
-from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db.strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
 from tnsrag_db.types import RAGContext
 
 __all__ = ["query"]
@@ -39,7 +39,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     """Retrieve the best entries for TEXT with one of the strategies.
 
     Vector and hybrid search embed TEXT with the provider that filled the embedding
-    space they search: the corpus's newest complete space, or --embedding NAME's.
+    space they search: the corpus's newest complete space, or --embedding NAME's; so
+    do hierarchical, temporal and multi_query, whose child is vector search.
 
     TEXT must not be blank. A corpus that does not exist is an error (exit 1) naming
     the corpora that do; when a --filter matches no entry, a note on stderr says which
@@ -58,9 +59,9 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     context = RAGContext(top_k, min_score, parse_pairs(filters, "--filter"))
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
         require_corpus(store)  # reads only: a query never creates a corpus
-        # Only vector and hybrid search embed the query; the others never load a model.
+        # Only the strategies that embed the query load a model (keyword, graph, reasoning never do).
         embedder = None
-        if strategy in ("vector", "hybrid"):
+        if strategy in EMBEDDING_STRATEGIES:
             from tnsrag_db.indexes.spaces import query_embedding
 
             embedder = query_embedding(store, embedding)
