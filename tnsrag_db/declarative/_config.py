@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.errors import ConfigurationError, InvalidFilterError
@@ -67,9 +67,9 @@ def strip_reserved(filters: Mapping[str, str]) -> dict[str, str]:
 
 
 def _positive_int(value: object, what: str, *, minimum: int = 1) -> int:
-    if not (is_int(value) and cast(int, value) >= minimum):
+    if not (is_int(value) and value >= minimum):
         raise ConfigurationError(f"{what} must be an int >= {minimum}, got {value!r}")
-    return cast(int, value)
+    return value
 
 
 def _optional_name(value: object, what: str) -> str | None:
