@@ -20,7 +20,8 @@ class KeywordRAGStrategy:
 
     Metadata filters and the inclusive ``min_score`` apply in SQL before the top
     ``max_results``; each result's score is its BM25 score (> 0). Query analysis,
-    scoring and the result rows come from one statement. Raises
+    scoring and the result rows come from one statement (a second one only when some
+    query term is frequent: see :meth:`BM25Index.documents_plan`). Raises
     :class:`ConfigurationError` when ``keywords`` is not a :class:`BM25Index`.
     """
 
@@ -51,7 +52,8 @@ class KeywordRAGStrategy:
         happens when the plan starts)."""
         ctx = resolve_context(context)
         text = check_query(query)
-        rows = yield self._statement(text, ctx)
+        rows = yield from self._keywords.documents_plan(text, ctx.max_results, filters=ctx.metadata_filters,
+                                                        min_score=ctx.min_score)
         return [document_from_row(row, float(row.score)) for row in rows]
 
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:

@@ -27,6 +27,7 @@ query term is frequent: see :mod:`tnsrag_db.indexes.bm25.sql`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,6 +48,26 @@ __all__ = ["BM25Index"]
 
 #: The columns of :meth:`BM25Index.documents_statement`'s rows.
 DOCUMENT_COLUMNS = ("score", "entry_id", "content", "tier", "source", "metadata")
+
+
+# The rendered statements depend only on the prefix and the filter predicate (values are
+# bound): render each once.
+@lru_cache(maxsize=256)
+def _ranking_sql(p: str, predicate: str) -> str:
+    return sql.ranking_sql(p, predicate)
+
+
+@lru_cache(maxsize=256)
+def _plain_ranking_sql(p: str, predicate: str) -> str:
+    return sql.plain_ranking_sql(p, predicate)
+
+
+@lru_cache(maxsize=256)
+def _documents_of_ranking_sql(p: str, ranking: str) -> str:
+    # LEFT JOIN: a plain statement's row of NULLs stays (ranked entries always exist:
+    # the same snapshot ranked them).
+    return f"WITH {p}_rk AS (\n{ranking}\n)\n" + sql.documents_sql(
+        p, f"{p}_rk", "r.score", "r.score DESC NULLS FIRST, r.entry_id", join="LEFT JOIN")
 
 
 def _check_query_text(query: object) -> str:
@@ -133,9 +154,15 @@ class BM25Index:
         return statement.sql, dict(statement.params)
 
     def ranking_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                          min_score: float = 0.0, prefix: str = "k") -> Statement:
+                          min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:
         """:meth:`candidates_sql` as a :class:`~tnsrag_db.db.statement.Statement` (columns
-        ``entry_id``, ``score``), built without I/O. Errors as :meth:`candidates_sql`."""
+        ``entry_id``, ``score``), built without I/O.
+
+        With ``plain`` the statement is the short one of the common case (no query term
+        frequent enough for pruning to pay): the same rows when it applies, else one row
+        ``(NULL, NULL)`` and nothing scored, after which the caller runs the statement
+        without ``plain`` (see :meth:`search_plan`). Errors as :meth:`candidates_sql`.
+        """
         text = _check_query_text(query)
         p = check_prefix(prefix, error=ConfigurationError)
         limit = check_int(k, "k", minimum=1, maximum=MAX_CANDIDATES)
@@ -143,22 +170,32 @@ class BM25Index:
         predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f")
         params: dict[str, Any] = {
             **self._analysis_params(text, p), **fparams, **self._formula_params(p),
-            f"{p}_min": floor, f"{p}_lim": limit,
-            f"{p}_nedf": float(sql.PRUNE_MIN_DF), f"{p}_ner": sql.PRUNE_RATIO, f"{p}_tol": sql.BOUND_TOLERANCE,
-            f"{p}_pc": sql.PROBE_COST, f"{p}_fsmall": sql.FILTER_PROBE_MAX,
+            f"{p}_min": floor, f"{p}_lim": limit, f"{p}_nedf": float(sql.PRUNE_MIN_DF),
+            f"{p}_fsmall": sql.FILTER_PROBE_MAX,
         }
-        return Statement(sql.ranking_sql(p, predicate), params, ("entry_id", "score"))
+        if plain:
+            return Statement(_plain_ranking_sql(p, predicate), params, ("entry_id", "score"))
+        params.update({f"{p}_ner": sql.PRUNE_RATIO, f"{p}_tol": sql.BOUND_TOLERANCE, f"{p}_pc": sql.PROBE_COST})
+        return Statement(_ranking_sql(p, predicate), params, ("entry_id", "score"))
 
     def documents_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                            min_score: float = 0.0, prefix: str = "k") -> Statement:
+                            min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:
         """The ranking of :meth:`ranking_statement` with each entry's row: columns ``score``,
         ``entry_id``, ``content``, ``tier``, ``source``, ``metadata``, best first (ties by
-        entry id), as :func:`~tnsrag_db.strategies.base.document_from_row` reads them.
-        Errors as :meth:`candidates_sql`."""
-        ranking = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix)
-        p = prefix
-        body = sql.documents_sql(p, f"{p}_rk", "r.score", "r.score DESC, r.entry_id")
-        return Statement(f"WITH {p}_rk AS (\n{ranking.sql}\n)\n{body}", ranking.params, DOCUMENT_COLUMNS)
+        entry id), as :func:`~tnsrag_db.strategies.base.document_from_row` reads them; with
+        ``plain``, one row of NULLs when the plain scoring does not apply (see
+        :meth:`ranking_statement`). Errors as :meth:`candidates_sql`."""
+        ranking = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix, plain=plain)
+        return Statement(_documents_of_ranking_sql(prefix, ranking.sql), ranking.params, DOCUMENT_COLUMNS)
+
+    def documents_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                       min_score: float = 0.0) -> Plan[Rows]:
+        """The rows of :meth:`documents_statement` as a :data:`~tnsrag_db.db.statement.Plan`:
+        the plain statement first, the pruned one only when some query term is frequent."""
+        rows = yield self.documents_statement(query, k, filters=filters, min_score=min_score, plain=True)
+        if rows and rows[0].entry_id is None:
+            rows = yield self.documents_statement(query, k, filters=filters, min_score=min_score)
+        return rows
 
     def documents_sql(self, source: str, *, columns: str, order_by: str, prefix: str) -> str:
         """``SELECT <columns>, <entry columns> FROM <source> r JOIN entries ...``: the entry rows
@@ -171,8 +208,11 @@ class BM25Index:
 
     def search_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                     min_score: float = 0.0) -> Plan[list[tuple[str, float]]]:
-        """:meth:`search` as an I/O-free :data:`~tnsrag_db.db.statement.Plan`."""
-        rows = yield self.ranking_statement(query, k, filters=filters, min_score=min_score)
+        """:meth:`search` as an I/O-free :data:`~tnsrag_db.db.statement.Plan`: the plain
+        statement first, the pruned one only when some query term is frequent."""
+        rows = yield self.ranking_statement(query, k, filters=filters, min_score=min_score, plain=True)
+        if rows and rows[0].entry_id is None:
+            rows = yield self.ranking_statement(query, k, filters=filters, min_score=min_score)
         return [(r.entry_id, float(r.score)) for r in rows]
 
     def search(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,

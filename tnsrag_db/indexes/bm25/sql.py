@@ -148,12 +148,7 @@ def ranking_sql(p: str, predicate: str = "TRUE") -> str:
     floor = f"CAST(:{p}_min AS float8)"
     tol = f"CAST(:{p}_tol AS float8)"
     filtered = predicate != "TRUE"
-    fe = dedent(f"""\
-        {p}_fe AS MATERIALIZED (
-          -- The filtered entries, read once, and only when a filter is given and the
-          -- postings to check are many (see the CASE of each scan).
-          SELECT {p}_e.id FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c AND {predicate}
-        ), """) if filtered else ""
+    fe = _filtered_entries(p, predicate)
     return _render("""\
         WITH {fe}{terms}, {p}_t AS MATERIALIZED (
           -- Non-essential terms: the most frequent ones (at least PRUNE_MIN_DF entries each),
@@ -177,20 +172,7 @@ def ranking_sql(p: str, predicate: str = "TRUE") -> str:
                  coalesce(sum(t.df) FILTER (WHERE NOT t.ne), 0.0::float8) AS ess_df,
                  count(*) FILTER (WHERE t.ne) AS n_ne
           FROM {p}_t t
-        ), {p}_full AS (
-          -- The plain scoring: every posting of every query term, summed per entry. Filters
-          -- restrict the postings before the aggregation (only matching entries are summed).
-          SELECT s.entry_id, s.score
-          FROM (
-            SELECT p.entry_id, sum({part_w}) AS score
-            FROM {p}_w w JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = w.lexeme
-            WHERE {keep_full}
-            GROUP BY p.entry_id
-          ) s
-          WHERE s.score >= {floor}
-          ORDER BY s.score DESC, s.entry_id
-          LIMIT :{p}_lim
-        ), {p}_pa AS MATERIALIZED (
+        ), {full}, {p}_pa AS MATERIALIZED (
           -- Pruned scoring from here on (it runs only when some term is non-essential).
           -- Phase A: the partial (essential-term) score of every entry holding an essential term.
           SELECT p.entry_id, sum({part_t}) AS ps
@@ -256,18 +238,73 @@ def ranking_sql(p: str, predicate: str = "TRUE") -> str:
         ORDER BY u.score DESC, u.entry_id
         LIMIT :{p}_lim""", p=p, fe=fe, terms=_term_ctes(p, known_terms_only=True), floor=floor, tol=tol,
         part_w=_part(p, "w", "p"), part_t=_part(p, "t", "p"), ne_a=_ne_sum(p, "a"),
-        keep_full=_keep(p, "p", f"(SELECT all_df FROM {p}_b)", predicate),
+        full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_b)"),
         keep_a=_keep(p, "p", f"(SELECT ess_df FROM {p}_b)", predicate))
 
 
-def documents_sql(p: str, source: str, columns: str, order_by: str) -> str:
+def _full_cte(p: str, predicate: str, all_df: str) -> str:
+    """The CTE ``{p}_full``: the plain scoring (``all_df``: an SQL expression of the number
+    of postings it reads, for the choice of filter method)."""
+    return _render("""\
+        {p}_full AS (
+          -- The plain scoring: every posting of every query term, summed per entry. Filters
+          -- restrict the postings before the aggregation (only matching entries are summed).
+          SELECT s.entry_id, s.score
+          FROM (
+            SELECT p.entry_id, sum({part}) AS score
+            FROM {p}_w w JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = w.lexeme
+            WHERE {keep}
+            GROUP BY p.entry_id
+          ) s
+          WHERE s.score >= CAST(:{p}_min AS float8)
+          ORDER BY s.score DESC, s.entry_id
+          LIMIT :{p}_lim
+        )""", p=p, part=_part(p, "w", "p"), keep=_keep(p, "p", all_df, predicate))
+
+
+def plain_ranking_sql(p: str, predicate: str = "TRUE") -> str:
+    """:func:`ranking_sql` without the pruned scoring, when it does not apply: the same rows,
+    or, when some query term is frequent (pruning might pay), a single row ``(NULL, NULL)``
+    instead, and nothing scored. A short statement, quick to plan, for the common case of
+    specific query terms; the caller runs :func:`ranking_sql` after a ``NULL`` row."""
+    return _render("""\
+        WITH {fe}{terms}, {p}_g AS MATERIALIZED (
+          -- Whether pruning might pay (some term is frequent and is not the only term): decided
+          -- from the df just read. all_df: the postings the plain scoring reads.
+          SELECT count(*) > 1 AND coalesce(max(w.df), 0.0::float8) >= CAST(:{p}_nedf AS float8) AS prune,
+                 coalesce(sum(w.df), 0.0::float8) AS all_df
+          FROM {p}_w w
+        ), {full}
+        SELECT u.entry_id, u.score
+        FROM (
+          SELECT f.entry_id, f.score FROM {p}_full f WHERE NOT (SELECT prune FROM {p}_g)
+          UNION ALL
+          SELECT NULL, NULL FROM {p}_g g WHERE g.prune
+        ) u
+        ORDER BY u.score DESC NULLS FIRST, u.entry_id""", p=p, fe=_filtered_entries(p, predicate),
+                   terms=_term_ctes(p, known_terms_only=True), full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_g)"))
+
+
+def _filtered_entries(p: str, predicate: str) -> str:
+    """The CTE ``{p}_fe`` (and a comma) when a filter is given, else nothing."""
+    if predicate == "TRUE":
+        return ""
+    return dedent(f"""\
+        {p}_fe AS MATERIALIZED (
+          -- The filtered entries, read once, and only when a filter is given and the
+          -- postings to check are many (see the CASE of each scan).
+          SELECT {p}_e.id FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c AND {predicate}
+        ), """)
+
+
+def documents_sql(p: str, source: str, columns: str, order_by: str, *, join: str = "JOIN") -> str:
     """``SELECT {columns}, <entry columns> FROM {source} r JOIN entries e ... ORDER BY {order_by}``:
     the entry rows (:data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`, alias ``e``) of the
     ranked rows ``r`` of ``source`` (a CTE name with an ``entry_id`` column)."""
     return dedent(f"""\
         SELECT {columns}, {ENTRY_COLUMNS}
         FROM {source} r
-        JOIN entries e ON e.corpus = :{p}_c AND e.id = r.entry_id
+        {join} entries e ON e.corpus = :{p}_c AND e.id = r.entry_id
         ORDER BY {order_by}""")
 
 
