@@ -161,7 +161,9 @@ class BM25Index:
         With ``plain`` the statement is the short one of the common case (no query term
         frequent enough for pruning to pay): the same rows when it applies, else one row
         ``(NULL, NULL)`` and nothing scored, after which the caller runs the statement
-        without ``plain`` (see :meth:`search_plan`). Errors as :meth:`candidates_sql`.
+        without ``plain`` (see :meth:`search_plan`). Both score exactly alike (the pruned
+        statement takes the plain scoring whenever no term is non-essential). Errors as
+        :meth:`candidates_sql`.
         """
         text = _check_query_text(query)
         p = check_prefix(prefix, error=ConfigurationError)
@@ -197,14 +199,17 @@ class BM25Index:
             rows = yield self.documents_statement(query, k, filters=filters, min_score=min_score)
         return rows
 
-    def documents_sql(self, source: str, *, columns: str, order_by: str, prefix: str) -> str:
+    def documents_sql(self, source: str, *, columns: str, order_by: str, prefix: str,
+                      left_join: bool = False) -> str:
         """``SELECT <columns>, <entry columns> FROM <source> r JOIN entries ...``: the entry rows
         (alias ``e``, :data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`) of the rows ``r`` of the
         CTE ``source`` (with an ``entry_id`` column), ordered by ``order_by``; the corpus is
-        the ``:<prefix>_c`` of a ranking statement of this index built with ``prefix``
-        (so it must be part of the same statement). ``source``, ``columns`` and
-        ``order_by`` are code constants."""
-        return sql.documents_sql(check_prefix(prefix, error=ConfigurationError), source, columns, order_by)
+        bound as ``:<prefix>_c`` by the caller (or by a ranking statement of this index built
+        with ``prefix`` in the same statement). ``source``, ``columns`` and
+        ``order_by`` are code constants. ``left_join`` keeps rows of ``source`` without an
+        entry (a plain statement's row of NULLs), with NULL entry columns."""
+        return sql.documents_sql(check_prefix(prefix, error=ConfigurationError), source, columns, order_by,
+                                 join="LEFT JOIN" if left_join else "JOIN")
 
     def search_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                     min_score: float = 0.0) -> Plan[list[tuple[str, float]]]:
