@@ -106,7 +106,7 @@ def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
 
 
 def test_a_bulk_write_refreshes_planner_statistics(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tnsrag_db.store.store as store_module
+    import tnsrag_db.store.corpus as store_module
 
     def reltuples_and_rows() -> tuple[float, int]:
         with store.transaction() as conn:
@@ -128,7 +128,7 @@ def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Stor
     # A concurrent index build holds SHARE UPDATE EXCLUSIVE on embeddings and waits for
     # older snapshots: the refresh must not queue behind it (a deadlock), but analyse
     # the other tables and skip that one.
-    import tnsrag_db.store.store as store_module
+    import tnsrag_db.store.corpus as store_module
 
     def reltuples_and_rows() -> tuple[float, int]:
         with store.transaction() as conn:
@@ -233,7 +233,7 @@ def _kill_pooled_connection(store: Store, engine: sa.Engine) -> None:
 
 def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engine: sa.Engine,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import tnsrag_db.store.engine as engine_module
+    import tnsrag_db.db.engine as engine_module
     from tnsrag_db.errors import DatabaseError
 
     store = _one_connection_store(db_url, "test_dead_connection")
