@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
+from tnsrag_db.store.staging import EDGE_STAGE_DDL
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry, is_unicode_text
 
@@ -44,10 +45,7 @@ _MAX_ID = 512
 MAX_EDGE_KEY_BYTES = 1800
 _MAX_NAMED_MISSING = 20
 
-_STAGE_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_edges (ord int NOT NULL, src text NOT NULL, dst text NOT NULL, "
-    "relation text NOT NULL, weight float8 NOT NULL, source text) ON COMMIT DELETE ROWS"
-)
+_STAGE_DDL = EDGE_STAGE_DDL  # the stage tables are declared in tnsrag_db.store.staging
 
 # Last occurrence of a duplicated (src, relation, dst) in one batch wins; ON CONFLICT
 # cannot touch the same row twice in one statement. ``xmax = 0`` tells a fresh row
