@@ -281,3 +281,12 @@ def test_run_with_snapshot_sees_one_committed_state(store: Store) -> None:
 
     assert store.run(plan("s1"), snapshot=True) == (1, 1)
     assert store.run(plan("s2"), snapshot=False) == (2, 3)  # autocommit: each statement sees the latest commit
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, True, 2.5, "10"])
+def test_iter_entries_refuses_a_bad_batch_size(store: Store, batch_size: object) -> None:
+    from tnsrag_db.errors import ValidationError
+
+    store.add(MemoryEntry("a", "alpha"))
+    with pytest.raises(ValidationError, match="batch_size"):
+        list(store.iter_entries(batch_size=batch_size))  # type: ignore[arg-type]

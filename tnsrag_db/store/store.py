@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from tnsrag_db._validate import is_int
+from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.db import migrate
 from tnsrag_db.db.engine import create_engine
 from tnsrag_db.db.schema import DEFAULT_SCHEMA
@@ -243,7 +243,11 @@ class Store:
                                     {"c": self._corpus, **params}).scalar_one())
 
     def iter_entries(self, *, batch_size: int = 1000) -> Iterator[MemoryEntry]:
-        """Every entry of the corpus in id order, read in batches (keyset pagination)."""
+        """Every entry of the corpus in id order, read in batches (keyset pagination).
+
+        Raises :class:`ValidationError` for a ``batch_size`` that is not an int of at least 1.
+        """
+        check_int(batch_size, "batch_size", minimum=1)
         last = ""
         while True:
             with self._session.transaction() as conn:
