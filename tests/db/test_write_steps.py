@@ -160,3 +160,25 @@ def test_an_empty_batch_runs_the_extensions_alone(store: Store) -> None:
     assert store.write([], extensions=[extension]) == WriteReport()
     assert calls == ["validate", "before", "after:0", "finish"]
     assert store.write([]) == WriteReport()
+
+
+class _HierarchyCheck(WriteExtension):
+    """HierarchyIndex.add_all's check as an extension (the shape its module can move to)."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
+        self.index.check_written(conn, [e.id for e in batch])
+
+
+def test_a_hierarchy_check_joins_the_write_as_an_extension(store: Store) -> None:
+    from tnsrag_db.errors import HierarchyError
+    from tnsrag_db.indexes.hierarchy import HierarchyIndex
+
+    check = _HierarchyCheck(HierarchyIndex(store))
+    store.write([MemoryEntry("root", "the root"), MemoryEntry("leaf", "a leaf", parent_id="root")], extensions=[check])
+    with pytest.raises(HierarchyError) as caught:
+        store.write([MemoryEntry("orphan", "no parent", parent_id="missing")], extensions=[check])
+    assert "orphan" in caught.value.ids or "missing" in str(caught.value)
+    assert sorted(e.id for e in store.iter_entries()) == ["leaf", "root"]
