@@ -20,6 +20,7 @@ state file, so a CLI call pays for neither.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,21 +37,9 @@ from tnsrag_db.errors import DatabaseError
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
-__all__ = [
-    "DEFAULT_IDLE_TIMEOUT",
-    "EMBEDDED_DATABASE",
-    "ServerStatus",
-    "default_data_dir",
-    "embedded_data_dir",
-    "embedded_url",
-    "ensure_database",
-    "ensure_running",
-    "keep_running",
-    "kept_running_timeout",
-    "serve",
-    "status",
-    "stop",
-]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "EMBEDDED_DATABASE", "ServerStatus", "default_data_dir", "embedded_data_dir",
+           "embedded_url", "ensure_database", "ensure_running", "keep_running", "kept_running_timeout", "serve",
+           "status", "stop"]
 
 #: Seconds without a client or a CLI call after which the keeper lets the server stop.
 DEFAULT_IDLE_TIMEOUT = 900.0
@@ -87,19 +76,14 @@ def default_data_dir() -> Path:
         return Path(platformdirs.user_data_dir("tnsrag_db")) / "pg18"
 
 
-def embedded_data_dir() -> Path:
-    """The embedded server's data directory: ``<user data dir>/tnsrag_db/pg18``."""
-    return default_data_dir()
+#: The embedded server's data directory (the old name of :func:`default_data_dir`).
+embedded_data_dir = default_data_dir
 
 
 def embedded_url(data_dir: Path | None = None) -> URL:
-    """Start (or reuse) the embedded server and return a URL for its ``tnsrag`` database.
-
-    The server keeps running while any process holds a handle and stops when the last one
-    exits. After :func:`keep_running` (the CLI calls it) the server is the kept-running one
-    instead, which outlives this process and stops after an idle time. Raises
-    :class:`DatabaseError` when the server cannot start.
-    """
+    """Start (or reuse) the embedded server and return a URL for its ``tnsrag`` database: the
+    wheel's server (stopped when the last process holding a handle exits) or, after
+    :func:`keep_running`, the kept-running one. Raises :class:`DatabaseError` when it cannot start."""
     import warnings
 
     from tnsrag_db.db.engine import normalize_url
@@ -132,10 +116,8 @@ def ensure_database(server_url: URL, name: str) -> None:
     try:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
-                try:
-                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-                except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
-                    pass  # another process created it first
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))  # or a racer did
     except psycopg.Error as exc:
         raise DatabaseError(f"could not create database {name!r}: {exc}") from exc
 
