@@ -21,9 +21,9 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from tnsrag_db.store.engine import create_engine, validate_schema_name
-from tnsrag_db.store.migrate import advisory_lock_key, bootstrap_statements, include_object
-from tnsrag_db.store.schema import DEFAULT_SCHEMA, metadata
+from tnsrag_db.db.engine import create_engine, validate_schema_name
+from tnsrag_db.db.migrate import advisory_lock_key, bootstrap_statements, include_object
+from tnsrag_db.db.schema import DEFAULT_SCHEMA, metadata
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)

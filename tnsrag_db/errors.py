@@ -22,6 +22,8 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   ├── MigrationError           an alembic upgrade or downgrade failed
     │   ├── PermissionDeniedError    the role lacks a privilege, or the session is read-only
     │   ├── StatementTimeoutError    a statement ran past statement_timeout or lock_timeout
+    │   ├── DeadlockError            PostgreSQL aborted the transaction to break a deadlock
+    │   ├── ConstraintViolationError a write broke a constraint (unique, foreign key, check)
     │   └── ConnectionLostError      the server connection broke during the operation
     └── RetrievalError               a retrieval failed at run time
         ├── ProviderTransportError   an embedding/model provider's transport failed
@@ -30,22 +32,30 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
         ├── RetrievalCancelledError  a CancellationToken stopped the work
         └── StrategyUnavailableError a requested strategy or mode is not available
 
-Driver errors (psycopg, SQLAlchemy) are wrapped with ``raise ... from exc``.
+Driver errors (psycopg, SQLAlchemy) are mapped to the :class:`DatabaseError` subclass
+their SQLSTATE names, in one place (:func:`tnsrag_db.db.session.map_db_errors`), with
+``raise ... from exc``; the SQLSTATE is kept as :attr:`DatabaseError.sqlstate`.
+
+Each class says whether it is a *run-time failure* (:attr:`TnsragError.runtime_failure`):
+a retrieval, provider or database failure that ``OnFailure.CONTINUE_EMPTY`` may turn into
+an empty result, as opposed to a bad configuration or bad input, which always raises.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tnsrag_db.store.store import IngestCounts
+    from tnsrag_db.store.write import IngestCounts
 
 __all__ = [
     "ConfigurationError",
     "ConnectionLostError",
+    "ConstraintViolationError",
     "CorpusNotFoundError",
     "DanglingReferenceError",
     "DatabaseError",
+    "DeadlockError",
     "EmbeddingValidationError",
     "EvaluationDataError",
     "ExecutionError",
@@ -73,6 +83,11 @@ __all__ = [
 
 class TnsragError(Exception):
     """Root of every error raised by tnsrag_db."""
+
+    #: True for run-time failures (the database, a provider or a retrieval failed), which
+    #: ``OnFailure.CONTINUE_EMPTY`` may answer with an empty result; False for bad
+    #: configuration and bad input, which always raise.
+    runtime_failure: ClassVar[bool] = False
 
 
 class ConfigurationError(TnsragError):
@@ -129,6 +144,9 @@ class InvalidContextError(ValidationError):
 class EmbeddingValidationError(ValidationError):
     """An embedding is empty, too long, non-finite or of the wrong dimension."""
 
+    #: A provider returned it at run time (a query's embedding): a run-time failure.
+    runtime_failure: ClassVar[bool] = True
+
 
 class TemporalValidationError(ValidationError):
     """A timestamp is malformed, zone-less or further in the future than allowed."""
@@ -170,6 +188,10 @@ class IngestInterrupted(TnsragError):
 class DatabaseError(TnsragError):
     """The database raised an error or could not be reached."""
 
+    runtime_failure: ClassVar[bool] = True
+    #: The driver error's SQLSTATE when a driver error was mapped to this one (None otherwise).
+    sqlstate: str | None = None
+
 
 class SchemaNotReadyError(DatabaseError):
     """The library's schema is missing or not migrated to the expected revision."""
@@ -187,12 +209,25 @@ class StatementTimeoutError(DatabaseError):
     """The server cancelled a statement (``statement_timeout``, ``lock_timeout`` or a cancel request)."""
 
 
+class DeadlockError(DatabaseError):
+    """PostgreSQL aborted the transaction to break a deadlock (SQLSTATE 40P01); nothing of it
+    was committed, and running it again whole is safe (the library's writes do, see
+    :func:`~tnsrag_db.store.store.retry_on_deadlock`)."""
+
+
+class ConstraintViolationError(DatabaseError):
+    """A statement broke an integrity constraint (SQLSTATE class 23: unique, foreign key, check,
+    not null); its transaction was rolled back."""
+
+
 class ConnectionLostError(DatabaseError):
     """The connection to the server broke mid-operation; its open transaction did not commit."""
 
 
 class RetrievalError(TnsragError):
     """A retrieval failed at run time."""
+
+    runtime_failure: ClassVar[bool] = True
 
 
 class ProviderTransportError(RetrievalError):
@@ -213,3 +248,6 @@ class RetrievalCancelledError(RetrievalError):
 
 class StrategyUnavailableError(RetrievalError):
     """The requested strategy or retrieval mode is not available in this installation."""
+
+    #: An installation problem, not a failure of this call: never answered with an empty result.
+    runtime_failure: ClassVar[bool] = False

@@ -34,7 +34,7 @@ class FixedScores:
         ctx = resolve_context(context)
         self.calls.append(ctx)
         predicate, params = filter_sql(ctx.metadata_filters)
-        with self.store.transaction() as conn:
+        with self.store.session.transaction() as conn:
             rows = conn.execute(sa.text(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.corpus = :c "
                                         f"AND e.id = ANY(:ids) AND {predicate}"),
                                 {"c": self.store.corpus, "ids": list(self.scores), **params}).all()

@@ -30,7 +30,7 @@ _TERMS_SQL = sa.text(
 def analysed_counts(store: Store, texts: Iterable[str], cfg: str = "english") -> list[Counter[str]]:
     """Term counts of each text, recomputed from the analysis rules (not read from the postings)."""
     out: list[Counter[str]] = []
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         for text in texts:
             analysed = analyze(text)
             counts: Counter[str] = Counter(analysed.extra_terms)
@@ -133,7 +133,7 @@ def test_scores_equal_reference_bm25_with_long_documents_updates_and_deletes(sto
     terms = index.document_terms(["long1", "long2"])
     assert terms["long1"]["alpha"] == 300 and terms["long2"]["alpha"] == 700 and terms["long2"]["agent"] == 700
     assert sum(terms["long1"].values()) == 17_303
-    with store.transaction() as conn:  # what a single tsvector would have kept
+    with store.session.transaction() as conn:  # what a single tsvector would have kept
         capped = conn.execute(sa.text("SELECT cardinality(positions) FROM unnest(to_tsvector('english', :t)) "
                                       "WHERE lexeme = 'alpha'"), {"t": long_text}).scalar_one()
     assert capped < 300
@@ -221,7 +221,7 @@ def test_scores_equal_reference_after_concurrent_writers(make_store: Callable[..
     url = db_url.render_as_string(hide_password=False)
     assert run_processes(_writer, [(url, store.corpus, seed, 80) for seed in range(4)], 120) == [0, 0, 0, 0]
     index = BM25Index(store)
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         rows = conn.execute(sa.text("SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS tl FROM entries "
                                     "WHERE corpus = :c"), {"c": store.corpus}).one()
         shards = conn.execute(sa.text("SELECT count(*) FROM bm25_stats WHERE corpus = :c"),
@@ -283,7 +283,7 @@ ABBREVIATION_DOCS = [
 def test_abbreviations_add_no_one_letter_terms(store: Store) -> None:
     index = BM25Index(store)
     index.add_all(ABBREVIATION_DOCS)
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         lexemes = dict(conn.execute(sa.text("SELECT id, lexemes FROM entries WHERE corpus = :c"),
                                     {"c": store.corpus}).all())
     assert {"e.g", "u.s", "i.e"} <= set(lexemes["abbrev"])
@@ -380,7 +380,7 @@ def test_candidates_sql_embeds_as_a_cte(store: Store) -> None:
     assert not set(p1) & set(p2)
     sql = (f"WITH k AS ({one}), k2 AS ({two}) SELECT 'k' AS s, entry_id, score FROM k "
            "UNION ALL SELECT 'k2', entry_id, score FROM k2 ORDER BY s, score DESC, entry_id")
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         rows = [(r.s, r.entry_id, r.score) for r in conn.execute(sa.text(sql), {**p1, **p2})]
     assert rows == [("k", i, s) for i, s in index.search("agent memory", 5)] + \
         [("k2", i, s) for i, s in index.search("memory", 5, filters={"tier": "WORKING"})]

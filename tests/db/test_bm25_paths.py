@@ -122,7 +122,7 @@ def test_explained_contributions_are_the_databases_summands(store: Store) -> Non
     for term in ("zzcommon", "zzrare", "agent"):
         ranked = dict(index.search(term, 50))
         assert ranked
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             figures = index.explain_scores(conn, term, ranked)
         for entry_id, explanation in figures.items():
             (only,) = explanation.terms

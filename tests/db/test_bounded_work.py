@@ -54,7 +54,7 @@ def test_statement_timeout_per_store_and_per_block(store: Store, make_store: Cal
     with pytest.raises(StatementTimeoutError):
         limited.read("SELECT pg_sleep(2)", {})
     with pytest.raises(StatementTimeoutError):
-        with limited.transaction() as conn:
+        with limited.session.transaction() as conn:
             conn.execute(sa.text("SELECT pg_sleep(2)"))
     # The same pooled connections serve an unlimited store afterwards.
     assert store.read("SELECT 1 AS ok FROM pg_sleep(0.4)", {})[0].ok

@@ -35,7 +35,7 @@ def test_four_processes_upsert_500_each(store: Store, db_url: URL) -> None:
     expected = {f"w{w}-{i}": f"worker {w} entry {i} " + ("updated" if i < 20 else "shared words")
                 for w in range(4) for i in range(500)}
     assert {e.id: e.content for e in store.iter_entries()} == expected
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         n_docs, total = conn.execute(sa.text(
             "SELECT sum(n_docs), sum(total_len) FROM bm25_stats WHERE corpus = :c"), {"c": store.corpus}).one()
         real_len = conn.execute(sa.text("SELECT sum(doc_len) FROM entries WHERE corpus = :c"),
@@ -51,7 +51,7 @@ def test_document_frequencies_match_postings_after_concurrent_writes(store: Stor
     test_four_processes_upsert_500_each(store, db_url)
     for w in range(4):
         store.delete(f"w{w}-1")
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         mismatched = conn.execute(sa.text(
             "SELECT coalesce(p.lexeme, d.lexeme) FROM "
             "(SELECT lexeme, count(*) AS n FROM bm25_postings WHERE corpus = :c GROUP BY lexeme) p "
@@ -126,7 +126,7 @@ def test_contended_writers_and_deleters_keep_every_index_consistent(store: Store
     url = db_url.render_as_string(hide_password=False)
     assert run_processes(_contender, [(url, store.corpus, seed, 150) for seed in range(4)]) == [0, 0, 0, 0]
     c = {"c": store.corpus}
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         orphan_postings = conn.execute(sa.text(
             "SELECT count(*) FROM bm25_postings p WHERE p.corpus = :c AND NOT EXISTS (SELECT 1 FROM entries e "
             "WHERE e.corpus = p.corpus AND e.id = p.entry_id AND p.lexeme = ANY(e.lexemes))"), c).scalar_one()

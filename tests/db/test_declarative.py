@@ -158,7 +158,7 @@ def test_temporal_mode_prefers_fresh_entries(store: Store) -> None:
 
 
 def _vector_count(store: Store) -> int:
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         return int(conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"),
                                 {"c": store.corpus}).scalar_one())
 
@@ -550,7 +550,7 @@ def provider_role(store: Store, **options: Any) -> Any:
 
 
 def _space_providers(store: Store) -> list[tuple[str, int]]:
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         return [tuple(r) for r in conn.execute(sa.text(
             "SELECT provider, dimension FROM embedding_spaces WHERE corpus = :c ORDER BY provider"),
             {"c": store.corpus})]
@@ -759,7 +759,7 @@ def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(
     vectors.add_all([MemoryEntry(f"v{i}", f"vector {i}") for i in range(2000)],
                     embeddings=np.random.default_rng(3).standard_normal((2000, 3)))
     waiter_result: list[object] = []
-    with store.autocommit() as conn, store.session_lock(conn, _lock_key(store)):
+    with store.session.autocommit() as conn, store.session.session_lock(conn, _lock_key(store)):
         waiter = threading.Thread(target=lambda: waiter_result.append(
             _write_once(store, [MemoryEntry("late", "written after the build")], store.add_all)), daemon=True)
         waiter.start()

@@ -134,7 +134,7 @@ def test_query_fails_clearly_when_the_space_provider_is_not_installed(db_url: UR
     keyword = run("query", "agents", "--corpus", store.corpus, "--strategy", "keyword")
     assert "keyword" in keyword.output
     # Another process without the provider's package: the vector search says what to install.
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         conn.execute(sa.text("UPDATE embedding_spaces SET provider = 'gone-model' WHERE corpus = :c"),
                      {"c": store.corpus})
     res = run("query", "agents", "--corpus", store.corpus, "--strategy", "hybrid", code=1)

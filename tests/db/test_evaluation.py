@@ -156,7 +156,7 @@ def test_bm25_on_cranfield(store: Store) -> None:
     from bench.cranfield import load_documents, load_judgements, load_queries
 
     store.add_all(load_documents(CRANFIELD))
-    with store.autocommit() as conn:  # 1,400 rows are below the library's own ANALYZE threshold
+    with store.session.autocommit() as conn:  # 1,400 rows are below the library's own ANALYZE threshold
         conn.execute(sa.text("ANALYZE entries, bm25_postings"))
     report = evaluation.evaluate_strategies({"keyword": KeywordRAGStrategy(BM25Index(store))},
                                             load_queries(CRANFIELD), load_judgements(CRANFIELD),

@@ -31,7 +31,7 @@ class SqlSeedStrategy:
 
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         ctx = context or RAGContext()
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             rows = conn.execute(sa.text(
                 "SELECT id, content, source, CAST(metadata->>'seed' AS float8) AS score FROM entries "
                 "WHERE corpus = :c AND strpos(content, :q) > 0 AND metadata ? 'seed' "

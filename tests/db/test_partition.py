@@ -55,13 +55,13 @@ def test_partitioning_keeps_every_row_and_answer(fresh_db_url: URL) -> None:
         _fill(alpha)
         _fill(beta)
         before = {name: _answers(s) for name, s in (("alpha", alpha), ("beta", beta))}
-        with alpha.transaction() as conn:
+        with alpha.session.transaction() as conn:
             script = partition_script(conn, schema=SCHEMA, partitions=4)
         alpha.engine.dispose()
         with psycopg.connect(fresh_db_url.set(drivername="postgresql").render_as_string(hide_password=False),
                              autocommit=True) as raw:
             raw.execute(script)  # type: ignore[arg-type]  # the script as an operator runs it
-        with alpha.transaction() as conn:
+        with alpha.session.transaction() as conn:
             kinds = dict(conn.execute(sa.text(
                 "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = :s AND c.relname = ANY(:t)"), {"s": SCHEMA, "t": list(PARTITIONED_TABLES)}).all())
@@ -83,12 +83,12 @@ def test_partitioning_keeps_every_row_and_answer(fresh_db_url: URL) -> None:
         beta.drop_corpus()
         assert beta.count() == 0 and GraphStore(beta).count() == 0
         assert _answers(alpha)["count"] == 60
-        with alpha.transaction() as conn, pytest.raises(ConfigurationError, match="partitioned already"):
+        with alpha.session.transaction() as conn, pytest.raises(ConfigurationError, match="partitioned already"):
             partition_script(conn, schema=SCHEMA)
 
 
 def test_bad_partition_counts_and_unmigrated_schemas(store: Store, fresh_db_url: URL) -> None:
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         for bad in (1, 0, 2000, True, "4"):
             with pytest.raises(ConfigurationError, match="partitions must be an int from 2 to 1024"):
                 partition_script(conn, schema=SCHEMA, partitions=bad)  # type: ignore[arg-type]

@@ -220,3 +220,23 @@ def test_cli_query_reads_from_the_standby(pair: PrimaryWithStandby, monkeypatch:
         failed = CliRunner().invoke(main_group, args)
         assert failed.exit_code == 1 and "nonexistent-standby" in failed.output and "unreachable" in failed.output
         store.drop_corpus()
+
+
+def test_lag_is_measured_from_the_primarys_progress(pair: PrimaryWithStandby) -> None:
+    """A standby that just fell behind an idle primary's first write is not 'minutes behind'
+    (the age of its last replayed transaction would say so); one stuck for longer than the
+    bound is skipped."""
+    with _store(pair, "lagclock", max_replica_lag=1.0) as store:
+        _replay(pair, "pause")
+        try:
+            time.sleep(1.5)  # the primary idles: the last replayed transaction gets old
+            store.add(MemoryEntry("t1", "first write after a quiet spell"))
+            assert _served_by_standby(store)  # behind by a moment only
+            time.sleep(2.2)  # replay stays paused beyond the 1 s bound (and the 1 s check interval)
+            assert not _served_by_standby(store)
+        finally:
+            _replay(pair, "resume")
+        _wait_replayed(pair)
+        time.sleep(1.1)
+        assert _served_by_standby(store)  # caught up: back on the standby
+        store.drop_corpus()

@@ -21,7 +21,7 @@ def test_a_real_deadlock_is_retried_and_both_sides_commit(store: Store) -> None:
     def side(first: str, second: str, text: str) -> None:
         def once() -> None:
             attempts.append(first)
-            with store.transaction() as conn:
+            with store.session.transaction() as conn:
                 conn.execute(sa.text("UPDATE entries SET source = :t WHERE corpus = :c AND id = :id"),
                              {"t": text, "c": store.corpus, "id": first})
                 if len(attempts) <= 2:  # both first attempts hold one row, then want the other
@@ -52,7 +52,7 @@ def test_other_database_errors_are_not_retried(store: Store) -> None:
 
     def once() -> None:
         calls.append(1)
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             conn.execute(sa.text("SELECT 1 / 0"))
 
     with pytest.raises(DatabaseError, match="division by zero"):
@@ -65,7 +65,7 @@ def test_retries_are_bounded(store: Store) -> None:
 
     def once() -> None:
         calls.append(1)
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             conn.execute(sa.text("DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '40P01'; END $$"))
 
     with pytest.raises(DatabaseError, match="simulated"):

@@ -98,7 +98,7 @@ def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
 
     store.add_all([MemoryEntry("a", "alpha beta"), MemoryEntry("b", "beta gamma")])
     store.drop_corpus()
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         for table in ("entries", "bm25_postings", "bm25_stats", "corpora"):
             assert conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE corpus = :c"),
                                 {"c": store.corpus}).scalar_one() == 0, table
@@ -106,10 +106,10 @@ def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
 
 
 def test_a_bulk_write_refreshes_planner_statistics(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tnsrag_db.store.store as store_module
+    import tnsrag_db.store.corpus as store_module
 
     def reltuples_and_rows() -> tuple[float, int]:
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             return (conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one(),
                     conn.execute(sa.text("SELECT count(*) FROM entries")).scalar_one())
 
@@ -128,10 +128,10 @@ def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Stor
     # A concurrent index build holds SHARE UPDATE EXCLUSIVE on embeddings and waits for
     # older snapshots: the refresh must not queue behind it (a deadlock), but analyse
     # the other tables and skip that one.
-    import tnsrag_db.store.store as store_module
+    import tnsrag_db.store.corpus as store_module
 
     def reltuples_and_rows() -> tuple[float, int]:
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             return (conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one(),
                     conn.execute(sa.text("SELECT count(*) FROM entries")).scalar_one())
 
@@ -233,7 +233,7 @@ def _kill_pooled_connection(store: Store, engine: sa.Engine) -> None:
 
 def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engine: sa.Engine,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import tnsrag_db.store.engine as engine_module
+    import tnsrag_db.db.engine as engine_module
     from tnsrag_db.errors import DatabaseError
 
     store = _one_connection_store(db_url, "test_dead_connection")
@@ -281,3 +281,12 @@ def test_run_with_snapshot_sees_one_committed_state(store: Store) -> None:
 
     assert store.run(plan("s1"), snapshot=True) == (1, 1)
     assert store.run(plan("s2"), snapshot=False) == (2, 3)  # autocommit: each statement sees the latest commit
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, True, 2.5, "10"])
+def test_iter_entries_refuses_a_bad_batch_size(store: Store, batch_size: object) -> None:
+    from tnsrag_db.errors import ValidationError
+
+    store.add(MemoryEntry("a", "alpha"))
+    with pytest.raises(ValidationError, match="batch_size"):
+        list(store.iter_entries(batch_size=batch_size))  # type: ignore[arg-type]

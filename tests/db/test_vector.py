@@ -35,14 +35,14 @@ class TableEmbedding:
 
 
 def spaces(store: Store) -> list[tuple[str, int, str | None]]:
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         return [tuple(r) for r in conn.execute(sa.text(
             "SELECT provider, dimension, index_name FROM embedding_spaces WHERE corpus = :c ORDER BY provider, dimension"),
             {"c": store.corpus}).all()]
 
 
 def vector_rows(store: Store) -> int:
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         return int(conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"),
                                 {"c": store.corpus}).scalar_one())
 
@@ -180,11 +180,11 @@ def test_precomputed_embeddings_and_candidates_sql(store: Store) -> None:
     assert vectors.add_all(entries, embeddings=np.array([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0]])) == \
         IngestCounts(inserted=3)
     sql, params = vectors.candidates_sql([1, 0, 0], 2, prefix="vv")
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         rows = conn.execute(sa.text(f"WITH cand AS ({sql}) SELECT entry_id, score FROM cand"), params).all()
     assert [r.entry_id for r in rows] == ["a", "b"]
     sql, params = vectors.candidates_sql([1, 0, 0], 5, filters={"k": "v"})
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         assert conn.execute(sa.text(sql), params).scalars().all() == ["a"]
 
 
@@ -294,7 +294,7 @@ def test_plan_uses_hnsw_only_above_the_exact_threshold(
     vectors, corpus = hnsw_corpus()
     view = VectorMemoryStore(vectors.store, vectors.embedding, exact_threshold=exact_threshold, index_threshold=None)
     sql, params = view.candidates_sql(corpus.query_vectors(1, seed=3)[0], 10, filters=filters)
-    with view.store.transaction() as conn:
+    with view.store.session.transaction() as conn:
         plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params).scalar_one()
     loops: list[int] = []
 
@@ -318,7 +318,7 @@ def test_concurrent_index_builds_create_one_index(store: Store) -> None:
     with ThreadPoolExecutor(4) as pool:
         names = list(pool.map(lambda v: v.build_index(), views))
     assert len(set(names)) == 1 and names[0] is not None
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM pg_indexes WHERE indexname = :n"),
                             {"n": names[0]}).scalar_one() == 1
     assert spaces(store) == [("table", 3, names[0])]
@@ -353,7 +353,7 @@ def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: i
     assert name is not None
 
     def exists() -> bool:
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             return conn.execute(sa.text("SELECT to_regclass(:n) IS NOT NULL"),
                                 {"n": f"{store.schema}.{name}"}).scalar_one()
 
@@ -440,7 +440,7 @@ def test_writes_go_on_while_an_index_builds_and_land_in_the_index(make_store: Ca
             return
         other.add(MemoryEntry("o1", "another corpus, same table"))
         vectors.add(MemoryEntry("late", "written while the index builds"))
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             still_building.append(conn.execute(sa.text(
                 "SELECT count(*) FROM pg_stat_progress_create_index WHERE relid = to_regclass(:t)"),
                 {"t": f"{store.schema}.embeddings"}).scalar_one() == 1)
@@ -448,7 +448,7 @@ def test_writes_go_on_while_an_index_builds_and_land_in_the_index(make_store: Ca
     name = vectors.build_index(progress=during_build, poll_seconds=0.01)
     assert still_building == [True]
     assert other_store.count() == 1 and store.count() == len(entries) + 1
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         assert conn.execute(sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:n)"),
                             {"n": f"{store.schema}.{name}"}).scalar_one() is True
         # Read through the index alone: the late vector must be in the graph.
@@ -474,7 +474,7 @@ def test_a_dropped_corpus_leaves_no_hnsw_index_and_orphans_are_swept(make_store:
         built.append(vectors.build_index())
 
     def indexes() -> set[str]:
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             return set(conn.execute(sa.text(
                 "SELECT indexname FROM pg_indexes WHERE schemaname = :s AND indexname = ANY(:n)"),
                 {"s": store.schema, "n": built}).scalars())
@@ -484,7 +484,7 @@ def test_a_dropped_corpus_leaves_no_hnsw_index_and_orphans_are_swept(make_store:
     assert indexes() == {built[1]}
     # A process that died between the commit and the drop leaves an index whose space is
     # gone: the next sweep (from any corpus) removes it, and only it.
-    with other_store.transaction() as conn:
+    with other_store.session.transaction() as conn:
         conn.execute(sa.text("DELETE FROM embedding_spaces WHERE corpus = :c"), {"c": other_store.corpus})
     assert store.drop_orphan_hnsw_indexes() == [built[1]]
     assert indexes() == set() and store.drop_orphan_hnsw_indexes() == []
@@ -500,7 +500,7 @@ def test_drop_corpus_does_not_wait_for_a_build_unless_it_has_an_index_to_drop(
     vectors.add_all([MemoryEntry(f"e{i}", f"t{i}") for i in range(20)],
                     embeddings=np.random.default_rng(10).standard_normal((20, 2)))
     name = vectors.build_index()
-    with store.autocommit() as conn, store.hnsw_build_lock(conn):  # as a build running elsewhere does
+    with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):  # as a build running elsewhere does
         done = threading.Event()
         threading.Thread(target=lambda: (plain.drop_corpus(), done.set()), daemon=True).start()
         assert done.wait(10), "drop_corpus of a corpus without an index waited for the build lock"
@@ -510,5 +510,5 @@ def test_drop_corpus_does_not_wait_for_a_build_unless_it_has_an_index_to_drop(
         assert waiting.is_alive()  # its index goes only once the build is over
     waiting.join(10)
     assert not waiting.is_alive()
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         assert conn.execute(sa.text("SELECT to_regclass(:n)"), {"n": f"{store.schema}.{name}"}).scalar() is None

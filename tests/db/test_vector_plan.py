@@ -51,7 +51,7 @@ def _corpus(store: Store, n: int = 60) -> tuple[VectorMemoryStore, Counting]:
 def _statements(plan: Plan[list[RetrievedDocument]], store: Store) -> tuple[list[RetrievedDocument], list[Statement]]:
     """Drive ``plan`` with a recording executor on one transaction of ``store``."""
     seen: list[Statement] = []
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         def execute(statement: Statement) -> Rows:
             seen.append(statement)
             return conn.execute(sa.text(statement.sql), dict(statement.params)).all()
@@ -146,7 +146,7 @@ def test_explain_runs_as_one_snapshot_plan(store: Store) -> None:
         assert [r.document for r in explained.results] == strategy.retrieve("text 4", ctx)
         (plan,) = explained.plans
         assert plan.method in {"exact", "hnsw"} and plan.filtered == bool(ctx.metadata_filters)
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             assert plan == vectors.explain_plan(conn, vectors.embed_query("text 4"), ctx.max_results,
                                                 filters=ctx.metadata_filters, min_score=ctx.min_score)
 
@@ -194,7 +194,7 @@ def test_the_pre_read_compares_the_stored_change_hash(store: Store) -> None:
     emb = Counting({"a": [1, 0, 0, 0]})
     vectors = VectorMemoryStore(store, emb)
     vectors.add(MemoryEntry("a", "a"))
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         stored = conn.execute(sa.text("SELECT content_hash FROM entries WHERE corpus = :c AND id = 'a'"),
                               {"c": store.corpus}).scalar_one()
         # A stored hash that no longer matches (as after a change of metadata) makes the
@@ -206,7 +206,7 @@ def test_the_pre_read_compares_the_stored_change_hash(store: Store) -> None:
     assert [e.id for e in vectors._needing_vectors([MemoryEntry("a", "other")])] == ["a"]
     assert emb.texts == []
     assert vectors.add(MemoryEntry("a", "a")) == IngestCounts(updated=1)  # the entry path's hash differs too
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         assert conn.execute(sa.text("SELECT content_hash FROM entries WHERE corpus = :c AND id = 'a'"),
                             {"c": store.corpus}).scalar_one() == stored
     assert emb.texts == [] and vectors.count() == 1

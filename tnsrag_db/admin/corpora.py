@@ -17,7 +17,7 @@ __all__ = ["corpus_exists", "corpus_names", "corpus_stats", "list_corpora", "req
 
 
 def _rows(store: Store, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         return list(conn.execute(sa.text(sql), dict(params or {})).all())
 
 

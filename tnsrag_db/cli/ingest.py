@@ -85,7 +85,7 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
     ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - loaded)
     if not ends:
         return
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         stored = set(conn.execute(sa.text("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)"),
                                   {"c": store.corpus, "ids": ends}).scalars())
     missing = [end for end in ends if end not in stored]

@@ -1,2 +1,5 @@
-"""The database layer: statements built without I/O, and (after the structure refactor)
-the engine, migrations, schema and session helpers."""
+"""The database layer: engines and their connection hooks (:mod:`~tnsrag_db.db.engine`),
+migrations (:mod:`~tnsrag_db.db.migrate`), the tables (:mod:`~tnsrag_db.db.schema`), the
+session (:mod:`~tnsrag_db.db.session`: the read path, transactions, locks, timeouts),
+driver-error mapping (:mod:`~tnsrag_db.db.driver_errors`), and statements built without
+I/O (:mod:`~tnsrag_db.db.statement`). It imports nothing of the layers above it."""

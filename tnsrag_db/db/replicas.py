@@ -21,18 +21,22 @@ hot standby of the primary (same system identifier).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 
+from tnsrag_db.db.driver_errors import sqlstate_of
+from tnsrag_db.db.engine import create_engine, redact_url
 from tnsrag_db.errors import ConfigurationError
 
-__all__ = ["DEFAULT_MAX_LAG", "ReadReplicas", "Replica", "WriteToken", "verify_standby"]
+__all__ = ["CONSISTENCY", "DEFAULT_MAX_LAG", "DEFAULT_WAIT_TIMEOUT", "ReadReplicas", "Replica", "WriteClock", "WriteToken",
+           "check_replica_options", "current_token", "open_replicas", "server_gone", "verify_standby"]
 
 #: Seconds of replay lag beyond which a standby is skipped.
 DEFAULT_MAX_LAG = 30.0
@@ -42,15 +46,12 @@ DEFAULT_RETRY_AFTER = 5.0
 DEFAULT_WAIT_TIMEOUT = 2.0
 _POLL_SECONDS = 0.005
 
-# The standby's replay lag in seconds: 0 when it has replayed all it received and is
-# streaming; otherwise the age of the last replayed transaction (NULL before any).
-_LAG_SQL = """
-SELECT CASE
-  WHEN NOT pg_is_in_recovery() THEN NULL
-  WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')
-       AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
-  ELSE EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8
-END AS lag, pg_is_in_recovery() AS standby, (SELECT system_identifier FROM pg_control_system()) AS ident
+# What a lag check reads on a standby. The lag itself is measured against the primary's
+# own WAL positions over time (see ReadReplicas._lag): the age of the last replayed
+# transaction would call a standby minutes behind after an idle primary's first write.
+_STATE_SQL = """
+SELECT pg_is_in_recovery() AS standby, (SELECT system_identifier FROM pg_control_system()) AS ident,
+       pg_last_wal_replay_lsn()::text AS replayed
 """
 
 
@@ -75,6 +76,46 @@ class WriteToken:
 
     def __str__(self) -> str:
         return f"{self.lsn >> 32:X}/{self.lsn & 0xFFFFFFFF:X}"
+
+
+CONSISTENCY = ("eventual", "read_your_writes")
+
+
+def check_replica_options(replicas: object, consistency: object) -> None:
+    """:class:`ConfigurationError` unless ``replicas`` is None or a :class:`ReadReplicas` and
+    ``consistency`` one of :data:`CONSISTENCY`."""
+    if consistency not in CONSISTENCY:
+        raise ConfigurationError(f"consistency must be one of {', '.join(CONSISTENCY)}, got {consistency!r}")
+    if replicas is not None and not isinstance(replicas, ReadReplicas):
+        raise ConfigurationError(f"read_replicas must be a ReadReplicas, got {type(replicas).__name__}")
+
+
+class WriteClock:
+    """The newest :class:`WriteToken` of a store and its views (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.token: WriteToken | None = None
+
+    def advance(self, token: WriteToken) -> None:
+        """Move to ``token`` if it is newer."""
+        with self._lock:
+            if self.token is None or token > self.token:
+                self.token = token
+
+
+#: SQLSTATEs of a server that went away or refuses work: a standby failing so is left out.
+_GONE_STATES = ("57P01", "57P02", "57P03", "40001")  # shutdowns, starting up, recovery conflict
+
+
+def server_gone(exc: sa.exc.DBAPIError) -> bool:
+    """Whether ``exc`` says the connection's server is gone (not that the statement failed)."""
+    if exc.connection_invalidated:
+        return True
+    state = sqlstate_of(exc)
+    if state is None:
+        return isinstance(exc, sa.exc.OperationalError)  # a lost connection carries no SQLSTATE
+    return state.startswith("08") or state in _GONE_STATES
 
 
 def current_token(conn: Connection) -> WriteToken:
@@ -119,12 +160,14 @@ class ReadReplicas:
 
     ``max_lag`` (seconds, None: no bound), ``retry_after`` and ``wait_timeout`` (seconds)
     must be positive. ``primary_identifier`` (the primary's system identifier): a server
-    that turns out to be something else than a standby of it is never used. Thread-safe.
+    that turns out to be something else than a standby of it is never used. ``primary``:
+    the primary's engine, whose WAL position is sampled to measure lag (without it, lag is
+    not checked). Thread-safe.
     :meth:`dispose` closes the standbys' pools.
     """
 
-    def __init__(self, replicas: Sequence[Replica], *, primary_identifier: int | None = None,
-                 max_lag: float | None = DEFAULT_MAX_LAG,
+    def __init__(self, replicas: Sequence[Replica], *, primary: Engine | None = None,
+                 primary_identifier: int | None = None, max_lag: float | None = DEFAULT_MAX_LAG,
                  retry_after: float = DEFAULT_RETRY_AFTER, wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
                  lag_check_interval: float = 1.0) -> None:
         if not replicas:
@@ -141,6 +184,8 @@ class ReadReplicas:
         self._lag_check_interval = lag_check_interval
         self._turn = itertools.count()
         self._lock = threading.Lock()
+        self._primary = primary
+        self._samples: collections.deque[tuple[float, WriteToken]] = collections.deque()
 
     @property
     def replicas(self) -> list[Replica]:
@@ -167,9 +212,11 @@ class ReadReplicas:
         token, replayed past it within ``wait_timeout``."""
         now = time.monotonic()
         if now - replica.lag_checked_at >= self._lag_check_interval:
-            lag, standby, ident = conn.exec_driver_sql(_LAG_SQL).one()
+            standby, ident, replayed = conn.exec_driver_sql(_STATE_SQL).one()
             ours = bool(standby) and (self._primary_identifier is None or ident == self._primary_identifier)
-            replica.lag_ok = ours and (self._max_lag is None or (lag is not None and float(lag) <= self._max_lag))
+            lag = self._lag(None if replayed is None else WriteToken.parse(str(replayed)), now)
+            # Behind by any sampled position counts against a bound of 0 (lag > 0 then).
+            replica.lag_ok = ours and (lag is None or lag == 0.0 or (self._max_lag is not None and lag < self._max_lag))
             replica.lag_checked_at = now
         if not replica.lag_ok:
             return False
@@ -184,7 +231,79 @@ class ReadReplicas:
                 return False
             time.sleep(_POLL_SECONDS)
 
+    def _lag(self, replayed: WriteToken | None, now: float) -> float | None:
+        """Seconds the standby is behind: since the earliest sampled moment the primary's WAL
+        was past ``replayed`` (0.0: not behind any sample; None: unknown, no primary)."""
+        if self._primary is None or self._max_lag is None:
+            return None
+        with self._lock:
+            if not self._samples or now - self._samples[-1][0] >= self._lag_check_interval / 2:
+                try:
+                    with self._primary.connect() as conn:
+                        self._samples.append((now, current_token(conn)))
+                except sa.exc.SQLAlchemyError:
+                    return None  # the primary is unreachable: lag unknown, the standby may serve
+            horizon = now - 2 * (self._max_lag + self._lag_check_interval)
+            while len(self._samples) > 1 and self._samples[1][0] < horizon:
+                self._samples.popleft()
+            samples = list(self._samples)
+        if replayed is None:
+            return float("inf")
+        behind = next((t for t, position in samples if position > replayed), None)
+        return 0.0 if behind is None else max(now - behind, 1e-9)
+
+    def connect(self, token: WriteToken | None, *, snapshot: bool,
+                configure: Callable[[Connection], None]) -> tuple[Connection, Replica] | None:
+        """A connection to the next usable standby for one read (``configure`` applied, in a
+        read-only REPEATABLE READ transaction when ``snapshot``), or None when none is."""
+        for replica in self.candidates():
+            try:
+                conn = replica.engine.connect().execution_options(
+                    isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
+            except sa.exc.DBAPIError:
+                self.mark_failed(replica)
+                continue
+            try:
+                configure(conn)
+                if self.usable(conn, replica, token):
+                    if snapshot:
+                        conn.begin()
+                    return conn, replica
+                conn.close()
+            except sa.exc.DBAPIError:
+                conn.invalidate()
+                self.mark_failed(replica)
+        return None
+
     def dispose(self) -> None:
         """Close every standby's pool."""
         for replica in self._replicas:
             replica.engine.dispose()
+
+
+def open_replicas(primary: Engine, urls: Sequence[str | URL], *, schema: str, pool_size: int, max_overflow: int,
+                  optional: bool, max_lag: float | None, wait_timeout: float) -> ReadReplicas:
+    """Engines for the standbys at ``urls``, each checked to be a standby of ``primary``
+    (an unreachable one is an error unless ``optional``: then it is tried at the first read)."""
+    if isinstance(urls, (str, URL)):
+        raise ConfigurationError("read_urls must be a list of URLs, not a single URL")
+    replicas: list[Replica] = []
+    try:
+        with primary.connect() as conn:
+            ident = int(conn.exec_driver_sql("SELECT system_identifier FROM pg_control_system()").scalar_one())
+        for url in urls:
+            name = redact_url(url)
+            engine = create_engine(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow, read_only=True)
+            replica = Replica(name, engine)
+            replicas.append(replica)
+            try:
+                verify_standby(primary, engine, name)
+            except ConfigurationError as exc:
+                if not (optional and "unreachable" in str(exc)):
+                    raise
+        return ReadReplicas(replicas, primary=primary, primary_identifier=ident, max_lag=max_lag,
+                            wait_timeout=wait_timeout)
+    except BaseException:
+        for replica in replicas:
+            replica.engine.dispose()
+        raise

@@ -29,14 +29,7 @@ from tnsrag_db.declarative._binding import QueryBinding, plan_binding
 from tnsrag_db.declarative._config import OnFailure, RetrievalConfig, strip_reserved
 from tnsrag_db.declarative._result import RetrievalResult
 from tnsrag_db.declarative._runtime import retrieve_for
-from tnsrag_db.errors import (
-    ConfigurationError,
-    DatabaseError,
-    EmbeddingValidationError,
-    RetrievalError,
-    StrategyUnavailableError,
-    TnsragError,
-)
+from tnsrag_db.errors import ConfigurationError, TnsragError
 from tnsrag_db.types import validate_filters
 
 __all__ = ["is_runtime_failure", "retrieval", "retrieval_config", "retrieval_filters"]
@@ -77,10 +70,9 @@ def effective_filters(config: RetrievalConfig) -> Mapping[str, str]:
 
 
 def is_runtime_failure(exc: BaseException) -> bool:
-    """True for the errors ``on_failure`` applies to (retrieval, provider and database failures)."""
-    if isinstance(exc, StrategyUnavailableError):
-        return False
-    return isinstance(exc, (RetrievalError, DatabaseError, EmbeddingValidationError))
+    """True for the errors ``on_failure`` applies to (retrieval, provider and database failures):
+    each library error class says so itself (:attr:`TnsragError.runtime_failure`)."""
+    return isinstance(exc, TnsragError) and exc.runtime_failure
 
 
 def _run(role: object, config: RetrievalConfig, query: str) -> RetrievalResult:

@@ -140,7 +140,7 @@ def write_once(store: Store, entries: list[MemoryEntry], write: Callable[[list[M
     # connection and any number of transactions while it is held (an HNSW build among
     # them); the writes classify entries whose stored content hash matches as unchanged,
     # so a process that waited here re-inserts nothing.
-    with store.autocommit() as lock_conn, store.session_lock(lock_conn, lock_key(store)):
+    with store.session.autocommit() as lock_conn, store.session.session_lock(lock_conn, lock_key(store)):
         return write(entries)
 
 

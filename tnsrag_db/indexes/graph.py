@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
+from tnsrag_db.store.staging import EDGE_STAGE_DDL
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry, is_unicode_text
 
@@ -44,10 +45,7 @@ _MAX_ID = 512
 MAX_EDGE_KEY_BYTES = 1800
 _MAX_NAMED_MISSING = 20
 
-_STAGE_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_edges (ord int NOT NULL, src text NOT NULL, dst text NOT NULL, "
-    "relation text NOT NULL, weight float8 NOT NULL, source text) ON COMMIT DELETE ROWS"
-)
+_STAGE_DDL = EDGE_STAGE_DDL  # the stage tables are declared in tnsrag_db.store.staging
 
 # Last occurrence of a duplicated (src, relation, dst) in one batch wins; ON CONFLICT
 # cannot touch the same row twice in one statement. ``xmax = 0`` tells a fresh row
@@ -196,7 +194,7 @@ class GraphStore:
         batch = _validate_edges(edges)
         if not batch:
             return IngestCounts()
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             return self.write_edges(conn, batch, progress=progress)
 
     def add_with_edges(self, entries: Iterable[MemoryEntry], edges: Iterable[Edge]) -> tuple[WriteReport, IngestCounts]:
@@ -253,7 +251,7 @@ class GraphStore:
 
     def remove_edge(self, src: str, dst: str, relation: str = DEFAULT_RELATION) -> bool:
         """Delete the edge ``src -(relation)-> dst``; True when it existed."""
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             n = conn.execute(sa.text(
                 "DELETE FROM edges WHERE corpus = :c AND src = :s AND relation = :r AND dst = :d"),
                 {"c": self.corpus, "s": src, "r": relation, "d": dst}).rowcount
@@ -268,7 +266,7 @@ class GraphStore:
         """
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValidationError(f"limit must be a positive int or None, got {limit!r}")
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             rows = conn.execute(sa.text(
                 "SELECT src, dst, relation, weight, source FROM edges "
                 "WHERE corpus = :c AND src = :s AND (CAST(:r AS text) IS NULL OR relation = :r) "
@@ -278,7 +276,7 @@ class GraphStore:
 
     def count(self) -> int:
         """Number of edges in the corpus."""
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             return int(conn.execute(sa.text("SELECT count(*) FROM edges WHERE corpus = :c"),
                                     {"c": self.corpus}).scalar_one())
 

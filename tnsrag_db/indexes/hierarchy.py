@@ -236,7 +236,7 @@ class HierarchyIndex:
         Raises :class:`HierarchyError` naming the entries with missing parents and every
         id of every cycle. Two queries, linear in the corpus size.
         """
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             params = {"c": self._store.corpus}
             missing = [(r.id, r.parent_id) for r in conn.execute(sa.text(_MISSING_ALL_SQL), params)]
             left = {r.id: r.parent_id for r in conn.execute(sa.text(_UNREACHABLE_SQL), params)}
@@ -252,7 +252,7 @@ class HierarchyIndex:
         out: dict[str, list[str]] = {pid: [] for pid in wanted}
         if not wanted:
             return out
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             rows = conn.execute(sa.text(
                 "SELECT e.parent_id, e.id FROM entries e WHERE e.corpus = :c AND e.parent_id = ANY(:ids) "
                 "ORDER BY e.parent_id, e.id"), {"c": self._store.corpus, "ids": wanted})
@@ -262,7 +262,7 @@ class HierarchyIndex:
 
     def roots(self) -> list[str]:
         """The ids of the entries without a parent, sorted."""
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             return list(conn.execute(sa.text(
                 "SELECT id FROM entries WHERE corpus = :c AND parent_id IS NULL ORDER BY id"),
                 {"c": self._store.corpus}).scalars())
@@ -278,7 +278,7 @@ class HierarchyIndex:
         if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0):
             raise ValidationError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
         depth = 2**31 - 1 if max_depth is None else max_depth
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             return list(conn.execute(sa.text(_ANCESTORS_SQL),
                                      {"c": self._store.corpus, "id": entry_id, "max_depth": depth}).scalars())
 

@@ -130,7 +130,7 @@ class TemporalIndex:
             raise ValidationError("entry_ids must hold strings")
         if not ids:
             return {}
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             rows = conn.execute(sa.text("SELECT id, ts FROM entries WHERE corpus = :c AND id = ANY(:ids)"),
                                 {"c": self._store.corpus, "ids": ids}).all()
         return {r.id: r.ts for r in rows}

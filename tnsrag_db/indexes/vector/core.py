@@ -187,7 +187,7 @@ class VectorCore:
 
     def _current_space(self) -> Space | None:
         """This view's space (one transaction of reads; None before the first write)."""
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             dim = self._known_dimension(conn)
             return None if dim is None else self._lookup_space(conn, dim)
 
@@ -212,7 +212,7 @@ class VectorCore:
 
     def count(self) -> int:
         """Number of vectors stored in this view's space (0 before the first write)."""
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             dim = self._known_dimension(conn)
             space = None if dim is None else self._lookup_space(conn, dim)
             if space is None:

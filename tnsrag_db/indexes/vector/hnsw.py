@@ -84,7 +84,7 @@ def defer_build(store: Store, space_id: int, vectors: int, reason: str) -> None:
 def due_indexes(store: Store, threshold: int) -> list[DueIndex]:
     """Every space of ``store``'s schema (all corpora) without a valid HNSW index and with at
     least ``threshold`` vectors, by corpus and space id."""
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         rows = conn.execute(sa.text(
             # Every corpus on purpose: the owner's sweep (Citus runs it as a multi-shard query).
             "/* tnsrag:all-corpora */ "
@@ -127,7 +127,7 @@ def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] 
     building session's backend pid just before ``CREATE INDEX`` (for progress reports)."""
     corpus = store.corpus
     name = hnsw_index_name(space.space_id)
-    with store.autocommit() as conn, store.hnsw_build_lock(conn):
+    with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):
         if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE corpus = :c AND space_id = :s"),
                         {"c": corpus, "s": space.space_id}).first() is None:
             return None  # the corpus was dropped meanwhile
@@ -214,7 +214,7 @@ def drop_space_index(store: Store, space: Space) -> bool:
     """Drop ``space``'s HNSW index (``CONCURRENTLY``, after unrecording it so queries stop
     planning for it); True when one existed. Waits for a build running on the table."""
     name = hnsw_index_name(space.space_id)
-    with store.autocommit() as conn, store.hnsw_build_lock(conn):
+    with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):
         existed = index_state(conn, store, name) is not None
         conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s"),
                      {"c": store.corpus, "s": space.space_id})
@@ -225,7 +225,7 @@ def drop_space_index(store: Store, space: Space) -> bool:
 def space_size_reaches(store: Store, space: Space, threshold: int) -> tuple[int, bool]:
     """The space's vector count (counted up to ``threshold`` only) and whether this session
     may build its index (:func:`may_build_indexes`; only asked when the count reaches it)."""
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         n = int(conn.execute(sa.text(
             "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s"),
             {"c": store.corpus, "s": space.space_id, "t": threshold}).scalar_one())

@@ -128,7 +128,7 @@ class EmbeddingSpace:
 
 def list_spaces(store: Store) -> list[EmbeddingSpace]:
     """The embedding spaces of ``store``'s corpus, oldest first, with their vector counts."""
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         entries = int(conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"),
                                    {"c": store.corpus}).scalar_one())
         rows = conn.execute(sa.text(

@@ -236,7 +236,7 @@ class VectorWrites(VectorCore):
             # The space is keyed by the dimension the provider produces: learn it first.
             self.embed_query(batch[0].content)
         assert self._dimension is not None
-        with self._store.transaction() as conn:
+        with self._store.session.transaction() as conn:
             space = self._lookup_space(conn, self._dimension)
             rows = conn.execute(sa.text(_NEEDING_VECTORS.format(
                 has_vector=_HAS_VECTOR if space is not None else "false")),

@@ -1,0 +1,200 @@
+"""Engines: URL normalisation, pooled engines, and connection hooks.
+
+The engine knows nothing of the layers above it. A layer that needs something of every
+pooled connection registers :class:`ConnectionHooks` (psycopg_pool's ``configure`` /
+``check`` / ``reset`` are the model): ``configure`` runs once on each new connection,
+``check`` when the pool hands one out, ``reset`` when it comes back. Registered today:
+this module's idle-connection ping (``check`` + ``reset``) and the pgvector type
+adaptation of :mod:`tnsrag_db.db.schema` (``configure``). The write path's stage tables
+need none: they are created on a connection's first write (see
+:mod:`tnsrag_db.store.staging`) and their flag lives in the pooled connection's ``info``,
+which goes away with the connection.
+
+Database resolution (see DESIGN): an explicit URL wins; with none, the embedded server
+(:func:`tnsrag_db.store.server.embedded_url`). Environment variables are read only by the
+CLI and the test plugin, never here.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+
+from tnsrag_db.errors import ConfigurationError
+
+__all__ = [
+    "PING_AFTER_IDLE_SECONDS",
+    "ConnectionHooks",
+    "create_engine",
+    "normalize_url",
+    "redact_url",
+    "register_connection_hooks",
+    "registered_connection_hooks",
+    "validate_schema_name",
+]
+
+#: A pooled connection idle for longer than this is pinged before use (see create_engine).
+PING_AFTER_IDLE_SECONDS = 1.0
+_IDLE_SINCE = "tnsrag_idle_since"
+
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+#: ``hook(dbapi_connection, info)``: the psycopg connection and the pooled connection's
+#: ``info`` dict (kept while the connection lives, shared with ``Connection.info``).
+Hook = Callable[[Any, MutableMapping[Any, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionHooks:
+    """What one layer needs of every pooled connection, by name (registering a name again
+    replaces its hooks).
+
+    - ``configure``: once per new connection, before first use. It must not write (a
+      read-only role or a hot standby must be able to connect); it ends with the
+      connection's transaction committed.
+    - ``check``: at every checkout; raising :class:`sqlalchemy.exc.DisconnectionError`
+      makes the pool discard the connection and hand out a fresh one.
+    - ``reset``: at every checkin.
+    """
+
+    name: str
+    configure: Hook | None = None
+    check: Hook | None = None
+    reset: Hook | None = None
+
+
+_hooks: dict[str, ConnectionHooks] = {}
+_hooks_lock = threading.Lock()
+
+
+def register_connection_hooks(hooks: ConnectionHooks) -> None:
+    """Add ``hooks`` for every engine of this process (engines made earlier included),
+    run in registration order."""
+    if not isinstance(hooks, ConnectionHooks):
+        raise ConfigurationError(f"expected ConnectionHooks, got {type(hooks).__name__}")
+    with _hooks_lock:
+        _hooks[hooks.name] = hooks
+
+
+def registered_connection_hooks() -> tuple[ConnectionHooks, ...]:
+    """The registered hooks, in registration order."""
+    with _hooks_lock:
+        return tuple(_hooks.values())
+
+
+def validate_schema_name(schema: str) -> str:
+    """Return ``schema`` if it is a plain lower-case identifier (``[a-z_][a-z0-9_]*``, ≤ 63 chars).
+
+    Raises :class:`ConfigurationError` otherwise. Only such names are accepted, so the
+    schema can be quoted safely wherever PostgreSQL needs an identifier.
+    """
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ConfigurationError(
+            f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}"
+        )
+    return schema
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Turn a libpq URL (``postgresql://user@/db?host=/socket/dir``, ``postgres://...``) or a
+    SQLAlchemy URL into a SQLAlchemy URL that uses the psycopg 3 driver.
+
+    Raises :class:`ConfigurationError` for a URL that is not PostgreSQL.
+    """
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except Exception as exc:  # sqlalchemy.exc.ArgumentError and friends
+        raise ConfigurationError(f"not a database URL: {_redact(str(url))}") from exc
+    backend = parsed.get_backend_name()
+    if backend not in ("postgresql", "postgres"):
+        raise ConfigurationError(f"tnsrag_db needs PostgreSQL, got a {backend!r} URL")
+    return parsed.set(drivername="postgresql+psycopg")
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)
+
+
+def redact_url(url: str | URL) -> str:
+    """``url`` as text for messages, its password hidden."""
+    return url.render_as_string(hide_password=True) if isinstance(url, URL) else _redact(url)
+
+
+# Pessimistic disconnect handling, but only for connections that sat idle in the pool:
+# SQLAlchemy's pool_pre_ping spends a round trip on every checkout, which costs a search
+# on a warm index ~10 %. A connection reused within PING_AFTER_IDLE_SECONDS is not
+# pinged; if its server went away meanwhile, the statement fails as a disconnect,
+# SQLAlchemy invalidates the pool, and Session.run retries once.
+def _mark_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
+    info[_IDLE_SINCE] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
+    since = info.get(_IDLE_SINCE)
+    if since is None or time.monotonic() - since <= PING_AFTER_IDLE_SECONDS:
+        return
+    autocommit = dbapi_conn.autocommit
+    try:
+        # What SQLAlchemy's own pre-ping does (only when due): SELECT 1 outside a transaction.
+        dbapi_conn.autocommit = True
+        try:
+            dbapi_conn.execute("SELECT 1")
+        finally:
+            if not dbapi_conn.closed:
+                dbapi_conn.autocommit = autocommit
+    except Exception as exc:
+        # The pool discards this connection and checks out a fresh one.
+        raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
+
+
+register_connection_hooks(ConnectionHooks("tnsrag_db.idle_ping", check=_ping_if_idle, reset=_mark_idle))
+
+
+def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overflow: int = 10,
+                  read_only: bool = False, **engine_options: Any) -> Engine:
+    """Create a pooled SQLAlchemy engine whose connections search ``<schema>, public``
+    and run the registered :class:`ConnectionHooks`.
+
+    ``pool_size`` and ``max_overflow`` are the pool's limits; ``read_only`` opens every
+    session with ``default_transaction_read_only=on`` (read replicas: no write can go
+    there); other keyword options go to :func:`sqlalchemy.create_engine`.
+    """
+    validate_schema_name(schema)
+    options = f"-c search_path={schema},public" + (" -c default_transaction_read_only=on" if read_only else "")
+    engine = sa.create_engine(
+        normalize_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        # search_path at connection start-up, so SQLAlchemy's default schema and
+        # every unqualified name resolve into the library's schema.
+        connect_args={"options": options},
+        **engine_options,
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        for hooks in registered_connection_hooks():
+            if hooks.configure is not None:
+                hooks.configure(dbapi_conn, record.info)
+        dbapi_conn.commit()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        for hooks in registered_connection_hooks():
+            if hooks.check is not None:
+                hooks.check(dbapi_conn, record.info)
+
+    @sa.event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
+        for hooks in registered_connection_hooks():
+            if hooks.reset is not None:
+                hooks.reset(dbapi_conn, record.info)
+
+    return engine

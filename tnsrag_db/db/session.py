@@ -1,0 +1,338 @@
+"""The one way the library talks to its database: a :class:`Session` over a pooled engine.
+
+A session is the plumbing a :class:`~tnsrag_db.store.store.Store` holds as ``store.session``:
+
+- one read path, :meth:`Session.run` (a :data:`~tnsrag_db.db.statement.Plan` on one
+  connection) and :meth:`Session.read` (its one-statement case);
+- transactions (:meth:`~Session.transaction`, :meth:`~Session.write_transaction`, which runs
+  its work again after a deadlock) and :meth:`~Session.autocommit` connections;
+- session-level advisory locks (:meth:`~Session.session_lock`, :meth:`~Session.hnsw_build_lock`);
+- the ``statement_timeout`` of its statements (:meth:`~Session.timeout` for one block).
+
+Every driver error leaves it through :func:`map_db_errors` as a typed
+:class:`~tnsrag_db.errors.DatabaseError` subclass. It names no library table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+from sqlalchemy.engine import Connection, Engine
+
+from tnsrag_db._validate import is_number
+from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
+from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
+from tnsrag_db.errors import ConfigurationError, DeadlockError
+
+__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "map_db_errors",
+           "retry_on_deadlock"]
+
+#: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
+DEADLOCK_RETRIES = 3
+#: How often a process waiting for a session lock (HNSW build, declarative ingestion) checks it.
+SESSION_LOCK_POLL_SECONDS = 0.2
+
+_T = TypeVar("_T")
+
+#: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
+#: session (absent: the server's or role's default).
+_TIMEOUT_SET = "tnsrag_statement_timeout"
+
+_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
+
+
+@lru_cache(maxsize=512)
+def _driver_sql(sql: str) -> str:
+    """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
+    return sa.text(sql).compile(dialect=_DIALECT).string
+
+
+def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
+    """Run ``operation`` (which opens and commits its own transaction) and run it again,
+    up to ``retries`` times, when PostgreSQL aborted it to break a deadlock
+    (:class:`DeadlockError`, SQLSTATE 40P01). Its transaction was rolled back, so nothing
+    of the failed attempt remains.
+    """
+    attempt = 0
+    while True:
+        try:
+            return operation()
+        except DeadlockError:
+            if attempt >= retries:
+                raise
+            attempt += 1
+
+
+def check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
+    """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
+    if seconds is None:
+        return None
+    if not is_number(seconds) or not 0 < seconds < 86_400 * 24:  # type: ignore[operator]
+        raise ConfigurationError(f"{what} must be None or a positive number of seconds (under 24 days), "
+                                 f"got {seconds!r}")
+    return max(1, round(float(seconds) * 1000))  # type: ignore[arg-type]
+
+
+def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
+    """Give ``conn``'s session ``statement_timeout`` ``ms`` (None: the server's default),
+    outside any transaction; a no-op when the session has it already (no round trip)."""
+    if conn.info.get(_TIMEOUT_SET) == ms:
+        return
+    conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+    if conn.in_transaction():
+        conn.commit()
+    if ms is None:
+        conn.info.pop(_TIMEOUT_SET, None)
+    else:
+        conn.info[_TIMEOUT_SET] = ms
+
+
+class Session:
+    """Connections, transactions, locks and timeouts of one store over ``engine``.
+
+    ``what`` starts the message of every mapped driver error (``"database error in corpus
+    'x'"``); ``schema`` names the library's schema (for schema-wide locks);
+    ``statement_timeout`` (seconds, None: the server's) bounds every statement except
+    those of :meth:`autocommit` connections (index builds) and unlimited transactions.
+    ``read_replicas``: the hot standbys :meth:`run` reads from (see
+    :mod:`tnsrag_db.db.replicas`), ``read_token``: a read waits for them to replay past it
+    (a callable giving the token, or None), ``clock``: advanced after each write
+    transaction when there are replicas. Thread-safe, like the engine's pool.
+    """
+
+    def __init__(self, engine: Engine, *, what: str, schema: str, statement_timeout: float | None = None,
+                 read_replicas: ReadReplicas | None = None,
+                 read_token: Callable[[], WriteToken | None] | None = None,
+                 clock: WriteClock | None = None) -> None:
+        self._engine = engine
+        self._replicas = read_replicas
+        self._read_token = read_token
+        self._clock = clock if clock is not None else WriteClock()
+        self._what = what
+        self._schema = validate_schema_name(schema)
+        self._timeout_ms = check_timeout(statement_timeout)
+        self._timeout_override: ContextVar[int | None | bool] = ContextVar(f"tnsrag_timeout_{id(self)}",
+                                                                          default=False)
+
+    @property
+    def engine(self) -> Engine:
+        """The pooled SQLAlchemy engine."""
+        return self._engine
+
+    # -- timeouts ---------------------------------------------------------------------
+    @property
+    def statement_timeout(self) -> float | None:
+        """The statement timeout in seconds in effect here (inside :meth:`timeout`, its value); None: the server's."""
+        ms = self.effective_timeout_ms()
+        return None if ms is None else ms / 1000
+
+    @property
+    def default_timeout(self) -> float | None:
+        """The session's own statement timeout in seconds (whatever a :meth:`timeout` block says)."""
+        return None if self._timeout_ms is None else self._timeout_ms / 1000
+
+    @contextmanager
+    def timeout(self, seconds: float | None) -> Iterator[None]:
+        """Run this session's statements inside the block (this thread or task) with
+        ``statement_timeout`` ``seconds`` (None: the server's). Raises
+        :class:`ConfigurationError` for a bad value."""
+        token = self._timeout_override.set(check_timeout(seconds))
+        try:
+            yield
+        finally:
+            self._timeout_override.reset(token)
+
+    def effective_timeout_ms(self) -> int | None:
+        """The statement timeout in milliseconds the next statement gets (None: the server's)."""
+        override = self._timeout_override.get()
+        if override is False:
+            return self._timeout_ms
+        assert override is None or isinstance(override, int)
+        return override
+
+    # -- connections and transactions -------------------------------------------------
+    def map_errors(self) -> AbstractContextManager[None]:
+        """:func:`map_db_errors` with this session's message prefix."""
+        return map_db_errors(self._what)
+
+    @contextmanager
+    def transaction(self, *, prepare: Callable[[Connection], None] | None = None,
+                    limited: bool = True) -> Iterator[Connection]:
+        """A connection inside one transaction (committed on success, rolled back on error).
+
+        ``prepare(conn)`` runs first, outside the transaction (the write path creates its
+        stage tables there); ``limited=False`` lifts the statement timeout (statistics
+        refreshes). Driver errors are re-raised as :class:`DatabaseError` subclasses (see
+        :func:`map_db_errors`); library errors pass through.
+        """
+        with map_db_errors(self._what), self._engine.connect() as conn:
+            _apply_statement_timeout(conn, self.effective_timeout_ms() if limited else None)
+            if prepare is not None:
+                prepare(conn)
+            with conn.begin():
+                yield conn
+
+    def write_transaction(self, work: Callable[[Connection], _T], *,
+                          prepare: Callable[[Connection], None] | None = None) -> _T:
+        """Run ``work(conn)`` in one :meth:`transaction`, whole again when PostgreSQL aborted
+        it to break a deadlock (see :func:`retry_on_deadlock`)."""
+        def attempt() -> _T:
+            with self.transaction(prepare=prepare) as conn:
+                return work(conn)
+
+        result = retry_on_deadlock(attempt)
+        if self._replicas is not None:
+            with map_db_errors(self._what), self._engine.connect() as conn:
+                self._clock.advance(current_token(conn))  # after the commit: a read-your-writes token
+        return result
+
+    @property
+    def read_replicas(self) -> ReadReplicas | None:
+        """The standbys :meth:`run` reads from (None: the primary only)."""
+        return self._replicas
+
+    @property
+    def clock(self) -> WriteClock:
+        """The newest write token of this session (and the sessions sharing its clock)."""
+        return self._clock
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection in autocommit mode: each statement commits on its own.
+
+        For statements that cannot run inside a transaction block (``CREATE INDEX
+        CONCURRENTLY``) and for session-level advisory locks. If the block raises, the
+        connection is closed instead of going back to the pool, so no session state
+        (settings, locks) it set outlives the error. No statement timeout: index builds
+        run as long as they need.
+        """
+        with map_db_errors(self._what), \
+                self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            _apply_statement_timeout(conn, None)
+            try:
+                yield conn
+            except BaseException:
+                conn.invalidate()
+                raise
+
+    # -- locks ------------------------------------------------------------------------
+    @contextmanager
+    def session_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        """Hold the session-level advisory lock ``name`` on ``conn``, an :meth:`autocommit` connection.
+
+        Waited for by polling ``pg_try_advisory_lock`` with no transaction open. A
+        session blocked inside ``pg_advisory_lock`` holds a snapshot, and a ``CREATE
+        INDEX CONCURRENTLY`` run by the lock's holder (an HNSW build) waits for that
+        snapshot while the waiter waits for the holder: a deadlock.
+        """
+        key = {"k": name}
+        while not conn.execute(sa.text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"), key).scalar_one():
+            time.sleep(SESSION_LOCK_POLL_SECONDS)
+        try:
+            yield
+        except BaseException:
+            try:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
+            except sa.exc.SQLAlchemyError:
+                pass  # a broken connection: autocommit() closes it, which releases the lock
+            raise
+        conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
+
+    def hnsw_build_lock(self, conn: Connection) -> AbstractContextManager[None]:
+        """The :meth:`session_lock` under which HNSW builds and index drops on this schema's
+        ``embeddings`` table take turns (PostgreSQL runs one concurrent build per table
+        at a time anyway)."""
+        return self.session_lock(conn, f"tnsrag_db.hnsw_build:{self._schema}")
+
+    # -- the read path ----------------------------------------------------------------
+    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run one read-only statement (``:name`` parameters) and return its rows.
+
+        Shorthand for :meth:`run` of a one-statement plan.
+        """
+        return list(self.run(one(Statement(sql, params))))
+
+    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+        """Drive a read :data:`~tnsrag_db.db.statement.Plan` on one connection and return its result.
+
+        The search paths' fast lane: autocommit (no BEGIN/COMMIT round trips; a
+        ``set_config(..., true)`` inside a statement lasts for that statement), each
+        statement compiled once per distinct text, then run as driver SQL (SQLAlchemy's
+        engine events still see it, so tracing instrumentation keeps working). With
+        ``snapshot=True`` every statement runs in one read-only REPEATABLE READ
+        transaction instead, so all of them see the same committed data (explanations).
+        The connection is checked out at the plan's first statement. Driver errors become
+        :class:`DatabaseError` subclasses (thrown into the plan first).
+        """
+        with self._plan_executor(snapshot=snapshot) as execute:
+            return run_plan(plan, execute)
+
+    @contextmanager
+    def _plan_executor(self, *, snapshot: bool) -> Iterator[Callable[[Statement], Rows]]:
+        conns: list[Connection] = []
+        on_replica: list[Replica] = []  # the standby conns[-1] is on, if any
+
+        def configure(conn: Connection) -> None:
+            _apply_statement_timeout(conn, self.effective_timeout_ms())
+
+        def checkout() -> Connection:
+            on_replica.clear()
+            if self._replicas is not None:
+                token = self._read_token() if self._read_token is not None else None
+                found = self._replicas.connect(token, snapshot=snapshot, configure=configure)
+                if found is not None:
+                    conns.append(found[0])
+                    on_replica.append(found[1])
+                    return found[0]
+            isolation = "REPEATABLE READ" if snapshot else "AUTOCOMMIT"
+            conn = self._engine.connect().execution_options(isolation_level=isolation)
+            conns.append(conn)
+            _apply_statement_timeout(conn, self.effective_timeout_ms())
+            if snapshot:
+                conn.begin()
+                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            return conn
+
+        def send(conn: Connection, statement: Statement) -> Rows:
+            return conn.exec_driver_sql(_driver_sql(statement.sql), dict(statement.params)).all()
+
+        def execute(statement: Statement) -> Rows:
+            with map_db_errors(self._what):
+                fresh = not conns
+                while True:
+                    try:
+                        return send(conns[-1] if conns else checkout(), statement)
+                    except sa.exc.DBAPIError as exc:
+                        if on_replica and self._replicas is not None and (fresh or not snapshot) \
+                                and server_gone(exc):
+                            # A standby that went away mid-run: leave it out, and run the
+                            # statement again on the next standby or the primary (reads only).
+                            self._replicas.mark_failed(on_replica[0])
+                            conns.pop().invalidate()
+                            fresh = True
+                            continue
+                        # A pooled connection whose server went away (reused too soon after its
+                        # last use to be pinged): SQLAlchemy has invalidated the pool; a read on
+                        # a connection that ran nothing yet is safe to run again, once.
+                        if snapshot or not exc.connection_invalidated or not conns or not fresh:
+                            raise
+                        conns.pop().close()
+                    return send(checkout(), statement)
+
+        try:
+            yield execute
+        finally:
+            for conn in conns:
+                try:
+                    conn.close()  # rolls back a snapshot transaction: it only read
+                except sa.exc.SQLAlchemyError:
+                    pass  # a broken connection: the pool has already discarded it
