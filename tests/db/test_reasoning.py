@@ -418,3 +418,15 @@ def test_subtree_text_reads_a_bounded_number_of_rows(store: Store) -> None:
     assert seen[0].subtree_text.split("\n") == ["root", "start"] + [f"level{i}" for i in range(1, 9)]
     with pytest.raises(ConfigurationError, match="subtree_rows"):
         ReasoningRAGStrategy(HierarchyIndex(store), recorder, "m", subtree_rows=0)
+
+
+def test_plan_driven_by_run_plan_is_retrieve(manual: HierarchyIndex, store: Store) -> None:
+    from tnsrag_db.db.statement import Statement, run_plan
+
+    strategy = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m")
+    expected = strategy.retrieve("fan blade")
+    assert expected
+    yielded: list[Statement] = []
+    with store._plan_executor(snapshot=False) as execute:
+        docs = run_plan(strategy.plan("fan blade"), lambda s: yielded.append(s) or execute(s))  # type: ignore[func-returns-value]
+    assert docs == expected and len(yielded) == strategy.descend("fan blade").expansions
