@@ -421,12 +421,16 @@ def test_subtree_text_reads_a_bounded_number_of_rows(store: Store) -> None:
 
 
 def test_plan_driven_by_run_plan_is_retrieve(manual: HierarchyIndex, store: Store) -> None:
-    from tnsrag_db.db.statement import Statement, run_plan
+    from tnsrag_db.db.statement import Rows, Statement, run_plan
 
     strategy = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m")
     expected = strategy.retrieve("fan blade")
     assert expected
     yielded: list[Statement] = []
     with store._plan_executor(snapshot=False) as execute:
-        docs = run_plan(strategy.plan("fan blade"), lambda s: yielded.append(s) or execute(s))  # type: ignore[func-returns-value]
+        def record(statement: Statement) -> Rows:
+            yielded.append(statement)
+            return execute(statement)
+
+        docs = run_plan(strategy.plan("fan blade"), record)
     assert docs == expected and len(yielded) == strategy.descend("fan blade").expansions

@@ -225,7 +225,7 @@ def test_with_the_real_keyword_strategy(store: Store) -> None:
 
 
 def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
-    from tnsrag_db.db.statement import Statement, run_plan
+    from tnsrag_db.db.statement import Rows, Statement, run_plan
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 
@@ -238,6 +238,9 @@ def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
     assert ids_of(expected) == ["new", "old", "undated"]
     yielded: list[Statement] = []
     with store._plan_executor(snapshot=False) as execute:
-        docs = run_plan(strategy.plan("database failover"),
-                        lambda s: yielded.append(s) or execute(s))  # type: ignore[func-returns-value]
+        def record(statement: Statement) -> Rows:
+            yielded.append(statement)
+            return execute(statement)
+
+        docs = run_plan(strategy.plan("database failover"), record)
     assert docs == expected and len(yielded) == 2  # the keyword child's statement, the timestamps

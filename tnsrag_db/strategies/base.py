@@ -18,6 +18,7 @@ from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument, is_unico
 
 __all__ = [
     "ENTRY_COLUMNS",
+    "ENTRY_COLUMN_NAMES",
     "overfetch",
     "overfetch_plan",
     "RAGStrategy",
@@ -38,6 +39,8 @@ _T = TypeVar("_T")
 
 #: The entry columns (alias ``e``) that :func:`document_from_row` needs.
 ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
+#: The names of the :data:`ENTRY_COLUMNS`, in order (a :class:`Statement`'s ``columns``).
+ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 
 @runtime_checkable

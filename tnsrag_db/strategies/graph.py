@@ -55,6 +55,7 @@ from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.graph import GraphStore
 from tnsrag_db.strategies.base import (
+    ENTRY_COLUMN_NAMES,
     ENTRY_COLUMNS,
     RAGStrategy,
     check_query,
@@ -79,7 +80,6 @@ from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["GraphRAGStrategy"]
 
-_ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 
 def _seed_map(pairs: list[tuple[str, float]]) -> dict[str, float]:
@@ -367,6 +367,6 @@ class GraphRAGStrategy:
             if score > 0.0:
                 kept[entry_id] = float(score)
         return self._store.walk_statement(
-            kept, columns=ENTRY_COLUMNS, column_names=_ENTRY_COLUMN_NAMES, fence=self._fence,
+            kept, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES, fence=self._fence,
             max_depth=self._max_depth, decay=self._decay, budget=self._budget, max_fan_out=self._max_fan_out,
             filters=ctx.metadata_filters, min_score=ctx.min_score, k=ctx.max_results)

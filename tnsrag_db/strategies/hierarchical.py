@@ -33,6 +33,7 @@ from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.fusion import document_key
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
 from tnsrag_db.strategies.base import (
+    ENTRY_COLUMN_NAMES,
     ENTRY_COLUMNS,
     RAGStrategy,
     check_query,
@@ -58,7 +59,6 @@ from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["HierarchicalRAGStrategy"]
 
-_ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 #: A child retrieval as a plan: ``fetch(query, context)``.
 _Fetch = Callable[[str, RAGContext], Plan[list[RetrievedDocument]]]
@@ -230,7 +230,7 @@ class HierarchicalRAGStrategy:
         if best and self._max_parent_depth > 0:
             rows = yield self._index.parents_statement(
                 {i: c.doc.score for i, c in best.items()}, max_depth=self._max_parent_depth, decay=self._decay,
-                fence=self._fence, columns=ENTRY_COLUMNS, column_names=_ENTRY_COLUMN_NAMES)
+                fence=self._fence, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES)
             for row in rows:
                 score = float(row.score)
                 seen = best.get(row.entry_id)

@@ -59,7 +59,14 @@ from tnsrag_db.errors import (
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
 from tnsrag_db.navigation import NavNode, TreeNavigator
 from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context, source_fence
+from tnsrag_db.strategies.base import (
+    ENTRY_COLUMN_NAMES,
+    ENTRY_COLUMNS,
+    check_query,
+    document_from_row,
+    resolve_context,
+    source_fence,
+)
 from tnsrag_db.strategies.explain import (
     Explanation,
     ReasoningExplanation,
@@ -72,7 +79,6 @@ from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["Descent", "ReasoningRAGStrategy"]
 
-_ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 _Steps = dict[str, tuple[tuple[str, float, float], ...]]
 
 #: Result metadata key holding the root-to-node path, a JSON array of entry ids.
@@ -314,7 +320,7 @@ class ReasoningRAGStrategy:
         """One statement: up to ``limit`` children of ``parent_id`` (roots for None), in id order."""
         wants_text = getattr(self._navigator, "wants_subtree_text", False) is True
         return self._hierarchy.children_statement(
-            parent_id, limit, fence=self._fence, columns=ENTRY_COLUMNS, column_names=_ENTRY_COLUMN_NAMES,
+            parent_id, limit, fence=self._fence, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES,
             subtree=(self._subtree_chars, self._subtree_rows) if wants_text else None)
 
     @staticmethod
