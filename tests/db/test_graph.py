@@ -300,20 +300,8 @@ def test_cli_add_edge_import_and_query(make_store: Callable[..., Store], db_url:
     assert [d.metadata["entryId"] for d in strategy.traverse({"a": 1.0})] == ["a", "b", "d", "c"]
 
 
-def _driven(store: Store, plan: object) -> tuple[list[RetrievedDocument], int]:
-    """``plan`` driven by run_plan with Store.run's executor, and how many statements it yielded."""
-    from tnsrag_db.db.statement import Statement, run_plan
-
-    yielded: list[Statement] = []
-    with store._plan_executor(snapshot=False) as execute:
-        def record(statement: Statement) -> object:
-            yielded.append(statement)
-            return execute(statement)
-
-        return run_plan(plan, record), len(yielded)  # type: ignore[arg-type]
-
-
 def test_plan_driven_by_run_plan_is_retrieve(demo: GraphStore) -> None:
+    from tests.db._plans import drive
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 
@@ -322,5 +310,5 @@ def test_plan_driven_by_run_plan_is_retrieve(demo: GraphStore) -> None:
         strategy = GraphRAGStrategy("p", demo, None, 3, D, 1024, seed_strategy=seed_strategy)
         expected = strategy.retrieve("node", ctx)
         assert len(expected) > 3
-        docs, statements = _driven(demo.store, strategy.plan("node", ctx))
-        assert docs == expected and statements == 2  # the seed search (BM25, or the keyword child's plan), the walk
+        docs, statements = drive(demo.store, strategy.plan("node", ctx))
+        assert docs == expected and len(statements) == 2  # the seed search (BM25, or the keyword child's plan), the walk

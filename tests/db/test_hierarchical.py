@@ -281,7 +281,7 @@ def test_with_the_real_keyword_strategy(store: Store) -> None:
 
 
 def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
-    from tnsrag_db.db.statement import Rows, Statement, run_plan
+    from tests.db._plans import drive
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 
@@ -291,11 +291,5 @@ def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
     strategy = HierarchicalRAGStrategy(KeywordRAGStrategy(BM25Index(store)), index)
     expected = strategy.retrieve("fan blade")
     assert ids_of(expected) == ["s1", "ch", "root"]
-    yielded: list[Statement] = []
-    with store._plan_executor(snapshot=False) as execute:
-        def record(statement: Statement) -> Rows:
-            yielded.append(statement)
-            return execute(statement)
-
-        docs = run_plan(strategy.plan("fan blade"), record)
+    docs, yielded = drive(store, strategy.plan("fan blade"))
     assert docs == expected and len(yielded) == 2  # the keyword child's statement, the parent walk

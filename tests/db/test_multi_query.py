@@ -247,16 +247,10 @@ def test_multi_query_with_rm3_finds_documents_sharing_only_feedback_vocabulary(r
 
 
 def test_plan_driven_by_run_plan_is_retrieve(keyword: KeywordRAGStrategy, store: Store) -> None:
-    from tnsrag_db.db.statement import Rows, Statement, run_plan
+    from tests.db._plans import drive
 
     strategy = MultiQueryRAGStrategy(keyword, Fixed(["engine oil", "crack"]), QueryExpansion.LLM, "m", 2)
     expected = strategy.retrieve("fan blade")
     assert len(expected) > 2
-    yielded: list[Statement] = []
-    with store._plan_executor(snapshot=False) as execute:
-        def record(statement: Statement) -> Rows:
-            yielded.append(statement)
-            return execute(statement)
-
-        docs = run_plan(strategy.plan("fan blade"), record)
+    docs, yielded = drive(store, strategy.plan("fan blade"))
     assert docs == expected and len(yielded) == 3  # one keyword statement per query

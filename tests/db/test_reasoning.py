@@ -421,16 +421,10 @@ def test_subtree_text_reads_a_bounded_number_of_rows(store: Store) -> None:
 
 
 def test_plan_driven_by_run_plan_is_retrieve(manual: HierarchyIndex, store: Store) -> None:
-    from tnsrag_db.db.statement import Rows, Statement, run_plan
+    from tests.db._plans import drive
 
     strategy = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m")
     expected = strategy.retrieve("fan blade")
     assert expected
-    yielded: list[Statement] = []
-    with store._plan_executor(snapshot=False) as execute:
-        def record(statement: Statement) -> Rows:
-            yielded.append(statement)
-            return execute(statement)
-
-        docs = run_plan(strategy.plan("fan blade"), record)
+    docs, yielded = drive(store, strategy.plan("fan blade"))
     assert docs == expected and len(yielded) == strategy.descend("fan blade").expansions

@@ -225,7 +225,7 @@ def test_with_the_real_keyword_strategy(store: Store) -> None:
 
 
 def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
-    from tnsrag_db.db.statement import Rows, Statement, run_plan
+    from tests.db._plans import drive
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 
@@ -236,11 +236,5 @@ def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
     strategy = TemporalRAGStrategy(KeywordRAGStrategy(BM25Index(store)), index, clock=clock)
     expected = strategy.retrieve("database failover")
     assert ids_of(expected) == ["new", "old", "undated"]
-    yielded: list[Statement] = []
-    with store._plan_executor(snapshot=False) as execute:
-        def record(statement: Statement) -> Rows:
-            yielded.append(statement)
-            return execute(statement)
-
-        docs = run_plan(strategy.plan("database failover"), record)
+    docs, yielded = drive(store, strategy.plan("database failover"))
     assert docs == expected and len(yielded) == 2  # the keyword child's statement, the timestamps
