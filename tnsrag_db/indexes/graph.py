@@ -271,16 +271,19 @@ class GraphStore:
         """
         if limit is not None and (not is_int(limit) or limit < 1):
             raise ValidationError(f"limit must be a positive int or None, got {limit!r}")
-        rows = self._store.read(
-            "SELECT src, dst, relation, weight, source FROM edges "
-            "WHERE corpus = :c AND src = :s AND (CAST(:r AS text) IS NULL OR relation = :r) "
-            "ORDER BY weight DESC, dst, relation LIMIT :n",
-            {"c": self.corpus, "s": entry_id, "r": relation, "n": limit})
+        with self._store.transaction() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT src, dst, relation, weight, source FROM edges "
+                "WHERE corpus = :c AND src = :s AND (CAST(:r AS text) IS NULL OR relation = :r) "
+                "ORDER BY weight DESC, dst, relation LIMIT :n"),
+                {"c": self.corpus, "s": entry_id, "r": relation, "n": limit}).all()
         return [Edge(r.src, r.dst, r.relation, r.weight, r.source) for r in rows]
 
     def count(self) -> int:
         """Number of edges in the corpus."""
-        return int(self._store.read("SELECT count(*) AS n FROM edges WHERE corpus = :c", {"c": self.corpus})[0].n)
+        with self._store.transaction() as conn:
+            return int(conn.execute(sa.text("SELECT count(*) FROM edges WHERE corpus = :c"),
+                                    {"c": self.corpus}).scalar_one())
 
     # -- statements (no I/O; run them with Store.run) ------------------------------------
     def walk_statement(self, seeds: Mapping[str, float], *, columns: str, column_names: Sequence[str],

@@ -320,16 +320,20 @@ class HierarchyIndex:
         out: dict[str, list[str]] = {pid: [] for pid in wanted}
         if not wanted:
             return out
-        for row in self._store.read(
+        with self._store.transaction() as conn:
+            rows = conn.execute(sa.text(
                 "SELECT e.parent_id, e.id FROM entries e WHERE e.corpus = :c AND e.parent_id = ANY(:ids) "
-                "ORDER BY e.parent_id, e.id", {"c": self._store.corpus, "ids": wanted}):
-            out[row.parent_id].append(row.id)
+                "ORDER BY e.parent_id, e.id"), {"c": self._store.corpus, "ids": wanted})
+            for row in rows:
+                out[row.parent_id].append(row.id)
         return out
 
     def roots(self) -> list[str]:
         """The ids of the entries without a parent, sorted."""
-        return [r.id for r in self._store.read(
-            "SELECT id FROM entries WHERE corpus = :c AND parent_id IS NULL ORDER BY id", {"c": self._store.corpus})]
+        with self._store.transaction() as conn:
+            return list(conn.execute(sa.text(
+                "SELECT id FROM entries WHERE corpus = :c AND parent_id IS NULL ORDER BY id"),
+                {"c": self._store.corpus}).scalars())
 
     def ancestors(self, entry_id: str, max_depth: int | None = None) -> list[str]:
         """The parent chain of ``entry_id``, nearest first, at most ``max_depth`` levels (None = all).
@@ -342,8 +346,9 @@ class HierarchyIndex:
         if max_depth is not None and (not is_int(max_depth) or max_depth < 0):
             raise ValidationError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
         depth = 2**31 - 1 if max_depth is None else max_depth
-        return [r.id for r in self._store.read(_ANCESTORS_SQL,
-                                               {"c": self._store.corpus, "id": entry_id, "max_depth": depth})]
+        with self._store.transaction() as conn:
+            return list(conn.execute(sa.text(_ANCESTORS_SQL),
+                                     {"c": self._store.corpus, "id": entry_id, "max_depth": depth}).scalars())
 
     # -- statements (no I/O; run them with Store.run) ------------------------------------
     def parents_statement(self, scores: dict[str, float], *, max_depth: int, decay: float,
