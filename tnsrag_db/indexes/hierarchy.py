@@ -123,10 +123,7 @@ _KIDS_SQL = textwrap.dedent("""\
     )""")
 _HAS_CHILDREN_SQL = ("EXISTS (SELECT 1 FROM entries h WHERE h.corpus = :c AND h.parent_id = k.entry_id "
                      "AND {fence_h}) AS has_children")
-_CHILDREN_SQL = textwrap.dedent("""\
-    WITH {kids}
-    SELECT k.*, {has_children}, NULL::text AS subtree_text FROM kids k ORDER BY k.entry_id
-    """)
+_CHILDREN_SQL = "WITH {kids}\nSELECT k.*, {has_children}, NULL::text AS subtree_text FROM kids k ORDER BY k.entry_id\n"
 # With the text of each child's subtree (a forest reached from roots has no cycles).
 _CHILDREN_WITH_TEXT_SQL = textwrap.dedent("""\
     WITH RECURSIVE {kids},
@@ -145,6 +142,7 @@ _CHILDREN_WITH_TEXT_SQL = textwrap.dedent("""\
              sum(length(content) + 1) OVER (PARTITION BY top ORDER BY lvl, node ROWS UNBOUNDED PRECEDING) AS upto
       FROM cut
     ),
+    -- agg, each child's text, cut to the text cap.
     agg AS (
       SELECT top, left(string_agg(content, E'\\n' ORDER BY lvl, node), :cap) AS subtree_text
       FROM run WHERE upto - length(content) - 1 < :cap GROUP BY top
@@ -368,11 +366,10 @@ class HierarchyIndex:
     def children_statement(self, parent_id: str | None, limit: int, *, fence: Collection[str] | None,
                            columns: str, column_names: Sequence[str],
                            subtree: tuple[int, int] | None = None) -> Statement:
-        """Up to ``limit`` children of ``parent_id`` (the roots for None) inside ``fence``, in id
-        order: ``columns`` (entry columns over alias ``e``, named ``column_names``),
-        ``has_children`` (inside the fence) and ``subtree_text``: with ``subtree = (cap, rows)``
-        the text of each child's subtree, breadth first, at most ``cap`` characters per child
-        and ``rows`` descendant rows for all children together; NULL without."""
+        """Up to ``limit`` children of ``parent_id`` (the roots for None) inside ``fence``, in id order:
+        ``columns`` (entry columns over alias ``e``, named ``column_names``), ``has_children`` (inside
+        the fence) and ``subtree_text``: with ``subtree = (cap, rows)`` each child's subtree text, breadth
+        first, at most ``cap`` characters per child and ``rows`` rows for all children; NULL without."""
         params: dict[str, Any] = {"c": self._store.corpus, "lim": limit}
         if parent_id is not None:
             params["pid"] = parent_id
