@@ -71,7 +71,7 @@ def load(store: Store, seed: int = 7) -> tuple[list[int], list[int]]:
     ordinary = [i for i in range(N_ENTRIES) if i not in hub_set]
     started = time.perf_counter()
     store.drop_corpus()
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         store.text_config(conn)
         raw = conn.connection.driver_connection
         assert raw is not None
@@ -99,7 +99,7 @@ def load(store: Store, seed: int = 7) -> tuple[list[int], list[int]]:
     t_gen = time.perf_counter()
     counts = GraphStore(store).add_edges(edges)
     t_edges = time.perf_counter() - t_gen
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         conn.execute(sa.text("ANALYZE entries"))
         conn.execute(sa.text("ANALYZE edges"))
     print(f"loaded {N_ENTRIES:,} entries in {t_entries:.1f} s (COPY); {counts.total:,} edges in {t_edges:.1f} s "
@@ -171,7 +171,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
     gs = GraphStore(store)
     rng = np.random.default_rng(11)
     if args.reuse and gs.count() == N_HUBS * HUB_DEGREE + (N_ENTRIES - N_HUBS) * ORDINARY_DEGREE:
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             hub_ids = list(conn.execute(sa.text(
                 "SELECT src FROM edges WHERE corpus = :c GROUP BY src HAVING count(*) > 100 ORDER BY src"),
                 {"c": store.corpus}).scalars())
@@ -187,7 +187,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
             out.append({node_id(int(p)): float(SEEDS_PER_QUERY - k) for k, p in enumerate(picks)})
         return out
 
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         pid = int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
     ctx = RAGContext(max_results=10)
     budget = GraphRAGStrategy.DEFAULT_MAX_VISITED_NODES

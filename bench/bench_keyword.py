@@ -77,7 +77,7 @@ def ingest(store: Store, entries: list[MemoryEntry], reuse: bool) -> float | Non
 def build_baseline(store: Store) -> float:
     """The scratch ``to_tsvector`` table with its GIN index; seconds."""
     started = time.perf_counter()
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         conn.execute(sa.text(f"DROP TABLE IF EXISTS {SCRATCH}"))
         conn.execute(sa.text(f"CREATE TABLE {SCRATCH} AS SELECT id, to_tsvector('english', content) AS tsv "
                              "FROM entries WHERE corpus = :c"), {"c": store.corpus})
@@ -126,7 +126,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
     index = BM25Index(store)
     keyword = KeywordRAGStrategy(index)
     engine = store.engine
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c"),
                                 {"c": store.corpus}).scalar_one()
     print(f"corpus {store.corpus}: {args.n} entries, {postings} postings"
@@ -170,7 +170,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
     if args.explain:
         sample = mixes["terms from a document"][0]
         sql, params = index.candidates_sql(sample, K)
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             plan = conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS) " + sql), params).scalars().all()
         print(f"\nEXPLAIN (ANALYZE, BUFFERS) of the BM25 statement for {sample!r}:")
         print("\n".join(plan))
@@ -195,7 +195,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
         for (name, _), times in zip(variants, timings):
             med, p99 = pct(times, 0.5), pct(times, 0.99)
             print(f"{mix:<30} {name:<36} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         dfs = conn.execute(sa.text("SELECT max(n) AS mx, percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS md "
                                    "FROM (SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c "
                                    "GROUP BY lexeme) d"), {"c": store.corpus}).one()
@@ -220,7 +220,7 @@ def main() -> None:
                 run(store, args)
             finally:
                 if not args.keep:
-                    with store.transaction() as conn:
+                    with store.session.transaction() as conn:
                         conn.execute(sa.text(f"DROP TABLE IF EXISTS {SCRATCH}"))
 
 

@@ -109,12 +109,12 @@ def load(store: Store, corpus: Corpus, lookup: Lookup, result: SizeResult) -> No
         w = rng.random((stop - start, OUT_EDGES))
         graph.add_edges(Edge(ids[start + i], ids[int(d)], "related", float(w[i, j]))
                         for i, row in enumerate(dst) for j, d in enumerate(row) if int(d) != start + i)
-    with store.autocommit() as conn:
+    with store.session.autocommit() as conn:
         conn.exec_driver_sql("VACUUM (ANALYZE)")
 
 
 def schema_size_mb(store: Store) -> float:
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         size = conn.execute(sa.text(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = :s AND c.relkind IN ('r', 'm')"),
@@ -190,7 +190,7 @@ def explain_last(store: Store, run: Callable[[], object]) -> list[str]:
     finally:
         sa.event.remove(store.engine, "before_cursor_execute", capture)
     statement, parameters = next((s, p) for s, p in reversed(sent) if s.lstrip().upper().startswith(("WITH", "SELECT")))
-    with store.autocommit() as conn:
+    with store.session.autocommit() as conn:
         return [row[0] for row in conn.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS) {statement}", parameters)]
 
 

@@ -135,7 +135,7 @@ def main() -> None:
 
     base = connect(args.url, corpus=f"bench_vector_{args.n}", auto_migrate=True)
     store = base
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         workers = int(conn.execute(sa.text("SHOW max_parallel_maintenance_workers")).scalar_one())
     if not args.queries_only:
         store.drop_corpus()
@@ -145,7 +145,7 @@ def main() -> None:
     rows: list[tuple[str, str, str, str, str]] = []
 
     if args.queries_only:
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             space_id = conn.execute(sa.text("SELECT space_id FROM embedding_spaces WHERE corpus = :c AND index_name "
                                             "IS NOT NULL"), {"c": store.corpus}).scalar_one_or_none()
         if space_id is None or store.count() != args.n + args.adds:
@@ -166,7 +166,7 @@ def main() -> None:
         store.write_entries = write_entries  # type: ignore[method-assign]
         t_index, _ = timed(vectors.build_index)
         t_ours = t_add + t_index
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             mem_mb = max(64, int(args.n * (args.dim * 4 + 2 * HNSW_M * 12 + 64) * 1.3 / 2**20) + 64)
             space_id, index_name = conn.execute(sa.text(
                 "SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c"), {"c": store.corpus}).one()
@@ -188,7 +188,7 @@ def main() -> None:
         # Queries are timed on a settled corpus: the vacuum that autovacuum would start
         # after the load (a pass over the HNSW index on 2 cores) runs now, not during them.
         print("vacuum ...", flush=True)
-        with store.autocommit() as conn:
+        with store.session.autocommit() as conn:
             conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings"))
 
     # -- unfiltered ---------------------------------------------------------------
@@ -380,7 +380,7 @@ def main() -> None:
                  f"{medians['keyword'] + medians['vector']:.2f}",
                  f"{medians['hybrid'] / (medians['keyword'] + medians['vector']):.2f}x", "<= 1.3x"))
 
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         conn.execute(sa.text("DROP TABLE IF EXISTS public.bench_vector_bare"))
     base.close()
 

@@ -113,7 +113,7 @@ def ingest(store: Store, documents: list[MemoryEntry], reuse: bool) -> None:
         return
     store.clear()  # deletes entries with their postings, embeddings and statistics
     store.add_all(documents)
-    with store.autocommit() as conn:
+    with store.session.autocommit() as conn:
         conn.execute(sa.text("VACUUM ANALYZE bm25_postings"))
 
 

@@ -49,7 +49,7 @@ def ingest(store: Store, docs: list[MemoryEntry], reuse: bool) -> None:
         return
     store.drop_corpus()
     store.add_all(docs)
-    with store.transaction() as conn:  # fresh planner statistics for the scoring statements
+    with store.session.transaction() as conn:  # fresh planner statistics for the scoring statements
         conn.execute(sa.text("ANALYZE entries"))
         conn.execute(sa.text("ANALYZE bm25_postings"))
 

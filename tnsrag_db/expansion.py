@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.errors import ConfigurationError, ExecutionError, RetrievalCancelledError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.navigation import _entry_points, load_plugin, plugin_names
@@ -165,9 +166,11 @@ _TERM_RE = re.compile(r"\w{2,20}")
 
 
 def _check_positive(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{what} must be a positive int, got {value!r}")
-    return value
+    if is_int(value):
+        assert isinstance(value, int)
+        if value >= 1:
+            return value
+    raise ConfigurationError(f"{what} must be a positive int, got {value!r}")
 
 
 class RM3QueryExpander:
@@ -206,8 +209,7 @@ class RM3QueryExpander:
         self._index = index
         self._feedback_docs = _check_positive(feedback_docs, "feedback_docs")
         self._expansion_terms = _check_positive(expansion_terms, "expansion_terms")
-        if isinstance(original_weight, bool) or not isinstance(original_weight, (int, float)) \
-                or not 0.0 <= original_weight <= 1.0:
+        if not is_number(original_weight) or not 0.0 <= original_weight <= 1.0:
             raise ConfigurationError(f"original_weight must be a number in [0, 1], got {original_weight!r}")
         self._original_weight = float(original_weight)
         try:

@@ -298,3 +298,17 @@ def test_cli_add_edge_import_and_query(make_store: Callable[..., Store], db_url:
     strategy = graph_strategy(store)
     assert (strategy.max_depth, strategy.depth_decay, strategy.max_visited_nodes) == (2, 0.85, 1024)
     assert [d.metadata["entryId"] for d in strategy.traverse({"a": 1.0})] == ["a", "b", "d", "c"]
+
+
+def test_plan_driven_by_run_plan_is_retrieve(demo: GraphStore) -> None:
+    from tests.db._plans import drive
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+
+    ctx = RAGContext(max_results=100)
+    for seed_strategy in (None, KeywordRAGStrategy(BM25Index(demo.store))):
+        strategy = GraphRAGStrategy("p", demo, None, 3, D, 1024, seed_strategy=seed_strategy)
+        expected = strategy.retrieve("node", ctx)
+        assert len(expected) > 3
+        docs, statements = drive(demo.store, strategy.plan("node", ctx))
+        assert docs == expected and len(statements) == 2  # the seed search (BM25, or the keyword child's plan), the walk

@@ -278,3 +278,18 @@ def test_with_the_real_keyword_strategy(store: Store) -> None:
     docs = strategy.retrieve("flux capacitor", RAGContext(metadata_filters={"kind": "doc"}))
     assert ids_of(docs) == ["manual"]
     assert ids_of(HierarchicalRAGStrategy(keyword, index, allowed_sources={"blog"}).retrieve("flux capacitor")) == []
+
+
+def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
+    from tests.db._plans import drive
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+
+    index = HierarchyIndex(store)
+    index.add_all([MemoryEntry("root", "fan manual"), MemoryEntry("ch", "fan chapter", parent_id="root"),
+                   MemoryEntry("s1", "fan blade crack", parent_id="ch"), MemoryEntry("s2", "oil", parent_id="ch")])
+    strategy = HierarchicalRAGStrategy(KeywordRAGStrategy(BM25Index(store)), index)
+    expected = strategy.retrieve("fan blade")
+    assert ids_of(expected) == ["s1", "ch", "root"]
+    docs, yielded = drive(store, strategy.plan("fan blade"))
+    assert docs == expected and len(yielded) == 2  # the keyword child's statement, the parent walk

@@ -244,3 +244,13 @@ def test_multi_query_with_rm3_finds_documents_sharing_only_feedback_vocabulary(r
     docs = strategy.retrieve("turbine")
     assert set(ids(docs)) == {"d1", "d2", "d3"} and ids(docs)[-1] == "d3"
     assert ids(strategy.retrieve("turbine", RAGContext(metadata_filters={"tenant": "a"}))) == ["d1", "d3"]
+
+
+def test_plan_driven_by_run_plan_is_retrieve(keyword: KeywordRAGStrategy, store: Store) -> None:
+    from tests.db._plans import drive
+
+    strategy = MultiQueryRAGStrategy(keyword, Fixed(["engine oil", "crack"]), QueryExpansion.LLM, "m", 2)
+    expected = strategy.retrieve("fan blade")
+    assert len(expected) > 2
+    docs, yielded = drive(store, strategy.plan("fan blade"))
+    assert docs == expected and len(yielded) == 3  # one keyword statement per query

@@ -418,3 +418,13 @@ def test_subtree_text_reads_a_bounded_number_of_rows(store: Store) -> None:
     assert seen[0].subtree_text.split("\n") == ["root", "start"] + [f"level{i}" for i in range(1, 9)]
     with pytest.raises(ConfigurationError, match="subtree_rows"):
         ReasoningRAGStrategy(HierarchyIndex(store), recorder, "m", subtree_rows=0)
+
+
+def test_plan_driven_by_run_plan_is_retrieve(manual: HierarchyIndex, store: Store) -> None:
+    from tests.db._plans import drive
+
+    strategy = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m")
+    expected = strategy.retrieve("fan blade")
+    assert expected
+    docs, yielded = drive(store, strategy.plan("fan blade"))
+    assert docs == expected and len(yielded) == strategy.descend("fan blade").expansions

@@ -222,3 +222,19 @@ def test_with_the_real_keyword_strategy(store: Store) -> None:
     docs = strategy.retrieve("database failover", RAGContext(metadata_filters={"team": "db"}))
     assert ids_of(docs) == ["new", "old"]
     assert [d.score for d in docs] == pytest.approx([base["new"] * (0.8 + 0.2 * 0.5 ** (1 / 30)), base["old"] * 0.9])
+
+
+def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
+    from tests.db._plans import drive
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+
+    index = TemporalIndex(store)
+    index.add_all([MemoryEntry("old", "database failover", timestamp=NOW - 30 * DAY),
+                   MemoryEntry("new", "database failover", timestamp=NOW - DAY),
+                   MemoryEntry("undated", "database failover notes")], clock=clock)
+    strategy = TemporalRAGStrategy(KeywordRAGStrategy(BM25Index(store)), index, clock=clock)
+    expected = strategy.retrieve("database failover")
+    assert ids_of(expected) == ["new", "old", "undated"]
+    docs, yielded = drive(store, strategy.plan("database failover"))
+    assert docs == expected and len(yielded) == 2  # the keyword child's statement, the timestamps

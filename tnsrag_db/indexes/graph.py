@@ -23,13 +23,16 @@ batch is written. Deleting an entry deletes its edges (``ON DELETE CASCADE``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._validate import is_int, is_number
+from tnsrag_db.db.statement import Statement
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
+from tnsrag_db.indexes.graph_walk import hops_statement, walk_statement
 from tnsrag_db.store.staging import EDGE_STAGE_DDL
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry, is_unicode_text
@@ -131,7 +134,7 @@ class Edge:
                                   f"UTF-8 bytes together, more than {MAX_EDGE_KEY_BYTES} (an index key)"
                                   + (f" (edge {index})" if index is not None else ""))
         w = self.weight
-        if isinstance(w, bool) or not isinstance(w, (int, float)):
+        if not is_number(w):
             raise ValidationError(f"edge {self.src!r} -> {self.dst!r}: weight must be a number, got {w!r}")
         if not math.isfinite(w):
             raise ValidationError(f"edge {self.src!r} -> {self.dst!r}: weight must be finite, got {w!r}")
@@ -264,7 +267,7 @@ class GraphStore:
         ``relation`` keeps only that relation; ``limit`` (≥ 1) caps the count.
         Raises :class:`ValidationError` for a bad ``limit``.
         """
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        if limit is not None and (not is_int(limit) or limit < 1):
             raise ValidationError(f"limit must be a positive int or None, got {limit!r}")
         with self._store.session.transaction() as conn:
             rows = conn.execute(sa.text(
@@ -279,6 +282,20 @@ class GraphStore:
         with self._store.session.transaction() as conn:
             return int(conn.execute(sa.text("SELECT count(*) FROM edges WHERE corpus = :c"),
                                     {"c": self.corpus}).scalar_one())
+
+    # -- statements (no I/O; run them with Store.run) ------------------------------------
+    def walk_statement(self, seeds: Mapping[str, float], *, columns: str, column_names: Sequence[str],
+                       fence: Collection[str] | None, max_depth: int, decay: float, budget: int, max_fan_out: int,
+                       filters: Mapping[str, str] | None, min_score: float, k: int) -> Statement:
+        """The bounded walk from ``seeds`` (entry id to a score > 0) over this corpus's edges:
+        see :func:`tnsrag_db.indexes.graph_walk.walk_statement`."""
+        return walk_statement(self.corpus, list(seeds), list(seeds.values()), columns=columns,
+                              column_names=column_names, fence=fence, max_depth=max_depth, decay=decay,
+                              budget=budget, max_fan_out=max_fan_out, filters=filters, min_score=min_score, k=k)
+
+    def hops_statement(self, pairs: Sequence[tuple[str, str]]) -> Statement:
+        """The heaviest edge of each ``(src, dst)`` pair that has one: rows ``src, dst, relation, weight``."""
+        return hops_statement(self.corpus, pairs)
 
 
 def _dangling(missing: Sequence[str]) -> DanglingReferenceError:

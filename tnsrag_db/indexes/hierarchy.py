@@ -11,12 +11,15 @@ or deleted through the plain :class:`Store` are not checked at write time).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import textwrap
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._validate import is_int
+from tnsrag_db.db.statement import Statement
 from tnsrag_db.errors import ConfigurationError, HierarchyError, ValidationError
 from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
 from tnsrag_db.types import MemoryEntry
@@ -84,6 +87,69 @@ _ANCESTORS_SQL = (
     "  WHERE up.level < :max_depth AND NOT p.id = ANY(up.path)"
     ") SELECT id FROM up WHERE level > 0 ORDER BY level"
 )
+
+
+# The parent chains of many hits in one walk ({fence} and {columns} are code constants).
+_PARENTS_SQL = textwrap.dedent("""\
+    WITH RECURSIVE
+    -- hits, the hit ids and their scores.
+    hits (child_id, score) AS (
+      SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:scores AS float8[]))
+    ),
+    -- walk, one level up per step, inside the fence, each level multiplying by the decay.
+    walk (child_id, id, parent_id, level, score) AS (
+      SELECT h.child_id, p.id, p.parent_id, 1, h.score * CAST(:decay AS float8)
+      FROM hits h JOIN entries c ON c.corpus = :c AND c.id = h.child_id
+      JOIN entries p ON p.corpus = :c AND p.id = c.parent_id AND {fence}
+      UNION ALL
+      SELECT w.child_id, p.id, p.parent_id, w.level + 1, w.score * CAST(:decay AS float8)
+      FROM walk w JOIN entries p ON p.corpus = :c AND p.id = w.parent_id AND {fence}
+      WHERE w.level < :depth
+    ),
+    -- best, one row per reached parent (highest score, then shallowest level, then smallest child).
+    best AS (
+      SELECT DISTINCT ON (id) id, child_id, level, score FROM walk ORDER BY id, score DESC, level, child_id
+    )
+    SELECT b.child_id, b.level, b.score, {columns}
+    FROM best b JOIN entries e ON e.corpus = :c AND e.id = b.id
+    """)
+
+# Children of one node in id order, at most the limit ({parent}, {fence_*} and {columns} are
+# code constants). has_children tells the caller whether a child can be expanded.
+_KIDS_SQL = textwrap.dedent("""\
+    kids AS MATERIALIZED (
+      SELECT {columns} FROM entries e
+      WHERE e.corpus = :c AND {parent} AND {fence_e} ORDER BY e.id LIMIT :lim
+    )""")
+_HAS_CHILDREN_SQL = ("EXISTS (SELECT 1 FROM entries h WHERE h.corpus = :c AND h.parent_id = k.entry_id "
+                     "AND {fence_h}) AS has_children")
+_CHILDREN_SQL = "WITH {kids}\nSELECT k.*, {has_children}, NULL::text AS subtree_text FROM kids k ORDER BY k.entry_id\n"
+# With the text of each child's subtree (a forest reached from roots has no cycles).
+_CHILDREN_WITH_TEXT_SQL = textwrap.dedent("""\
+    WITH RECURSIVE {kids},
+    -- sub, each child's subtree, breadth first.
+    sub (top, node, lvl, content) AS (
+      SELECT k.entry_id, k.entry_id, 0, k.content FROM kids k
+      UNION ALL
+      SELECT s.top, d.id, s.lvl + 1, d.content FROM sub s
+      JOIN entries d ON d.corpus = :c AND d.parent_id = s.node AND {fence_d}
+    ),
+    -- cut, at most the rows cap for all children together (the recursion stops once that many are pulled).
+    cut AS (SELECT * FROM sub LIMIT :rows),
+    -- run, the running text length per child, to cut each child once it passes the text cap.
+    run AS (
+      SELECT top, node, lvl, content,
+             sum(length(content) + 1) OVER (PARTITION BY top ORDER BY lvl, node ROWS UNBOUNDED PRECEDING) AS upto
+      FROM cut
+    ),
+    -- agg, each child's text, cut to the text cap.
+    agg AS (
+      SELECT top, left(string_agg(content, E'\\n' ORDER BY lvl, node), :cap) AS subtree_text
+      FROM run WHERE upto - length(content) - 1 < :cap GROUP BY top
+    )
+    SELECT k.*, {has_children}, a.subtree_text FROM kids k LEFT JOIN agg a ON a.top = k.entry_id
+    ORDER BY k.entry_id
+    """)
 
 
 def _cycles_of(successor: dict[str, str]) -> list[list[str]]:
@@ -275,12 +341,52 @@ class HierarchyIndex:
         """
         if not isinstance(entry_id, str):
             raise ValidationError(f"entry_id must be a string, got {type(entry_id).__name__}")
-        if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0):
+        if max_depth is not None and (not is_int(max_depth) or max_depth < 0):
             raise ValidationError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
         depth = 2**31 - 1 if max_depth is None else max_depth
         with self._store.session.transaction() as conn:
             return list(conn.execute(sa.text(_ANCESTORS_SQL),
                                      {"c": self._store.corpus, "id": entry_id, "max_depth": depth}).scalars())
+
+    # -- statements (no I/O; run them with Store.run) ------------------------------------
+    def parents_statement(self, scores: dict[str, float], *, max_depth: int, decay: float,
+                          fence: Collection[str] | None, columns: str, column_names: Sequence[str]) -> Statement:
+        """The parent chains above the hits ``scores`` (entry id to score), up to ``max_depth``
+        levels, inside ``fence`` (None for none): one row per reached parent with ``child_id``
+        (the hit it was best reached from), ``level``, ``score`` (the hit's × ``decay`` per
+        level; the best wins, then the shallower level, then the smaller child id) and
+        ``columns`` (entry columns over alias ``e``, named ``column_names``)."""
+        params: dict[str, Any] = {"c": self._store.corpus, "ids": list(scores), "scores": list(scores.values()),
+                                  "decay": decay, "depth": max_depth}
+        if fence is not None:
+            params["fence"] = sorted(fence)
+        sql = _PARENTS_SQL.format(fence="TRUE" if fence is None else "p.source = ANY(:fence)", columns=columns)
+        return Statement(sql, params, ("child_id", "level", "score", *column_names))
+
+    def children_statement(self, parent_id: str | None, limit: int, *, fence: Collection[str] | None,
+                           columns: str, column_names: Sequence[str],
+                           subtree: tuple[int, int] | None = None) -> Statement:
+        """Up to ``limit`` children of ``parent_id`` (the roots for None) inside ``fence``, in id order:
+        ``columns`` (entry columns over alias ``e``, named ``column_names``), ``has_children`` (inside
+        the fence) and ``subtree_text``: with ``subtree = (cap, rows)`` each child's subtree text, breadth
+        first, at most ``cap`` characters per child and ``rows`` rows for all children; NULL without."""
+        params: dict[str, Any] = {"c": self._store.corpus, "lim": limit}
+        if parent_id is not None:
+            params["pid"] = parent_id
+        if fence is None:
+            fence_e = fence_h = fence_d = "TRUE"
+        else:
+            params["fence"] = sorted(fence)
+            fence_e, fence_h, fence_d = "e.source = ANY(:fence)", "h.source = ANY(:fence)", "d.source = ANY(:fence)"
+        kids = _KIDS_SQL.format(columns=columns, fence_e=fence_e,
+                                parent="e.parent_id IS NULL" if parent_id is None else "e.parent_id = :pid")
+        has_children = _HAS_CHILDREN_SQL.format(fence_h=fence_h)
+        if subtree is None:
+            sql = _CHILDREN_SQL.format(kids=kids, has_children=has_children)
+        else:
+            params["cap"], params["rows"] = subtree
+            sql = _CHILDREN_WITH_TEXT_SQL.format(kids=kids, has_children=has_children, fence_d=fence_d)
+        return Statement(sql, params, (*column_names, "has_children", "subtree_text"))
 
 
 def _id_list(ids: object, what: str) -> list[str]:

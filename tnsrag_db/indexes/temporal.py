@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
-import sqlalchemy as sa
-
+from tnsrag_db.db.statement import Statement, one
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError, ValidationError
 from tnsrag_db.store.store import IngestCounts, Store, validate_batch
 from tnsrag_db.types import MemoryEntry
@@ -123,14 +123,24 @@ class TemporalIndex:
 
     def timestamps(self, entry_ids: Sequence[str]) -> dict[str, datetime | None]:
         """The timestamp of each existing entry of ``entry_ids`` (None when undated); unknown ids are left out."""
+        statement = self.timestamps_statement(entry_ids)
+        if not statement.params["ids"]:
+            return {}
+        return self.timestamps_of(self._store.run(one(statement)))
+
+    def timestamps_statement(self, entry_ids: Sequence[str]) -> Statement:
+        """The statement of :meth:`timestamps` (rows ``id, ts``; no I/O); turn its rows into the
+        mapping with :meth:`timestamps_of`. Raises :class:`ValidationError` for ``entry_ids``
+        that is not a collection of strings."""
         if isinstance(entry_ids, str) or not isinstance(entry_ids, Iterable):
             raise ValidationError(f"entry_ids must be a collection of ids, not {type(entry_ids).__name__}")
         ids = list(dict.fromkeys(entry_ids))
         if any(not isinstance(i, str) for i in ids):
             raise ValidationError("entry_ids must hold strings")
-        if not ids:
-            return {}
-        with self._store.session.transaction() as conn:
-            rows = conn.execute(sa.text("SELECT id, ts FROM entries WHERE corpus = :c AND id = ANY(:ids)"),
-                                {"c": self._store.corpus, "ids": ids}).all()
+        return Statement("SELECT id, ts FROM entries WHERE corpus = :c AND id = ANY(:ids)",
+                         {"c": self._store.corpus, "ids": ids}, ("id", "ts"))
+
+    @staticmethod
+    def timestamps_of(rows: Iterable[Any]) -> dict[str, datetime | None]:
+        """Entry id to timestamp (None when undated) from the rows of :meth:`timestamps_statement`."""
         return {r.id: r.ts for r in rows}

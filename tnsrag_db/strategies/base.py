@@ -10,23 +10,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from tnsrag_db.db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument, is_unicode_text
 
 __all__ = [
     "ENTRY_COLUMNS",
+    "ENTRY_COLUMN_NAMES",
     "overfetch",
+    "overfetch_plan",
     "RAGStrategy",
     "check_query",
+    "child_plan",
+    "has_plan",
+    "returned",
+    "run_apart",
     "document_from_row",
     "resolve_context",
     "source_fence",
 ]
 
+if TYPE_CHECKING:
+    from tnsrag_db.store.store import Store
+
+_T = TypeVar("_T")
+
 #: The entry columns (alias ``e``) that :func:`document_from_row` needs.
 ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
+#: The names of the :data:`ENTRY_COLUMNS`, in order (a :class:`Statement`'s ``columns``).
+ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 
 @runtime_checkable
@@ -107,23 +121,72 @@ def overfetch(
     factor: int = 4,
     max_candidates: int = 1000,
 ) -> list[RetrievedDocument]:
+    """:func:`overfetch_plan` for a ``fetch`` and a ``rerank`` that do their own I/O."""
+    return run_plan(overfetch_plan(lambda n: returned(fetch, n), lambda c: returned(rerank, c), ceiling, k,
+                                   min_candidates=min_candidates, factor=factor, max_candidates=max_candidates),
+                    _no_statements)
+
+
+def overfetch_plan(
+    fetch: Callable[[int], Plan[list[RetrievedDocument]]],
+    rerank: Callable[[list[RetrievedDocument]], Plan[list[RetrievedDocument]]],
+    ceiling: Callable[[float], float],
+    k: int,
+    *,
+    min_candidates: int = 50,
+    factor: int = 4,
+    max_candidates: int = 1000,
+) -> Plan[list[RetrievedDocument]]:
     """Top ``k`` of a re-ranking strategy over a child, fetching more candidates only when needed.
 
-    ``fetch(n)`` returns the child's best ``n`` candidates; ``rerank`` turns candidates
-    into final results, best first; ``ceiling(score)`` is the best final score a
-    candidate the child ranked below ``score`` could still reach. The first request is
-    ``max(min_candidates, factor × k)``; it doubles, up to ``max(max_candidates, first)``
-    (never beyond :data:`~tnsrag_db.types.MAX_RESULTS`),
+    ``fetch(n)`` is the plan of the child's best ``n`` candidates; ``rerank`` the plan
+    turning candidates into final results, best first; ``ceiling(score)`` is the best
+    final score a candidate the child ranked below ``score`` could still reach. The
+    first request is ``max(min_candidates, factor × k)``; it doubles, up to
+    ``max(max_candidates, first)`` (never beyond :data:`~tnsrag_db.types.MAX_RESULTS`),
     while the child returns full pages and the k-th result does not beat that ceiling.
     Within the cap the top ``k`` is exact.
     """
     cap = min(MAX_RESULTS, max(max_candidates, min_candidates, factor * k))
     want = min(cap, max(min_candidates, factor * k))
     while True:
-        candidates = fetch(want)
-        results = rerank(candidates)
+        candidates = yield from fetch(want)
+        results = yield from rerank(candidates)
         if len(candidates) < want or want >= cap:
             return results[:k]
         if len(results) >= k and results[k - 1].score > ceiling(min(c.score for c in candidates)):
             return results[:k]
         want = min(cap, want * 2)
+
+
+def returned(fn: Callable[..., _T], *args: Any) -> Plan[_T]:
+    """The plan that yields no statement and returns ``fn(*args)`` (called when the plan runs):
+    a step doing its own I/O, or none, inside a plan."""
+    return fn(*args)
+    yield  # pragma: no cover - makes this a generator
+
+
+def _no_statements(statement: Statement) -> Rows:
+    raise AssertionError(f"this plan was not expected to yield a statement: {statement.sql[:80]!r}")
+
+
+def has_plan(strategy: object) -> bool:
+    """True when ``strategy`` offers ``plan(query, context)`` (its retrieval as a plan)."""
+    return callable(getattr(strategy, "plan", None))
+
+
+def child_plan(strategy: RAGStrategy, query: str, context: RAGContext) -> Plan[list[RetrievedDocument]]:
+    """``strategy``'s retrieval inside a wrapping strategy's plan: its own :meth:`plan` when it
+    has one (its statements then run on the wrapper's connection), else its ``retrieve``
+    (which does its own I/O)."""
+    if has_plan(strategy):
+        docs: list[RetrievedDocument] = yield from strategy.plan(query, context)  # type: ignore[attr-defined]
+        return docs
+    return strategy.retrieve(query, context)
+
+
+def run_apart(store: Store, plan: Plan[_T]) -> _T:
+    """Drive ``plan`` with each statement on a connection of its own (:meth:`Store.read`), for
+    plans that do other I/O between their statements (a child strategy without a plan,
+    explanations): no pooled connection is held while that I/O waits for one."""
+    return run_plan(plan, lambda statement: store.read(statement.sql, statement.params))

@@ -19,13 +19,10 @@ PostgreSQL, in one statement, and returns the reached entries (seeds included):
   (seeds included). When a level offers more new entries than the budget has room
   for, the best-scoring ones are kept (ties: reached by the heavier edge, then by id).
 
-The walk is level by level (a bounded Bellman-Ford over max-product scores). The
-recursive CTE carries ONE row per level: the visited set as parallel arrays (id,
-best score) and the level's frontier (entries first reached or improved on that
-level, with their scores and paths). Keeping a whole level in one row is what makes
-the global de-duplication and the budget exact: a recursive term may not aggregate
-over the working table, but a LATERAL subquery over one row's arrays may. A node's
-result is its best frontier appearance (its last improvement).
+The walk is level by level (a bounded Bellman-Ford over max-product scores), in one
+recursive statement that :class:`~tnsrag_db.indexes.graph.GraphStore` builds (see
+:mod:`tnsrag_db.indexes.graph_walk` for how it keeps a whole level in one row). A
+node's result is its best frontier appearance (its last improvement).
 
 **Bound on the work** (what keeps a hub from blowing the query up): on a level
 with frontier F (|F| ≤ budget B), each frontier node follows only its heaviest
@@ -52,15 +49,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tnsrag_db._validate import check_int, is_number
+from tnsrag_db.db.aio import arun
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.graph import GraphStore
-from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.strategies.base import (
+    ENTRY_COLUMN_NAMES,
     ENTRY_COLUMNS,
     RAGStrategy,
     check_query,
+    child_plan,
     document_from_row,
     resolve_context,
+    run_apart,
     source_fence,
 )
 from tnsrag_db.strategies.explain import (
@@ -78,88 +80,6 @@ from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["GraphRAGStrategy"]
 
-# How many edge rows a level may read, as a multiple of the visited budget.
-_EDGE_BUDGET_FACTOR = 2
-
-_FENCE = "AND n.source = ANY(CAST(:fence AS text[]))"
-
-# {seed_fence}/{walk_join}/{filter} are code constants chosen below; values are bound.
-_TRAVERSAL_SQL = """
-WITH RECURSIVE walk (round, v_ids, v_scores, f_ids, f_scores, f_paths) AS (
-  SELECT 0, coalesce(array_agg(s.id), '{{}}'), coalesce(array_agg(s.score), '{{}}'),
-         coalesce(array_agg(s.id), '{{}}'), coalesce(array_agg(s.score), '{{}}'),
-         coalesce(array_agg(jsonb_build_array(s.id)), '{{}}')
-  FROM (
-    SELECT x.id, max(x.score) AS score
-    FROM unnest(CAST(:seed_ids AS text[]), CAST(:seed_scores AS float8[])) AS x(id, score)
-    JOIN entries n ON n.corpus = :c AND n.id = x.id {seed_fence}
-    GROUP BY x.id
-    ORDER BY score DESC, x.id
-    LIMIT :budget
-  ) s
-  UNION ALL
-  SELECT w.round + 1, nx.* FROM walk w CROSS JOIN LATERAL (
-    WITH v AS MATERIALIZED (
-      SELECT * FROM unnest(w.v_ids, w.v_scores) AS v(id, score)
-    ), cand AS MATERIALIZED (
-      SELECT c.id, c.score, c.weight, c.parent_path, v.score AS old_score
-      FROM (
-        SELECT DISTINCT ON (e.dst COLLATE "C") e.dst AS id, f.score * CAST(:decay AS float8) AS score, e.weight,
-               f.path AS parent_path
-        FROM unnest(w.f_ids, w.f_scores, w.f_paths) AS f(id, score, path)
-        CROSS JOIN LATERAL (
-          SELECT ed.dst, ed.weight FROM edges ed
-          WHERE ed.corpus = :c AND ed.src = f.id
-          ORDER BY ed.weight DESC, ed.dst
-          LIMIT least(CAST(:max_fan AS int),
-                      greatest(1, ceil(CAST(:edge_budget AS float8) / cardinality(w.f_ids))::int))
-        ) e
-        {walk_join}
-        ORDER BY e.dst COLLATE "C", f.score DESC, e.weight DESC, f.id COLLATE "C"
-      ) c LEFT JOIN v ON v.id = c.id
-      WHERE v.id IS NULL OR c.score > v.score
-    ), front AS MATERIALIZED (
-      SELECT id, score, parent_path || to_jsonb(id) AS path FROM cand WHERE old_score IS NOT NULL
-      UNION ALL
-      (SELECT id, score, parent_path || to_jsonb(id) FROM cand WHERE old_score IS NULL
-       ORDER BY score DESC, weight DESC, id
-       LIMIT greatest(CAST(:budget AS int) - cardinality(w.v_ids), 0))
-    ), vis AS (
-      SELECT v.id, v.score FROM v WHERE NOT EXISTS (SELECT 1 FROM cand b WHERE b.id = v.id)
-      UNION ALL
-      SELECT id, score FROM front
-    )
-    SELECT a.*, b.* FROM
-      (SELECT array_agg(id), array_agg(score) FROM vis) a,
-      (SELECT coalesce(array_agg(id), '{{}}'), coalesce(array_agg(score), '{{}}'), coalesce(array_agg(path), '{{}}')
-       FROM front) b
-  ) nx
-  WHERE w.round < :max_depth AND cardinality(w.f_ids) > 0
-), nodes AS (
-  -- A node's final state is its last (best) improvement: the frontier entry with its top score.
-  SELECT DISTINCT ON (u.id) u.id, u.score, walk.round AS depth, u.path
-  FROM walk, unnest(walk.f_ids, walk.f_scores, walk.f_paths) AS u(id, score, path)
-  ORDER BY u.id, u.score DESC, walk.round
-), ranked AS (
-  SELECT * FROM nodes WHERE score >= CAST(:min_score AS float8) ORDER BY score DESC, id
-)
-SELECT {columns}, nd.score AS graph_score, nd.depth AS graph_depth, nd.path AS graph_path
-FROM ranked nd CROSS JOIN LATERAL (
-  SELECT * FROM entries e WHERE e.corpus = :c AND e.id = nd.id AND {filter}
-) e
-ORDER BY nd.score DESC, nd.id
-LIMIT :k
-"""
-
-
-# The heaviest edge between each consecutive pair of a path (the walk follows edges
-# heaviest first, so that is the edge it took).
-_HOPS_SQL = (
-    "SELECT DISTINCT ON (x.src, x.dst) x.src, x.dst, ed.relation, ed.weight "
-    "FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS x(src, dst) "
-    "JOIN edges ed ON ed.corpus = :c AND ed.src = x.src AND ed.dst = x.dst "
-    "ORDER BY x.src, x.dst, ed.weight DESC, ed.relation"
-)
 
 
 def _seed_map(pairs: list[tuple[str, float]]) -> dict[str, float]:
@@ -172,8 +92,7 @@ def _seed_map(pairs: list[tuple[str, float]]) -> dict[str, float]:
 
 
 def _check_int(value: object, what: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{what} must be an int, got {value!r}")
+    value = check_int(value, what, error=ConfigurationError)
     if not low <= value <= high:
         raise ConfigurationError(f"{what} must be between {low} and {high}, got {value}")
     return value
@@ -233,8 +152,7 @@ class GraphRAGStrategy:
             raise ConfigurationError(f"store must be a GraphStore, got {type(store).__name__}")
         fence = source_fence(allowed_sources)
         _check_int(max_depth, "max_depth", 1, self.MAX_DEPTH_LIMIT)
-        if isinstance(depth_decay, bool) or not isinstance(depth_decay, (int, float)) \
-                or not math.isfinite(depth_decay) or not 0.0 < depth_decay <= 1.0:
+        if not is_number(depth_decay) or not math.isfinite(depth_decay) or not 0.0 < depth_decay <= 1.0:
             raise ConfigurationError(f"depth_decay must be a number in (0, 1], got {depth_decay!r}")
         _check_int(max_visited_nodes, "max_visited_nodes", 1, self.MAX_VISITED_LIMIT)
         _check_int(seed_count, "seed_count", 1, self.MAX_VISITED_LIMIT)
@@ -297,6 +215,14 @@ class GraphRAGStrategy:
                 f"max_depth={self._max_depth}, depth_decay={self._decay}, max_visited_nodes={self._budget})")
 
     # -- retrieval ----------------------------------------------------------------------
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db.db.statement.Plan`: the seed
+        search (the seed strategy's own plan when it has one), then the walk."""
+        query = check_query(query)
+        ctx = resolve_context(context)
+        seeds = yield from self._seeds_plan(query)
+        return (yield from self._traverse_plan(seeds, ctx))
+
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Entries reached from the query's seeds, best first, at most ``context.max_results``.
 
@@ -306,20 +232,28 @@ class GraphRAGStrategy:
         entry metadata keys of the same name). Raises :class:`ValidationError` for a
         bad query or context.
         """
-        query = check_query(query)
-        ctx = resolve_context(context)
-        return self.traverse(self.seeds(query), ctx)
+        # Autocommit, each statement on its latest committed data, as the seed search and
+        # the walk always were (two transactions): the walk reads edges only once.
+        return self._store.store.run(self.plan(query, context))
+
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (same statements)."""
+        return await arun(self._store.store, self.plan(query, context))
 
     def seeds(self, query: str) -> dict[str, float]:
         """The seed entries for ``query`` with their seed scores (unfiltered, unfenced)."""
-        query = check_query(query)
+        return self._store.store.run(self._seeds_plan(check_query(query)))
+
+    def _seeds_plan(self, query: str) -> Plan[dict[str, float]]:
         if self._seed_strategy is None:
             from tnsrag_db.indexes.bm25 import BM25Index
 
-            hits = BM25Index(self._store.store).search(query, self._seed_count)
-            pairs = [(str(entry_id), float(score)) for entry_id, score in hits]
+            sql, params = BM25Index(self._store.store).candidates_sql(query, self._seed_count)
+            rows = yield Statement(sql, params, ("entry_id", "score"))
+            pairs = [(str(r.entry_id), float(r.score)) for r in rows]
         else:
-            docs = self._seed_strategy.retrieve(query, RAGContext(max_results=min(MAX_RESULTS, self._seed_count)))
+            docs = yield from child_plan(self._seed_strategy, query,
+                                         RAGContext(max_results=min(MAX_RESULTS, self._seed_count)))
             pairs = [(d.metadata["entryId"], d.score) for d in docs if "entryId" in d.metadata]
         return _seed_map(pairs)
 
@@ -358,10 +292,9 @@ class GraphRAGStrategy:
         pairs = sorted({(a, b) for path in paths for a, b in zip(path, path[1:])})
         edges: dict[tuple[str, str], Any] = {}
         if pairs:
-            with self._store.store.session.transaction() as conn:
-                for row in conn.execute(sa.text(_HOPS_SQL), {"c": self._store.corpus, "srcs": [a for a, _ in pairs],
-                                                             "dsts": [b for _, b in pairs]}):
-                    edges[(row.src, row.dst)] = row
+            taken = self._store.hops_statement(pairs)
+            for row in self._store.store.read(taken.sql, taken.params):
+                edges[(row.src, row.dst)] = row
         explanations: list[ScoreExplanation] = []
         for doc, path in zip(docs, paths):
             value = seeds[path[0]]
@@ -385,12 +318,13 @@ class GraphRAGStrategy:
         there are more seeds than the budget, the best-scoring ones are used.
         Raises :class:`ValidationError` for a bad seed mapping or context.
         """
-        ctx = resolve_context(context)
-        sql, params = self._statement(seeds, ctx)
-        if not params["seed_ids"]:
+        return self._store.store.run(self._traverse_plan(seeds, resolve_context(context)))
+
+    def _traverse_plan(self, seeds: Mapping[str, float], ctx: RAGContext) -> Plan[list[RetrievedDocument]]:
+        statement = self._statement(seeds, ctx)
+        if not statement.params["seed_ids"]:
             return []
-        with self._store.store.session.transaction() as conn:
-            rows = conn.execute(sa.text(sql), params).all()
+        rows = yield statement
         return [document_from_row(r, r.graph_score, {"depth": str(r.graph_depth),
                                                      "path": json.dumps(r.graph_path, ensure_ascii=False)})
                 for r in rows]
@@ -401,10 +335,8 @@ class GraphRAGStrategy:
         Returns the plan nodes flattened, each with ``node``, ``rows`` (actual rows
         per loop × loops, i.e. the rows the node produced in total) and ``loops``.
         """
-        ctx = resolve_context(context)
-        sql, params = self._statement(seeds, ctx)
-        with self._store.store.session.transaction() as conn:
-            plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params).scalar_one()
+        statement = self._statement(seeds, resolve_context(context))
+        plan = self._store.store.read("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql, statement.params)[0][0]
         if isinstance(plan, str):
             plan = json.loads(plan)
         out: list[dict[str, Any]] = []
@@ -423,41 +355,18 @@ class GraphRAGStrategy:
         walk(plan[0]["Plan"], 0)
         return out
 
-    def _statement(self, seeds: Mapping[str, float], ctx: RAGContext) -> tuple[str, dict[str, Any]]:
+    def _statement(self, seeds: Mapping[str, float], ctx: RAGContext) -> Statement:
         if not isinstance(seeds, Mapping):
             raise ValidationError(f"seeds must be a mapping of entry id to score, got {type(seeds).__name__}")
-        ids: list[str] = []
-        scores: list[float] = []
+        kept: dict[str, float] = {}
         for entry_id, score in seeds.items():
             if not isinstance(entry_id, str) or "\x00" in entry_id:
                 raise ValidationError(f"seed ids must be strings without NUL characters, got {entry_id!r}")
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            if not is_number(score) or not math.isfinite(score):
                 raise ValidationError(f"seed score of {entry_id!r} must be a finite number, got {score!r}")
             if score > 0.0:
-                ids.append(entry_id)
-                scores.append(float(score))
-        predicate, fparams = filter_sql(ctx.metadata_filters, alias="e", prefix="f")
-        fenced = self._fence is not None
-        sql = _TRAVERSAL_SQL.format(
-            seed_fence=_FENCE if fenced else "",
-            walk_join=f"JOIN entries n ON n.corpus = :c AND n.id = e.dst {_FENCE}" if fenced else "",
-            columns=ENTRY_COLUMNS,
-            filter=predicate,
-        )
-        params: dict[str, Any] = {
-            "c": self._store.corpus,
-            "seed_ids": ids,
-            "seed_scores": scores,
-            "budget": self._budget,
-            "max_depth": self._max_depth,
-            "decay": self._decay,
-            "max_fan": self._max_fan_out,
-            "edge_budget": _EDGE_BUDGET_FACTOR * self._budget,
-            "min_score": ctx.min_score,
-            "k": ctx.max_results,
-            **fparams,
-        }
-        if fenced:
-            assert self._fence is not None
-            params["fence"] = sorted(self._fence)
-        return sql, params
+                kept[entry_id] = float(score)
+        return self._store.walk_statement(
+            kept, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES, fence=self._fence,
+            max_depth=self._max_depth, decay=self._decay, budget=self._budget, max_fan_out=self._max_fan_out,
+            filters=ctx.metadata_filters, min_score=ctx.min_score, k=ctx.max_results)

@@ -26,20 +26,26 @@ import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
+from tnsrag_db._validate import is_int, is_number
+from tnsrag_db.db.aio import arun
+from tnsrag_db.db.statement import Plan
 from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.fusion import document_key
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
 from tnsrag_db.strategies.base import (
+    ENTRY_COLUMN_NAMES,
     ENTRY_COLUMNS,
     RAGStrategy,
     check_query,
+    child_plan,
     document_from_row,
-    overfetch,
+    has_plan,
+    overfetch_plan,
     resolve_context,
+    returned,
+    run_apart,
     source_fence,
 )
-from tnsrag_db.fusion import document_key
 from tnsrag_db.strategies.explain import (
     ExplainedDocument,
     Explanation,
@@ -53,25 +59,9 @@ from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["HierarchicalRAGStrategy"]
 
-# One walk for every hit at once. ``hits`` carries the hit ids and scores; each level
-# joins the current node's parent (inside the fence when there is one). ``best`` keeps
-# one row per reached parent: highest score, then shallowest level, then smallest child.
-_WALK_SQL = (
-    "WITH RECURSIVE hits(child_id, score) AS ("
-    "  SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:scores AS float8[]))), "
-    "walk(child_id, id, parent_id, level, score) AS ("
-    "  SELECT h.child_id, p.id, p.parent_id, 1, h.score * CAST(:decay AS float8) "
-    "  FROM hits h JOIN entries c ON c.corpus = :c AND c.id = h.child_id "
-    "  JOIN entries p ON p.corpus = :c AND p.id = c.parent_id AND {fence} "
-    "  UNION ALL "
-    "  SELECT w.child_id, p.id, p.parent_id, w.level + 1, w.score * CAST(:decay AS float8) "
-    "  FROM walk w JOIN entries p ON p.corpus = :c AND p.id = w.parent_id AND {fence} "
-    "  WHERE w.level < :depth), "
-    "best AS (SELECT DISTINCT ON (id) id, child_id, level, score FROM walk ORDER BY id, score DESC, level, child_id) "
-    f"SELECT b.child_id, b.level, b.score, {ENTRY_COLUMNS} "
-    "FROM best b JOIN entries e ON e.corpus = :c AND e.id = b.id"
-)
-_FENCE_SQL = "p.source = ANY(:fence)"
+
+#: A child retrieval as a plan: ``fetch(query, context)``.
+_Fetch = Callable[[str, RAGContext], Plan[list[RetrievedDocument]]]
 
 
 @dataclass(slots=True)
@@ -120,10 +110,9 @@ class HierarchicalRAGStrategy:
             raise ConfigurationError(f"child_strategy must be a RAGStrategy, got {type(child_strategy).__name__}")
         if not isinstance(index, HierarchyIndex):
             raise ConfigurationError(f"index must be a HierarchyIndex, got {type(index).__name__}")
-        if isinstance(max_parent_depth, bool) or not isinstance(max_parent_depth, int) or max_parent_depth < 0:
+        if not is_int(max_parent_depth) or max_parent_depth < 0:
             raise ConfigurationError(f"max_parent_depth must be an int >= 0, got {max_parent_depth!r}")
-        if (isinstance(decay, bool) or not isinstance(decay, (int, float)) or not math.isfinite(decay)
-                or not 0 < decay <= 1):
+        if not is_number(decay) or not math.isfinite(decay) or not 0 < decay <= 1:
             raise ConfigurationError(f"decay must be a number in (0, 1], got {decay!r}")
         fence = source_fence(allowed_sources)
         self._child = child_strategy
@@ -156,28 +145,41 @@ class HierarchicalRAGStrategy:
         return (f"HierarchicalRAGStrategy(child={self._child.name!r}, max_parent_depth={self._max_parent_depth}, "
                 f"decay={self._decay})")
 
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db.db.statement.Plan`: the child's
+        plan (or its ``retrieve``, for a child without one), then the parent walk."""
+        check_query(query)
+        ctx = resolve_context(context)
+        return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c)))
+
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Hits and their parents for ``query``, best first, at most ``max_results``, each ≥ ``min_score``.
 
         Raises :class:`ValidationError` for a bad query or context; errors of the child
         strategy propagate.
         """
-        check_query(query)
-        ctx = resolve_context(context)
-        return self._run(query, ctx, self._child.retrieve)
+        # Autocommit: every statement sees the latest commit, as each child search and each
+        # walk always did (a transaction apiece). A child without a plan does its own I/O
+        # between the walks, so then no connection is held across it.
+        if has_plan(self._child):
+            return self._index.store.run(self.plan(query, context))
+        return run_apart(self._index.store, self.plan(query, context))
 
-    def _run(self, query: str, ctx: RAGContext,
-             fetch: Callable[[str, RAGContext], list[RetrievedDocument]]) -> list[RetrievedDocument]:
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (same statements)."""
+        return await arun(self._index.store, self.plan(query, context))
+
+    def _plan(self, query: str, ctx: RAGContext, fetch: _Fetch) -> Plan[list[RetrievedDocument]]:
         k = ctx.max_results
         # A hit below min_score cannot lift a parent above it when scores are >= 0; a
         # negative hit s reaches at best s × decay ** depth, hence the wider bound below 0.
         child_min = ctx.min_score if ctx.min_score >= 0 else ctx.min_score / self._decay ** self._max_parent_depth
         floor = self._decay ** self._max_parent_depth
-        return overfetch(
+        return (yield from overfetch_plan(
             lambda n: fetch(query, RAGContext(n, child_min)),
             lambda hits: self._expand(hits, ctx),
             lambda last: last if last >= 0 else last * floor,
-            k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES)
+            k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`HierarchyExplanation`: the hit
@@ -193,7 +195,7 @@ class HierarchicalRAGStrategy:
             last[:] = [explained]  # the final results come from the last fetch
             return explained.documents
 
-        docs = self._run(query, ctx, fetch)
+        docs = run_apart(self._index.store, self._plan(query, ctx, lambda q, c: returned(fetch, q, c)))
         hits: dict[str, ExplainedDocument] = {}
         if last:
             for r in last[0].results:
@@ -211,7 +213,7 @@ class HierarchicalRAGStrategy:
         plans = prefixed(last[0].plans, "child") if last else []
         return explanation_of(self.name, query, docs, explanations, plans)
 
-    def _expand(self, hits: list[RetrievedDocument], ctx: RAGContext) -> list[RetrievedDocument]:
+    def _expand(self, hits: list[RetrievedDocument], ctx: RAGContext) -> Plan[list[RetrievedDocument]]:
         """Fence the hits, walk their parents, merge, filter and rank (not yet cut to K)."""
         best: dict[str, _Candidate] = {}
         anonymous: list[RetrievedDocument] = []  # hits without an entry id cannot be expanded
@@ -226,32 +228,19 @@ class HierarchicalRAGStrategy:
             if seen is None or hit.score > seen.doc.score:
                 best[entry_id] = _Candidate(hit.with_metadata(depth="0", childOf=entry_id), 0, entry_id)
         if best and self._max_parent_depth > 0:
-            self._walk(best)
+            rows = yield self._index.parents_statement(
+                {i: c.doc.score for i, c in best.items()}, max_depth=self._max_parent_depth, decay=self._decay,
+                fence=self._fence, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES)
+            for row in rows:
+                score = float(row.score)
+                seen = best.get(row.entry_id)
+                # A hit keeps its place on a tie (depth 0 beats any level).
+                if seen is not None and (score < seen.doc.score
+                                         or (score == seen.doc.score and seen.depth <= row.level)):
+                    continue
+                doc = document_from_row(row, score, {"depth": str(row.level), "childOf": row.child_id})
+                best[row.entry_id] = _Candidate(doc, row.level, row.child_id)
         docs = [c.doc for c in best.values()] + anonymous
         kept = [d for d in docs if d.score >= ctx.min_score and ctx.matches(d.metadata)]
         kept.sort(key=_sort_key)
         return kept
-
-    def _walk(self, best: dict[str, _Candidate]) -> None:
-        hit_ids = list(best)
-        params: dict[str, object] = {
-            "c": self._index.store.corpus,
-            "ids": hit_ids,
-            "scores": [best[i].doc.score for i in hit_ids],
-            "decay": self._decay,
-            "depth": self._max_parent_depth,
-        }
-        fence = "TRUE"
-        if self._fence is not None:
-            fence = _FENCE_SQL
-            params["fence"] = sorted(self._fence)
-        with self._index.store.session.transaction() as conn:
-            rows = conn.execute(sa.text(_WALK_SQL.format(fence=fence)), params).all()
-        for row in rows:
-            score = float(row.score)
-            seen = best.get(row.entry_id)
-            # A hit keeps its place on a tie (depth 0 beats any level).
-            if seen is not None and (score < seen.doc.score or (score == seen.doc.score and seen.depth <= row.level)):
-                continue
-            doc = document_from_row(row, score, {"depth": str(row.level), "childOf": row.child_id})
-            best[row.entry_id] = _Candidate(doc, row.level, row.child_id)

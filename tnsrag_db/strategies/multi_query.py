@@ -21,13 +21,17 @@ no further call is started.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tnsrag_db._validate import is_int
+from tnsrag_db.db.statement import Plan, run_plan
 from tnsrag_db.errors import ConfigurationError, ExecutionError, ProviderTransportError, RetrievalCancelledError
 from tnsrag_db.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
 from tnsrag_db.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
-from tnsrag_db.strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db.strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
 from tnsrag_db.strategies.explain import (
     Explanation,
     FusionExplanation,
@@ -84,13 +88,12 @@ class MultiQueryRAGStrategy:
                                      f"{', '.join(sorted(m.name for m in supported))}")
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError(f"model must be a non-blank provider model name, got {model!r}")
-        if isinstance(max_expansions, bool) or not isinstance(max_expansions, int) or max_expansions < 1:
+        if not is_int(max_expansions) or max_expansions < 1:
             raise ConfigurationError(f"max_expansions must be a positive int, got {max_expansions!r}")
         if cancellation_token is not None and not isinstance(cancellation_token, CancellationToken):
             raise ConfigurationError(f"cancellation_token must be a CancellationToken or None, "
                                      f"got {type(cancellation_token).__name__}")
-        if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
-                                       or candidates < 1):
+        if candidates is not None and (not is_int(candidates) or candidates < 1):
             raise ConfigurationError(f"candidates must be a positive int or None, got {candidates!r}")
         self._base = base_strategy
         self._expander = expander
@@ -150,6 +153,13 @@ class MultiQueryRAGStrategy:
                               "query expander")
         return normalize_variants(text, variants, self._max_expansions)
 
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as a :data:`~tnsrag_db.db.statement.Plan`: the expander call, then the
+        base strategy's plan for each query (its ``retrieve`` for a base without one), then
+        the fusion. The statements run on the connection of whoever drives the plan (a
+        wrapping strategy, or ``Store.run`` of the base's store)."""
+        return (yield from self._plan(query, context, lambda q, c: child_plan(self._base, q, c)))
+
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """RRF fusion of the base strategy's rankings for ``query`` and its variants, at most
         ``max_results``, each with fused score ≥ ``min_score``, best first (ties: best rank in
@@ -159,13 +169,41 @@ class MultiQueryRAGStrategy:
         :class:`RetrievalCancelledError` when the token is cancelled, the expander errors
         of :meth:`queries`, and whatever the base strategy raises.
         """
+        # This strategy has no store of its own: each query runs through the base's
+        # retrieve (its own connection use), the rest of the plan does no I/O.
+        return run_plan(self._plan(query, context, lambda q, c: returned(self._base.retrieve, q, c)),
+                        _no_statements)
+
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` with the base strategy's ``aretrieve`` for each query (its
+        ``retrieve`` in a worker thread when it has none); the expander runs in a worker
+        thread too. Errors as :meth:`retrieve`."""
+        ctx = resolve_context(context)
+        queries = await asyncio.to_thread(self.queries, query)
+        sub_context = RAGContext(self.candidate_count(ctx.max_results), 0.0, ctx.metadata_filters)
+        base_aretrieve = getattr(self._base, "aretrieve", None)
+        rankings: list[list[RetrievedDocument]] = []
+        for q in queries:
+            self._check_cancelled()
+            if base_aretrieve is not None and inspect.iscoroutinefunction(base_aretrieve):
+                rankings.append(list(await base_aretrieve(q, sub_context)))
+            else:
+                rankings.append(list(await asyncio.to_thread(self._base.retrieve, q, sub_context)))
+        return self._fused(rankings, ctx)
+
+    def _plan(self, query: str, context: RAGContext | None,
+              fetch: Callable[[str, RAGContext], Plan[list[RetrievedDocument]]]) -> Plan[list[RetrievedDocument]]:
         ctx = resolve_context(context)
         queries = self.queries(query)
         sub_context = RAGContext(self.candidate_count(ctx.max_results), 0.0, ctx.metadata_filters)
         rankings: list[list[RetrievedDocument]] = []
         for q in queries:
             self._check_cancelled()
-            rankings.append(list(self._base.retrieve(q, sub_context)))
+            rankings.append(list((yield from fetch(q, sub_context))))
+        return self._fused(rankings, ctx)
+
+    def _fused(self, rankings: list[list[RetrievedDocument]], ctx: RAGContext) -> list[RetrievedDocument]:
+        """The last cancellation check, then the weighted RRF of ``rankings``, ``min_score`` and top-K."""
         self._check_cancelled()
         weights = self._weights[: len(rankings)]
         if not any(weights):  # only zero-weighted queries ran
@@ -221,3 +259,7 @@ class MultiQueryRAGStrategy:
             raise
         except Exception as exc:
             raise ExecutionError(f"{what} failed: {exc}") from exc
+
+
+def _no_statements(statement: object) -> Any:
+    raise AssertionError("MultiQueryRAGStrategy.retrieve runs no statement itself")

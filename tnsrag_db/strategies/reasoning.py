@@ -43,13 +43,13 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import numbers
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
-
+from tnsrag_db._validate import is_int, is_number
+from tnsrag_db.db.aio import arun
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import (
     ConfigurationError,
     ExecutionError,
@@ -59,7 +59,14 @@ from tnsrag_db.errors import (
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
 from tnsrag_db.navigation import NavNode, TreeNavigator
 from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context, source_fence
+from tnsrag_db.strategies.base import (
+    ENTRY_COLUMN_NAMES,
+    ENTRY_COLUMNS,
+    check_query,
+    document_from_row,
+    resolve_context,
+    source_fence,
+)
 from tnsrag_db.strategies.explain import (
     Explanation,
     ReasoningExplanation,
@@ -71,6 +78,8 @@ from tnsrag_db.strategies.explain import (
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["Descent", "ReasoningRAGStrategy"]
+
+_Steps = dict[str, tuple[tuple[str, float, float], ...]]
 
 #: Result metadata key holding the root-to-node path, a JSON array of entry ids.
 PATH_KEY = "path"
@@ -108,9 +117,11 @@ class _Node:
 
 
 def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{what} must be a positive int, got {value!r}")
-    return value
+    if is_int(value):
+        assert isinstance(value, int)
+        if value >= 1:
+            return value
+    raise ConfigurationError(f"{what} must be a positive int, got {value!r}")
 
 
 class ReasoningRAGStrategy:
@@ -155,6 +166,8 @@ class ReasoningRAGStrategy:
             raise ConfigurationError(f"model must be a non-blank provider model name, got {model!r}")
         fence = source_fence(allowed_sources)
         self._index = index
+        # Any index over a Store is accepted (as always); its hierarchy statements come from here.
+        self._hierarchy = index if isinstance(index, HierarchyIndex) else HierarchyIndex(store)
         self._store = store
         self._navigator = navigator
         self._model = model
@@ -194,6 +207,16 @@ class ReasoningRAGStrategy:
                 f"model={self._model!r}, max_nodes_visited={self._max_nodes}, max_depth={self._max_depth})")
 
     # -- retrieval --------------------------------------------------------------------
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db.db.statement.Plan`: one statement
+        per frontier expansion, the navigator called between them."""
+        descent, _ = yield from self._descent_plan(query, context)
+        return descent.documents
+
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (same statements)."""
+        return await arun(self._store, self.plan(query, context))
+
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The stop nodes of the descent for ``query``, best path score first (ties by entry id),
         filtered, at least ``min_score``, at most ``max_results``; each with ``path`` (a JSON
@@ -207,12 +230,17 @@ class ReasoningRAGStrategy:
         """
         return self.descend(query, context).documents
 
+    def _run(self, plan: Plan[tuple[Descent, _Steps]]) -> tuple[Descent, _Steps]:
+        # Autocommit, each expansion on the latest committed data, as each one always read
+        # in a transaction of its own (the navigator runs between them).
+        return self._store.run(plan)
+
     def descend(self, query: str, context: RAGContext | None = None) -> Descent:
         """Run one descent and return the documents with the visit record (see :class:`Descent`).
 
         Errors as :meth:`retrieve`.
         """
-        return self._descend(query, context)[0]
+        return self._run(self._descent_plan(query, context))[0]
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`ReasoningExplanation`: per level
@@ -220,7 +248,7 @@ class ReasoningRAGStrategy:
         score being the product of the shares. The navigator is asked again (a navigator
         that answers differently each time explains a different descent). Errors as
         :meth:`retrieve`."""
-        descent, steps = self._descend(query, context)
+        descent, steps = self._run(self._descent_plan(query, context))
         explanations: list[ScoreExplanation] = []
         for doc in descent.documents:
             explanations.append(ReasoningExplanation(doc.score, self._model, tuple(
@@ -231,8 +259,7 @@ class ReasoningRAGStrategy:
                                  f"{self._max_nodes} nodes fetched, depth <= {self._max_depth}")
         return explanation_of(self.name, check_query(query), descent.documents, explanations, [plan])
 
-    def _descend(self, query: str, context: RAGContext | None
-                 ) -> tuple[Descent, dict[str, tuple[tuple[str, float, float], ...]]]:
+    def _descent_plan(self, query: str, context: RAGContext | None) -> Plan[tuple[Descent, _Steps]]:
         ctx = resolve_context(context)
         text = check_query(query)
         visited: list[str] = []
@@ -240,10 +267,10 @@ class ReasoningRAGStrategy:
         expansions = 0
         frontier: list[_Node] = []
 
-        def expand(parent: _Node | None) -> None:
+        def expand(parent: _Node | None) -> Plan[None]:
             nonlocal expansions
             depth = 1 if parent is None else parent.nav.depth + 1
-            rows = self._fetch_children(None if parent is None else parent.nav.id, self._max_nodes - len(visited))
+            rows = yield self._children(None if parent is None else parent.nav.id, self._max_nodes - len(visited))
             expansions += 1
             if not rows:  # the children vanished since the parent was fetched
                 if parent is not None:
@@ -270,13 +297,13 @@ class ReasoningRAGStrategy:
                 else:
                     stops.append(node)
 
-        expand(None)
+        yield from expand(None)
         while frontier and len(visited) < self._max_nodes:
-            expand(heapq.heappop(frontier))
+            yield from expand(heapq.heappop(frontier))
         stops.extend(frontier)  # the budget ran out before these were expanded
 
         documents: list[RetrievedDocument] = []
-        steps: dict[str, tuple[tuple[str, float, float], ...]] = {}
+        steps: _Steps = {}
         for node in stops:
             doc = document_from_row(node.row, node.score, {
                 PATH_KEY: json.dumps(list(node.path), ensure_ascii=False),
@@ -289,48 +316,12 @@ class ReasoningRAGStrategy:
         return Descent(documents[: ctx.max_results], tuple(visited), expansions), steps
 
     # -- helpers ------------------------------------------------------------------------
-    def _fetch_children(self, parent_id: str | None, limit: int) -> list[Any]:
+    def _children(self, parent_id: str | None, limit: int) -> Statement:
         """One statement: up to ``limit`` children of ``parent_id`` (roots for None), in id order."""
-        params: dict[str, Any] = {"c": self._store.corpus, "lim": limit}
-        parent_pred = "e.parent_id IS NULL" if parent_id is None else "e.parent_id = :pid"
-        if parent_id is not None:
-            params["pid"] = parent_id
-        if self._fence is None:
-            fence_e = fence_h = fence_d = "TRUE"
-        else:
-            params["fence"] = sorted(self._fence)
-            fence_e, fence_h, fence_d = "e.source = ANY(:fence)", "h.source = ANY(:fence)", "d.source = ANY(:fence)"
-        kids = (f"kids AS MATERIALIZED (SELECT {ENTRY_COLUMNS} FROM entries e "
-                f"WHERE e.corpus = :c AND {parent_pred} AND {fence_e} ORDER BY e.id LIMIT :lim)")
-        has_children = (f"EXISTS (SELECT 1 FROM entries h WHERE h.corpus = :c AND h.parent_id = k.entry_id "
-                        f"AND {fence_h}) AS has_children")
-        if getattr(self._navigator, "wants_subtree_text", False) is True:
-            params["cap"] = self._subtree_chars
-            params["rows"] = self._subtree_rows
-            # The subtree of each child (a forest reached from roots has no cycles),
-            # breadth first, at most :rows rows for all children together (the recursion
-            # stops once that many are pulled), cut per child once the running length
-            # passes the cap.
-            sql = (
-                f"WITH RECURSIVE {kids}, "
-                "sub(top, node, lvl, content) AS ("
-                "  SELECT k.entry_id, k.entry_id, 0, k.content FROM kids k "
-                "  UNION ALL "
-                "  SELECT s.top, d.id, s.lvl + 1, d.content FROM sub s "
-                f"  JOIN entries d ON d.corpus = :c AND d.parent_id = s.node AND {fence_d}), "
-                "cut AS (SELECT * FROM sub LIMIT :rows), "
-                "run AS (SELECT top, node, lvl, content, sum(length(content) + 1) OVER "
-                "  (PARTITION BY top ORDER BY lvl, node ROWS UNBOUNDED PRECEDING) AS upto FROM cut), "
-                "agg AS (SELECT top, left(string_agg(content, E'\\n' ORDER BY lvl, node), :cap) AS subtree_text "
-                "  FROM run WHERE upto - length(content) - 1 < :cap GROUP BY top) "
-                f"SELECT k.*, {has_children}, a.subtree_text FROM kids k LEFT JOIN agg a ON a.top = k.entry_id "
-                "ORDER BY k.entry_id"
-            )
-        else:
-            sql = (f"WITH {kids} SELECT k.*, {has_children}, NULL::text AS subtree_text FROM kids k "
-                   "ORDER BY k.entry_id")
-        with self._store.session.transaction() as conn:
-            return list(conn.execute(sa.text(sql), params).all())
+        wants_text = getattr(self._navigator, "wants_subtree_text", False) is True
+        return self._hierarchy.children_statement(
+            parent_id, limit, fence=self._fence, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES,
+            subtree=(self._subtree_chars, self._subtree_rows) if wants_text else None)
 
     @staticmethod
     def _nav_node(row: Any, depth: int) -> NavNode:
@@ -369,8 +360,8 @@ class ReasoningRAGStrategy:
                                      f"while ranking {where}")
         scores: list[float] = []
         for child_id, value in zip(ids, values):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            if not is_number(value) or not math.isfinite(value):  # type: ignore[arg-type]
                 raise ExecutionError(f"tree navigator returned a non-finite or non-numeric score {value!r} "
                                      f"for child {child_id!r} while ranking {where}")
-            scores.append(float(value))
+            scores.append(float(value))  # type: ignore[arg-type]
         return scores

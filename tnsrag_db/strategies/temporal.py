@@ -28,10 +28,23 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tnsrag_db._validate import is_number
+from tnsrag_db.db.aio import arun
+from tnsrag_db.db.statement import Plan
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError
-from tnsrag_db.indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
-from tnsrag_db.strategies.base import RAGStrategy, check_query, overfetch, resolve_context, source_fence
 from tnsrag_db.fusion import document_key
+from tnsrag_db.indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
+from tnsrag_db.strategies.base import (
+    RAGStrategy,
+    check_query,
+    child_plan,
+    has_plan,
+    overfetch_plan,
+    resolve_context,
+    returned,
+    run_apart,
+    source_fence,
+)
 from tnsrag_db.strategies.explain import (
     Explanation,
     ScoreExplanation,
@@ -90,8 +103,7 @@ class TemporalRAGStrategy:
             raise ConfigurationError(f"index must be a TemporalIndex, got {type(index).__name__}")
         if not isinstance(half_life, timedelta) or half_life <= timedelta(0):
             raise ConfigurationError(f"half_life must be a timedelta > 0, got {half_life!r}")
-        if (isinstance(relevance_floor, bool) or not isinstance(relevance_floor, (int, float))
-                or not math.isfinite(relevance_floor) or not 0 <= relevance_floor <= 1):
+        if not is_number(relevance_floor) or not math.isfinite(relevance_floor) or not 0 <= relevance_floor <= 1:
             raise ConfigurationError(f"relevance_floor must be a number in [0, 1], got {relevance_floor!r}")
         fence = source_fence(allowed_sources)
         self._child = child_strategy
@@ -156,6 +168,18 @@ class TemporalRAGStrategy:
         decay: float = 0.5 ** (age / self._half_life)
         return self._floor + (1.0 - self._floor) * decay
 
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db.db.statement.Plan`: the child's
+        plan (or its ``retrieve``, for a child without one), then the candidates' timestamps."""
+        check_query(query)
+        ctx = resolve_context(context)
+        now = now_from(self._clock)
+
+        def rerank(candidates: list[RetrievedDocument]) -> Plan[list[RetrievedDocument]]:
+            return [r.doc for r in (yield from self._rerank(candidates, ctx, now))]
+
+        return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c), rerank))
+
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The child's candidates for ``query`` re-ranked by freshness: best first, at most
         ``max_results``, each ≥ ``min_score``.
@@ -164,14 +188,20 @@ class TemporalRAGStrategy:
         the future, :class:`ConfigurationError` when the clock returns a naive datetime,
         :class:`ValidationError` for a bad query or context; the child's errors propagate.
         """
-        check_query(query)
-        ctx = resolve_context(context)
-        now = now_from(self._clock)
-        return self._run(query, ctx, self._child.retrieve,
-                         lambda candidates: [r.doc for r in self._rerank(candidates, ctx, now)])
+        # Autocommit: every statement sees the latest commit, as each child search and each
+        # timestamp read always did. A child without a plan does its own I/O between the
+        # reads, so then no connection is held across it.
+        if has_plan(self._child):
+            return self._index.store.run(self.plan(query, context))
+        return run_apart(self._index.store, self.plan(query, context))
 
-    def _run(self, query: str, ctx: RAGContext, fetch: Callable[[str, RAGContext], list[RetrievedDocument]],
-             rerank: Callable[[list[RetrievedDocument]], list[RetrievedDocument]]) -> list[RetrievedDocument]:
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (same statements)."""
+        return await arun(self._index.store, self.plan(query, context))
+
+    def _plan(self, query: str, ctx: RAGContext, fetch: Callable[[str, RAGContext], Plan[list[RetrievedDocument]]],
+              rerank: Callable[[list[RetrievedDocument]], Plan[list[RetrievedDocument]]]
+              ) -> Plan[list[RetrievedDocument]]:
         k = ctx.max_results
         # The multiplier is in [floor, 1]: a non-negative child score below min_score
         # stays below it; a negative score s rises at most to s × floor.
@@ -181,11 +211,11 @@ class TemporalRAGStrategy:
             child_min = ctx.min_score / self._floor
         else:
             child_min = -sys.float_info.max
-        return overfetch(
+        return (yield from overfetch_plan(
             lambda n: fetch(query, RAGContext(n, child_min, ctx.metadata_filters)),
             rerank,
             lambda last: last if last >= 0 else last * self._floor,
-            k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES)
+            k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`TemporalExplanation`: the child's
@@ -202,13 +232,13 @@ class TemporalRAGStrategy:
             children[:] = [explained]
             return explained.documents
 
-        def rerank(candidates: list[RetrievedDocument]) -> list[RetrievedDocument]:
-            out = self._rerank(candidates, ctx, now)
+        def rerank(candidates: list[RetrievedDocument]) -> Plan[list[RetrievedDocument]]:
+            out = yield from self._rerank(candidates, ctx, now)
             scored.clear()
             scored.update((document_key(r.doc), r) for r in out)
             return [r.doc for r in out]
 
-        docs = self._run(query, ctx, fetch, rerank)
+        docs = run_apart(self._index.store, self._plan(query, ctx, lambda q, c: returned(fetch, q, c), rerank))
         child_details = by_entry(children[0]) if children else {}
         hl = self._half_life.total_seconds()
         explanations: list[ScoreExplanation] = []
@@ -222,11 +252,11 @@ class TemporalRAGStrategy:
         plans = prefixed(children[0].plans, "child") if children else []
         return explanation_of(self.name, query, docs, explanations, plans)
 
-    def _rerank(self, candidates: list[RetrievedDocument], ctx: RAGContext, now: datetime) -> list[_Rescored]:
+    def _rerank(self, candidates: list[RetrievedDocument], ctx: RAGContext, now: datetime) -> Plan[list[_Rescored]]:
         if self._fence is not None:
             candidates = [c for c in candidates if c.source in self._fence]
         ids = [c.metadata["entryId"] for c in candidates if "entryId" in c.metadata]
-        stamps = self._index.timestamps(ids) if ids else {}
+        stamps = self._index.timestamps_of((yield self._index.timestamps_statement(ids))) if ids else {}
         out: list[_Rescored] = []
         for doc in candidates:
             entry_id = doc.metadata.get("entryId")
