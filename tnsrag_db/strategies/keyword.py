@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from tnsrag_db.db import aio
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
@@ -64,6 +65,10 @@ class KeywordRAGStrategy:
         :class:`DatabaseError` when the database fails.
         """
         return self._keywords.store.run(self.plan(query, context))
+
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (:func:`tnsrag_db.db.aio.arun`); same errors."""
+        return await aio.arun(self._keywords.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
