@@ -215,3 +215,32 @@ def test_pipeline_over_a_sync_only_strategy_runs_it_in_a_thread(store: Store) ->
 
     pipeline = RAGPipeline.builder(SyncOnly()).build()
     assert asyncio.run(pipeline.aexecute(QUERIES[1])) == pipeline.execute(QUERIES[1]) != ""
+
+
+def _on_async_engine(store: Store) -> bool:
+    """Whether the running loop has an async engine for ``store`` (some call used arun)."""
+    engines = aio._REGISTRY.get(store.engine)
+    return engines is not None and (asyncio.get_running_loop(), store.schema) in engines.by_loop
+
+
+def test_integrations_await_aretrieve(store: Store) -> None:
+    from llama_index.core.schema import QueryBundle
+
+    from tnsrag_db.integrations.langchain import TnsragRetriever as LangChainRetriever
+    from tnsrag_db.integrations.llama_index import TnsragRetriever as LlamaRetriever
+
+    _corpus(store)
+    strategy = KeywordRAGStrategy(BM25Index(store))
+    langchain = LangChainRetriever(strategy=strategy, k=3, filters={"tier": "SEMANTIC"})
+    llama = LlamaRetriever(strategy=strategy, similarity_top_k=3)
+
+    async def run() -> tuple[Any, Any, bool]:
+        assert not _on_async_engine(store)
+        found = await langchain.ainvoke(QUERIES[1]), await llama.aretrieve(QueryBundle(QUERIES[1]))
+        return found[0], found[1], _on_async_engine(store)
+
+    documents, nodes, used_arun = asyncio.run(run())
+    assert used_arun
+    assert documents == langchain.invoke(QUERIES[1]) and documents
+    assert [(n.node.node_id, n.score) for n in nodes] == [(n.node.node_id, n.score)
+                                                         for n in llama.retrieve(QUERIES[1])]
