@@ -188,3 +188,24 @@ def test_cancelling_a_call_cancels_its_server_statement(store: Store, engine: En
     assert len(seen) == 1
     assert after == []  # no orphaned backend keeps running the statement
     assert usable == []  # the pool still serves (an empty corpus)
+
+
+def _terminate(engine: Engine, pid: int) -> None:
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+    assert _wait_gone(engine, [pid]) == []
+
+
+@pytest.mark.parametrize("idle", [0.0, 1.2])
+def test_a_pooled_connection_whose_server_went_away_is_replaced(store: Store, engine: Engine, idle: float) -> None:
+    # Reused at once: the statement fails as a disconnect and runs again once on a fresh
+    # connection; idle for longer than PING_AFTER_IDLE_SECONDS: the checkout's ping finds it.
+    async def scenario() -> tuple[int, int]:
+        first = (await aio.arun(store, one(_PID)))[0].pid
+        await asyncio.to_thread(_terminate, engine, first)
+        await asyncio.sleep(idle)
+        again = (await aio.arun(store, one(_PID)))[0].pid
+        return first, again
+
+    first, again = asyncio.run(scenario())
+    assert again != first

@@ -24,7 +24,6 @@ import importlib.util
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -110,7 +109,9 @@ def async_engine(store: Store) -> AsyncEngine:
         found = engines.by_loop.get(key)
     if found is not None:
         return found
-    if any(other.is_closed() for other, _ in list(engines.by_loop)):
+    with engines.lock:
+        stale = any(other.is_closed() for other, _ in engines.by_loop)
+    if stale:
         engines.hard_close(keep=loop)  # connections of finished loops (asyncio.run per call)
     created = _create_async_engine(store.engine, store.schema, engines)
     with engines.lock:
@@ -273,8 +274,3 @@ async def _close(conn: AsyncConnection) -> None:
     except (sa.exc.SQLAlchemyError, psycopg.Error, OSError):
         pass  # a broken connection: the pool has already discarded it
 
-
-def run_in_thread(function: Callable[..., _T], *args: Any, **kwargs: Any) -> Awaitable[_T]:
-    """``function(*args, **kwargs)`` in the default thread pool, with this task's context
-    (so :meth:`Store.timeout` applies): the async API's bulk writes."""
-    return asyncio.to_thread(function, *args, **kwargs)
