@@ -146,7 +146,7 @@ def test_sync_close_and_new_loops_end_the_async_backends(db_url: URL, corpus: st
 
 
 def _slow(tag: str) -> Plan[Rows]:
-    rows = yield Statement(f"SELECT pg_sleep(30) AS slept /* {tag} */")
+    rows = yield Statement(f"SELECT pg_sleep(600) AS slept /* {tag} */")
     return rows
 
 
@@ -167,17 +167,20 @@ def test_cancelling_a_call_cancels_its_server_statement(store: Store, engine: En
         while not (seen := await asyncio.to_thread(_running, engine, tag)):
             assert time.monotonic() < deadline and not task.done(), "the slow statement never started"
             await asyncio.sleep(0.05)
-        if how == "cancel":
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        elif how == "wait_for":
-            with pytest.raises(TimeoutError):
-                await asyncio.wait_for(task, 0.1)
-        else:
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.1):
+        # The cancellation must not wait for the statement (600 s) to end by itself: a
+        # generous bound (it takes well under a second) fails the test instead of hanging.
+        async with asyncio.timeout(120):
+            if how == "cancel":
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
                     await task
+            elif how == "wait_for":
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(task, 0.1)
+            else:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.1):
+                        await task
         after = await asyncio.to_thread(_running, engine, tag)  # at once: no grace period
         ae = aio.async_engine(store)
         assert ae.pool.checkedout() == 0  # type: ignore[attr-defined]

@@ -71,7 +71,9 @@ class _Engines:
             ae.sync_engine.dispose(close=False)  # the pool lets go of its connections...
         if gone:
             for driver, owner in list(self.idle.items()):  # ...which end here (libpq's PQfinish: no loop)
-                if owner in gone and not driver.closed:
+                # Only a connection at rest: one left mid-statement by an abandoned task stays
+                # to the garbage collector (psycopg closes it then).
+                if owner in gone and driver.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                     driver.pgconn.finish()
         return kept
 
