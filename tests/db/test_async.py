@@ -244,3 +244,21 @@ def test_integrations_await_aretrieve(store: Store) -> None:
     assert documents == langchain.invoke(QUERIES[1]) and documents
     assert [(n.node.node_id, n.score) for n in nodes] == [(n.node.node_id, n.score)
                                                          for n in llama.retrieve(QUERIES[1])]
+
+
+def test_a_store_with_read_replicas_routes_async_reads_as_sync_ones(engine: Engine, store: Store) -> None:
+    from tnsrag_db.db.replicas import ReadReplicas, Replica
+
+    _corpus(store)
+    # A "replica" that is no standby (the primary itself): never usable, every read falls
+    # back to the primary, through the sync routing.
+    replicas = ReadReplicas([Replica("not-a-standby", engine)], primary_identifier=None)
+    routed = Store(engine, corpus=store.corpus, schema=store.schema, read_replicas=replicas)
+    strategy = KeywordRAGStrategy(BM25Index(routed))
+
+    async def run() -> tuple[Any, bool]:
+        return await strategy.aretrieve(QUERIES[1]), _on_async_engine(routed)
+
+    found, used_async_engine = asyncio.run(run())
+    assert found == KeywordRAGStrategy(BM25Index(store)).retrieve(QUERIES[1]) and found
+    assert not used_async_engine

@@ -225,10 +225,19 @@ async def arun(store: Store, plan: Plan[_T], *, snapshot: bool = False) -> _T:
     first statement replaced once. Driver errors become the :class:`DatabaseError`
     subclass their SQLSTATE names (thrown into the plan first). Cancelling the awaiting
     task cancels the running statement on the server.
+
+    A store with read replicas (``connect(read_urls=...)``) runs the plan with
+    :meth:`Store.run` in a worker thread instead, so its reads are routed exactly as
+    sync ones (not cancelled on the server when the await is).
     """
     from tnsrag_db.store.driver_errors import driver_error
     from tnsrag_db.store.store import _driver_sql, _not_text
 
+    if store.read_replicas is not None:
+        # Reads routed to standbys (round robin, lag bounds, read-your-writes waits) are the
+        # sync driver's for now: its run in a worker thread (a cancelled await leaves the
+        # statement to finish there, bounded by statement_timeout).
+        return await asyncio.to_thread(store.run, plan, snapshot=snapshot)
     engine = async_engine(store)
     timeout = _timeout_ms(store)
     what = f"database error in corpus {store.corpus!r}"

@@ -2,7 +2,8 @@
 
 Reads (:meth:`AsyncStore.get`, :meth:`~AsyncStore.get_many`, :meth:`~AsyncStore.count`,
 :meth:`~AsyncStore.run` and every strategy's ``aretrieve``) run natively on psycopg's
-async connections (see :mod:`tnsrag_db.db.aio`). Writes and deletes (``add``,
+async connections (see :mod:`tnsrag_db.db.aio`), except on a store with read replicas,
+whose reads the sync store routes (in a worker thread). Writes and deletes (``add``,
 ``add_all``, ``delete``, ``delete_many``, ``delete_where``, ``clear``, ``drop_corpus``)
 run the sync store's path (COPY into stage tables, one transaction, deadlock retries)
 in a worker thread of the event loop's default executor: they do not block the loop,
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import URL
 
 from tnsrag_db.db.aio import aclose_engines, arun
+from tnsrag_db.db.replicas import DEFAULT_MAX_LAG, DEFAULT_WAIT_TIMEOUT
 from tnsrag_db.db.statement import Plan, Rows, Statement, one
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
@@ -114,14 +116,20 @@ class AsyncStore:
 
     async def get(self, entry_id: str) -> MemoryEntry | None:
         """The entry with ``entry_id``, or None."""
+        if self._store.read_replicas is not None:  # the sync store reads entries on the primary
+            return await self._in_thread(self._store.get, entry_id)
         return await self.run(get_plan(self._store.corpus, entry_id))
 
     async def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
+        if self._store.read_replicas is not None:
+            return await self._in_thread(self._store.get_many, list(entry_ids))
         return await self.run(get_many_plan(self._store.corpus, entry_ids))
 
     async def count(self, filters: Mapping[str, str] | None = None) -> int:
         """Number of entries in the corpus matching ``filters`` (exact-match, as in retrieval)."""
+        if self._store.read_replicas is not None:
+            return await self._in_thread(self._store.count, filters)
         return await self.run(count_plan(self._store.corpus, filters))
 
     # -- writes (the sync path in a worker thread) ------------------------------------
@@ -165,15 +173,21 @@ class AsyncStore:
 async def connect_async(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
                         auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
                         max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
-                        statement_timeout: float | None = None) -> AsyncStore:
+                        statement_timeout: float | None = None, read_urls: Sequence[str | URL] = (),
+                        replicas_optional: bool = False, max_replica_lag: float | None = DEFAULT_MAX_LAG,
+                        replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+                        consistency: str = "eventual") -> AsyncStore:
     """Open an :class:`AsyncStore`: the options and errors of :func:`tnsrag_db.connect`.
 
     The connection checks and migrations of :func:`~tnsrag_db.connect` (and the embedded
     server's start when ``url`` is None) run in a worker thread; the async pool (same
-    ``pool_size`` and ``max_overflow``) opens on the first read.
+    ``pool_size`` and ``max_overflow``) opens on the first read. With ``read_urls`` the
+    reads are routed to the standbys by the sync driver, in a worker thread (see
+    :func:`tnsrag_db.db.aio.arun`).
     """
     store = await asyncio.to_thread(
         connect, url, corpus=corpus, schema=schema, auto_migrate=auto_migrate, text_config=text_config,
         pool_size=pool_size, max_overflow=max_overflow, max_query_terms=max_query_terms,
-        statement_timeout=statement_timeout)
+        statement_timeout=statement_timeout, read_urls=read_urls, replicas_optional=replicas_optional,
+        max_replica_lag=max_replica_lag, replica_wait_timeout=replica_wait_timeout, consistency=consistency)
     return AsyncStore(store, owns_store=True)
