@@ -14,12 +14,15 @@ queries for
 
 * ``BM25Index.search`` (ids and scores, top 10) and ``KeywordRAGStrategy.retrieve``
   (documents, top 10; unfiltered and filtered at 9 % and 1 %),
-* the bare baseline ``ts_rank_cd(tsv, 'a | b | c')`` over a GIN ``@@`` match, top 10,
+* the bare baseline ``ts_rank_cd(tsv, 'a | b | c')`` over a GIN ``@@`` match, top 10 (ids
+  and ranks), and the same query returning the entry rows the strategy returns,
 * the same BM25 calls with frequent-term pruning switched off ("unpruned": every
-  posting of every query term scored, the statement before pruning),
+  posting of every query term scored, the plain statement alone),
 
-for two query mixes: terms drawn from a random document (so frequent words are
-frequent in queries too) and terms drawn uniformly from the vocabulary.
+for three query mixes: terms drawn from a random document (so frequent words are
+frequent in queries too), terms drawn uniformly from the vocabulary, and two rare terms
+(each held by 100-300 entries). Queries are timed one by one, every variant in rotating
+order, so the machine's drift hits all variants alike.
 """
 
 from __future__ import annotations
@@ -35,13 +38,18 @@ import sqlalchemy as sa
 
 from bench._common import database_url
 from bench._corpus import generate_corpus
-from tnsrag_db.indexes import bm25 as bm25_module
+try:
+    from tnsrag_db.indexes.bm25 import sql as bm25_module  # where the pruning constants live
+except ImportError:  # the single-module bm25 before the package (for before/after runs)
+    from tnsrag_db.indexes import bm25 as bm25_module  # type: ignore[no-redef]
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 from tnsrag_db.types import MemoryEntry, RAGContext
 
 K = 10
+#: Document frequencies of the "rare terms" query mix.
+RARE_DF = (100, 300)
 SCRATCH = "public.bench_keyword_tsv"
 
 
@@ -80,25 +88,34 @@ def build_baseline(store: Store) -> float:
     return time.perf_counter() - started
 
 
-def make_queries(entries: list[MemoryEntry], m: int, seed: int) -> dict[str, list[str]]:
+def make_queries(entries: list[MemoryEntry], m: int, seed: int, index: BM25Index) -> dict[str, list[str]]:
     rng = random.Random(seed)
     vocab = sorted({w.strip(".").lower() for e in entries[:20000] for w in e.content.split()})
-    from_docs, uniform = [], []
+    df = index.document_frequency(vocab)
+    rare = [w for w in vocab if RARE_DF[0] <= df.get(w, 0) <= RARE_DF[1]]
+    from_docs, uniform, rare_pairs = [], [], []
     for _ in range(m):
         words = sorted({w.strip(".").lower() for w in rng.choice(entries).content.split()})
         from_docs.append(" ".join(rng.sample(words, rng.choice((2, 3)))))
         uniform.append(" ".join(rng.sample(vocab, rng.choice((2, 3)))))
-    return {"terms from a document": from_docs, "uniform vocabulary terms": uniform}
+        rare_pairs.append(" ".join(rng.sample(rare, 2)))
+    return {"terms from a document": from_docs, "uniform vocabulary terms": uniform,
+            f"two rare terms (df {RARE_DF[0]}-{RARE_DF[1]})": rare_pairs}
 
 
-def measure(fn: Callable[[str], object], queries: Sequence[str]) -> list[float]:
-    for q in queries[:10]:  # warm-up (caches, prepared statements)
-        fn(q)
-    times = []
-    for q in queries:
-        started = time.perf_counter()
-        fn(q)
-        times.append(time.perf_counter() - started)
+def measure(variants: Sequence[tuple[str, Callable[[str], object]]], queries: Sequence[str]) -> list[list[float]]:
+    """Seconds per variant and query: query by query, the variants in rotating order (the
+    machine's drift hits all of them alike), after 10 warm-up queries each."""
+    for _, fn in variants:
+        for q in queries[:10]:  # warm-up (caches, prepared statements)
+            fn(q)
+    times: list[list[float]] = [[] for _ in variants]
+    for i, q in enumerate(queries):
+        order = list(range(len(variants)))
+        for v in order[i % len(order):] + order[:i % len(order)]:
+            started = time.perf_counter()
+            variants[v][1](q)
+            times[v].append(time.perf_counter() - started)
     return times
 
 
@@ -119,9 +136,18 @@ def run(store: Store, args: argparse.Namespace) -> None:
     bare_sql = sa.text(f"SELECT id, ts_rank_cd(tsv, q) AS r FROM {SCRATCH}, to_tsquery('english', :q) AS q "
                        "WHERE tsv @@ q ORDER BY r DESC, id LIMIT :k")
 
+    bare_docs_sql = sa.text(
+        f"SELECT b.r, e.id, e.content, e.tier, e.source, e.metadata FROM (SELECT id, ts_rank_cd(tsv, q) AS r "
+        f"FROM {SCRATCH}, to_tsquery('english', :q) AS q WHERE tsv @@ q ORDER BY r DESC, id LIMIT :k) b "
+        "JOIN entries e ON e.corpus = :c AND e.id = b.id ORDER BY b.r DESC, b.id")
+
     def bare(q: str) -> object:
         with engine.connect() as conn:
             return conn.execute(bare_sql, {"q": " | ".join(q.split()), "k": K}).all()
+
+    def bare_docs(q: str) -> object:
+        with engine.connect() as conn:
+            return conn.execute(bare_docs_sql, {"q": " | ".join(q.split()), "k": K, "c": store.corpus}).all()
 
     def bm25(q: str) -> object:
         return index.search(q, K)
@@ -140,7 +166,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
                 bm25_module.PRUNE_MIN_DF = saved
         return run_unpruned
 
-    mixes = make_queries(corpus.entries, args.queries, args.seed + 1)
+    mixes = make_queries(corpus.entries, args.queries, args.seed + 1, index)
     if args.explain:
         sample = mixes["terms from a document"][0]
         sql, params = index.candidates_sql(sample, K)
@@ -151,6 +177,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
         print()
     variants: list[tuple[str, Callable[[str], object]]] = [
         ("bare ts_rank_cd OR (baseline)", bare),
+        ("bare ts_rank_cd OR + entry rows", bare_docs),
         ("BM25Index.search, unpruned (before)", unpruned(bm25)),
         ("BM25Index.search", bm25),
         ("BM25Index.search top 50, unpruned", unpruned(lambda q: index.search(q, 50))),
@@ -161,20 +188,19 @@ def run(store: Store, args: argparse.Namespace) -> None:
         ("  tier=PROCEDURAL (1 %), unpruned", unpruned(strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"})))),
         ("  filtered tier=PROCEDURAL (1 %)", strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"}))),
     ]
-    print(f"{'query mix':<26} {'variant':<36} {'median ms':>10} {'p99 ms':>8} {'× baseline':>11}")
+    print(f"{'query mix':<30} {'variant':<36} {'median ms':>10} {'p99 ms':>8} {'× baseline':>11}")
     for mix, queries in mixes.items():
-        base = None
-        for name, fn in variants:
-            times = measure(fn, queries)
+        timings = measure(variants, queries)
+        base = pct(timings[0], 0.5)
+        for (name, _), times in zip(variants, timings):
             med, p99 = pct(times, 0.5), pct(times, 0.99)
-            base = med if base is None else base
-            print(f"{mix:<26} {name:<36} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
+            print(f"{mix:<30} {name:<36} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
     with store.transaction() as conn:
         dfs = conn.execute(sa.text("SELECT max(n) AS mx, percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS md "
                                    "FROM (SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c "
                                    "GROUP BY lexeme) d"), {"c": store.corpus}).one()
     print(f"(document frequency per term: max {dfs.mx}, median {dfs.md:.0f}; {args.queries} queries per mix, "
-          "each timed once after 10 warm-up runs; top 10)")
+          "each timed once after 10 warm-up runs, variants in rotating order; top 10)")
 
 
 def main() -> None:

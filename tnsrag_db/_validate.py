@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NoReturn
+from typing import NoReturn, TypeGuard
 
 from tnsrag_db.errors import TnsragError, ValidationError
 
 __all__ = ["check_int", "check_number", "check_prefix", "is_int", "is_number"]
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """True for an ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
 

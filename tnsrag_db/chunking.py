@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.errors import ConfigurationError
 
 __all__ = ["DEFAULT_CHUNK_CHARS", "Chunker", "chunker_for"]
@@ -32,7 +33,7 @@ _WORD = re.compile(r"\S+\s*")
 
 
 def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
     return value
 
@@ -52,7 +53,7 @@ class Chunker:
             raise ConfigurationError("count_tokens must be callable")
         if overlap is None:
             overlap = max_tokens // 8
-        if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_tokens:
+        if not is_int(overlap) or not 0 <= overlap < max_tokens:
             raise ConfigurationError(f"overlap must be an int from 0 to max_tokens - 1, got {overlap!r}")
         self._count = count_tokens
         self._overlap = overlap
@@ -200,7 +201,7 @@ def chunker_for(embedding: object, chunk_tokens: int | None = None) -> Chunker:
     else in characters). Raises :class:`ConfigurationError` for a bad size.
     """
     window, count = _window(embedding)
-    if isinstance(window, int) and not isinstance(window, bool) and window > 0 and callable(count):
+    if is_int(window) and window > 0 and callable(count):
         size = window if chunk_tokens is None else chunk_tokens
         return Chunker(_check_positive("chunk size", size), count, unit="tokens")
     size = DEFAULT_CHUNK_CHARS if chunk_tokens is None else chunk_tokens

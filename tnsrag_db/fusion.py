@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.types import RetrievedDocument
 
@@ -50,7 +50,7 @@ def check_weights(weights: object, streams: int, what: str = "weights", per: str
         raise ConfigurationError(f"{what} must have one weight per {per} ({streams}), got {len(weights)}")
     out: list[float] = []
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
+        if not is_number(w) or not math.isfinite(w) or w < 0:
             raise ConfigurationError(f"{what}[{i}] must be a finite number >= 0, got {w!r}")
         out.append(float(w))
     if not any(out):
@@ -85,7 +85,7 @@ def _fuse(rankings: Sequence[Sequence[RetrievedDocument]], k: int, weights: obje
           key: Callable[[RetrievedDocument], str] | None,
           record: bool) -> tuple[list[str], dict[str, float], dict[str, RetrievedDocument],
                                  dict[str, list[RankShare]]]:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if not is_int(k) or k < 1:
         raise ConfigurationError(f"RRF constant k must be a positive int, got {k!r}")
     w = check_weights(weights, len(rankings), per="ranking") if weights is not None else None
     key_of = document_key if key is None else key

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from tnsrag_db.errors import ConfigurationError, ProviderConfigurationError, StrategyUnavailableError
-from tnsrag_db.indexes.bm25 import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
+from tnsrag_db.indexes.bm25 import scoring
+from tnsrag_db.indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
 from tnsrag_db.store.analysis import analyze
 
 __all__ = [
@@ -175,14 +175,14 @@ class LexicalTreeNavigator:
         if not docs or not query_terms:
             return [0.0] * len(docs)
         lengths = [sum(d.values()) for d in docs]
-        avg = sum(lengths) / len(docs) or 1.0
-        n = len(docs)
-        idf = {t: math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-               for t in query_terms if (df := sum(1 for d in docs if t in d)) > 0}
+        n, k1, b = len(docs), self._k1, self._b
+        kbl = scoring.length_factor(n, float(sum(lengths)), k1, b)
+        weights = {t: scoring.term_weight(scoring.idf(n, df), k1)
+                   for t in query_terms if (df := sum(1 for d in docs if t in d)) > 0}
         scores: list[float] = []
         for doc, length in zip(docs, lengths):
-            norm = self._k1 * (1.0 - self._b + self._b * length / avg)
-            scores.append(sum(w * doc[t] * (self._k1 + 1.0) / (doc[t] + norm) for t, w in idf.items() if t in doc))
+            scores.append(sum(scoring.contribution(w, kbl, doc[t], length, k1, b)
+                              for t, w in weights.items() if t in doc))
         return scores
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.errors import (
     InvalidContextError,
     InvalidEntryError,
@@ -152,7 +153,7 @@ class RetrievedDocument:
         if self.source is not None and not isinstance(self.source, str):
             raise ValidationError(f"RetrievedDocument source must be a string or None, got {type(self.source).__name__}")
         score = self.score
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+        if not (is_int(score) or isinstance(score, float)) or math.isnan(score):
             raise ValidationError(f"RetrievedDocument score must be a number, not NaN, got {score!r}")
         md = self.metadata
         copied = MappingProxyType(dict(md)) if md else _EMPTY
@@ -190,13 +191,8 @@ class RAGContext:
         min_score: float = 0.0,
         metadata_filters: Mapping[str, str] | None = None,
     ) -> None:
-        if isinstance(max_results, bool) or not isinstance(max_results, int):
-            raise InvalidContextError(f"max_results must be an int, got {max_results!r}")
-        if max_results < 1:
-            raise InvalidContextError(f"max_results must be >= 1, got {max_results}")
-        if max_results > MAX_RESULTS:
-            raise InvalidContextError(f"max_results must be at most {MAX_RESULTS}, got {max_results}")
-        if isinstance(min_score, bool) or not isinstance(min_score, (int, float)):
+        check_int(max_results, "max_results", minimum=1, maximum=MAX_RESULTS, error=InvalidContextError)
+        if not (is_int(min_score) or isinstance(min_score, float)):
             raise InvalidContextError(f"min_score must be a number, got {min_score!r}")
         if not math.isfinite(min_score):
             raise InvalidContextError(f"min_score must be finite, got {min_score!r}")

@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
 from tnsrag_db.errors import ConfigurationError, InvalidFilterError, ValidationError
-from tnsrag_db.indexes import bm25
+from tnsrag_db.indexes.bm25 import sql as bm25  # the pruning constants live there
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.analysis import analyze
 from tnsrag_db.store.store import IngestCounts, Store

@@ -752,7 +752,7 @@ def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(
     # PostgreSQL breaks by aborting one side. The lock is polled instead.
     import numpy as np
 
-    from tnsrag_db.declarative._runtime import _lock_key, _write_once
+    from tnsrag_db.declarative._ingest import lock_key as _lock_key, write_once as _write_once
     from tnsrag_db.indexes.vector import VectorMemoryStore
 
     vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0, 0.0], index_threshold=None)
@@ -772,3 +772,42 @@ def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(
         assert built and built[0] is not None
     waiter.join(10)
     assert waiter_result == [IngestCounts(inserted=1)]
+
+
+# -- the Runtime object and the shared signature -----------------------------------------
+
+def test_each_runtime_keeps_its_own_state(store: Store) -> None:
+    from tnsrag_db.declarative import Runtime
+
+    loader = ListLoader(DOCS[:2])
+    role = echo_role(loader, store, strategy=RetrievalStrategy.KEYWORD)
+    first, second = Runtime(), Runtime()
+    assert first.ingest(role, store) == IngestCounts(inserted=2)
+    assert first.ingest(role, store) == IngestCounts(inserted=2) and loader.loads == 1  # cached: no load
+    assert second.ingest(role, store) == IngestCounts(unchanged=2) and loader.loads == 2  # its own cache
+    first.reset()
+    assert first.ingest(role, store) == IngestCounts(unchanged=2) and loader.loads == 3
+    first.configure(store)
+    assert first.resolve_store(role) is store
+    with pytest.raises(ConfigurationError, match=r"configure\(store=\.\.\.\) needs a tnsrag_db Store"):
+        second.configure("postgresql://x")  # type: ignore[arg-type]
+
+
+def test_retrieval_has_the_signature_of_retrieval_config_create() -> None:
+    import inspect
+
+    from tnsrag_db.declarative import RetrievalConfig, retrieval_config
+
+    assert list(inspect.signature(retrieval).parameters.values()) == \
+        list(inspect.signature(RetrievalConfig.create).parameters.values())
+    positional = retrieval(RetrievalStrategy.KEYWORD, top_k=2)  # strategy may be positional, as before
+
+    class Role:
+        @positional
+        def ask(self, question: str, *, retrieved: RetrievalResult) -> RetrievalResult:
+            return retrieved
+
+    config = retrieval_config(Role.ask)
+    assert config == RetrievalConfig.create(strategy=RetrievalStrategy.KEYWORD, top_k=2)
+    with pytest.raises(TypeError):
+        retrieval(top_kk=2)  # type: ignore[call-arg]

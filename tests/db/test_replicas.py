@@ -201,3 +201,22 @@ def test_a_standby_rejects_writes_even_through_its_engine(pair: PrimaryWithStand
         standby.dispose()
 
 
+
+
+def test_cli_query_reads_from_the_standby(pair: PrimaryWithStandby, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from tnsrag_db.cli import main_group
+
+    with _store(pair, "cli") as store:
+        store.add(MemoryEntry("c1", "the lighthouse keeper's ledger"))
+        _wait_replayed(pair)
+        primary, standby = pair.url("primary", DB), pair.url("standby", DB)
+        args = ["query", "lighthouse ledger", "--strategy", "keyword", "--corpus", "cli", "--url", primary, "--json"]
+        result = CliRunner().invoke(main_group, [*args, "--read-url", standby])
+        assert result.exit_code == 0, result.output
+        assert '"id": "c1"' in result.output
+        monkeypatch.setenv("TNSRAG_READ_URLS", "postgresql://postgres@/x?host=/nonexistent-standby")
+        failed = CliRunner().invoke(main_group, args)
+        assert failed.exit_code == 1 and "nonexistent-standby" in failed.output and "unreachable" in failed.output
+        store.drop_corpus()

@@ -9,7 +9,7 @@ import click
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.errors import EvaluationDataError
 from tnsrag_db.store.store import connect
-from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db.strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
 
 __all__ = ["eval_command"]
 
@@ -37,7 +37,7 @@ _DEFAULT_STRATEGIES = ("keyword", "vector", "hybrid")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw a bar chart with the intervals to this PNG file (needs tnsrag-db[plot]).")
 @click.option("--embedding", default=None, metavar="NAME",
-              help="Embedding space vector and hybrid search (default: the corpus's newest complete space).")
+              help="Embedding space the strategies that embed search (default: the corpus's newest complete space).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (with per-query values).")
 @handle_errors
 def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, queries_path: Path,
@@ -73,7 +73,7 @@ def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, qu
         from tnsrag_db.indexes.spaces import query_embedding
 
         # As `tnsrag query`: queries are embedded by the provider of the space searched.
-        embedder = query_embedding(store, embedding) if {"vector", "hybrid"} & set(names) else HashingEmbedding()
+        embedder = query_embedding(store, embedding) if EMBEDDING_STRATEGIES & set(names) else HashingEmbedding()
         built = {name: build_strategy(name, store, embedding=embedder) for name in names}
         report = evaluation.evaluate_strategies(built, queries, qrels, baseline=baseline, depth=top_k,
                                                 resamples=resamples, permutations=resamples, seed=seed)

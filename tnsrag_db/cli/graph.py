@@ -1,6 +1,7 @@
 """``tnsrag graph``: add edges between entries, one at a time or from a CSV/JSONL file.
 
-Also :func:`graph_strategy`, the graph strategy ``tnsrag query --strategy graph`` uses.
+Also re-exports :func:`graph_strategy` (from :mod:`tnsrag_db.strategies.compose`), the graph
+strategy ``tnsrag query --strategy graph`` uses.
 """
 
 from __future__ import annotations
@@ -19,18 +20,11 @@ from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.errors import ValidationError
 from tnsrag_db.indexes.graph import DEFAULT_RELATION, Edge, GraphStore
 from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.graph import GraphRAGStrategy
+from tnsrag_db.strategies.compose import graph_strategy
 
 __all__ = ["graph", "graph_strategy", "read_edges"]
 
 _FIELDS = ("src", "dst", "relation", "weight", "source")
-
-
-def graph_strategy(store: Store) -> GraphRAGStrategy:
-    """The graph strategy over ``store`` with the class defaults (depth 2, decay 0.85, 1,024 nodes),
-    no source fence and BM25 seeds."""
-    return GraphRAGStrategy("tnsrag_db", GraphStore(store), None, GraphRAGStrategy.DEFAULT_MAX_DEPTH,
-                            GraphRAGStrategy.DEFAULT_DEPTH_DECAY, GraphRAGStrategy.DEFAULT_MAX_VISITED_NODES)
 
 
 def _edge(record: dict[str, Any], where: str) -> Edge:

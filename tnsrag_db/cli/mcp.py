@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tnsrag_db._plugins import is_missing
 from tnsrag_db.cli._common import db_options, handle_errors
 from tnsrag_db.store.store import connect
 
@@ -37,6 +38,8 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
     try:
         from tnsrag_db.integrations.mcp import create_server
     except ImportError as exc:
+        if not is_missing(exc, ("mcp",)):  # a broken import inside the integration is a bug: show it
+            raise
         raise click.ClickException(f"the MCP server needs the [mcp] extra (pip install 'tnsrag-db[mcp]'): {exc}") \
             from None
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:

@@ -1,11 +1,12 @@
 """``tnsrag query``: retrieve with one of the strategies (``tnsrag ingest`` lives in :mod:`tnsrag_db.cli.ingest`).
 
-What only vector and hybrid search need (the embedding provider, which loads numpy) is
-imported inside the command, so a keyword query process does not pay for it.
+What only the strategies that embed the query need (the embedding provider, which loads
+numpy) is imported inside the command, so a keyword query process does not pay for it.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
@@ -13,7 +14,7 @@ import click
 from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db.store.store import connect
 from tnsrag_db.strategies.explain import explain_with
-from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db.strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
 from tnsrag_db.types import RAGContext
 
 __all__ = ["query"]
@@ -33,13 +34,18 @@ __all__ = ["query"]
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--explain", "explain", is_flag=True,
               help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")
+@click.option("--read-url", "read_urls", multiple=True, metavar="URL",
+              help="A hot standby of --url's server to read from (repeatable; default: TNSRAG_READ_URLS, "
+                   "space-separated). The primary answers while no standby can.")
 @handle_errors
 def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, top_k: int, min_score: float,
-          filters: tuple[str, ...], embedding: str | None, as_json: bool, explain: bool) -> None:
+          filters: tuple[str, ...], embedding: str | None, as_json: bool, explain: bool,
+          read_urls: tuple[str, ...]) -> None:
     """Retrieve the best entries for TEXT with one of the strategies.
 
     Vector and hybrid search embed TEXT with the provider that filled the embedding
-    space they search: the corpus's newest complete space, or --embedding NAME's.
+    space they search: the corpus's newest complete space, or --embedding NAME's; so
+    do hierarchical, temporal and multi_query, whose child is vector search.
 
     TEXT must not be blank. A corpus that does not exist is an error (exit 1) naming
     the corpora that do; when a --filter matches no entry, a note on stderr says which
@@ -49,6 +55,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     Example: tnsrag query "how do agents share memory" --strategy hybrid --top-k 3 --filter tier=SEMANTIC
 
     Example: tnsrag query "TAN-5326" --strategy keyword --explain
+
+    Example: tnsrag query "lighthouse" --url "$PRIMARY_URL" --read-url "$STANDBY_URL"
     """
     from tnsrag_db.admin import empty_filter_notes, require_corpus
     from tnsrag_db.cli._render import render_text, result_json
@@ -56,11 +64,15 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
 
     check_query(text)
     context = RAGContext(top_k, min_score, parse_pairs(filters, "--filter"))
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+    standbys = list(read_urls) or os.environ.get("TNSRAG_READ_URLS", "").split()
+    if standbys and url is None:
+        raise click.UsageError("--read-url needs --url: standbys belong to a server named by URL")
+    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False,
+                 read_urls=standbys) as store:
         require_corpus(store)  # reads only: a query never creates a corpus
-        # Only vector and hybrid search embed the query; the others never load a model.
+        # Only the strategies that embed the query load a model (keyword, graph, reasoning never do).
         embedder = None
-        if strategy in ("vector", "hybrid"):
+        if strategy in EMBEDDING_STRATEGIES:
             from tnsrag_db.indexes.spaces import query_embedding
 
             embedder = query_embedding(store, embedding)

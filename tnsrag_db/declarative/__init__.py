@@ -12,7 +12,9 @@ passes a :class:`RetrievalResult` to the action as its ``retrieved`` keyword arg
             return retrieved.context
 
 Vector-backed modes and de-duplication embed with the process provider
-(:func:`tnsrag_db.embeddings.get_process_embedding`).
+(:func:`tnsrag_db.embeddings.get_process_embedding`). The modes are composed by
+:mod:`tnsrag_db.strategies.compose`, the composer of ``tnsrag query --strategy`` too; the
+process's state (stores, ingestion caches) is one :class:`Runtime`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tnsrag_db.declarative._decorators import is_runtime_failure, retrieval, ret
 from tnsrag_db.declarative._dedup import DeduplicatingStrategy
 from tnsrag_db.declarative._result import RetrievalResult, format_context
 from tnsrag_db.declarative._runtime import (
+    Runtime,
     bind_store,
     build_strategy,
     configure,
@@ -51,6 +54,7 @@ __all__ = [
     "RetrievalConfig",
     "RetrievalResult",
     "RetrievalStrategy",
+    "Runtime",
     "SourceLoader",
     "bind_store",
     "build_strategy",

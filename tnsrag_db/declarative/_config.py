@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
+from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.errors import ConfigurationError, InvalidFilterError
 from tnsrag_db.types import RetrievedDocument, validate_filters
 
@@ -66,7 +67,7 @@ def strip_reserved(filters: Mapping[str, str]) -> dict[str, str]:
 
 
 def _positive_int(value: object, what: str, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not (is_int(value) and value >= minimum):
         raise ConfigurationError(f"{what} must be an int >= {minimum}, got {value!r}")
     return value
 
@@ -103,8 +104,8 @@ class RetrievalConfig:
     @classmethod
     def create(
         cls,
-        *,
         strategy: RetrievalStrategy | str = RetrievalStrategy.HYBRID,
+        *,
         top_k: int = 5,
         rerank_top_n: int = 0,
         reranker: Reranker | None = None,
@@ -121,7 +122,13 @@ class RetrievalConfig:
         expansion_model: str | None = None,
         max_expansions: int = 3,
     ) -> RetrievalConfig:
-        """Validate every option; raises :class:`ConfigurationError` (or :class:`InvalidFilterError`)."""
+        """Validate every option; raises :class:`ConfigurationError` (or :class:`InvalidFilterError`).
+
+        This is the one written list of ``@retrieval``'s options: :func:`retrieval` takes its
+        signature from here (``_decorators._options_of``). The fields above are the
+        validated values (``strategy`` an enum, filters a read-only mapping), a different
+        shape, so they stay a list of their own.
+        """
         mode = _parse_enum(RetrievalStrategy, strategy, "strategy")
         policy = _parse_enum(OnFailure, on_failure, "on_failure")
         _positive_int(top_k, "top_k")
@@ -134,14 +141,13 @@ class RetrievalConfig:
             raise ConfigurationError("a reranker needs rerank_top_n > 0 (the number of candidates it sees)")
         if reranker is not None and not callable(reranker):
             raise ConfigurationError(f"reranker must be callable, got {type(reranker).__name__}")
-        if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not math.isfinite(min_score):
+        if not is_number(min_score) or not math.isfinite(min_score):
             raise ConfigurationError(f"min_score must be a finite number, got {min_score!r}")
         if not isinstance(query_param, str):
             raise ConfigurationError(f"query_param must be a string (blank = first str parameter), got {query_param!r}")
         if not isinstance(deduplicate, bool):
             raise ConfigurationError(f"deduplicate must be a bool, got {deduplicate!r}")
-        if (isinstance(dedup_threshold, bool) or not isinstance(dedup_threshold, (int, float))
-                or not -1.0 <= dedup_threshold <= 1.0):
+        if not is_number(dedup_threshold) or not -1.0 <= dedup_threshold <= 1.0:
             raise ConfigurationError(f"dedup_threshold must be a cosine similarity in [-1, 1], got {dedup_threshold!r}")
         try:
             filters = validate_filters(metadata_filters)

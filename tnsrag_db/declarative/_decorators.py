@@ -23,17 +23,10 @@ import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from tnsrag_db.declarative._binding import QueryBinding, plan_binding
-from tnsrag_db.declarative._config import (
-    DEFAULT_DEDUP_THRESHOLD,
-    OnFailure,
-    Reranker,
-    RetrievalConfig,
-    RetrievalStrategy,
-    strip_reserved,
-)
+from tnsrag_db.declarative._config import OnFailure, RetrievalConfig, strip_reserved
 from tnsrag_db.declarative._result import RetrievalResult
 from tnsrag_db.declarative._runtime import retrieve_for
 from tnsrag_db.errors import (
@@ -50,6 +43,8 @@ __all__ = ["is_runtime_failure", "retrieval", "retrieval_config", "retrieval_fil
 
 _log = logging.getLogger("tnsrag_db.declarative")
 _T = TypeVar("_T")
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 CONFIG_ATTRIBUTE = "__tnsrag_retrieval__"
 
@@ -131,25 +126,27 @@ def _actions(cls: type) -> dict[str, Callable[..., Any]]:
             if not name.startswith("_") and inspect.isfunction(value)}
 
 
-def retrieval(
-    strategy: RetrievalStrategy | str = RetrievalStrategy.HYBRID,
-    *,
-    top_k: int = 5,
-    rerank_top_n: int = 0,
-    reranker: Reranker | None = None,
-    min_score: float = 0.0,
-    metadata_filters: Mapping[str, str] | None = None,
-    query_param: str = "",
-    on_failure: OnFailure | str = OnFailure.RAISE,
-    deduplicate: bool = True,
-    dedup_threshold: float = DEFAULT_DEDUP_THRESHOLD,
-    navigator: str | None = None,
-    navigator_model: str | None = None,
-    expander: str | None = None,
-    expansion_mode: object = None,
-    expansion_model: str | None = None,
-    max_expansions: int = 3,
-) -> Callable[[_T], _T]:
+class RetrievalDecorator(Protocol):
+    """What ``@retrieval(...)`` returns: applied to an action or a role class, it returns the same kind."""
+
+    def __call__(self, target: _T, /) -> _T: ...
+
+
+def _options_of(factory: Callable[_P, object]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """Give the decorated function the parameters of ``factory``, for type checkers (through
+    the ParamSpec) and for :func:`inspect.signature` / ``help()``: the options are written
+    once, on :meth:`RetrievalConfig.create`, and ``retrieval`` forwards them."""
+
+    def adopt(func: Callable[..., _R]) -> Callable[_P, _R]:
+        own = inspect.signature(func)
+        setattr(func, "__signature__", own.replace(parameters=list(inspect.signature(factory).parameters.values())))
+        return func
+
+    return adopt
+
+
+@_options_of(RetrievalConfig.create)
+def retrieval(*args: Any, **options: Any) -> RetrievalDecorator:
     """Retrieve before an action; on a method, or on a role class (every action of it).
 
     Options (defaults in brackets):
@@ -179,12 +176,7 @@ def retrieval(
     defined in the class body; a method with its own ``@retrieval`` keeps it.
     Raises :class:`ConfigurationError` (or :class:`InvalidFilterError`) when decorating.
     """
-    config = RetrievalConfig.create(
-        strategy=strategy, top_k=top_k, rerank_top_n=rerank_top_n, reranker=reranker, min_score=min_score,
-        metadata_filters=metadata_filters, query_param=query_param, on_failure=on_failure,
-        deduplicate=deduplicate, dedup_threshold=dedup_threshold, navigator=navigator,
-        navigator_model=navigator_model, expander=expander, expansion_mode=expansion_mode,
-        expansion_model=expansion_model, max_expansions=max_expansions)
+    config = RetrievalConfig.create(*args, **options)
 
     def decorate(target: _T) -> _T:
         if isinstance(target, type):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._validate import is_number
 from tnsrag_db.declarative._config import DEFAULT_DEDUP_THRESHOLD
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.strategies.base import RAGStrategy, check_query, resolve_context
@@ -39,7 +40,7 @@ class DeduplicatingStrategy:
                  threshold: float = DEFAULT_DEDUP_THRESHOLD) -> None:
         if not callable(getattr(base, "retrieve", None)):
             raise ConfigurationError(f"base strategy must have retrieve(), got {type(base).__name__}")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0:
+        if not is_number(threshold) or not -1.0 <= threshold <= 1.0:
             raise ConfigurationError(f"threshold must be a cosine similarity in [-1, 1], got {threshold!r}")
         self._base = base
         self._embed_batch = embed_batch

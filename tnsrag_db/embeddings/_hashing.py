@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.errors import ConfigurationError
 
 __all__ = ["DEFAULT_HASH_DIMENSION", "HashingEmbedding"]
@@ -39,7 +40,7 @@ class HashingEmbedding:
     """
 
     def __init__(self, dimension: int = DEFAULT_HASH_DIMENSION) -> None:
-        if isinstance(dimension, bool) or not isinstance(dimension, int) or not 1 <= dimension <= _MAX_DIMENSION:
+        if not is_int(dimension) or not 1 <= dimension <= _MAX_DIMENSION:
             raise ConfigurationError(f"hash embedding dimension must be an int from 1 to {_MAX_DIMENSION}, "
                                      f"got {dimension!r}")
         self._dimension = dimension

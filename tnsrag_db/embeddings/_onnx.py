@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.errors import ConfigurationError, ProviderConfigurationError
 
 __all__ = ["DEFAULT_BATCH_SIZE", "OnnxEmbedding", "POOLING_MODES"]
@@ -100,7 +101,7 @@ class OnnxEmbedding:
         if directory is not None and not directory.is_dir():
             raise ProviderConfigurationError(f"model directory {directory} does not exist or is not a directory")
         for option, value in (("batch_size", batch_size), ("threads", threads), ("max_tokens", max_tokens)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise ConfigurationError(f"{option} must be an int >= 1, got {value!r}")
         if pooling is not None and pooling not in POOLING_MODES:
             raise ConfigurationError(f"pooling must be one of {', '.join(POOLING_MODES)}, got {pooling!r}")
@@ -187,7 +188,7 @@ class OnnxEmbedding:
                 path = directory / file
                 if path.is_file():
                     value = _read_json(path).get(key) if isinstance(_read_json(path), dict) else None
-                    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100_000:
+                    if is_int(value) and 1 <= value <= 100_000:
                         return value
         raise ProviderConfigurationError(
             f"no max_seq_length in {directory}/sentence_bert_config.json; pass max_tokens= (the model's window)")

@@ -10,7 +10,6 @@ anything else becomes an :class:`ExecutionError` whose ``__cause__`` is the orig
 
 from __future__ import annotations
 
-import numbers
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, TypeVar, cast
@@ -18,6 +17,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, batch_method, provider_name
 from tnsrag_db.errors import (
     ConfigurationError,
@@ -62,11 +62,11 @@ class ValidatingEmbedding:
             raise ConfigurationError(f"embedding function must be callable, got {type(fn).__name__}")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigurationError(f"embedding provider name must be a non-blank string, got {name!r}")
-        if not _is_int(max_dimension) or not 1 <= max_dimension <= MAX_EMBEDDING_DIMENSION:
+        if not is_int(max_dimension) or not 1 <= max_dimension <= MAX_EMBEDDING_DIMENSION:
             raise ConfigurationError(
                 f"max_dimension must be an int from 1 to {MAX_EMBEDDING_DIMENSION}, got {max_dimension!r}"
             )
-        if dimension is not None and (not _is_int(dimension) or not 1 <= dimension <= max_dimension):
+        if dimension is not None and (not is_int(dimension) or not 1 <= dimension <= max_dimension):
             raise ConfigurationError(f"dimension must be None or an int from 1 to {max_dimension}, got {dimension!r}")
         self._fn = fn
         self._batch = batch_method(fn)
@@ -198,7 +198,7 @@ class ValidatingEmbedding:
     def _from_objects(self, values: npt.NDArray[Any], raw: object, where: str) -> npt.NDArray[np.float64]:
         out = np.empty(values.shape[0], dtype=np.float64)
         for i, value in enumerate(values):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            if not is_number(value):
                 self._fail(where, f"value {i} is {type(value).__name__}, not a number "
                                   f"(a 1-d sequence of numbers is required)")
             try:
@@ -237,6 +237,3 @@ class ValidatingEmbedding:
                               f"(non-finite after conversion)")
         return out
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

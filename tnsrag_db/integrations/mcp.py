@@ -33,6 +33,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.admin import corpus_stats, list_corpora
 from tnsrag_db.embeddings import EmbeddingFunction
 from tnsrag_db.errors import TnsragError
@@ -137,7 +138,7 @@ def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEF
     server does no I/O; run it with ``server.run("stdio")`` or connect an in-process
     ``mcp.Client(server)``. Raises :class:`ValueError` for a ``max_top_k`` below 1.
     """
-    if isinstance(max_top_k, bool) or not isinstance(max_top_k, int) or max_top_k < 1:
+    if not is_int(max_top_k) or max_top_k < 1:
         raise ValueError(f"max_top_k must be an int >= 1, got {max_top_k!r}")
     serial = SerialEmbedding(embedding)
     strategies = StrategyCache(store, serial)

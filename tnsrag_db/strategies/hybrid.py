@@ -17,16 +17,21 @@ returns the same results with each stream's rank, weight and share (see
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from textwrap import dedent
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import sqlalchemy as sa
 
+from tnsrag_db._validate import is_int
+from tnsrag_db.db import aio
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
+from tnsrag_db.indexes.bm25.index import DOCUMENT_COLUMNS
 from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, RAGStrategy, check_query, document_from_row, resolve_context
+from tnsrag_db.strategies.base import RAGStrategy, check_query, document_from_row, resolve_context
 from tnsrag_db.strategies.explain import (
     Explanation,
     FusionExplanation,
@@ -78,10 +83,9 @@ class HybridMemoryRetriever:
         if _place(keywords.store) != _place(vectors.store):
             raise ConfigurationError(f"keyword corpus {_describe(keywords.store)} differs from vector corpus "
                                      f"{_describe(vectors.store)}")
-        if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
-                                       or candidates < 1):
+        if candidates is not None and (not is_int(candidates) or candidates < 1):
             raise ConfigurationError(f"candidates must be a positive int, got {candidates!r}")
-        if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or rrf_k < 1:
+        if not is_int(rrf_k) or rrf_k < 1:
             raise ConfigurationError(f"rrf_k must be a positive int, got {rrf_k!r}")
         self.keywords = keywords
         self.vectors = vectors
@@ -92,38 +96,50 @@ class HybridMemoryRetriever:
         """Candidates fetched per stream for a query asking ``max_results``."""
         return self.candidates if self.candidates is not None else max(MIN_CANDIDATES, CANDIDATE_FACTOR * max_results)
 
-    def _streams_sql(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
-                     weights: tuple[float, float]) -> tuple[str, dict[str, Any]]:
+    def _streams(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
+                 weights: tuple[float, float], *, plain: bool) -> tuple[str, dict[str, Any]]:
         """The ``WITH`` items of both streams (``hk_r``, ``hv_r``) and ``ranked`` (stream, entry id,
-        weight, 1-based rank); a stream weighted 0 is not run."""
+        weight, 1-based rank); a stream weighted 0 is not run. With ``plain``, the BM25 stream
+        is the index's plain statement (its row of NULLs means: run again without ``plain``)."""
         pool = self.pool_size(context.max_results)
         filters = context.metadata_filters
-        params: dict[str, Any] = {"h_c": self.vectors.store.corpus}
+        params: dict[str, Any] = {}
         ctes: list[str] = []
         ranked: list[str] = []
         if weights[0] > 0:
-            kw_sql, kw_params = self.keywords.candidates_sql(query, pool, filters=filters, min_score=0.0, prefix="hk")
-            params.update(kw_params)
-            ctes.append(f"hk_r AS ({kw_sql})")
-            ranked.append(f"SELECT 1 AS stream, entry_id, score, {_weight_sql(weights[0], 'h_w1', params)} AS w, "
-                          "row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hk_r")
+            bm25 = self.keywords.ranking_statement(query, pool, filters=filters, min_score=0.0, prefix="hk",
+                                                   plain=plain)
+            params.update(bm25.params)
+            ctes.append(f"hk_r AS (\n{bm25.sql}\n)")
+            ranked.append(f"SELECT 1 AS stream, entry_id, score, {_weight_sql(weights[0], 'h_w1', params)} AS w,\n"
+                          "         row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hk_r")
         if weights[1] > 0:
             assert vector is not None
             vec_sql, vec_params = self.vectors.candidates_sql(vector, pool, filters=filters, min_score=-1.0,
                                                               prefix="hv")
             params.update(vec_params)
-            ctes.append(f"hv_r AS ({vec_sql})")
-            ranked.append(f"SELECT 2 AS stream, entry_id, score, {_weight_sql(weights[1], 'h_w2', params)} AS w, "
-                          "row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hv_r")
-        ctes.append(f"ranked AS ({' UNION ALL '.join(ranked)})")
-        return ", ".join(ctes), params
+            ctes.append(f"hv_r AS (\n{vec_sql}\n)")
+            ranked.append(f"SELECT 2 AS stream, entry_id, score, {_weight_sql(weights[1], 'h_w2', params)} AS w,\n"
+                          "         row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hv_r")
+        ctes.append("ranked AS (\n  -- Each stream's candidates with their 1-based rank and the stream's fusion weight.\n  "
+                    + "\n  UNION ALL\n  ".join(ranked) + "\n)")
+        return ",\n".join(ctes), params
 
-    def _rankings_sql(self, query: str, context: RAGContext,
-                      vector: npt.NDArray[np.float32] | None) -> tuple[str, dict[str, Any]]:
-        ctes, params = self._streams_sql(query, context, vector, (1.0, 1.0))
-        sql = (f"WITH {ctes} SELECT r.stream, r.rank, r.score, {ENTRY_COLUMNS} FROM ranked r "
-               "JOIN entries e ON e.corpus = :h_c AND e.id = r.entry_id ORDER BY r.stream, r.rank")
-        return sql, params
+    def _documents_sql(self, source: str, columns: str, order_by: str, *, left_join: bool = False) -> str:
+        # The entry rows of ``source`` through the BM25 index (the corpus bound as :h_c).
+        return self.keywords.documents_sql(source, columns=columns, order_by=order_by, prefix="h",
+                                           left_join=left_join)
+
+    def rankings_statement(self, query: str, context: RAGContext,
+                           vector: npt.NDArray[np.float32] | None) -> Statement:
+        """Both streams' rankings with their entry rows, in one statement: columns ``stream``
+        (1 BM25, 2 vector), ``rank``, ``score`` and the entry columns; without ``vector``
+        only the BM25 stream."""
+        weights = (1.0, 1.0 if vector is not None else 0.0)
+        ctes, params = self._streams(query, context, vector, weights, plain=False)
+        params["h_c"] = self.vectors.store.corpus
+        body = self._documents_sql("ranked", "r.stream, r.rank, r.score", "r.stream, r.rank")
+        return Statement(f"WITH {ctes}\n{body}", params, ("stream", "rank", "score", *DOCUMENT_COLUMNS[1:]))
 
     @staticmethod
     def _split(rows: Sequence[Any]) -> tuple[list[RetrievedDocument], list[RetrievedDocument]]:
@@ -131,25 +147,45 @@ class HybridMemoryRetriever:
         vector_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 2]
         return keyword_docs, vector_docs
 
+    def rankings_plan(self, query: str, context: RAGContext) -> Plan[tuple[list[RetrievedDocument],
+                                                                         list[RetrievedDocument]]]:
+        """:meth:`rankings` as a :data:`~tnsrag_db.db.statement.Plan`."""
+        rows = yield self.rankings_statement(query, context, self.vectors.embed_query(query))
+        return self._split(rows)
+
     def rankings(self, query: str, context: RAGContext) -> tuple[list[RetrievedDocument], list[RetrievedDocument]]:
         """The BM25 and vector rankings (best first), fetched in one statement with their rows."""
-        sql, params = self._rankings_sql(query, context, self.vectors.embed_query(query))
-        return self._split(self.vectors.store.read(sql, params))
+        return self.vectors.store.run(self.rankings_plan(query, context))
 
-    def _fused_sql(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
-                   weights: tuple[float, float]) -> tuple[str, dict[str, Any]]:
-        ctes, params = self._streams_sql(query, context, vector, weights)
-        sql = (
-            f"WITH {ctes}, "
-            "fused AS (SELECT entry_id, sum(w / (CAST(:h_k AS float8) + rank)) AS score, "
-            "  min(rank) AS best FROM ranked GROUP BY entry_id) "
-            f"SELECT f.score, {ENTRY_COLUMNS} FROM fused f "
-            "JOIN entries e ON e.corpus = :h_c AND e.id = f.entry_id "
-            "WHERE f.score >= CAST(:h_min AS float8) "
-            "ORDER BY f.score DESC, f.best, f.entry_id LIMIT :h_lim"
-        )
-        params.update({"h_k": self.rrf_k, "h_min": context.min_score, "h_lim": context.max_results})
-        return sql, params
+    def fused_statement(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
+                        weights: tuple[float, float], *, plain: bool = False) -> Statement:
+        """The fused ranking with its entry rows, in one statement (columns ``score`` and the
+        entry columns, best first). With ``plain`` (and the BM25 stream weighted above 0), one
+        row of NULLs instead when the BM25 stream needs its pruned statement: nothing else runs
+        then, the vector stream included."""
+        ctes, params = self._streams(query, context, vector, weights, plain=plain)
+        deferrable = plain and weights[0] > 0
+        sql = _FUSED_SQL.format(
+            streams=ctes,
+            go="NOT (SELECT d.deferred FROM h_defer d)" if deferrable else "TRUE",
+            stop="(SELECT d.deferred FROM h_defer d)" if deferrable else "FALSE",
+            defer=_DEFER_SQL if deferrable else "",
+            documents=self._documents_sql("h_top", "r.score", "r.score DESC NULLS FIRST, r.best, r.entry_id",
+                                          left_join=True))
+        params.update({"h_c": self.vectors.store.corpus, "h_k": self.rrf_k, "h_min": context.min_score,
+                       "h_lim": context.max_results})
+        return Statement(sql, params, DOCUMENT_COLUMNS)
+
+    def fused_plan(self, query: str, context: RAGContext, *,
+                   weights: Sequence[float] | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`fused` as a :data:`~tnsrag_db.db.statement.Plan`: one statement, a second
+        only when a frequent query term makes the BM25 stream take its pruned statement."""
+        w = check_weights(weights, 2)
+        vector = self.vectors.embed_query(query) if w[1] > 0 else None
+        rows = yield self.fused_statement(query, context, vector, (w[0], w[1]), plain=True)
+        if rows and rows[0].entry_id is None:
+            rows = yield self.fused_statement(query, context, vector, (w[0], w[1]))
+        return [document_from_row(r, float(r.score)) for r in rows]
 
     def fused(self, query: str, context: RAGContext, *,
               weights: Sequence[float] | None = None) -> list[RetrievedDocument]:
@@ -160,25 +196,22 @@ class HybridMemoryRetriever:
         ``entries``. Scores and order equal :func:`~tnsrag_db.fusion.reciprocal_rank_fusion`
         over :meth:`rankings` with the same weights: the sum of two float8 terms is exact
         whatever the order, and ties go to the best single-stream rank, then the entry id.
+        (A query with a frequent term takes a second statement: see :meth:`fused_plan`.)
         Raises :class:`ConfigurationError` for bad weights.
         """
-        w = check_weights(weights, 2)
-        vector = self.vectors.embed_query(query) if w[1] > 0 else None
-        sql, params = self._fused_sql(query, context, vector, (w[0], w[1]))
-        return [document_from_row(r, float(r.score)) for r in self.vectors.store.read(sql, params)]
+        return self.vectors.store.run(self.fused_plan(query, context, weights=weights))
 
     def explain_fused(self, query: str, context: RAGContext, weights: tuple[float, float]) -> Explanation:
         """:meth:`fused` explained: the same statement ranks, then (same snapshot) the two
         rankings give each result's ranks and shares, BM25 term figures and cosines."""
         vector = self.vectors.embed_query(query) if weights[1] > 0 else None
         store = self.vectors.store
-        fused_sql, fused_params = self._fused_sql(query, context, vector, weights)
+        fused = self.fused_statement(query, context, vector, weights)
+        ranks = self.rankings_statement(query, context, vector)
         plans: list[SearchPlan] = []
         with snapshot(store) as conn:
-            docs = [document_from_row(r, float(r.score)) for r in conn.execute(sa.text(fused_sql), fused_params)]
-            ranks_sql, ranks_params = self._rankings_sql(query, context, vector) if vector is not None else \
-                self._keyword_only_rankings_sql(query, context)
-            keyword_docs, vector_docs = self._split(list(conn.execute(sa.text(ranks_sql), ranks_params)))
+            docs = [document_from_row(r, float(r.score)) for r in conn.execute(sa.text(fused.sql), dict(fused.params))]
+            keyword_docs, vector_docs = self._split(list(conn.execute(sa.text(ranks.sql), dict(ranks.params))))
             if weights[0] > 0:
                 plans.append(bm25_plan(context))
             else:
@@ -207,11 +240,37 @@ class HybridMemoryRetriever:
             explanations.append(FusionExplanation(doc.score, self.rrf_k, tuple(streams)))
         return explanation_of("hybrid", query, docs, explanations, plans)
 
-    def _keyword_only_rankings_sql(self, query: str, context: RAGContext) -> tuple[str, dict[str, Any]]:
-        ctes, params = self._streams_sql(query, context, None, (1.0, 0.0))
-        sql = (f"WITH {ctes} SELECT r.stream, r.rank, r.score, {ENTRY_COLUMNS} FROM ranked r "
-               "JOIN entries e ON e.corpus = :h_c AND e.id = r.entry_id ORDER BY r.stream, r.rank")
-        return sql, params
+
+# The fused ranking. {streams}: the streams' CTEs and ``ranked``; {go} and {stop}: TRUE and
+# FALSE, or whether the BM25 stream did not / did defer to its pruned statement ({defer}).
+_FUSED_SQL = dedent("""\
+    WITH {streams},
+    {defer}fused AS (
+      -- Reciprocal Rank Fusion: each stream adds weight / (k + rank); best: the best single
+      -- rank, the first tie-breaker.
+      SELECT entry_id, sum(w / (CAST(:h_k AS float8) + rank)) AS score, min(rank) AS best
+      FROM ranked GROUP BY entry_id
+    ), h_top AS (
+      -- The final top max_results, before any entry row is read; with a deferring BM25
+      -- stream only its row of NULLs (nothing fused, no vector search).
+      SELECT t.entry_id, t.score, t.best FROM (
+        SELECT f.entry_id, f.score, f.best FROM fused f
+        WHERE {go} AND f.score >= CAST(:h_min AS float8)
+        ORDER BY f.score DESC, f.best, f.entry_id
+        LIMIT :h_lim
+      ) t
+      UNION ALL
+      SELECT NULL, NULL, NULL WHERE {stop}
+    )
+    {documents}""")
+
+_DEFER_SQL = dedent("""\
+    h_defer AS MATERIALIZED (
+      -- The BM25 stream's plain statement returns one row of NULLs when a frequent term
+      -- needs its pruned statement instead.
+      SELECT EXISTS (SELECT 1 FROM hk_r WHERE hk_r.entry_id IS NULL) AS deferred
+    ),
+    """)
 
 
 def _weight_sql(weight: float, name: str, params: dict[str, Any]) -> str:
@@ -274,18 +333,28 @@ class HybridRAGStrategy:
         """The fusion weights: keyword, vector[, graph]."""
         return self._weights
 
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """Fused results, best first; ``min_score`` applies to the RRF score (inclusive)."""
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as a :data:`~tnsrag_db.db.statement.Plan` (validation happens when the
+        plan starts). The graph stream, when given, runs through its own ``retrieve`` (it is
+        not a plan yet), between the plan's statements."""
         query = check_query(query)
         ctx = resolve_context(context)
         if self._graph is None:
-            return self._retriever.fused(query, ctx, weights=self._weights)
-        keyword_docs, vector_docs = self._retriever.rankings(query, ctx)
+            return (yield from self._retriever.fused_plan(query, ctx, weights=self._weights))
+        keyword_docs, vector_docs = yield from self._retriever.rankings_plan(query, ctx)
         pool = self._retriever.pool_size(ctx.max_results)
         graph_docs = self._graph.retrieve(query, RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters))
         fused = reciprocal_rank_fusion(keyword_docs, vector_docs, graph_docs, k=self._retriever.rrf_k,
                                        weights=self._weights)
         return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """Fused results, best first; ``min_score`` applies to the RRF score (inclusive)."""
+        return self._retriever.vectors.store.run(self.plan(query, context))
+
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (the same plan and statements)."""
+        return await aio.arun(self._retriever.vectors.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`FusionExplanation`: per stream
@@ -298,10 +367,10 @@ class HybridRAGStrategy:
         if self._graph is None:
             return retriever.explain_fused(query, ctx, (self._weights[0], self._weights[1]))
         vector = retriever.vectors.embed_query(query)
-        sql, params = retriever._rankings_sql(query, ctx, vector)
+        ranks = retriever.rankings_statement(query, ctx, vector)
         pool = retriever.pool_size(ctx.max_results)
         with snapshot(retriever.vectors.store) as conn:
-            keyword_docs, vector_docs = retriever._split(list(conn.execute(sa.text(sql), params)))
+            keyword_docs, vector_docs = retriever._split(list(conn.execute(sa.text(ranks.sql), dict(ranks.params))))
             plans = [bm25_plan(ctx), retriever.vectors.explain_plan(conn, vector, pool,
                                                                      filters=ctx.metadata_filters, min_score=-1.0)]
             bm25 = retriever.keywords.explain_scores(conn, query, {d.metadata["entryId"]: d.score

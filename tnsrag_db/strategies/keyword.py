@@ -8,7 +8,7 @@ from tnsrag_db.db import aio
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context
+from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
 from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of, snapshot
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
@@ -20,7 +20,8 @@ class KeywordRAGStrategy:
 
     Metadata filters and the inclusive ``min_score`` apply in SQL before the top
     ``max_results``; each result's score is its BM25 score (> 0). Query analysis,
-    scoring and the result rows come from one statement. Raises
+    scoring and the result rows come from one statement (a second one only when some
+    query term is frequent: see :meth:`BM25Index.documents_plan`). Raises
     :class:`ConfigurationError` when ``keywords`` is not a :class:`BM25Index`.
     """
 
@@ -43,18 +44,16 @@ class KeywordRAGStrategy:
         return f"KeywordRAGStrategy({self._keywords!r})"
 
     def _statement(self, text: str, ctx: RAGContext) -> Statement:
-        candidates, params = self._keywords.candidates_sql(
-            text, ctx.max_results, filters=ctx.metadata_filters, min_score=ctx.min_score, prefix="k")
-        sql = (f"WITH kc AS ({candidates}) SELECT kc.score, {ENTRY_COLUMNS} FROM kc "
-               "JOIN entries e ON e.corpus = :k_c AND e.id = kc.entry_id ORDER BY kc.score DESC, e.id")
-        return Statement(sql, params, ("score", "entry_id", "content", "tier", "source", "metadata"))
+        return self._keywords.documents_statement(text, ctx.max_results, filters=ctx.metadata_filters,
+                                                  min_score=ctx.min_score)
 
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db.db.statement.Plan` (validation
         happens when the plan starts)."""
         ctx = resolve_context(context)
         text = check_query(query)
-        rows = yield self._statement(text, ctx)
+        rows = yield from self._keywords.documents_plan(text, ctx.max_results, filters=ctx.metadata_filters,
+                                                        min_score=ctx.min_score)
         return [document_from_row(row, float(row.score)) for row in rows]
 
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
@@ -67,7 +66,7 @@ class KeywordRAGStrategy:
         return self._keywords.store.run(self.plan(query, context))
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (:func:`tnsrag_db.db.aio.arun`); same errors."""
+        """:meth:`retrieve` on an async connection (the same plan and statement)."""
         return await aio.arun(self._keywords.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:

@@ -1,18 +1,19 @@
 """``VectorRAGStrategy``: cosine similarity over a :class:`VectorMemoryStore`.
 
 One statement per retrieve: the ranking (exact or HNSW, chosen inside the statement; see
-:mod:`tnsrag_db.indexes.vector`) joined with the entry rows the documents are built from.
-Metadata filters and ``min_score`` (inclusive) apply in SQL before top-K.
+:mod:`tnsrag_db.indexes.vector`) joined with the entry rows the documents are built from,
+both built by the index (this module names no table). Metadata filters and ``min_score``
+(inclusive) apply in SQL before top-K.
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-
+from tnsrag_db.db.aio import arun
+from tnsrag_db.db.statement import Plan
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, check_query, document_from_row, resolve_context
-from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of, snapshot
+from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
+from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["VectorRAGStrategy"]
@@ -45,29 +46,37 @@ class VectorRAGStrategy:
     def __repr__(self) -> str:
         return f"VectorRAGStrategy({self._vectors!r})"
 
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """At most ``context.max_results`` documents scoring ≥ ``context.min_score``, best first."""
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db.db.statement.Plan` (validation and
+        the query's embedding happen when the plan starts)."""
         ctx = resolve_context(context)
         text = check_query(query)
-        rows = self._vectors.search_rows(text, ctx.max_results, filters=ctx.metadata_filters,
-                                         min_score=ctx.min_score, columns=ENTRY_COLUMNS)
+        vec = self._vectors.embed_query(text)
+        rows, _ = yield from self._vectors.documents_plan(vec, ctx.max_results, filters=ctx.metadata_filters,
+                                                          min_score=ctx.min_score)
         return [document_from_row(row, float(row.score)) for row in rows]
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """At most ``context.max_results`` documents scoring ≥ ``context.min_score``, best first."""
+        return self._vectors.store.run(self.plan(query, context))
+
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (same plan, same statements)."""
+        return await arun(self._vectors.store, self.plan(query, context))
+
+    def _explain_plan(self, query: str, context: RAGContext | None) -> Plan[Explanation]:
+        ctx = resolve_context(context)
+        text = check_query(query)
+        vec = self._vectors.embed_query(text)
+        rows, search = yield from self._vectors.documents_plan(vec, ctx.max_results, filters=ctx.metadata_filters,
+                                                               min_score=ctx.min_score, explain=True)
+        assert isinstance(search, SearchPlan)
+        docs = [document_from_row(row, float(row.score)) for row in rows]
+        return explanation_of(self.name, text, docs, [self._vectors.explain_cosine(vec, d.score) for d in docs],
+                              [search])
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`CosineExplanation`, and the
         search plan (exact scan or HNSW iterative scan, matches counted, fallback taken),
         ranking and plan from one snapshot. Errors as :meth:`retrieve`."""
-        ctx = resolve_context(context)
-        text = check_query(query)
-        statement = self._vectors.rows_statement(text, ctx.max_results, filters=ctx.metadata_filters,
-                                                 min_score=ctx.min_score, columns=ENTRY_COLUMNS)
-        if statement is None:
-            plan = SearchPlan("vector", "none", bool(ctx.metadata_filters), detail="no embedding space yet")
-            return explanation_of(self.name, text, [], [], [plan])
-        sql, params, vec = statement
-        with snapshot(self._vectors.store) as conn:
-            docs = [document_from_row(row, float(row.score)) for row in conn.execute(sa.text(sql), params)]
-            plan = self._vectors.explain_plan(conn, vec, ctx.max_results, filters=ctx.metadata_filters,
-                                              min_score=ctx.min_score)
-        return explanation_of(self.name, text, docs, [self._vectors.explain_cosine(vec, d.score) for d in docs],
-                              [plan])
+        return self._vectors.store.run(self._explain_plan(query, context), snapshot=True)

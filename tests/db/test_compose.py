@@ -1,0 +1,161 @@
+"""strategies/compose: one builder per name, one composition rule for the registry (CLI,
+integrations) and the declarative runtime, and "not available" only for missing modules."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tnsrag_db.declarative import RetrievalConfig, RetrievalStrategy, build_strategy as declarative_build
+from tnsrag_db.errors import StrategyUnavailableError
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.compose import BUILDERS, EMBEDDING_STRATEGIES, STRATEGY_NAMES
+from tnsrag_db.strategies.hybrid import HybridRAGStrategy
+from tnsrag_db.strategies.registry import build_strategy
+from tnsrag_db.types import MemoryEntry, RAGContext
+
+DECLARATIVE_OPTIONS: dict[RetrievalStrategy, dict[str, Any]] = {
+    RetrievalStrategy.MULTI_QUERY: {"expansion_mode": "RM3", "expansion_model": "rm3"},
+    RetrievalStrategy.REASONING: {"navigator_model": "lexical"},
+}
+
+
+def _embed(text: str) -> list[float]:
+    """Near only what the test says is near: "zebra" and "horse stable" share a direction."""
+    return [1.0, 0.0] if text in ("zebra", "horse stable") else [0.0, 1.0]
+
+
+def _process(fn: Any) -> Any:
+    """``fn`` as the process provider the declarative runtime embeds with (same provider name)."""
+    from tnsrag_db.embeddings import ProcessEmbedding, ValidatingEmbedding
+
+    return ProcessEmbedding(ValidatingEmbedding(fn))
+
+
+@pytest.fixture
+def corpus(store: Store) -> Store:
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+
+    VectorMemoryStore(store, _embed).add_all([
+        MemoryEntry("doc", "Animals of the plains."),
+        MemoryEntry("x", "zebra crossing", parent_id="doc"),  # the keyword hit
+        MemoryEntry("y", "horse stable", parent_id="doc"),    # the semantic hit: no word of the query
+    ])
+    return store
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "temporal", "multi_query"])
+def test_composed_strategies_search_semantically_from_the_registry(corpus: Store, name: str) -> None:
+    # Changed for the registry (tnsrag query/eval, MCP, integrations): the child was BM25,
+    # which never returns "y" (it shares no word with the query).
+    strategy = build_strategy(name, corpus, embedding=_embed)
+    found = [d.metadata["entryId"] for d in strategy.retrieve("zebra", RAGContext(5))]
+    assert "y" in found
+
+
+@pytest.mark.parametrize("mode", [RetrievalStrategy.HIERARCHICAL, RetrievalStrategy.TEMPORAL,
+                                  RetrievalStrategy.MULTI_QUERY])
+def test_the_declarative_modes_compose_as_the_registry_does(corpus: Store, mode: RetrievalStrategy) -> None:
+    config = RetrievalConfig.create(mode, **DECLARATIVE_OPTIONS.get(mode, {}))
+    declared = declarative_build(mode, config, corpus, _process(_embed))
+    name = {RetrievalStrategy.HIERARCHICAL: "hierarchical", RetrievalStrategy.TEMPORAL: "temporal",
+            RetrievalStrategy.MULTI_QUERY: "multi_query"}[mode]
+    registered = build_strategy(name, corpus, embedding=_embed)
+    assert type(declared) is type(registered)
+    context = RAGContext(5)
+    declared_docs, registered_docs = declared.retrieve("zebra", context), registered.retrieve("zebra", context)
+    assert [d.metadata["entryId"] for d in declared_docs] == [d.metadata["entryId"] for d in registered_docs]
+    assert declared_docs[0].metadata["entryId"] in ("y", "doc")  # the semantic hit (or its parent) leads
+    if mode is not RetrievalStrategy.TEMPORAL:  # (its clock moves between the two calls)
+        assert declared_docs == registered_docs
+
+
+def test_declarative_hybrid_fuses_the_graph_stream_without_edges(corpus: Store) -> None:
+    # Changed for the declarative path: HYBRID fused the graph stream only when the corpus
+    # had edges (so its ranking jumped when the first edge was added); now, as the registry,
+    # whenever the graph modules are installed.
+    declared = declarative_build(RetrievalStrategy.HYBRID, RetrievalConfig.create(), corpus, _process(_embed))
+    registered = build_strategy("hybrid", corpus, embedding=_embed)
+    assert isinstance(declared, HybridRAGStrategy) and isinstance(registered, HybridRAGStrategy)
+    assert declared.graph is not None and registered.graph is not None
+    assert declared.retrieve("zebra") == registered.retrieve("zebra")
+
+
+def test_hybrid_without_the_graph_modules_keeps_two_streams(corpus: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tnsrag_db.strategies.graph", None)  # "import" raises ImportError
+    hybrid = build_strategy("hybrid", corpus, embedding=_embed)
+    assert isinstance(hybrid, HybridRAGStrategy) and hybrid.graph is None
+    with pytest.raises(StrategyUnavailableError, match=r"^strategy 'graph' is not available in this installation "
+                                                       r"\(cannot import tnsrag_db.strategies.graph\)$"):
+        build_strategy("graph", corpus)
+
+
+def test_the_unknown_name_error_is_made_from_the_builders(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert STRATEGY_NAMES == tuple(BUILDERS)
+    assert EMBEDDING_STRATEGIES == {"vector", "hybrid", "hierarchical", "temporal", "multi_query"}
+    monkeypatch.setitem(BUILDERS, "nearest_new", BUILDERS["keyword"])  # a builder added later is listed
+    with pytest.raises(StrategyUnavailableError) as info:
+        build_strategy("nearest", store)
+    assert str(info.value) == f"unknown strategy 'nearest'; available: {', '.join(BUILDERS)}"
+    assert "nearest_new" in str(info.value)
+
+
+def test_a_keyword_build_never_resolves_the_embedding(store: Store) -> None:
+    def explode(text: str) -> list[float]:
+        raise AssertionError("embedded")
+
+    for name in sorted(set(STRATEGY_NAMES) - EMBEDDING_STRATEGIES):
+        build_strategy(name, store, embedding=explode).retrieve("anything")
+
+
+class _Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``name`` as a module whose own import of a missing package fails (a bug in it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.util.spec_from_loader(fullname, self) if fullname == self.name else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        exec("import tnsrag_db_no_such_dependency", module.__dict__)
+
+
+@pytest.fixture
+def broken_reasoning(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delitem(sys.modules, "tnsrag_db.strategies.reasoning")
+    finder = _Broken("tnsrag_db.strategies.reasoning")
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop("tnsrag_db.strategies.reasoning", None)
+
+
+def test_an_import_bug_inside_a_strategy_module_is_never_unavailable(store: Store, broken_reasoning: None) -> None:
+    # Both builders used to report this as "not available in this installation".
+    with pytest.raises(ModuleNotFoundError) as info:
+        build_strategy("reasoning", store)
+    assert info.value.name == "tnsrag_db_no_such_dependency"
+    config = RetrievalConfig.create(RetrievalStrategy.REASONING, navigator_model="lexical")
+    with pytest.raises(ModuleNotFoundError):
+        declarative_build(RetrievalStrategy.REASONING, config, store, None)
+
+
+def test_a_missing_strategy_module_is_unavailable_in_the_registry(store: Store,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tnsrag_db.strategies.reasoning", None)
+    with pytest.raises(StrategyUnavailableError, match=r"strategy 'reasoning' is not available in this installation"):
+        build_strategy("reasoning", store)

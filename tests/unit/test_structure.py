@@ -1,0 +1,347 @@
+"""The package's shape, checked from its source with ``ast`` (nothing is imported):
+
+* no import cycles among ``tnsrag_db`` modules (module-level imports only: an import inside
+  a function or under ``if TYPE_CHECKING:`` runs later and is allowed);
+* no module over :data:`MAX_LINES` physical lines;
+* the CLI and the declarative layer import no private module of another layer
+  (``tnsrag_db.<pkg>._<mod>``: a module with a ``_`` name below another package; the
+  top-level ``tnsrag_db._<mod>`` modules such as ``_validate`` are the package's shared
+  internals, meant for every layer);
+* strategy modules name no table in SQL (the indexes own all SQL).
+
+Each check is a function of a source tree, tested on a small synthetic tree as well, so a
+check that no longer finds anything fails here. ``KNOWN_*`` sets list today's violations
+in modules other engineers are restructuring right now; THE LEAD EMPTIES THEM AT MERGE.
+A listed violation that no longer exists fails the test too, so the lists cannot go stale.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+PACKAGE = "tnsrag_db"
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
+MAX_LINES = 400
+#: The layers that may import only public modules of other layers.
+BOUNDARY_LAYERS = ("tnsrag_db.cli", "tnsrag_db.declarative")
+#: Strategy modules that may mention tables (none of them runs SQL today).
+STRATEGY_EXEMPT = {"base", "compose", "registry"}
+K = TypeVar("K")
+TABLES = ("entries", "bm25_postings", "bm25_df", "bm25_stats", "embeddings", "edges", "embedding_spaces", "corpora")
+
+# Today's violations outside this branch's files (issue 15 is fixing them in parallel).
+# The lead empties these sets at merge.
+KNOWN_CYCLES: set[frozenset[str]] = set()
+KNOWN_LONG_MODULES: set[str] = {
+    "store/store.py", "strategies/graph.py",
+}
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
+KNOWN_STRATEGY_TABLES: set[tuple[str, str]] = {
+    ("strategies/graph.py", "edges"), ("strategies/graph.py", "entries"), ("strategies/hierarchical.py", "entries"),
+    ("strategies/reasoning.py", "entries"),
+}
+
+
+# -- reading a source tree ------------------------------------------------------------------
+
+def modules(root: Path, package: str) -> dict[str, Path]:
+    """Every module below ``root`` by dotted name (a package by its own name)."""
+    out: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(body: list[ast.stmt], lazy: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of ``body``; with ``lazy`` false only those that run when the
+    module is imported (not in functions, not under ``if TYPE_CHECKING:``)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if lazy:
+                yield from (n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            if lazy:
+                yield from _import_nodes(node.body, lazy)
+            yield from _import_nodes(node.orelse, lazy)
+        else:  # class bodies, try/with/if/for blocks run at import
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(node, field, None)
+                if isinstance(block, list):
+                    yield from _import_nodes([s for s in block if isinstance(s, ast.stmt)], lazy)
+                    for handler in block:
+                        if isinstance(handler, ast.ExceptHandler):
+                            yield from _import_nodes(handler.body, lazy)
+
+
+def imports(name: str, path: Path, known: dict[str, Path], lazy: bool) -> list[tuple[str, int]]:
+    """``(module, line)`` of each import of module ``name`` of the tree ``known``: a
+    ``from x import y`` names ``x.y`` when that is a module, else ``x``, and the packages
+    above it that do not hold ``name``; modules outside the tree are left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    is_package = path.name == "__init__.py"
+    out: list[tuple[str, int]] = []
+    for node in _import_nodes(tree.body, lazy):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        # Importing a.b.c runs the packages a and a.b first: those of them that do not
+        # contain this module (which are imported before it) are imported by it too.
+        # (A module importing itself finds itself in sys.modules: no edge.)
+        own = {".".join(name.split(".")[:n]) for n in range(1, name.count(".") + 2)}
+        for target in dict.fromkeys(targets):
+            parents = [".".join(target.split(".")[:n]) for n in range(1, target.count(".") + 1)]
+            out.extend((p, node.lineno) for p in parents if p in known and p not in own)
+            if target in known and target != name:
+                out.append((target, node.lineno))
+    return out
+
+
+# -- the checks -----------------------------------------------------------------------------
+
+def import_cycles(root: Path, package: str) -> dict[frozenset[str], str]:
+    """Each import cycle (a strongly connected component of the module-level import graph)
+    with one path around it, ``a:3 -> b:7 -> a`` (the importing line at each step)."""
+    known = modules(root, package)
+    graph = {m: {t: line for t, line in imports(m, p, known, lazy=False)} for m, p in known.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's algorithm; the graph is small
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    out: dict[frozenset[str], str] = {}
+    for component in components:
+        start = min(component)
+        if len(component) == 1 and start not in graph[start]:
+            continue
+        # Shortest way from start back to start inside the component (breadth first).
+        came: dict[str, str] = {}
+        frontier, end = [start], None
+        while frontier and end is None:
+            following = []
+            for v in frontier:
+                for w in sorted(graph[v]):
+                    if w not in component or w in came:
+                        continue
+                    came[w] = v
+                    if w == start:
+                        end = v
+                        break
+                    following.append(w)
+                if end is not None:
+                    break
+            frontier = following
+        path = [start]
+        while path[-1] != start or len(path) == 1:
+            path.append(came[path[-1]])
+        path.reverse()  # start -> ... -> start
+        steps = [f"{a}:{graph[a][b]}" for a, b in zip(path, path[1:], strict=False)]
+        out[frozenset(component)] = " -> ".join(steps + [start])
+    return out
+
+
+def long_modules(root: Path) -> dict[str, int]:
+    """Modules over :data:`MAX_LINES` physical lines, by path below ``root``, with their length."""
+    lengths = {p.relative_to(root).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+               for p in root.rglob("*.py")}
+    return {p: n for p, n in lengths.items() if n > MAX_LINES}
+
+
+def private_imports(root: Path, package: str, layers: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """``(importing module's path, imported module)`` for each import, lazy ones included,
+    by a module of ``layers`` of a private module of another package, with where it is."""
+    known = modules(root, package)
+    out: dict[tuple[str, str], str] = {}
+    for name, path in known.items():
+        layer = next((lay for lay in layers if name == lay or name.startswith(lay + ".")), None)
+        if layer is None:
+            continue
+        for target, line in imports(name, path, known, lazy=True):
+            below = target.split(".")[2:]  # what follows tnsrag_db.<pkg>
+            if target == layer or target.startswith(layer + ".") or not any(p.startswith("_") for p in below):
+                continue
+            out.setdefault((path.relative_to(root).as_posix(), target), f"{path.name}:{line} imports {target}")
+    return out
+
+
+_SQL = re.compile(r"\b(?:SELECT|INSERT\s+INTO|UPDATE|DELETE\s+FROM|FROM|JOIN)\b")
+
+
+def _strings(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """Every string literal but docstrings, an f-string as one text (``{}`` for its fields)."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    inside_fstrings: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            inside_fstrings.update(id(v) for v in node.values)
+            yield "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values), node.lineno
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                and id(node) not in inside_fstrings):
+            yield node.value, node.lineno
+
+
+def strategy_tables(root: Path) -> dict[tuple[str, str], str]:
+    """``(strategy module's path, table)`` for each table a strategy module's SQL names
+    (a string with an upper-case SQL keyword in which the table's name stands as a word)."""
+    tables = re.compile(r"(?<![:\w])(" + "|".join(TABLES) + r")(?!\w)")
+    out: dict[tuple[str, str], str] = {}
+    for path in sorted((root / "strategies").glob("*.py")):
+        if path.stem in STRATEGY_EXEMPT:
+            continue
+        for text, line in _strings(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if _SQL.search(text):
+                for table in tables.findall(text):
+                    out.setdefault((path.relative_to(root).as_posix(), table), f"{path.name}:{line}")
+    return out
+
+
+def _compare(found: Mapping[K, object], known: set[K], what: str) -> list[str]:
+    """What ``found`` has beyond ``known``, and what ``known`` lists that is not found."""
+    problems = [f"{what}: {key!r} ({found[key]})" for key in sorted(found, key=repr) if key not in known]
+    problems += [f"listed in KNOWN but gone (remove it from the list): {key!r}" for key in sorted(known, key=repr)
+                 if key not in found]
+    return problems
+
+
+# -- the package ----------------------------------------------------------------------------
+
+def test_no_import_cycles() -> None:
+    problems = _compare(import_cycles(ROOT, PACKAGE), KNOWN_CYCLES, "import cycle")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_module_over_the_line_limit() -> None:
+    problems = _compare(long_modules(ROOT), KNOWN_LONG_MODULES, f"over {MAX_LINES} lines")
+    assert not problems, "\n".join(problems)
+
+
+def test_cli_and_declarative_import_no_private_module_of_another_layer() -> None:
+    found = private_imports(ROOT, PACKAGE, BOUNDARY_LAYERS)
+    problems = _compare(found, KNOWN_PRIVATE_IMPORTS, "private import")
+    assert not problems, "\n".join(problems)
+
+
+def test_strategies_name_no_table_in_sql() -> None:
+    problems = _compare(strategy_tables(ROOT), KNOWN_STRATEGY_TABLES, "table in strategy SQL")
+    assert not problems, "\n".join(problems)
+
+
+# -- the checks themselves, on a synthetic tree ----------------------------------------------
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "pkg"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def test_a_cycle_is_found_with_its_path_and_lazy_imports_are_not(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "a.py": "from pkg.b import x\n",
+        "b.py": "import os\nfrom pkg import c\nx = 1\n",
+        "c.py": "from . import a\n",
+        "lazy.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import late\n",
+        "late.py": "def f():\n    from pkg import lazy\n",
+        "sub/__init__.py": "from pkg.sub.leaf import y\n",
+        "sub/leaf.py": "y = 2\n",
+    })
+    cycles = import_cycles(root, "pkg")
+    assert cycles == {frozenset({"pkg.a", "pkg.b", "pkg.c"}): "pkg.a:1 -> pkg.b:2 -> pkg.c:1 -> pkg.a"}
+
+
+def test_importing_a_submodule_imports_its_packages(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "x.py": "try:\n    import pkg.sub.leaf\nexcept ImportError:\n    pass\n",
+        "sub/__init__.py": "from pkg import x\n",
+        "sub/leaf.py": "import pkg.sub.other\n",  # pkg.sub is already imported: no edge to it
+        "sub/other.py": "y = 1\n",
+        "own/__init__.py": "from pkg.own.part import y\n",
+        "own/part.py": "from pkg.own import z\ny = 1\n",  # its package's __init__ imports it: a cycle
+    })
+    assert import_cycles(root, "pkg") == {
+        frozenset({"pkg.x", "pkg.sub"}): "pkg.sub:1 -> pkg.x:2 -> pkg.sub",
+        frozenset({"pkg.own", "pkg.own.part"}): "pkg.own:1 -> pkg.own.part:1 -> pkg.own",
+    }
+
+
+def test_long_modules_are_counted_in_physical_lines(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"ok.py": "x = 1\n" * MAX_LINES, "big/long.py": "\n" * (MAX_LINES + 1)})
+    assert long_modules(root) == {"big/long.py": MAX_LINES + 1}
+
+
+def test_private_imports_across_layers_are_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "", "_shared.py": "", "store/__init__.py": "", "store/_rows.py": "", "store/rows.py": "",
+        "cli/__init__.py": "from pkg.cli import _common\nfrom pkg import _shared\nfrom pkg.store import rows\n",
+        "cli/_common.py": "def f():\n    from pkg.store._rows import r\n",
+        "other.py": "from pkg.store import _rows\n",
+    })
+    assert private_imports(root, "pkg", ("pkg.cli",)) == {
+        ("cli/_common.py", "pkg.store._rows"): "_common.py:2 imports pkg.store._rows"}
+
+
+def test_table_names_in_strategy_sql_are_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "strategies/base.py": "SQL = 'SELECT id FROM entries'\n",
+        "strategies/walk.py": ('"""Walks the edges of the entries."""\n'
+                               "A = f'SELECT * FROM {s}.edges JOIN x'\n"
+                               "B = 'no SQL: the entries here are words'\n"
+                               "C = 'SELECT :entries AS n'\n"
+                               "D = ('SELECT 1 '\n     'FROM bm25_df')\n"),
+    })
+    assert strategy_tables(root) == {("strategies/walk.py", "edges"): "walk.py:2",
+                                      ("strategies/walk.py", "bm25_df"): "walk.py:5"}
+
+
+@pytest.mark.parametrize("found, known, stale", [({"a": "x"}, {"a"}, False), ({}, {"a"}, True)])
+def test_a_known_violation_that_is_gone_fails(found: dict[str, str], known: set[str], stale: bool) -> None:
+    assert bool(_compare(found, known, "v")) is stale
+    assert _compare({"b": "y"}, set(), "v") == ["v: 'b' (y)"]

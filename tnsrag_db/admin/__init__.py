@@ -1,0 +1,60 @@
+"""Looking after corpora: list them, describe one, export and restore one.
+
+The functions take a :class:`~tnsrag_db.store.store.Store`; :func:`list_corpora`
+covers every corpus of the store's schema, the others the store's own corpus. The
+value types are frozen dataclasses whose ``to_dict()`` returns plain JSON-able dicts
+(datetimes as ISO-8601 strings), the shape ``tnsrag ... --json`` prints.
+
+Export format (JSONL, UTF-8, one entry per line, in id order)::
+
+    {"id": "guide.md#1", "content": "...", "tier": "SEMANTIC", "source": "guide.md",
+     "parentId": "guide.md#0", "timestamp": "2025-01-02T03:04:05+00:00",
+     "metadata": {"topic": "install"},
+     "edges": [{"dst": "faq.md#0", "relation": "cites", "weight": 2.0, "source": null}]}
+
+``edges`` are the entry's outgoing edges. ``tnsrag ingest file.jsonl`` (and
+:func:`restore_corpus`) read it back exactly: ids, contents, tiers, sources (``null``
+stays ``None``), parents, timestamps, metadata and edges. Vectors are not exported:
+they are recomputed by the embedding provider in use when the file is read.
+
+The modules: :mod:`.reports` (the value types), :mod:`.corpora` (listing and describing
+corpora), :mod:`.filter_notes` (why a filter matched nothing), :mod:`.export` and
+:mod:`.restore`.
+"""
+
+from __future__ import annotations
+
+from tnsrag_db.admin.corpora import (
+    corpus_exists,
+    corpus_names,
+    corpus_stats,
+    list_corpora,
+    require_corpus,
+)
+from tnsrag_db.admin.export import entry_record, export_corpus
+from tnsrag_db.admin.filter_notes import empty_filter_notes
+from tnsrag_db.admin.reports import (
+    CorpusInfo,
+    CorpusStats,
+    ExportCounts,
+    RestoreCounts,
+    SpaceInfo,
+)
+from tnsrag_db.admin.restore import restore_corpus
+
+__all__ = [
+    "CorpusInfo",
+    "CorpusStats",
+    "ExportCounts",
+    "RestoreCounts",
+    "SpaceInfo",
+    "corpus_exists",
+    "corpus_names",
+    "corpus_stats",
+    "empty_filter_notes",
+    "entry_record",
+    "export_corpus",
+    "list_corpora",
+    "require_corpus",
+    "restore_corpus",
+]

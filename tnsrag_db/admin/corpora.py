@@ -1,0 +1,166 @@
+"""Listing and describing corpora: which exist, what each holds, their embedding spaces and sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from tnsrag_db._validate import is_int
+from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
+from tnsrag_db.errors import ConfigurationError, CorpusNotFoundError
+from tnsrag_db.store.schema import TIERS
+from tnsrag_db.store.store import Store
+
+__all__ = ["corpus_exists", "corpus_names", "corpus_stats", "list_corpora", "require_corpus"]
+
+
+def _rows(store: Store, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+    with store.transaction() as conn:
+        return list(conn.execute(sa.text(sql), dict(params or {})).all())
+
+
+def corpus_names(store: Store) -> list[str]:
+    """The corpora of the store's schema, sorted."""
+    return [r.corpus for r in _rows(store, "SELECT corpus FROM corpora ORDER BY corpus")]
+
+
+def corpus_exists(store: Store) -> bool:
+    """Whether the store's corpus exists (a corpus comes into being with its first write)."""
+    return bool(_rows(store, "SELECT 1 FROM corpora WHERE corpus = :c", {"c": store.corpus}))
+
+
+def _not_found(corpus: str, existing: Sequence[str]) -> CorpusNotFoundError:
+    here = ", ".join(existing) if existing else "none yet"
+    return CorpusNotFoundError(f"corpus {corpus!r} does not exist; corpora here: {here}",
+                               corpus=corpus, existing=tuple(existing))
+
+
+def require_corpus(store: Store) -> None:
+    """Raise :class:`CorpusNotFoundError` naming the existing corpora unless the store's corpus exists.
+
+    Reads only: nothing is created.
+    """
+    if not corpus_exists(store):
+        raise _not_found(store.corpus, corpus_names(store))
+
+
+_SPACES_SQL = """
+SELECT s.corpus, s.space_id, s.provider, s.dimension, s.index_name,
+       (SELECT count(*) FROM embeddings x WHERE x.corpus = s.corpus AND x.space_id = s.space_id) AS vectors,
+       i.indisvalid AS valid, coalesce(pg_relation_size(c.oid), 0) AS index_bytes,
+       EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = c.oid) AS building
+FROM embedding_spaces s
+LEFT JOIN pg_namespace n ON n.nspname = :schema
+LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = 'ix_embeddings_hnsw_' || s.space_id::text
+LEFT JOIN pg_index i ON i.indexrelid = c.oid
+WHERE {where}
+ORDER BY s.corpus, s.space_id
+"""
+
+
+def _spaces(store: Store, corpus: str | None) -> dict[str, list[SpaceInfo]]:
+    # Without a corpus: every corpus's spaces on purpose (list_corpora), marked for the
+    # single-corpus statement check.
+    where = "TRUE /* tnsrag:all-corpora */" if corpus is None else "s.corpus = :c"
+    out: dict[str, list[SpaceInfo]] = {}
+    for r in _rows(store, _SPACES_SQL.format(where=where), {"schema": store.schema, "c": corpus}):
+        if r.valid is None:
+            state = "none"
+        elif r.building:
+            state = "building"
+        elif r.valid:
+            state = "hnsw"
+        else:
+            state = "invalid"
+        out.setdefault(r.corpus, []).append(SpaceInfo(
+            int(r.space_id), r.provider, int(r.dimension), int(r.vectors), state,
+            r.index_name if state == "hnsw" else None, int(r.index_bytes)))
+    return out
+
+
+def list_corpora(store: Store) -> list[CorpusInfo]:
+    """Every corpus of the store's schema, sorted by name, with entries, tiers, spaces and size.
+
+    Sizes are estimates (see :class:`CorpusInfo`); counting reads every table of the
+    schema once, so this costs about a second per million entries. Raises
+    :class:`DatabaseError` when the database fails.
+    """
+    corpora = _rows(store, "SELECT corpus, created_at FROM corpora ORDER BY corpus")
+    if not corpora:
+        return []
+    tiers: dict[str, dict[str, int]] = {}
+    for r in _rows(store, "/* tnsrag:all-corpora */ SELECT corpus, tier, count(*) AS n FROM entries GROUP BY corpus, tier"):
+        tiers.setdefault(r.corpus, {})[r.tier] = int(r.n)
+    # Rows per corpus of each shared table; the postings count is the sum of the document
+    # frequencies (exact: every posting adds one to its term's df).
+    counted = {
+        "entries": {c: sum(t.values()) for c, t in tiers.items()},
+        "embeddings": {r.corpus: int(r.n) for r in _rows(store, "/* tnsrag:all-corpora */ SELECT corpus, count(*) AS n FROM embeddings "
+                                                                 "GROUP BY corpus")},
+        "edges": {r.corpus: int(r.n) for r in _rows(store, "/* tnsrag:all-corpora */ SELECT corpus, count(*) AS n FROM edges GROUP BY corpus")},
+    }
+    postings: dict[str, int] = {}
+    df_rows: dict[str, int] = {}
+    for r in _rows(store, "/* tnsrag:all-corpora */ SELECT corpus, coalesce(sum(df), 0) AS postings, count(*) AS n FROM bm25_df "
+                          "GROUP BY corpus"):
+        postings[r.corpus] = int(r.postings)
+        df_rows[r.corpus] = int(r.n)
+    counted["bm25_postings"] = postings
+    counted["bm25_df"] = df_rows
+    spaces = _spaces(store, None)
+    hnsw_bytes = sum(s.index_bytes for group in spaces.values() for s in group)
+    sizes = {r.relname: int(r.size) for r in _rows(store, (
+        "SELECT c.relname, pg_total_relation_size(c.oid) AS size FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :schema AND c.relkind = 'r' "
+        "AND c.relname = ANY(:names)"), {"schema": store.schema, "names": list(counted)})}
+    # The HNSW indexes are partial indexes of embeddings: counted per corpus, not shared.
+    sizes["embeddings"] = max(0, sizes.get("embeddings", 0) - hnsw_bytes)
+    totals = {table: sum(per.values()) for table, per in counted.items()}
+    out: list[CorpusInfo] = []
+    for r in corpora:
+        name = r.corpus
+        share = sum(sizes.get(t, 0) * per.get(name, 0) / totals[t] for t, per in counted.items() if totals[t])
+        own = spaces.get(name, [])
+        out.append(CorpusInfo(
+            name, counted["entries"].get(name, 0), {t: tiers[name][t] for t in TIERS if t in tiers.get(name, {})},
+            tuple(own), counted["edges"].get(name, 0), int(share) + sum(s.index_bytes for s in own), r.created_at))
+    return out
+
+
+def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
+    """What the store's corpus holds (see :class:`CorpusStats`); ``max_sources`` (≥ 1,
+    default 20) bounds the per-source counts listed.
+
+    Raises :class:`CorpusNotFoundError` naming the existing corpora when the corpus does
+    not exist, :class:`ConfigurationError` for a bad ``max_sources``, :class:`DatabaseError`
+    when the database fails. Reads only.
+    """
+    if not is_int(max_sources) or max_sources < 1:
+        raise ConfigurationError(f"max_sources must be an int >= 1, got {max_sources!r}")
+    c = {"c": store.corpus}
+    head = _rows(store, "SELECT text_config, created_at FROM corpora WHERE corpus = :c", c)
+    if not head:
+        raise _not_found(store.corpus, corpus_names(store))
+    by_tier = {r.tier: int(r.n) for r in _rows(
+        store, "SELECT tier, count(*) AS n FROM entries WHERE corpus = :c GROUP BY tier", c)}
+    sources = _rows(store, "SELECT source, count(*) AS n, count(*) OVER () AS distinct_sources FROM entries "
+                           "WHERE corpus = :c GROUP BY source ORDER BY n DESC, source NULLS LAST LIMIT :k",
+                    {**c, "k": max_sources})
+    bm25 = _rows(store, "SELECT coalesce(sum(n_docs), 0) AS docs, coalesce(sum(total_len), 0) AS len "
+                        "FROM bm25_stats WHERE corpus = :c", c)[0]
+    terms = _rows(store, "SELECT count(*) AS n FROM (SELECT lexeme FROM bm25_df WHERE corpus = :c "
+                         "GROUP BY lexeme HAVING sum(df) > 0) t", c)[0].n
+    relations = {r.relation: int(r.n) for r in _rows(
+        store, "SELECT relation, count(*) AS n FROM edges WHERE corpus = :c GROUP BY relation ORDER BY relation", c)}
+    last = _rows(store, "SELECT greatest((SELECT max(updated_at) FROM entries WHERE corpus = :c), "
+                        "(SELECT max(created_at) FROM edges WHERE corpus = :c)) AS at", c)[0].at
+    docs = int(bm25.docs)
+    return CorpusStats(
+        corpus=store.corpus, entries=sum(by_tier.values()), by_tier={t: by_tier[t] for t in TIERS if t in by_tier},
+        by_source=[(r.source, int(r.n)) for r in sources], sources=int(sources[0].distinct_sources) if sources else 0,
+        spaces=tuple(_spaces(store, store.corpus).get(store.corpus, [])), bm25_documents=docs,
+        bm25_average_length=round(int(bm25.len) / docs, 3) if docs else 0.0, bm25_terms=int(terms),
+        edges=sum(relations.values()), edges_by_relation=relations, text_config=head[0].text_config,
+        created_at=head[0].created_at, last_write=last)

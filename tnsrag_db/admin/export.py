@@ -1,0 +1,73 @@
+"""Export: a corpus's entries with their outgoing edges as JSONL, from one snapshot
+(the format is described in :mod:`tnsrag_db.admin`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import IO, Any
+
+import sqlalchemy as sa
+
+from tnsrag_db._validate import is_int
+from tnsrag_db.admin.corpora import _not_found
+from tnsrag_db.admin.reports import ExportCounts
+from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.explain.transaction import snapshot
+from tnsrag_db.types import MemoryEntry
+
+__all__ = ["entry_record", "export_corpus"]
+
+
+def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The export record of ``entry`` and its outgoing ``edges`` (dicts with ``dst``,
+    ``relation``, ``weight``, ``source``), as a JSON-able dict."""
+    return {"id": entry.id, "content": entry.content, "tier": entry.tier.name, "source": entry.source,
+            "parentId": entry.parent_id,
+            "timestamp": None if entry.timestamp is None else entry.timestamp.isoformat(),
+            "metadata": dict(entry.metadata),
+            "edges": [{"dst": e["dst"], "relation": e["relation"], "weight": e["weight"], "source": e["source"]}
+                      for e in edges]}
+
+
+def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> ExportCounts:
+    """Write every entry of the store's corpus, with its outgoing edges, to ``out`` as
+    JSONL (see the :mod:`tnsrag_db.admin` docstring), in id order.
+
+    Everything is read in one REPEATABLE READ transaction, so the file is one consistent
+    snapshot even while other processes write (an HNSW build started meanwhile waits
+    for it to finish). Raises :class:`CorpusNotFoundError` when the corpus does not
+    exist, :class:`ConfigurationError` for a bad ``batch_size``, :class:`DatabaseError`
+    when the database fails.
+    """
+    if not is_int(batch_size) or batch_size < 1:
+        raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    from tnsrag_db.store.store import _row_to_entry
+
+    entries = edges = 0
+    with snapshot(store) as conn:  # one read-only REPEATABLE READ transaction
+        if conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c"), {"c": store.corpus}).first() is None:
+            raise _not_found(store.corpus, list(conn.execute(
+                sa.text("SELECT corpus FROM corpora ORDER BY corpus")).scalars()))
+        last = ""
+        while True:
+            rows = conn.execute(sa.text(
+                "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
+                "WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n"),
+                {"c": store.corpus, "last": last, "n": batch_size}).all()
+            if not rows:
+                break
+            ids = [r.id for r in rows]
+            outgoing: dict[str, list[dict[str, Any]]] = {}
+            for e in conn.execute(sa.text(
+                    "SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c AND src = ANY(:ids) "
+                    "ORDER BY src, relation, dst"), {"c": store.corpus, "ids": ids}).mappings():
+                outgoing.setdefault(e["src"], []).append(dict(e))
+            for r in rows:
+                mine = outgoing.get(r.id, [])
+                out.write(json.dumps(entry_record(_row_to_entry(r), mine), ensure_ascii=False) + "\n")
+                entries += 1
+                edges += len(mine)
+            last = ids[-1]
+    return ExportCounts(entries, edges)

@@ -1,0 +1,165 @@
+"""The streaming ingest loop of :meth:`VectorMemoryStore.ingest`: batches read one ahead,
+embedded on a worker thread while the previous batch is written, Ctrl-C as a clean stop.
+
+The loop knows nothing of SQL: the view hands it ``prepare`` (a batch's vectors),
+``write`` (one batch in its own transaction) and ``build`` (the index at the end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from tnsrag_db.errors import IngestInterrupted, InvalidEntryError, TnsragError
+from tnsrag_db.indexes.vector.spaces import Space
+from tnsrag_db.store.store import IngestCounts, WriteReport, validate_batch
+from tnsrag_db.types import MemoryEntry
+
+__all__ = ["IngestProgress", "Stopped", "run_ingest"]
+
+#: ``progress(phase, done, total)`` of :meth:`VectorMemoryStore.ingest`: phase ``"read"``,
+#: ``"embed"``, ``"write"`` or ``"index"``; ``total`` None when the input has no length.
+IngestProgress = Callable[[str, int, "int | None"], None]
+
+_R = TypeVar("_R")
+Vectors = dict[str, npt.NDArray[np.float32]]
+
+
+class Stopped(Exception):
+    """Raised inside an ingest's write once a stop was requested (rolls the batch back)."""
+
+
+class _Job(Generic[_R]):
+    """``fn(arg)`` on a daemon worker thread; :meth:`wait` returns its result or raises its error."""
+
+    def __init__(self, fn: Callable[[list[MemoryEntry]], _R], arg: list[MemoryEntry]) -> None:
+        self._done = threading.Event()
+        self._result: _R | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._result = fn(arg)
+            except BaseException as exc:  # handed to the waiting thread
+                self._error = exc
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name="tnsrag-ingest-embed", daemon=True).start()
+
+    def wait(self, stop: threading.Event) -> _R:
+        """The result, polling ``stop`` (raises :class:`Stopped` once it is set)."""
+        while not self._done.wait(0.05):
+            if stop.is_set():
+                raise Stopped
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]  # set when no error
+
+
+@contextlib.contextmanager
+def _deferred_sigint(stop: threading.Event) -> Iterator[None]:
+    """While inside, the first SIGINT sets ``stop`` instead of raising KeyboardInterrupt (the
+    second raises it). Only on the main thread with Python's default handler in place."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: IngestProgress | None,
+               prepare: Callable[[list[MemoryEntry], Callable[[int], None]], Vectors],
+               write: Callable[[list[MemoryEntry], Vectors, threading.Event],
+                               tuple[WriteReport, Space | None]],
+               build: Callable[[Space, Callable[[str, int, int], None]], None]) -> IngestCounts:
+    """Run the ingest described at :meth:`VectorMemoryStore.ingest` and return its counts.
+
+    ``prepare(batch, embedded)`` returns a batch's vectors (calling ``embedded(done)``
+    as they are ready; it runs on the worker thread), ``write(batch, vectors, stop)``
+    writes one batch in its own transaction, ``build(space, advance)`` builds the
+    space's index once everything is written."""
+    total = len(entries) if isinstance(entries, Sized) else None
+    stop = threading.Event()
+    committed = IngestCounts()
+    stream = iter(entries)
+    seen: dict[str, int] = {}
+    counters = {"read": 0, "embed": 0}
+
+    def report(phase: str, done: int, of: int | None = total) -> None:
+        if progress is not None:
+            progress(phase, done, of)
+
+    def read_batch() -> list[MemoryEntry]:
+        start = counters["read"]
+        raw = list(itertools.islice(stream, batch_size))
+        try:
+            batch = validate_batch(raw)
+        except InvalidEntryError as exc:
+            where = None if exc.index is None else start + exc.index
+            raise InvalidEntryError(str(exc).replace(f"batch item {exc.index} ", f"entry {where} ")
+                                    if where is not None else str(exc), entry_id=exc.entry_id,
+                                    index=where) from None
+        for offset, entry in enumerate(batch):
+            first = seen.setdefault(entry.id, start + offset)
+            if first != start + offset:
+                raise InvalidEntryError(f"entry {start + offset}: duplicate id {entry.id!r} "
+                                        f"(first at entry {first})", entry_id=entry.id, index=start + offset)
+        counters["read"] = start + len(batch)
+        if batch:
+            report("read", counters["read"])
+        return batch
+
+    def prepared(batch: list[MemoryEntry]) -> Vectors:
+        base = counters["embed"]
+
+        def embedded(done: int) -> None:
+            report("embed", base + done)
+
+        vectors = prepare(batch, embedded)
+        counters["embed"] = base + len(batch)
+        report("embed", counters["embed"])
+        return vectors
+
+    space: Space | None = None
+    try:
+        with _deferred_sigint(stop):
+            batch = read_batch()
+            job = _Job(prepared, batch) if batch else None
+            while job is not None:
+                vectors = job.wait(stop)
+                following = read_batch()
+                next_job = _Job(prepared, following) if following else None
+                written, batch_space = write(batch, vectors, stop)
+                space = batch_space or space
+                committed = committed + written.counts
+                report("write", committed.total)
+                batch, job = following, next_job
+        if space is not None:
+            build(space, lambda phase, done, of: report("index", done, of))
+    except (Stopped, KeyboardInterrupt):
+        raise IngestInterrupted(
+            f"interrupted: {committed.total} entries committed, the batch in progress was rolled back",
+            committed=committed) from None
+    except TnsragError as exc:
+        raise IngestInterrupted(
+            f"{exc} ({committed.total} entries committed before, the batch in progress was rolled back)",
+            committed=committed) from exc
+    return committed

@@ -1,0 +1,261 @@
+"""The vector index's read SQL: the ranking statement and what is built on it, without I/O.
+
+:func:`ranking_sql` returns one SELECT of ``(entry_id, score)``, best first (ties by entry
+id), that chooses its own path at run time through one-time filters on InitPlans (see
+:mod:`tnsrag_db.indexes.vector.index`): exact scan, HNSW strict-order iterative scan, or
+for a filtered query the exact scan of few matches. Every name it introduces (CTEs,
+aliases, parameters) starts with the caller's prefix, so other statements can embed it
+as a CTE body. Only code constants and integers are formatted into the templates (the
+prefix is a checked identifier, the filter predicate comes from
+:func:`~tnsrag_db.store.filters.filter_sql` with its values bound); values are bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.types import validate_filters
+
+__all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "Ranking", "documents_sql", "ranking_sql"]
+
+#: The columns of :func:`documents_sql`'s rows, in order.
+DOCUMENT_COLUMNS = ("entry_id", "content", "tier", "source", "metadata", "score")
+
+#: The ranking of a space that does not exist yet: no rows.
+EMPTY_RANKING = "SELECT NULL::text AS entry_id, NULL::float8 AS score WHERE false"
+
+#: ``hnsw.max_scan_tuples`` of the iterative scans: the bound on one query's graph visits.
+MAX_SCAN_TUPLES = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A validated top-``k`` query against one space (``index_name``: its HNSW index, or None)."""
+
+    corpus: str
+    space_id: int
+    dimension: int
+    index_name: str | None
+    vector: npt.NDArray[np.float32]
+    k: int
+    filters: Mapping[str, str] | None
+    min_score: float
+    prefix: str
+    #: ``hnsw.ef_search`` of the HNSW scan.
+    ef_search: int
+    #: Matching entries up to which a filtered query scans exactly.
+    exact_threshold: int
+
+
+def score(distance: str) -> str:
+    """Cosine similarity of a ``<=>`` distance: pgvector's NaN (a zero vector on either side)
+    maps to 0, float rounding is clamped into [-1, 1]."""
+    return (f"CASE WHEN ({distance}) = 'NaN'::float8 THEN 0::float8 "
+            f"ELSE greatest(-1::float8, least(1::float8, 1 - ({distance}))) END")
+
+
+# The rows a scan ranks. Filtered: driven by the filter, each matching entry (found
+# through the entries indexes) fetching its vector by primary key; the LATERAL with
+# OFFSET 0 keeps that shape (no hash join over the whole space).
+_FILTERED_BASE = """\
+FROM entries {p}_e
+CROSS JOIN LATERAL (
+    SELECT {p}_y.entry_id, {p}_y.embedding FROM embeddings {p}_y
+    WHERE {p}_y.corpus = {p}_e.corpus AND {p}_y.space_id = {sid} AND {p}_y.entry_id = {p}_e.id
+    OFFSET 0
+) {p}_x
+WHERE {p}_e.corpus = :{p}_c AND {predicate}"""
+
+_UNFILTERED_BASE = """\
+FROM embeddings {p}_x
+WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}"""
+
+# A zero query vector scores 0 against everything: ties, broken by entry id.
+_ZERO_QUERY = """\
+SELECT {p}_x.entry_id, 0::float8 AS score
+{base} AND 0::float8 >= :{p}_min
+ORDER BY {p}_x.entry_id
+LIMIT {k}"""
+
+# The exact top k. It uses the untyped column, which no HNSW index matches, so the
+# planner cannot turn it into an approximate scan.
+_EXACT = """\
+SELECT {p}_x.entry_id, {score} AS score
+{base}
+ORDER BY score DESC, {p}_x.entry_id
+LIMIT {k}"""
+
+# A space without its HNSW index: the exact top k, then min_score.
+_UNINDEXED = """\
+SELECT entry_id, score FROM (
+{exact}
+) {p}_r
+WHERE score >= :{p}_min
+ORDER BY score DESC, entry_id"""
+
+# The query vector as an InitPlan that first applies the scan's settings: it runs once,
+# before the index scan starts, so the settings hold for it (is_local: for the rest of
+# the caller's transaction, or of this statement in autocommit) without a separate SET.
+_QUERY_VECTOR = """\
+(SELECT CASE WHEN set_config('hnsw.ef_search', '{ef}', true) IS NULL
+    OR set_config('hnsw.iterative_scan', 'strict_order', true) IS NULL
+    OR set_config('hnsw.max_scan_tuples', '{max_scan}', true) IS NULL
+    THEN NULL ELSE CAST(:{p}_q AS vector({dim})) END)"""
+
+# {p}_m: the matching ids, up to threshold + 1: counted to choose the path, and the input
+# of the exact scan when there are few (one pass over the entries, not two).
+_MATCHES = """\
+{p}_m AS MATERIALIZED (
+    SELECT {p}_e.id FROM entries {p}_e
+    WHERE {p}_e.corpus = :{p}_c AND {predicate}
+    LIMIT {limit}
+)"""
+
+# {p}_n for a filter on one btree column (tier or source): counted from the (corpus,
+# column) index alone (an index-only scan once the table is vacuumed); the ids of {p}_m
+# are then read only when the exact branch runs, since a CTE is evaluated on first use.
+_COUNT_BY_INDEX = """\
+{p}_n AS MATERIALIZED (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c AND {predicate} LIMIT {limit}
+    ) {p}_k
+)"""
+
+# {p}_n for any other filter: the ids {p}_m read anyway.
+_COUNT_MATCHES = """\
+{p}_n AS MATERIALIZED (SELECT count(*) AS n FROM {p}_m)"""
+
+# {p}_h: the HNSW top k. The scan drives; a filter is a per-row subquery on the entry's
+# primary key, which PostgreSQL cannot turn into a join, so the only plan is the ordered
+# index scan (iterative, strict order) checked row by row until k rows pass. The index
+# matches the typed expression. {gate} skips it when few entries match.
+_HNSW = """\
+{p}_h AS MATERIALIZED (
+    SELECT {p}_x.entry_id, ({p}_x.embedding::vector({dim}) <=> {qv}) AS d
+    FROM embeddings {p}_x
+    WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}{check}{gate}
+    ORDER BY {p}_x.embedding::vector({dim}) <=> {qv}
+    LIMIT {k}
+)"""
+
+_ROW_CHECK = """
+      AND coalesce((SELECT {predicate} FROM entries {p}_e
+                    WHERE {p}_e.corpus = {p}_x.corpus AND {p}_e.id = {p}_x.entry_id), false)"""
+
+# HNSW never returns zero vectors (unindexable under cosine), which score 0: when the
+# k-th HNSW row does not score above 0 and min_score admits 0, the exact scan decides.
+_ENOUGH = "(SELECT count(*) FROM {p}_h WHERE d < 1 OR :{p}_min > 0) >= {k}"
+
+# Few matches: one primary-key scan over the sorted id array (PostgreSQL 17+ walks the
+# leaf pages for it instead of descending once per id).
+_SMALL = """\
+SELECT {p}_y.entry_id, {score} AS score
+FROM embeddings {p}_y
+WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid}
+  AND {p}_y.entry_id = ANY(ARRAY(SELECT id FROM {p}_m ORDER BY id))
+  AND (SELECT n FROM {p}_n) <= {t}
+ORDER BY score DESC, {p}_y.entry_id
+LIMIT {k}"""
+
+# Exactly one branch yields rows: the HNSW rows (enough of them), the full exact scan
+# (HNSW fell short), or the small exact scan (few matches).
+_HNSW_RANKING = """\
+WITH {ctes}
+SELECT entry_id, score FROM (
+    SELECT entry_id, {hnsw_score} AS score FROM {p}_h WHERE {ok}
+    UNION ALL
+    SELECT entry_id, score FROM (
+{exact}
+    ) {p}_xx WHERE NOT ({ok}){gate}{small}
+) {p}_u
+WHERE score >= :{p}_min
+ORDER BY score DESC, entry_id"""
+
+_SMALL_BRANCH = """
+    UNION ALL
+    SELECT entry_id, score FROM (
+{small}
+    ) {p}_s"""
+
+# The path the ranking takes, from its own CTEs: matches counted (NULL unfiltered) and
+# whether HNSW returned enough rows.
+_PATH = """\
+WITH {ctes}
+SELECT {counted} AS n, {ok} AS ok"""
+
+# The ranking joined with the entry rows, in the same statement.
+_DOCUMENTS = """\
+WITH {p}_r AS (
+{ranking}
+)
+SELECT {columns}, {p}_r.score
+FROM {p}_r JOIN entries e ON e.corpus = :{p}_c AND e.id = {p}_r.entry_id
+ORDER BY {p}_r.score DESC, e.id"""
+
+_ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
+
+
+def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]:
+    """The ranking statement of ``r`` and its parameters. With ``path`` (an indexed space,
+    a non-zero query vector), the statement that reports the path instead (``n``, ``ok``)."""
+    p = r.prefix
+    predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f")
+    params.update({f"{p}_c": r.corpus, f"{p}_min": r.min_score})
+    zero = not np.any(r.vector)
+    if not zero:
+        params[f"{p}_q"] = r.vector
+    keys = validate_filters(r.filters)
+    by_index = len(keys) == 1 and set(keys) <= {"tier", "source"}
+    # The text depends only on the statement's shape (values are bound): rendered once per shape.
+    sql = _render(p, r.space_id, r.dimension, r.k, predicate, by_index, zero, r.index_name is not None,
+                  r.ef_search, r.exact_threshold, path)
+    return sql, params
+
+
+@lru_cache(maxsize=512)
+def _render(p: str, sid: int, dim: int, k: int, predicate: str, by_index: bool, zero: bool, indexed: bool,
+            ef: int, t: int, path: bool) -> str:
+    filtered = predicate != "TRUE"
+    names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate}
+    base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
+    if zero:
+        return _ZERO_QUERY.format(base=base, **names)
+    exact = _EXACT.format(base=base, score=score(f"{p}_x.embedding <=> CAST(:{p}_q AS vector)"), **names)
+    if not indexed:
+        return _UNINDEXED.format(exact=_indent(exact, 1), **names)
+    qv = _QUERY_VECTOR.format(ef=ef, max_scan=MAX_SCAN_TUPLES, **names)
+    ctes: list[str] = []
+    gate = small = ""
+    if filtered:
+        ctes.append(_MATCHES.format(limit=t + 1, **names))
+        ctes.append((_COUNT_BY_INDEX if by_index else _COUNT_MATCHES).format(limit=t + 1, **names))
+        gate = f" AND (SELECT n FROM {p}_n) > {t}"
+        small = _SMALL.format(score=score(f"{p}_y.embedding <=> CAST(:{p}_q AS vector)"), t=t, **names)
+    check = _ROW_CHECK.format(**names) if filtered else ""
+    ctes.append(_HNSW.format(qv=qv, check=check, gate=gate, **names))
+    ok = _ENOUGH.format(**names)
+    if path:
+        counted = f"(SELECT n FROM {p}_n)" if filtered else "NULL::bigint"
+        return _PATH.format(ctes=", ".join(ctes), counted=counted, ok=ok)
+    small_branch = _SMALL_BRANCH.format(small=_indent(small, 2), **names) if small else ""
+    return _HNSW_RANKING.format(ctes=", ".join(ctes), hnsw_score=score("d"), ok=ok, exact=_indent(exact, 2),
+                                gate=gate, small=small_branch, **names)
+
+
+@lru_cache(maxsize=512)
+def documents_sql(ranking: str, prefix: str, columns: str = "") -> str:
+    """``ranking`` (prefix ``prefix``) joined with its entries: ``columns`` (entry columns on
+    alias ``e``; default the columns of :data:`DOCUMENT_COLUMNS`) and ``score``, best first."""
+    return _DOCUMENTS.format(p=prefix, ranking=_indent(ranking, 1), columns=columns or _ENTRY_COLUMNS)
+
+
+def _indent(sql: str, levels: int) -> str:
+    pad = "    " * levels
+    return "\n".join(pad + line for line in sql.splitlines())

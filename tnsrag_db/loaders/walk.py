@@ -1,0 +1,127 @@
+"""From patterns to files: globs, directory walks (hidden files and symlinked directories
+skipped), duplicates removed, and each file's id path relative to its anchor."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.loaders.base import SkippedFile
+from tnsrag_db.loaders.formats import _suffix
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["base", "pattern"],
+          prefix: str) -> tuple[list[tuple[Path, str, bool, str]], list[SkippedFile]]:
+    """``(path, rel, explicit, shown)`` of every candidate file (``shown``: the path as
+    reached from its pattern, for messages) and the files skipped while walking."""
+    base = (base_dir if base_dir is not None else Path.cwd()).resolve()
+    found: list[tuple[Path, str, bool, str]] = []
+    skipped: list[SkippedFile] = []
+    seen: dict[Path, str] = {}
+    for pattern in patterns:
+        walk_skips = len(skipped)
+        full = pattern if os.path.isabs(pattern) else str(base / pattern)
+        matches: list[tuple[Path, Path, bool]] = []  # (file, root, explicit)
+        shown_root = pattern  # what stands for the root in messages
+        if _GLOB_CHARS.search(pattern):
+            root = Path(_glob_root(full))
+            shown_root = _glob_root(pattern)
+            matches = [(Path(m), root, True) for m in sorted(glob.glob(full, recursive=True))
+                       if os.path.isfile(m)]
+        elif os.path.isdir(full):
+            root = Path(full)
+            for path, reason in _walk(root):
+                if reason is None:
+                    matches.append((path, root, False))
+                else:
+                    skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
+        elif os.path.isfile(full):
+            matches = [(Path(full), Path(full), True)]
+        if not matches and len(skipped) == walk_skips:
+            raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
+        for path, root, explicit in matches:
+            resolved = path.resolve()
+            shown = _shown(shown_root, root, path)
+            if resolved in seen:
+                skipped.append(SkippedFile(shown, f"same file as {seen[resolved]}"))
+                continue
+            seen[resolved] = shown
+            anchor = base if relative_to == "base" else (
+                root.parent if root == path else root).resolve()
+            try:
+                rel = resolved.relative_to(anchor).as_posix()
+            except ValueError:
+                try:  # a symlink pointing out of the root: named by its own place
+                    rel = path.absolute().relative_to(anchor.absolute()).as_posix()
+                except ValueError:
+                    rel = resolved.as_posix()
+            found.append((path, prefix + rel, explicit, shown))
+    return found, skipped
+
+
+def _glob_root(pattern: str) -> str:
+    """The fixed leading directories of a glob (the part before its first wildcard)."""
+    parts = Path(pattern).parts
+    fixed: list[str] = []
+    for part in parts:
+        if _GLOB_CHARS.search(part):
+            break
+        fixed.append(part)
+    return str(Path(*fixed)) if fixed else "."
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
+    """Files under ``root`` in path order with None, or a path and why it is skipped
+    (hidden files and directories, symlinked directories: named once, not entered;
+    directories that cannot be listed)."""
+    errors: list[OSError] = []
+    for current, dirs, files in os.walk(root, onerror=errors.append):
+        while errors:
+            failed = errors.pop()
+            yield Path(failed.filename or current), f"unreadable directory ({failed.strerror or failed})"
+        here = Path(current)
+        kept = []
+        for name in sorted(dirs):
+            if name.startswith("."):
+                yield here / name, "hidden directory"
+            elif os.path.islink(here / name):
+                yield here / name, "symlinked directory (not followed)"
+            else:
+                kept.append(name)
+        dirs[:] = kept
+        for name in sorted(files):
+            path = here / name
+            if name.startswith("."):
+                yield path, "hidden file"
+            elif not path.is_file():
+                yield path, "not a regular file" if path.exists() else "broken symlink"
+            else:
+                yield path, None
+    for failed in errors:
+        yield Path(failed.filename or root), f"unreadable directory ({failed.strerror or failed})"
+
+
+def _shown(shown_root: str, root: Path, path: Path) -> str:
+    """``path`` for messages, as reached from the pattern given (``docs/guide/a.md`` for the
+    directory ``docs``): ``shown_root`` stands for ``root``."""
+    try:
+        return (Path(shown_root) / path.relative_to(root)).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _unknown_reason(path: Path) -> str:
+    """Why a file of unknown type is skipped: "binary" when it looks so, else its suffix."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(8192)
+    except OSError:
+        head = b""
+    return "binary" if b"\x00" in head else f"unknown file type {_suffix(path.name)!r}"
