@@ -69,6 +69,7 @@ if _typing.TYPE_CHECKING:
     from tnsrag_db.indexes.vector import VectorMemoryStore
     from tnsrag_db.navigation import LexicalTreeNavigator, NavNode, TreeNavigator
     from tnsrag_db.pipeline import RAGPipeline
+    from tnsrag_db.store.aio import AsyncStore, connect_async
     from tnsrag_db.store.store import IngestCounts, Store, connect
     from tnsrag_db.strategies.base import RAGStrategy
     from tnsrag_db.strategies.explain import (
@@ -109,6 +110,7 @@ if _typing.TYPE_CHECKING:
 
 #: Public name -> module defining it; ``__getattr__`` imports the module on first access.
 _EXPORTS: dict[str, str] = {
+    "AsyncStore": "tnsrag_db.store.aio",
     "BM25Explanation": "tnsrag_db.strategies.explain",
     "BM25Index": "tnsrag_db.indexes.bm25",
     "BM25TermScore": "tnsrag_db.strategies.explain",
@@ -196,6 +198,7 @@ _EXPORTS: dict[str, str] = {
     "VectorMemoryStore": "tnsrag_db.indexes.vector",
     "VectorRAGStrategy": "tnsrag_db.strategies.vector",
     "connect": "tnsrag_db.store.store",
+    "connect_async": "tnsrag_db.store.aio",
     "default_model": "tnsrag_db.embeddings",
     "fuse": "tnsrag_db.fusion",
     "knowledge_source": "tnsrag_db.declarative",
@@ -204,6 +207,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AsyncStore",
     "BM25Explanation",
     "BM25Index",
     "BM25TermScore",
@@ -291,6 +295,7 @@ __all__ = [
     "VectorMemoryStore",
     "VectorRAGStrategy",
     "connect",
+    "connect_async",
     "default_model",
     "fuse",
     "knowledge_source",

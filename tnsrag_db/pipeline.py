@@ -3,10 +3,15 @@
 The four phases run in the spec's order::
 
     query_preprocessor(query) -> strategy.retrieve(query, context) -> reranker(documents) -> numbered text
+
+:meth:`RAGPipeline.aexecute` and :meth:`~RAGPipeline.aretrieve_documents` are the async
+forms (the strategy's ``aretrieve``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
@@ -59,7 +64,9 @@ class RAGPipeline:
         if self._preprocess is not None:
             text = check_query(self._preprocess(text))
         ctx = resolve_context(context) if context is not None else self._default_context
-        documents = list(self._strategy.retrieve(text, ctx))
+        return self._reranked(list(self._strategy.retrieve(text, ctx)))
+
+    def _reranked(self, documents: list[RetrievedDocument]) -> list[RetrievedDocument]:
         if self._rerank is not None:
             reranked = self._rerank(documents)
             if reranked is None or not all(isinstance(d, RetrievedDocument) for d in reranked):
@@ -70,6 +77,25 @@ class RAGPipeline:
     def execute(self, query: str, context: RAGContext | None = None) -> str:
         """Run all four phases and return the numbered context text ("" when nothing matched)."""
         return format_context(self.retrieve_documents(query, context))
+
+    async def aretrieve_documents(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve_documents` with the strategy's ``aretrieve`` (async connections); a
+        strategy without one runs its ``retrieve`` in a worker thread. The preprocessor and
+        reranker run on the event loop (they should be quick)."""
+        text = check_query(query)
+        if self._preprocess is not None:
+            text = check_query(self._preprocess(text))
+        ctx = resolve_context(context) if context is not None else self._default_context
+        aretrieve = getattr(self._strategy, "aretrieve", None)
+        if aretrieve is not None and inspect.iscoroutinefunction(aretrieve):
+            found = await aretrieve(text, ctx)
+        else:
+            found = await asyncio.to_thread(self._strategy.retrieve, text, ctx)
+        return self._reranked(list(found))
+
+    async def aexecute(self, query: str, context: RAGContext | None = None) -> str:
+        """:meth:`execute` with :meth:`aretrieve_documents`."""
+        return format_context(await self.aretrieve_documents(query, context))
 
 
 class RAGPipelineBuilder:

@@ -1,20 +1,287 @@
-"""Async execution of plans (issue 13, in progress): ``await arun(store, plan)`` runs a
+"""Async execution of plans: ``await arun(store, plan)`` runs a
 :data:`~tnsrag_db.db.statement.Plan` on an async psycopg connection for ``store``'s
-database, with the same statements :meth:`Store.run` sends."""
+database, with the same statements :meth:`Store.run` sends.
+
+The connections come from a SQLAlchemy asyncio engine over psycopg 3's
+``AsyncConnection`` (a real async driver: no thread per call), created lazily for the
+store's engine and the running event loop, with the sync engine's set-up: the same
+URL, ``search_path``, pool limits, pgvector types and ping-after-idle rule. Statements
+are compiled to the driver's form exactly as the sync fast lane compiles them, and they
+pass through SQLAlchemy's engine events (``before_cursor_execute`` and friends) as the
+sync ones do. The async engines of a sync engine are closed when it is disposed
+(:meth:`Store.close` of the store that owns it) or by :func:`aclose_engines`
+(:meth:`AsyncStore.close <tnsrag_db.store.aio.AsyncStore.close>`).
+
+A cancelled call (``task.cancel()``, ``asyncio.timeout``, ``wait_for``) cancels its
+statement on the server: psycopg sends a cancel request and waits for the backend to
+stop before the cancellation propagates.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+import asyncio
+import importlib.util
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+import sqlalchemy as sa
+
+from tnsrag_db.db.statement import Rows, Statement, arun_plan
+from tnsrag_db.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
     from tnsrag_db.db.statement import Plan
     from tnsrag_db.store.store import Store
 
-__all__ = ["arun"]
+__all__ = ["aclose_engines", "arun", "async_engine"]
 
 _T = TypeVar("_T")
 
+#: Key in an async connection's ``info``: the ``statement_timeout`` (ms) set on its session.
+_TIMEOUT_SET = "tnsrag_statement_timeout"
+_IDLE_SINCE = "tnsrag_idle_since"
+
+
+class _Engines:
+    """The async engines of one sync engine: one per (event loop, schema)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_loop: dict[tuple[asyncio.AbstractEventLoop, str], AsyncEngine] = {}
+        #: Driver connections back in the pool, with their engine (closed without a loop by
+        #: :meth:`hard_close`).
+        self.idle: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], AsyncEngine] = \
+            weakref.WeakKeyDictionary()
+
+    def hard_close(self, keep: asyncio.AbstractEventLoop | None = None) -> list[AsyncEngine]:
+        """Forget the engines of every loop but ``keep`` (all when None) and close their idle
+        connections without awaiting anything (their loops may be gone); returns the kept
+        loop's engines, for the caller to dispose properly."""
+        with self.lock:
+            kept = [ae for (loop, _), ae in self.by_loop.items() if loop is keep]
+            gone = [ae for (loop, _), ae in self.by_loop.items() if loop is not keep]
+            self.by_loop = {key: ae for key, ae in self.by_loop.items() if key[0] is keep}
+        for ae in gone:
+            ae.sync_engine.dispose(close=False)  # the pool lets go of its connections...
+        if gone:
+            for driver, owner in list(self.idle.items()):  # ...which end here (libpq's PQfinish: no loop)
+                # Only a connection at rest: one left mid-statement by an abandoned task stays
+                # to the garbage collector (psycopg closes it then).
+                if owner in gone and driver.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    driver.pgconn.finish()
+        return kept
+
+
+_REGISTRY: weakref.WeakKeyDictionary[Engine, _Engines] = weakref.WeakKeyDictionary()
+_REGISTRY_LOCK = threading.Lock()
+def _engines_of(engine: Engine) -> _Engines:
+    with _REGISTRY_LOCK:
+        engines = _REGISTRY.get(engine)
+        if engines is None:
+            engines = _REGISTRY[engine] = _Engines()
+            held = engines
+
+            @sa.event.listens_for(engine, "engine_disposed")
+            def _on_dispose(_engine: Engine) -> None:
+                # Store.close() of the owning store (sync code): nothing may be awaited here.
+                held.hard_close()
+
+        return engines
+
+
+def async_engine(store: Store) -> AsyncEngine:
+    """The async engine for ``store``'s engine and the running event loop (created on first use).
+
+    Raises :class:`ConfigurationError` outside a running loop or when SQLAlchemy's
+    asyncio support (the ``greenlet`` package, extra ``[async]``) is missing.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise ConfigurationError("the async API needs a running event loop (call it from a coroutine)") from None
+    engines = _engines_of(store.engine)
+    key = (loop, store.schema)
+    with engines.lock:
+        found = engines.by_loop.get(key)
+    if found is not None:
+        return found
+    with engines.lock:
+        stale = any(other.is_closed() for other, _ in engines.by_loop)
+    if stale:
+        engines.hard_close(keep=loop)  # connections of finished loops (asyncio.run per call)
+    created = _create_async_engine(store.engine, store.schema, engines)
+    with engines.lock:
+        found = engines.by_loop.setdefault(key, created)
+    if found is not created:  # another thread of the same loop won the race
+        created.sync_engine.dispose(close=False)
+    return found
+
+
+def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> AsyncEngine:
+    if importlib.util.find_spec("greenlet") is None:  # pragma: no cover - in the [async] extra
+        raise ConfigurationError("the async API needs the greenlet package (SQLAlchemy's asyncio bridge): "
+                                 "pip install 'tnsrag-db[async]'")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    pool = engine.pool
+    size = pool.size() if isinstance(pool, sa.pool.QueuePool) else 5
+    overflow = getattr(pool, "_max_overflow", 10)
+    created = create_async_engine(
+        engine.url.set(drivername="postgresql+psycopg"),
+        pool_size=size,
+        max_overflow=max(0, int(overflow)),
+        connect_args={"options": f"-c search_path={schema},public"},  # as store.engine.create_engine
+    )
+    sync = created.sync_engine
+
+    @sa.event.listens_for(sync, "connect")
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        try:
+            dbapi_conn.run_async(_register_vector)
+        except Exception:
+            # No vector extension yet (an unmigrated database): vectors travel as text.
+            dbapi_conn.run_async(lambda conn: conn.rollback())
+        dbapi_conn.run_async(lambda conn: conn.commit())
+
+    @sa.event.listens_for(sync, "checkin")
+    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+        if dbapi_conn is not None:
+            engines.idle[dbapi_conn.driver_connection] = created
+
+    @sa.event.listens_for(sync, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        engines.idle.pop(dbapi_conn.driver_connection, None)
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since <= _ping_after():
+            return
+        try:
+            sync.dialect.do_ping(dbapi_conn)  # SQLAlchemy's own pre-ping, only when due (as the sync engine)
+        except Exception as exc:
+            raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
+
+    return created
+
+
+def _ping_after() -> float:
+    from tnsrag_db.store.engine import PING_AFTER_IDLE_SECONDS
+
+    return PING_AFTER_IDLE_SECONDS
+
+
+async def _register_vector(conn: psycopg.AsyncConnection[Any]) -> None:
+    from pgvector.psycopg import register_vector_async
+
+    await register_vector_async(conn)
+
+
+async def aclose_engines(engine: Engine) -> None:
+    """Close the async engines made for ``engine``: the running loop's ones awaited (their
+    connections closed cleanly), those of other loops without awaiting."""
+    with _REGISTRY_LOCK:
+        engines = _REGISTRY.get(engine)
+    if engines is None:
+        return
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    for ae in engines.hard_close(keep=loop):
+        await ae.dispose()
+
+
+async def _apply_statement_timeout(conn: AsyncConnection, ms: int | None) -> None:
+    """As the sync fast lane: give the session ``statement_timeout`` ``ms`` (None: the
+    server's), a no-op when it has it already."""
+    if conn.info.get(_TIMEOUT_SET) == ms:
+        return
+    await conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+    if conn.in_transaction():
+        await conn.commit()
+    if ms is None:
+        conn.info.pop(_TIMEOUT_SET, None)
+    else:
+        conn.info[_TIMEOUT_SET] = ms
+
+
+def _timeout_ms(store: Store) -> int | None:
+    seconds = store.statement_timeout  # the effective one (inside Store.timeout(): its value)
+    return None if seconds is None else max(1, round(seconds * 1000))
+
 
 async def arun(store: Store, plan: Plan[_T], *, snapshot: bool = False) -> _T:
-    """Drive ``plan`` on an async connection of ``store``'s database (see :meth:`Store.run`)."""
-    raise NotImplementedError("async execution lands with the async API (issue 13)")
+    """Drive ``plan`` on an async connection of ``store``'s database (see :meth:`Store.run`).
+
+    The same fast lane as the sync driver: autocommit, or with ``snapshot=True`` one
+    read-only REPEATABLE READ transaction; the store's ``statement_timeout`` (also one set
+    by :meth:`Store.timeout` around the ``await``); the connection checked out at the
+    plan's first statement and returned at its end; a pooled connection found dead at the
+    first statement replaced once. Driver errors become the :class:`DatabaseError`
+    subclass their SQLSTATE names (thrown into the plan first). Cancelling the awaiting
+    task cancels the running statement on the server.
+
+    A store with read replicas (``connect(read_urls=...)``) runs the plan with
+    :meth:`Store.run` in a worker thread instead, so its reads are routed exactly as
+    sync ones (not cancelled on the server when the await is).
+    """
+    from tnsrag_db.store.driver_errors import driver_error
+    from tnsrag_db.store.store import _driver_sql, _not_text
+
+    if store.read_replicas is not None:
+        # Reads routed to standbys (round robin, lag bounds, read-your-writes waits) are the
+        # sync driver's for now: its run in a worker thread (a cancelled await leaves the
+        # statement to finish there, bounded by statement_timeout).
+        return await asyncio.to_thread(store.run, plan, snapshot=snapshot)
+    engine = async_engine(store)
+    timeout = _timeout_ms(store)
+    what = f"database error in corpus {store.corpus!r}"
+    conns: list[AsyncConnection] = []
+
+    async def checkout() -> AsyncConnection:
+        conn = await engine.connect()
+        conns.append(conn)
+        await conn.execution_options(isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
+        await _apply_statement_timeout(conn, timeout)
+        if snapshot:
+            await conn.begin()
+            await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        return conn
+
+    async def execute(statement: Statement) -> Rows:
+        fresh = not conns
+        for attempt in (1, 2):
+            try:
+                conn = conns[-1] if conns else await checkout()
+                result = await conn.exec_driver_sql(_driver_sql(statement.sql), dict(statement.params))
+                return result.all()
+            except sa.exc.DBAPIError as exc:
+                if attempt == 1 and fresh and exc.connection_invalidated and not snapshot:
+                    await _close(conns.pop())
+                    continue
+                raise driver_error(exc, what) from exc
+            except sa.exc.SQLAlchemyError as exc:
+                raise driver_error(exc, what) from exc
+            except UnicodeEncodeError as exc:
+                raise _not_text(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    try:
+        return await arun_plan(plan, execute)
+    finally:
+        for conn in conns:
+            await _close(conn)
+
+
+async def _close(conn: AsyncConnection) -> None:
+    """Return ``conn`` to the pool (a snapshot transaction rolls back: it only read)."""
+    try:
+        await conn.close()
+    except (sa.exc.SQLAlchemyError, psycopg.Error, OSError):
+        pass  # a broken connection: the pool has already discarded it
+

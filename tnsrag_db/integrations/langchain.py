@@ -11,13 +11,16 @@ a vector store.
   (LangChain ``Embeddings``), searches by cosine similarity and maps ``filter=`` dicts
   to the library's exact filters.
 
-The library has no async API yet: the async forms (``ainvoke``, ``asimilarity_search``,
-...) run the sync calls in the event loop's default thread pool (LangChain's
-``run_in_executor``), so they do not block the loop but take a thread each.
+The retriever's async form (``ainvoke``) awaits the strategy's ``aretrieve`` (psycopg's
+async connections, see :mod:`tnsrag_db.db.aio`) when the strategy has one; otherwise, and
+for the vector store's async forms (``asimilarity_search``, ...), the sync calls run in the
+event loop's default thread pool (LangChain's ``run_in_executor``): they do not block the
+loop but take a thread each.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -114,11 +117,18 @@ class TnsragRetriever(BaseRetriever):
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        k: int | None = None, filters: Mapping[str, str] | None = None,
                                        min_score: float | None = None) -> list[Document]:
-        # No async library API yet: the sync retrieval runs in the default thread pool.
-        result: list[Document] = await run_in_executor(
-            None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k, filters=filters,
-            min_score=min_score)
-        return result
+        assert self._resolved is not None
+        aretrieve = getattr(self._resolved, "aretrieve", None)
+        if aretrieve is None or not inspect.iscoroutinefunction(aretrieve):
+            # A strategy without the async form: its sync retrieval runs in the default thread pool.
+            result: list[Document] = await run_in_executor(
+                None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k,
+                filters=filters, min_score=min_score)
+            return result
+        text = check_text_query(query)
+        context = search_context(self.k if k is None else k, self.filters if filters is None else filters,
+                                 self.min_score if min_score is None else min_score, top_k_name="k")
+        return [to_document(d) for d in await aretrieve(text, context)]
 
 
 def to_library_filters(filter: Mapping[str, Any] | None) -> dict[str, str]:

@@ -5,14 +5,15 @@ the entry id, whose text is the entry's content and whose metadata is the entry'
 metadata, what the strategy added (``depth``, ``path``, ...), ``tier`` and ``source``
 (when set); the strategy's score is ``NodeWithScore.score``.
 
-The library has no async API yet: ``aretrieve`` runs the sync retrieval in the event
-loop's default thread pool.
+``aretrieve`` awaits the strategy's own ``aretrieve`` (psycopg's async connections) when
+it has one, else runs the sync retrieval in the event loop's default thread pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -92,6 +93,10 @@ class TnsragRetriever(BaseRetriever):
         return [to_node(d) for d in self._strategy.retrieve(text, self._context)]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        # No async library API yet: the sync retrieval runs in the default thread pool.
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(self._retrieve, query_bundle))
+        aretrieve = getattr(self._strategy, "aretrieve", None)
+        if aretrieve is None or not inspect.iscoroutinefunction(aretrieve):
+            # A strategy without the async form: its sync retrieval runs in the default thread pool.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, functools.partial(self._retrieve, query_bundle))
+        text = check_text_query(query_bundle.query_str)
+        return [to_node(d) for d in await aretrieve(text, self._context)]
