@@ -43,7 +43,7 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> Expo
     """
     if not is_int(batch_size) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    from tnsrag_db.store.store import _row_to_entry
+    from tnsrag_db.store.reads import row_to_entry
 
     entries = edges = 0
     with snapshot(store) as conn:  # one read-only REPEATABLE READ transaction
@@ -66,7 +66,7 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> Expo
                 outgoing.setdefault(e["src"], []).append(dict(e))
             for r in rows:
                 mine = outgoing.get(r.id, [])
-                out.write(json.dumps(entry_record(_row_to_entry(r), mine), ensure_ascii=False) + "\n")
+                out.write(json.dumps(entry_record(row_to_entry(r), mine), ensure_ascii=False) + "\n")
                 entries += 1
                 edges += len(mine)
             last = ids[-1]

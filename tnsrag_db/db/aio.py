@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 import sqlalchemy as sa
 
+from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.session import driver_sql
 from tnsrag_db.db.statement import Rows, Statement, arun_plan
 from tnsrag_db.errors import ConfigurationError
 
@@ -230,9 +232,6 @@ async def arun(store: Store, plan: Plan[_T], *, snapshot: bool = False) -> _T:
     :meth:`Store.run` in a worker thread instead, so its reads are routed exactly as
     sync ones (not cancelled on the server when the await is).
     """
-    from tnsrag_db.store.driver_errors import driver_error
-    from tnsrag_db.store.store import _driver_sql, _not_text
-
     if store.read_replicas is not None:
         # Reads routed to standbys (round robin, lag bounds, read-your-writes waits) are the
         # sync driver's for now: its run in a worker thread (a cancelled await leaves the
@@ -255,21 +254,18 @@ async def arun(store: Store, plan: Plan[_T], *, snapshot: bool = False) -> _T:
 
     async def execute(statement: Statement) -> Rows:
         fresh = not conns
-        for attempt in (1, 2):
+        with map_db_errors(what):
             try:
                 conn = conns[-1] if conns else await checkout()
-                result = await conn.exec_driver_sql(_driver_sql(statement.sql), dict(statement.params))
-                return result.all()
+                return (await conn.exec_driver_sql(driver_sql(statement.sql), dict(statement.params))).all()
             except sa.exc.DBAPIError as exc:
-                if attempt == 1 and fresh and exc.connection_invalidated and not snapshot:
-                    await _close(conns.pop())
-                    continue
-                raise driver_error(exc, what) from exc
-            except sa.exc.SQLAlchemyError as exc:
-                raise driver_error(exc, what) from exc
-            except UnicodeEncodeError as exc:
-                raise _not_text(exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+                # As the sync lane: a pooled connection found dead at the plan's first statement
+                # is replaced once (a read is safe to run again).
+                if not (fresh and exc.connection_invalidated and not snapshot):
+                    raise
+                await _close(conns.pop())
+            conn = await checkout()
+            return (await conn.exec_driver_sql(driver_sql(statement.sql), dict(statement.params))).all()
 
     try:
         return await arun_plan(plan, execute)

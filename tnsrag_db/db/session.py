@@ -51,7 +51,7 @@ _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
 
 @lru_cache(maxsize=512)
-def _driver_sql(sql: str) -> str:
+def driver_sql(sql: str) -> str:
     """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
     return sa.text(sql).compile(dialect=_DIALECT).string
 
@@ -303,7 +303,7 @@ class Session:
             return conn
 
         def send(conn: Connection, statement: Statement) -> Rows:
-            return conn.exec_driver_sql(_driver_sql(statement.sql), dict(statement.params)).all()
+            return conn.exec_driver_sql(driver_sql(statement.sql), dict(statement.params)).all()
 
         def execute(statement: Statement) -> Rows:
             with map_db_errors(self._what):

@@ -4,33 +4,36 @@ sync and the async driver alike."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db.types import MemoryEntry, MemoryTier
 
-__all__ = ["ENTRY_FIELDS", "count_plan", "get_many_plan", "get_plan"]
+__all__ = ["ENTRY_FIELDS", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
 
-#: The columns of an entry as :func:`_row_to_entry <tnsrag_db.store.store>` reads them.
+#: The columns of an entry as :func:`row_to_entry` reads them.
 ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata")
 _SELECT = f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries"
 
 
+def row_to_entry(row: Any) -> MemoryEntry:
+    """The :class:`MemoryEntry` of a row with the :data:`ENTRY_FIELDS` columns."""
+    return MemoryEntry(id=row.id, content=row.content, tier=MemoryTier[row.tier], source=row.source,
+                       parent_id=row.parent_id, timestamp=row.ts, metadata=row.metadata or {})
+
+
 def get_plan(corpus: str, entry_id: str) -> Plan[MemoryEntry | None]:
     """The entry ``entry_id`` of ``corpus``, or None."""
-    from tnsrag_db.store.store import _row_to_entry
-
     rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = :id", {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
-    return _row_to_entry(rows[0]) if rows else None
+    return row_to_entry(rows[0]) if rows else None
 
 
 def get_many_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, MemoryEntry]]:
     """The entries of ``corpus`` with these ids that exist, by id."""
-    from tnsrag_db.store.store import _row_to_entry
-
     rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = ANY(:ids)", {"c": corpus, "ids": list(entry_ids)},
                            ENTRY_FIELDS)
-    return {r.id: _row_to_entry(r) for r in rows}
+    return {r.id: row_to_entry(r) for r in rows}
 
 
 def count_plan(corpus: str, filters: Mapping[str, str] | None = None) -> Plan[int]:
@@ -40,3 +43,10 @@ def count_plan(corpus: str, filters: Mapping[str, str] | None = None) -> Plan[in
     rows = yield Statement(f"SELECT count(*) AS n FROM entries e WHERE e.corpus = :c AND {predicate}",
                            {"c": corpus, **params}, ("n",))
     return int(rows[0].n)
+
+
+def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEntry]]:
+    """Up to ``limit`` entries of ``corpus`` with ids after ``last``, in id order (keyset pages)."""
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n",
+                           {"c": corpus, "last": last, "n": limit}, ENTRY_FIELDS)
+    return [row_to_entry(r) for r in rows]

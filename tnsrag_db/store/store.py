@@ -36,24 +36,19 @@ from tnsrag_db.errors import ConfigurationError, DatabaseError, TnsragError
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db.store.corpus import ANALYZE_AFTER_ROWS, Corpus, Writer, check_corpus_name
 from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.reads import count_plan, entries_after_plan, get_many_plan, get_plan
 from tnsrag_db.store.maintenance import drop_orphan_hnsw_indexes
 from tnsrag_db.store.server import embedded_url
 from tnsrag_db.store.sql import BM25_STAT_SHARDS
 from tnsrag_db.store.staging import STAGE_DDL, STAGE_READY
 from tnsrag_db.store.write import IngestCounts, WriteExtension, WriteReport, content_hash, validate_batch
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db.types import MemoryEntry
 
 __all__ = ["ANALYZE_AFTER_ROWS", "BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "STAGE_DDL",
            "STAGE_READY", "IngestCounts", "Store", "WriteExtension", "WriteReport", "connect", "content_hash",
            "retry_on_deadlock", "validate_batch"]
 
 _T = TypeVar("_T")
-_ENTRY_COLUMNS = "id, content, tier, source, parent_id, ts, metadata"
-
-
-def _row_to_entry(row: Any) -> MemoryEntry:
-    return MemoryEntry(id=row.id, content=row.content, tier=MemoryTier[row.tier], source=row.source,
-                       parent_id=row.parent_id, timestamp=row.ts, metadata=row.metadata or {})
 
 
 class Store:
@@ -252,21 +247,15 @@ class Store:
     # -- reads ------------------------------------------------------------------------
     def get(self, entry_id: str) -> MemoryEntry | None:
         """The entry with ``entry_id``, or None."""
-        rows = self._session.read(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE corpus = :c AND id = :id",
-                                  {"c": self._corpus, "id": entry_id})
-        return _row_to_entry(rows[0]) if rows else None
+        return self._session.run(get_plan(self._corpus, entry_id))
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
-        return {r.id: _row_to_entry(r) for r in self._session.read(
-            f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE corpus = :c AND id = ANY(:ids)",
-            {"c": self._corpus, "ids": list(entry_ids)})}
+        return self._session.run(get_many_plan(self._corpus, entry_ids))
 
     def count(self, filters: Mapping[str, str] | None = None) -> int:
         """Number of entries in the corpus matching ``filters`` (exact-match, as in retrieval)."""
-        predicate, params = filter_sql(filters)
-        return int(self._session.read(f"SELECT count(*) AS n FROM entries e WHERE e.corpus = :c AND {predicate}",
-                                      {"c": self._corpus, **params})[0].n)
+        return self._session.run(count_plan(self._corpus, filters))
 
     def iter_entries(self, *, batch_size: int = 1000) -> Iterator[MemoryEntry]:
         """Every entry of the corpus in id order, read in batches (keyset pagination).
@@ -275,15 +264,9 @@ class Store:
         """
         check_int(batch_size, "batch_size", minimum=1)
         last = ""
-        while True:
-            rows = self._session.read(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n",
-                {"c": self._corpus, "last": last, "n": batch_size})
-            if not rows:
-                return
-            for r in rows:
-                yield _row_to_entry(r)
-            last = rows[-1].id
+        while page := self._session.run(entries_after_plan(self._corpus, last, batch_size)):
+            yield from page
+            last = page[-1].id
 
     # -- deletes ----------------------------------------------------------------------
     def delete(self, entry_id: str) -> bool:
