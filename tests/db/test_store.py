@@ -300,3 +300,14 @@ def test_iter_entries_refuses_a_bad_batch_size(store: Store, batch_size: object)
     store.add(MemoryEntry("a", "alpha"))
     with pytest.raises(ValidationError, match="batch_size"):
         list(store.iter_entries(batch_size=batch_size))  # type: ignore[arg-type]
+
+
+def test_content_hashes_are_what_a_write_would_skip(store: Store) -> None:
+    from tnsrag_db.store.store import content_hash
+
+    a, b = MemoryEntry("h1", "one"), MemoryEntry("h2", "two", metadata={"k": "v"})
+    store.add_all([a, b])
+    assert store.content_hashes(["h1", "h2", "missing"]) == {"h1": content_hash(a), "h2": content_hash(b)}
+    changed = MemoryEntry("h2", "two", metadata={"k": "w"})
+    assert store.content_hashes(["h2"])["h2"] != content_hash(changed)
+    assert store.content_hashes([]) == {}

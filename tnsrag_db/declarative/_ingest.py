@@ -103,28 +103,14 @@ def _load(sources: tuple[KnowledgeSource, ...]) -> list[MemoryEntry]:
     return validate_batch(entries)
 
 
-# The two reads below have no public method yet (Store has no read of stored hashes alone,
-# VectorMemoryStore none of which entries have a vector of a provider); until they do,
-# they stay here as the only table reads of the declarative layer, through Store.read.
-# Hashing Store.get_many's entries instead cost 2x on a stored 1,000-entry role, and
-# skipping the vector check (lock + a no-op add_all) 3x.
-_STORED_HASHES_SQL = "SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids)"
-_WITH_VECTORS_SQL = """\
-SELECT count(DISTINCT x.entry_id) AS n
-FROM embeddings x
-JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id
-WHERE x.corpus = :c AND s.provider = :p AND x.entry_id = ANY(:ids)"""
-
-
 def _all_stored(store: Store, wanted: dict[str, bytes], provider: str | None) -> bool:
-    ids = list(wanted)
-    rows = store.read(_STORED_HASHES_SQL, {"c": store.corpus, "ids": ids})
-    if {r.id: bytes(r.content_hash) for r in rows} != wanted:
+    if store.content_hashes(list(wanted)) != wanted:
         return False
     if provider is None:
         return True
-    (found,) = store.read(_WITH_VECTORS_SQL, {"c": store.corpus, "p": provider, "ids": ids})
-    return int(found.n) == len(ids)
+    from tnsrag_db.indexes.vector.spaces import count_with_vectors
+
+    return count_with_vectors(store, provider, list(wanted)) == len(wanted)
 
 
 def write_once(store: Store, entries: list[MemoryEntry], write: Callable[[list[MemoryEntry]], IngestCounts],

@@ -10,7 +10,7 @@ from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
-__all__ = ["ENTRY_FIELDS", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+__all__ = ["ENTRY_FIELDS", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
 
 #: The columns of an entry as :func:`row_to_entry` reads them.
 ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata")
@@ -50,3 +50,11 @@ def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEn
     rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n",
                            {"c": corpus, "last": last, "n": limit}, ENTRY_FIELDS)
     return [row_to_entry(r) for r in rows]
+
+
+def content_hashes_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, bytes]]:
+    """The stored change hash (see :func:`~tnsrag_db.store.write.content_hash`) of each of
+    these ids that exists in ``corpus``, by id."""
+    rows = yield Statement("SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids)",
+                           {"c": corpus, "ids": list(entry_ids)}, ("id", "content_hash"))
+    return {r.id: bytes(r.content_hash) for r in rows}

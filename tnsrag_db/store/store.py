@@ -36,7 +36,7 @@ from tnsrag_db.errors import ConfigurationError, DatabaseError, TnsragError
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db.store.corpus import ANALYZE_AFTER_ROWS, Corpus, Writer, check_corpus_name
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.store.reads import count_plan, entries_after_plan, get_many_plan, get_plan
+from tnsrag_db.store.reads import content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
 from tnsrag_db.store.maintenance import drop_orphan_hnsw_indexes
 from tnsrag_db.store.server import embedded_url
 from tnsrag_db.store.sql import BM25_STAT_SHARDS
@@ -252,6 +252,11 @@ class Store:
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
         return self._session.run(get_many_plan(self._corpus, entry_ids))
+
+    def content_hashes(self, entry_ids: Sequence[str]) -> dict[str, bytes]:
+        """The stored change hash of each existing entry among ``entry_ids`` (equal to
+        :func:`content_hash` of an identical entry), by id: what a write would skip."""
+        return self._session.run(content_hashes_plan(self._corpus, entry_ids))
 
     def count(self, filters: Mapping[str, str] | None = None) -> int:
         """Number of entries in the corpus matching ``filters`` (exact-match, as in retrieval)."""

@@ -32,7 +32,7 @@ from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding, embeddi
 from tnsrag_db.errors import EmbeddingValidationError, ProviderConfigurationError
 from tnsrag_db.store.store import Store
 
-__all__ = ["EmbeddingSpace", "bind_embedding", "list_spaces", "query_embedding", "query_space"]
+__all__ = ["EmbeddingSpace", "bind_embedding", "count_with_vectors", "list_spaces", "query_embedding", "query_space"]
 
 #: A space row's id and index name (alias ``s``; binds ``:schema``). The name is the recorded
 #: one, else that of a valid index the catalog holds under the space's index name: a build
@@ -124,6 +124,19 @@ class EmbeddingSpace:
     def complete(self) -> bool:
         """True when the space has a vector for every entry of the corpus."""
         return self.vectors >= self.entries
+
+
+_WITH_VECTORS_SQL = """\
+SELECT count(DISTINCT x.entry_id) AS n
+FROM embeddings x
+JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id
+WHERE x.corpus = :c AND s.provider = :p AND x.entry_id = ANY(:ids)"""
+
+
+def count_with_vectors(store: Store, provider: str, entry_ids: Sequence[str]) -> int:
+    """How many of ``entry_ids`` have a vector of ``provider`` (in any of its spaces) in ``store``'s corpus."""
+    rows = store.read(_WITH_VECTORS_SQL, {"c": store.corpus, "p": provider, "ids": list(entry_ids)})
+    return int(rows[0].n)
 
 
 def list_spaces(store: Store) -> list[EmbeddingSpace]:
