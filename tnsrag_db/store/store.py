@@ -117,6 +117,15 @@ def _not_text(exc: UnicodeEncodeError) -> ValidationError:
                            "nothing was written")
 
 
+def _no_nul(entry_ids: Iterable[object]) -> None:
+    # The driver refuses NUL in any text parameter with a DataError of its own (nothing is
+    # sent): say which argument, as for a lone surrogate.
+    for entry_id in entry_ids:
+        if isinstance(entry_id, str) and "\x00" in entry_id:
+            raise ValidationError(f"entry id {entry_id!r} contains a NUL character (PostgreSQL text cannot "
+                                  "hold it); nothing was read or written")
+
+
 def _row_to_entry(row: Any) -> MemoryEntry:
     return MemoryEntry(
         id=row.id,
@@ -817,6 +826,7 @@ class Store:
     # -- reads ------------------------------------------------------------------------
     def get(self, entry_id: str) -> MemoryEntry | None:
         """The entry with ``entry_id``, or None."""
+        _no_nul([entry_id])
         with self.transaction() as conn:
             row = conn.execute(sa.text(
                 "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
@@ -825,6 +835,7 @@ class Store:
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
+        _no_nul(entry_ids)
         with self.transaction() as conn:
             rows = conn.execute(sa.text(
                 "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
@@ -856,12 +867,14 @@ class Store:
     # -- deletes ----------------------------------------------------------------------
     def delete(self, entry_id: str) -> bool:
         """Delete one entry with its postings, embeddings and edges. True when it existed."""
+        _no_nul([entry_id])
         return self._delete("e.id = :id", {"id": entry_id}) == 1
 
     def delete_many(self, entry_ids: Sequence[str]) -> int:
         """Delete the entries with these ids (with their postings, embeddings and edges) in one
         transaction; returns how many existed."""
         ids = list(dict.fromkeys(entry_ids))
+        _no_nul(ids)
         if not ids:
             return 0
         return self._delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
