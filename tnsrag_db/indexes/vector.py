@@ -109,6 +109,9 @@ _MAX_MAINTENANCE_MEM_MB = 2048
 # The score expression maps pgvector's NaN (a zero vector on either side) to 0 and clamps
 # float rounding into [-1, 1].
 # Binary COPY header: signature, flags, header-extension length.
+#: The stage of a write under row-level security (see VectorMemoryStore._copy_vectors).
+_VECTOR_STAGE_SQL = ("CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_vectors (corpus text NOT NULL, space_id bigint NOT NULL, "
+                     "entry_id text NOT NULL, embedding vector NOT NULL) ON COMMIT DELETE ROWS")
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _SCORE = "CASE WHEN ({d}) = 'NaN'::float8 THEN 0::float8 ELSE greatest(-1::float8, least(1::float8, 1 - ({d}))) END"
 
@@ -646,8 +649,15 @@ class VectorMemoryStore:
         big = np.ascontiguousarray(matrix, dtype=">f4")
         head = struct.pack(">hi", 4, len(corpus)) + corpus + struct.pack(">iq", 8, space_id)
         vec_head = struct.pack(">ihh", 4 + 4 * dim, dim, 0)
+        # PostgreSQL refuses COPY FROM into a table whose row-level security applies to the
+        # session (a tenant role, see tnsrag_db.tenancy): stage the rows, then one INSERT,
+        # which the policy checks.
+        staged = bool(conn.execute(sa.text("SELECT row_security_active('embeddings')")).scalar_one())
+        if staged:
+            conn.execute(sa.text(_VECTOR_STAGE_SQL))
+        target = "tnsrag_stage_vectors" if staged else "embeddings"
         with raw.cursor() as cur, cur.copy(
-                "COPY embeddings (corpus, space_id, entry_id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
+                f"COPY {target} (corpus, space_id, entry_id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
             parts: list[bytes] = [_COPY_SIGNATURE]
             for i, entry_id in enumerate(ids):
                 key = entry_id.encode()
@@ -658,6 +668,9 @@ class VectorMemoryStore:
                     parts = []
             parts.append(b"\xff\xff")
             copy.write(b"".join(parts))
+        if staged:
+            conn.execute(sa.text("INSERT INTO embeddings (corpus, space_id, entry_id, embedding) "
+                                 "SELECT corpus, space_id, entry_id, embedding FROM tnsrag_stage_vectors"))
 
     # -- index ----------------------------------------------------------------------
     def _maybe_build_index(self, space: _Space, progress: IndexProgress | None = None) -> None:
