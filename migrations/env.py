@@ -10,10 +10,10 @@
   head and does nothing. The version table is read only after the lock is held. The
   CLI's read-only ``current`` and ``check`` neither lock nor create anything.
 - Each revision runs in its own transaction (``transaction_per_migration``) with
-  ``lock_timeout`` set (``config.attributes["tnsrag_lock_timeout"]``, seconds, default
-  2): DDL that cannot get its table lock in time gives up instead of queueing (which
+  ``lock_timeout`` set (``config.attributes["tnsrag_lock_timeout"]`` or ``-x
+  lock_timeout=S``, seconds, default 2): DDL that cannot get its table lock in time gives up instead of queueing (which
   would block every writer of the table behind it), and the revision is tried again
-  (``tnsrag_lock_retries`` more times, default 5) before the upgrade fails. A revision
+  (``tnsrag_lock_retries`` / ``-x lock_retries=N`` more times, default 5) before the upgrade fails. A revision
   may leave its transaction for ``CREATE INDEX CONCURRENTLY`` (alembic's
   ``autocommit_block()``, see :mod:`tnsrag_db.migration_ops`).
 """
@@ -56,7 +56,9 @@ def _configure(**kwargs: object) -> None:
         # The HNSW indexes the library builds per embedding space are not drift.
         include_object=include_object,
         transactional_ddl=True,
-        transaction_per_migration=True,
+        # Online: one transaction per revision (see the module docstring). The offline
+        # script stays one transaction around its advisory lock and search_path.
+        transaction_per_migration=not context.is_offline_mode(),
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -135,9 +137,9 @@ def _run_with(connection: Connection) -> None:
         connection.execute(text(f"SET search_path TO {schema}, public"))
         connection.commit()
         _configure(connection=connection)
-        run_with_lock_retries(connection, _run_migrations,
-                              lock_timeout=float(config.attributes.get("tnsrag_lock_timeout", DEFAULT_LOCK_TIMEOUT)),
-                              retries=int(config.attributes.get("tnsrag_lock_retries", DEFAULT_LOCK_RETRIES)))
+        run_with_lock_retries(connection, _run_migrations, lock_timeout=float(
+            config.attributes.get("tnsrag_lock_timeout", x_args.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))),
+            retries=int(config.attributes.get("tnsrag_lock_retries", x_args.get("lock_retries", DEFAULT_LOCK_RETRIES))))
 
 
 def _run_migrations() -> None:

@@ -34,7 +34,7 @@ from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, 
 from tnsrag_db.store.driver_errors import driver_error
 from tnsrag_db.store.engine import validate_schema_name
 
-__all__ = ["TENANT_TABLES", "TenantGrant", "disable", "enable", "grant", "grants", "is_enabled", "revoke", "status"]
+__all__ = ["POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "grant", "grants", "is_enabled", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
@@ -61,12 +61,28 @@ def _connection(engine: Engine, what: str) -> Iterator[Connection]:
         raise driver_error(exc, what) from exc
 
 
+#: The policy of every table in :data:`TENANT_TABLES` (as revision 0005 creates it): the
+#: row's corpus is among those granted to ``current_user``, looked up once per statement.
+POLICY_SQL = ("CREATE POLICY tenant_isolation ON {s}.{t} USING ({granted}) WITH CHECK ({granted})")
+_GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
+
+
 def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
     validate_schema_name(schema)
     action = "ENABLE" if on else "DISABLE"
 
     def alter() -> None:
         with conn.begin():
+            if on:
+                # A table re-created since the revision (``tnsrag db partition-sql`` swaps
+                # in a partitioned copy) lost its policy: switching on without it would
+                # leave the table closed to every tenant, or, worse, open once re-granted.
+                present = set(conn.execute(sa.text(
+                    "SELECT tablename FROM pg_policies WHERE schemaname = :s AND policyname = 'tenant_isolation'"),
+                    {"s": schema}).scalars())
+                for table in TENANT_TABLES:
+                    if table not in present:
+                        conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=_GRANTED.format(s=schema))))
             for table in TENANT_TABLES:
                 # Names: the validated schema and the constants above.
                 conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))

@@ -254,6 +254,15 @@ def test_upgrade_downgrade_and_switching_off(fresh_db_url: URL) -> None:
             policies = conn.execute(sa.text("SELECT tablename FROM pg_policies WHERE schemaname = :s "
                                             "AND policyname = 'tenant_isolation'"), {"s": SCHEMA}).scalars().all()
         assert sorted(policies) == sorted(TABLES) == sorted(tenancy.TENANT_TABLES)
+        # A table that lost its policy (re-created, say, by a partitioning script) gets it back.
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP POLICY tenant_isolation ON {SCHEMA}.edges"))
+        tenancy.enable(engine, schema=SCHEMA)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT qual FROM pg_policies WHERE schemaname = :s AND tablename = 'edges'"),
+                                {"s": SCHEMA}).scalar_one() == conn.execute(sa.text(
+                "SELECT qual FROM pg_policies WHERE schemaname = :s AND tablename = 'entries'"),
+                {"s": SCHEMA}).scalar_one()
         assert migrate.check(engine, schema=SCHEMA) == []
         result = CliRunner().invoke(main_group, ["db", "upgrade", "--url", _conninfo(fresh_db_url), "--tenancy", "off",
                                                  "--json"])
