@@ -34,7 +34,8 @@ from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, 
 from tnsrag_db.store.driver_errors import driver_error
 from tnsrag_db.store.engine import validate_schema_name
 
-__all__ = ["POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "grant", "grants", "is_enabled", "revoke", "status"]
+__all__ = ["POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants",
+           "is_enabled", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
@@ -124,6 +125,20 @@ def status(engine: Engine, *, schema: str) -> dict[str, bool]:
 def is_enabled(engine: Engine, *, schema: str) -> bool:
     """True when row-level security is on for every corpus-keyed table."""
     return all(status(engine, schema=schema).values())
+
+
+def filters_use_indexes(engine: Engine) -> bool:
+    """Whether a tenant role's metadata filters can still be GIN index conditions.
+
+    Under a policy PostgreSQL evaluates a condition before the policy only when its
+    operator is LEAKPROOF, and jsonb's ``@>`` is not by default: a tenant's filtered query
+    then reads its whole corpus through the corpus index and filters afterwards (the
+    result is the same; see ``bench/bench_tenancy.py`` for the cost). A superuser may
+    decide to run ``ALTER FUNCTION pg_catalog.jsonb_contains(jsonb, jsonb) LEAKPROOF``.
+    """
+    with _connection(engine, "leakproof check of jsonb @>") as conn:
+        return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
+                                         "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
 
 
 def _check_role(conn: Connection, schema: str, role: str) -> None:

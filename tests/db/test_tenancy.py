@@ -84,6 +84,8 @@ def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
         result = CliRunner().invoke(main_group, ["db", "upgrade", "--url", _conninfo(owner), "--tenancy", "rls"])
         assert result.exit_code == 0, result.output
         assert tenancy.is_enabled(engine, schema=SCHEMA)
+        # The note on metadata filters appears exactly when jsonb @> is not LEAKPROOF.
+        assert ("LEAKPROOF" in result.output) != tenancy.filters_use_indexes(engine)
         assert tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=corpus_a) is True
         result = CliRunner().invoke(main_group, ["db", "tenant", "grant", role_b, corpus_b, "--url", _conninfo(owner)])
         assert result.exit_code == 0, result.output
