@@ -187,6 +187,23 @@ def sql(schema: str, revision_range: str, citus: bool) -> None:
     click.echo(migrate.offline_sql(schema=schema, revision_range=revision_range), nl=False)
 
 
+@db.command("partition-sql")
+@db_options
+@click.option("--partitions", type=click.IntRange(2, 1024), default=8, show_default=True,
+              help="Hash partitions per table.")
+@handle_errors
+def partition_sql(url: str | None, schema: str, partitions: int) -> None:
+    """Print the script that hash-partitions the big tables by corpus (read from the live
+    catalog; nothing is changed). Review it, then run it in a maintenance window.
+
+    Example: tnsrag db partition-sql --url "$DATABASE_URL" --partitions 16 > partition.sql; psql "$DATABASE_URL" -1 -f partition.sql
+    """
+    from tnsrag_db.db.partition import partition_script
+
+    with _engine(url, schema) as engine, engine.connect() as conn:
+        click.echo(partition_script(conn, schema=schema, partitions=partitions), nl=False)
+
+
 @db.command("build-indexes")
 @db_options
 @click.option("--threshold", type=click.IntRange(min=1), default=DEFAULT_INDEX_THRESHOLD, show_default=True,

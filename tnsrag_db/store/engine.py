@@ -74,6 +74,11 @@ def _redact(url: str) -> str:
     return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)
 
 
+def redact_url(url: str | URL) -> str:
+    """``url`` as text for messages, its password hidden."""
+    return url.render_as_string(hide_password=True) if isinstance(url, URL) else _redact(url)
+
+
 def embedded_data_dir() -> Path:
     """The embedded server's data directory: ``<user data dir>/tnsrag_db/pg18``."""
     from tnsrag_db.store.server import default_data_dir
@@ -141,20 +146,22 @@ def _register_vector(dbapi_conn: Any) -> None:
 
 
 def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overflow: int = 10,
-                  **engine_options: Any) -> Engine:
+                  read_only: bool = False, **engine_options: Any) -> Engine:
     """Create a pooled SQLAlchemy engine whose connections search ``<schema>, public``.
 
-    ``pool_size`` and ``max_overflow`` are the pool's limits; other keyword options go
-    to :func:`sqlalchemy.create_engine`.
+    ``pool_size`` and ``max_overflow`` are the pool's limits; ``read_only`` opens every
+    session with ``default_transaction_read_only=on`` (read replicas: no write can go
+    there); other keyword options go to :func:`sqlalchemy.create_engine`.
     """
     validate_schema_name(schema)
+    options = f"-c search_path={schema},public" + (" -c default_transaction_read_only=on" if read_only else "")
     engine = sa.create_engine(
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
         # search_path at connection start-up, so SQLAlchemy's default schema and
         # every unqualified name resolve into the library's schema.
-        connect_args={"options": f"-c search_path={schema},public"},
+        connect_args={"options": options},
         **engine_options,
     )
 

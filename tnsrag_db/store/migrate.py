@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from tnsrag_db.db.partition import PARTITION_NAME
 from tnsrag_db.errors import MigrationError, SchemaNotReadyError
 from tnsrag_db.store.engine import validate_schema_name
 
@@ -242,25 +243,34 @@ def check(engine: Engine, *, schema: str) -> list[str]:
 
 
 def _not_version_table(name: str | None, type_: str, _parent: object) -> bool:
-    return not (type_ == "table" and name == "alembic_version")
+    # Neither the version table nor the partitions `tnsrag db sql --partition` creates
+    # (their parents are the declared tables) are drift.
+    return not (type_ == "table" and (name == "alembic_version" or PARTITION_NAME.match(name or "")))
 
 
 #: Indexes the library creates at run time, outside the revisions: one HNSW index per
 #: embedding space (``schema.hnsw_index_name``), built and dropped by ``VectorMemoryStore``.
 RUNTIME_INDEX = re.compile(r"^ix_embeddings_hnsw_[0-9]+$")
+#: Foreign keys PostgreSQL adds for each partition a declared key references (``<name>_<n>``)
+#: once the tables are partitioned (``tnsrag db sql --partition``).
+PARTITION_FOREIGN_KEY = re.compile(r"^fk_[a-z0-9_]+_[0-9]+$")
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     """Alembic's ``include_object`` hook: False for the objects the library creates at run time.
 
     These are the per-space HNSW indexes on ``embeddings`` (found in the database, with no
-    declaration to compare to); the write path's stage tables are session temp tables and
+    declaration to compare to) and, on partitioned tables, the per-partition copies of
+    declared foreign keys; the write path's stage tables are session temp tables and
     never appear. Used by :func:`check` and by ``migrations/env.py`` (``alembic check``,
     autogenerate), so neither reports them as drift.
     """
     if type_ == "index" and reflected and compare_to is None and name is not None and RUNTIME_INDEX.match(name):
         table = getattr(obj, "table", None)
         return getattr(table, "name", None) != "embeddings"
+    if type_ == "foreign_key_constraint" and reflected and compare_to is None and name is not None \
+            and PARTITION_FOREIGN_KEY.match(name):
+        return False  # PostgreSQL's own copy of a declared key, per partition of the table it references
     return True
 
 

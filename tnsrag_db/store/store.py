@@ -26,12 +26,21 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 
+from tnsrag_db.db.replicas import (
+    DEFAULT_MAX_LAG,
+    DEFAULT_WAIT_TIMEOUT,
+    ReadReplicas,
+    Replica,
+    WriteToken,
+    current_token,
+    verify_standby,
+)
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError, DatabaseError, InvalidEntryError, TnsragError, ValidationError
 from tnsrag_db.store import migrate
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS, STAGED_TERMS_SQL, analyze
 from tnsrag_db.store.driver_errors import driver_error, sqlstate_of
-from tnsrag_db.store.engine import create_engine, embedded_url, validate_schema_name
+from tnsrag_db.store.engine import create_engine, embedded_url, redact_url, validate_schema_name
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.schema import DEFAULT_SCHEMA
 from tnsrag_db.types import MemoryEntry, MemoryTier, is_unicode_text
@@ -263,6 +272,34 @@ def _check_timeout(seconds: object, what: str = "statement_timeout") -> int | No
     return max(1, round(seconds * 1000))
 
 
+_CONSISTENCY = ("eventual", "read_your_writes")
+#: SQLSTATEs of a server that went away or refuses work: a standby failing so is left out.
+_GONE_STATES = ("57P01", "57P02", "57P03", "40001")  # shutdowns, starting up, recovery conflict
+
+
+def _server_gone(exc: sa.exc.DBAPIError) -> bool:
+    """Whether ``exc`` says the connection's server is gone (not that the statement failed)."""
+    if exc.connection_invalidated:
+        return True
+    state = sqlstate_of(exc)
+    if state is None:
+        return isinstance(exc, sa.exc.OperationalError)  # a lost connection carries no SQLSTATE
+    return state.startswith("08") or state in _GONE_STATES
+
+
+class _WriteClock:
+    """The newest :class:`WriteToken` of a store and its views (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.token: WriteToken | None = None
+
+    def advance(self, token: WriteToken) -> None:
+        with self._lock:
+            if self.token is None or token > self.token:
+                self.token = token
+
+
 #: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
 #: session (absent: the server's or role's default).
 _TIMEOUT_SET = "tnsrag_statement_timeout"
@@ -302,7 +339,12 @@ class Store:
 
     def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
                  text_config: str = "english", owns_engine: bool = False,
-                 max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None) -> None:
+                 max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None,
+                 read_replicas: ReadReplicas | None = None, consistency: str = "eventual") -> None:
+        if consistency not in _CONSISTENCY:
+            raise ConfigurationError(f"consistency must be one of {', '.join(_CONSISTENCY)}, got {consistency!r}")
+        if read_replicas is not None and not isinstance(read_replicas, ReadReplicas):
+            raise ConfigurationError(f"read_replicas must be a ReadReplicas, got {type(read_replicas).__name__}")
         if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS \
                 or not is_unicode_text(corpus):
             raise ConfigurationError(f"corpus must be a non-blank string of at most {_MAX_CORPUS} characters, "
@@ -321,6 +363,10 @@ class Store:
                                                                           default=False)
         self._corpus_ready = False
         self._closed = False
+        self._replicas = read_replicas
+        self._consistency = consistency
+        self._clock = _WriteClock()
+        self._min_token: WriteToken | None = None
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -350,10 +396,49 @@ class Store:
         return None if ms is None else ms / 1000
 
     def with_corpus(self, corpus: str) -> Store:
-        """A store over another corpus sharing this store's engine and options (closing it leaves the engine open)."""
-        return Store(self._engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
+        """A store over another corpus sharing this store's engine, replicas and options (closing it
+        leaves the engine open); its writes advance the same :attr:`last_write_token`."""
+        view = Store(self._engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
                      max_query_terms=self._max_query_terms,
-                     statement_timeout=None if self._timeout_ms is None else self._timeout_ms / 1000)
+                     statement_timeout=None if self._timeout_ms is None else self._timeout_ms / 1000,
+                     read_replicas=self._replicas, consistency=self._consistency)
+        view._clock = self._clock
+        view._min_token = self._min_token
+        return view
+
+    # -- read replicas ----------------------------------------------------------------
+    @property
+    def read_replicas(self) -> ReadReplicas | None:
+        """The standbys retrieval reads go to (None: every read goes to the primary)."""
+        return self._replicas
+
+    @property
+    def consistency(self) -> str:
+        """``"eventual"`` (reads go to a replica without waiting) or ``"read_your_writes"``
+        (a read waits until the replica has replayed this store's last write)."""
+        return self._consistency
+
+    @property
+    def last_write_token(self) -> WriteToken | None:
+        """The primary's WAL position after the latest write committed through this store (or a
+        view of it), when it has read replicas; None before any write or without replicas."""
+        return self._clock.token
+
+    def after(self, token: WriteToken | None) -> Store:
+        """A view of this store whose reads see everything committed up to ``token`` (from
+        :attr:`last_write_token`, possibly of another process): a replica serves a read only once
+        it has replayed past the token (waiting up to the replicas' ``wait_timeout``), else the
+        primary does. ``None``: no constraint. Raises :class:`ConfigurationError` for another type."""
+        if token is not None and not isinstance(token, WriteToken):
+            raise ConfigurationError(f"token must be a WriteToken or None, got {type(token).__name__}")
+        view = self.with_corpus(self._corpus)
+        view._min_token = token
+        return view
+
+    def _read_token(self) -> WriteToken | None:
+        tokens = [t for t in (self._min_token, self._clock.token if self._consistency == "read_your_writes" else None)
+                  if t is not None]
+        return max(tokens) if tokens else None
 
     @contextmanager
     def timeout(self, seconds: float | None) -> Iterator[None]:
@@ -379,9 +464,11 @@ class Store:
 
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
-        """Release the connection pool (when this store created it). Idempotent."""
+        """Release the connection pool and the replicas' pools (when this store created them). Idempotent."""
         if not self._closed and self._owns_engine:
             self._engine.dispose()
+            if self._replicas is not None:
+                self._replicas.dispose()
         self._closed = True
 
     def __enter__(self) -> Store:
@@ -499,8 +586,38 @@ class Store:
     @contextmanager
     def _plan_executor(self, *, snapshot: bool) -> Iterator[Callable[[Statement], Rows]]:
         conns: list[Connection] = []
+        on_replica: list[Replica] = []  # the replica conns[-1] is on, if any
+
+        def replica_connection() -> Connection | None:
+            assert self._replicas is not None
+            token = self._read_token()
+            for replica in self._replicas.candidates():
+                try:
+                    conn = replica.engine.connect().execution_options(
+                        isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
+                except sa.exc.DBAPIError:
+                    self._replicas.mark_failed(replica)
+                    continue
+                try:
+                    _apply_statement_timeout(conn, self._effective_timeout())
+                    if self._replicas.usable(conn, replica, token):
+                        if snapshot:
+                            conn.begin()
+                        on_replica[:] = [replica]
+                        return conn
+                    conn.close()
+                except sa.exc.DBAPIError:
+                    conn.invalidate()
+                    self._replicas.mark_failed(replica)
+            return None
 
         def checkout() -> Connection:
+            if self._replicas is not None:
+                replica_conn = replica_connection()
+                if replica_conn is not None:
+                    conns.append(replica_conn)
+                    return replica_conn
+            on_replica.clear()
             if snapshot:
                 conn = self._engine.connect().execution_options(isolation_level="REPEATABLE READ")
                 conns.append(conn)
@@ -515,11 +632,19 @@ class Store:
 
         def execute(statement: Statement) -> Rows:
             fresh = not conns
-            for attempt in (1, 2):
+            for attempt in range(1, 3 + (len(self._replicas.replicas) if self._replicas is not None else 0)):
                 try:
                     conn = conns[-1] if conns else checkout()
                     return conn.exec_driver_sql(_driver_sql(statement.sql), dict(statement.params)).all()
                 except sa.exc.DBAPIError as exc:
+                    if on_replica and self._replicas is not None and (fresh or not snapshot) and _server_gone(exc):
+                        # A standby that went away mid-run: leave it out, and run the
+                        # statement again on the next standby or the primary (reads only).
+                        self._replicas.mark_failed(on_replica[0])
+                        conns.pop().invalidate()
+                        on_replica.clear()
+                        fresh = True
+                        continue
                     # A pooled connection whose server went away (reused too soon after its
                     # last use to be pinged): SQLAlchemy has invalidated the pool; a read on
                     # a connection that ran nothing yet is safe to run again, once.
@@ -620,8 +745,18 @@ class Store:
             return result
 
         result = retry_on_deadlock(attempt)
+        if self._replicas is not None:
+            self._note_write()
         self.refresh_statistics(written, analyze)
         return result
+
+    def _note_write(self) -> None:
+        """Advance :attr:`last_write_token` to the primary's WAL position after a commit."""
+        try:
+            with self._engine.connect() as conn:
+                self._clock.advance(current_token(conn))
+        except sa.exc.SQLAlchemyError as exc:
+            raise driver_error(exc, f"database error in corpus {self._corpus!r}") from exc
 
     def refresh_statistics(self, written: int, extra_tables: Sequence[str] = ()) -> bool:
         """ANALYZE ``entries`` and ``bm25_postings`` (and ``extra_tables``, library table
@@ -989,21 +1124,42 @@ class Store:
 def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
             auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
             max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
-            statement_timeout: float | None = None) -> Store:
+            statement_timeout: float | None = None, read_urls: Sequence[str | URL] = (),
+            replicas_optional: bool = False, max_replica_lag: float | None = DEFAULT_MAX_LAG,
+            replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT, consistency: str = "eventual") -> Store:
     """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
 
     The embedded server is migrated to head automatically. A URL names a shared server
     whose schema is never created implicitly: unless ``auto_migrate=True`` the schema
     must already be at this release's head, else :class:`SchemaNotReadyError`.
     ``max_query_terms`` and ``statement_timeout`` bound the work of each call (see :class:`Store`).
+
+    ``read_urls`` name hot standbys of this database's server (streaming replicas):
+    retrieval reads go to them in turn (see :mod:`tnsrag_db.db.replicas`); writes, locks
+    and migrations go to ``url``. Each must be a standby of the primary (same system
+    identifier), else :class:`ConfigurationError`; an unreachable one is an error too
+    unless ``replicas_optional`` (then it is tried again later). ``max_replica_lag``
+    (seconds, None: no bound) skips a standby lagging further; ``consistency`` is
+    ``"eventual"`` (default: reads do not wait for replication) or ``"read_your_writes"``
+    (each read waits up to ``replica_wait_timeout`` seconds for the standby to replay
+    this store's last write, else reads the primary); :meth:`Store.after` gives the same
+    for a token of another store or process.
     """
     embedded = url is None
     target = embedded_url() if embedded else url
     assert target is not None
+    if isinstance(read_urls, (str, URL)):
+        raise ConfigurationError("read_urls must be a list of URLs, not a single URL")
     engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
+    replicas: ReadReplicas | None = None
     try:
+        if read_urls:
+            replicas = _open_replicas(engine, read_urls, schema=schema, pool_size=pool_size,
+                                      max_overflow=max_overflow, optional=replicas_optional,
+                                      max_lag=max_replica_lag, wait_timeout=replica_wait_timeout)
         store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
-                      max_query_terms=max_query_terms, statement_timeout=statement_timeout)
+                      max_query_terms=max_query_terms, statement_timeout=statement_timeout,
+                      read_replicas=replicas, consistency=consistency)
         if auto_migrate or (auto_migrate is None and embedded):
             if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
                 migrate.upgrade(engine, schema=schema)
@@ -1012,8 +1168,37 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
             migrate.ensure_at_head(engine, schema=schema)
     except TnsragError:
         engine.dispose()
+        if replicas is not None:
+            replicas.dispose()
         raise
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
+        if replicas is not None:
+            replicas.dispose()
         raise DatabaseError(f"could not connect: {exc}") from exc
     return store
+
+
+def _open_replicas(primary: Engine, urls: Sequence[str | URL], *, schema: str, pool_size: int, max_overflow: int,
+                   optional: bool, max_lag: float | None, wait_timeout: float) -> ReadReplicas:
+    """Engines for the standbys at ``urls``, each checked to be a standby of ``primary``."""
+    replicas: list[Replica] = []
+    try:
+        with primary.connect() as conn:
+            ident = int(conn.exec_driver_sql("SELECT system_identifier FROM pg_control_system()").scalar_one())
+        for url in urls:
+            name = redact_url(url)
+            engine = create_engine(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow, read_only=True)
+            replica = Replica(name, engine)
+            replicas.append(replica)
+            try:
+                verify_standby(primary, engine, name)
+            except ConfigurationError as exc:
+                if not (optional and "unreachable" in str(exc)):
+                    raise
+                replica.down_until = time.monotonic()  # retried at the first read
+        return ReadReplicas(replicas, primary_identifier=ident, max_lag=max_lag, wait_timeout=wait_timeout)
+    except BaseException:
+        for replica in replicas:
+            replica.engine.dispose()
+        raise

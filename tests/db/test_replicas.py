@@ -1,0 +1,203 @@
+"""Read replicas on a real streaming standby (pg_basebackup of an embedded primary)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from tests._standby import PrimaryWithStandby
+from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteToken, verify_standby
+from tnsrag_db.db.statement import Statement, one
+from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db.store.engine import create_engine
+from tnsrag_db.store.store import Store, connect
+from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+from tnsrag_db.types import MemoryEntry
+
+DB = "tnsrag_replicas"
+SCHEMA = "tnsrag"
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[PrimaryWithStandby]:
+    servers = PrimaryWithStandby()
+    try:
+        with psycopg.connect(servers.primary_url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DB}")
+        connect(servers.url("primary", DB), corpus="setup", auto_migrate=True).close()
+        _wait_replayed(servers)
+        yield servers
+    finally:
+        servers.close()
+
+
+def _wait_replayed(servers: PrimaryWithStandby, timeout: float = 30.0) -> None:
+    with psycopg.connect(servers.primary_url, autocommit=True) as conn:
+        target = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]  # type: ignore[index]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with psycopg.connect(servers.standby_url, autocommit=True) as conn:
+                row = conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)).fetchone()
+                if row and row[0]:
+                    return
+        except psycopg.OperationalError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the standby did not catch up")
+
+
+def _replay(servers: PrimaryWithStandby, action: str) -> None:
+    with psycopg.connect(servers.standby_url, autocommit=True) as conn:
+        conn.execute(f"SELECT pg_wal_replay_{action}()")
+
+
+def _served_by_standby(store: Store) -> bool:
+    return bool(store.run(one(Statement("SELECT pg_is_in_recovery() AS standby")))[0].standby)
+
+
+def _store(pair: PrimaryWithStandby, corpus: str, **options: object) -> Store:
+    return connect(pair.url("primary", DB), corpus=corpus, read_urls=[pair.url("standby", DB)],
+                   **options)  # type: ignore[arg-type]
+
+
+def test_write_token_round_trips_and_orders() -> None:
+    token = WriteToken.parse("16/B374D848")
+    assert str(token) == "16/B374D848" and token.lsn == (0x16 << 32) | 0xB374D848
+    assert WriteToken.parse("0/3000000") < WriteToken.parse("0/3000148") < token
+    with pytest.raises(ValueError, match="not a WAL position"):
+        WriteToken.parse("3000000")
+
+
+def test_reads_go_to_the_standby_and_writes_to_the_primary(pair: PrimaryWithStandby) -> None:
+    with _store(pair, "routing") as store:
+        store.add(MemoryEntry("r1", "replicated entry about lighthouses"))
+        assert _served_by_standby(store)
+        setting = store.run(one(Statement("SELECT current_setting('default_transaction_read_only') AS ro")))
+        assert setting[0].ro == "on"  # no write can go there
+        assert store.count() == 1  # counts and writes: the primary
+        assert store.last_write_token is not None
+        store.drop_corpus()
+
+
+def test_read_your_writes_waits_for_replay_or_reads_the_primary(pair: PrimaryWithStandby) -> None:
+    keyword = "lighthouse"
+    _replay(pair, "pause")
+    try:
+        with _store(pair, "ryw", consistency="read_your_writes", replica_wait_timeout=0.3) as store, \
+                _store(pair, "ryw") as eventual:
+            store.add(MemoryEntry("w1", f"the {keyword} keeper writes a log"))
+            token = store.last_write_token
+            assert token is not None
+            strategy = KeywordRAGStrategy(BM25Index(store))
+            # The standby has not replayed the write: an eventual read misses it ...
+            assert KeywordRAGStrategy(BM25Index(eventual)).retrieve(keyword) == []
+            # ... the read-your-writes store waited 0.3 s, then read the primary.
+            assert [d.metadata["entryId"] for d in strategy.retrieve(keyword)] == ["w1"]
+            assert not _served_by_standby(store)
+            # A token handed to another store gives it the same guarantee.
+            assert [d.metadata["entryId"] for d in
+                    KeywordRAGStrategy(BM25Index(eventual.after(token))).retrieve(keyword)] == ["w1"]
+            _replay(pair, "resume")
+            # Once replayed, the standby serves the read again, and sees the write.
+            assert [d.metadata["entryId"] for d in strategy.retrieve(keyword)] == ["w1"]
+            assert _served_by_standby(store)
+            store.drop_corpus()
+    finally:
+        _replay(pair, "resume")
+
+
+def test_a_lagging_standby_is_skipped(pair: PrimaryWithStandby) -> None:
+    _replay(pair, "pause")
+    try:
+        with _store(pair, "lag", max_replica_lag=0.0) as store:
+            store.add(MemoryEntry("l1", "written while replay is paused"))
+            time.sleep(0.05)
+            assert not _served_by_standby(store)  # behind by more than 0 s: the primary reads
+            store.drop_corpus()
+    finally:
+        _replay(pair, "resume")
+
+
+def test_a_killed_standby_fails_no_read(pair: PrimaryWithStandby) -> None:
+    primary = create_engine(pair.url("primary", DB), schema=SCHEMA)
+    standby = create_engine(pair.url("standby", DB), schema=SCHEMA, read_only=True)
+    replicas = ReadReplicas([Replica("standby", standby)], retry_after=0.5)
+    store = Store(primary, corpus="kill", schema=SCHEMA, owns_engine=True, read_replicas=replicas)
+    store.add(MemoryEntry("k1", "a lighthouse on the cape"))
+    _wait_replayed(pair)
+    strategy = KeywordRAGStrategy(BM25Index(store))
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                results.append([d.metadata["entryId"] for d in strategy.retrieve("lighthouse")])
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted on
+                errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        pair.stop_standby()
+        time.sleep(1.0)
+        assert not _served_by_standby(store)  # the primary serves meanwhile
+        pair.start_standby()
+        deadline = time.monotonic() + 20
+        while not _served_by_standby(store):  # back on the standby after retry_after
+            assert time.monotonic() < deadline, "reads never returned to the standby"
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+        store.drop_corpus()
+        store.close()
+    assert errors == []
+    assert results and all(r == ["k1"] for r in results)
+
+
+def test_bad_replica_urls(pair: PrimaryWithStandby, pg_server_url: URL) -> None:
+    primary_url = pair.url("primary", DB)
+    missing = "postgresql://postgres@/tnsrag_replicas?host=/nonexistent-socket-dir"
+    with pytest.raises(ConfigurationError, match="read replica .*nonexistent-socket-dir.* is unreachable"):
+        connect(primary_url, read_urls=[missing])
+    with connect(primary_url, corpus="optional", read_urls=[missing], replicas_optional=True) as store:
+        assert not _served_by_standby(store)  # the primary reads; nothing fails
+    with pytest.raises(ConfigurationError, match="is not a standby"):
+        connect(primary_url, read_urls=[primary_url])
+    with pytest.raises(ConfigurationError, match="a list of URLs"):
+        connect(primary_url, read_urls=pair.url("standby", DB))  # type: ignore[arg-type]
+    other = create_engine(pg_server_url, schema=SCHEMA)
+    standby = create_engine(pair.url("standby", DB), schema=SCHEMA)
+    try:
+        with pytest.raises(ConfigurationError, match="not a standby of the primary .system identifier"):
+            verify_standby(other, standby, "the standby")
+    finally:
+        other.dispose()
+        standby.dispose()
+    with pytest.raises(ConfigurationError, match="consistency must be one of"):
+        connect(primary_url, consistency="strong")
+    with connect(primary_url) as plain:
+        with pytest.raises(ConfigurationError, match="token must be a WriteToken"):
+            plain.after("0/1")  # type: ignore[arg-type]
+
+
+def test_a_standby_rejects_writes_even_through_its_engine(pair: PrimaryWithStandby) -> None:
+    standby = create_engine(pair.url("standby", DB), schema=SCHEMA, read_only=True)
+    try:
+        with pytest.raises(sa.exc.DBAPIError, match="read-only transaction"), standby.begin() as conn:
+            conn.exec_driver_sql("CREATE TEMP TABLE t (x int)")
+    finally:
+        standby.dispose()
+
+
