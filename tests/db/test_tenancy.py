@@ -66,8 +66,7 @@ def _populate(url: URL, corpus: str, word: str) -> None:
         GraphStore(store).add_edges([Edge(f"{word}0", f"{word}{i}") for i in range(1, 5)])
 
 
-@pytest.fixture(scope="module")
-def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
+def _make_tenants(make_database: Callable[[], URL]) -> Tenants:
     owner = make_database()
     engine = create_engine(owner, schema=SCHEMA, pool_size=1)
     suffix = uuid.uuid4().hex[:8]
@@ -92,12 +91,22 @@ def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
         _populate(owner, corpus_b, "globex")
     finally:
         engine.dispose()
-    a = owner.set(username=role_a, password=PASSWORD)
-    yield Tenants(owner, a, owner.set(username=role_b, password=PASSWORD), role_a, role_b, corpus_a, corpus_b)
-    with psycopg.connect(_conninfo(owner.set(database="postgres")), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(owner.database))))
-        for role in (role_a, role_b):
+    return Tenants(owner, owner.set(username=role_a, password=PASSWORD), owner.set(username=role_b, password=PASSWORD),
+                   role_a, role_b, corpus_a, corpus_b)
+
+
+def _drop(t: Tenants) -> None:
+    with psycopg.connect(_conninfo(t.owner.set(database="postgres")), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(t.owner.database))))
+        for role in (t.role_a, t.role_b):
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture(scope="module")
+def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
+    t = _make_tenants(make_database)
+    yield t
+    _drop(t)
 
 
 def _owner_counts(t: Tenants, corpus: str) -> dict[str, int]:
@@ -166,6 +175,10 @@ def _denied(conn: psycopg.Connection[tuple[object, ...]], statement: str, *args:
 
 
 def test_sql_typed_by_hand_on_the_tenants_connection_cannot_read_or_change_another_corpus(tenants: Tenants) -> None:
+    _hand_typed_sql_stays_in_its_corpus(tenants)
+
+
+def _hand_typed_sql_stays_in_its_corpus(tenants: Tenants) -> None:
     before = _owner_counts(tenants, tenants.corpus_b)
     s, b, role_b = SCHEMA, tenants.corpus_b, tenants.role_b
     with psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
@@ -283,3 +296,29 @@ def test_upgrade_downgrade_and_switching_off(fresh_db_url: URL) -> None:
             assert store.get("k1") is not None
     finally:
         engine.dispose()
+
+
+def test_partitioned_tables_keep_the_policies(make_database: Callable[[], URL]) -> None:
+    """`tnsrag db partition-sql` swaps in new tables: they carry row-level security over."""
+    from tnsrag_db.db.partition import PARTITIONED_TABLES, partition_script
+
+    t = _make_tenants(make_database)
+    try:
+        _populate(t.a, t.corpus_a, "acme")
+        engine = create_engine(t.owner, schema=SCHEMA, pool_size=1)
+        try:
+            with engine.connect() as conn:
+                script = partition_script(conn, schema=SCHEMA, partitions=2)
+            assert script.count("ENABLE ROW LEVEL SECURITY") == len(PARTITIONED_TABLES)
+            with psycopg.connect(_conninfo(t.owner), autocommit=True) as raw:
+                raw.execute(script)  # type: ignore[arg-type]  # as an operator runs it
+            assert tenancy.is_enabled(engine, schema=SCHEMA)
+        finally:
+            engine.dispose()
+        _hand_typed_sql_stays_in_its_corpus(t)
+        with psycopg.connect(_conninfo(t.a)) as conn:  # the partitions themselves are out of reach
+            assert "permission denied" in _denied(conn, f"SELECT count(*) FROM {SCHEMA}.entries_p0")
+        with connect(t.a, corpus=t.corpus_a) as store:
+            assert store.count() == 12 and KeywordRAGStrategy(BM25Index(store)).retrieve("damaged refund")
+    finally:
+        _drop(t)
