@@ -670,7 +670,8 @@ class VectorMemoryStore:
             copy.write(b"".join(parts))
         if staged:
             conn.execute(sa.text("INSERT INTO embeddings (corpus, space_id, entry_id, embedding) "
-                                 "SELECT corpus, space_id, entry_id, embedding FROM tnsrag_stage_vectors"))
+                                 "SELECT :c, space_id, entry_id, embedding FROM tnsrag_stage_vectors"),
+                         {"c": self._store.corpus})
 
     # -- index ----------------------------------------------------------------------
     def _maybe_build_index(self, space: _Space, progress: IndexProgress | None = None) -> None:
