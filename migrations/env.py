@@ -5,11 +5,17 @@
 - A connection may be injected through ``config.attributes["connection"]``;
   otherwise one is made from ``-x url=...``, ``sqlalchemy.url`` or TNSRAG_DATABASE_URL.
 - Every online upgrade and downgrade holds a PostgreSQL advisory lock keyed by the
-  schema and runs in ONE transaction started after the lock was granted: N processes
-  migrating the same database at once run one after another, and each later one finds
-  the schema at head and does nothing. The version table is read only after the lock
-  is held. The CLI's read-only ``current`` and ``check`` neither lock nor create
-  anything.
+  schema, waited for by polling with no transaction open: N processes migrating the
+  same database at once run one after another, and each later one finds the schema at
+  head and does nothing. The version table is read only after the lock is held. The
+  CLI's read-only ``current`` and ``check`` neither lock nor create anything.
+- Each revision runs in its own transaction (``transaction_per_migration``) with
+  ``lock_timeout`` set (``config.attributes["tnsrag_lock_timeout"]`` or ``-x
+  lock_timeout=S``, seconds, default 2): DDL that cannot get its table lock in time gives up instead of queueing (which
+  would block every writer of the table behind it), and the revision is tried again
+  (``tnsrag_lock_retries`` / ``-x lock_retries=N`` more times, default 5) before the upgrade fails. A revision
+  may leave its transaction for ``CREATE INDEX CONCURRENTLY`` (alembic's
+  ``autocommit_block()``, see :mod:`tnsrag_db.migration_ops`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,12 @@ from sqlalchemy.engine import Connection
 from tnsrag_db.db.engine import create_engine, validate_schema_name
 from tnsrag_db.db.migrate import advisory_lock_key, bootstrap_statements, include_object
 from tnsrag_db.db.schema import DEFAULT_SCHEMA, metadata
+from tnsrag_db.migration_ops import (
+    DEFAULT_LOCK_RETRIES,
+    DEFAULT_LOCK_TIMEOUT,
+    hold_migration_lock,
+    run_with_lock_retries,
+)
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)
@@ -44,6 +56,9 @@ def _configure(**kwargs: object) -> None:
         # The HNSW indexes the library builds per embedding space are not drift.
         include_object=include_object,
         transactional_ddl=True,
+        # Online: one transaction per revision (see the module docstring). The offline
+        # script stays one transaction around its advisory lock and search_path.
+        transaction_per_migration=not context.is_offline_mode(),
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -90,18 +105,12 @@ def _ensure_extensions(connection: Connection) -> None:
     connection.commit()
     if not missing:
         return
-    key = {"key": _EXTENSIONS_LOCK_KEY}
     # Lock, then a new transaction (as in _run_with): it sees what the lock holder committed.
-    connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
-    connection.commit()
-    try:
+    with hold_migration_lock(connection, _EXTENSIONS_LOCK_KEY):
         with connection.begin():
             for name in connection.execute(query, {"names": names}).scalars().all():
                 # Names come from _EXTENSIONS above, not from input.
                 connection.execute(text(f"CREATE EXTENSION IF NOT EXISTS {name} WITH SCHEMA public"))
-    finally:
-        connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
-        connection.commit()
 
 
 def _run_with(connection: Connection) -> None:
@@ -114,25 +123,28 @@ def _run_with(connection: Connection) -> None:
                 context.run_migrations()
         return
     _ensure_extensions(connection)
-    key = {"key": advisory_lock_key(schema)}
-    # A session-level lock taken in its own transaction, and the migration in a NEW one:
-    # waiting on an advisory lock does not refresh the backend's catalog caches, so a
-    # transaction that began before another process created the schema could still
-    # believe it missing (CREATE SCHEMA IF NOT EXISTS then fails on a duplicate key).
+    # The session-level lock is taken between transactions and each revision runs in a NEW
+    # transaction: waiting on an advisory lock does not refresh the backend's catalog
+    # caches, so a transaction that began before another process created the schema could
+    # still believe it missing (CREATE SCHEMA IF NOT EXISTS then fails on a duplicate key).
     # A transaction started after the wait sees the catalog as committed.
-    connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
-    connection.commit()
-    try:
+    with hold_migration_lock(connection, advisory_lock_key(schema)):
         with connection.begin():
             for statement in bootstrap_statements(schema):
                 connection.execute(text(statement))
-            connection.execute(text(f"SET LOCAL search_path TO {schema}, public"))
-            _configure(connection=connection)
-            with context.begin_transaction():
-                context.run_migrations()
-    finally:
-        connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+        # Session-wide: the revisions' transactions come and go. The connection is
+        # discarded after the migration (see tnsrag_db.store.migrate.upgrade).
+        connection.execute(text(f"SET search_path TO {schema}, public"))
         connection.commit()
+        _configure(connection=connection)
+        run_with_lock_retries(connection, _run_migrations, lock_timeout=float(
+            config.attributes.get("tnsrag_lock_timeout", x_args.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))),
+            retries=int(config.attributes.get("tnsrag_lock_retries", x_args.get("lock_retries", DEFAULT_LOCK_RETRIES))))
+
+
+def _run_migrations() -> None:
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 def run_online() -> None:

@@ -17,7 +17,7 @@ from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import connect
 
 EXPECTED_TABLES = {"alembic_version", "bm25_df", "bm25_postings", "bm25_stats", "corpora", "edges", "embedding_spaces",
-                   "embeddings", "entries"}
+                   "embeddings", "entries", "tenant_grants"}
 
 
 def _url(url: URL) -> str:

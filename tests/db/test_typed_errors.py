@@ -32,6 +32,16 @@ from tnsrag_db.store.store import Store
 LONE = "bad \ud800 text"
 
 
+def test_nul_in_ids_to_read_or_delete_gives_a_validation_error(store: Store) -> None:
+    """PostgreSQL text cannot hold NUL: the driver refused such an id with a plain DatabaseError."""
+    store.add(MemoryEntry("ok", "fine text"))
+    for call in (lambda: store.get("a\x00b"), lambda: store.get_many(["ok", "a\x00b"]),
+                 lambda: store.delete("a\x00b"), lambda: store.delete_many(["ok", "a\x00b"])):
+        with pytest.raises(ValidationError, match="NUL"):
+            call()
+    assert store.count() == 1 and store.get("ok") is not None
+
+
 def test_lone_surrogates_anywhere_give_typed_errors_and_write_nothing(store: Store) -> None:
     store.add(MemoryEntry("ok", "fine text"))
     for make in (lambda: MemoryEntry(LONE, "x"), lambda: MemoryEntry("a", LONE),

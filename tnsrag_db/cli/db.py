@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import click
 from sqlalchemy.engine import Engine
@@ -13,11 +14,14 @@ from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.cli._confirm import confirm_destruction, yes_option
 from tnsrag_db.indexes.hnsw_builds import build_due_indexes
 from tnsrag_db.indexes.vector import DEFAULT_INDEX_THRESHOLD
+from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
 from tnsrag_db.store import migrate
 from tnsrag_db.store.engine import create_engine, embedded_url
 from tnsrag_db.store.store import Store
 
 __all__ = ["db"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @contextmanager
@@ -38,24 +42,53 @@ def db() -> None:
     """
 
 
+def _lock_options(func: F) -> F:
+    """--lock-timeout and --lock-retries: how DDL waits for table locks (see migration_ops)."""
+    func = click.option("--lock-retries", type=click.IntRange(min=0), default=DEFAULT_LOCK_RETRIES, show_default=True,
+                        help="Tries again after a lock timeout before giving up.")(func)
+    return click.option("--lock-timeout", type=click.FloatRange(min=0), default=DEFAULT_LOCK_TIMEOUT,
+                        show_default=True,
+                        help="Seconds DDL waits for a table lock before it gives up and retries (0: no limit); "
+                             "writers never queue behind it for longer.")(func)
+
+
 @db.command()
 @db_options
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
+@click.option("--tenancy", type=click.Choice(["rls", "off"]), default=None,
+              help="Then switch tenant isolation (row-level security, see README 'Tenancy') on (rls) or off; "
+                   "left as it is by default.")
+@_lock_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def upgrade(url: str | None, schema: str, revision: str, as_json: bool) -> None:
+def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lock_timeout: float,
+            lock_retries: int, as_json: bool) -> None:
     """Migrate the schema up (safe to run from several processes at once: an advisory lock serialises them).
 
-    Example: tnsrag db upgrade
+    Each revision runs in its own transaction; DDL waits at most --lock-timeout for a table
+    lock and is retried, so an upgrade never blocks writers behind a long transaction.
+
+    Example: tnsrag db upgrade --tenancy rls --lock-timeout 2
     """
+    from tnsrag_db import tenancy as tenants
+
     with _engine(url, schema) as engine:
         before = migrate.current_revision(engine, schema=schema)
-        migrate.upgrade(engine, schema=schema, revision=revision)
+        migrate.upgrade(engine, schema=schema, revision=revision, lock_timeout=lock_timeout, lock_retries=lock_retries)
         after = migrate.current_revision(engine, schema=schema)
+        if tenancy is not None:
+            switch = tenants.enable if tenancy == "rls" else tenants.disable
+            switch(engine, schema=schema, lock_timeout=lock_timeout, lock_retries=lock_retries)
+        rls = after is not None and tenants.is_enabled(engine, schema=schema)
+        indexed = not rls or tenants.filters_use_indexes(engine)
     at_head = after == migrate.head_revision()
-    emit({"schema": schema, "from": before, "to": after, "at_head": at_head}, as_json,
-         f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
-         else f"schema {schema}: {before or 'empty'} -> {after}")
+    state = "rls" if rls else "off"
+    note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
+                               "not as index conditions (jsonb @> is not LEAKPROOF; see README, 'Tenancy')")
+    emit({"schema": schema, "from": before, "to": after, "at_head": at_head, "tenancy": state,
+          "filters_use_indexes": indexed}, as_json,
+         (f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
+          else f"schema {schema}: {before or 'empty'} -> {after}") + f"; tenancy {state}{note}")
 
 
 @db.command()
@@ -193,3 +226,12 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
     emit({"schema": schema, "built": rows}, as_json,
          "\n".join(f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']}+ vectors)" for r in rows)
          or f"schema {schema}: no index due")
+
+
+def _register_tenant_commands() -> None:
+    from tnsrag_db.cli.db_tenant import tenant
+
+    db.add_command(tenant)
+
+
+_register_tenant_commands()

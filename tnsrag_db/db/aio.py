@@ -172,9 +172,9 @@ def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> Asyn
 
 
 def _ping_after() -> float:
-    from tnsrag_db.store.engine import PING_AFTER_IDLE_SECONDS
+    from tnsrag_db.db import engine  # read at each use: tests change it
 
-    return PING_AFTER_IDLE_SECONDS
+    return engine.PING_AFTER_IDLE_SECONDS
 
 
 async def _register_vector(conn: psycopg.AsyncConnection[Any]) -> None:

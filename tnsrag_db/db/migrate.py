@@ -95,11 +95,26 @@ def head_revision() -> str:
     return head
 
 
-def upgrade(engine: Engine, *, schema: str, revision: str = "head") -> None:
+def _online_config(schema: str, conn: Connection, lock_timeout: float | None, lock_retries: int | None) -> Config:
+    """The alembic config for an online migration, with the lock-timeout options env.py reads."""
+    cfg = _config(schema, conn)
+    if lock_timeout is not None:
+        cfg.attributes["tnsrag_lock_timeout"] = lock_timeout
+    if lock_retries is not None:
+        cfg.attributes["tnsrag_lock_retries"] = lock_retries
+    return cfg
+
+
+def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout: float | None = None,
+            lock_retries: int | None = None) -> None:
     """Migrate ``schema`` up to ``revision`` under the advisory lock; raises :class:`MigrationError`.
 
     A schema already at head is left alone without taking the lock or running any DDL,
-    so an application or read-only role (no CREATE on the database) can run it.
+    so an application or read-only role (no CREATE on the database) can run it. Each
+    revision's DDL waits at most ``lock_timeout`` seconds for a table lock (default
+    :data:`tnsrag_db.migration_ops.DEFAULT_LOCK_TIMEOUT`) and is retried ``lock_retries``
+    times (default :data:`~tnsrag_db.migration_ops.DEFAULT_LOCK_RETRIES`) before the
+    upgrade fails; the revisions committed until then stay.
     """
     from alembic import command
 
@@ -107,7 +122,7 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head") -> None:
         if revision == "head" and current_revision(engine, schema=schema) == head_revision():
             return
         with engine.connect() as conn:
-            command.upgrade(_config(schema, conn), revision)
+            command.upgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
             # Configured before the migration changed the schema (the connection hooks of
             # db.engine, e.g. the vector type; session state such as temp tables): never
             # hand this connection to the pool's next user.
@@ -116,13 +131,15 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head") -> None:
         raise MigrationError(f"upgrade of schema {schema!r} to {revision} failed: {exc}") from exc
 
 
-def downgrade(engine: Engine, *, schema: str, revision: str = "base") -> None:
-    """Migrate ``schema`` down to ``revision`` (default: remove every table) under the lock."""
+def downgrade(engine: Engine, *, schema: str, revision: str = "base", lock_timeout: float | None = None,
+              lock_retries: int | None = None) -> None:
+    """Migrate ``schema`` down to ``revision`` (default: remove every table) under the lock
+    (``lock_timeout`` and ``lock_retries`` as for :func:`upgrade`)."""
     from alembic import command
 
     try:
         with engine.connect() as conn:
-            command.downgrade(_config(schema, conn), revision)
+            command.downgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
             # Configured before the migration changed the schema (the connection hooks of
             # db.engine, e.g. the vector type; session state such as temp tables): never
             # hand this connection to the pool's next user.

@@ -22,7 +22,7 @@ maintenance window (its time grows with the corpus size), after ``tnsrag db upgr
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -44,6 +44,9 @@ class _Table:
     constraints: list[tuple[str, str, str]]  # (name, type, definition) of PK / UNIQUE / FK / CHECK
     indexes: list[tuple[str, str]]  # (name, definition) of indexes not backing a constraint
     grants: list[tuple[str, str]]  # (grantee, privilege)
+    # Row-level security (tenancy): the ALTER TABLE ... ROW LEVEL SECURITY and CREATE
+    # POLICY statements the new table needs, or a tenant would see every corpus.
+    security: list[str] = field(default_factory=list)
 
 
 def _quote(conn: Connection, name: str) -> str:
@@ -70,7 +73,33 @@ def _table(conn: Connection, schema: str, name: str) -> _Table:
         "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END AS grantee, "
         "a.privilege_type AS privilege FROM pg_class c, aclexplode(c.relacl) a "
         "WHERE c.oid = :o AND a.grantee <> c.relowner ORDER BY 1, 2"), {"o": oid})]
-    return _Table(name, constraints, indexes, grants)
+    return _Table(name, constraints, indexes, grants, _security(conn, schema, name, oid))
+
+
+_POLICY_COMMANDS = {"*": "ALL", "r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE"}
+
+
+def _security(conn: Connection, schema: str, name: str, oid: int) -> list[str]:
+    """The statements giving a new ``schema.name`` the row-level security of table ``oid``."""
+    target = f"{_quote(conn, schema)}.{_quote(conn, name)}"
+    out = []
+    for p in conn.execute(sa.text(
+            "SELECT quote_ident(p.polname) AS name, p.polpermissive, p.polcmd, "
+            "pg_get_expr(p.polqual, p.polrelid) AS qual, pg_get_expr(p.polwithcheck, p.polrelid) AS wcheck, "
+            "array_to_string(ARRAY(SELECT CASE WHEN r = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r)) END "
+            "FROM unnest(p.polroles) AS r), ', ') AS roles "
+            "FROM pg_policy p WHERE p.polrelid = :o ORDER BY p.polname"), {"o": oid}):
+        using = f" USING ({p.qual})" if p.qual is not None else ""
+        check = f" WITH CHECK ({p.wcheck})" if p.wcheck is not None else ""
+        out.append(f"CREATE POLICY {p.name} ON {target} AS {'PERMISSIVE' if p.polpermissive else 'RESTRICTIVE'} "
+                   f"FOR {_POLICY_COMMANDS[str(p.polcmd)]} TO {p.roles}{using}{check};")
+    flags = conn.execute(sa.text("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = :o"),
+                         {"o": oid}).one()
+    if flags.relrowsecurity:
+        out.append(f"ALTER TABLE {target} ENABLE ROW LEVEL SECURITY;")
+    if flags.relforcerowsecurity:
+        out.append(f"ALTER TABLE {target} FORCE ROW LEVEL SECURITY;")
+    return out
 
 
 def _incoming(conn: Connection, schema: str, name: str) -> list[tuple[str, str, str]]:
@@ -127,6 +156,7 @@ def partition_script(conn: Connection, *, schema: str, partitions: int = 8) -> s
         out.append(f"INSERT INTO {s}.{q} SELECT * FROM {s}.{old};")
         for grantee, privilege in t.grants:
             out.append(f"GRANT {privilege} ON {s}.{q} TO {grantee};")
+        out += t.security
     out += ["", "-- Foreign keys: those of the moved tables, then those into them."]
     for t in tables:
         for name, kind, definition in t.constraints:

@@ -54,6 +54,7 @@ __all__ = [
     "entries",
     "hnsw_index_name",
     "metadata",
+    "tenant_grants",
 ]
 
 def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
@@ -225,4 +226,18 @@ edges = Table(
     Index("ix_edges_corpus_src_weight", "corpus", "src", text("weight DESC"), "dst"),
     CheckConstraint("weight = weight AND weight > '-Infinity'::float8 AND weight < 'Infinity'::float8",
                     name="weight_finite"),
+)
+
+# Which database role may use which corpora when row-level security is on (migrations
+# 0005/0006, tnsrag_db.tenancy). Not keyed by corpus first: the policies look grants
+# up by role. No foreign key: a grant may precede the corpus, which the tenant creates
+# on its first write, and outlives a drop of it.
+tenant_grants = Table(
+    "tenant_grants",
+    metadata,
+    Column("role_name", Text, nullable=False),
+    Column("corpus", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("role_name", "corpus"),
+    Index("ix_tenant_grants_corpus", "corpus"),
 )

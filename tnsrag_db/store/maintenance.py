@@ -20,6 +20,9 @@ def drop_orphan_hnsw_indexes(session: Session, schema: str) -> list[str]:
         # Every corpus's spaces on purpose: an orphan index belongs to no corpus.
         "/* tnsrag:all-corpora */ "
         "WHERE n.nspname = :schema AND t.relname = 'embeddings' AND c.relname ~ '^ix_embeddings_hnsw_[0-9]+$' "
+        # Only indexes this role could drop: under row-level security a tenant role
+        # does not see other tenants' spaces, so their indexes would look orphaned.
+        "AND pg_has_role(c.relowner, 'USAGE') "
         "AND NOT EXISTS (SELECT 1 FROM embedding_spaces s "
         "  WHERE c.relname = 'ix_embeddings_hnsw_' || s.space_id::text) "
         "ORDER BY c.relname")

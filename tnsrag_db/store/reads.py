@@ -3,18 +3,28 @@ sync and the async driver alike."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tnsrag_db.db.statement import Plan, Statement
+from tnsrag_db.errors import ValidationError
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
-__all__ = ["ENTRY_FIELDS", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+__all__ = ["ENTRY_FIELDS", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
 
 #: The columns of an entry as :func:`row_to_entry` reads them.
 ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata")
 _SELECT = f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries"
+
+
+def check_ids(entry_ids: Iterable[object]) -> None:
+    """:class:`ValidationError` for an id holding NUL: the driver refuses NUL in any text
+    parameter with a DataError of its own (nothing is sent); this names the argument."""
+    for entry_id in entry_ids:
+        if isinstance(entry_id, str) and "\x00" in entry_id:
+            raise ValidationError(f"entry id {entry_id!r} contains a NUL character (PostgreSQL text cannot "
+                                  "hold it); nothing was read or written")
 
 
 def row_to_entry(row: Any) -> MemoryEntry:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-__all__ = ["EDGE_STAGE_DDL", "ENTRY_STAGE_TABLES", "STAGE_DDL", "STAGE_READY", "ensure_stage_tables",
+__all__ = ["EDGE_STAGE_DDL", "VECTOR_STAGE_DDL", "ENTRY_STAGE_TABLES", "STAGE_DDL", "STAGE_READY", "ensure_stage_tables",
            "prepare_stage_tables", "reset_entry_stage"]
 
 #: Key in a connection's ``info`` set when its stage tables exist (committed).
@@ -46,6 +46,13 @@ ENTRY_STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_sta
 
 #: The edge write's stage table (see :mod:`tnsrag_db.indexes.graph`), created by the edge
 #: write itself inside its transaction (a cheap no-op when it exists).
+#: The stage of a vector write under row-level security (PostgreSQL refuses COPY FROM into
+#: a table whose policies apply to the session; see tnsrag_db.indexes.vector.copy).
+VECTOR_STAGE_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_vectors (corpus text NOT NULL, space_id bigint NOT NULL, "
+    "entry_id text NOT NULL, embedding vector NOT NULL) ON COMMIT DELETE ROWS"
+)
+
 EDGE_STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_edges (ord int NOT NULL, src text NOT NULL, dst text NOT NULL, "
     "relation text NOT NULL, weight float8 NOT NULL, source text) ON COMMIT DELETE ROWS"

@@ -36,7 +36,7 @@ from tnsrag_db.errors import ConfigurationError, DatabaseError, TnsragError
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db.store.corpus import ANALYZE_AFTER_ROWS, Corpus, Writer, check_corpus_name
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.store.reads import content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
+from tnsrag_db.store.reads import check_ids, content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
 from tnsrag_db.store.maintenance import drop_orphan_hnsw_indexes
 from tnsrag_db.store.server import embedded_url
 from tnsrag_db.store.sql import BM25_STAT_SHARDS
@@ -247,10 +247,12 @@ class Store:
     # -- reads ------------------------------------------------------------------------
     def get(self, entry_id: str) -> MemoryEntry | None:
         """The entry with ``entry_id``, or None."""
+        check_ids([entry_id])
         return self._session.run(get_plan(self._corpus, entry_id))
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
+        check_ids(entry_ids)
         return self._session.run(get_many_plan(self._corpus, entry_ids))
 
     def content_hashes(self, entry_ids: Sequence[str]) -> dict[str, bytes]:
@@ -276,12 +278,14 @@ class Store:
     # -- deletes ----------------------------------------------------------------------
     def delete(self, entry_id: str) -> bool:
         """Delete one entry with its postings, embeddings and edges. True when it existed."""
+        check_ids([entry_id])
         return self._writer.delete("e.id = :id", {"id": entry_id}) == 1
 
     def delete_many(self, entry_ids: Sequence[str]) -> int:
         """Delete the entries with these ids (with their postings, embeddings and edges) in one
         transaction; returns how many existed."""
         ids = list(dict.fromkeys(entry_ids))
+        check_ids(ids)
         if not ids:
             return 0
         return self._writer.delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})

@@ -15,12 +15,16 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from tnsrag_db.store.staging import VECTOR_STAGE_DDL
 
 __all__ = ["COPY_SQL", "copy_vectors", "encode_rows", "encode_vector"]
 
 #: The statement the stream of :func:`encode_rows` feeds.
 COPY_SQL = "COPY embeddings (corpus, space_id, entry_id, embedding) FROM STDIN (FORMAT BINARY)"
+_STAGED_COPY_SQL = "COPY tnsrag_stage_vectors (corpus, space_id, entry_id, embedding) FROM STDIN (FORMAT BINARY)"
 
 # Binary COPY header: signature, flags, header-extension length; the trailer is a field count of -1.
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
@@ -63,6 +67,15 @@ def copy_vectors(conn: Connection, corpus: str, space_id: int, ids: Sequence[str
         return
     raw = conn.connection.driver_connection
     assert raw is not None
-    with raw.cursor() as cur, cur.copy(COPY_SQL) as copy:
+    # PostgreSQL refuses COPY FROM into a table whose row-level security applies to the
+    # session (a tenant role, see tnsrag_db.tenancy): stage the rows, then one INSERT,
+    # which the policy checks.
+    staged = bool(conn.execute(sa.text("SELECT row_security_active('embeddings')")).scalar_one())
+    if staged:
+        conn.execute(sa.text(VECTOR_STAGE_DDL))
+    with raw.cursor() as cur, cur.copy(_STAGED_COPY_SQL if staged else COPY_SQL) as copy:
         for chunk in encode_rows(corpus, space_id, ids, matrix):
             copy.write(chunk)
+    if staged:
+        conn.execute(sa.text("INSERT INTO embeddings (corpus, space_id, entry_id, embedding) "
+                             "SELECT :c, space_id, entry_id, embedding FROM tnsrag_stage_vectors"), {"c": corpus})

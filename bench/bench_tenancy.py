@@ -1,0 +1,183 @@
+"""Cost of tenant isolation: vector, keyword and hybrid queries of a tenant role, row-level security on vs off.
+
+Usage::
+
+    python -m bench.bench_tenancy --n 20000 --dim 128 --queries 40 --rounds 4 [--leakproof]
+
+Starts an embedded server unless ``--url`` names one (a superuser URL: the script
+creates a database and a tenant role and drops both afterwards). The tenant's corpus
+of ``n`` entries sits beside two other tenants' corpora of ``n/2`` entries each, all
+written by the owner with HNSW indexes built. The same tenant role then runs the same
+queries with row-level security switched off and on, in alternating rounds (off, on,
+off, on, ...) so that drift on a noisy machine hits both sides; the table shows the
+medians per mode and their ratio (on / off, same run). Metadata filters (``jsonb @>``) are
+timed too: the operator is not LEAKPROOF, so under a policy PostgreSQL evaluates it after
+the policy instead of as a GIN index condition; ``--leakproof`` adds a mode with the
+operator marked LEAKPROOF (what a superuser may decide to do). Last, EXPLAIN (ANALYZE, BUFFERS)
+of the keyword and vector candidate statements under the policy: the grant lookup is
+one InitPlan per statement and the corpus-led indexes still serve the scans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from bench._common import database_url
+from bench._corpus import GROUP_1PCT, generate_corpus
+from bench.bench_vector import Lookup
+from tnsrag_db import tenancy
+from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.store import migrate
+from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.store.store import Store
+from tnsrag_db.strategies.hybrid import HybridRAGStrategy
+from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+from tnsrag_db.strategies.vector import VectorRAGStrategy
+from tnsrag_db.types import RAGContext
+
+SCHEMA = "tnsrag"
+PASSWORD = "bench-tenant"
+
+
+def _write(owner: Store, corpus: str, n: int, dim: int, seed: int) -> tuple[list[str], Lookup]:
+    data = generate_corpus(n, dim=dim, seed=seed, id_prefix=corpus)
+    queries = data.query_vectors(64, seed=seed + 7)
+    lookup = Lookup(queries, {})
+    vectors = VectorMemoryStore(owner.with_corpus(corpus), lookup, index_threshold=1000)
+    vectors.add_all(data.entries, embeddings=data.embeddings)
+    texts = [" ".join(e.content.split()[:3]) for e in data.entries[: 64]]
+    return texts, lookup
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", default=None, help="superuser URL of a server (default: an embedded one)")
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--queries", type=int, default=60, help="queries of each kind per round")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per mode (alternating)")
+    parser.add_argument("--leakproof", action="store_true",
+                        help="also time RLS on with jsonb @> marked LEAKPROOF (needs a superuser; restored after)")
+    args = parser.parse_args()
+    with database_url(args.url) as server:
+        base = normalize_url(server)
+        admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+        name, role = f"tnsrag_bench_{uuid.uuid4().hex[:8]}", f"bench_tenant_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
+        try:
+            _run(base.set(database=name), role, args)
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def _run(url: object, role: str, args: argparse.Namespace) -> None:
+    owner_url = make_url(str(url)) if not hasattr(url, "set") else url
+    owner_engine = create_engine(owner_url, schema=SCHEMA, pool_size=2)  # type: ignore[arg-type]
+    migrate.upgrade(owner_engine, schema=SCHEMA)
+    owner = Store(owner_engine, corpus="bench_tenancy", schema=SCHEMA)
+    t0 = time.perf_counter()
+    texts, lookup = _write(owner, "bench_tenancy", args.n, args.dim, 1)
+    for k, other in enumerate(("other_a", "other_b")):
+        _write(owner, other, args.n // 2, args.dim, 10 + k)
+    with owner.session.autocommit() as conn:
+        conn.exec_driver_sql("VACUUM (ANALYZE) tnsrag.entries, tnsrag.embeddings, tnsrag.bm25_postings, tnsrag.bm25_df")
+    print(f"wrote {args.n} + 2 x {args.n // 2} entries in {time.perf_counter() - t0:.0f} s")
+    with psycopg.connect(owner_url.set(drivername="postgresql").render_as_string(hide_password=False),  # type: ignore[attr-defined]
+                         autocommit=True) as conn:
+        conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
+            sql.Identifier(str(owner_url.database)), sql.Identifier(role)))  # type: ignore[attr-defined]
+    tenancy.grant(owner_engine, schema=SCHEMA, role=role, corpus="bench_tenancy")
+    tenant_engine = create_engine(owner_url.set(username=role, password=PASSWORD),  # type: ignore[attr-defined]
+                                  schema=SCHEMA, pool_size=2)
+    tenant = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
+    keyword = BM25Index(tenant)
+    vectors = VectorMemoryStore(tenant, lookup, index_threshold=1000)
+    strategies: dict[str, Callable[[int], object]] = {
+        "vector": lambda i: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}"),
+        "keyword": lambda i: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)]),
+        "hybrid": lambda i: HybridRAGStrategy(keyword, vectors).retrieve(f"q:{i % 64}"),
+    }
+    lookup.extra.update({t: lookup.queries[i % 64] for i, t in enumerate(texts)})
+    # Hybrid embeds its text query: give the keyword texts of the hybrid run vectors too.
+    strategies["hybrid"] = lambda i: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)])
+    one_pct = RAGContext(metadata_filters={"group": GROUP_1PCT})
+    # Metadata filters (jsonb @>, not a leakproof operator) are evaluated after the policy.
+    strategies["vector 1%"] = lambda i: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}", one_pct)
+    strategies["keyword 1%"] = lambda i: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)], one_pct)
+    times: dict[tuple[str, str], list[float]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    modes = ("off", "on", "on+lp") if args.leakproof else ("off", "on")
+    for _ in range(args.rounds):
+        for mode in modes:
+            (tenancy.disable if mode == "off" else tenancy.enable)(owner_engine, schema=SCHEMA)
+            _leakproof(owner, mode == "on+lp")
+            for kind, run in strategies.items():
+                for i in range(3):
+                    run(i)  # warm
+                for i in range(args.queries):
+                    t = time.perf_counter()
+                    out = run(i)
+                    times.setdefault((kind, mode), []).append(time.perf_counter() - t)
+                    counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
+    print(f"\ntenant role, {args.n} entries in its corpus (+{args.n} of other tenants), dim {args.dim}, "
+          f"{args.rounds} x {args.queries} queries per kind and mode")
+    lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof else ""
+    print(f"{'query':<11} {'RLS off ms':>11} {'RLS on ms':>10} {'on/off':>7} {'p90 off':>8} {'p90 on':>7}{lp} "
+          f"{'rows same':>10}")
+    for kind in strategies:
+        off, on = times[(kind, "off")], times[(kind, "on")]
+        m_off, m_on = statistics.median(off) * 1000, statistics.median(on) * 1000
+        extra = ""
+        if args.leakproof:
+            m_lp = statistics.median(times[(kind, "on+lp")]) * 1000
+            extra = f" {m_lp:>9.2f} {m_lp / m_off:>7.3f}"
+        same = len({counts[(kind, m)] for m in modes}) == 1
+        print(f"{kind:<11} {m_off:>11.2f} {m_on:>10.2f} {m_on / m_off:>7.3f} {np.quantile(off, .9) * 1000:>8.2f} "
+              f"{np.quantile(on, .9) * 1000:>7.2f}{extra} {str(same):>10}")
+    _leakproof(owner, False)
+    tenancy.enable(owner_engine, schema=SCHEMA)
+    _explain(tenant_engine, keyword, vectors, texts[0], lookup.queries[0])
+    tenant_engine.dispose()
+    owner_engine.dispose()
+
+
+def _leakproof(owner: Store, on: bool) -> None:
+    """Mark jsonb's ``@>`` (jsonb_contains) LEAKPROOF, or not (superuser only; --leakproof)."""
+    with owner.session.autocommit() as conn:
+        known = conn.exec_driver_sql("SELECT proleakproof FROM pg_proc WHERE oid = "
+                                     "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure").scalar_one()
+        if bool(known) != on:
+            conn.exec_driver_sql("ALTER FUNCTION pg_catalog.jsonb_contains(jsonb, jsonb) "
+                                 + ("LEAKPROOF" if on else "NOT LEAKPROOF"))
+
+
+def _explain(engine: object, keyword: BM25Index, vectors: VectorMemoryStore, text: str, q: object) -> None:
+    import sqlalchemy as sa
+
+    for label, (statement, params) in (("keyword", keyword.candidates_sql(text, 10)),
+                                       ("vector", vectors.candidates_sql(q, 10))):  # type: ignore[arg-type]
+        with engine.connect() as conn:  # type: ignore[attr-defined]
+            plan = conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement), params).scalars().all()
+        keep = [line for line in plan if any(w in line for w in ("InitPlan", "Index", "Seq Scan", "Buffers: shared",
+                                                                  "Execution Time", "tenant_grants"))]
+        print(f"\nEXPLAIN (ANALYZE, BUFFERS) {label} candidates under RLS (selected lines):")
+        for line in keep[:14]:
+            print("  " + line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Tenant isolation in the database: row-level security tying a database role to its corpora.
+
+Model (README, "Tenancy"): each tenant connects as its own PostgreSQL role. The table
+``tenant_grants`` (migration 0005) lists the corpora each role may use; with row-level
+security on (:func:`enable`), every table keyed by corpus shows a tenant role only the
+rows of its granted corpora and refuses to let it write any other row: a policy reads
+the grants through ``current_user``, which a session cannot change by hand (``SET
+ROLE`` reaches only roles it is a member of). A policy on a session setting
+(``current_setting('tnsrag.corpus')``) would not hold: any statement on the connection
+can ``SET`` it.
+
+The tables' owner (the migrator) and superusers are not subject to the policies: they
+run migrations, ``tnsrag db build-indexes`` and these grants. Only the owner can
+change ``tenant_grants``; a tenant role sees its own grants and nothing else.
+
+Every function takes an engine connected as the schema's owner and raises
+:class:`~tnsrag_db.errors.ConfigurationError` for a bad role or corpus name and
+:class:`~tnsrag_db.errors.DatabaseError` subclasses for database failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from tnsrag_db.db.driver_errors import db_error
+from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.errors import ConfigurationError, TnsragError
+from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
+
+__all__ = ["POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants",
+           "is_enabled", "revoke", "status"]
+
+#: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
+TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
+                 "edges")
+
+
+@dataclass(frozen=True)
+class TenantGrant:
+    """One row of ``tenant_grants``: ``role`` may use ``corpus``."""
+
+    role: str
+    corpus: str
+    created_at: datetime
+
+
+@contextmanager
+def _connection(engine: Engine, what: str) -> Iterator[Connection]:
+    try:
+        with engine.connect() as conn:
+            yield conn
+    except TnsragError:
+        raise
+    except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
+        raise db_error(exc, what) from exc
+
+
+#: The policy of every table in :data:`TENANT_TABLES` (as revision 0005 creates it): the
+#: row's corpus is among those granted to ``current_user``, looked up once per statement.
+POLICY_SQL = ("CREATE POLICY tenant_isolation ON {s}.{t} USING ({granted}) WITH CHECK ({granted})")
+_GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
+
+
+def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
+    validate_schema_name(schema)
+    action = "ENABLE" if on else "DISABLE"
+
+    def alter() -> None:
+        with conn.begin():
+            if on:
+                # A table re-created since the revision (``tnsrag db partition-sql`` swaps
+                # in a partitioned copy) lost its policy: switching on without it would
+                # leave the table closed to every tenant, or, worse, open once re-granted.
+                present = set(conn.execute(sa.text(
+                    "SELECT tablename FROM pg_policies WHERE schemaname = :s AND policyname = 'tenant_isolation'"),
+                    {"s": schema}).scalars())
+                for table in TENANT_TABLES:
+                    if table not in present:
+                        conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=_GRANTED.format(s=schema))))
+            for table in TENANT_TABLES:
+                # Names: the validated schema and the constants above.
+                conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))
+
+    with _connection(engine, f"{action.lower()} row-level security in schema {schema!r}") as conn:
+        # ALTER TABLE takes each table's ACCESS EXCLUSIVE lock: bounded waits, as in migrations.
+        run_with_lock_retries(conn, alter, lock_timeout=lock_timeout, retries=lock_retries, pause=0.5)
+
+
+def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
+    """Switch row-level security on for every table of :data:`TENANT_TABLES` (idempotent).
+
+    From then on a role that neither owns the tables nor is a superuser (nor has
+    BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing
+    without a grant. Raises :class:`~tnsrag_db.migration_ops.LockRetriesExhausted` when a
+    long transaction keeps a table locked through every retry.
+    """
+    _set_security(engine, schema, True, lock_timeout, lock_retries)
+
+
+def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+            lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
+    """Switch row-level security off again (the grants are kept)."""
+    _set_security(engine, schema, False, lock_timeout, lock_retries)
+
+
+def status(engine: Engine, *, schema: str) -> dict[str, bool]:
+    """Whether row-level security is on, for each table of :data:`TENANT_TABLES`."""
+    validate_schema_name(schema)
+    with _connection(engine, f"row-level security status of schema {schema!r}") as conn:
+        rows = conn.execute(sa.text(
+            "SELECT c.relname, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :s AND c.relname = ANY(:t)"), {"s": schema, "t": list(TENANT_TABLES)}).all()
+    found = {str(r.relname): bool(r.relrowsecurity) for r in rows}
+    return {table: found.get(table, False) for table in TENANT_TABLES}
+
+
+def is_enabled(engine: Engine, *, schema: str) -> bool:
+    """True when row-level security is on for every corpus-keyed table."""
+    return all(status(engine, schema=schema).values())
+
+
+def filters_use_indexes(engine: Engine) -> bool:
+    """Whether a tenant role's metadata filters can still be GIN index conditions.
+
+    Under a policy PostgreSQL evaluates a condition before the policy only when its
+    operator is LEAKPROOF, and jsonb's ``@>`` is not by default: a tenant's filtered query
+    then reads its whole corpus through the corpus index and filters afterwards (the
+    result is the same; see ``bench/bench_tenancy.py`` for the cost). A superuser may
+    decide to run ``ALTER FUNCTION pg_catalog.jsonb_contains(jsonb, jsonb) LEAKPROOF``.
+    """
+    with _connection(engine, "leakproof check of jsonb @>") as conn:
+        return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
+                                         "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
+
+
+def _check_role(conn: Connection, schema: str, role: str) -> None:
+    if not isinstance(role, str) or not role or "\x00" in role or len(role.encode()) > 63:
+        raise ConfigurationError(f"not a database role name: {role!r}")
+    row = conn.execute(sa.text(
+        "SELECT r.rolsuper OR r.rolbypassrls AS bypass, "
+        "  pg_has_role(r.oid, c.relowner, 'USAGE') AS owner "
+        "FROM pg_roles r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE r.rolname = :r AND n.nspname = :s AND c.relname = 'entries'"), {"r": role, "s": schema}).one_or_none()
+    if row is None:
+        exists = conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first()
+        raise ConfigurationError(f"no database role {role!r}: create it first (CREATE ROLE ... LOGIN)" if exists is None
+                                 else f"schema {schema!r} is not migrated: run tnsrag db upgrade")
+    if row.bypass or row.owner:
+        why = "is a superuser or has BYPASSRLS" if row.bypass else "owns the tables (or is a member of their owner)"
+        raise ConfigurationError(f"role {role!r} {why}, so row-level security never applies to it; "
+                                 "grant corpora to a plain application role")
+
+
+#: Privileges a tenant role needs (and no more): DML on the corpus tables, read on its grants
+#: and on the schema's version (``connect()`` checks it).
+#: TRUNCATE and TRIGGER are taken away: TRUNCATE ignores row-level security, and a trigger
+#: would run the tenant's code in other tenants' sessions.
+_PRIVILEGE_STATEMENTS = (
+    "GRANT USAGE ON SCHEMA %1$I TO %2$I",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON " + ", ".join(f"%1$I.{t}" for t in TENANT_TABLES) + " TO %2$I",
+    "REVOKE TRUNCATE, TRIGGER, REFERENCES ON ALL TABLES IN SCHEMA %1$I FROM %2$I",
+    "REVOKE ALL ON %1$I.tenant_grants FROM %2$I",
+    "GRANT SELECT ON %1$I.tenant_grants, %1$I.alembic_version TO %2$I",
+    "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %1$I TO %2$I",
+)
+
+
+def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
+    """Let ``role`` use ``corpus`` (which need not exist yet: the role's first write creates it).
+
+    Also gives the role the table privileges a tenant needs and takes away those that
+    would get round the policies (TRUNCATE, TRIGGER, REFERENCES, writes to
+    ``tenant_grants``). Run as the tables' owner. Returns False when the grant existed.
+    Raises :class:`ConfigurationError` for an unknown role or one that bypasses
+    row-level security (a superuser, a BYPASSRLS role, the owner).
+    """
+    validate_schema_name(schema)
+    from tnsrag_db.store.store import Store
+
+    Store(engine, corpus=corpus, schema=schema)  # the corpus-name rules, checked without I/O
+    with _connection(engine, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():
+        _check_role(conn, schema, role)
+        for template in _PRIVILEGE_STATEMENTS:
+            # format() quotes the identifiers server-side (%I); nothing is concatenated.
+            ddl = conn.execute(sa.text("SELECT format(CAST(:t AS text), CAST(:s AS text), CAST(:r AS text))"), {"t": template, "s": schema, "r": role}).scalar_one()
+            conn.execute(sa.text(str(ddl)))
+        inserted = conn.execute(sa.text(
+            f"INSERT INTO {schema}.tenant_grants (role_name, corpus) VALUES (:r, :c) "
+            "ON CONFLICT DO NOTHING RETURNING 1"), {"r": role, "c": corpus}).first()
+    return inserted is not None
+
+
+def revoke(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
+    """Take ``corpus`` away from ``role`` (its data stays); True when there was such a grant.
+
+    Sessions of the role see the change with their next statement.
+    """
+    validate_schema_name(schema)
+    with _connection(engine, f"revoke of corpus {corpus!r} from role {role!r}") as conn, conn.begin():
+        gone = conn.execute(sa.text(f"DELETE FROM {schema}.tenant_grants WHERE role_name = :r AND corpus = :c "
+                                    "RETURNING 1"), {"r": role, "c": corpus}).first()
+    return gone is not None
+
+
+def grants(engine: Engine, *, schema: str, role: str | None = None, corpus: str | None = None) -> list[TenantGrant]:
+    """The grants, by role then corpus, optionally only those of ``role`` and/or ``corpus``.
+
+    Run as the owner it lists every grant; run as a tenant role, only its own.
+    """
+    validate_schema_name(schema)
+    with _connection(engine, f"grants of schema {schema!r}") as conn:
+        rows = conn.execute(sa.text(
+            f"SELECT role_name, corpus, created_at FROM {schema}.tenant_grants "
+            "WHERE (CAST(:r AS text) IS NULL OR role_name = :r) AND (CAST(:c AS text) IS NULL OR corpus = :c) "
+            "ORDER BY role_name, corpus"), {"r": role, "c": corpus}).all()
+    return [TenantGrant(str(r.role_name), str(r.corpus), r.created_at) for r in rows]
