@@ -14,7 +14,7 @@ from typing import NoReturn, TypeGuard
 
 from tnsrag_db.errors import TnsragError, ValidationError
 
-__all__ = ["check_int", "check_number", "check_prefix", "is_int", "is_number"]
+__all__ = ["check_int", "check_number", "check_prefix", "check_query_text", "is_int", "is_number"]
 
 
 def is_int(value: object) -> TypeGuard[int]:
@@ -67,3 +67,18 @@ def check_prefix(prefix: object, *, error: type[TnsragError] = ValidationError) 
             or any(not (c.isascii() and (c.islower() or c.isdigit() or c == "_")) for c in prefix)):
         _fail(error, f"prefix must be a short lower-case identifier ([a-z][a-z0-9_]*), got {prefix!r}")
     return prefix
+
+
+def check_query_text(query: object) -> str:
+    """``query`` if it is a str of Unicode text without NUL (blank allowed); :class:`ValidationError`
+    naming the problem otherwise (PostgreSQL text can hold neither NUL nor a lone surrogate)."""
+    if not isinstance(query, str):
+        raise ValidationError(f"query must be a string, got {type(query).__name__}")
+    if "\x00" in query:
+        raise ValidationError("query contains a NUL character")
+    if not query.isascii():
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("query contains a lone surrogate (not Unicode text)") from None
+    return query

@@ -12,9 +12,10 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from tnsrag_db._validate import check_query_text
 from tnsrag_db.db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument, is_unicode_text
+from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -72,15 +73,10 @@ def check_query(query: object) -> str:
     A blank query (empty or whitespace only) has no meaning for any of the eight
     strategies (the SPI defines none): an error instead of arbitrary results.
     """
-    if not isinstance(query, str):
-        raise ValidationError(f"query must be a string, got {type(query).__name__}")
-    if not query.strip():
-        raise ValidationError(f"query is blank ({query!r}); give some text to search for")
-    if "\x00" in query:
-        raise ValidationError("query contains a NUL character")
-    if not is_unicode_text(query):
-        raise ValidationError("query contains a lone surrogate (not Unicode text)")
-    return query
+    text = check_query_text(query)  # neither NUL nor a lone surrogate is whitespace: order is free
+    if not text.strip():
+        raise ValidationError(f"query is blank ({text!r}); give some text to search for")
+    return text
 
 
 def source_fence(allowed_sources: object) -> frozenset[str] | None:

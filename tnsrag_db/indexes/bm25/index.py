@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tnsrag_db._validate import check_int, check_number, check_prefix
+from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 from tnsrag_db.db.statement import Plan, Rows, Statement
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.bm25 import scoring, sql
@@ -68,16 +68,6 @@ def _documents_of_ranking_sql(p: str, ranking: str) -> str:
     # the same snapshot ranked them).
     return f"WITH {p}_rk AS (\n{ranking}\n)\n" + sql.documents_sql(
         p, f"{p}_rk", "r.score", "r.score DESC NULLS FIRST, r.entry_id", join="LEFT JOIN")
-
-
-def _check_query_text(query: object) -> str:
-    if not isinstance(query, str):
-        raise ValidationError(f"query must be a string, got {type(query).__name__}")
-    if "\x00" in query:
-        raise ValidationError("query contains a NUL character")
-    if not is_unicode_text(query):
-        raise ValidationError("query contains a lone surrogate (not Unicode text)")
-    return query
 
 
 class BM25Index:
@@ -165,7 +155,7 @@ class BM25Index:
         statement takes the plain scoring whenever no term is non-essential). Errors as
         :meth:`candidates_sql`.
         """
-        text = _check_query_text(query)
+        text = check_query_text(query)
         p = check_prefix(prefix, error=ConfigurationError)
         limit = check_int(k, "k", minimum=1, maximum=MAX_CANDIDATES)
         floor = check_number(min_score, "min_score")
