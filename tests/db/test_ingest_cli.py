@@ -160,7 +160,11 @@ def test_ctrl_c_rolls_back_the_open_batch_and_a_rerun_continues(tmp_path: Path,
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-c", "from tnsrag_db.cli import main; main()", "ingest", str(docs), *args,
            "--batch-size", "5", "--embedding", "slow"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The child must take SIGINT as Python's KeyboardInterrupt even when this runner ignores
+    # it (a runner in the background of a non-interactive shell): Python installs its own
+    # handler at start-up only when SIGINT is not ignored.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while store.count() < 10 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -134,7 +134,18 @@ def test_ingest_duplicate_id_in_a_later_batch(store: Store) -> None:
     assert info.value.committed == IngestCounts() and store.count() == 0
 
 
-def test_ingest_sigint_rolls_back_the_open_batch(store: Store) -> None:
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler for the test, whatever the runner inherited (a runner
+    started in the background of a non-interactive shell ignores SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_ingest_sigint_rolls_back_the_open_batch(store: Store, default_sigint: None) -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
     def interrupt(n: int) -> None:
