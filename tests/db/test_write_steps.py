@@ -90,11 +90,11 @@ def test_validate_names_the_entry_before_any_io(store: Store) -> None:
 
 def test_a_second_write_in_one_transaction_starts_from_an_empty_stage(store: Store) -> None:
     def work(conn: Connection) -> tuple[WriteReport, WriteReport]:
-        first = store.write_entries(conn, [MemoryEntry("one", "first write")])
-        second = store.write_entries(conn, [MemoryEntry("two", "second write")])
+        first = store.writer.write_in(conn, [MemoryEntry("one", "first write")])
+        second = store.writer.write_in(conn, [MemoryEntry("two", "second write")])
         return first, second
 
-    first, second = store.write_transaction(work)
+    first, second = store.writer.transaction(work)
     assert first.inserted == ["one"] and second.inserted == ["two"]
     assert store.count() == 2
 
