@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db._validate import check_int
 from tnsrag_db.errors import DatabaseError, EmbeddingValidationError
-from tnsrag_db.indexes.vector.copy import copy_vectors
+from tnsrag_db.indexes.vector.copy import ROW_SECURITY_ACTIVE, copy_vectors
 from tnsrag_db.indexes.vector.core import VectorCore
 from tnsrag_db.indexes.vector.hnsw import (
     IndexProgress,
@@ -58,9 +58,10 @@ CROSS JOIN LATERAL (
 _HAS_VECTOR = "EXISTS (SELECT 1 FROM embeddings x WHERE x.corpus = e.corpus AND x.space_id = :s AND x.entry_id = e.id)"
 
 # The ids of the batch without a vector in the space, after the entry write (OFFSET 0: one
-# index probe per id, never an anti-join over the whole space).
-_LACKING = """\
-SELECT i.id FROM unnest(CAST(:ids AS text[])) AS i(id)
+# index probe per id, never an anti-join over the whole space), each with whether row-level
+# security applies to this session's writes of embeddings (the COPY below needs to know).
+_LACKING = f"""\
+SELECT i.id, {ROW_SECURITY_ACTIVE} AS rls FROM unnest(CAST(:ids AS text[])) AS i(id)
 WHERE NOT EXISTS (
     SELECT 1 FROM embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id OFFSET 0
 )"""
@@ -206,8 +207,9 @@ class VectorWrites(VectorCore):
             return None  # nothing embedded and no dimension known: nothing to store
         space = self._ensure_space(conn, self._dimension)
         by_id = {e.id: e for e in batch}
-        lacking = conn.execute(sa.text(_LACKING), {"c": self._store.corpus, "s": space.space_id,
-                                                   "ids": list(by_id)}).scalars().all()
+        rows = conn.execute(sa.text(_LACKING), {"c": self._store.corpus, "s": space.space_id,
+                                                "ids": list(by_id)}).all()
+        lacking = [r.id for r in rows]
         missing = [i for i in lacking if i not in vectors]
         if missing:
             # A concurrent writer changed these texts after our pre-read: embed them now.
@@ -215,7 +217,8 @@ class VectorWrites(VectorCore):
                 extra = self._embed([by_id[i].content for i in missing], batch_size)
             vectors.update({i: extra[n] for n, i in enumerate(missing)})
         if lacking:
-            copy_vectors(conn, self._store.corpus, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]))
+            copy_vectors(conn, self._store.corpus, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]),
+                         row_security=bool(rows[0].rls))
         return space
 
     def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
