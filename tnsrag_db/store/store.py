@@ -2,9 +2,10 @@
 
 A ``Store`` is one corpus in one schema of one database. It writes entries (with their
 BM25 postings and statistics, in the same transaction, through the pipeline of
-:mod:`tnsrag_db.store.write`), reads and deletes them. The plumbing (connections,
-transactions, locks, timeouts, the read path) is its :attr:`Store.session`, a
-:class:`~tnsrag_db.db.session.Session`. The strategy-facing views (``VectorMemoryStore``,
+:mod:`tnsrag_db.store.write`, which the indexes' writes join as extensions), reads and
+deletes them. The plumbing (connections, transactions, locks, timeouts, the read path) is
+its :attr:`Store.session`, a :class:`~tnsrag_db.db.session.Session`; the write
+transactions are its :attr:`Store.writer`. The strategy-facing views (``VectorMemoryStore``,
 ``BM25Index``, ``GraphStore``, ...) are built over a ``Store`` and share its engine and corpus.
 """
 
@@ -52,8 +53,8 @@ from tnsrag_db.store.write import (
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["ANALYZE_AFTER_ROWS", "BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "STAGE_DDL",
-           "STAGE_READY", "IngestCounts", "Store", "ValidatedBatch", "WriteExtension", "WriteReport", "connect", "content_hash",
-           "retry_on_deadlock", "validate_batch"]
+           "STAGE_READY", "IngestCounts", "Store", "ValidatedBatch", "WriteExtension", "WriteReport", "connect",
+           "content_hash", "retry_on_deadlock", "validate_batch"]
 
 _T = TypeVar("_T")
 
