@@ -7,14 +7,13 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
-import sqlalchemy as sa
-
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.corpora import _not_found
 from tnsrag_db.admin.reports import ExportCounts
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.store.reads import entries_after_plan
 from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.explain.transaction import snapshot
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["entry_record", "export_corpus"]
@@ -43,31 +42,33 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> Expo
     """
     if not is_int(batch_size) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    from tnsrag_db.store.reads import row_to_entry
+    return store.run(_export_plan(store.corpus, out, batch_size), snapshot=True)  # one REPEATABLE READ snapshot
 
+
+_EDGE_FIELDS = ("src", "dst", "relation", "weight", "source")
+
+
+def _export_plan(corpus: str, out: IO[str], batch_size: int) -> Plan[ExportCounts]:
+    """The export as a plan: the corpus check, then pages of entries (the store's own keyset
+    pages) each with its entries' outgoing edges, written to ``out`` as they arrive."""
+    found = yield Statement("SELECT 1 AS one FROM corpora WHERE corpus = :c", {"c": corpus}, ("one",))
+    if not found:
+        names = yield Statement("SELECT corpus FROM corpora ORDER BY corpus", {}, ("corpus",))
+        raise _not_found(corpus, [r.corpus for r in names])
     entries = edges = 0
-    with snapshot(store) as conn:  # one read-only REPEATABLE READ transaction
-        if conn.execute(sa.text("SELECT 1 FROM corpora WHERE corpus = :c"), {"c": store.corpus}).first() is None:
-            raise _not_found(store.corpus, list(conn.execute(
-                sa.text("SELECT corpus FROM corpora ORDER BY corpus")).scalars()))
-        last = ""
-        while True:
-            rows = conn.execute(sa.text(
-                "SELECT id, content, tier, source, parent_id, ts, metadata FROM entries "
-                "WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n"),
-                {"c": store.corpus, "last": last, "n": batch_size}).all()
-            if not rows:
-                break
-            ids = [r.id for r in rows]
-            outgoing: dict[str, list[dict[str, Any]]] = {}
-            for e in conn.execute(sa.text(
-                    "SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c AND src = ANY(:ids) "
-                    "ORDER BY src, relation, dst"), {"c": store.corpus, "ids": ids}).mappings():
-                outgoing.setdefault(e["src"], []).append(dict(e))
-            for r in rows:
-                mine = outgoing.get(r.id, [])
-                out.write(json.dumps(entry_record(row_to_entry(r), mine), ensure_ascii=False) + "\n")
-                entries += 1
-                edges += len(mine)
-            last = ids[-1]
+    last = ""
+    while page := (yield from entries_after_plan(corpus, last, batch_size)):
+        ids = [e.id for e in page]
+        outgoing: dict[str, list[dict[str, Any]]] = {}
+        rows = yield Statement("SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c "
+                               "AND src = ANY(:ids) ORDER BY src, relation, dst", {"c": corpus, "ids": ids},
+                               _EDGE_FIELDS)
+        for e in rows:
+            outgoing.setdefault(e.src, []).append(dict(zip(_EDGE_FIELDS, e, strict=True)))
+        for entry in page:
+            mine = outgoing.get(entry.id, [])
+            out.write(json.dumps(entry_record(entry, mine), ensure_ascii=False) + "\n")
+            entries += 1
+            edges += len(mine)
+        last = ids[-1]
     return ExportCounts(entries, edges)

@@ -184,16 +184,30 @@ class Session:
     def write_transaction(self, work: Callable[[Connection], _T], *,
                           prepare: Callable[[Connection], None] | None = None) -> _T:
         """Run ``work(conn)`` in one :meth:`transaction`, whole again when PostgreSQL aborted
-        it to break a deadlock (see :func:`retry_on_deadlock`)."""
+        it to break a deadlock (see :func:`retry_on_deadlock`). With read replicas, the
+        clock then advances to the primary's WAL position, read on the write's own
+        connection right after its commit (no second checkout)."""
         def attempt() -> _T:
-            with self.transaction(prepare=prepare) as conn:
-                return work(conn)
-
-        result = retry_on_deadlock(attempt)
-        if self._replicas is not None:
+            # transaction(), with the commit inside the connection's block: the token is read
+            # after it, on the same connection.
             with map_db_errors(self._what), self._engine.connect() as conn:
-                self._clock.advance(current_token(conn))  # after the commit: a read-your-writes token
-        return result
+                _apply_statement_timeout(conn, self.effective_timeout_ms())
+                if prepare is not None:
+                    prepare(conn)
+                with conn.begin():
+                    result = work(conn)
+                if self._replicas is not None:
+                    self._clock.advance(current_token(conn))  # after the commit: a read-your-writes token
+                return result
+
+        return retry_on_deadlock(attempt)
+
+    def executor(self, *, snapshot: bool = False) -> AbstractContextManager[Callable[[Statement], Rows]]:
+        """The statement executor :meth:`run` drives a plan with, for a caller that drives
+        one itself (recording its statements, say): ``with session.executor() as execute:
+        run_plan(plan, execute)``. One connection, checked out at the first statement,
+        and the read path's rules (replicas, retry, timeout, ``snapshot``) as in :meth:`run`."""
+        return self._plan_executor(snapshot=snapshot)
 
     @property
     def read_replicas(self) -> ReadReplicas | None:

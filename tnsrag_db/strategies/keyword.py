@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from collections.abc import Mapping
 
 from tnsrag_db.db import aio
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
-from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of, snapshot
+from tnsrag_db.strategies.explain import BM25Explanation, Explanation, SearchPlan, explanation_of
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["KeywordRAGStrategy"]
@@ -73,15 +73,26 @@ class KeywordRAGStrategy:
         """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
         tf, df, idf and contribution); the ranking and the figures come from one snapshot.
         Errors as :meth:`retrieve`."""
+        return self._keywords.store.run(self._explain_plan(query, context), snapshot=True)
+
+    def _explain_plan(self, query: str, context: RAGContext | None) -> Plan[Explanation]:
         ctx = resolve_context(context)
         text = check_query(query)
-        statement = self._statement(text, ctx)
-        with snapshot(self._keywords.store) as conn:
-            docs = [document_from_row(row, float(row.score))
-                    for row in conn.execute(sa.text(statement.sql), dict(statement.params))]
-            figures = self._keywords.explain_scores(conn, text, {d.metadata["entryId"]: d.score for d in docs})
+        rows = yield self._statement(text, ctx)
+        docs = [document_from_row(row, float(row.score)) for row in rows]
+        figures = yield from bm25_figures_plan(self._keywords, text, {d.metadata["entryId"]: d.score for d in docs})
         return explanation_of(self.name, text, docs, [figures[d.metadata["entryId"]] for d in docs],
                               [bm25_plan(ctx)])
+
+
+def bm25_figures_plan(index: BM25Index, query: str, scores: Mapping[str, float]) -> Plan[dict[str, BM25Explanation]]:
+    """:meth:`BM25Index.explain_scores` as a plan (one statement, none for no scores): run it
+    in the snapshot that ranked, so the figures agree with the scores."""
+    if not scores:
+        return {}
+    sql_text, params = index.term_figures_sql(query, list(scores))
+    rows = yield Statement(sql_text, params)
+    return index.explain_rows(list(rows), scores)
 
 
 def bm25_plan(ctx: RAGContext, stream: str = "keyword") -> SearchPlan:
