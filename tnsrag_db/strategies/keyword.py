@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-
-from tnsrag_db.db import aio
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
@@ -67,12 +64,16 @@ class KeywordRAGStrategy:
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (the same plan and statement)."""
+        from tnsrag_db.db import aio  # SQLAlchemy's asyncio: only for async callers
+
         return await aio.arun(self._keywords.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
         tf, df, idf and contribution); the ranking and the figures come from one snapshot.
         Errors as :meth:`retrieve`."""
+        import sqlalchemy as sa  # explanations run on SQLAlchemy; a plain keyword query does not load it
+
         ctx = resolve_context(context)
         text = check_query(query)
         statement = self._statement(text, ctx)
