@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
-from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of, snapshot
 from tnsrag_db.types import RAGContext, RetrievedDocument
+
+if TYPE_CHECKING:  # explanations (and the SQLAlchemy they run on) load only when one is asked for
+    from tnsrag_db.strategies.explain import Explanation, SearchPlan
 
 __all__ = ["KeywordRAGStrategy"]
 
@@ -72,7 +76,9 @@ class KeywordRAGStrategy:
         """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
         tf, df, idf and contribution); the ranking and the figures come from one snapshot.
         Errors as :meth:`retrieve`."""
-        import sqlalchemy as sa  # explanations run on SQLAlchemy; a plain keyword query does not load it
+        import sqlalchemy as sa
+
+        from tnsrag_db.strategies.explain import explanation_of, snapshot
 
         ctx = resolve_context(context)
         text = check_query(query)
@@ -87,5 +93,7 @@ class KeywordRAGStrategy:
 
 def bm25_plan(ctx: RAGContext, stream: str = "keyword") -> SearchPlan:
     """The plan of a BM25 ranking statement (always the postings; filters joined before top-K)."""
+    from tnsrag_db.strategies.explain import SearchPlan
+
     return SearchPlan(stream, "bm25", bool(ctx.metadata_filters),
                       detail="postings of the query terms, frequent terms pruned where that cannot change the top k")
