@@ -19,22 +19,21 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from functools import lru_cache
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db._validate import is_number
+from tnsrag_db.db.driver import driver_sql  # moved there (no SQLAlchemy); re-exported
 from tnsrag_db.db.driver_errors import map_db_errors
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError, DeadlockError
 
-__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "map_db_errors",
-           "retry_on_deadlock"]
+__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "driver_sql",
+           "map_db_errors", "retry_on_deadlock"]
 
 #: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
 DEADLOCK_RETRIES = 3
@@ -46,14 +45,6 @@ _T = TypeVar("_T")
 #: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
 #: session (absent: the server's or role's default).
 _TIMEOUT_SET = "tnsrag_statement_timeout"
-
-_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
-
-
-@lru_cache(maxsize=512)
-def driver_sql(sql: str) -> str:
-    """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
-    return sa.text(sql).compile(dialect=_DIALECT).string
 
 
 def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from tnsrag_db.db import aio
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
-from tnsrag_db.strategies.explain import BM25Explanation, Explanation, SearchPlan, explanation_of
 from tnsrag_db.types import RAGContext, RetrievedDocument
+
+if TYPE_CHECKING:  # explanations (and the SQLAlchemy they run on) load only when one is asked for
+    from tnsrag_db.strategies.explain import BM25Explanation, Explanation, SearchPlan
 
 __all__ = ["KeywordRAGStrategy"]
 
@@ -67,6 +69,8 @@ class KeywordRAGStrategy:
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (the same plan and statement)."""
+        from tnsrag_db.db import aio  # SQLAlchemy's asyncio: only for async callers
+
         return await aio.arun(self._keywords.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
@@ -76,6 +80,8 @@ class KeywordRAGStrategy:
         return self._keywords.store.run(self._explain_plan(query, context), snapshot=True)
 
     def _explain_plan(self, query: str, context: RAGContext | None) -> Plan[Explanation]:
+        from tnsrag_db.strategies.explain import explanation_of
+
         ctx = resolve_context(context)
         text = check_query(query)
         rows = yield self._statement(text, ctx)
@@ -97,5 +103,7 @@ def bm25_figures_plan(index: BM25Index, query: str, scores: Mapping[str, float])
 
 def bm25_plan(ctx: RAGContext, stream: str = "keyword") -> SearchPlan:
     """The plan of a BM25 ranking statement (always the postings; filters joined before top-K)."""
+    from tnsrag_db.strategies.explain import SearchPlan
+
     return SearchPlan(stream, "bm25", bool(ctx.metadata_filters),
                       detail="postings of the query terms, frequent terms pruned where that cannot change the top k")
