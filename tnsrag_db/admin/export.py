@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
+import numpy as np
 import sqlalchemy as sa
 
 from tnsrag_db._validate import is_int
@@ -20,20 +21,35 @@ from tnsrag_db.types import MemoryEntry
 __all__ = ["entry_record", "export_corpus"]
 
 
-def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
+                 vectors: Iterable[tuple[str, Sequence[float]]] = ()) -> dict[str, Any]:
     """The export record of ``entry`` and its outgoing ``edges`` (dicts with ``dst``,
-    ``relation``, ``weight``, ``source``), as a JSON-able dict."""
-    return {"id": entry.id, "content": entry.content, "tier": entry.tier.name, "source": entry.source,
+    ``relation``, ``weight``, ``source``), as a JSON-able dict; ``vectors`` (pairs of a
+    space's provider name and the entry's vector in it), when any, go to ``"vectors"``."""
+    record = {"id": entry.id, "content": entry.content, "tier": entry.tier.name, "source": entry.source,
             "parentId": entry.parent_id,
             "timestamp": None if entry.timestamp is None else entry.timestamp.isoformat(),
             "metadata": dict(entry.metadata),
             "edges": [{"dst": e["dst"], "relation": e["relation"], "weight": e["weight"], "source": e["source"]}
                       for e in edges]}
+    shown = [{"provider": provider, "vector": list(vector)} for provider, vector in vectors]
+    if shown:
+        record["vectors"] = shown
+    return record
 
 
-def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> ExportCounts:
+def _float32_text(values: Sequence[float]) -> list[float]:
+    """``values`` (float32 values) as the shortest decimals that read back as the same float32s."""
+    return [float(v) for v in np.asarray(values, dtype=np.float32).astype(str)]
+
+
+def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000, vectors: bool = False) -> ExportCounts:
     """Write every entry of the store's corpus, with its outgoing edges, to ``out`` as
     JSONL (see the :mod:`tnsrag_db.admin` docstring), in id order.
+
+    ``vectors=True`` adds each entry's vectors (``"vectors"``: one per embedding space,
+    with the space's provider name), so that restoring the file writes them as they are
+    instead of embedding every text again (the bulk of a restore's time with a real model).
 
     Everything is read in one REPEATABLE READ transaction, so the file is one consistent
     snapshot even while other processes write (an HNSW build started meanwhile waits
@@ -64,9 +80,19 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000) -> Expo
                     "SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c AND src = ANY(:ids) "
                     "ORDER BY src, relation, dst"), {"c": store.corpus, "ids": ids}).mappings():
                 outgoing.setdefault(e["src"], []).append(dict(e))
+            stored: dict[str, list[tuple[str, list[float]]]] = {}
+            if vectors:
+                for v in conn.execute(sa.text(
+                        "SELECT x.entry_id, s.provider, CAST(x.embedding AS real[]) AS vector FROM embeddings x "
+                        "JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id "
+                        # the batch's id range (an index range scan of (corpus, entry_id))
+                        "WHERE x.corpus = :c AND x.entry_id BETWEEN :first AND :last ORDER BY x.entry_id, s.space_id"),
+                        {"c": store.corpus, "first": ids[0], "last": ids[-1]}):
+                    stored.setdefault(v.entry_id, []).append((v.provider, _float32_text(v.vector)))
             for r in rows:
                 mine = outgoing.get(r.id, [])
-                out.write(json.dumps(entry_record(row_to_entry(r), mine), ensure_ascii=False) + "\n")
+                record = entry_record(row_to_entry(r), mine, stored.get(r.id, ()))
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 entries += 1
                 edges += len(mine)
             last = ids[-1]
