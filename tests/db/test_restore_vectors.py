@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -113,21 +114,28 @@ def test_entries_without_an_exported_vector_need_the_space_provider(tmp_path: Pa
                                                                      make_store: Callable[..., Store]) -> None:
     store = make_store()
     dump = tmp_path / "partial.jsonl"
+    vector = base64.b64encode(np.full(4, 0.5, dtype="<f4").tobytes()).decode()
     dump.write_text(json.dumps({"id": "a", "content": "alpha", "vectors": [
-        {"provider": "nowhere-model", "vector": [0.5, 0.5, 0.5, 0.5]}]}) + "\n"
+        {"provider": "nowhere-model", "float32": vector}]}) + "\n"
         + json.dumps({"id": "b", "content": "beta"}) + "\n", encoding="utf-8")
     with pytest.raises(ProviderConfigurationError, match=r"'b'.*nowhere-model|nowhere-model.*'b'"):
         restore_corpus(store, dump)
     assert store.count() == 0  # nothing written
 
 
+_ONE = base64.b64encode(np.float32(1.0).tobytes()).decode()
+
+
 @pytest.mark.parametrize(("vectors", "message"), [
-    ({"provider": "p", "vector": [1.0]}, "'vectors' must be a list"),
-    ([{"provider": "p"}], "exactly 'provider' and 'vector'"),
-    ([{"provider": " ", "vector": [1.0]}], "non-blank string"),
-    ([{"provider": "p", "vector": []}], "non-empty list of finite numbers"),
-    ([{"provider": "p", "vector": [1.0, "x"]}], "non-empty list of finite numbers"),
-    ([{"provider": "p", "vector": [1.0]}, {"provider": "p", "vector": [2.0]}], "a second 1-dimensional"),
+    ({"provider": "p", "float32": _ONE}, "'vectors' must be a list"),
+    ([{"provider": "p"}], "exactly 'provider' and 'float32'"),
+    ([{"provider": " ", "float32": _ONE}], "non-blank string"),
+    ([{"provider": "p", "float32": ""}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": "not base64!"}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": base64.b64encode(b"abc").decode()}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": [1.0]}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": base64.b64encode(np.float32("nan").tobytes()).decode()}], "finite"),
+    ([{"provider": "p", "float32": _ONE}, {"provider": "p", "float32": _ONE}], "a second 1-dimensional"),
 ])
 def test_bad_vectors_name_the_line(tmp_path: Path, vectors: object, message: str) -> None:
     bad = tmp_path / "bad.jsonl"

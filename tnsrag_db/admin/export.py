@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
@@ -25,22 +26,23 @@ def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
                  vectors: Iterable[tuple[str, Sequence[float]]] = ()) -> dict[str, Any]:
     """The export record of ``entry`` and its outgoing ``edges`` (dicts with ``dst``,
     ``relation``, ``weight``, ``source``), as a JSON-able dict; ``vectors`` (pairs of a
-    space's provider name and the entry's vector in it), when any, go to ``"vectors"``."""
+    space's provider name and the entry's vector in it), when any, go to ``"vectors"``
+    as ``{"provider": name, "float32": base64 of the little-endian float32 values}``
+    (exact, and a quarter of the size of decimals)."""
     record = {"id": entry.id, "content": entry.content, "tier": entry.tier.name, "source": entry.source,
             "parentId": entry.parent_id,
             "timestamp": None if entry.timestamp is None else entry.timestamp.isoformat(),
             "metadata": dict(entry.metadata),
             "edges": [{"dst": e["dst"], "relation": e["relation"], "weight": e["weight"], "source": e["source"]}
                       for e in edges]}
-    shown = [{"provider": provider, "vector": list(vector)} for provider, vector in vectors]
+    shown = [{"provider": provider, "float32": _float32_base64(vector)} for provider, vector in vectors]
     if shown:
         record["vectors"] = shown
     return record
 
 
-def _float32_text(values: Sequence[float]) -> list[float]:
-    """``values`` (float32 values) as the shortest decimals that read back as the same float32s."""
-    return [float(v) for v in np.asarray(values, dtype=np.float32).astype(str)]
+def _float32_base64(values: Sequence[float]) -> str:
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
 
 
 def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000, vectors: bool = False) -> ExportCounts:
@@ -88,7 +90,7 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000, vectors
                         # the batch's id range (an index range scan of (corpus, entry_id))
                         "WHERE x.corpus = :c AND x.entry_id BETWEEN :first AND :last ORDER BY x.entry_id, s.space_id"),
                         {"c": store.corpus, "first": ids[0], "last": ids[-1]}):
-                    stored.setdefault(v.entry_id, []).append((v.provider, _float32_text(v.vector)))
+                    stored.setdefault(v.entry_id, []).append((v.provider, v.vector))
             for r in rows:
                 mine = outgoing.get(r.id, [])
                 record = entry_record(row_to_entry(r), mine, stored.get(r.id, ()))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tnsrag_db.chunking import Chunker
 from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.loaders.base import MAX_FILE_BYTES, SkippedFile, _Skip
+from tnsrag_db.loaders.base import MAX_FILE_BYTES, MAX_JSONL_BYTES, SkippedFile, _Skip
 from tnsrag_db.loaders.code import _code
 from tnsrag_db.loaders.encodings import _decode_text
 from tnsrag_db.loaders.formats import _language, file_format
@@ -56,8 +56,9 @@ class FileLoader:
       ``id`` (default ``path#line``), ``tier``, ``source`` (default the path; ``null``
       means none), ``parentId``, ``timestamp`` (ISO-8601 with a zone), ``metadata`` (str to
       str), ``edges`` (outgoing: ``[{"dst", "relation", "weight", "source"}]``, returned
-      by :attr:`edges`) and ``vectors`` (``[{"provider", "vector"}]``, returned by
+      by :attr:`edges`) and ``vectors`` (``[{"provider", "float32"}]``, returned by
       :attr:`vectors`): the export format of ``tnsrag export``, read back exactly.
+      JSONL files may be up to 1 GiB (:data:`MAX_JSONL_BYTES`), other files 64 MiB.
 
     ``chunker`` sizes the chunks (default: :class:`~tnsrag_db.chunking.Chunker` of 1,000
     characters). ``encoding`` forces one text encoding instead of detecting it. Files that
@@ -174,21 +175,22 @@ class FileLoader:
 
     # -- reading ------------------------------------------------------------------
     def _read(self, path: Path, rel: str, fmt: str) -> Iterator[MemoryEntry]:
+        limit = MAX_JSONL_BYTES if fmt == "jsonl" else MAX_FILE_BYTES
         try:
             size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                raise _Skip(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+            if size > limit:
+                raise _Skip(f"larger than {limit // (1024 * 1024)} MiB")
             data = path.read_bytes()
         except OSError as exc:
             raise _Skip(f"unreadable ({exc.strerror or exc})") from None
         if path.name.lower().endswith(".gz"):
             try:
                 with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
-                    data = unzipped.read(MAX_FILE_BYTES + 1)
+                    data = unzipped.read(limit + 1)
             except (OSError, EOFError) as exc:
                 raise _Skip(f"not a readable gzip file ({exc})") from None
-            if len(data) > MAX_FILE_BYTES:
-                raise _Skip(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB uncompressed")
+            if len(data) > limit:
+                raise _Skip(f"larger than {limit // (1024 * 1024)} MiB uncompressed")
         if not data.strip():
             raise _Skip("empty")
         if fmt == "pdf":

@@ -41,8 +41,8 @@ def _html(rel: str, text: str, chunker: Chunker, tier: MemoryTier) -> Iterator[M
     for node in root.css(_HTML_BLOCKS):
         node.insert_after("\n\n")
     for node in root.css(_HEADINGS):
-        level = (node.tag or "h1")[1]
-        node.insert_before(f"\n\n{_MARK}{level}{_MARK}")
+        digit = (node.tag or "h1")[1]
+        node.insert_before(f"\n\n{_MARK}{digit}{_MARK}")
         node.insert_after(_MARK)
     # split: [text before the first heading, level, heading, text after it, level, ...]
     pieces = _MARKED.split(root.text(separator=""))

@@ -3,8 +3,9 @@ exactly, with the outgoing edges and the vectors each record carries."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -66,25 +67,32 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
 
 
 def _record_vectors(raw: object) -> dict[tuple[str, int], npt.NDArray[np.float32]]:
+    """The ``"vectors"`` of a record: ``[{"provider": name, "float32": base64 of the
+    little-endian float32 values}]`` (what ``tnsrag export --vectors`` writes)."""
     if raw is None:
         return {}
     if not isinstance(raw, list):
         raise InvalidEntryError(f"'vectors' must be a list of objects, got {type(raw).__name__}")
     out: dict[tuple[str, int], npt.NDArray[np.float32]] = {}
     for n, item in enumerate(raw):
-        if not isinstance(item, dict) or set(item) != {"provider", "vector"}:
-            raise InvalidEntryError(f"vector {n} must be an object with exactly 'provider' and 'vector'")
-        provider, values = item["provider"], item["vector"]
+        if not isinstance(item, dict) or set(item) != {"provider", "float32"}:
+            raise InvalidEntryError(f"vector {n} must be an object with exactly 'provider' and 'float32'")
+        provider, encoded = item["provider"], item["float32"]
         if not isinstance(provider, str) or not provider.strip():
             raise InvalidEntryError(f"vector {n}: 'provider' must be a non-blank string, got {provider!r}")
-        if (not isinstance(values, list) or not values
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                           for v in values)):
-            raise InvalidEntryError(f"vector {n} ({provider}): 'vector' must be a non-empty list of finite numbers")
-        space = (provider, len(values))
+        try:
+            data = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else b""
+        except (ValueError, binascii.Error):
+            data = b""
+        if not data or len(data) % 4:
+            raise InvalidEntryError(f"vector {n} ({provider}): 'float32' must be the base64 of float32 values")
+        vector = np.frombuffer(data, dtype="<f4").astype(np.float32)
+        if not np.isfinite(vector).all():
+            raise InvalidEntryError(f"vector {n} ({provider}): the values must be finite")
+        space = (provider, len(vector))
         if space in out:
-            raise InvalidEntryError(f"vector {n}: a second {len(values)}-dimensional vector of {provider!r}")
-        out[space] = np.asarray(values, dtype=np.float32)
+            raise InvalidEntryError(f"vector {n}: a second {len(vector)}-dimensional vector of {provider!r}")
+        out[space] = vector
     return out
 
 
