@@ -143,10 +143,11 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
            strict: bool, batch_size: int, embedding: str | None, quiet: bool, as_json: bool) -> None:
     """Ingest a document tree (or files, or globs) into a corpus.
 
-    Reads Markdown (one entry per heading section, each the child of its enclosing
-    section), text and reST, HTML (main text, title), PDF (per page), source code (by
-    suffix, with a "language") and JSONL (one entry per line); .gz files by the name
-    inside. Text encodings are detected. Binary, empty and unknown files are skipped and
+    Reads Markdown and HTML (one entry per heading section, each the child of its
+    enclosing section; HTML with its title), text and reST, PDF (per page), source code
+    (by suffix, with a "language") and JSONL (one entry per line: a tnsrag export is
+    restored exactly, with its vectors when exported with --vectors, then nothing is
+    embedded); .gz files by the name inside. Text encodings are detected. Binary, empty and unknown files are skipped and
     listed with the reason (--strict makes any skip an error).
 
     Ids are paths relative to each PATH given plus "#n" (docs/ gives
