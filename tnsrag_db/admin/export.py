@@ -8,7 +8,6 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
-import numpy as np
 import sqlalchemy as sa
 
 from tnsrag_db._validate import is_int
@@ -42,6 +41,8 @@ def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
 
 
 def _float32_base64(values: Sequence[float]) -> str:
+    import numpy as np  # not at import time: the lean CLI paths import tnsrag_db.admin
+
     return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
 
 

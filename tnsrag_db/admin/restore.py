@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 import sqlalchemy as sa
 
 from tnsrag_db.admin.reports import RestoreCounts
@@ -24,9 +22,13 @@ from tnsrag_db.errors import ProviderConfigurationError
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import MemoryEntry
 
+if TYPE_CHECKING:  # numpy is imported where vectors are handled: the lean CLI paths import this package
+    import numpy as np
+    import numpy.typing as npt
+
 __all__ = ["ExportedVectors", "restore_corpus", "restore_providers"]
 
-SpaceVectors = dict[tuple[str, int], dict[str, npt.NDArray[np.float32]]]
+SpaceVectors = dict[tuple[str, int], dict[str, "npt.NDArray[np.float32]"]]
 
 
 class ExportedVectors:
@@ -56,6 +58,8 @@ class ExportedVectors:
 
     def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """The exported vector of each text; the fallback's for texts without one."""
+        import numpy as np
+
         rows: list[Any] = [self._by_text.get(t) for t in texts]
         missing = [i for i, row in enumerate(rows) if row is None]
         if missing:

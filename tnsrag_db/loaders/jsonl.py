@@ -9,18 +9,18 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-
 from tnsrag_db.errors import InvalidEntryError
 from tnsrag_db.types import MemoryEntry, MemoryTier, parse_instant
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from tnsrag_db.indexes.graph import Edge
 
 
 #: Vectors of JSONL records by embedding space (provider name, dimension), then entry id.
-SpaceVectors = dict[tuple[str, int], dict[str, npt.NDArray[np.float32]]]
+SpaceVectors = dict[tuple[str, int], dict[str, "npt.NDArray[np.float32]"]]
 
 
 def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
@@ -71,6 +71,9 @@ def _record_vectors(raw: object) -> dict[tuple[str, int], npt.NDArray[np.float32
     little-endian float32 values}]`` (what ``tnsrag export --vectors`` writes)."""
     if raw is None:
         return {}
+    import numpy as np  # only for records with vectors
+
+
     if not isinstance(raw, list):
         raise InvalidEntryError(f"'vectors' must be a list of objects, got {type(raw).__name__}")
     out: dict[tuple[str, int], npt.NDArray[np.float32]] = {}
