@@ -16,12 +16,14 @@ Every driver error leaves it through :func:`map_db_errors` as a typed
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import Connection, Engine
@@ -54,6 +56,60 @@ _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 def driver_sql(sql: str) -> str:
     """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
     return sa.text(sql).compile(dialect=_DIALECT).string
+
+
+#: SQLAlchemy's statement execution events: while any of them has a listener on a
+#: connection (or its engine, or all engines), :meth:`Session.run` sends its statements
+#: through SQLAlchemy so the listeners (tracing, statement counters) see them.
+_EXECUTION_EVENTS = ("before_execute", "after_execute", "before_cursor_execute", "after_cursor_execute")
+
+
+def _watched(conn: Connection) -> bool:
+    """Whether SQLAlchemy execution events have a listener on ``conn`` (its engine's and
+    the class-wide ones included)."""
+    dispatch = conn.dispatch
+    return any(getattr(dispatch, name) for name in _EXECUTION_EVENTS)
+
+
+@lru_cache(maxsize=512)
+def _row_class(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
+    """A tuple class with attribute access by column name (duplicate or invalid names
+    renamed ``_<position>``, as :func:`collections.namedtuple` does)."""
+    row: Any = namedtuple("Row", names, rename=True)  # type: ignore[misc]
+    make: Callable[[Sequence[Any]], Any] = row._make
+    return make
+
+
+def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], Any]:
+    """psycopg row factory of the driver lane: rows as :func:`_row_class` tuples (what the
+    plans read of SQLAlchemy's ``Row``: indexing, unpacking, attributes by column name)."""
+    result = cursor.pgresult
+    if result is None or not result.nfields:
+        return tuple
+    encoding = cursor.connection.info.encoding
+    return _row_class(tuple((result.fname(i) or b"").decode(encoding) for i in range(result.nfields)))
+
+
+def _send_on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> Rows:
+    """Run driver SQL ``sql`` on ``conn``'s psycopg connection and return its rows: what
+    ``conn.exec_driver_sql(sql, params).all()`` does without SQLAlchemy's execution
+    context and result objects. A failure goes through SQLAlchemy's own error handling
+    (wrapped as ``sqlalchemy.exc.DBAPIError``, disconnects detected and the pool
+    invalidated, ``handle_error`` events), exactly as if SQLAlchemy had run it."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    cursor = driver.cursor(row_factory=_row_factory)
+    try:
+        cursor.execute(sql, params)
+        rows: Rows = cursor.fetchall()
+        return rows
+    except BaseException as exc:
+        if isinstance(exc, psycopg.Error) or not isinstance(exc, Exception):
+            # Driver errors and interruptions (KeyboardInterrupt, cancellation): as SQLAlchemy.
+            conn._handle_dbapi_exception(exc, sql, params, cursor, None)
+        raise
+    finally:
+        cursor.close()
 
 
 def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
@@ -266,8 +322,11 @@ class Session:
 
         The search paths' fast lane: autocommit (no BEGIN/COMMIT round trips; a
         ``set_config(..., true)`` inside a statement lasts for that statement), each
-        statement compiled once per distinct text, then run as driver SQL (SQLAlchemy's
-        engine events still see it, so tracing instrumentation keeps working). With
+        statement compiled once per distinct text, then run as driver SQL straight on the
+        pooled psycopg connection (no SQLAlchemy execution context or result objects; rows
+        are named tuples). While SQLAlchemy execution events have listeners (tracing
+        instrumentation, statement counters), statements run through SQLAlchemy instead, so
+        the listeners see every one. Either way errors are SQLAlchemy's. With
         ``snapshot=True`` every statement runs in one read-only REPEATABLE READ
         transaction instead, so all of them see the same committed data (explanations).
         The connection is checked out at the plan's first statement. Driver errors become
@@ -303,7 +362,10 @@ class Session:
             return conn
 
         def send(conn: Connection, statement: Statement) -> Rows:
-            return conn.exec_driver_sql(driver_sql(statement.sql), dict(statement.params)).all()
+            sql, params = driver_sql(statement.sql), dict(statement.params)
+            if _watched(conn):
+                return conn.exec_driver_sql(sql, params).all()
+            return _send_on_driver(conn, sql, params)
 
         def execute(statement: Statement) -> Rows:
             with map_db_errors(self._what):
