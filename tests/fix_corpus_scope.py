@@ -20,6 +20,7 @@ tables be distributed by ``corpus`` (Citus) with every query routed to one shard
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from sqlalchemy.pool import Pool
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
+from tnsrag_db.db import session
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")
@@ -80,6 +82,25 @@ class _RecordingAsyncCursor(psycopg.AsyncCursor[Any]):
         await super().executemany(query, params_seq, **kwargs)
 
 
+_NUMBERED = re.compile(r"\$(\d+)")
+
+
+def pyformat(statement: str, values: Any) -> tuple[str, dict[str, object]]:
+    """A statement with PostgreSQL's ``$n`` parameters (the driver read lane's) in the
+    ``%(p<n>)s`` form the checker reads, with its values by those names."""
+    named = {f"p{i}": v for i, v in enumerate(values or (), 1)}
+    return _NUMBERED.sub(lambda m: f"%(p{m.group(1)})s", statement), named
+
+
+class _RecordingRawCursor(psycopg.RawCursor[Any]):
+    """The driver read lane's cursor (see ``tnsrag_db.db.session._DRIVER_CURSOR``), recording."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if isinstance(query, str):
+            _record(*pyformat(query, params))
+        return super().execute(query, params, **kwargs)
+
+
 def _on_connect(dbapi_connection: Any, record: Any) -> None:
     driver = getattr(dbapi_connection, "_connection", dbapi_connection)  # SQLAlchemy's asyncio adapter
     if isinstance(driver, psycopg.AsyncConnection):
@@ -91,6 +112,7 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TNSRAG_CORPUS_SCOPE", "on") != "off":
         event.listen(Pool, "connect", _on_connect)
+        session._DRIVER_CURSOR = _RecordingRawCursor
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

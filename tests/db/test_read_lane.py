@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests import fix_corpus_scope
-from tnsrag_db.db.session import driver_sql
+from tnsrag_db.db.session import _native_sql, driver_sql
 from tnsrag_db.errors import DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import MemoryEntry, MemoryTier
@@ -117,6 +117,19 @@ def _statement(sql: str) -> Any:
 def test_the_corpus_scope_plugin_sees_the_driver_lane(filled: Store) -> None:
     sql = "SELECT id FROM entries WHERE corpus = :c AND id = :i /* read lane probe */"
     filled.session.read(sql, {"c": filled.corpus, "i": "a"})
-    where, params = fix_corpus_scope._SEEN[driver_sql(sql)]
+    text, names = _native_sql(sql)
+    key, named = fix_corpus_scope.pyformat(text, [{"c": filled.corpus, "i": "a"}[n] for n in names])
+    where, params = fix_corpus_scope._SEEN[key]
     assert f"{os.sep}tnsrag_db{os.sep}" in where  # sent by library code
-    assert params == {"c": filled.corpus, "i": "a"}
+    assert sorted(map(repr, params.values())) == sorted(map(repr, named.values())) and len(params) == 2
+
+
+def test_percent_signs_and_repeated_parameters(filled: Store) -> None:
+    rows = filled.session.read("SELECT id, :c = :c AS same, 'a%' AS pct FROM entries WHERE corpus = :c "
+                               "AND content LIKE 'al%' AND id = ANY(:ids)", {"c": filled.corpus, "ids": ["a", "b"]})
+    assert [(r.id, r.same, r.pct) for r in rows] == [("a", True, "a%")]
+
+
+def test_a_missing_parameter_is_a_database_error(filled: Store) -> None:
+    with pytest.raises(DatabaseError):
+        filled.session.read("SELECT id FROM entries WHERE corpus = :c AND id = :missing", {"c": filled.corpus})

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 import sqlalchemy as sa
@@ -50,6 +50,8 @@ _T = TypeVar("_T")
 _TIMEOUT_SET = "tnsrag_statement_timeout"
 
 _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
+#: The same dialect rendering PostgreSQL's own ``$n`` parameters (for the driver lane).
+_NATIVE_DIALECT = psycopg_dialect.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 
 
 @lru_cache(maxsize=512)
@@ -90,26 +92,47 @@ def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], Any]:
     return _row_class(tuple((result.fname(i) or b"").decode(encoding) for i in range(result.nfields)))
 
 
+#: The driver lane's cursor class (``$n`` parameters, no query parsing); the test suite's
+#: corpus-scope plugin substitutes a subclass that records the statements.
+_DRIVER_CURSOR: type[psycopg.RawCursor[Any]] = psycopg.RawCursor
+
+
 def _send_on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> Rows:
-    """Run driver SQL ``sql`` on ``conn``'s psycopg connection and return its rows: what
-    ``conn.exec_driver_sql(sql, params).all()`` does without SQLAlchemy's execution
-    context and result objects. A failure goes through SQLAlchemy's own error handling
-    (wrapped as ``sqlalchemy.exc.DBAPIError``, disconnects detected and the pool
-    invalidated, ``handle_error`` events), exactly as if SQLAlchemy had run it."""
+    """Run ``sql`` (``:name`` parameters) on ``conn``'s psycopg connection and return its
+    rows: what ``conn.exec_driver_sql(driver_sql(sql), params).all()`` does, without
+    SQLAlchemy's execution context and result objects and without psycopg parsing the
+    query. A failure goes through SQLAlchemy's own error handling (wrapped as
+    ``sqlalchemy.exc.DBAPIError``, disconnects detected and the pool invalidated,
+    ``handle_error`` events), exactly as if SQLAlchemy had run it."""
+    text, names = _native_sql(sql)
+    try:
+        values: tuple[Any, ...] | dict[str, Any] = tuple(params[name] for name in names)
+    except KeyError:  # a missing parameter: let psycopg name it, as it would through SQLAlchemy
+        text, values = driver_sql(sql), params
     driver = conn.connection.driver_connection
     assert driver is not None
-    cursor = driver.cursor(row_factory=_row_factory)
+    cursor = (_DRIVER_CURSOR if isinstance(values, tuple) else psycopg.Cursor)(driver, row_factory=_row_factory)
     try:
-        cursor.execute(sql, params)
+        cursor.execute(text, values)
         rows: Rows = cursor.fetchall()
         return rows
     except BaseException as exc:
         if isinstance(exc, psycopg.Error) or not isinstance(exc, Exception):
             # Driver errors and interruptions (KeyboardInterrupt, cancellation): as SQLAlchemy.
-            conn._handle_dbapi_exception(exc, sql, params, cursor, None)
+            # Reported with the statement and parameters SQLAlchemy would have sent.
+            conn._handle_dbapi_exception(exc, driver_sql(sql), params, cast(Any, cursor), None)
         raise
     finally:
         cursor.close()
+
+
+@lru_cache(maxsize=512)
+def _native_sql(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``sql`` with ``:name`` parameters as PostgreSQL's own ``$1, $2, ...`` (one number per
+    name) and the names in number order: what the driver lane sends, so psycopg parses no
+    query text (it re-parses a ``%(name)s`` statement longer than 4 kB at every execution)."""
+    compiled = sa.text(sql).compile(dialect=_NATIVE_DIALECT)
+    return compiled.string, tuple(compiled.positiontup or ())
 
 
 def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
@@ -362,10 +385,10 @@ class Session:
             return conn
 
         def send(conn: Connection, statement: Statement) -> Rows:
-            sql, params = driver_sql(statement.sql), dict(statement.params)
+            params = dict(statement.params)
             if _watched(conn):
-                return conn.exec_driver_sql(sql, params).all()
-            return _send_on_driver(conn, sql, params)
+                return conn.exec_driver_sql(driver_sql(statement.sql), params).all()
+            return _send_on_driver(conn, statement.sql, params)
 
         def execute(statement: Statement) -> Rows:
             with map_db_errors(self._what):
