@@ -34,7 +34,7 @@ from sqlalchemy.pool import Pool
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
-from tnsrag_db.db import session
+from tnsrag_db.db import driver_lane
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")
@@ -93,7 +93,7 @@ def pyformat(statement: str, values: Any) -> tuple[str, dict[str, object]]:
 
 
 class _RecordingRawCursor(psycopg.RawCursor[Any]):
-    """The driver read lane's cursor (see ``tnsrag_db.db.session._DRIVER_CURSOR``), recording."""
+    """The driver read lane's cursor (see ``tnsrag_db.db.driver_lane.DRIVER_CURSOR``), recording."""
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
         if isinstance(query, str):
@@ -112,7 +112,7 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TNSRAG_CORPUS_SCOPE", "on") != "off":
         event.listen(Pool, "connect", _on_connect)
-        session._DRIVER_CURSOR = _RecordingRawCursor
+        driver_lane.DRIVER_CURSOR = _RecordingRawCursor
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

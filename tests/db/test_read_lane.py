@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests import fix_corpus_scope
-from tnsrag_db.db.session import _native_sql, driver_sql
+from tnsrag_db.db.driver_lane import native_sql
+from tnsrag_db.db.session import driver_sql
 from tnsrag_db.errors import DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import MemoryEntry, MemoryTier
@@ -117,7 +118,7 @@ def _statement(sql: str) -> Any:
 def test_the_corpus_scope_plugin_sees_the_driver_lane(filled: Store) -> None:
     sql = "SELECT id FROM entries WHERE corpus = :c AND id = :i /* read lane probe */"
     filled.session.read(sql, {"c": filled.corpus, "i": "a"})
-    text, names = _native_sql(sql)
+    text, names = native_sql(sql)
     key, named = fix_corpus_scope.pyformat(text, [{"c": filled.corpus, "i": "a"}[n] for n in names])
     where, params = fix_corpus_scope._SEEN[key]
     assert f"{os.sep}tnsrag_db{os.sep}" in where  # sent by library code

@@ -16,20 +16,19 @@ Every driver error leaves it through :func:`map_db_errors` as a typed
 from __future__ import annotations
 
 import time
-from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db._validate import is_number
 from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.driver_lane import send_on_driver, watched
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
@@ -50,89 +49,12 @@ _T = TypeVar("_T")
 _TIMEOUT_SET = "tnsrag_statement_timeout"
 
 _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
-#: The same dialect rendering PostgreSQL's own ``$n`` parameters (for the driver lane).
-_NATIVE_DIALECT = psycopg_dialect.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 
 
 @lru_cache(maxsize=512)
 def driver_sql(sql: str) -> str:
     """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
     return sa.text(sql).compile(dialect=_DIALECT).string
-
-
-#: SQLAlchemy's statement execution events: while any of them has a listener on a
-#: connection (or its engine, or all engines), :meth:`Session.run` sends its statements
-#: through SQLAlchemy so the listeners (tracing, statement counters) see them.
-_EXECUTION_EVENTS = ("before_execute", "after_execute", "before_cursor_execute", "after_cursor_execute")
-
-
-def _watched(conn: Connection) -> bool:
-    """Whether SQLAlchemy execution events have a listener on ``conn`` (its engine's and
-    the class-wide ones included)."""
-    dispatch = conn.dispatch
-    return any(getattr(dispatch, name) for name in _EXECUTION_EVENTS)
-
-
-@lru_cache(maxsize=512)
-def _row_class(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
-    """A tuple class with attribute access by column name (duplicate or invalid names
-    renamed ``_<position>``, as :func:`collections.namedtuple` does)."""
-    row: Any = namedtuple("Row", names, rename=True)  # type: ignore[misc]
-    make: Callable[[Sequence[Any]], Any] = row._make
-    return make
-
-
-def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], Any]:
-    """psycopg row factory of the driver lane: rows as :func:`_row_class` tuples (what the
-    plans read of SQLAlchemy's ``Row``: indexing, unpacking, attributes by column name)."""
-    result = cursor.pgresult
-    if result is None or not result.nfields:
-        return tuple
-    encoding = cursor.connection.info.encoding
-    return _row_class(tuple((result.fname(i) or b"").decode(encoding) for i in range(result.nfields)))
-
-
-#: The driver lane's cursor class (``$n`` parameters, no query parsing); the test suite's
-#: corpus-scope plugin substitutes a subclass that records the statements.
-_DRIVER_CURSOR: type[psycopg.RawCursor[Any]] = psycopg.RawCursor
-
-
-def _send_on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> Rows:
-    """Run ``sql`` (``:name`` parameters) on ``conn``'s psycopg connection and return its
-    rows: what ``conn.exec_driver_sql(driver_sql(sql), params).all()`` does, without
-    SQLAlchemy's execution context and result objects and without psycopg parsing the
-    query. A failure goes through SQLAlchemy's own error handling (wrapped as
-    ``sqlalchemy.exc.DBAPIError``, disconnects detected and the pool invalidated,
-    ``handle_error`` events), exactly as if SQLAlchemy had run it."""
-    text, names = _native_sql(sql)
-    try:
-        values: tuple[Any, ...] | dict[str, Any] = tuple(params[name] for name in names)
-    except KeyError:  # a missing parameter: let psycopg name it, as it would through SQLAlchemy
-        text, values = driver_sql(sql), params
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    cursor = (_DRIVER_CURSOR if isinstance(values, tuple) else psycopg.Cursor)(driver, row_factory=_row_factory)
-    try:
-        cursor.execute(text, values)
-        rows: Rows = cursor.fetchall()
-        return rows
-    except BaseException as exc:
-        if isinstance(exc, psycopg.Error) or not isinstance(exc, Exception):
-            # Driver errors and interruptions (KeyboardInterrupt, cancellation): as SQLAlchemy.
-            # Reported with the statement and parameters SQLAlchemy would have sent.
-            conn._handle_dbapi_exception(exc, driver_sql(sql), params, cast(Any, cursor), None)
-        raise
-    finally:
-        cursor.close()
-
-
-@lru_cache(maxsize=512)
-def _native_sql(sql: str) -> tuple[str, tuple[str, ...]]:
-    """``sql`` with ``:name`` parameters as PostgreSQL's own ``$1, $2, ...`` (one number per
-    name) and the names in number order: what the driver lane sends, so psycopg parses no
-    query text (it re-parses a ``%(name)s`` statement longer than 4 kB at every execution)."""
-    compiled = sa.text(sql).compile(dialect=_NATIVE_DIALECT)
-    return compiled.string, tuple(compiled.positiontup or ())
 
 
 def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
@@ -386,9 +308,9 @@ class Session:
 
         def send(conn: Connection, statement: Statement) -> Rows:
             params = dict(statement.params)
-            if _watched(conn):
+            if watched(conn):
                 return conn.exec_driver_sql(driver_sql(statement.sql), params).all()
-            return _send_on_driver(conn, statement.sql, params)
+            return send_on_driver(conn, statement.sql, params, driver_sql)
 
         def execute(statement: Statement) -> Rows:
             with map_db_errors(self._what):
