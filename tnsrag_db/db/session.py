@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db._validate import is_number
 from tnsrag_db.db.driver import driver_sql  # moved there (no SQLAlchemy); re-exported
-from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.driver_errors import map_db_errors, sqlstate_of
 from tnsrag_db.db.driver_lane import send_on_driver, watched
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
@@ -74,12 +74,25 @@ def check_timeout(seconds: object, what: str = "statement_timeout") -> int | Non
     return max(1, round(float(seconds) * 1000))  # type: ignore[arg-type]
 
 
+#: Attempts at changing a session's statement_timeout that the previous one cancels.
+_TIMEOUT_SET_ATTEMPTS = 5
+
+
 def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
     """Give ``conn``'s session ``statement_timeout`` ``ms`` (None: the server's default),
     outside any transaction; a no-op when the session has it already (no round trip)."""
     if conn.info.get(_TIMEOUT_SET) == ms:
         return
-    conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+    for attempt in range(_TIMEOUT_SET_ATTEMPTS):
+        try:
+            conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+            break
+        except sa.exc.DBAPIError as exc:
+            # The SET itself runs under the session's previous timeout: a very short one (a
+            # Store.timeout block's) can cancel it on a busy server. Nothing changed; again.
+            if sqlstate_of(exc) != "57014" or attempt == _TIMEOUT_SET_ATTEMPTS - 1:
+                raise
+            conn.rollback()
     if conn.in_transaction():
         conn.commit()
     if ms is None:
