@@ -24,8 +24,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from tnsrag_db._validate import is_number
-from tnsrag_db.db.driver import driver_sql  # moved there (no SQLAlchemy); re-exported
+from tnsrag_db.db.driver import check_timeout, driver_sql  # there (no SQLAlchemy); re-exported
 from tnsrag_db.db.driver_errors import map_db_errors, sqlstate_of
 from tnsrag_db.db.driver_lane import send_on_driver, watched
 from tnsrag_db.db.engine import validate_schema_name
@@ -62,16 +61,6 @@ def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRI
             if attempt >= retries:
                 raise
             attempt += 1
-
-
-def check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
-    """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
-    if seconds is None:
-        return None
-    if not is_number(seconds) or not 0 < seconds < 86_400 * 24:  # type: ignore[operator]
-        raise ConfigurationError(f"{what} must be None or a positive number of seconds (under 24 days), "
-                                 f"got {seconds!r}")
-    return max(1, round(float(seconds) * 1000))  # type: ignore[arg-type]
 
 
 #: Attempts at changing a session's statement_timeout that the previous one cancels.
