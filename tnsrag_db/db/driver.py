@@ -39,8 +39,8 @@ from tnsrag_db.db.driver_errors import map_db_errors
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError
 
-__all__ = ["DriverStore", "ReadStore", "StatementListener", "add_statement_listener", "driver_sql", "libpq_url",
-           "remove_statement_listener", "shipped_head"]
+__all__ = ["DriverStore", "ReadStore", "StatementListener", "add_statement_listener", "check_timeout", "driver_sql",
+           "libpq_url", "migrations_dir", "remove_statement_listener", "shipped_head", "validate_schema_name"]
 
 _T = TypeVar("_T")
 
@@ -115,11 +115,10 @@ def libpq_url(url: str) -> str | None:
     return f"postgresql://{rest}"
 
 
-# The schema-name rule of tnsrag_db.db.engine.validate_schema_name, and the head revision
-# and migrations folder that tnsrag_db.db.migrate re-exports: here, because this module
-# imports neither SQLAlchemy nor alembic; so is the timeout check that tnsrag_db.db.session
-# re-exports.
-SCHEMA_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# The schema-name rule, the timeout check, the migrations folder and the head revision live
+# here, since this module imports neither SQLAlchemy nor alembic (the CLI's fast path needs
+# them); tnsrag_db.db.engine, .session and .migrate re-export them.
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", re.M)
 _DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
 
@@ -154,6 +153,19 @@ def shipped_head() -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
+def validate_schema_name(schema: str) -> str:
+    """Return ``schema`` if it is a plain lower-case identifier (``[a-z_][a-z0-9_]*``, ≤ 63 chars).
+
+    Raises :class:`ConfigurationError` otherwise. Only such names are accepted, so the
+    schema can be quoted safely wherever PostgreSQL needs an identifier.
+    """
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ConfigurationError(
+            f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}"
+        )
+    return schema
+
+
 def check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
     """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
     if seconds is None:
@@ -179,9 +191,7 @@ class DriverStore:
 
     def __init__(self, conninfo: str, *, corpus: str, schema: str, max_query_terms: int,
                  statement_timeout: float | None = None) -> None:
-        if not isinstance(schema, str) or not SCHEMA_NAME_RE.match(schema):
-            raise ConfigurationError(
-                f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}")
+        validate_schema_name(schema)
         self._timeout_ms = check_timeout(statement_timeout)
         self._conninfo = conninfo
         self._corpus = corpus
