@@ -134,3 +134,64 @@ def test_percent_signs_and_repeated_parameters(filled: Store) -> None:
 def test_a_missing_parameter_is_a_database_error(filled: Store) -> None:
     with pytest.raises(DatabaseError):
         filled.session.read("SELECT id FROM entries WHERE corpus = :c AND id = :missing", {"c": filled.corpus})
+
+
+def _one_connection(store: Store) -> Store:
+    from tests.fix_db import SCHEMA
+    from tnsrag_db.store.engine import create_engine
+
+    engine = create_engine(store.engine.url, schema=SCHEMA, pool_size=1, max_overflow=0)
+    return Store(engine, corpus=store.corpus, schema=SCHEMA, owns_engine=True)
+
+
+def _in_one_transaction(store: Store) -> bool:
+    """Whether two statements of ``session.transaction()`` share one transaction (its
+    ``now()``): the pooled connection came back out of autocommit."""
+    import time
+
+    with store.session.transaction() as conn:
+        first = conn.exec_driver_sql("SELECT now()").scalar_one()
+        time.sleep(0.01)
+        return bool(conn.execute(sa.text("SELECT now() = :t"), {"t": first}).scalar_one())
+
+
+def test_reads_hand_the_connection_back_for_transactions(filled: Store) -> None:
+    # One pooled connection: every read and every transaction below share it.
+    one = _one_connection(filled)
+    try:
+        assert one.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": one.corpus})[0].n == 2
+        assert _in_one_transaction(one)
+        with pytest.raises(DatabaseError):  # a failed read, then a transaction again
+            one.read("SELECT no_such_column FROM entries WHERE corpus = :c", {"c": one.corpus})
+        assert _in_one_transaction(one)
+        with one.session.timeout(0.05), pytest.raises(StatementTimeoutError):
+            one.read("SELECT pg_sleep(2)", {})
+        assert _in_one_transaction(one)
+        # Reads in autocommit: each statement its own transaction (no open snapshot between them).
+        assert one.read("SELECT current_setting('transaction_isolation') AS i, "
+                        "txid_current_if_assigned() IS NULL AS none", {})[0].none
+        assert one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    finally:
+        one.close()
+
+
+def test_an_interrupted_read_discards_its_connection(filled: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tnsrag_db.db import driver_lane
+
+    one = _one_connection(filled)
+    try:
+        pid = one.read("SELECT pg_backend_pid() AS pid", {})[0].pid
+
+        class Interrupted(driver_lane.DRIVER_CURSOR):  # type: ignore[misc,valid-type]
+            def execute(self, *args: Any, **kwargs: Any) -> Any:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(driver_lane, "DRIVER_CURSOR", Interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            one.read("SELECT 1 AS one", {})
+        monkeypatch.undo()
+        # The interrupted connection was not handed out again: a new one answers.
+        assert one.read("SELECT pg_backend_pid() AS pid", {})[0].pid != pid
+        assert _in_one_transaction(one) and one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    finally:
+        one.close()

@@ -21,12 +21,13 @@ from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db.db.driver import check_timeout, driver_sql  # there (no SQLAlchemy); re-exported
 from tnsrag_db.db.driver_errors import map_db_errors, sqlstate_of
-from tnsrag_db.db.driver_lane import send_on_driver, watched
+from tnsrag_db.db.driver_lane import PooledReader, engine_watched, send_on_driver, watched
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
@@ -289,13 +290,13 @@ class Session:
 
     @contextmanager
     def _plan_executor(self, *, snapshot: bool) -> Iterator[Callable[[Statement], Rows]]:
-        conns: list[Connection] = []
+        conns: list[Connection | PooledReader] = []
         on_replica: list[Replica] = []  # the standby conns[-1] is on, if any
 
         def configure(conn: Connection) -> None:
             _apply_statement_timeout(conn, self.effective_timeout_ms())
 
-        def checkout() -> Connection:
+        def checkout() -> Connection | PooledReader:
             on_replica.clear()
             if self._replicas is not None:
                 token = self._read_token() if self._read_token is not None else None
@@ -304,17 +305,34 @@ class Session:
                     conns.append(found[0])
                     on_replica.append(found[1])
                     return found[0]
-            isolation = "REPEATABLE READ" if snapshot else "AUTOCOMMIT"
-            conn = self._engine.connect().execution_options(isolation_level=isolation)
+            timeout = self.effective_timeout_ms()
+            if not snapshot and not engine_watched(self._engine):
+                # The cheapest checkout (no SQLAlchemy Connection) when the pooled
+                # connection has the timeout already; else the one below sets it.
+                try:
+                    fairy = self._engine.raw_connection()
+                except psycopg.Error as exc:  # as engine.connect() reports it
+                    Connection._handle_dbapi_exception_noconnection(exc, self._engine.dialect, self._engine)
+                    raise
+                if fairy.info.get(_TIMEOUT_SET) == timeout:
+                    reader = PooledReader(self._engine, fairy)
+                    conns.append(reader)
+                    return reader
+                conn = Connection(self._engine, connection=fairy)
+            else:
+                conn = self._engine.connect()
+            conn = conn.execution_options(isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
             conns.append(conn)
-            _apply_statement_timeout(conn, self.effective_timeout_ms())
+            _apply_statement_timeout(conn, timeout)
             if snapshot:
                 conn.begin()
                 conn.exec_driver_sql("SET TRANSACTION READ ONLY")
             return conn
 
-        def send(conn: Connection, statement: Statement) -> Rows:
+        def send(conn: Connection | PooledReader, statement: Statement) -> Rows:
             params = dict(statement.params)
+            if isinstance(conn, PooledReader):
+                return conn.send(statement.sql, params, driver_sql)
             if watched(conn):
                 return conn.exec_driver_sql(driver_sql(statement.sql), params).all()
             return send_on_driver(conn, statement.sql, params, driver_sql)
