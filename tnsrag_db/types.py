@@ -115,7 +115,7 @@ def validate_filters(filters: Mapping[str, str] | None) -> Mapping[str, str]:
     Raises :class:`InvalidFilterError` for a non-mapping, a None/blank/non-string key
     or value, a NUL character or a lone surrogate (which PostgreSQL text cannot hold).
     """
-    if filters is None:
+    if filters is None or filters is _EMPTY:
         return _EMPTY
     if not isinstance(filters, Mapping):
         raise InvalidFilterError(f"metadata filters must be a mapping of str to str, got {type(filters).__name__}")

@@ -171,6 +171,14 @@ class ValidatingEmbedding:
         return rows
 
     def _validate(self, raw: object, where: str) -> npt.NDArray[np.float32]:
+        # What most providers return, once the dimension is known: a 1-d float32 array of
+        # finite values of that dimension is valid as it is; its copy is the snapshot.
+        # Anything else (or a failing check) takes the full path, which says what is wrong.
+        if type(raw) is np.ndarray and raw.dtype == np.float32 and raw.ndim == 1 \
+                and raw.shape[0] == self._dimension:
+            out: npt.NDArray[np.float32] = raw.copy()
+            if np.isfinite(out).all():
+                return out
         return self._check(self._snapshot(raw, where), where)
 
     def _snapshot(self, raw: object, where: str) -> npt.NDArray[np.float64]:
@@ -223,16 +231,15 @@ class ValidatingEmbedding:
             expected = self._dimension
         if size != expected:
             self._fail(where, f"embedding has dimension {size}, expected {expected} (fixed by the first vector)")
-        bad = np.flatnonzero(~np.isfinite(snap))
-        if bad.size:
+        if not np.isfinite(snap).all():
+            bad = np.flatnonzero(~np.isfinite(snap))
             i = int(bad[0])
             self._fail(where, f"embedding has a non-finite value {float(snap[i])!r} at index {i} "
                               f"({bad.size} non-finite in all)")
         with np.errstate(over="ignore"):
             out: npt.NDArray[np.float32] = snap.astype(np.float32)
-        overflow = np.flatnonzero(~np.isfinite(out))
-        if overflow.size:
-            i = int(overflow[0])
+        if not np.isfinite(out).all():
+            i = int(np.flatnonzero(~np.isfinite(out))[0])
             self._fail(where, f"embedding value {float(snap[i])!r} at index {i} is too large for float32 "
                               f"(non-finite after conversion)")
         return out

@@ -208,7 +208,7 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     p = r.prefix
     predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f")
     params.update({f"{p}_c": r.corpus, f"{p}_min": r.min_score})
-    zero = not np.any(r.vector)
+    zero = not np.count_nonzero(r.vector)
     if not zero:
         params[f"{p}_q"] = r.vector
     keys = validate_filters(r.filters)
