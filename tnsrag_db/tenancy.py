@@ -34,12 +34,18 @@ from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.errors import ConfigurationError, TnsragError
 from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
-__all__ = ["POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants",
+__all__ = ["POLICY_SQL", "PAIRS_TABLE", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants",
            "is_enabled", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
                  "edges")
+
+#: The metadata filter pairs (migration 0007): keyed by corpus too, with a policy of its own
+#: (``tenant_filter_pairs``, the same grant lookup) and row-level security switched on and off
+#: with the tables above. Tenant roles only read it: triggers on ``entries`` write it.
+PAIRS_TABLE = "entry_filter_pairs"
+PAIRS_POLICY = "tenant_filter_pairs"
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ def _connection(engine: Engine, what: str) -> Iterator[Connection]:
 #: The policy of every table in :data:`TENANT_TABLES` (as revision 0005 creates it): the
 #: row's corpus is among those granted to ``current_user``, looked up once per statement.
 POLICY_SQL = ("CREATE POLICY tenant_isolation ON {s}.{t} USING ({granted}) WITH CHECK ({granted})")
+_PAIRS_POLICY_SQL = ("CREATE POLICY " + PAIRS_POLICY + " ON {s}." + PAIRS_TABLE
+                     + " USING ({granted}) WITH CHECK ({granted})")
 _GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
 
 
@@ -84,11 +92,16 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
                 for table in TENANT_TABLES:
                     if table not in present:
                         conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=_GRANTED.format(s=schema))))
-            for table in TENANT_TABLES:
+                if pairs and not conn.execute(sa.text(
+                        "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p"),
+                        {"s": schema, "t": PAIRS_TABLE, "p": PAIRS_POLICY}).first():
+                    conn.execute(sa.text(_PAIRS_POLICY_SQL.format(s=schema, granted=_GRANTED.format(s=schema))))
+            for table in TENANT_TABLES + ((PAIRS_TABLE,) if pairs else ()):
                 # Names: the validated schema and the constants above.
                 conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))
 
     with _connection(engine, f"{action.lower()} row-level security in schema {schema!r}") as conn:
+        pairs = _has_pairs(conn, schema, maintained=False)
         # ALTER TABLE takes each table's ACCESS EXCLUSIVE lock: bounded waits, as in migrations.
         run_with_lock_retries(conn, alter, lock_timeout=lock_timeout, retries=lock_retries, pause=0.5)
 
@@ -127,16 +140,33 @@ def is_enabled(engine: Engine, *, schema: str) -> bool:
     return all(status(engine, schema=schema).values())
 
 
-def filters_use_indexes(engine: Engine) -> bool:
-    """Whether a tenant role's metadata filters can still be GIN index conditions.
+def _has_pairs(conn: Connection, schema: str, *, maintained: bool = True) -> bool:
+    """Whether ``schema`` has the filter pairs of migration 0007 (``maintained``: with both
+    triggers on ``entries`` that keep them, enabled)."""
+    row = conn.execute(sa.text(
+        "SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL AS tab, "
+        "  (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
+        "   JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
+        "   AND tg.tgname IN ('tnsrag_filter_pairs_insert', 'tnsrag_filter_pairs_update') AND tg.tgenabled <> 'D') "
+        "  AS triggers"), {"s": schema, "t": PAIRS_TABLE}).one()
+    return bool(row.tab) and (not maintained or int(row.triggers) == 2)
+
+
+def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
+    """Whether a tenant role's metadata filters are index conditions under row-level security.
 
     Under a policy PostgreSQL evaluates a condition before the policy only when its
-    operator is LEAKPROOF, and jsonb's ``@>`` is not by default: a tenant's filtered query
-    then reads its whole corpus through the corpus index and filters afterwards (the
-    result is the same; see ``bench/bench_tenancy.py`` for the cost). A superuser may
-    decide to run ``ALTER FUNCTION pg_catalog.jsonb_contains(jsonb, jsonb) LEAKPROOF``.
+    operators are LEAKPROOF. jsonb's ``@>`` is not (by default); the filter pairs of
+    migration 0007 are looked up with text equality, which is: True when ``schema`` has
+    them (maintained by their triggers on ``entries``), or when a superuser has marked
+    ``pg_catalog.jsonb_contains(jsonb, jsonb)`` LEAKPROOF. False means a tenant's filtered
+    query reads its whole corpus and filters afterwards (same result, slower; see
+    ``bench/bench_tenancy.py``).
     """
-    with _connection(engine, "leakproof check of jsonb @>") as conn:
+    validate_schema_name(schema)
+    with _connection(engine, "leakproof check of metadata filters") as conn:
+        if _has_pairs(conn, schema):
+            return True
         return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
                                          "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
 
@@ -171,6 +201,11 @@ _PRIVILEGE_STATEMENTS = (
     "GRANT SELECT ON %1$I.tenant_grants, %1$I.alembic_version TO %2$I",
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %1$I TO %2$I",
 )
+#: Read only: the triggers on ``entries`` (SECURITY DEFINER) write the pairs.
+_PAIRS_PRIVILEGES = (
+    "REVOKE ALL ON %1$I." + PAIRS_TABLE + " FROM %2$I",
+    "GRANT SELECT ON %1$I." + PAIRS_TABLE + " TO %2$I",
+)
 
 
 def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
@@ -188,7 +223,7 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
     Store(engine, corpus=corpus, schema=schema)  # the corpus-name rules, checked without I/O
     with _connection(engine, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():
         _check_role(conn, schema, role)
-        for template in _PRIVILEGE_STATEMENTS:
+        for template in _PRIVILEGE_STATEMENTS + (_PAIRS_PRIVILEGES if _has_pairs(conn, schema, maintained=False) else ()):
             # format() quotes the identifiers server-side (%I); nothing is concatenated.
             ddl = conn.execute(sa.text("SELECT format(CAST(:t AS text), CAST(:s AS text), CAST(:r AS text))"), {"t": template, "s": schema, "r": role}).scalar_one()
             conn.execute(sa.text(str(ddl)))

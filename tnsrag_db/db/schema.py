@@ -54,6 +54,7 @@ __all__ = [
     "entries",
     "hnsw_index_name",
     "metadata",
+    "entry_filter_pairs",
     "tenant_grants",
 ]
 
@@ -240,4 +241,20 @@ tenant_grants = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("role_name", "corpus"),
     Index("ix_tenant_grants_corpus", "corpus"),
+)
+
+# One row per top-level string value of an entry's metadata (migration 0007), written by
+# triggers on entries: metadata filters look entries up here with leakproof text equality
+# (see tnsrag_db.store.filters).
+entry_filter_pairs = Table(
+    "entry_filter_pairs",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    Column("entry_id", Text, nullable=False),
+    PrimaryKeyConstraint("corpus", "key", "value", "entry_id"),
+    ForeignKeyConstraint(["corpus", "entry_id"], ["entries.corpus", "entries.id"], ondelete="CASCADE",
+                         onupdate="CASCADE"),
+    Index(None, "corpus", "entry_id"),
 )
