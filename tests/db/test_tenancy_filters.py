@@ -1,0 +1,189 @@
+"""Metadata filters under tenant isolation: the filter pairs (migration 0007).
+
+A tenant's filtered retrieval finds its entries through ``entry_filter_pairs`` with
+text equality, an index condition below the row-level security policy, instead of
+filtering its whole corpus after the policy (``jsonb @>`` is not LEAKPROOF). The pairs
+follow every write, and they open no way into another tenant's corpus: a tenant reads
+only its own, writes none, and cannot reach the triggers that write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from tests.db.test_tenancy import Tenants, _conninfo, _denied, _drop, _make_tenants, _populate
+from tests.fix_db import SCHEMA
+from tnsrag_db import (
+    BM25Index,
+    HashingEmbedding,
+    HybridRAGStrategy,
+    KeywordRAGStrategy,
+    MemoryEntry,
+    RAGContext,
+    VectorMemoryStore,
+    VectorRAGStrategy,
+    connect,
+)
+from tnsrag_db import tenancy
+from tnsrag_db.store import migrate
+from tnsrag_db.store.engine import create_engine
+from tnsrag_db.store.store import Store
+
+PAIRS_OF_ENTRIES = ("SELECT e.corpus, m.key, m.value #>> '{}', e.id FROM {s}.entries e, jsonb_each(e.metadata) m "
+                    "WHERE jsonb_typeof(m.value) = 'string' ORDER BY 1, 2, 3, 4")
+
+
+@pytest.fixture(scope="module")
+def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
+    t = _make_tenants(make_database)
+    with connect(t.a, corpus=t.corpus_a) as store:
+        VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None).add_all([MemoryEntry(f"x{i}", f"parcel refund policy {i} for damaged goods",
+                                   metadata={"team": "acme", "shelf": f"s{i % 4}"}) for i in range(40)])
+    _populate(t.a, t.corpus_a, "acme")
+    yield t
+    _drop(t)
+
+
+def _pairs(url: URL) -> list[tuple[str, ...]]:
+    with psycopg.connect(_conninfo(url)) as conn:
+        return [tuple(r) for r in conn.execute(f"SELECT corpus, key, value, entry_id FROM {SCHEMA}.entry_filter_pairs "
+                                               "ORDER BY 1, 2, 3, 4").fetchall()]
+
+
+def _recomputed(url: URL) -> list[tuple[str, ...]]:
+    with psycopg.connect(_conninfo(url)) as conn:
+        return [tuple(r) for r in conn.execute(PAIRS_OF_ENTRIES.replace("{s}", SCHEMA)).fetchall()]
+
+
+def test_a_tenants_filtered_retrieval_is_right_and_looks_its_pairs_up_by_index(tenants: Tenants) -> None:
+    engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    try:
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+    finally:
+        engine.dispose()
+    shelf = RAGContext(metadata_filters={"shelf": "s1"})
+    with connect(tenants.a, corpus=tenants.corpus_a) as store:
+        keyword, vectors = BM25Index(store), VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        expected = {f"x{i}" for i in range(40) if i % 4 == 1}
+        assert {i for i, _ in vectors.search("refund policy", 50, filters={"shelf": "s1"})} == expected
+        assert {i for i, _ in keyword.search("refund policy", 50, filters={"shelf": "s1"})} == expected
+        for strategy in (KeywordRAGStrategy(keyword), VectorRAGStrategy(vectors), HybridRAGStrategy(keyword, vectors)):
+            found = strategy.retrieve("damaged refund policy", shelf)
+            assert found and all(d.metadata["shelf"] == "s1" for d in found), strategy
+        # Two keys: both must hold; another team's value matches nothing.
+        both = {"shelf": "s2", "team": "acme"}
+        assert {i for i, _ in vectors.search("refund", 50, filters=both)} == {f"x{i}" for i in range(40) if i % 4 == 2}
+        assert vectors.search("refund", 5, filters={"shelf": "s2", "team": "globex"}) == []
+        statement, params = vectors.candidates_sql(HashingEmbedding(32)("refund"), 5, filters={"shelf": "s1"})
+        with store.session.autocommit() as conn:
+            plan = "\n".join(conn.execute(sa.text("EXPLAIN (COSTS OFF) " + statement), params).scalars())
+    # Under the policy the entries are fetched by primary key with the ids the pairs gave
+    # (texteq is LEAKPROOF, so "id = ANY" stays an index condition), not read corpus-wide.
+    assert "entry_filter_pairs" in plan
+    assert any("Index Cond" in line and "id = ANY" in line for line in plan.splitlines()), plan
+
+
+def test_the_pairs_follow_every_write(tenants: Tenants) -> None:
+    with connect(tenants.a, corpus=tenants.corpus_a) as store:
+        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        vectors.add_all([MemoryEntry("m1", "moved between shelves", metadata={"shelf": "s1", "n": "1"}),
+                         MemoryEntry("m2", "no metadata at all")])
+        assert store.count({"shelf": "s1"}) == 11
+        vectors.add_all([MemoryEntry("m1", "moved between shelves", metadata={"shelf": "s9"})])  # metadata changed
+        assert [i for i, _ in vectors.search("moved shelves", 5, filters={"shelf": "s9"})] == ["m1"]
+        assert "m1" not in {i for i, _ in vectors.search("moved shelves", 50, filters={"shelf": "s1"})}
+        assert vectors.search("moved shelves", 5, filters={"n": "1"}) == []
+        vectors.add_all([MemoryEntry("m1", "new text, same metadata", metadata={"shelf": "s9"})])
+        assert [i for i, _ in BM25Index(store).search("text", 5, filters={"shelf": "s9"})] == ["m1"]
+        assert store.delete("m1") is True
+        assert vectors.search("moved shelves", 5, filters={"shelf": "s9"}) == []
+    assert _pairs(tenants.owner) == _recomputed(tenants.owner)
+    assert not any(p[3] == "m1" for p in _pairs(tenants.owner))
+
+
+def test_a_tenant_can_neither_read_nor_write_another_tenants_pairs(tenants: Tenants) -> None:
+    s, a, b = SCHEMA, tenants.corpus_a, tenants.corpus_b
+    before = _pairs(tenants.owner)
+    assert {p[0] for p in before} == {a, b}
+    with psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {s}, public")
+        assert {r[0] for r in conn.execute("SELECT DISTINCT corpus FROM entry_filter_pairs").fetchall()} == {a}
+        assert conn.execute("SELECT count(*) FROM entry_filter_pairs WHERE corpus = %s", (b,)).fetchone() == (0,)
+        # No writes at all, not even to its own corpus: the triggers keep the pairs.
+        for statement in ("INSERT INTO entry_filter_pairs VALUES (%s, 'team', 'acme', 'globex1')",
+                          "UPDATE entry_filter_pairs SET corpus = %s", "DELETE FROM entry_filter_pairs WHERE corpus = %s",
+                          "TRUNCATE entry_filter_pairs"):
+            args = () if statement.startswith("TRUNCATE") else (a,)
+            assert "permission denied" in _denied(conn, statement, *args), statement
+        # The trigger function is not callable; the triggers cannot be switched off or dropped.
+        msg = _denied(conn, "SELECT tnsrag_filter_pairs_sync()")
+        assert "permission denied" in msg or "trigger" in msg, msg
+        for ddl in ("ALTER TABLE entries DISABLE TRIGGER tnsrag_filter_pairs_insert",
+                    "DROP TRIGGER tnsrag_filter_pairs_update ON entries",
+                    "ALTER TABLE entry_filter_pairs DISABLE ROW LEVEL SECURITY",
+                    "DROP POLICY tenant_filter_pairs ON entry_filter_pairs",
+                    "CREATE OR REPLACE FUNCTION tnsrag_filter_pairs_sync() RETURNS trigger LANGUAGE plpgsql "
+                    "AS $$ BEGIN RETURN NULL; END $$"):
+            assert "must be owner" in (msg := _denied(conn, ddl)) or "permission denied" in msg, (ddl, msg)
+        # Its writes reach only its own corpus's pairs (the trigger copies rows that passed the policy).
+        assert "row-level security" in _denied(
+            conn, "INSERT INTO entries (corpus, id, content, tier, content_hash) VALUES (%s, 'p', 'x', 'WORKING', '')", b)
+        conn.execute("UPDATE entries SET metadata = metadata || '{\"team\": \"globex\"}' WHERE id = 'acme1'")
+        # A leaky function applied to the pairs sees only the rows the policy let through.
+        conn.execute("CREATE TEMP TABLE seen (corpus text)")
+        conn.execute("CREATE FUNCTION pg_temp.leak(c text) RETURNS boolean LANGUAGE plpgsql COST 0.0001 AS "
+                     "$$ BEGIN INSERT INTO seen VALUES (c); RETURN true; END $$")
+        conn.execute("SELECT count(*) FROM entry_filter_pairs WHERE pg_temp.leak(corpus) AND key = 'team'").fetchone()
+        assert b not in {r[0] for r in conn.execute("SELECT corpus FROM seen").fetchall()}
+    after = _pairs(tenants.owner)
+    assert [p for p in after if p[0] == b] == [p for p in before if p[0] == b]
+    assert (a, "team", "globex", "acme1") in after and after == _recomputed(tenants.owner)
+    with connect(tenants.a, corpus=b) as store:  # B's corpus through the library: nothing, filtered or not
+        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        assert vectors.search("refund", 5, filters={"team": "globex"}) == []
+        assert BM25Index(store).search("refund", 5, filters={"team": "globex"}) == []
+
+
+def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL) -> None:
+    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+
+    def pairs_rls() -> bool:
+        with engine.connect() as conn:
+            return bool(conn.execute(sa.text("SELECT relrowsecurity FROM pg_class WHERE oid = CAST(:t AS regclass)"),
+                                     {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar_one())
+
+    try:
+        migrate.upgrade(engine, schema=SCHEMA, revision="0006")
+        Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s1", "n": "2"})])
+        tenancy.enable(engine, schema=SCHEMA)
+        assert not tenancy.filters_use_indexes(engine, schema=SCHEMA) or _leakproof(engine)
+        migrate.upgrade(engine, schema=SCHEMA)  # the backfill; RLS on the pairs follows the other tables'
+        assert pairs_rls() and tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        assert _pairs(fresh_db_url) == [("kept", "n", "2", "k1"), ("kept", "shelf", "s1", "k1")]
+        tenancy.disable(engine, schema=SCHEMA)
+        assert not pairs_rls()
+        tenancy.enable(engine, schema=SCHEMA)
+        assert pairs_rls()
+        with engine.begin() as conn:  # a lost trigger (a table swapped in by hand): reported
+            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_update"))
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries ENABLE TRIGGER tnsrag_filter_pairs_update"))
+        migrate.downgrade(engine, schema=SCHEMA, revision="0006")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar() is None
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tnsrag_filter_pairs%'")
+                                ).scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def _leakproof(engine: sa.engine.Engine) -> bool:
+    with engine.connect() as conn:
+        return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
+                                         "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
