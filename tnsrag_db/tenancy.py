@@ -76,6 +76,37 @@ _PAIRS_POLICY_SQL = ("CREATE POLICY " + PAIRS_POLICY + " ON {s}." + PAIRS_TABLE
 _GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
 
 
+#: The triggers of revision 0007 that keep the filter pairs (its trigger function stays when
+#: ``entries`` is swapped for a new table, e.g. by ``tnsrag db partition-sql``; the triggers go).
+_PAIRS_TRIGGERS = {
+    "tnsrag_filter_pairs_insert": "CREATE TRIGGER tnsrag_filter_pairs_insert AFTER INSERT ON {s}.entries "
+                                  "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT "
+                                  "EXECUTE FUNCTION {s}.tnsrag_filter_pairs_sync()",
+    "tnsrag_filter_pairs_update": "CREATE TRIGGER tnsrag_filter_pairs_update AFTER UPDATE ON {s}.entries "
+                                  "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT "
+                                  "EXECUTE FUNCTION {s}.tnsrag_filter_pairs_sync()",
+}
+_PAIRS_RESYNC = (
+    "DELETE FROM {s}.entry_filter_pairs",
+    "INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id) SELECT n.corpus, m.key, m.value #>> '{{}}', "
+    "n.id FROM {s}.entries n CROSS JOIN LATERAL jsonb_each(n.metadata) m WHERE jsonb_typeof(m.value) = 'string'",
+)
+
+
+def _restore_pairs_triggers(conn: Connection, schema: str) -> None:
+    """Re-create lost pair triggers (and rebuild the pairs, which missed the writes since)."""
+    present = set(conn.execute(sa.text(
+        "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries'"),
+        {"s": schema}).scalars())
+    missing = [name for name in _PAIRS_TRIGGERS if name not in present]
+    for name in missing:
+        conn.execute(sa.text(_PAIRS_TRIGGERS[name].format(s=schema)))
+    if missing:
+        for statement in _PAIRS_RESYNC:
+            conn.execute(sa.text(statement.format(s=schema)))
+
+
 def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
     validate_schema_name(schema)
     action = "ENABLE" if on else "DISABLE"
@@ -92,6 +123,8 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
                 for table in TENANT_TABLES:
                     if table not in present:
                         conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=_GRANTED.format(s=schema))))
+                if pairs:
+                    _restore_pairs_triggers(conn, schema)
                 if pairs and not conn.execute(sa.text(
                         "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p"),
                         {"s": schema, "t": PAIRS_TABLE, "p": PAIRS_POLICY}).first():
@@ -109,6 +142,9 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
 def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
     """Switch row-level security on for every table of :data:`TENANT_TABLES` (idempotent).
+
+    Also for the filter pairs of revision 0007 (:data:`PAIRS_TABLE`), restoring their
+    triggers (and rebuilding the pairs) when a table swap dropped them.
 
     From then on a role that neither owns the tables nor is a superuser (nor has
     BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing

@@ -169,11 +169,20 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
         assert not pairs_rls()
         tenancy.enable(engine, schema=SCHEMA)
         assert pairs_rls()
-        with engine.begin() as conn:  # a lost trigger (a table swapped in by hand): reported
-            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_update"))
+        with engine.begin() as conn:  # lost triggers (a table swapped in by hand): reported, then restored
+            conn.execute(sa.text(f"DROP TRIGGER tnsrag_filter_pairs_update ON {SCHEMA}.entries"))
+            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_insert"))
         assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
+        Store(engine, corpus="kept", schema=SCHEMA).add_all([
+            MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s3"}),
+            MemoryEntry("k2", "written while the triggers were off", metadata={"shelf": "s3"})])
+        assert _pairs(fresh_db_url) != _recomputed(fresh_db_url)
         with engine.begin() as conn:
-            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries ENABLE TRIGGER tnsrag_filter_pairs_update"))
+            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries ENABLE TRIGGER tnsrag_filter_pairs_insert"))
+        tenancy.enable(engine, schema=SCHEMA)
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        assert _pairs(fresh_db_url) == _recomputed(fresh_db_url) == [("kept", "shelf", "s3", "k1"),
+                                                                      ("kept", "shelf", "s3", "k2")]
         migrate.downgrade(engine, schema=SCHEMA, revision="0006")
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar() is None
