@@ -89,7 +89,8 @@ _PAIRS_TRIGGERS = {
 _PAIRS_RESYNC = (
     "DELETE FROM {s}.entry_filter_pairs",
     "INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id) SELECT n.corpus, m.key, m.value #>> '{{}}', "
-    "n.id FROM {s}.entries n CROSS JOIN LATERAL jsonb_each(n.metadata) m WHERE jsonb_typeof(m.value) = 'string'",
+    "n.id FROM {s}.entries n CROSS JOIN LATERAL jsonb_each(n.metadata) m WHERE jsonb_typeof(m.value) = 'string' "
+    "/* tnsrag:all-corpora */",
 )
 
 

@@ -7,14 +7,15 @@ the entry's own jsonb metadata with exactly that string value. Values are always
 parameters.
 
 In the retrieval statements (the vector and BM25 indexes pass ``corpus_param``) a
-metadata key is matched twice, for speed under tenant isolation: through the entry's
-filter pairs (``entry_filter_pairs``, migration 0007: one row per top-level string
-value, kept by triggers on ``entries``), looked up with text equality, and by one
-``@>`` containment on the entry's own metadata. Under a row-level security policy
+metadata key is matched through the entries' filter pairs (``entry_filter_pairs``,
+migration 0007: one row per top-level string value, kept in the writing transaction by
+triggers on ``entries``) with text equality: under a row-level security policy
 PostgreSQL evaluates a condition before the policy (as an index condition) only when
-its operators are LEAKPROOF: ``texteq`` is, jsonb's ``@>`` is not. The pairs give the
-matching ids by index; ``@>`` then confirms each (a handful of rows), so a result never
-depends on the pairs alone. Without a policy the planner may use either index.
+its operators are LEAKPROOF, and ``texteq`` is, jsonb's ``@>`` is not. Metadata values
+are strings, so a pair exists exactly when ``metadata @> {key: value}`` holds; the ids
+then need no read of the entry rows (index-only scans). Without ``corpus_param`` (the
+store's count and delete, the graph walk) one ``@>`` containment, served by the GIN
+index, as before.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def filter_sql(filters: Mapping[str, str] | None, *, alias: str = "e", prefix: s
         template = _PAIR_ROW if per_row else _PAIR_IDS
         clauses.append(template.format(a=alias, n=f"{prefix}_p{i}", c=corpus_param, k=k, v=v))
         params[k], params[v] = key, value
-    if custom:
+    if custom and corpus_param is None:
         name = f"{prefix}_meta"
         clauses.append(f"{alias}.metadata @> CAST(:{name} AS jsonb)")
         params[name] = json.dumps(custom, ensure_ascii=False)
