@@ -114,6 +114,8 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
 
     def alter() -> None:
         with conn.begin():
+            if pairs:
+                _restore_pairs_triggers(conn, schema)
             if on:
                 # A table re-created since the revision (``tnsrag db partition-sql`` swaps
                 # in a partitioned copy) lost its policy: switching on without it would
@@ -124,8 +126,6 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
                 for table in TENANT_TABLES:
                     if table not in present:
                         conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=_GRANTED.format(s=schema))))
-                if pairs:
-                    _restore_pairs_triggers(conn, schema)
                 if pairs and not conn.execute(sa.text(
                         "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p"),
                         {"s": schema, "t": PAIRS_TABLE, "p": PAIRS_POLICY}).first():
@@ -144,8 +144,9 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
            lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
     """Switch row-level security on for every table of :data:`TENANT_TABLES` (idempotent).
 
-    Also for the filter pairs of revision 0007 (:data:`PAIRS_TABLE`), restoring their
-    triggers (and rebuilding the pairs) when a table swap dropped them.
+    Also for the filter pairs of revision 0007 (:data:`PAIRS_TABLE`). Both this and
+    :func:`disable` restore the pairs' triggers (and rebuild the pairs) when a swap of
+    ``entries`` for a new table dropped them.
 
     From then on a role that neither owns the tables nor is a superuser (nor has
     BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing
@@ -196,9 +197,12 @@ def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
     operators are LEAKPROOF. jsonb's ``@>`` is not (by default); the filter pairs of
     migration 0007 are looked up with text equality, which is: True when ``schema`` has
     them (maintained by their triggers on ``entries``), or when a superuser has marked
-    ``pg_catalog.jsonb_contains(jsonb, jsonb)`` LEAKPROOF. False means a tenant's filtered
-    query reads its whole corpus and filters afterwards (same result, slower; see
-    ``bench/bench_tenancy.py``).
+    ``pg_catalog.jsonb_contains(jsonb, jsonb)`` LEAKPROOF. False at revision 0006 means a
+    tenant's filtered query reads its whole corpus and filters afterwards (same result,
+    slower; see ``bench/bench_tenancy.py``); False with the pairs present means their
+    triggers are gone or disabled (``entries`` swapped for a new table, say), so filtered
+    retrieval misses what was written since: :func:`enable` or :func:`disable` restores
+    the triggers and rebuilds the pairs.
     """
     validate_schema_name(schema)
     with _connection(engine, "leakproof check of metadata filters") as conn:
