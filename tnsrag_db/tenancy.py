@@ -34,8 +34,8 @@ from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.errors import ConfigurationError, TnsragError
 from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
-__all__ = ["POLICY_SQL", "PAIRS_TABLE", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants",
-           "is_enabled", "revoke", "status"]
+__all__ = ["PAIRS_TABLE", "POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes",
+           "grant", "grants", "is_enabled", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",

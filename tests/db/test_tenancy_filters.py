@@ -42,8 +42,9 @@ PAIRS_OF_ENTRIES = ("SELECT e.corpus, m.key, m.value #>> '{}', e.id FROM {s}.ent
 def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
     t = _make_tenants(make_database)
     with connect(t.a, corpus=t.corpus_a) as store:
-        VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None).add_all([MemoryEntry(f"x{i}", f"parcel refund policy {i} for damaged goods",
-                                   metadata={"team": "acme", "shelf": f"s{i % 4}"}) for i in range(40)])
+        VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None).add_all([
+            MemoryEntry(f"x{i}", f"parcel refund policy {i} for damaged goods",
+                        metadata={"team": "acme", "shelf": f"s{i % 4}"}) for i in range(40)])
     _populate(t.a, t.corpus_a, "acme")
     yield t
     _drop(t)
@@ -185,7 +186,8 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
                                                                       ("kept", "shelf", "s3", "k2")]
         migrate.downgrade(engine, schema=SCHEMA, revision="0006")
         with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar() is None
+            assert conn.execute(sa.text("SELECT to_regclass(:t)"),
+                                {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar() is None
             assert conn.execute(sa.text("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tnsrag_filter_pairs%'")
                                 ).scalar_one() == 0
     finally:

@@ -84,8 +84,9 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
     at_head = after == migrate.head_revision()
     state = "rls" if rls else "off"
     note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
-                               "not as index conditions (jsonb @> is not LEAKPROOF and the schema's filter pairs are missing "
-                               "or not maintained: run tnsrag db upgrade --tenancy rls again; see README, 'Tenancy')")
+                               "not as index conditions (jsonb @> is not LEAKPROOF and the schema's filter "
+                               "pairs are missing or not maintained: run tnsrag db upgrade --tenancy rls again; "
+                               "see README, 'Tenancy')")
     emit({"schema": schema, "from": before, "to": after, "at_head": at_head, "tenancy": state,
           "filters_use_indexes": indexed}, as_json,
          (f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
