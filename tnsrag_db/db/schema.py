@@ -52,9 +52,9 @@ __all__ = [
     "embedding_spaces",
     "embeddings",
     "entries",
+    "entry_filter_pairs",
     "hnsw_index_name",
     "metadata",
-    "entry_filter_pairs",
     "tenant_grants",
 ]
 
