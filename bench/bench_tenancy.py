@@ -76,6 +76,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per mode (alternating)")
     parser.add_argument("--leakproof", action="store_true",
                         help="also time RLS on with jsonb @> marked LEAKPROOF (needs a superuser; restored after)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="keep RLS on and alternate query by query with the owner's same query as 'off' "
+                             "(finer interleaving than rounds of switching RLS off and on)")
     args = parser.parse_args()
     with database_url(args.url) as server:
         base = normalize_url(server)
@@ -112,26 +115,15 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     tenant_engine = create_engine(owner_url.set(username=role, password=PASSWORD),  # type: ignore[attr-defined]
                                   schema=SCHEMA, pool_size=2)
     tenant = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
-    keyword = BM25Index(tenant)
-    vectors = VectorMemoryStore(tenant, lookup, index_threshold=1000)
-    strategies: dict[str, Callable[[int], object]] = {
-        "vector": lambda i: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}"),
-        "keyword": lambda i: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)]),
-        "hybrid": lambda i: HybridRAGStrategy(keyword, vectors).retrieve(f"q:{i % 64}"),
-    }
     lookup.extra.update({t: lookup.queries[i % 64] for i, t in enumerate(texts)})
-    # Hybrid embeds its text query: give the keyword texts of the hybrid run vectors too.
-    strategies["hybrid"] = lambda i: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)])
-    for label, ctx in (("1%", RAGContext(metadata_filters={"group": GROUP_1PCT})),
-                       ("9%", RAGContext(metadata_filters={"band": "b9"}))):
-        strategies[f"vector {label}"] = lambda i, c=ctx: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}", c)
-        strategies[f"keyword {label}"] = lambda i, c=ctx: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)], c)
-        strategies[f"hybrid {label}"] = lambda i, c=ctx: HybridRAGStrategy(keyword, vectors).retrieve(
-            texts[i % len(texts)], c)
+    strategies = _strategies(tenant, lookup, texts)
+    keyword, vectors = BM25Index(tenant), VectorMemoryStore(tenant, lookup, index_threshold=1000)
     times: dict[tuple[str, str], list[float]] = {}
     counts: dict[tuple[str, str], int] = {}
-    modes = ("off", "on", "on+lp") if args.leakproof else ("off", "on")
-    for r in range(args.rounds):
+    modes = ("off", "on", "on+lp") if args.leakproof and not args.interleave else ("off", "on")
+    if args.interleave:
+        _interleaved(args, owner_engine, _strategies(owner, lookup, texts), strategies, times, counts)
+    for r in range(0 if args.interleave else args.rounds):
         # ABBA order (off, on, on, off, ...): each mode runs first, right after a switch, as often.
         for mode in (modes if r % 2 == 0 else modes[::-1]):
             (tenancy.disable if mode == "off" else tenancy.enable)(owner_engine, schema=SCHEMA)
@@ -146,14 +138,16 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
                     counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
     print(f"\ntenant role, {args.n} entries in its corpus (+{args.n} of other tenants), dim {args.dim}, "
           f"{args.rounds} x {args.queries} queries per kind and mode")
-    lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof else ""
+    if args.interleave:
+        print("interleaved query by query: 'RLS off' is the owner (no policy), 'RLS on' the tenant role")
+    lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof and not args.interleave else ""
     print(f"{'query':<11} {'RLS off ms':>11} {'RLS on ms':>10} {'on/off':>7} {'p90 off':>8} {'p90 on':>7}{lp} "
           f"{'rows same':>10}")
     for kind in strategies:
         off, on = times[(kind, "off")], times[(kind, "on")]
         m_off, m_on = statistics.median(off) * 1000, statistics.median(on) * 1000
         extra = ""
-        if args.leakproof:
+        if lp:
             m_lp = statistics.median(times[(kind, "on+lp")]) * 1000
             extra = f" {m_lp:>9.2f} {m_lp / m_off:>7.3f}"
         same = len({counts[(kind, m)] for m in modes}) == 1
@@ -164,6 +158,43 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     _explain(tenant_engine, keyword, vectors, texts[0], lookup.queries[0])
     tenant_engine.dispose()
     owner_engine.dispose()
+
+
+def _strategies(store: Store, lookup: Lookup, texts: list[str]) -> dict[str, Callable[[int], object]]:
+    """The timed queries of ``store``: each kind unfiltered, at 1 % and at 9 %."""
+    keyword = BM25Index(store)
+    vectors = VectorMemoryStore(store, lookup, index_threshold=1000)
+    # Hybrid embeds its text query: the keyword texts have vectors too (lookup.extra).
+    out: dict[str, Callable[[int], object]] = {
+        "vector": lambda i: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}"),
+        "keyword": lambda i: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)]),
+        "hybrid": lambda i: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)]),
+    }
+    for label, ctx in (("1%", RAGContext(metadata_filters={"group": GROUP_1PCT})),
+                       ("9%", RAGContext(metadata_filters={"band": "b9"}))):
+        out[f"vector {label}"] = lambda i, c=ctx: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}", c)
+        out[f"keyword {label}"] = lambda i, c=ctx: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)], c)
+        out[f"hybrid {label}"] = lambda i, c=ctx: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)], c)
+    return out
+
+
+def _interleaved(args: argparse.Namespace, owner_engine: object, off: dict[str, Callable[[int], object]],
+                 on: dict[str, Callable[[int], object]], times: dict[tuple[str, str], list[float]],
+                 counts: dict[tuple[str, str], int]) -> None:
+    """Row-level security stays on; "off" is the same query by the owner (no policy applies to
+    it), alternated with the tenant's query by query (order swapped every other query), so
+    that the machine's drift hits both sides alike."""
+    tenancy.enable(owner_engine, schema=SCHEMA)  # type: ignore[arg-type]
+    for _ in range(args.rounds):
+        for kind in on:
+            for i in range(5):
+                off[kind](i), on[kind](i)  # warm
+            for i in range(args.queries):
+                for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                    t = time.perf_counter()
+                    out = (off if mode == "off" else on)[kind](i)
+                    times.setdefault((kind, mode), []).append(time.perf_counter() - t)
+                    counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
 
 
 def _leakproof(owner: Store, on: bool) -> None:
