@@ -20,12 +20,24 @@ new/old. ``python -c pass`` is timed alongside as the interpreter's floor.
 
 The embedded server lives in a temporary user data directory (``XDG_DATA_HOME``), which
 is stopped and deleted at the end; nothing touches your own data.
+
+Bytecode: an installed wheel ships compiled modules, so by default every checkout's
+modules (and the site-packages') are compiled once, untimed, into a temporary
+``PYTHONPYCACHEPREFIX`` and read from there by every timed run.
+``--no-bytecode-cache`` instead runs with ``PYTHONDONTWRITEBYTECODE=1`` and no cache, so
+every process compiles the checkout's modules from source (an editable install in a
+shell that sets that variable): slower, by the compile time of what a command imports.
+
+Last, the import time of one keyword query process of this checkout (``python -X
+importtime``) is summed by top-level package: ``self`` is a package's own modules,
+``cumulative`` what importing it cost with everything it pulled in.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -83,16 +95,50 @@ def _floor(env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
+_IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def _package(module: str) -> str:
+    top = module.split(".")[0]
+    return "(standard library)" if top in sys.stdlib_module_names or top.startswith("_") else top
+
+
+def import_breakdown(runner: Runner, args: list[str]) -> list[tuple[str, float, float]]:
+    """``(top-level package, self ms, cumulative ms)`` of one ``tnsrag ARGS`` process run under
+    ``-X importtime``, largest cumulative first."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", _CLI, *args], cwd=runner.root,
+                          env=runner.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    # (depth, top-level package, self ms, cumulative ms); importtime prints a module after
+    # the modules it imported, so a module's importer is the next line of smaller depth.
+    entries = [(len(m[3]) // 2, _package(m[4]), int(m[1]) / 1000, int(m[2]) / 1000)
+               for m in map(_IMPORT_LINE.match, done.stderr.splitlines()) if m is not None]
+    own: dict[str, float] = {}
+    cumulative: dict[str, float] = {}
+    for i, (depth, top, self_ms, cum_ms) in enumerate(entries):
+        own[top] = own.get(top, 0.0) + self_ms
+        importer = next((t for d, t, _, _ in entries[i + 1:] if d < depth), None)
+        if importer != top:  # an import of this package from outside it: count what it cost
+            cumulative[top] = cumulative.get(top, 0.0) + cum_ms
+    return sorted(((top, own[top], cumulative.get(top, 0.0)) for top in own), key=lambda r: -r[2])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--cold-runs", type=int, default=20)
     parser.add_argument("--baseline", type=Path, default=None, help="checkout of older code to compare with")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="compile the checkouts' modules in every process (PYTHONDONTWRITEBYTECODE=1)")
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="tnsrag-bench-cli-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TNSRAG_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TNSRAG_") and k != "PYTHONPYCACHEPREFIX"}
     env["XDG_DATA_HOME"] = str(home)
+    if args.no_bytecode_cache:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(home / "pycache")
     new = Runner("new", ROOT, env)
     runners = [new] + ([Runner("old", args.baseline.resolve(), env)] if args.baseline else [])
     for r in runners:
@@ -111,12 +157,17 @@ def main() -> None:
     def stop_server() -> None:
         new.run("server", "stop", "--force")
 
+    breakdown: list[tuple[str, float, float]] = []
     try:
         new.run("ingest", "--sample")  # starts the kept server, migrates, loads the sample corpus
+        for r in runners:  # untimed: fills the bytecode cache (when there is one) of what each command imports
+            r.run("--help")
+            r.run(*QUERY)
         timed("tnsrag --version", lambda r: r.run("--version"), args.runs)
         timed("tnsrag --help", lambda r: r.run("--help"), args.runs)
         new.run("server", "start")
         timed("keyword query, server running", lambda r: r.run(*QUERY), args.runs)
+        breakdown = import_breakdown(new, QUERY)
 
         def cold(r: Runner) -> float:
             stop_server()
@@ -130,8 +181,10 @@ def main() -> None:
     labels = list(dict.fromkeys(label for label, _ in results))
     header = (f"{'command':32} {'new':>24} {'cpu':>7}"
               + (f" {'old':>24} {'cpu':>7} {'new/old':>8}" if args.baseline else ""))
+    cache = "no bytecode cache: modules compiled in every process" if args.no_bytecode_cache \
+        else "bytecode cached, as installed"
     print(f"\nwhole-process wall time, median (p90) over the runs, and the median CPU time (user + sys)"
-          f" of the process (less sensitive to other load); interpreter floor `python -c pass` "
+          f" of the process (less sensitive to other load); {cache}; interpreter floor `python -c pass` "
           f"{statistics.median(results[(labels[0], 'python -c pass')]) * 1000:.0f} ms")
     print(header)
     print("-" * len(header))
@@ -141,6 +194,11 @@ def main() -> None:
             ratio = statistics.median(results[(label, "new")]) / statistics.median(results[(label, "old")])
             row += f" {_stats(results[(label, 'old')]):>24} {_ms(cpu[(label, 'old')]):>7} {ratio:8.2f}"
         print(row)
+    print(f"\nimports of one keyword query process (new, server running), by top-level package, ms:")
+    print(f"{'package':32} {'self':>8} {'cumulative':>11}")
+    for top, own_ms, cum_ms in breakdown[:12]:
+        print(f"{top:32} {own_ms:8.1f} {cum_ms:11.1f}")
+    print(f"{'total':32} {sum(r[1] for r in breakdown):8.1f}")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def load(store: Store, seed: int = 7) -> tuple[list[int], list[int]]:
     started = time.perf_counter()
     store.drop_corpus()
     with store.session.transaction() as conn:
-        store.text_config(conn)
+        store.writer.corpus.text_config(conn)  # the corpus row, and its write lock
         raw = conn.connection.driver_connection
         assert raw is not None
         with raw.cursor() as cur, cur.copy(

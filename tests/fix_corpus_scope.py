@@ -1,6 +1,7 @@
 """pytest plugin: every statement the library sends during the test session stays in one corpus.
 
-A listener on every SQLAlchemy engine records the statements whose sender is library
+A listener on every SQLAlchemy engine, and one on the SQLAlchemy-free
+:class:`~tnsrag_db.db.driver.DriverStore` (the CLI's keyword query), records the statements whose sender is library
 code (the first frame outside SQLAlchemy, psycopg and the standard library lies inside
 the ``tnsrag_db`` package; statements the tests type themselves are not the library's).
 At the end of the session each distinct statement is checked with
@@ -27,6 +28,7 @@ from sqlalchemy.engine import Engine
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
+from tnsrag_db.db import driver
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")
@@ -53,9 +55,14 @@ def _record(conn: Any, cursor: Any, statement: str, parameters: Any, context: An
         _SEEN[statement] = (where, dict(first) if isinstance(first, Mapping) else {})
 
 
+def _record_driver(statement: str, parameters: Mapping[str, Any]) -> None:
+    _record(None, None, statement, parameters, None, False)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TNSRAG_CORPUS_SCOPE", "on") != "off":
         event.listen(Engine, "before_cursor_execute", _record)
+        driver.add_statement_listener(_record_driver)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

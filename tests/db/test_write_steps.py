@@ -90,11 +90,11 @@ def test_validate_names_the_entry_before_any_io(store: Store) -> None:
 
 def test_a_second_write_in_one_transaction_starts_from_an_empty_stage(store: Store) -> None:
     def work(conn: Connection) -> tuple[WriteReport, WriteReport]:
-        first = store.write_entries(conn, [MemoryEntry("one", "first write")])
-        second = store.write_entries(conn, [MemoryEntry("two", "second write")])
+        first = store.writer.write_in(conn, [MemoryEntry("one", "first write")])
+        second = store.writer.write_in(conn, [MemoryEntry("two", "second write")])
         return first, second
 
-    first, second = store.write_transaction(work)
+    first, second = store.writer.transaction(work)
     assert first.inserted == ["one"] and second.inserted == ["two"]
     assert store.count() == 2
 
@@ -182,3 +182,24 @@ def test_a_hierarchy_check_joins_the_write_as_an_extension(store: Store) -> None
         store.write([MemoryEntry("orphan", "no parent", parent_id="missing")], extensions=[check])
     assert "orphan" in caught.value.ids or "missing" in str(caught.value)
     assert sorted(e.id for e in store.iter_entries()) == ["leaf", "root"]
+
+
+def test_a_validated_batch_is_checked_once(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(InvalidEntryError, match="appears twice") as caught:
+        write.ValidatedBatch([MemoryEntry("a", "x"), MemoryEntry("a", "y")])
+    assert caught.value.index == 1  # the same error validate_batch raises
+    batch = write.ValidatedBatch(MemoryEntry(f"v{i}", f"validated {i}") for i in range(3))
+    assert write.ValidatedBatch(batch) is batch and isinstance(batch, tuple)
+    checked: list[int] = []
+    real = write.validate_batch
+
+    def counting(entries: Any) -> list[MemoryEntry]:
+        out = real(entries)
+        checked.append(len(out))
+        return out
+
+    monkeypatch.setattr(write, "validate_batch", counting)
+    assert store.write(batch).inserted == ["v0", "v1", "v2"]
+    assert checked == []  # Store.write took the batch as validated
+    store.write([MemoryEntry("plain", "a plain list")])
+    assert checked == [1]  # anything else is validated

@@ -14,8 +14,12 @@ Export format (JSONL, UTF-8, one entry per line, in id order)::
 
 ``edges`` are the entry's outgoing edges. ``tnsrag ingest file.jsonl`` (and
 :func:`restore_corpus`) read it back exactly: ids, contents, tiers, sources (``null``
-stays ``None``), parents, timestamps, metadata and edges. Vectors are not exported:
-they are recomputed by the embedding provider in use when the file is read.
+stays ``None``), parents, timestamps, metadata and edges. Vectors are exported only
+with ``export_corpus(..., vectors=True)`` (``tnsrag export --vectors``): a ``"vectors"``
+list of ``{"provider": name, "float32": base64 of the little-endian float32 values}``,
+one per embedding space holding the entry, which the restore writes as they are into
+spaces of the same providers. Without them the restore embeds every text again with the
+embedding provider in use (with a real model, nearly all of its time).
 
 The modules: :mod:`.reports` (the value types), :mod:`.corpora` (listing and describing
 corpora), :mod:`.filter_notes` (why a filter matched nothing), :mod:`.export` and

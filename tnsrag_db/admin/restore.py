@@ -1,30 +1,135 @@
-"""Restore: an export (or any JSONL file the loaders read) back into a corpus, in one transaction."""
+"""Restore: an export (or any JSONL file the loaders read) back into a corpus.
+
+Where the time goes: an export without vectors makes the restore embed every text again,
+which with a real model is nearly all of it (the entry, postings and edge writes cost what
+a direct write of the same entries does). ``tnsrag export --vectors`` writes the vectors
+of every embedding space with the entries; the restore then writes them as they are,
+through an :class:`ExportedVectors` provider per space, and embeds nothing (only entries
+the file has no vector for, with the space's own provider).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from tnsrag_db.admin.reports import RestoreCounts
+from tnsrag_db.errors import ProviderConfigurationError
 from tnsrag_db.store.store import Store
+from tnsrag_db.types import MemoryEntry
 
-__all__ = ["restore_corpus"]
+if TYPE_CHECKING:  # numpy is imported where vectors are handled: the lean CLI paths import this package
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["ExportedVectors", "restore_corpus", "restore_providers"]
+
+SpaceVectors = dict[tuple[str, int], dict[str, "npt.NDArray[np.float32]"]]
+
+
+class ExportedVectors:
+    """The embedding provider of a restored space: it answers with the vectors the file
+    carried (by text: a provider's vector is a function of the text) and embeds the texts
+    it has none for with ``fallback`` (the space's own provider, when installed).
+
+    Its ``name`` and ``dimension`` are the exported space's, so the vectors go back into a
+    space of the same provider. Two entries of one text whose exported vectors differ
+    (written as precomputed rows) both get the first one.
+    """
+
+    def __init__(self, name: str, dimension: int, by_text: dict[str, npt.NDArray[np.float32]],
+                 fallback: Any = None) -> None:
+        self.name = name
+        self.dimension = dimension
+        self._by_text = by_text
+        self._fallback = fallback
+        #: Texts this provider had no exported vector for (embedded by ``fallback``).
+        self.embedded_texts = 0
+
+    def __repr__(self) -> str:
+        return f"ExportedVectors({self.name!r}, dimension={self.dimension}, vectors={len(self._by_text)})"
+
+    def __call__(self, text: str) -> Sequence[float]:
+        return list(self.embed_batch([text])[0])
+
+    def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The exported vector of each text; the fallback's for texts without one."""
+        import numpy as np
+
+        rows: list[Any] = [self._by_text.get(t) for t in texts]
+        missing = [i for i, row in enumerate(rows) if row is None]
+        if missing:
+            if self._fallback is None:  # restore_providers refuses this before anything is written
+                raise ProviderConfigurationError(f"no exported vector of {self.name!r} for {len(missing)} text(s)")
+            embed = getattr(self._fallback, "embed_batch", None)
+            extra = embed([texts[i] for i in missing]) if embed is not None else [
+                self._fallback(texts[i]) for i in missing]
+            for i, vector in zip(missing, extra):
+                rows[i] = np.asarray(vector, dtype=np.float32)
+            self.embedded_texts += len(missing)
+        return np.vstack(rows) if rows else np.zeros((0, self.dimension), dtype=np.float32)
+
+
+def restore_providers(entries: Sequence[MemoryEntry], vectors: SpaceVectors, requested: Any = None) -> list[Any]:
+    """The embedding providers a restore of ``entries`` writes with, one pass each.
+
+    One :class:`ExportedVectors` per space the file carried vectors of (``vectors``, as
+    :attr:`FileLoader.vectors <tnsrag_db.loaders.FileLoader.vectors>` returns them), in
+    file order; ``requested`` (a provider) too, unless it is one of those spaces (then it
+    embeds that space's missing texts). Without exported vectors: ``[requested]`` (the
+    process embedding when None). Raises :class:`ProviderConfigurationError`, before
+    anything is written, when entries lack a vector of a space whose provider is not installed.
+    """
+    from tnsrag_db.embeddings import get_process_embedding, provider_name, resolve_embedding
+
+    if not vectors:
+        return [requested if requested is not None else get_process_embedding()]
+    wanted = None if requested is None else provider_name(requested)
+    providers: list[Any] = []
+    covered = False
+    for (name, dimension), by_id in vectors.items():
+        lacking = [e.id for e in entries if e.id not in by_id]
+        fallback = None
+        if requested is not None and wanted == name and getattr(requested, "dimension", dimension) == dimension:
+            fallback, covered = requested, True
+        elif lacking:
+            try:
+                fallback = resolve_embedding(name)
+            except ProviderConfigurationError as exc:
+                shown = ", ".join(repr(i) for i in lacking[:5]) + (f" and {len(lacking) - 5} more"
+                                                                   if len(lacking) > 5 else "")
+                raise ProviderConfigurationError(
+                    f"{len(lacking)} entries have no vector of space {name!r} ({dimension}-d) in the file "
+                    f"({shown}), and it cannot embed them: {exc}") from None
+        by_text: dict[str, npt.NDArray[np.float32]] = {}
+        for e in entries:
+            vector = by_id.get(e.id)
+            if vector is not None:
+                by_text.setdefault(e.content, vector)
+        providers.append(ExportedVectors(name, dimension, by_text, fallback))
+    if requested is not None and not covered:
+        providers.append(requested)
+    return providers
 
 
 def restore_corpus(store: Store, path: str | os.PathLike[str], *, embedding: Any = None) -> RestoreCounts:
     """Read an export (or any JSONL file :class:`~tnsrag_db.loaders.FileLoader` reads) into
     the store's corpus: entries with their vectors, then their edges, in one transaction.
 
-    Entries are upserted by id, so restoring into a corpus that holds other entries
-    keeps them. ``embedding`` defaults to the process embedding provider. Raises
+    Vectors the file carries (``export_corpus(..., vectors=True)``) are written as they
+    are, into spaces of the same providers, without embedding anything; each further
+    space of the file is written in a transaction of its own after the first.
+    ``embedding`` (default: the process embedding provider when the file has no vectors,
+    else none) embeds the entries into its own space as well. Entries are upserted by id,
+    so restoring into a corpus that holds other entries keeps them. Raises
     :class:`InvalidEntryError` naming the line of a bad record,
     :class:`DanglingReferenceError` when an edge names an entry that is neither in the
     file nor in the corpus (nothing is written then), :class:`DatabaseError`.
     """
-    from tnsrag_db.embeddings import get_process_embedding
     from tnsrag_db.indexes.graph import GraphStore
     from tnsrag_db.indexes.vector import VectorMemoryStore
     from tnsrag_db.loaders import FileLoader
@@ -32,14 +137,17 @@ def restore_corpus(store: Store, path: str | os.PathLike[str], *, embedding: Any
     loader = FileLoader(Path(path))
     entries = list(loader.load())
     edges = loader.edges
+    providers = restore_providers(entries, loader.vectors, embedding)
     graph = GraphStore(store)
     edge_counts: list[Any] = []
-    vectors = VectorMemoryStore(store, embedding if embedding is not None else get_process_embedding())
 
     def write_edges(conn: sa.Connection) -> None:
         edge_counts[:] = [graph.write_edges(conn, edges)]
 
-    counts = vectors.add_all(entries, check=write_edges if edges else None)
+    first, *others = providers
+    counts = VectorMemoryStore(store, first).add_all(entries, check=write_edges if edges else None)
+    for provider in others:
+        VectorMemoryStore(store, provider).add_all(entries)
     e = edge_counts[0] if edge_counts else None
     return RestoreCounts(
         {"inserted": counts.inserted, "updated": counts.updated, "unchanged": counts.unchanged},

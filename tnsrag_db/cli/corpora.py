@@ -196,23 +196,27 @@ def drop(url: str | None, schema: str, corpus: str, yes: bool, as_json: bool) ->
 @corpus_option
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="File to write (default: standard output).")
+@click.option("--vectors", is_flag=True,
+              help="Also write each entry's vectors (every embedding space), so the restore embeds nothing.")
 @json_option
 @handle_errors
-def export(url: str | None, schema: str, corpus: str, output: Path | None, as_json: bool) -> None:
+def export(url: str | None, schema: str, corpus: str, output: Path | None, vectors: bool, as_json: bool) -> None:
     """Export every entry of a corpus as JSONL: id, content, tier, source, parent, timestamp,
     metadata and outgoing edges, one entry per line in id order.
 
-    `tnsrag ingest FILE.jsonl --corpus C` restores it exactly (vectors are recomputed).
+    `tnsrag ingest FILE.jsonl --corpus C` restores it exactly. Without --vectors the
+    restore embeds every text again (with a real model, most of its time); with it the
+    exported vectors are written as they are, into spaces of the same providers.
     The file is written whole or not at all; the summary goes to stderr when the
     export itself goes to stdout.
 
-    Example: tnsrag export --corpus docs -o docs.jsonl && tnsrag ingest docs.jsonl --corpus docs-copy
+    Example: tnsrag export --corpus docs --vectors -o docs.jsonl && tnsrag ingest docs.jsonl --corpus docs-copy
     """
     from tnsrag_db.admin import export_corpus
 
     with _open(url, schema, corpus) as store:
         if output is None:
-            counts = export_corpus(store, sys.stdout)
+            counts = export_corpus(store, sys.stdout, vectors=vectors)
             to_stderr = True
         else:
             # A temporary file beside the target, renamed over it once complete.
@@ -222,7 +226,7 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, as_js
                 raise click.FileError(str(output), hint=exc.strerror or str(exc)) from None
             try:
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                    counts = export_corpus(store, fh)
+                    counts = export_corpus(store, fh, vectors=vectors)
                 os.replace(tmp, output)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)

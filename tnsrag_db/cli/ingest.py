@@ -143,10 +143,11 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
            strict: bool, batch_size: int, embedding: str | None, quiet: bool, as_json: bool) -> None:
     """Ingest a document tree (or files, or globs) into a corpus.
 
-    Reads Markdown (one entry per heading section, each the child of its enclosing
-    section), text and reST, HTML (main text, title), PDF (per page), source code (by
-    suffix, with a "language") and JSONL (one entry per line); .gz files by the name
-    inside. Text encodings are detected. Binary, empty and unknown files are skipped and
+    Reads Markdown and HTML (one entry per heading section, each the child of its
+    enclosing section; HTML with its title), text and reST, PDF (per page), source code
+    (by suffix, with a "language") and JSONL (one entry per line: a tnsrag export is
+    restored exactly, with its vectors when exported with --vectors, then nothing is
+    embedded); .gz files by the name inside. Text encodings are detected. Binary, empty and unknown files are skipped and
     listed with the reason (--strict makes any skip an error).
 
     Ids are paths relative to each PATH given plus "#n" (docs/ gives
@@ -200,8 +201,14 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
                        for e in loaded]
             _check_unique(entries)
             validate_batch(entries)
+            from tnsrag_db.admin.restore import restore_providers
+
+            # JSONL exports with vectors (tnsrag export --vectors) are written with them,
+            # one pass per exported space, embedding nothing else unless --embedding asks.
+            providers = restore_providers(entries, loader.vectors, None if embedding is None and loader.vectors
+                                          else provider)
             counts, pruned = _write(entries, loader, targets, url, schema, corpus, batch_size, prune,
-                                    provider, progress, id_prefix)
+                                    providers, progress, id_prefix)
             committed = counts
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
@@ -216,15 +223,18 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
               "inserted": counts.inserted,
               "updated": counts.updated, "unchanged": counts.unchanged, "pruned": pruned, "skipped": skipped,
               "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
-              "embedding": provider_name(provider), "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
+              "embedding": ", ".join(provider_name(p) for p in providers),
+              "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
     emit(result, as_json, _summary(corpus, result))
 
 
 def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: str | None, schema: str,
-           corpus: str, batch_size: int, prune: bool, embedding: Any, progress: Any,
+           corpus: str, batch_size: int, prune: bool, embeddings: list[Any], progress: Any,
            id_prefix: str) -> tuple[Any, int | None]:
-    """Connect, ingest ``entries`` batch by batch, then prune; returns the counts and the pruned number."""
+    """Connect, ingest ``entries`` batch by batch (a pass per provider of ``embeddings``: the
+    first writes the entries, the others add their spaces' vectors), then prune; returns
+    the first pass's counts and the pruned number."""
     from tnsrag_db.indexes.spaces import bind_embedding
     from tnsrag_db.indexes.vector import VectorMemoryStore
     from tnsrag_db.store.store import IngestCounts, connect
@@ -236,7 +246,7 @@ def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: st
             _check_edge_ends(store, loader.edges, {e.id for e in entries})
         # Bound to the corpus's spaces: a provider whose dimension differs from its own
         # stored space is refused before anything is written.
-        vectors = VectorMemoryStore(store, bind_embedding(store, embedding))
+        views = [VectorMemoryStore(store, bind_embedding(store, embedding)) for embedding in embeddings]
 
         def advance(phase: str, done: int, total: int | None) -> None:
             if phase != "read":  # the read line counts files, done by now
@@ -245,8 +255,11 @@ def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: st
         def index_advance(phase: str, done: int, total: int) -> None:
             progress.update("index", done, total, note=phase)
 
-        progress.start("embed")
-        counts = vectors.ingest(entries, batch_size=batch_size, progress=advance, index_progress=index_advance)
+        counts: Any = None
+        for vectors in views:
+            progress.start("embed")
+            written = vectors.ingest(entries, batch_size=batch_size, progress=advance, index_progress=index_advance)
+            counts = written if counts is None else counts
         if loader.edges:
             from tnsrag_db.indexes.graph import GraphStore
 

@@ -2,22 +2,85 @@
 
 What only the strategies that embed the query need (the embedding provider, which loads
 numpy) is imported inside the command, so a keyword query process does not pay for it.
+
+A keyword query takes a lean path first (:func:`lean_keyword_query`): the same
+:meth:`KeywordRAGStrategy.plan <tnsrag_db.strategies.keyword.KeywordRAGStrategy.plan>`
+and statements, run on one psycopg connection by a
+:class:`~tnsrag_db.db.driver.DriverStore`, so the process imports neither SQLAlchemy
+nor alembic (~0.5 s of a ~1 s call). Whatever that path does not answer goes to the full
+path (:func:`tnsrag_db.store.store.connect`), which then answers exactly as it always
+has: no results (a missing corpus is an error there, and an empty answer gets its filter
+notes), any error (its messages are the full path's own), a schema not at head (the
+embedded one is migrated there, a URL's is an error), ``--explain``, standbys
+(``--read-url`` / ``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, and
+the embedded server when the command runs outside ``tnsrag`` (no kept-running server).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
-from tnsrag_db.store.store import connect
-from tnsrag_db.strategies.explain import explain_with
-from tnsrag_db.strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
-from tnsrag_db.types import RAGContext
+from tnsrag_db.errors import TnsragError
+from tnsrag_db.strategies.compose import EMBEDDING_STRATEGIES, STRATEGY_NAMES
+from tnsrag_db.types import RAGContext, RetrievedDocument
 
-__all__ = ["query"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["lean_keyword_query", "query"]
+
+
+def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
+                       context: RAGContext) -> tuple[list[RetrievedDocument], float] | None:
+    """``text``'s keyword results on ``url`` (None: the kept-running embedded server) and the
+    milliseconds they took, by the lean path (see the module docstring); None when the
+    full path must answer instead. Raises only what starting the embedded server raises
+    (the full path would raise the same)."""
+    from tnsrag_db.db.driver import DriverStore, libpq_url
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.store import server
+    from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
+    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+
+    if url is None:
+        idle_timeout = server.kept_running_timeout()
+        if idle_timeout is None:
+            return None  # no `tnsrag` group around this call: the wheel's own server (full path)
+        target = server.ensure_running(idle_timeout=idle_timeout)
+    else:
+        found = libpq_url(url)
+        if found is None:
+            return None
+        target = found
+    try:
+        with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS) as store:
+            if not store.at_head():
+                return None
+            chosen = KeywordRAGStrategy(BM25Index(store))
+            started = time.perf_counter()
+            documents = chosen.retrieve(text, context)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+    except TnsragError:
+        return None  # the full path says what is wrong, in its own words
+    return (documents, elapsed_ms) if documents else None
+
+
+def _print_results(text: str, strategy: str, documents: Sequence[RetrievedDocument], elapsed_ms: float,
+                   notes: list[str], as_json: bool) -> None:
+    from tnsrag_db.cli._render import render_text, result_json
+
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    if as_json:
+        emit({"query": text, "strategy": strategy, "milliseconds": round(elapsed_ms, 2),
+              "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
+        return
+    click.echo(render_text(strategy, documents, elapsed_ms))
 
 
 @click.command()
@@ -58,8 +121,6 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
 
     Example: tnsrag query "lighthouse" --url "$PRIMARY_URL" --read-url "$STANDBY_URL"
     """
-    from tnsrag_db.admin import empty_filter_notes, require_corpus
-    from tnsrag_db.cli._render import render_text, result_json
     from tnsrag_db.strategies.base import check_query
 
     check_query(text)
@@ -67,6 +128,17 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     standbys = list(read_urls) or os.environ.get("TNSRAG_READ_URLS", "").split()
     if standbys and url is None:
         raise click.UsageError("--read-url needs --url: standbys belong to a server named by URL")
+    if strategy == "keyword" and not explain and not standbys:
+        answered = lean_keyword_query(text, url, schema=schema, corpus=corpus, context=context)
+        if answered is not None:
+            _print_results(text, "keyword", answered[0], answered[1], [], as_json)
+            return
+
+    from tnsrag_db.admin import empty_filter_notes, require_corpus
+    from tnsrag_db.store.store import connect
+    from tnsrag_db.strategies.explain import explain_with
+    from tnsrag_db.strategies.registry import build_strategy
+
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False,
                  read_urls=standbys) as store:
         require_corpus(store)  # reads only: a query never creates a corpus
@@ -86,10 +158,4 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
         notes = empty_filter_notes(store, context.metadata_filters) if not documents else []
-    for note in notes:
-        click.echo(f"note: {note}", err=True)
-    if as_json:
-        emit({"query": text, "strategy": chosen.name, "milliseconds": round(elapsed_ms, 2),
-              "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
-        return
-    click.echo(render_text(chosen.name, documents, elapsed_ms))
+    _print_results(text, chosen.name, documents, elapsed_ms, notes, as_json)

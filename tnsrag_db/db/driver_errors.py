@@ -6,15 +6,20 @@ the :class:`~tnsrag_db.errors.DatabaseError` subclass raised ``from`` the driver
 (kept as ``__cause__``, its SQLSTATE as ``.sqlstate``). Both SQLAlchemy's wrappers and bare
 psycopg errors (the write path streams COPY through the driver connection) are mapped.
 Callers then catch the subclass (``except DeadlockError``) instead of unpicking SQLSTATEs.
+
+SQLAlchemy is not imported here: a process that never loaded it (the CLI's keyword query on
+:mod:`tnsrag_db.db.driver`) can hold none of its errors, so its classes are looked up in
+``sys.modules`` only.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 
 import psycopg
-import sqlalchemy as sa
 
 from tnsrag_db.errors import (
     ConnectionLostError,
@@ -50,10 +55,17 @@ def sqlstate_of(exc: BaseException | None) -> str | None:
     return None
 
 
+def _sqlalchemy_exc() -> ModuleType | None:
+    """``sqlalchemy.exc`` when SQLAlchemy is loaded (else no error can be one of its)."""
+    return sys.modules.get("sqlalchemy.exc")
+
+
 def _lost(exc: BaseException, code: str | None) -> bool:
-    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+    sa_exc = _sqlalchemy_exc()
+    wrapped = sa_exc is not None and isinstance(exc, sa_exc.DBAPIError)
+    if wrapped and exc.connection_invalidated:  # type: ignore[attr-defined]
         return True
-    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    orig = exc.orig if wrapped else exc  # type: ignore[attr-defined]
     if isinstance(orig, psycopg.OperationalError) and getattr(orig, "sqlstate", None) is None:
         return True  # psycopg's own "server closed the connection" / "consuming input failed"
     return code is not None and (code in DISCONNECT_SQLSTATES or code.startswith("08"))
@@ -108,5 +120,8 @@ def map_db_errors(what: str) -> Iterator[None]:
         raise
     except UnicodeEncodeError as exc:
         raise not_text(exc) from exc
-    except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
-        raise db_error(exc, what) from exc
+    except Exception as exc:
+        sa_exc = _sqlalchemy_exc()
+        if isinstance(exc, psycopg.Error) or (sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError)):
+            raise db_error(exc, what) from exc
+        raise

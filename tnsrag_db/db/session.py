@@ -19,22 +19,21 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from functools import lru_cache
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db._validate import is_number
+from tnsrag_db.db.driver import driver_sql  # moved there (no SQLAlchemy); re-exported
 from tnsrag_db.db.driver_errors import map_db_errors
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError, DeadlockError
 
-__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "map_db_errors",
-           "retry_on_deadlock"]
+__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "driver_sql",
+           "map_db_errors", "retry_on_deadlock"]
 
 #: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
 DEADLOCK_RETRIES = 3
@@ -46,14 +45,6 @@ _T = TypeVar("_T")
 #: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
 #: session (absent: the server's or role's default).
 _TIMEOUT_SET = "tnsrag_statement_timeout"
-
-_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
-
-
-@lru_cache(maxsize=512)
-def driver_sql(sql: str) -> str:
-    """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy compiles it)."""
-    return sa.text(sql).compile(dialect=_DIALECT).string
 
 
 def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
@@ -184,16 +175,30 @@ class Session:
     def write_transaction(self, work: Callable[[Connection], _T], *,
                           prepare: Callable[[Connection], None] | None = None) -> _T:
         """Run ``work(conn)`` in one :meth:`transaction`, whole again when PostgreSQL aborted
-        it to break a deadlock (see :func:`retry_on_deadlock`)."""
+        it to break a deadlock (see :func:`retry_on_deadlock`). With read replicas, the
+        clock then advances to the primary's WAL position, read on the write's own
+        connection right after its commit (no second checkout)."""
         def attempt() -> _T:
-            with self.transaction(prepare=prepare) as conn:
-                return work(conn)
-
-        result = retry_on_deadlock(attempt)
-        if self._replicas is not None:
+            # transaction(), with the commit inside the connection's block: the token is read
+            # after it, on the same connection.
             with map_db_errors(self._what), self._engine.connect() as conn:
-                self._clock.advance(current_token(conn))  # after the commit: a read-your-writes token
-        return result
+                _apply_statement_timeout(conn, self.effective_timeout_ms())
+                if prepare is not None:
+                    prepare(conn)
+                with conn.begin():
+                    result = work(conn)
+                if self._replicas is not None:
+                    self._clock.advance(current_token(conn))  # after the commit: a read-your-writes token
+                return result
+
+        return retry_on_deadlock(attempt)
+
+    def executor(self, *, snapshot: bool = False) -> AbstractContextManager[Callable[[Statement], Rows]]:
+        """The statement executor :meth:`run` drives a plan with, for a caller that drives
+        one itself (recording its statements, say): ``with session.executor() as execute:
+        run_plan(plan, execute)``. One connection, checked out at the first statement,
+        and the read path's rules (replicas, retry, timeout, ``snapshot``) as in :meth:`run`."""
+        return self._plan_executor(snapshot=snapshot)
 
     @property
     def read_replicas(self) -> ReadReplicas | None:

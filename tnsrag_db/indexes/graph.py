@@ -34,7 +34,8 @@ from tnsrag_db.db.statement import Statement
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
 from tnsrag_db.indexes.graph_walk import hops_statement, walk_statement
 from tnsrag_db.store.staging import EDGE_STAGE_DDL
-from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
+from tnsrag_db.store.store import Store
+from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension, WriteReport
 from tnsrag_db.types import MemoryEntry, is_unicode_text
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
@@ -197,8 +198,9 @@ class GraphStore:
         batch = _validate_edges(edges)
         if not batch:
             return IngestCounts()
-        with self._store.session.transaction() as conn:
-            return self.write_edges(conn, batch, progress=progress)
+        edge_write = _EdgeWrite(self, batch, progress)
+        self._store.write((), extensions=[edge_write])
+        return edge_write.counts
 
     def add_with_edges(self, entries: Iterable[MemoryEntry], edges: Iterable[Edge]) -> tuple[WriteReport, IngestCounts]:
         """Write entries and edges in one transaction, so edges may point at entries of the same call.
@@ -207,19 +209,14 @@ class GraphStore:
         (including :class:`DanglingReferenceError`) rolls back both. Returns the
         entries' :class:`WriteReport` and the edges' counts.
         """
-        entry_batch = validate_batch(entries)
-        edge_batch = _validate_edges(edges)
-
-        def write(conn: Connection) -> tuple[WriteReport, IngestCounts]:
-            report = self._store.write_entries(conn, entry_batch) if entry_batch else WriteReport()
-            counts = self.write_edges(conn, edge_batch) if edge_batch else IngestCounts()
-            return report, counts
-
+        entry_batch = ValidatedBatch(entries)
+        edge_write = _EdgeWrite(self, _validate_edges(edges))
         # Entries are locked in id order, then the edges' other ends in id order: with
         # ends outside the batch, this can meet a concurrent delete that takes the same
-        # rows in one pass. PostgreSQL then aborts one side, and write_transaction runs
-        # that side again.
-        return self._store.write_transaction(write)
+        # rows in one pass. PostgreSQL then aborts one side, and the write runs that side
+        # again (the edges with it: they join the entries' transaction).
+        report = self._store.write(entry_batch, extensions=[edge_write])
+        return report, edge_write.counts
 
     def write_edges(self, conn: Connection, batch: Sequence[Edge], *,
                     progress: Callable[[int], None] | None = None) -> IngestCounts:
@@ -296,6 +293,20 @@ class GraphStore:
     def hops_statement(self, pairs: Sequence[tuple[str, str]]) -> Statement:
         """The heaviest edge of each ``(src, dst)`` pair that has one: rows ``src, dst, relation, weight``."""
         return hops_statement(self.corpus, pairs)
+
+
+class _EdgeWrite(WriteExtension):
+    """Validated edges written after the entries of the same transaction (:meth:`GraphStore.write_edges`)."""
+
+    def __init__(self, graph: GraphStore, edges: Sequence[Edge],
+                 progress: Callable[[int], None] | None = None) -> None:
+        self._graph = graph
+        self._edges = edges
+        self._progress = progress
+        self.counts = IngestCounts()
+
+    def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
+        self.counts = self._graph.write_edges(conn, self._edges, progress=self._progress)
 
 
 def _dangling(missing: Sequence[str]) -> DanglingReferenceError:

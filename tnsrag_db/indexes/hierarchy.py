@@ -21,13 +21,12 @@ from sqlalchemy.engine import Connection
 from tnsrag_db._validate import is_int
 from tnsrag_db.db.statement import Statement
 from tnsrag_db.errors import ConfigurationError, HierarchyError, ValidationError
-from tnsrag_db.store.store import IngestCounts, Store, WriteReport, validate_batch
+from tnsrag_db.indexes.hierarchy_problems import MESSAGE_LIMIT, cycles_of, raise_problems
+from tnsrag_db.store.store import Store
+from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension, WriteReport
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["HierarchyIndex"]
-
-#: How many problems an error message spells out before summarising the rest.
-_MESSAGE_LIMIT = 20
 
 # Serialises hierarchy writes of one corpus (a transaction-scoped advisory lock keyed by
 # this constant and the corpus): two concurrent batches could otherwise each close half
@@ -152,50 +151,17 @@ _CHILDREN_WITH_TEXT_SQL = textwrap.dedent("""\
     """)
 
 
-def _cycles_of(successor: dict[str, str]) -> list[list[str]]:
-    """Every cycle of a functional graph (each node has at most one successor), each in walk order."""
-    state: dict[str, int] = {}  # 1 = on the current walk, 2 = finished
-    cycles: list[list[str]] = []
-    for start in sorted(successor):
-        if start in state:
-            continue
-        walk: list[str] = []
-        node: str | None = start
-        while node is not None and node not in state:
-            state[node] = 1
-            walk.append(node)
-            node = successor.get(node)
-        if node is not None and state[node] == 1:
-            cycles.append(walk[walk.index(node):])
-        for visited in walk:
-            state[visited] = 2
-    return cycles
+class _HierarchyCheck(WriteExtension):
+    """The write's hierarchy lock (before the entries) and check (after them)."""
 
+    def __init__(self, index: HierarchyIndex) -> None:
+        self._index = index
 
-def _normalised(cycle: list[str]) -> tuple[str, ...]:
-    """The cycle rotated to start at its smallest id, so one cycle has one spelling."""
-    first = cycle.index(min(cycle))
-    return tuple(cycle[first:] + cycle[:first])
+    def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
+        conn.execute(sa.text(_LOCK_SQL), {"c": self._index.store.corpus})
 
-
-def _raise_problems(missing: Sequence[tuple[str, str]], cycles: Iterable[Sequence[str]], where: str) -> None:
-    """Raise one :class:`HierarchyError` for missing parents and cycles, if there are any."""
-    unique_cycles = sorted({_normalised(list(c)) for c in cycles})
-    if not missing and not unique_cycles:
-        return
-    parts: list[str] = []
-    if missing:
-        shown = ", ".join(f"{child!r} -> {parent!r}" for child, parent in missing[:_MESSAGE_LIMIT])
-        more = f" and {len(missing) - _MESSAGE_LIMIT} more" if len(missing) > _MESSAGE_LIMIT else ""
-        parts.append(f"missing parents ({shown}{more})")
-    for cycle in unique_cycles[:_MESSAGE_LIMIT]:
-        parts.append("cycle " + " -> ".join(repr(i) for i in (*cycle, cycle[0])))
-    if len(unique_cycles) > _MESSAGE_LIMIT:
-        parts.append(f"{len(unique_cycles) - _MESSAGE_LIMIT} more cycles")
-    ids: list[str] = [child for child, _ in missing]
-    for cycle in unique_cycles:
-        ids.extend(i for i in cycle if i not in ids)
-    raise HierarchyError(f"invalid hierarchy {where}: " + "; ".join(parts), tuple(ids))
+    def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
+        self._index._check_written(conn, [e.id for e in batch])
 
 
 class HierarchyIndex:
@@ -235,19 +201,12 @@ class HierarchyIndex:
         batch, or a cycle (every id on it); :class:`InvalidEntryError` for an invalid
         entry. On any error the transaction is rolled back and nothing is written.
         """
-        batch = list(entries)
-        self._check_duplicates(batch)
-        batch = validate_batch(batch)
+        raw = list(entries)
+        self._check_duplicates(raw)
+        batch = ValidatedBatch(raw)
         if not batch:
             return IngestCounts()
-
-        def write(conn: Connection) -> WriteReport:
-            conn.execute(sa.text(_LOCK_SQL), {"c": self._store.corpus})
-            report = self._store.write_entries(conn, batch)
-            self._check_written(conn, [e.id for e in batch])
-            return report
-
-        return self._store.write_transaction(write).counts
+        return self._store.write(batch, extensions=[_HierarchyCheck(self)]).counts
 
     def check_written(self, conn: Connection, entry_ids: Sequence[str]) -> None:
         """Check the hierarchy around ``entry_ids`` inside the caller's open transaction
@@ -276,7 +235,7 @@ class HierarchyIndex:
                     duplicates.append(entry.id)
                 seen.add(entry.id)
         if duplicates:
-            shown = ", ".join(repr(i) for i in duplicates[:_MESSAGE_LIMIT])
+            shown = ", ".join(repr(i) for i in duplicates[:MESSAGE_LIMIT])
             raise HierarchyError(f"invalid hierarchy in batch: duplicate ids ({shown})", tuple(duplicates))
 
     def _check_written(self, conn: Connection, ids: list[str]) -> None:
@@ -292,8 +251,8 @@ class HierarchyIndex:
                 segment[row.start_id] = path[:-1]
             else:  # a loop among entries the batch did not write, reached from it
                 loops.append(path[path.index(path[-1]):-1])
-        cycles = [[i for start in cycle for i in segment[start]] for cycle in _cycles_of(successor)]
-        _raise_problems(missing, cycles + loops, "after writing the batch")
+        cycles = [[i for start in cycle for i in segment[start]] for cycle in cycles_of(successor)]
+        raise_problems(missing, cycles + loops, "after writing the batch")
 
     # -- checks -----------------------------------------------------------------------
     def validate(self) -> None:
@@ -306,7 +265,7 @@ class HierarchyIndex:
             params = {"c": self._store.corpus}
             missing = [(r.id, r.parent_id) for r in conn.execute(sa.text(_MISSING_ALL_SQL), params)]
             left = {r.id: r.parent_id for r in conn.execute(sa.text(_UNREACHABLE_SQL), params)}
-        _raise_problems(missing, _cycles_of(left), "in the corpus")
+        raise_problems(missing, cycles_of(left), "in the corpus")
 
     # -- reads ------------------------------------------------------------------------
     def children(self, parent_ids: Sequence[str]) -> dict[str, list[str]]:

@@ -15,7 +15,8 @@ from typing import Any
 
 from tnsrag_db.db.statement import Statement, one
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError, ValidationError
-from tnsrag_db.store.store import IngestCounts, Store, validate_batch
+from tnsrag_db.store.store import Store
+from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["Clock", "TemporalIndex", "check_clock", "check_skew", "now_from", "utc_now"]
@@ -95,12 +96,10 @@ class TemporalIndex:
         than ``max_future_skew`` ahead of the clock, :class:`InvalidEntryError` for an
         invalid entry; nothing is written then.
         """
-        batch = validate_batch(entries)
+        batch = ValidatedBatch(entries)
         if not batch:
             return IngestCounts()
-        self.check_timestamps(batch, clock=clock)
-
-        return self._store.write_transaction(lambda conn: self._store.write_entries(conn, batch)).counts
+        return self._store.write(batch, extensions=[_TimestampCheck(self, clock)]).counts
 
     def check_timestamps(self, entries: Iterable[MemoryEntry], *, clock: Clock | None = None) -> None:
         """Check, without writing, that no timestamp of ``entries`` is more than
@@ -144,3 +143,14 @@ class TemporalIndex:
     def timestamps_of(rows: Iterable[Any]) -> dict[str, datetime | None]:
         """Entry id to timestamp (None when undated) from the rows of :meth:`timestamps_statement`."""
         return {r.id: r.ts for r in rows}
+
+
+class _TimestampCheck(WriteExtension):
+    """:meth:`TemporalIndex.check_timestamps` as the write's check before any I/O."""
+
+    def __init__(self, index: TemporalIndex, clock: Clock | None) -> None:
+        self._index = index
+        self._clock = clock
+
+    def validate(self, batch: Sequence[MemoryEntry]) -> None:
+        self._index.check_timestamps(batch, clock=self._clock)

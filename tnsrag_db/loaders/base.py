@@ -9,10 +9,12 @@ from typing import Protocol, runtime_checkable
 
 from tnsrag_db.types import MemoryEntry
 
-__all__ = ["MAX_FILE_BYTES", "SkippedFile", "SourceLoader"]
+__all__ = ["MAX_FILE_BYTES", "MAX_JSONL_BYTES", "SkippedFile", "SourceLoader"]
 
 #: Files larger than this are skipped (a document tree's huge files are data, not prose).
 MAX_FILE_BYTES = 64 * 1024 * 1024
+#: JSONL files (exports, data meant to be read whole) may be larger, up to this.
+MAX_JSONL_BYTES = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

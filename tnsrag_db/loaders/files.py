@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Literal
 
 from tnsrag_db.chunking import Chunker
 from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.loaders.base import MAX_FILE_BYTES, SkippedFile, _Skip
+from tnsrag_db.loaders.base import MAX_FILE_BYTES, MAX_JSONL_BYTES, SkippedFile, _Skip
 from tnsrag_db.loaders.code import _code
 from tnsrag_db.loaders.encodings import _decode_text
 from tnsrag_db.loaders.formats import _language, file_format
 from tnsrag_db.loaders.html import _html
-from tnsrag_db.loaders.jsonl import _jsonl
+from tnsrag_db.loaders.jsonl import SpaceVectors, _jsonl
 from tnsrag_db.loaders.pdf import _pdf
 from tnsrag_db.loaders.text import _markdown, _text
 from tnsrag_db.loaders.walk import _scan, _unknown_reason
@@ -55,8 +55,10 @@ class FileLoader:
     * JSONL: one object per non-blank line with ``content`` (or ``text``) and optional
       ``id`` (default ``path#line``), ``tier``, ``source`` (default the path; ``null``
       means none), ``parentId``, ``timestamp`` (ISO-8601 with a zone), ``metadata`` (str to
-      str) and ``edges`` (outgoing: ``[{"dst", "relation", "weight", "source"}]``, returned
-      by :attr:`edges`): the export format of ``tnsrag export``, read back exactly.
+      str), ``edges`` (outgoing: ``[{"dst", "relation", "weight", "source"}]``, returned
+      by :attr:`edges`) and ``vectors`` (``[{"provider", "float32"}]``, returned by
+      :attr:`vectors`): the export format of ``tnsrag export``, read back exactly.
+      JSONL files may be up to 1 GiB (:data:`MAX_JSONL_BYTES`), other files 64 MiB.
 
     ``chunker`` sizes the chunks (default: :class:`~tnsrag_db.chunking.Chunker` of 1,000
     characters). ``encoding`` forces one text encoding instead of detecting it. Files that
@@ -98,6 +100,7 @@ class FileLoader:
         #: Number of files the last :meth:`load` read entries from.
         self.files_read = 0
         self._edges: list[Edge] = []
+        self._vectors: SpaceVectors = {}
 
     @property
     def name(self) -> str:
@@ -114,6 +117,13 @@ class FileLoader:
         """The edges the JSONL records of the last :meth:`load` carried (``"edges"`` field),
         complete once that load has been consumed."""
         return tuple(self._edges)
+
+    @property
+    def vectors(self) -> SpaceVectors:
+        """The vectors the JSONL records of the last :meth:`load` carried (``"vectors"``
+        field, written by ``tnsrag export --vectors``), by embedding space (provider name,
+        dimension), then entry id; complete once that load has been consumed."""
+        return self._vectors
 
     @property
     def id_prefix(self) -> str:
@@ -140,6 +150,7 @@ class FileLoader:
         self.skipped = skipped
         self.files_read = 0
         self._edges = []
+        self._vectors = {}
         for number, (path, rel, explicit, shown) in enumerate(found, start=1):
             if progress is not None and number > 1:
                 progress(number - 1, len(found))
@@ -164,21 +175,22 @@ class FileLoader:
 
     # -- reading ------------------------------------------------------------------
     def _read(self, path: Path, rel: str, fmt: str) -> Iterator[MemoryEntry]:
+        limit = MAX_JSONL_BYTES if fmt == "jsonl" else MAX_FILE_BYTES
         try:
             size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                raise _Skip(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+            if size > limit:
+                raise _Skip(f"larger than {limit // (1024 * 1024)} MiB")
             data = path.read_bytes()
         except OSError as exc:
             raise _Skip(f"unreadable ({exc.strerror or exc})") from None
         if path.name.lower().endswith(".gz"):
             try:
                 with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
-                    data = unzipped.read(MAX_FILE_BYTES + 1)
+                    data = unzipped.read(limit + 1)
             except (OSError, EOFError) as exc:
                 raise _Skip(f"not a readable gzip file ({exc})") from None
-            if len(data) > MAX_FILE_BYTES:
-                raise _Skip(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB uncompressed")
+            if len(data) > limit:
+                raise _Skip(f"larger than {limit // (1024 * 1024)} MiB uncompressed")
         if not data.strip():
             raise _Skip("empty")
         if fmt == "pdf":
@@ -196,7 +208,7 @@ class FileLoader:
         if fmt == "markdown":
             yield from _markdown(rel, text, self._chunker, self._tier)
         elif fmt == "jsonl":
-            yield from _jsonl(rel, text, self._tier, self._edges)
+            yield from _jsonl(rel, text, self._tier, self._edges, self._vectors)
         elif fmt == "html":
             yield from _html(rel, text, self._chunker, self._tier)
         elif fmt == "code":

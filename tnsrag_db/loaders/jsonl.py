@@ -1,8 +1,10 @@
 """JSONL: one entry per line in the export format of :mod:`tnsrag_db.admin`, read back
-exactly, with the outgoing edges each record carries."""
+exactly, with the outgoing edges and the vectors each record carries."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -11,14 +13,22 @@ from tnsrag_db.errors import InvalidEntryError
 from tnsrag_db.types import MemoryEntry, MemoryTier, parse_instant
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from tnsrag_db.indexes.graph import Edge
 
 
-def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge]) -> Iterator[MemoryEntry]:
+#: Vectors of JSONL records by embedding space (provider name, dimension), then entry id.
+SpaceVectors = dict[tuple[str, int], dict[str, "npt.NDArray[np.float32]"]]
+
+
+def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
+           vectors_out: SpaceVectors | None = None) -> Iterator[MemoryEntry]:
     # The record format is the export format of tnsrag_db.admin (see its docstring):
-    # a present "source": null stays None, "timestamp" is the entry's timestamp, and
+    # a present "source": null stays None, "timestamp" is the entry's timestamp,
     # "edges" (outgoing, {"dst", "relation", "weight", "source"}) are collected for
-    # the caller in edges_out.
+    # the caller in edges_out, and "vectors" ([{"provider", "vector"}]) in vectors_out.
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -46,10 +56,47 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge]) -> Iter
                 timestamp=parse_instant(stamp) if stamp else None, metadata=metadata,
             )
             edges = _record_edges(entry.id, obj.get("edges"))
+            vectors = _record_vectors(obj.get("vectors"))
         except (InvalidEntryError, ValueError) as exc:
             raise InvalidEntryError(f"{where}: {exc}") from None
         edges_out.extend(edges)
+        if vectors_out is not None:
+            for space, vector in vectors.items():
+                vectors_out.setdefault(space, {})[entry.id] = vector
         yield entry
+
+
+def _record_vectors(raw: object) -> dict[tuple[str, int], npt.NDArray[np.float32]]:
+    """The ``"vectors"`` of a record: ``[{"provider": name, "float32": base64 of the
+    little-endian float32 values}]`` (what ``tnsrag export --vectors`` writes)."""
+    if raw is None:
+        return {}
+    import numpy as np  # only for records with vectors
+
+
+    if not isinstance(raw, list):
+        raise InvalidEntryError(f"'vectors' must be a list of objects, got {type(raw).__name__}")
+    out: dict[tuple[str, int], npt.NDArray[np.float32]] = {}
+    for n, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) != {"provider", "float32"}:
+            raise InvalidEntryError(f"vector {n} must be an object with exactly 'provider' and 'float32'")
+        provider, encoded = item["provider"], item["float32"]
+        if not isinstance(provider, str) or not provider.strip():
+            raise InvalidEntryError(f"vector {n}: 'provider' must be a non-blank string, got {provider!r}")
+        try:
+            data = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else b""
+        except (ValueError, binascii.Error):
+            data = b""
+        if not data or len(data) % 4:
+            raise InvalidEntryError(f"vector {n} ({provider}): 'float32' must be the base64 of float32 values")
+        vector = np.frombuffer(data, dtype="<f4").astype(np.float32)
+        if not np.isfinite(vector).all():
+            raise InvalidEntryError(f"vector {n} ({provider}): the values must be finite")
+        space = (provider, len(vector))
+        if space in out:
+            raise InvalidEntryError(f"vector {n}: a second {len(vector)}-dimensional vector of {provider!r}")
+        out[space] = vector
+    return out
 
 
 def _record_edges(src: str, raw: object) -> list[Edge]:

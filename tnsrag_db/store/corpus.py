@@ -20,14 +20,7 @@ from tnsrag_db.db.session import Session
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.store import sql
 from tnsrag_db.store.staging import prepare_stage_tables
-from tnsrag_db.store.write import (
-    WriteExtension,
-    WriteReport,
-    delete_matching,
-    run_write,
-    validate_batch,
-    write_entries,
-)
+from tnsrag_db.store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, run_write, write_entries
 from tnsrag_db.types import MemoryEntry, is_unicode_text
 
 __all__ = ["ANALYZE_AFTER_ROWS", "Corpus", "Writer"]
@@ -113,6 +106,11 @@ class Writer:
         self._session = session
         self._corpus = corpus
 
+    @property
+    def corpus(self) -> Corpus:
+        """The corpus written (its row, text search configuration and write lock)."""
+        return self._corpus
+
     def transaction(self, work: Callable[[Connection], _T], *, analyze: Sequence[str] = ()) -> _T:
         """Run ``work(conn)`` in one transaction: the one way the library's writes commit.
 
@@ -143,9 +141,10 @@ class Writer:
 
     def write(self, entries: Iterable[MemoryEntry], *, extensions: Sequence[WriteExtension] = (),
               progress: Callable[[int], None] | None = None) -> WriteReport:
-        """Validate ``entries``, then write them with ``extensions`` in one transaction (see
-        :mod:`tnsrag_db.store.write`). An empty batch without extensions writes nothing."""
-        batch = validate_batch(entries)
+        """Validate ``entries`` (not again for a :class:`ValidatedBatch`), then write them with
+        ``extensions`` in one transaction (see :mod:`tnsrag_db.store.write`). An empty
+        batch without extensions writes nothing."""
+        batch = ValidatedBatch(entries)
         for extension in extensions:
             extension.validate(batch)
         if not batch and not extensions:

@@ -2,9 +2,10 @@
 
 A ``Store`` is one corpus in one schema of one database. It writes entries (with their
 BM25 postings and statistics, in the same transaction, through the pipeline of
-:mod:`tnsrag_db.store.write`), reads and deletes them. The plumbing (connections,
-transactions, locks, timeouts, the read path) is its :attr:`Store.session`, a
-:class:`~tnsrag_db.db.session.Session`. The strategy-facing views (``VectorMemoryStore``,
+:mod:`tnsrag_db.store.write`, which the indexes' writes join as extensions), reads and
+deletes them. The plumbing (connections, transactions, locks, timeouts, the read path) is
+its :attr:`Store.session`, a :class:`~tnsrag_db.db.session.Session`; the write
+transactions are its :attr:`Store.writer`. The strategy-facing views (``VectorMemoryStore``,
 ``BM25Index``, ``GraphStore``, ...) are built over a ``Store`` and share its engine and corpus.
 """
 
@@ -15,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Engine
 
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.db import migrate
@@ -41,12 +42,19 @@ from tnsrag_db.store.maintenance import drop_orphan_hnsw_indexes
 from tnsrag_db.store.server import embedded_url
 from tnsrag_db.store.sql import BM25_STAT_SHARDS
 from tnsrag_db.store.staging import STAGE_DDL, STAGE_READY
-from tnsrag_db.store.write import IngestCounts, WriteExtension, WriteReport, content_hash, validate_batch
+from tnsrag_db.store.write import (
+    IngestCounts,
+    ValidatedBatch,
+    WriteExtension,
+    WriteReport,
+    content_hash,
+    validate_batch,
+)
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["ANALYZE_AFTER_ROWS", "BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "STAGE_DDL",
-           "STAGE_READY", "IngestCounts", "Store", "WriteExtension", "WriteReport", "connect", "content_hash",
-           "retry_on_deadlock", "validate_batch"]
+           "STAGE_READY", "IngestCounts", "Store", "ValidatedBatch", "WriteExtension", "WriteReport", "connect",
+           "content_hash", "retry_on_deadlock", "validate_batch"]
 
 _T = TypeVar("_T")
 
@@ -97,6 +105,14 @@ class Store:
     def session(self) -> Session:
         """Connections, transactions, locks, timeouts and the read path of this store."""
         return self._session
+
+    @property
+    def writer(self) -> Writer:
+        """The write transactions of this corpus (:class:`~tnsrag_db.store.corpus.Writer`): the
+        plumbing under :meth:`write`, for code that writes inside a transaction of its own
+        (``writer.transaction(work)``, ``writer.write_in(conn, batch)``) and the statistics
+        refresh after bulk writes (``writer.refresh_statistics``)."""
+        return self._writer
 
     @property
     def engine(self) -> Engine:
@@ -192,7 +208,7 @@ class Store:
     def __repr__(self) -> str:
         return f"Store(corpus={self._corpus!r}, schema={self._schema!r}, url={self.engine.url!r})"
 
-    # -- reads and the write plumbing (store.session has the rest) ---------------------
+    # -- the read path (store.session has the rest of the plumbing) ---------------------
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run one read-only statement and return its rows (see :meth:`Session.read`)."""
         return self._session.read(sql, params)
@@ -200,23 +216,6 @@ class Store:
     def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
         """Drive a read plan on one connection (see :meth:`Session.run`)."""
         return self._session.run(plan, snapshot=snapshot)
-
-    def write_transaction(self, work: Callable[[Connection], _T], *, analyze: Sequence[str] = ()) -> _T:
-        """Run ``work(conn)`` in one write transaction, again after a deadlock; prefer :meth:`write`."""
-        return self._writer.transaction(work, analyze=analyze)  # delegation: callers move to store.write(extensions=...)
-
-    def write_entries(self, conn: Connection, batch: Sequence[MemoryEntry], *,
-                      progress: Callable[[int], None] | None = None) -> WriteReport:
-        """Write validated entries (and their BM25 postings) in ``conn``'s transaction; prefer :meth:`write`."""
-        return self._writer.write_in(conn, batch, progress=progress)  # delegation: callers move to store.write(extensions=...)
-
-    def text_config(self, conn: Connection) -> str:
-        """The corpus's text search configuration (creates the corpus row, takes its shared write lock)."""
-        return self._corpus_row.text_config(conn)  # delegation: callers move to the write pipeline's Corpus
-
-    def refresh_statistics(self, written: int, extra_tables: Sequence[str] = ()) -> bool:
-        """ANALYZE after a bulk write of ``written`` rows; True when it ran."""
-        return self._writer.refresh_statistics(written, extra_tables)  # delegation: callers move to the Writer
 
     # -- writes -----------------------------------------------------------------------
     def add(self, entry: MemoryEntry) -> IngestCounts:

@@ -33,7 +33,7 @@ from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db.store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
 from tnsrag_db.types import MemoryEntry
 
-__all__ = ["IngestCounts", "StagedBatch", "WriteExtension", "WriteReport", "classify", "content_hash",
+__all__ = ["IngestCounts", "StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "classify", "content_hash",
            "delete_matching", "rewrite_changed", "run_write", "stage", "stage_terms", "validate_batch", "write_entries",
            "write_postings"]
 
@@ -96,7 +96,7 @@ class WriteExtension:
     """
 
     #: Library tables this extension writes, refreshed with ``entries`` after bulk writes
-    #: (see :meth:`Store.refresh_statistics`).
+    #: (see :meth:`~tnsrag_db.store.corpus.Writer.refresh_statistics`).
     analyze: tuple[str, ...] = ()
 
     def validate(self, batch: Sequence[MemoryEntry]) -> None:
@@ -136,6 +136,20 @@ def validate_batch(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
             raise InvalidEntryError(f"entry id {entry.id!r} appears twice in the batch (positions {first} and {index})",
                                     entry_id=entry.id, index=index)
     return batch
+
+
+class ValidatedBatch(tuple[MemoryEntry, ...]):
+    """A batch that passed :func:`validate_batch`: built only by validating (from a
+    ``ValidatedBatch``, for free), immutable, its entries frozen. :meth:`Store.write`
+    takes one without checking it again, so an index that validates a batch before its
+    own pre-transaction work (embedding) pays for the checks once."""
+
+    __slots__ = ()
+
+    def __new__(cls, entries: Iterable[MemoryEntry] = ()) -> ValidatedBatch:
+        if type(entries) is cls:
+            return entries  # checked when it was built
+        return super().__new__(cls, validate_batch(entries))
 
 
 # -- step 2: stage --------------------------------------------------------------------

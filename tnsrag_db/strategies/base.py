@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from tnsrag_db._validate import check_query_text
-from tnsrag_db.db.statement import Plan, Rows, Statement, run_plan
+from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
@@ -182,7 +182,7 @@ def child_plan(strategy: RAGStrategy, query: str, context: RAGContext) -> Plan[l
 
 
 def run_apart(store: Store, plan: Plan[_T]) -> _T:
-    """Drive ``plan`` with each statement on a connection of its own (:meth:`Store.read`), for
+    """Drive ``plan`` with each statement on a connection of its own (a :meth:`Store.run` apiece), for
     plans that do other I/O between their statements (a child strategy without a plan,
     explanations): no pooled connection is held while that I/O waits for one."""
-    return run_plan(plan, lambda statement: store.read(statement.sql, statement.params))
+    return run_plan(plan, lambda statement: store.run(one(statement)))

@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING
 
 from tnsrag_db._plugins import unavailable_unless_installed
 from tnsrag_db.errors import ConfigurationError, StrategyUnavailableError
-from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import RAGStrategy
 
-if TYPE_CHECKING:  # these load numpy or the strategies: only the builders that need them import them
+if TYPE_CHECKING:  # these load numpy, SQLAlchemy or the strategies: only the builders that need them import them
     from tnsrag_db.expansion import QueryExpander, QueryExpansion
     from tnsrag_db.indexes.temporal import TemporalIndex
     from tnsrag_db.indexes.vector import VectorMemoryStore
     from tnsrag_db.navigation import TreeNavigator
+    from tnsrag_db.store.store import Store
     from tnsrag_db.strategies.graph import GraphRAGStrategy
 
 __all__ = [
@@ -87,7 +87,7 @@ class StrategyOptions:
 
 
 #: A builder: the strategy over ``store`` with ``options``.
-BuildFunction = Callable[[Store, StrategyOptions], RAGStrategy]
+BuildFunction = Callable[["Store", StrategyOptions], RAGStrategy]
 
 
 @dataclass(frozen=True)

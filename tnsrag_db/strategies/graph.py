@@ -45,13 +45,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._validate import check_int, is_number
 from tnsrag_db.db.aio import arun
-from tnsrag_db.db.statement import Plan, Statement
+from tnsrag_db.db.statement import Plan, Statement, one
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.graph import GraphStore
 from tnsrag_db.strategies.base import (
@@ -74,12 +72,26 @@ from tnsrag_db.strategies.explain import (
     explain_with,
     explanation_of,
     prefixed,
-    snapshot,
 )
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
+if TYPE_CHECKING:
+    from tnsrag_db.indexes.bm25 import BM25Index
+
 __all__ = ["GraphRAGStrategy"]
 
+
+
+def _explained_bm25_seeds(index: BM25Index, query: str, count: int) -> Plan[
+        tuple[list[tuple[str, float]], dict[str, ScoreExplanation]]]:
+    """The BM25 seeds of ``query`` with their figures, from one snapshot when run with ``snapshot=True``."""
+    from tnsrag_db.strategies.keyword import bm25_figures_plan
+
+    sql, params = index.candidates_sql(query, count)
+    rows = yield Statement(sql, params, ("entry_id", "score"))
+    pairs = [(str(r.entry_id), float(r.score)) for r in rows]
+    figures = yield from bm25_figures_plan(index, query, dict(pairs))
+    return pairs, dict(figures)
 
 
 def _seed_map(pairs: list[tuple[str, float]]) -> dict[str, float]:
@@ -264,10 +276,8 @@ class GraphRAGStrategy:
             from tnsrag_db.strategies.keyword import bm25_plan
 
             index = BM25Index(self._store.store)
-            sql, params = index.candidates_sql(query, self._seed_count)
-            with snapshot(self._store.store) as conn:
-                pairs = [(str(r.entry_id), float(r.score)) for r in conn.execute(sa.text(sql), params)]
-                figures: dict[str, ScoreExplanation] = dict(index.explain_scores(conn, query, dict(pairs)))
+            pairs, figures = self._store.store.run(_explained_bm25_seeds(index, query, self._seed_count),
+                                                   snapshot=True)
             return _seed_map(pairs), figures, [bm25_plan(RAGContext(self._seed_count), "seeds")]
         explained = explain_with(self._seed_strategy, query, RAGContext(max_results=self._seed_count))
         seeds = _seed_map([(r.document.metadata["entryId"], r.document.score) for r in explained.results
@@ -292,8 +302,7 @@ class GraphRAGStrategy:
         pairs = sorted({(a, b) for path in paths for a, b in zip(path, path[1:])})
         edges: dict[tuple[str, str], Any] = {}
         if pairs:
-            taken = self._store.hops_statement(pairs)
-            for row in self._store.store.read(taken.sql, taken.params):
+            for row in self._store.store.run(one(self._store.hops_statement(pairs))):
                 edges[(row.src, row.dst)] = row
         explanations: list[ScoreExplanation] = []
         for doc, path in zip(docs, paths):
@@ -336,7 +345,8 @@ class GraphRAGStrategy:
         per loop × loops, i.e. the rows the node produced in total) and ``loops``.
         """
         statement = self._statement(seeds, resolve_context(context))
-        plan = self._store.store.read("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql, statement.params)[0][0]
+        plan = self._store.store.run(one(Statement("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql,
+                                                   statement.params)))[0][0]
         if isinstance(plan, str):
             plan = json.loads(plan)
         out: list[dict[str, Any]] = []

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from tnsrag_db.db import aio
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
-from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of, snapshot
 from tnsrag_db.types import RAGContext, RetrievedDocument
+
+if TYPE_CHECKING:  # explanations (and the SQLAlchemy they run on) load only when one is asked for
+    from tnsrag_db.strategies.explain import BM25Explanation, Explanation, SearchPlan
 
 __all__ = ["KeywordRAGStrategy"]
 
@@ -67,24 +69,41 @@ class KeywordRAGStrategy:
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (the same plan and statement)."""
+        from tnsrag_db.db import aio  # SQLAlchemy's asyncio: only for async callers
+
         return await aio.arun(self._keywords.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
         tf, df, idf and contribution); the ranking and the figures come from one snapshot.
         Errors as :meth:`retrieve`."""
+        return self._keywords.store.run(self._explain_plan(query, context), snapshot=True)
+
+    def _explain_plan(self, query: str, context: RAGContext | None) -> Plan[Explanation]:
+        from tnsrag_db.strategies.explain import explanation_of
+
         ctx = resolve_context(context)
         text = check_query(query)
-        statement = self._statement(text, ctx)
-        with snapshot(self._keywords.store) as conn:
-            docs = [document_from_row(row, float(row.score))
-                    for row in conn.execute(sa.text(statement.sql), dict(statement.params))]
-            figures = self._keywords.explain_scores(conn, text, {d.metadata["entryId"]: d.score for d in docs})
+        rows = yield self._statement(text, ctx)
+        docs = [document_from_row(row, float(row.score)) for row in rows]
+        figures = yield from bm25_figures_plan(self._keywords, text, {d.metadata["entryId"]: d.score for d in docs})
         return explanation_of(self.name, text, docs, [figures[d.metadata["entryId"]] for d in docs],
                               [bm25_plan(ctx)])
 
 
+def bm25_figures_plan(index: BM25Index, query: str, scores: Mapping[str, float]) -> Plan[dict[str, BM25Explanation]]:
+    """:meth:`BM25Index.explain_scores` as a plan (one statement, none for no scores): run it
+    in the snapshot that ranked, so the figures agree with the scores."""
+    if not scores:
+        return {}
+    sql_text, params = index.term_figures_sql(query, list(scores))
+    rows = yield Statement(sql_text, params)
+    return index.explain_rows(list(rows), scores)
+
+
 def bm25_plan(ctx: RAGContext, stream: str = "keyword") -> SearchPlan:
     """The plan of a BM25 ranking statement (always the postings; filters joined before top-K)."""
+    from tnsrag_db.strategies.explain import SearchPlan
+
     return SearchPlan(stream, "bm25", bool(ctx.metadata_filters),
                       detail="postings of the query terms, frequent terms pruned where that cannot change the top k")

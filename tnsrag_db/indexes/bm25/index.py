@@ -28,21 +28,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any, cast
 
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
+from tnsrag_db.db.driver import ReadStore
 from tnsrag_db.db.statement import Plan, Rows, Statement
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.bm25 import scoring, sql
 from tnsrag_db.indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
 from tnsrag_db.store.analysis import analyze_query
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.store.store import IngestCounts, Store
-from tnsrag_db.strategies.explain import BM25Explanation, BM25TermScore
 from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
+
+if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
+    from sqlalchemy.engine import Connection
+
+    from tnsrag_db.store.store import IngestCounts, Store
+    from tnsrag_db.strategies.explain import BM25Explanation
 
 __all__ = ["BM25Index"]
 
@@ -77,12 +79,17 @@ class BM25Index:
     store write); this class adds scoring and the term statistics used by
     pseudo-relevance feedback. Raises :class:`ConfigurationError` when ``store`` is
     not a Store, ``k1`` is negative or not finite, or ``b`` is outside [0, 1].
+
+    ``store`` may also be any :class:`~tnsrag_db.db.driver.ReadStore` (the CLI's
+    :class:`~tnsrag_db.db.driver.DriverStore`): the searches, plans and term statistics
+    need nothing more; writes and :meth:`explain_scores` need a :class:`Store`.
     """
 
-    def __init__(self, store: Store, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
-        if not isinstance(store, Store):
+    def __init__(self, store: Store | ReadStore, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
+        if not isinstance(store, ReadStore):
             raise ConfigurationError(f"BM25Index needs a Store, got {type(store).__name__}")
-        self._store = store
+        # Typed as the Store callers (hybrid, explain) use; a ReadStore serves the reads.
+        self._store = cast("Store", store)
         self._k1, self._b = check_bm25_parameters(k1, b)
 
     @property
@@ -238,6 +245,8 @@ class BM25Index:
     def explain_rows(self, rows: Rows, scores: Mapping[str, float]) -> dict[str, BM25Explanation]:
         """The :class:`BM25Explanation` of each entry of ``scores`` from the rows of
         :meth:`term_figures_sql` (entries without rows are left out)."""
+        from tnsrag_db.strategies.explain import BM25Explanation, BM25TermScore
+
         by_entry: dict[str, list[Any]] = {}
         for row in rows:
             by_entry.setdefault(row.entry_id, []).append(row)
@@ -263,6 +272,8 @@ class BM25Index:
         the figures come from the same snapshot). Entries that no longer exist are left out."""
         if not scores:
             return {}
+        import sqlalchemy as sa
+
         sql_text, params = self.term_figures_sql(query, list(scores))
         return self.explain_rows(list(conn.execute(sa.text(sql_text), params)), scores)
 

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db.store.staging import VECTOR_STAGE_DDL
 
-__all__ = ["COPY_SQL", "copy_vectors", "encode_rows", "encode_vector"]
+__all__ = ["COPY_SQL", "ROW_SECURITY_ACTIVE", "copy_vectors", "encode_rows", "encode_vector"]
 
 #: The statement the stream of :func:`encode_rows` feeds.
 COPY_SQL = "COPY embeddings (corpus, space_id, entry_id, embedding) FROM STDIN (FORMAT BINARY)"
@@ -59,18 +59,27 @@ def encode_rows(corpus: str, space_id: int, ids: Sequence[str],
     yield b"".join(parts)
 
 
+#: A select-list item telling whether row-level security applies to this session's writes
+#: of ``embeddings`` (then COPY FROM into it is refused): a statement the write sends anyway
+#: carries it, and its answer is passed to :func:`copy_vectors` as ``row_security``.
+ROW_SECURITY_ACTIVE = "(SELECT row_security_active('embeddings'))"  # an InitPlan: evaluated once
+
+
 def copy_vectors(conn: Connection, corpus: str, space_id: int, ids: Sequence[str],
-                 matrix: npt.NDArray[np.float32]) -> None:
+                 matrix: npt.NDArray[np.float32], *, row_security: bool | None = None) -> None:
     """COPY rows ``(corpus, space_id, ids[i], matrix[i])`` into ``embeddings`` on ``conn``'s
-    transaction (nothing for no ids)."""
+    transaction (nothing for no ids). ``row_security``: :data:`ROW_SECURITY_ACTIVE` as read
+    in this transaction (None: asked here, one round trip)."""
     if not ids:
         return
     raw = conn.connection.driver_connection
     assert raw is not None
     # PostgreSQL refuses COPY FROM into a table whose row-level security applies to the
     # session (a tenant role, see tnsrag_db.tenancy): stage the rows, then one INSERT,
-    # which the policy checks.
-    staged = bool(conn.execute(sa.text("SELECT row_security_active('embeddings')")).scalar_one())
+    # which the policy checks. Asked in every write's own transaction (never cached), so
+    # tenancy switched on under a running process is seen by its next write.
+    staged = row_security if row_security is not None else bool(
+        conn.execute(sa.text(f"SELECT {ROW_SECURITY_ACTIVE}")).scalar_one())
     if staged:
         conn.execute(sa.text(VECTOR_STAGE_DDL))
     with raw.cursor() as cur, cur.copy(_STAGED_COPY_SQL if staged else COPY_SQL) as copy:

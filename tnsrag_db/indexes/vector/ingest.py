@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from tnsrag_db.errors import IngestInterrupted, InvalidEntryError, TnsragError
 from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.store.store import IngestCounts, WriteReport, validate_batch
+from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteReport
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["IngestProgress", "Stopped", "run_ingest"]
@@ -39,7 +39,7 @@ class Stopped(Exception):
 class _Job(Generic[_R]):
     """``fn(arg)`` on a daemon worker thread; :meth:`wait` returns its result or raises its error."""
 
-    def __init__(self, fn: Callable[[list[MemoryEntry]], _R], arg: list[MemoryEntry]) -> None:
+    def __init__(self, fn: Callable[[ValidatedBatch], _R], arg: ValidatedBatch) -> None:
         self._done = threading.Event()
         self._result: _R | None = None
         self._error: BaseException | None = None
@@ -86,8 +86,8 @@ def _deferred_sigint(stop: threading.Event) -> Iterator[None]:
 
 
 def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: IngestProgress | None,
-               prepare: Callable[[list[MemoryEntry], Callable[[int], None]], Vectors],
-               write: Callable[[list[MemoryEntry], Vectors, threading.Event],
+               prepare: Callable[[ValidatedBatch, Callable[[int], None]], Vectors],
+               write: Callable[[ValidatedBatch, Vectors, threading.Event],
                                tuple[WriteReport, Space | None]],
                build: Callable[[Space, Callable[[str, int, int], None]], None]) -> IngestCounts:
     """Run the ingest described at :meth:`VectorMemoryStore.ingest` and return its counts.
@@ -107,11 +107,11 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
         if progress is not None:
             progress(phase, done, of)
 
-    def read_batch() -> list[MemoryEntry]:
+    def read_batch() -> ValidatedBatch:
         start = counters["read"]
         raw = list(itertools.islice(stream, batch_size))
         try:
-            batch = validate_batch(raw)
+            batch = ValidatedBatch(raw)
         except InvalidEntryError as exc:
             where = None if exc.index is None else start + exc.index
             raise InvalidEntryError(str(exc).replace(f"batch item {exc.index} ", f"entry {where} ")
@@ -127,7 +127,7 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
             report("read", counters["read"])
         return batch
 
-    def prepared(batch: list[MemoryEntry]) -> Vectors:
+    def prepared(batch: ValidatedBatch) -> Vectors:
         base = counters["embed"]
 
         def embedded(done: int) -> None:

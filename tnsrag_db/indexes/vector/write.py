@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db._validate import check_int
 from tnsrag_db.errors import DatabaseError, EmbeddingValidationError
-from tnsrag_db.indexes.vector.copy import copy_vectors
+from tnsrag_db.indexes.vector.copy import ROW_SECURITY_ACTIVE, copy_vectors
 from tnsrag_db.indexes.vector.core import VectorCore
 from tnsrag_db.indexes.vector.hnsw import (
     IndexProgress,
@@ -37,7 +37,7 @@ from tnsrag_db.indexes.vector.hnsw import (
 )
 from tnsrag_db.indexes.vector.ingest import IngestProgress, Stopped, run_ingest
 from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.store.store import IngestCounts, WriteReport, content_hash, validate_batch
+from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension, WriteReport, content_hash
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["VectorWrites"]
@@ -58,9 +58,10 @@ CROSS JOIN LATERAL (
 _HAS_VECTOR = "EXISTS (SELECT 1 FROM embeddings x WHERE x.corpus = e.corpus AND x.space_id = :s AND x.entry_id = e.id)"
 
 # The ids of the batch without a vector in the space, after the entry write (OFFSET 0: one
-# index probe per id, never an anti-join over the whole space).
-_LACKING = """\
-SELECT i.id FROM unnest(CAST(:ids AS text[])) AS i(id)
+# index probe per id, never an anti-join over the whole space), each with whether row-level
+# security applies to this session's writes of embeddings (the COPY below needs to know).
+_LACKING = f"""\
+SELECT i.id, {ROW_SECURITY_ACTIVE} AS rls FROM unnest(CAST(:ids AS text[])) AS i(id)
 WHERE NOT EXISTS (
     SELECT 1 FROM embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id OFFSET 0
 )"""
@@ -100,7 +101,7 @@ class VectorWrites(VectorCore):
         ``index_progress`` is handed to :meth:`build_index` when this call builds the index.
         """
         check_int(batch_size, "batch_size", minimum=1)
-        batch = validate_batch(entries)
+        batch = ValidatedBatch(entries)
         if not batch:
             if embeddings is not None and len(embeddings) != 0:
                 raise EmbeddingValidationError(f"got {len(embeddings)} embeddings for 0 entries")
@@ -156,11 +157,11 @@ class VectorWrites(VectorCore):
         check_int(batch_size, "batch_size", minimum=1)
         embed_lock = threading.Lock()
 
-        def prepare(batch: list[MemoryEntry], embedded: Callable[[int], None]) -> dict[str, npt.NDArray[np.float32]]:
+        def prepare(batch: ValidatedBatch, embedded: Callable[[int], None]) -> dict[str, npt.NDArray[np.float32]]:
             with embed_lock:
                 return self._prepare(batch, batch_size, embedded)
 
-        def write(batch: list[MemoryEntry], vectors: dict[str, npt.NDArray[np.float32]],
+        def write(batch: ValidatedBatch, vectors: dict[str, npt.NDArray[np.float32]],
                   stop: threading.Event) -> tuple[WriteReport, Space | None]:
             return self._write_batch(batch, vectors, batch_size, stop=stop, embed_lock=embed_lock)
 
@@ -186,49 +187,39 @@ class VectorWrites(VectorCore):
             progress(len(batch))
         return {}
 
-    def _write_batch(self, batch: Sequence[MemoryEntry], vectors: dict[str, npt.NDArray[np.float32]],
+    def _write_batch(self, batch: ValidatedBatch, vectors: dict[str, npt.NDArray[np.float32]],
                      batch_size: int, *, check: Callable[[Connection], None] | None = None,
                      stop: threading.Event | None = None,
                      embed_lock: threading.Lock | None = None) -> tuple[WriteReport, Space | None]:
         """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
         meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement."""
+        extension = _VectorWrite(self, vectors, batch_size, check, stop, embed_lock)
+        report = self._store.write(batch, extensions=[extension])
+        return report, extension.space
+
+    def _vectors_after(self, conn: Connection, batch: Sequence[MemoryEntry],
+                       vectors: dict[str, npt.NDArray[np.float32]], batch_size: int,
+                       embed_lock: threading.Lock | None) -> Space | None:
+        """Inside the write, after its entries: COPY the vectors the batch lacks in the space
+        (embedding those a concurrent writer changed after the pre-read); the space, or None
+        when nothing was embedded and no dimension is known."""
+        if self._dimension is None:
+            return None  # nothing embedded and no dimension known: nothing to store
+        space = self._ensure_space(conn, self._dimension)
         by_id = {e.id: e for e in batch}
-
-        def stop_check(*_: object) -> None:
-            if stop is not None and stop.is_set():
-                raise Stopped
-
-        def write(conn: Connection) -> tuple[WriteReport, Space | None]:
-            if stop is not None:
-                sa.event.listen(conn, "after_cursor_execute", stop_check)
-            try:
-                return write_in(conn)
-            finally:
-                if stop is not None:
-                    sa.event.remove(conn, "after_cursor_execute", stop_check)
-
-        def write_in(conn: Connection) -> tuple[WriteReport, Space | None]:
-            report = self._store.write_entries(conn, batch)
-            if check is not None:
-                check(conn)
-            if self._dimension is None:
-                return report, None  # nothing embedded and no dimension known: nothing to store
-            space = self._ensure_space(conn, self._dimension)
-            lacking = conn.execute(sa.text(_LACKING), {"c": self._store.corpus, "s": space.space_id,
-                                                       "ids": list(by_id)}).scalars().all()
-            missing = [i for i in lacking if i not in vectors]
-            if missing:
-                # A concurrent writer changed these texts after our pre-read: embed them now.
-                with embed_lock if embed_lock is not None else contextlib.nullcontext():
-                    extra = self._embed([by_id[i].content for i in missing], batch_size)
-                vectors.update({i: extra[n] for n, i in enumerate(missing)})
-            if lacking:
-                copy_vectors(conn, self._store.corpus, space.space_id, lacking,
-                             np.vstack([vectors[i] for i in lacking]))
-            stop_check()
-            return report, space
-
-        return self._store.write_transaction(write, analyze=("embeddings",))
+        rows = conn.execute(sa.text(_LACKING), {"c": self._store.corpus, "s": space.space_id,
+                                                "ids": list(by_id)}).all()
+        lacking = [r.id for r in rows]
+        missing = [i for i in lacking if i not in vectors]
+        if missing:
+            # A concurrent writer changed these texts after our pre-read: embed them now.
+            with embed_lock if embed_lock is not None else contextlib.nullcontext():
+                extra = self._embed([by_id[i].content for i in missing], batch_size)
+            vectors.update({i: extra[n] for n, i in enumerate(missing)})
+        if lacking:
+            copy_vectors(conn, self._store.corpus, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]),
+                         row_security=bool(rows[0].rls))
+        return space
 
     def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
         """Entries that are new, changed their text, or lack a vector in this space (a pre-read)."""
@@ -321,3 +312,40 @@ class VectorWrites(VectorCore):
         existed = drop_space_index(self._store, space)
         self._spaces[space.dimension] = Space(space.space_id, space.dimension, None)
         return existed
+
+
+class _VectorWrite(WriteExtension):
+    """A batch's vectors joining its entry write: ``check`` and the vectors after the
+    entries; with ``stop``, a check after every statement that aborts the write once set."""
+
+    analyze = ("embeddings",)
+
+    def __init__(self, view: VectorWrites, vectors: dict[str, npt.NDArray[np.float32]], batch_size: int,
+                 check: Callable[[Connection], None] | None, stop: threading.Event | None,
+                 embed_lock: threading.Lock | None) -> None:
+        self._view = view
+        self._vectors = vectors
+        self._batch_size = batch_size
+        self._check = check
+        self._stop = stop
+        self._embed_lock = embed_lock
+        self.space: Space | None = None
+
+    def _stop_check(self, *_: object) -> None:
+        if self._stop is not None and self._stop.is_set():
+            raise Stopped
+
+    def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
+        if self._stop is not None:
+            sa.event.listen(conn, "after_cursor_execute", self._stop_check)
+
+    def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
+        if self._check is not None:
+            self._check(conn)
+        self.space = self._view._vectors_after(conn, batch, self._vectors, self._batch_size, self._embed_lock)
+        if self.space is not None:
+            self._stop_check()
+
+    def finish(self, conn: Connection) -> None:
+        if self._stop is not None:
+            sa.event.remove(conn, "after_cursor_execute", self._stop_check)

@@ -6,12 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from tnsrag_db.errors import DatabaseError, TnsragError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported by every strategy module; SQLAlchemy only when a snapshot is taken
+    from sqlalchemy.engine import Connection
+
     from tnsrag_db.store.store import Store
 
 __all__ = ["snapshot"]
@@ -21,6 +20,8 @@ __all__ = ["snapshot"]
 def snapshot(store: Store) -> Iterator[Connection]:
     """One read-only REPEATABLE READ transaction: every statement of an explanation sees
     the same committed data. Driver errors become :class:`DatabaseError`."""
+    import sqlalchemy as sa
+
     try:
         with store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
             conn.execute(sa.text("SET TRANSACTION READ ONLY"))

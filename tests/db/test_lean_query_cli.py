@@ -1,0 +1,143 @@
+"""``tnsrag query --strategy keyword`` on the lean path (tnsrag_db.db.driver): the same output as
+the full path, the full path's errors and notes, and the full path wherever the lean one
+does not answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy.engine import URL
+
+import tnsrag_db.store.store as store_module
+from tnsrag_db.cli import main_group
+from tnsrag_db.cli import retrieve
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import MemoryEntry
+
+ENTRIES = [
+    MemoryEntry("memory-guide", "Agents persist semantic memory in PostgreSQL so facts survive restarts "
+                "and are shared between agent processes.", "SEMANTIC", source="guide.md", metadata={"topic": "memory"}),
+    MemoryEntry("tenant-acme", "Customer Acme asked how agents share one corpus of memory.", "EPISODIC",
+                source="crm.md", metadata={"topic": "crm"}),
+    MemoryEntry("working-note", "Agents use working memory while running a task.", "WORKING", source="scratch.md"),
+    MemoryEntry("TAN-5326", "Ticket TAN-5326: the HttpClient.get call times out.", "EPISODIC", source="jira.md"),
+]
+
+
+@pytest.fixture
+def corpus(make_store: Callable[..., Store]) -> Store:
+    store = make_store()
+    store.add_all(ENTRIES)
+    return store
+
+
+@pytest.fixture
+def full_path_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
+    """The calls of the full path's ``connect`` (the lean path makes none)."""
+    calls: list[object] = []
+    real = store_module.connect
+
+    def spy(*args: Any, **kwargs: Any) -> Store:
+        calls.append(args[0] if args else kwargs.get("url"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "connect", spy)
+    yield calls
+
+
+def _query(url: str | None, *args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main_group, ["query", *args, "--strategy", "keyword",
+                                           *(["--url", url] if url is not None else [])], env=env)
+
+
+def _url(db_url: URL) -> str:
+    return db_url.render_as_string(hide_password=False)
+
+
+OPTIONS = [
+    ["agents share memory"],
+    ["agents share memory", "--top-k", "2"],
+    ["agents memory", "--filter", "tier=EPISODIC"],
+    ["memory", "--filter", "topic=memory", "--filter", "source=guide.md"],
+    ["agents share memory", "--min-score", "1.5"],
+    ["TAN-5326"],
+]
+
+
+@pytest.mark.parametrize("args", OPTIONS)
+def test_the_lean_path_prints_what_the_full_path_prints(db_url: URL, corpus: Store, args: list[str],
+                                                       full_path_calls: list[object],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    where = [*args, "--corpus", corpus.corpus]
+    lean_json, lean_text = _query(_url(db_url), *where, "--json"), _query(_url(db_url), *where)
+    assert lean_json.exit_code == 0 and lean_text.exit_code == 0, lean_json.output + lean_text.output
+    assert full_path_calls == []  # answered without the store
+    monkeypatch.setattr(retrieve, "lean_keyword_query", lambda *a, **k: None)
+    full_json, full_text = _query(_url(db_url), *where, "--json"), _query(_url(db_url), *where)
+    assert len(full_path_calls) == 2
+    got, want = json.loads(lean_json.stdout), json.loads(full_json.stdout)
+    assert got["results"], "the comparison is not of empty answers"
+    del got["milliseconds"], want["milliseconds"]
+    assert got == want
+    header = re.compile(r"in [0-9.]+ ms")
+    assert header.sub("", lean_text.stdout) == header.sub("", full_text.stdout)
+    assert lean_text.stderr == full_text.stderr == ""
+
+
+def test_the_database_url_comes_from_the_environment_too(db_url: URL, corpus: Store,
+                                                         full_path_calls: list[object]) -> None:
+    res = _query(None, "agents share memory", "--corpus", corpus.corpus, "--json",
+                 env={"TNSRAG_DATABASE_URL": _url(db_url)})
+    assert res.exit_code == 0, res.output
+    assert "memory-guide" in [r["id"] for r in json.loads(res.stdout)["results"]]
+    assert full_path_calls == []
+    libpq_form = db_url.set(drivername="postgresql").render_as_string(hide_password=False)  # db_url: SQLAlchemy's
+    res = _query(libpq_form, "agents share memory", "--corpus", corpus.corpus, "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["results"], res.output
+    assert full_path_calls == []
+
+
+def test_a_missing_corpus_and_an_empty_filter_answer_as_the_full_path_does(db_url: URL, corpus: Store,
+                                                                            full_path_calls: list[object]) -> None:
+    res = _query(_url(db_url), "memory", "--corpus", "no_such_corpus_lean")
+    assert res.exit_code == 1, res.output
+    assert re.search(r"^error: corpus 'no_such_corpus_lean' does not exist; corpora here: .*" + corpus.corpus,
+                     res.stderr)
+    assert "Traceback" not in res.output
+    res = _query(_url(db_url), "memory", "--corpus", corpus.corpus, "--filter", "tier=semantic")
+    assert res.exit_code == 0, res.output
+    assert "0 result(s)" in res.stdout
+    assert "note: tier=semantic matches no entry; tiers here: EPISODIC, SEMANTIC, WORKING" in res.stderr
+    assert len(full_path_calls) == 2  # both went to the full path
+
+
+def test_an_unmigrated_schema_and_bad_urls_are_the_full_paths_errors(fresh_db_url: URL, db_url: URL) -> None:
+    res = _query(_url(fresh_db_url), "memory")
+    assert res.exit_code == 1, res.output
+    assert "schema 'tnsrag' is not migrated" in res.stderr and "Traceback" not in res.output
+    res = _query("mysql://u@h/db", "memory")
+    assert res.exit_code == 1 and "tnsrag_db needs PostgreSQL, got a 'mysql' URL" in res.stderr, res.output
+    res = _query(_url(db_url.set(host="127.0.0.1", port=1)), "memory")
+    assert res.exit_code == 1 and res.stderr.startswith("error: could not connect:"), res.output
+    assert "Traceback" not in res.output
+
+
+def test_explain_and_standbys_take_the_full_path(db_url: URL, corpus: Store, full_path_calls: list[object]) -> None:
+    res = _query(_url(db_url), "agents share memory", "--corpus", corpus.corpus, "--explain", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["results"]
+    assert full_path_calls == [_url(db_url)]
+    res = _query(_url(db_url), "agents share memory", "--corpus", corpus.corpus, "--read-url", _url(db_url))
+    assert len(full_path_calls) == 2  # whatever the standby check says, it is the full path's to say
+    assert "Traceback" not in res.output
+
+
+def test_a_blank_query_is_an_error_before_any_connection(db_url: URL, full_path_calls: list[object]) -> None:
+    res = _query(_url(db_url), "   ")
+    assert res.exit_code == 1 and "query is blank" in res.stderr, res.output
+    assert full_path_calls == []

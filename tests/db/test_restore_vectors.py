@@ -1,0 +1,146 @@
+"""Export with vectors, restore without embedding: the library and the CLI, on the real database."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+from sqlalchemy.engine import URL
+
+from tnsrag_db.admin import export_corpus, restore_corpus
+from tnsrag_db.cli import main_group
+from tnsrag_db.embeddings import HashingEmbedding
+from tnsrag_db.errors import InvalidEntryError, ProviderConfigurationError
+from tnsrag_db.indexes.graph import Edge, GraphStore
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.loaders import FileLoader
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import MemoryEntry
+
+
+class Precomputed:
+    """A provider of 16-d vectors that only ever writes precomputed rows (never embeds)."""
+
+    name = "test-precomputed-16"
+    dimension = 16
+
+    def __call__(self, text: str) -> list[float]:
+        raise AssertionError(f"embedded {text!r}")
+
+
+def _entries() -> list[MemoryEntry]:
+    return [MemoryEntry(f"e{i}", f"entry number {i} about restoring vectors", parent_id="e0" if i else None,
+                        metadata={"n": str(i)}) for i in range(12)]
+
+
+def _fill(store: Store) -> None:
+    VectorMemoryStore(store, HashingEmbedding()).add_all(_entries())
+    rows = np.random.default_rng(5).standard_normal((12, 16)).astype(np.float32)  # full float32 precision
+    VectorMemoryStore(store, Precomputed()).add_all(_entries(), embeddings=rows)
+    GraphStore(store).add_edges([Edge(f"e{i}", f"e{i + 1}", "next") for i in range(11)])
+
+
+def _vectors(engine: sa.Engine, corpus: str) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(
+            "SELECT s.provider, s.dimension, x.entry_id, CAST(x.embedding AS real[]) FROM embeddings x "
+            "JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id "
+            "WHERE x.corpus = :c ORDER BY s.provider, x.entry_id"), {"c": corpus})]
+
+
+def _refuse_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on any embedding by the hash provider fails the test: the restore must
+    write what the file holds."""
+    def refuse(self: object, *args: object) -> None:
+        raise AssertionError("the restore embedded a text")
+
+    monkeypatch.setattr(HashingEmbedding, "embed_batch", refuse)
+    monkeypatch.setattr(HashingEmbedding, "__call__", refuse)
+
+
+def test_library_restore_writes_the_exported_vectors_and_embeds_nothing(
+        tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    original, copy = make_store(), make_store()
+    _fill(original)
+    dump = tmp_path / "dump.jsonl"
+    with dump.open("w", encoding="utf-8") as fh:
+        export_corpus(original, fh, batch_size=5, vectors=True)
+    first = json.loads(dump.read_text(encoding="utf-8").splitlines()[0])
+    assert [v["provider"] for v in first["vectors"]] == [HashingEmbedding().name, Precomputed.name]
+    _refuse_embedding(monkeypatch)
+    counts = restore_corpus(copy, dump)
+    assert counts.to_dict()["entries"] == {"inserted": 12, "updated": 0, "unchanged": 0}
+    assert counts.to_dict()["edges"] == {"inserted": 11, "updated": 0, "unchanged": 0}
+    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)  # bit for bit, both spaces
+    assert list(copy.iter_entries()) == list(original.iter_entries())
+    again = restore_corpus(copy, dump)  # idempotent
+    assert again.to_dict()["entries"] == {"inserted": 0, "updated": 0, "unchanged": 12}
+    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)
+
+
+def test_cli_export_vectors_then_ingest_restores_every_space(db_url: URL, tmp_path: Path, engine: sa.Engine,
+                                                             make_store: Callable[..., Store],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    original, copy = make_store(), make_store()
+    url = db_url.render_as_string(hide_password=False)
+    _fill(original)
+    dump = tmp_path / "dump.jsonl"
+    res = CliRunner().invoke(main_group, ["export", "--corpus", original.corpus, "--vectors", "-o", str(dump),
+                                          "--url", url, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"corpus": original.corpus, "file": str(dump), "entries": 12, "edges": 11}
+    _refuse_embedding(monkeypatch)
+    args = ["ingest", str(dump), "--corpus", copy.corpus, "--url", url, "--json", "--embedding", "hash", "-q"]
+    res = CliRunner().invoke(main_group, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["inserted"], out["edges"]) == (12, 11)
+    assert out["embedding"] == f"{HashingEmbedding().name}, {Precomputed.name}"
+    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)
+    assert GraphStore(copy).count() == 11
+    res = CliRunner().invoke(main_group, args)  # again: nothing changes
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["unchanged"] == 12
+
+
+def test_entries_without_an_exported_vector_need_the_space_provider(tmp_path: Path,
+                                                                     make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    dump = tmp_path / "partial.jsonl"
+    vector = base64.b64encode(np.full(4, 0.5, dtype="<f4").tobytes()).decode()
+    dump.write_text(json.dumps({"id": "a", "content": "alpha", "vectors": [
+        {"provider": "nowhere-model", "float32": vector}]}) + "\n"
+        + json.dumps({"id": "b", "content": "beta"}) + "\n", encoding="utf-8")
+    with pytest.raises(ProviderConfigurationError, match=r"'b'.*nowhere-model|nowhere-model.*'b'"):
+        restore_corpus(store, dump)
+    assert store.count() == 0  # nothing written
+
+
+_ONE = base64.b64encode(np.float32(1.0).tobytes()).decode()
+
+
+@pytest.mark.parametrize(("vectors", "message"), [
+    ({"provider": "p", "float32": _ONE}, "'vectors' must be a list"),
+    ([{"provider": "p"}], "exactly 'provider' and 'float32'"),
+    ([{"provider": " ", "float32": _ONE}], "non-blank string"),
+    ([{"provider": "p", "float32": ""}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": "not base64!"}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": base64.b64encode(b"abc").decode()}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": [1.0]}], "base64 of float32 values"),
+    ([{"provider": "p", "float32": base64.b64encode(np.float32("nan").tobytes()).decode()}], "finite"),
+    ([{"provider": "p", "float32": _ONE}, {"provider": "p", "float32": _ONE}], "a second 1-dimensional"),
+])
+def test_bad_vectors_name_the_line(tmp_path: Path, vectors: object, message: str) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "ok", "content": "fine"}\n' + json.dumps({"id": "x", "content": "c", "vectors": vectors})
+                   + "\n", encoding="utf-8")
+    with pytest.raises(InvalidEntryError, match="bad.jsonl:2") as info:
+        list(FileLoader(bad).load())
+    assert message in str(info.value)

@@ -1,0 +1,275 @@
+"""The library's read statements on a bare psycopg connection, without SQLAlchemy.
+
+The store's read path (:meth:`tnsrag_db.db.session.Session.run`) drives a
+:data:`~tnsrag_db.db.statement.Plan` on a pooled SQLAlchemy connection; SQLAlchemy takes
+~0.4 s to import. A short process that only reads (``tnsrag query --strategy keyword``)
+runs the very same plans here instead, on one psycopg connection:
+
+- :func:`driver_sql`: a statement's ``:name`` parameters in psycopg's ``%(name)s`` form,
+  exactly as SQLAlchemy's ``text()`` compiles them (a test compares the two);
+- :class:`ReadStore`: what the read side of an index needs of a store (corpus, schema,
+  ``max_query_terms``, :meth:`~ReadStore.run`, :meth:`~ReadStore.read`); a
+  :class:`~tnsrag_db.store.store.Store` is one, and so is
+- :class:`DriverStore`: a read-only store on one psycopg connection (autocommit, rows
+  with attribute access like SQLAlchemy's ``Row``, the search path and
+  ``statement_timeout`` a store's connections get, driver errors mapped by
+  :func:`~tnsrag_db.db.driver_errors.map_db_errors`). It writes nothing, migrates
+  nothing and has no replicas: :meth:`DriverStore.at_head` tells the caller whether the
+  schema is ready, and anything else is the full store's job.
+
+Statement listeners (:func:`add_statement_listener`) see each statement before it is
+sent, the way SQLAlchemy's ``before_cursor_execute`` event does for the engine path
+(the test suite's corpus-scope check listens to both).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import psycopg
+from psycopg.rows import namedtuple_row
+
+from tnsrag_db._validate import is_number
+from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
+from tnsrag_db.errors import ConfigurationError
+
+__all__ = ["DriverStore", "ReadStore", "StatementListener", "add_statement_listener", "driver_sql", "libpq_url",
+           "remove_statement_listener", "shipped_head"]
+
+_T = TypeVar("_T")
+
+# SQLAlchemy's own patterns (sqlalchemy.sql.elements.TextClause, sqlalchemy.sql.compiler):
+# ``:name`` not preceded by ``:``, a word character or a backslash (so ``::int`` casts stay),
+# and ``\:`` as an escaped colon.
+_BIND = re.compile(r"(?<![:\w\x5c]):(\w+)(?![:\w])", re.UNICODE)
+_BIND_ESCAPED = re.compile(r"\x5c(:\w*)(?![:\w])", re.UNICODE)
+
+
+@lru_cache(maxsize=512)
+def driver_sql(sql: str) -> str:
+    """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy
+    compiles a ``text()`` for psycopg: ``%`` doubled, ``\\:`` unescaped)."""
+    return _BIND_ESCAPED.sub(r"\1", _BIND.sub(r"%(\1)s", sql.replace("%", "%%")))
+
+
+#: ``listener(driver_sql, params)``: called before each statement a :class:`DriverStore` sends.
+StatementListener = Callable[[str, Mapping[str, Any]], None]
+_listeners: list[StatementListener] = []
+
+
+def add_statement_listener(listener: StatementListener) -> None:
+    """Call ``listener(sql, params)`` before every statement any :class:`DriverStore` sends
+    (``sql`` in driver form, as SQLAlchemy's ``before_cursor_execute`` sees it)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def remove_statement_listener(listener: StatementListener) -> None:
+    """Stop calling ``listener`` (no error when it was not added)."""
+    if listener in _listeners:
+        _listeners.remove(listener)
+
+
+@runtime_checkable
+class ReadStore(Protocol):
+    """The read side of a store, as an index's read methods use it: one corpus of one schema."""
+
+    @property
+    def corpus(self) -> str:
+        """The corpus every statement is confined to."""
+        ...
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the library's tables."""
+        ...
+
+    @property
+    def max_query_terms(self) -> int:
+        """How many words of a query are analysed."""
+        ...
+
+    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run one read-only statement (``:name`` parameters) and return its rows."""
+        ...
+
+    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+        """Drive a read plan on one connection and return its result."""
+        ...
+
+
+def libpq_url(url: str) -> str | None:
+    """``url`` (libpq or SQLAlchemy form: ``postgresql://``, ``postgres://``,
+    ``postgresql+psycopg://``) as a libpq URL, or None when it is no PostgreSQL URL of
+    that shape (the caller then leaves it to :func:`tnsrag_db.db.engine.normalize_url`,
+    which says what is wrong with it)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.partition("+")[0] not in ("postgresql", "postgres"):
+        return None
+    return f"postgresql://{rest}"
+
+
+# The same rules as tnsrag_db.db.engine.validate_schema_name, tnsrag_db.db.session.check_timeout
+# and tnsrag_db.db.migrate.shipped_head (those modules import SQLAlchemy or alembic);
+# tests/db/test_driver.py checks that each pair agrees.
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", re.M)
+_DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
+
+
+def _migrations_dir() -> Path:
+    try:
+        import tnsrag_db._migrations as packaged  # type: ignore[import-not-found]
+
+        return Path(packaged.__file__).parent
+    except ImportError:
+        return Path(__file__).resolve().parents[2] / "migrations"
+
+
+@lru_cache(maxsize=1)
+def shipped_head() -> str | None:
+    """This installation's head revision read from the revision files (no alembic), or None
+    when they are not a plain linear chain of literal ``revision``/``down_revision`` strings."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (_migrations_dir() / "versions").glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        rev, down = _REVISION_RE.search(source), _DOWN_REVISION_RE.search(source)
+        if rev is None and down is None:
+            continue  # __init__.py and helpers
+        if rev is None or down is None:
+            return None
+        revisions.add(rev.group(1))
+        if down.group(2) is not None:
+            parents.add(down.group(2))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+class DriverStore:
+    """A read-only view of corpus ``corpus`` of ``schema`` on one psycopg connection to
+    ``conninfo`` (a libpq URL or key/value string), opened at the first statement.
+
+    Its connection searches ``<schema>, public`` and runs in autocommit, like the store's
+    read fast lane; ``statement_timeout`` (seconds, None: the server's) bounds every
+    statement; ``max_query_terms`` as in :class:`~tnsrag_db.store.store.Store`. Driver
+    errors, a failed connection included, leave as :class:`~tnsrag_db.errors.DatabaseError`
+    subclasses whose message starts ``database error in corpus '<corpus>'``. Not
+    thread-safe (one connection). Raises :class:`ConfigurationError` for a bad option.
+    Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, conninfo: str, *, corpus: str, schema: str, max_query_terms: int,
+                 statement_timeout: float | None = None) -> None:
+        if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+            raise ConfigurationError(
+                f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}")
+        if statement_timeout is not None and (not is_number(statement_timeout)
+                                              or not 0 < statement_timeout < 86_400 * 24):
+            raise ConfigurationError("statement_timeout must be None or a positive number of seconds "
+                                     f"(under 24 days), got {statement_timeout!r}")
+        self._conninfo = conninfo
+        self._corpus = corpus
+        self._schema = schema
+        self._max_query_terms = max_query_terms
+        self._timeout_ms = None if statement_timeout is None else max(1, round(float(statement_timeout) * 1000))
+        self._what = f"database error in corpus {corpus!r}"
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @property
+    def corpus(self) -> str:
+        """The corpus every query of this store is confined to."""
+        return self._corpus
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the library's tables."""
+        return self._schema
+
+    @property
+    def max_query_terms(self) -> int:
+        """How many words of a query are analysed."""
+        return self._max_query_terms
+
+    def __repr__(self) -> str:
+        return f"DriverStore(corpus={self._corpus!r}, schema={self._schema!r})"
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            # Start-up options, as tnsrag_db.db.engine.create_engine and Session give a
+            # store's connections: no round trip for either setting.
+            options = f"-c search_path={self._schema},public"
+            if self._timeout_ms is not None:
+                options += f" -c statement_timeout={self._timeout_ms}"
+            self._conn = psycopg.connect(self._conninfo, autocommit=True, options=options, row_factory=namedtuple_row)
+        return self._conn
+
+    def _execute(self, statement: Statement) -> Rows:
+        with map_db_errors(self._what):
+            conn = self._connection()
+            sql, params = driver_sql(statement.sql), dict(statement.params)
+            for listener in _listeners:
+                listener(sql, params)
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        with map_db_errors(self._what):
+            conn = self._connection()
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            try:
+                with conn.transaction(force_rollback=True):  # it only read
+                    yield
+            finally:
+                if not conn.closed:
+                    conn.isolation_level = None
+                    conn.read_only = None
+
+    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+        """Drive a read :data:`~tnsrag_db.db.statement.Plan` on this store's connection and
+        return its result; ``snapshot=True``: all its statements in one read-only REPEATABLE
+        READ transaction (as :meth:`tnsrag_db.db.session.Session.run`)."""
+        if not snapshot:
+            return run_plan(plan, self._execute)
+        with self._snapshot():
+            return run_plan(plan, self._execute)
+
+    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run one read-only statement (``:name`` parameters) and return its rows."""
+        return list(self.run(one(Statement(sql, params))))
+
+    def at_head(self) -> bool:
+        """True when the schema is migrated to this release's head (one statement); False also
+        when that cannot be told without alembic. Raises :class:`DatabaseError` when the
+        server cannot be reached."""
+        head = shipped_head()
+        if head is None:
+            return False
+        with map_db_errors(self._what):
+            conn = self._connection()
+            try:
+                # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
+                versions = conn.execute(f"SELECT version_num FROM {self._schema}.alembic_version").fetchall()
+            except psycopg.errors.UndefinedTable:
+                return False  # not migrated (autocommit: the connection stays usable)
+        return [v.version_num for v in versions] == [head]
+
+    def close(self) -> None:
+        """Close the connection (a no-op when none is open)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> DriverStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
