@@ -29,6 +29,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from tnsrag_db.db.driver import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
 from tnsrag_db.db.driver_errors import db_error
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.errors import ConfigurationError, TnsragError
@@ -76,36 +77,42 @@ _PAIRS_POLICY_SQL = ("CREATE POLICY " + PAIRS_POLICY + " ON {s}." + PAIRS_TABLE
 _GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
 
 
-#: The triggers of revision 0007 that keep the filter pairs (its trigger function stays when
-#: ``entries`` is swapped for a new table, e.g. by ``tnsrag db partition-sql``; the triggers go).
+#: The triggers that keep the filter pairs while tenancy is on (revision 0007 creates their
+#: function only): attached by :func:`enable`, dropped by :func:`disable`. A swap of
+#: ``entries`` for a new table (``tnsrag db partition-sql``) drops them; :func:`enable`
+#: attaches them again.
 _PAIRS_TRIGGERS = {
-    "tnsrag_filter_pairs_insert": "CREATE TRIGGER tnsrag_filter_pairs_insert AFTER INSERT ON {s}.entries "
-                                  "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT "
-                                  "EXECUTE FUNCTION {s}.tnsrag_filter_pairs_sync()",
-    "tnsrag_filter_pairs_update": "CREATE TRIGGER tnsrag_filter_pairs_update AFTER UPDATE ON {s}.entries "
-                                  "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT "
-                                  "EXECUTE FUNCTION {s}.tnsrag_filter_pairs_sync()",
+    "tnsrag_filter_pairs_insert": "AFTER INSERT ON {s}.entries REFERENCING NEW TABLE AS new_rows",
+    "tnsrag_filter_pairs_update": "AFTER UPDATE ON {s}.entries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
+    "tnsrag_filter_pairs_delete": "AFTER DELETE ON {s}.entries REFERENCING OLD TABLE AS old_rows",
 }
-_PAIRS_RESYNC = (
-    "DELETE FROM {s}.entry_filter_pairs",
+assert tuple(_PAIRS_TRIGGERS) == FILTER_PAIRS_TRIGGERS
+#: Every entry's pairs, in one statement (the table is emptied first).
+_PAIRS_FILL = (
     "INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id) SELECT n.corpus, m.key, m.value #>> '{{}}', "
     "n.id FROM {s}.entries n CROSS JOIN LATERAL jsonb_each(n.metadata) m WHERE jsonb_typeof(m.value) = 'string' "
-    "/* tnsrag:all-corpora */",
+    "/* tnsrag:all-corpora */"
 )
 
 
-def _restore_pairs_triggers(conn: Connection, schema: str) -> None:
-    """Re-create lost pair triggers (and rebuild the pairs, which missed the writes since)."""
-    present = set(conn.execute(sa.text(
+def _switch_pairs(conn: Connection, schema: str, on: bool) -> None:
+    """On: attach the pair triggers and fill the pairs when any trigger is missing or
+    disabled (nothing to do when all are in place). Off: drop the triggers, empty the table."""
+    enabled = set(conn.execute(sa.text(
         "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries'"),
-        {"s": schema}).scalars())
-    missing = [name for name in _PAIRS_TRIGGERS if name not in present]
-    for name in missing:
-        conn.execute(sa.text(_PAIRS_TRIGGERS[name].format(s=schema)))
-    if missing:
-        for statement in _PAIRS_RESYNC:
-            conn.execute(sa.text(statement.format(s=schema)))
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
+        "AND tg.tgenabled <> 'D'"), {"s": schema}).scalars())
+    if on and all(name in enabled for name in _PAIRS_TRIGGERS):
+        return
+    # Names: the validated schema and the constants above.
+    for name in _PAIRS_TRIGGERS:
+        conn.execute(sa.text(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries"))
+    conn.execute(sa.text(f"DELETE FROM {schema}.{PAIRS_TABLE} /* tnsrag:all-corpora */"))
+    if on:
+        for name, when in _PAIRS_TRIGGERS.items():
+            conn.execute(sa.text(f"CREATE TRIGGER {name} {when.format(s=schema)} FOR EACH STATEMENT "
+                                 f"EXECUTE FUNCTION {schema}.tnsrag_filter_pairs_sync()"))
+        conn.execute(sa.text(_PAIRS_FILL.format(s=schema)))
 
 
 def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
@@ -114,8 +121,6 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
 
     def alter() -> None:
         with conn.begin():
-            if pairs:
-                _restore_pairs_triggers(conn, schema)
             if on:
                 # A table re-created since the revision (``tnsrag db partition-sql`` swaps
                 # in a partitioned copy) lost its policy: switching on without it would
@@ -133,6 +138,9 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
             for table in TENANT_TABLES + ((PAIRS_TABLE,) if pairs else ()):
                 # Names: the validated schema and the constants above.
                 conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))
+            if pairs:
+                # After the ALTERs: entries is locked, no write slips between the triggers and the fill.
+                _switch_pairs(conn, schema, on)
 
     with _connection(engine, f"{action.lower()} row-level security in schema {schema!r}") as conn:
         pairs = _has_pairs(conn, schema, maintained=False)
@@ -144,9 +152,12 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
            lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
     """Switch row-level security on for every table of :data:`TENANT_TABLES` (idempotent).
 
-    Also for the filter pairs of revision 0007 (:data:`PAIRS_TABLE`). Both this and
-    :func:`disable` restore the pairs' triggers (and rebuild the pairs) when a swap of
-    ``entries`` for a new table dropped them.
+    Also for the filter pairs of revision 0007 (:data:`PAIRS_TABLE`): attaches the
+    statement triggers on ``entries`` that keep them and fills them from every entry (one
+    INSERT ... SELECT, in the same transaction as the switch), also when a swap of
+    ``entries`` for a new table dropped the triggers. Stores opened from then on match a
+    metadata filter through the pairs; a store opened before keeps ``@>`` (the same
+    results, slower for tenant roles) until it is opened again.
 
     From then on a role that neither owns the tables nor is a superuser (nor has
     BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing
@@ -158,7 +169,9 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
 
 def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
             lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
-    """Switch row-level security off again (the grants are kept)."""
+    """Switch row-level security off again (the grants are kept); detach the filter pairs'
+    triggers and empty the pairs. Stores opened while tenancy was on still look their
+    filters up in the (now empty) pairs: open them again after switching off."""
     _set_security(engine, schema, False, lock_timeout, lock_retries)
 
 
@@ -179,15 +192,13 @@ def is_enabled(engine: Engine, *, schema: str) -> bool:
 
 
 def _has_pairs(conn: Connection, schema: str, *, maintained: bool = True) -> bool:
-    """Whether ``schema`` has the filter pairs of migration 0007 (``maintained``: with both
-    triggers on ``entries`` that keep them, enabled)."""
-    row = conn.execute(sa.text(
-        "SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL AS tab, "
-        "  (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
-        "   JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
-        "   AND tg.tgname IN ('tnsrag_filter_pairs_insert', 'tnsrag_filter_pairs_update') AND tg.tgenabled <> 'D') "
-        "  AS triggers"), {"s": schema, "t": PAIRS_TABLE}).one()
-    return bool(row.tab) and (not maintained or int(row.triggers) == 2)
+    """Whether ``schema`` has the filter pairs table of migration 0007 (``maintained``: and
+    they are in use, row-level security on with every pair trigger attached and enabled:
+    :data:`~tnsrag_db.db.driver.FILTER_PAIRS_SQL`, the stores' own test)."""
+    if not conn.execute(sa.text("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL"),
+                        {"s": schema, "t": PAIRS_TABLE}).scalar_one():
+        return False
+    return not maintained or bool(conn.execute(sa.text(FILTER_PAIRS_SQL), {"s": schema}).scalar_one())
 
 
 def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
@@ -195,14 +206,13 @@ def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
 
     Under a policy PostgreSQL evaluates a condition before the policy only when its
     operators are LEAKPROOF. jsonb's ``@>`` is not (by default); the filter pairs of
-    migration 0007 are looked up with text equality, which is: True when ``schema`` has
-    them (maintained by their triggers on ``entries``), or when a superuser has marked
-    ``pg_catalog.jsonb_contains(jsonb, jsonb)`` LEAKPROOF. False at revision 0006 means a
-    tenant's filtered query reads its whole corpus and filters afterwards (same result,
-    slower; see ``bench/bench_tenancy.py``); False with the pairs present means their
-    triggers are gone or disabled (``entries`` swapped for a new table, say), so filtered
-    retrieval misses what was written since: :func:`enable` or :func:`disable` restores
-    the triggers and rebuilds the pairs.
+    migration 0007 are looked up with text equality, which is: True when ``schema`` uses
+    them (tenancy on, their triggers on ``entries`` attached and enabled), or when a
+    superuser has marked ``pg_catalog.jsonb_contains(jsonb, jsonb)`` LEAKPROOF. False
+    means a tenant's filtered query reads its whole corpus and filters afterwards (same
+    result, slower; see ``bench/bench_tenancy.py``): at revision 0006, or when the
+    triggers are gone or disabled (``entries`` swapped for a new table, say), which
+    :func:`enable` repairs (it attaches them and rebuilds the pairs).
     """
     validate_schema_name(schema)
     with _connection(engine, "leakproof check of metadata filters") as conn:

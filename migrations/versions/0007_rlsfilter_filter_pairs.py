@@ -9,18 +9,19 @@ entry's metadata (filter values are strings, so these are exactly the pairs ``@>
 match); :func:`tnsrag_db.store.filters.filter_sql` looks the ids up with text equality
 (``texteq``, LEAKPROOF), which stays an index condition below the policy.
 
-The pairs are maintained in the writing statement's transaction by statement-level
-triggers on ``entries`` (transition tables: one INSERT ... SELECT per statement, not a
-call per row); deletes cascade through the foreign key. The trigger function is
-SECURITY DEFINER (the owner, fixed search_path): it copies only rows of the statement's
-own transition tables, which passed the writer's policy, so tenant roles need (and get)
-no write privilege on the pairs, and cannot plant or remove one. A trigger function
-cannot be called as a plain function. The table carries a policy of its own
-(``tenant_filter_pairs``, the same grant lookup), switched on and off with the other
-tables' by :mod:`tnsrag_db.tenancy`.
-
-The backfill reads every entry once (one INSERT ... SELECT in the revision's
-transaction).
+The pairs are a tenancy-only mechanism: this revision creates the table, its index, its
+policy and the trigger function, attaches no trigger and copies nothing, so a deployment
+without tenancy pays nothing for them (no trigger on its writes, no foreign key, its
+filtered statements unchanged). :func:`tnsrag_db.tenancy.enable` (``tnsrag db upgrade
+--tenancy rls``) attaches the statement-level triggers on ``entries`` (transition tables:
+one statement per write statement, not a call per row; deletes included, there is no
+foreign key) and fills the table in one INSERT ... SELECT; :func:`tnsrag_db.tenancy.disable`
+detaches them and empties it. The trigger function is SECURITY DEFINER (the owner, fixed
+search_path): it copies only rows of the statement's own transition tables, which passed
+the writer's policy, so tenant roles need (and get) no write privilege on the pairs, and
+cannot plant or remove one. A trigger function cannot be called as a plain function. The
+table carries a policy of its own (``tenant_filter_pairs``, the same grant lookup),
+switched on and off with the other tables' by :mod:`tnsrag_db.tenancy`.
 
 Revision ID: 0007
 Revises: 0006
@@ -56,22 +57,22 @@ def upgrade() -> None:
         sa.Column("value", sa.Text(), nullable=False),
         sa.Column("entry_id", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("corpus", "key", "value", "entry_id", name="pk_entry_filter_pairs"),
-        sa.ForeignKeyConstraint(["corpus", "entry_id"], [f"{s}.entries.corpus", f"{s}.entries.id"],
-                                name="fk_entry_filter_pairs_corpus_entry_id_entries", ondelete="CASCADE", onupdate="CASCADE"),
         schema=s,
     )
-    # The cascade from entries finds an entry's pairs through this index.
+    # The delete and update triggers find an entry's pairs through this index.
     op.create_index("ix_entry_filter_pairs_corpus_entry_id", "entry_filter_pairs", ["corpus", "entry_id"], schema=s)
-    op.execute(f"INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id) "
-               + _PAIRS.format(src=f"{s}.entries"))
     op.execute(f"""
 CREATE FUNCTION {s}.tnsrag_filter_pairs_sync() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        DELETE FROM {s}.entry_filter_pairs p USING old_rows o, new_rows n
-        WHERE n.corpus = o.corpus AND n.id = o.id AND n.metadata IS DISTINCT FROM o.metadata
-          AND p.corpus = o.corpus AND p.entry_id = o.id;
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM {s}.entry_filter_pairs p USING old_rows o WHERE p.corpus = o.corpus AND p.entry_id = o.id;
+    ELSIF TG_OP = 'UPDATE' THEN
+        -- Old rows whose (corpus, id, metadata) no new row keeps lose their pairs.
+        DELETE FROM {s}.entry_filter_pairs p USING old_rows o
+        WHERE p.corpus = o.corpus AND p.entry_id = o.id
+          AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.corpus = o.corpus AND n.id = o.id
+                          AND n.metadata IS NOT DISTINCT FROM o.metadata);
         INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id)
         {_PAIRS.format(src="new_rows")}
           AND NOT EXISTS (SELECT 1 FROM old_rows o WHERE o.corpus = n.corpus AND o.id = n.id
@@ -86,11 +87,7 @@ BEGIN
 END
 $fn$""")
     op.execute(f"REVOKE ALL ON FUNCTION {s}.tnsrag_filter_pairs_sync() FROM PUBLIC")
-    op.execute(f"CREATE TRIGGER tnsrag_filter_pairs_insert AFTER INSERT ON {s}.entries "
-               f"REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.tnsrag_filter_pairs_sync()")
-    op.execute(f"CREATE TRIGGER tnsrag_filter_pairs_update AFTER UPDATE ON {s}.entries "
-               "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT "
-               f"EXECUTE FUNCTION {s}.tnsrag_filter_pairs_sync()")
+    # No trigger here: tnsrag_db.tenancy.enable attaches them (and fills the table).
     granted = f"corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
     op.execute(f"CREATE POLICY tenant_filter_pairs ON {s}.entry_filter_pairs USING ({granted}) WITH CHECK ({granted})")
     # Row-level security on the pairs follows the other tables' (tnsrag db upgrade --tenancy rls).
@@ -107,5 +104,6 @@ def downgrade() -> None:
     s = _schema()
     op.execute(f"DROP TRIGGER IF EXISTS tnsrag_filter_pairs_insert ON {s}.entries")
     op.execute(f"DROP TRIGGER IF EXISTS tnsrag_filter_pairs_update ON {s}.entries")
+    op.execute(f"DROP TRIGGER IF EXISTS tnsrag_filter_pairs_delete ON {s}.entries")
     op.execute(f"DROP FUNCTION IF EXISTS {s}.tnsrag_filter_pairs_sync()")
     op.drop_table("entry_filter_pairs", schema=s)

@@ -1,4 +1,4 @@
-"""Metadata filters under tenant isolation: the filter pairs (migration 0007).
+"""Metadata filters under tenant isolation: the filter pairs (migration 0007, used only with tenancy on).
 
 A tenant's filtered retrieval finds its entries through ``entry_filter_pairs`` with
 text equality, an index condition below the row-level security policy, instead of
@@ -30,8 +30,10 @@ from tnsrag_db import (
     connect,
 )
 from tnsrag_db import tenancy
+from tnsrag_db.db.driver import FILTER_PAIRS_TRIGGERS
 from tnsrag_db.store import migrate
 from tnsrag_db.store.engine import create_engine
+from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import Store
 
 PAIRS_OF_ENTRIES = ("SELECT e.corpus, m.key, m.value #>> '{}', e.id FROM {s}.entries e, jsonb_each(e.metadata) m "
@@ -150,6 +152,13 @@ def test_a_tenant_can_neither_read_nor_write_another_tenants_pairs(tenants: Tena
         assert BM25Index(store).search("refund", 5, filters={"team": "globex"}) == []
 
 
+def _triggers(engine: sa.engine.Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(sa.text(
+            "SELECT tg.tgname FROM pg_trigger tg WHERE tg.tgrelid = CAST(:t AS regclass) AND NOT tg.tgisinternal"),
+            {"t": f"{SCHEMA}.entries"}).scalars())
+
+
 def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL) -> None:
     engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
 
@@ -163,23 +172,32 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
         Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s1", "n": "2"})])
         tenancy.enable(engine, schema=SCHEMA)
         assert not tenancy.filters_use_indexes(engine, schema=SCHEMA) or _leakproof(engine)
-        migrate.upgrade(engine, schema=SCHEMA)  # the backfill; RLS on the pairs follows the other tables'
-        assert pairs_rls() and tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        # The revision only creates the table (RLS on it follows the other tables'): no trigger, no backfill.
+        migrate.upgrade(engine, schema=SCHEMA)
+        assert pairs_rls() and _triggers(engine) == set() and _pairs(fresh_db_url) == []
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False
+        tenancy.enable(engine, schema=SCHEMA)  # attaches the triggers and fills the pairs
+        assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS) and tenancy.filters_use_indexes(engine, schema=SCHEMA)
         assert _pairs(fresh_db_url) == [("kept", "n", "2", "k1"), ("kept", "shelf", "s1", "k1")]
-        tenancy.disable(engine, schema=SCHEMA)
-        assert not pairs_rls()
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is True
+        tenancy.disable(engine, schema=SCHEMA)  # detaches them and empties the pairs
+        assert not pairs_rls() and _triggers(engine) == set() and _pairs(fresh_db_url) == []
+        Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k3", "written with tenancy off", metadata={"shelf": "s1"})])
+        assert _pairs(fresh_db_url) == []
         tenancy.enable(engine, schema=SCHEMA)
-        assert pairs_rls()
+        assert pairs_rls() and _pairs(fresh_db_url) == _recomputed(fresh_db_url)
+        Store(engine, corpus="kept", schema=SCHEMA).delete("k3")  # the delete trigger (no foreign key)
+        assert _pairs(fresh_db_url) == _recomputed(fresh_db_url) and not any(p[3] == "k3" for p in _pairs(fresh_db_url))
         with engine.begin() as conn:  # lost triggers (a table swapped in by hand): reported, then restored
             conn.execute(sa.text(f"DROP TRIGGER tnsrag_filter_pairs_update ON {SCHEMA}.entries"))
             conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_insert"))
         assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False  # back to @>: still right
         Store(engine, corpus="kept", schema=SCHEMA).add_all([
             MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s3"}),
             MemoryEntry("k2", "written while the triggers were off", metadata={"shelf": "s3"})])
         assert _pairs(fresh_db_url) != _recomputed(fresh_db_url)
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries ENABLE TRIGGER tnsrag_filter_pairs_insert"))
         tenancy.enable(engine, schema=SCHEMA)
         assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
         assert _pairs(fresh_db_url) == _recomputed(fresh_db_url) == [("kept", "shelf", "s3", "k1"),
@@ -190,6 +208,62 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
                                 {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar() is None
             assert conn.execute(sa.text("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tnsrag_filter_pairs%'")
                                 ).scalar_one() == 0
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_proc WHERE proname = 'tnsrag_filter_pairs_sync'")
+                                ).scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def test_without_tenancy_no_trigger_and_filtered_statements_use_metadata_containment(store: Store) -> None:
+    # The statements every deployment without tenancy sends: exactly those of metadata @>
+    # (the predicate of filter_sql without the pairs, in the base and in the HNSW row check).
+    assert _triggers(store.engine) == set() and store.filter_pairs is False
+    with store.engine.connect() as conn:  # no foreign key either: writes never touch the pairs
+        assert conn.execute(sa.text("SELECT count(*) FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) "
+                                    "AND contype = 'f'"), {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar_one() == 0
+    vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+    vectors.add_all([MemoryEntry("o1", "refund policy", metadata={"shelf": "s1"}), MemoryEntry("o2", "refund policy")])
+    assert [i for i, _ in vectors.search("refund", 5, filters={"shelf": "s1"})] == ["o1"]
+    assert [i for i, _ in BM25Index(store).search("refund", 5, filters={"shelf": "s1"})] == ["o1"]
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.text(f"SELECT count(*) FROM {SCHEMA}.entry_filter_pairs")).scalar_one() == 0
+    filters = {"shelf": "s1", "tier": "WORKING"}
+    vsql, _ = vectors.candidates_sql(HashingEmbedding(32)("refund"), 5, filters=filters)
+    ksql, _ = BM25Index(store).candidates_sql("refund", 5, filters=filters)
+    for sql, p in ((vsql, "v"), (ksql, "k")):
+        predicate, _ = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f")
+        assert "entry_filter_pairs" not in sql and predicate in sql, sql
+        assert predicate == f"{p}_e.tier = :{p}_f_tier AND {p}_e.metadata @> CAST(:{p}_f_meta AS jsonb)"
+    # The same statements as a store told outright that the pairs are off (no catalog query).
+    told = Store(store.engine, corpus=store.corpus, schema=SCHEMA, _pairs=False)
+    assert VectorMemoryStore(told, HashingEmbedding(32), index_threshold=None).candidates_sql(
+        HashingEmbedding(32)("refund"), 5, filters=filters)[0] == vsql
+
+
+def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(fresh_db_url: URL) -> None:
+    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=2)
+    try:
+        migrate.upgrade(engine, schema=SCHEMA)
+        early = Store(engine, corpus="c", schema=SCHEMA)
+        keyword = BM25Index(early)
+        early.add_all([MemoryEntry(f"e{i}", f"refund note {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
+        before = keyword.search("refund", 10, filters={"shelf": "s1"})
+        tenancy.enable(engine, schema=SCHEMA)
+        assert "entry_filter_pairs" not in keyword.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
+        assert keyword.search("refund", 10, filters={"shelf": "s1"}) == before
+        late = BM25Index(Store(engine, corpus="c", schema=SCHEMA))
+        assert "entry_filter_pairs" in late.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
+        assert late.search("refund", 10, filters={"shelf": "s1"}) == before
+        # The lean CLI store makes the same choice on its own connection.
+        from tnsrag_db.db.driver import DriverStore, libpq_url
+        url = libpq_url(fresh_db_url.render_as_string(hide_password=False))
+        assert url is not None
+        with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
+            assert lean.filter_pairs is True
+            assert BM25Index(lean).search("refund", 10, filters={"shelf": "s1"}) == before
+        tenancy.disable(engine, schema=SCHEMA)
+        with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
+            assert lean.filter_pairs is False
     finally:
         engine.dispose()
 

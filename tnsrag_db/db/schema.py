@@ -244,8 +244,9 @@ tenant_grants = Table(
 )
 
 # One row per top-level string value of an entry's metadata (migration 0007), written by
-# triggers on entries: metadata filters look entries up here with leakproof text equality
-# (see tnsrag_db.store.filters).
+# triggers on entries that only tenancy attaches (tnsrag_db.tenancy.enable): a tenant's
+# metadata filters look entries up here with leakproof text equality (see
+# tnsrag_db.store.filters). No foreign key: without tenancy, writes never touch it.
 entry_filter_pairs = Table(
     "entry_filter_pairs",
     metadata,
@@ -254,7 +255,5 @@ entry_filter_pairs = Table(
     Column("value", Text, nullable=False),
     Column("entry_id", Text, nullable=False),
     PrimaryKeyConstraint("corpus", "key", "value", "entry_id"),
-    ForeignKeyConstraint(["corpus", "entry_id"], ["entries.corpus", "entries.id"], ondelete="CASCADE",
-                         onupdate="CASCADE"),
     Index(None, "corpus", "entry_id"),
 )

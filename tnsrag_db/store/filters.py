@@ -6,16 +6,16 @@ equality; every entry must match (AND); a missing key excludes. ``tier``,
 the entry's own jsonb metadata with exactly that string value. Values are always bound
 parameters.
 
-In the retrieval statements (the vector and BM25 indexes pass ``corpus_param``) a
-metadata key is matched through the entries' filter pairs (``entry_filter_pairs``,
-migration 0007: one row per top-level string value, kept in the writing transaction by
-triggers on ``entries``) with text equality: under a row-level security policy
-PostgreSQL evaluates a condition before the policy (as an index condition) only when
-its operators are LEAKPROOF, and ``texteq`` is, jsonb's ``@>`` is not. Metadata values
-are strings, so a pair exists exactly when ``metadata @> {key: value}`` holds; the ids
-then need no read of the entry rows (index-only scans). Without ``corpus_param`` (the
-store's count and delete, the graph walk) one ``@>`` containment, served by the GIN
-index, as before.
+With tenancy on (:mod:`tnsrag_db.tenancy`; a store's ``filter_pairs``), the retrieval
+statements (the vector and BM25 indexes then pass ``corpus_param``) match a metadata key
+through the entries' filter pairs (``entry_filter_pairs``, migration 0007: one row per
+top-level string value, kept in the writing transaction by triggers on ``entries`` that
+only tenancy attaches) with text equality: under a row-level security policy PostgreSQL
+evaluates a condition before the policy (as an index condition) only when its operators
+are LEAKPROOF, and ``texteq`` is, jsonb's ``@>`` is not. Metadata values are strings, so
+a pair exists exactly when ``metadata @> {key: value}`` holds; the ids then need no read
+of the entry rows (index-only scans). Everywhere else (tenancy off, the store's count and
+delete, the graph walk) one ``@>`` containment, served by the GIN index.
 """
 
 from __future__ import annotations

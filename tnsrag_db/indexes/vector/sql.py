@@ -52,6 +52,8 @@ class Ranking:
     ef_search: int
     #: Matching entries up to which a filtered query scans exactly.
     exact_threshold: int
+    #: Metadata filters through the filter pairs (the store's ``filter_pairs``: tenancy on).
+    pairs: bool = False
 
 
 def score(distance: str) -> str:
@@ -206,9 +208,11 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     """The ranking statement of ``r`` and its parameters. With ``path`` (an indexed space,
     a non-zero query vector), the statement that reports the path instead (``n``, ``ok``)."""
     p = r.prefix
-    # Rows chosen by the filter look its pairs up once; the HNSW row check, once per row.
-    predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=f"{p}_c")
-    row_predicate, _ = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=f"{p}_c", per_row=True)
+    # With the pairs, rows chosen by the filter look them up once; the HNSW row check, once per row.
+    pairs = f"{p}_c" if r.pairs else None
+    predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
+    row_predicate = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs,
+                               per_row=True)[0] if r.pairs else predicate
     params.update({f"{p}_c": r.corpus, f"{p}_min": r.min_score})
     zero = not np.any(r.vector)
     if not zero:
