@@ -1,9 +1,15 @@
 """pytest plugin: every statement the library sends during the test session stays in one corpus.
 
-A listener on every SQLAlchemy engine, and one on the SQLAlchemy-free
-:class:`~tnsrag_db.db.driver.DriverStore` (the CLI's keyword query), records the statements whose sender is library
-code (the first frame outside SQLAlchemy, psycopg and the standard library lies inside
-the ``tnsrag_db`` package; statements the tests type themselves are not the library's).
+Every pooled connection gets a recording psycopg cursor class (set when the pool opens
+the connection, sync and async alike), which records the statements whose sender is
+library code (the first frame outside SQLAlchemy, psycopg and the standard library lies
+inside the ``tnsrag_db`` package; statements the tests type themselves are not the
+library's). Recording at the driver sees the read path's statements, which run on the
+driver connection without SQLAlchemy's execution events (see ``Session.run``), as well as
+every statement SQLAlchemy executes; and it registers no SQLAlchemy execution listener,
+which would send the read path through SQLAlchemy instead. The SQLAlchemy-free
+:class:`~tnsrag_db.db.driver.DriverStore` (the CLI's keyword query) has a statement
+listener of its own, which records the same way.
 At the end of the session each distinct statement is checked with
 :func:`tests._corpus_scope.corpus_violations`, and the session fails, listing the
 statements and where the library sent them, when any shared table is read or written
@@ -16,19 +22,21 @@ tables be distributed by ``corpus`` (Citus) with every query routed to one shard
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy.pool import Pool
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
-from tnsrag_db.db import driver
+from tnsrag_db.db import driver, driver_lane
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")
@@ -46,22 +54,71 @@ def _sender(frame: FrameType | None) -> str | None:
     return None
 
 
-def _record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-    if statement in _SEEN:
+def _record(statement: Any, parameters: Any) -> None:
+    if not isinstance(statement, str) or statement in _SEEN:
         return
     where = _sender(sys._getframe(1))
     if where is not None:
-        first = parameters[0] if executemany and parameters else parameters
-        _SEEN[statement] = (where, dict(first) if isinstance(first, Mapping) else {})
+        _SEEN[statement] = (where, dict(parameters) if isinstance(parameters, Mapping) else {})
+
+
+class _RecordingCursor(psycopg.Cursor[Any]):
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        _record(query, params)
+        return super().execute(query, params, **kwargs)
+
+    def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+        params_seq = list(params_seq)
+        _record(query, params_seq[0] if params_seq else None)
+        super().executemany(query, params_seq, **kwargs)
+
+
+class _RecordingAsyncCursor(psycopg.AsyncCursor[Any]):
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        _record(query, params)
+        return await super().execute(query, params, **kwargs)
+
+    async def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+        params_seq = list(params_seq)
+        _record(query, params_seq[0] if params_seq else None)
+        await super().executemany(query, params_seq, **kwargs)
+
+
+_NUMBERED = re.compile(r"\$(\d+)")
+
+
+def pyformat(statement: str, values: Any) -> tuple[str, dict[str, object]]:
+    """A statement with PostgreSQL's ``$n`` parameters (the driver read lane's) in the
+    ``%(p<n>)s`` form the checker reads, with its values by those names."""
+    named = {f"p{i}": v for i, v in enumerate(values or (), 1)}
+    return _NUMBERED.sub(lambda m: f"%(p{m.group(1)})s", statement), named
+
+
+class _RecordingRawCursor(psycopg.RawCursor[Any]):
+    """The driver read lane's cursor (see ``tnsrag_db.db.driver_lane.DRIVER_CURSOR``), recording."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if isinstance(query, str):
+            _record(*pyformat(query, params))
+        return super().execute(query, params, **kwargs)
+
+
+def _on_connect(dbapi_connection: Any, record: Any) -> None:
+    driver = getattr(dbapi_connection, "_connection", dbapi_connection)  # SQLAlchemy's asyncio adapter
+    if isinstance(driver, psycopg.AsyncConnection):
+        driver.cursor_factory = _RecordingAsyncCursor
+    elif isinstance(driver, psycopg.Connection):
+        driver.cursor_factory = _RecordingCursor
 
 
 def _record_driver(statement: str, parameters: Mapping[str, Any]) -> None:
-    _record(None, None, statement, parameters, None, False)
+    _record(statement, parameters)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TNSRAG_CORPUS_SCOPE", "on") != "off":
-        event.listen(Engine, "before_cursor_execute", _record)
+        event.listen(Pool, "connect", _on_connect)
+        driver_lane.DRIVER_CURSOR = _RecordingRawCursor
         driver.add_statement_listener(_record_driver)
 
 

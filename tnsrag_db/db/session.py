@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 from tnsrag_db._validate import is_number
 from tnsrag_db.db.driver import driver_sql  # moved there (no SQLAlchemy); re-exported
 from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.driver_lane import send_on_driver, watched
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
@@ -271,8 +272,11 @@ class Session:
 
         The search paths' fast lane: autocommit (no BEGIN/COMMIT round trips; a
         ``set_config(..., true)`` inside a statement lasts for that statement), each
-        statement compiled once per distinct text, then run as driver SQL (SQLAlchemy's
-        engine events still see it, so tracing instrumentation keeps working). With
+        statement compiled once per distinct text, then run as driver SQL straight on the
+        pooled psycopg connection (no SQLAlchemy execution context or result objects; rows
+        are named tuples). While SQLAlchemy execution events have listeners (tracing
+        instrumentation, statement counters), statements run through SQLAlchemy instead, so
+        the listeners see every one. Either way errors are SQLAlchemy's. With
         ``snapshot=True`` every statement runs in one read-only REPEATABLE READ
         transaction instead, so all of them see the same committed data (explanations).
         The connection is checked out at the plan's first statement. Driver errors become
@@ -308,7 +312,10 @@ class Session:
             return conn
 
         def send(conn: Connection, statement: Statement) -> Rows:
-            return conn.exec_driver_sql(driver_sql(statement.sql), dict(statement.params)).all()
+            params = dict(statement.params)
+            if watched(conn):
+                return conn.exec_driver_sql(driver_sql(statement.sql), params).all()
+            return send_on_driver(conn, statement.sql, params, driver_sql)
 
         def execute(statement: Statement) -> Rows:
             with map_db_errors(self._what):

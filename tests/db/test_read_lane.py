@@ -1,0 +1,136 @@
+"""Session.run's driver lane: statements run on the pooled psycopg connection without
+SQLAlchemy's execution machinery, with the same rows and errors as through SQLAlchemy,
+and through SQLAlchemy whenever its execution events have listeners."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests import fix_corpus_scope
+from tnsrag_db.db.driver_lane import native_sql
+from tnsrag_db.db.session import driver_sql
+from tnsrag_db.errors import DatabaseError, StatementTimeoutError, ValidationError
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import MemoryEntry, MemoryTier
+
+# Every kind of value the plans read, a duplicate column name and an unnamed one.
+_ROWS_SQL = ("SELECT e.id AS entry_id, e.content, e.tier, e.source, e.metadata, 1.5::float8 AS score, "
+             "CAST(:n AS numeric) AS n, ARRAY[1, 2] AS arr, NULL::text AS nothing, e.id AS entry_id, 7 "
+             "FROM entries e WHERE e.corpus = :c ORDER BY e.id")
+
+
+@pytest.fixture()
+def filled(store: Store) -> Store:
+    store.add_all([MemoryEntry("a", "alpha words", MemoryTier.EPISODIC, source="s1", metadata={"k": "v"}),
+                   MemoryEntry("b", "beta words")])
+    return store
+
+
+@contextmanager
+def _listening(store: Store) -> Iterator[list[str]]:
+    """A ``before_cursor_execute`` listener on the store's engine, recording statements."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", record)
+
+
+def test_rows_equal_sqlalchemys_by_position_and_by_name(filled: Store) -> None:
+    params = {"n": 3, "c": filled.corpus}
+    driver = filled.session.read(_ROWS_SQL, params)
+    with _listening(filled) as seen:
+        through_sa = filled.session.read(_ROWS_SQL, params)
+    assert seen == [driver_sql(_ROWS_SQL)]  # the listener saw it: it ran through SQLAlchemy
+    assert isinstance(through_sa[0], sa.engine.Row)
+    assert not isinstance(driver[0], sa.engine.Row)  # the driver lane builds no SQLAlchemy rows
+    assert [tuple(r) for r in driver] == [tuple(r) for r in through_sa]
+    assert [type(v) for v in driver[0]] == [type(v) for v in through_sa[0]]
+    first = driver[0]
+    assert (first.entry_id, first.content, first.tier, first.source) == ("a", "alpha words", "EPISODIC", "s1")
+    assert first.metadata == {"k": "v"} and first.score == 1.5 and first.arr == [1, 2] and first.nothing is None
+    entry_id, *_rest = first
+    assert entry_id == "a" and first[-1] == 7 and len(first) == 11
+
+
+def test_a_statement_without_rows_and_an_empty_result(filled: Store) -> None:
+    assert filled.session.read("SELECT id FROM entries WHERE corpus = :c AND false", {"c": filled.corpus}) == []
+
+
+def test_errors_are_the_same_as_through_sqlalchemy(filled: Store) -> None:
+    bad = "SELECT no_such_column FROM entries WHERE corpus = :c"
+    with pytest.raises(DatabaseError) as driver:
+        filled.session.read(bad, {"c": filled.corpus})
+    with _listening(filled), pytest.raises(DatabaseError) as through_sa:
+        filled.session.read(bad, {"c": filled.corpus})
+    assert type(driver.value) is type(through_sa.value)
+    assert str(driver.value) == str(through_sa.value)
+    assert type(driver.value.__cause__) is type(through_sa.value.__cause__)
+    assert isinstance(driver.value.__cause__, sa.exc.ProgrammingError)
+    assert driver.value.sqlstate == through_sa.value.sqlstate == "42703"
+    # The connection stays usable after the error.
+    assert filled.session.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": filled.corpus})[0].n == 2
+
+
+def test_a_statement_timeout_in_the_driver_lane(filled: Store) -> None:
+    with filled.session.timeout(0.05), pytest.raises(StatementTimeoutError) as caught:
+        filled.session.read("SELECT pg_sleep(2), count(*) FROM entries WHERE corpus = :c", {"c": filled.corpus})
+    assert caught.value.sqlstate == "57014"
+    assert filled.session.read("SELECT 1 AS one", {})[0].one == 1
+
+
+def test_unencodable_text_is_a_validation_error_in_the_driver_lane(filled: Store) -> None:
+    with pytest.raises(ValidationError):
+        filled.session.read("SELECT id FROM entries WHERE corpus = :c AND id = :i", {"c": filled.corpus, "i": "\ud800"})
+
+
+def test_a_snapshot_runs_its_statements_in_one_read_only_transaction(filled: Store) -> None:
+    def plan() -> Any:
+        first = yield _statement("SELECT txid_current_if_assigned() AS x, current_setting('transaction_read_only') AS ro")
+        second = yield _statement("SELECT pg_current_xact_id_if_assigned() AS x, "
+                                  "current_setting('transaction_isolation') AS iso, now() AS t1")
+        third = yield _statement("SELECT now() AS t1")
+        return first[0], second[0], third[0]
+
+    first, second, third = filled.session.run(plan(), snapshot=True)
+    assert first.ro == "on" and second.iso == "repeatable read"
+    assert second.t1 == third.t1  # now() is the transaction's start: one transaction
+
+
+def _statement(sql: str) -> Any:
+    from tnsrag_db.db.statement import Statement
+
+    return Statement(sql, {})
+
+
+@pytest.mark.skipif(os.environ.get("TNSRAG_CORPUS_SCOPE", "on") == "off", reason="the corpus-scope plugin is off")
+def test_the_corpus_scope_plugin_sees_the_driver_lane(filled: Store) -> None:
+    sql = "SELECT id FROM entries WHERE corpus = :c AND id = :i /* read lane probe */"
+    filled.session.read(sql, {"c": filled.corpus, "i": "a"})
+    text, names = native_sql(sql)
+    key, named = fix_corpus_scope.pyformat(text, [{"c": filled.corpus, "i": "a"}[n] for n in names])
+    where, params = fix_corpus_scope._SEEN[key]
+    assert f"{os.sep}tnsrag_db{os.sep}" in where  # sent by library code
+    assert sorted(map(repr, params.values())) == sorted(map(repr, named.values())) and len(params) == 2
+
+
+def test_percent_signs_and_repeated_parameters(filled: Store) -> None:
+    rows = filled.session.read("SELECT id, :c = :c AS same, 'a%' AS pct FROM entries WHERE corpus = :c "
+                               "AND content LIKE 'al%' AND id = ANY(:ids)", {"c": filled.corpus, "ids": ["a", "b"]})
+    assert [(r.id, r.same, r.pct) for r in rows] == [("a", True, "a%")]
+
+
+def test_a_missing_parameter_is_a_database_error(filled: Store) -> None:
+    with pytest.raises(DatabaseError):
+        filled.session.read("SELECT id FROM entries WHERE corpus = :c AND id = :missing", {"c": filled.corpus})
