@@ -82,9 +82,13 @@ def test_a_tenants_filtered_retrieval_is_right_and_looks_its_pairs_up_by_index(t
         both = {"shelf": "s2", "team": "acme"}
         assert {i for i, _ in vectors.search("refund", 50, filters=both)} == {f"x{i}" for i in range(40) if i % 4 == 2}
         assert vectors.search("refund", 5, filters={"shelf": "s2", "team": "globex"}) == []
+        assert store.filter_pairs is True  # tenancy is on: the pairs formulation
         statement, params = vectors.candidates_sql(HashingEmbedding(32)("refund"), 5, filters={"shelf": "s1"})
+        kstatement, kparams = keyword.candidates_sql("refund policy", 5, filters={"shelf": "s1"})
         with store.session.autocommit() as conn:
             plan = "\n".join(conn.execute(sa.text("EXPLAIN (COSTS OFF) " + statement), params).scalars())
+            kplan = "\n".join(conn.execute(sa.text("EXPLAIN (COSTS OFF) " + kstatement), kparams).scalars())
+    assert "entry_filter_pairs" in kplan and "@>" not in kplan, kplan
     # Under the policy the entries are fetched by primary key with the ids the pairs gave
     # (texteq is LEAKPROOF, so "id = ANY" stays an index condition), not read corpus-wide.
     assert "entry_filter_pairs" in plan
