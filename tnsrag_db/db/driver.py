@@ -40,7 +40,8 @@ from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError
 
 __all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "DriverStore", "ReadStore", "StatementListener",
-           "add_statement_listener", "driver_sql", "libpq_url", "remove_statement_listener", "shipped_head"]
+           "add_statement_listener", "check_timeout", "driver_sql", "libpq_url", "migrations_dir",
+           "remove_statement_listener", "shipped_head", "validate_schema_name"]
 
 _T = TypeVar("_T")
 
@@ -138,15 +139,16 @@ def libpq_url(url: str) -> str | None:
     return f"postgresql://{rest}"
 
 
-# The same rules as tnsrag_db.db.engine.validate_schema_name, tnsrag_db.db.session.check_timeout
-# and tnsrag_db.db.migrate.shipped_head (those modules import SQLAlchemy or alembic);
-# tests/db/test_driver.py checks that each pair agrees.
+# The schema-name rule, the timeout check, the migrations folder and the head revision live
+# here, since this module imports neither SQLAlchemy nor alembic (the CLI's fast path needs
+# them); tnsrag_db.db.engine, .session and .migrate re-export them.
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", re.M)
 _DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
 
 
-def _migrations_dir() -> Path:
+def migrations_dir() -> Path:
+    """The folder holding ``env.py`` and ``versions/``: the packaged copy, else the source tree's."""
     try:
         import tnsrag_db._migrations as packaged  # type: ignore[import-not-found]
 
@@ -161,7 +163,7 @@ def shipped_head() -> str | None:
     when they are not a plain linear chain of literal ``revision``/``down_revision`` strings."""
     revisions: set[str] = set()
     parents: set[str] = set()
-    for path in (_migrations_dir() / "versions").glob("*.py"):
+    for path in (migrations_dir() / "versions").glob("*.py"):
         source = path.read_text(encoding="utf-8")
         rev, down = _REVISION_RE.search(source), _DOWN_REVISION_RE.search(source)
         if rev is None and down is None:
@@ -173,6 +175,29 @@ def shipped_head() -> str | None:
             parents.add(down.group(2))
     heads = revisions - parents
     return heads.pop() if len(heads) == 1 else None
+
+
+def validate_schema_name(schema: str) -> str:
+    """Return ``schema`` if it is a plain lower-case identifier (``[a-z_][a-z0-9_]*``, ≤ 63 chars).
+
+    Raises :class:`ConfigurationError` otherwise. Only such names are accepted, so the
+    schema can be quoted safely wherever PostgreSQL needs an identifier.
+    """
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ConfigurationError(
+            f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}"
+        )
+    return schema
+
+
+def check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
+    """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
+    if seconds is None:
+        return None
+    if not is_number(seconds) or not 0 < seconds < 86_400 * 24:  # type: ignore[operator]
+        raise ConfigurationError(f"{what} must be None or a positive number of seconds (under 24 days), "
+                                 f"got {seconds!r}")
+    return max(1, round(float(seconds) * 1000))  # type: ignore[arg-type]
 
 
 class DriverStore:
@@ -190,18 +215,12 @@ class DriverStore:
 
     def __init__(self, conninfo: str, *, corpus: str, schema: str, max_query_terms: int,
                  statement_timeout: float | None = None) -> None:
-        if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
-            raise ConfigurationError(
-                f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}")
-        if statement_timeout is not None and (not is_number(statement_timeout)
-                                              or not 0 < statement_timeout < 86_400 * 24):
-            raise ConfigurationError("statement_timeout must be None or a positive number of seconds "
-                                     f"(under 24 days), got {statement_timeout!r}")
+        validate_schema_name(schema)
+        self._timeout_ms = check_timeout(statement_timeout)
         self._conninfo = conninfo
         self._corpus = corpus
         self._schema = schema
         self._max_query_terms = max_query_terms
-        self._timeout_ms = None if statement_timeout is None else max(1, round(float(statement_timeout) * 1000))
         self._what = f"database error in corpus {corpus!r}"
         self._conn: psycopg.Connection[Any] | None = None
         self._pairs: bool | None = None

@@ -27,6 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
+from tnsrag_db.db.driver import validate_schema_name  # there (no SQLAlchemy); re-exported
 from tnsrag_db.errors import ConfigurationError
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
 PING_AFTER_IDLE_SECONDS = 1.0
 _IDLE_SINCE = "tnsrag_idle_since"
 
-_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 #: ``hook(dbapi_connection, info)``: the psycopg connection and the pooled connection's
 #: ``info`` dict (kept while the connection lives, shared with ``Connection.info``).
@@ -87,19 +87,6 @@ def registered_connection_hooks() -> tuple[ConnectionHooks, ...]:
     """The registered hooks, in registration order."""
     with _hooks_lock:
         return tuple(_hooks.values())
-
-
-def validate_schema_name(schema: str) -> str:
-    """Return ``schema`` if it is a plain lower-case identifier (``[a-z_][a-z0-9_]*``, ≤ 63 chars).
-
-    Raises :class:`ConfigurationError` otherwise. Only such names are accepted, so the
-    schema can be quoted safely wherever PostgreSQL needs an identifier.
-    """
-    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
-        raise ConfigurationError(
-            f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}"
-        )
-    return schema
 
 
 def normalize_url(url: str | URL) -> URL:

@@ -11,13 +11,12 @@ import io
 import re
 import zlib
 from contextlib import redirect_stdout
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from tnsrag_db.db.driver import migrations_dir, shipped_head  # no alembic: the CLI's fast path reads them too
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.partition import PARTITION_NAME
 from tnsrag_db.errors import MigrationError, SchemaNotReadyError
@@ -45,16 +44,6 @@ __all__ = [
     "shipped_head",
     "upgrade",
 ]
-
-
-def migrations_dir() -> Path:
-    """The folder holding ``env.py`` and ``versions/``: the packaged copy, else the source tree's."""
-    try:
-        import tnsrag_db._migrations as packaged  # type: ignore[import-not-found]
-
-        return Path(packaged.__file__).parent
-    except ImportError:
-        return Path(__file__).resolve().parents[2] / "migrations"
 
 
 def advisory_lock_key(schema: str) -> int:
@@ -161,31 +150,6 @@ def current_revision(engine: Engine, *, schema: str) -> str | None:
             return None
         ctx = MigrationContext.configure(conn, opts={"version_table_schema": schema})
         return ctx.get_current_revision()
-
-
-_REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", re.M)
-_DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
-
-
-@lru_cache(maxsize=1)
-def shipped_head() -> str | None:
-    """This installation's head revision read from the revision files without alembic, or None
-    when they are not a plain linear chain of literal ``revision``/``down_revision`` strings
-    (callers then ask alembic; a test checks both agree)."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for path in (migrations_dir() / "versions").glob("*.py"):
-        source = path.read_text(encoding="utf-8")
-        rev, down = _REVISION_RE.search(source), _DOWN_REVISION_RE.search(source)
-        if rev is None and down is None:
-            continue  # __init__.py and helpers
-        if rev is None or down is None:
-            return None
-        revisions.add(rev.group(1))
-        if down.group(2) is not None:
-            parents.add(down.group(2))
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
 
 
 def is_at_head(engine: Engine, *, schema: str) -> bool:

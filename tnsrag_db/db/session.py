@@ -24,9 +24,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from tnsrag_db._validate import is_number
-from tnsrag_db.db.driver import driver_sql  # moved there (no SQLAlchemy); re-exported
-from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.driver import check_timeout, driver_sql  # there (no SQLAlchemy); re-exported
+from tnsrag_db.db.driver_errors import map_db_errors, sqlstate_of
 from tnsrag_db.db.driver_lane import send_on_driver, watched
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
@@ -64,14 +63,8 @@ def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRI
             attempt += 1
 
 
-def check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
-    """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
-    if seconds is None:
-        return None
-    if not is_number(seconds) or not 0 < seconds < 86_400 * 24:  # type: ignore[operator]
-        raise ConfigurationError(f"{what} must be None or a positive number of seconds (under 24 days), "
-                                 f"got {seconds!r}")
-    return max(1, round(float(seconds) * 1000))  # type: ignore[arg-type]
+#: Attempts at changing a session's statement_timeout that the previous one cancels.
+_TIMEOUT_SET_ATTEMPTS = 5
 
 
 def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
@@ -79,7 +72,16 @@ def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
     outside any transaction; a no-op when the session has it already (no round trip)."""
     if conn.info.get(_TIMEOUT_SET) == ms:
         return
-    conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+    for attempt in range(_TIMEOUT_SET_ATTEMPTS):
+        try:
+            conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
+            break
+        except sa.exc.DBAPIError as exc:
+            # The SET itself runs under the session's previous timeout: a very short one (a
+            # Store.timeout block's) can cancel it on a busy server. Nothing changed; again.
+            if sqlstate_of(exc) != "57014" or attempt == _TIMEOUT_SET_ATTEMPTS - 1:
+                raise
+            conn.rollback()
     if conn.in_transaction():
         conn.commit()
     if ms is None:
