@@ -77,10 +77,11 @@ _PAIRS_POLICY_SQL = ("CREATE POLICY " + PAIRS_POLICY + " ON {s}." + PAIRS_TABLE
 _GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
 
 
-#: The triggers that keep the filter pairs while tenancy is on (revision 0007 creates their
-#: function only): attached by :func:`enable`, dropped by :func:`disable`. A swap of
-#: ``entries`` for a new table (``tnsrag db partition-sql``) drops them; :func:`enable`
-#: attaches them again.
+#: The triggers that keep the filter pairs (revision 0007 creates their function only):
+#: attached by the first :func:`enable`, and left in place by :func:`disable`, so that a
+#: store opened while tenancy was on, which keeps matching filters through the pairs,
+#: stays right after tenancy is switched off. ``tnsrag db partition-sql`` re-creates
+#: them on the partitioned ``entries``; :func:`enable` attaches any that are missing.
 _PAIRS_TRIGGERS = {
     "tnsrag_filter_pairs_insert": "AFTER INSERT ON {s}.entries REFERENCING NEW TABLE AS new_rows",
     "tnsrag_filter_pairs_update": "AFTER UPDATE ON {s}.entries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
@@ -95,24 +96,23 @@ _PAIRS_FILL = (
 )
 
 
-def _switch_pairs(conn: Connection, schema: str, on: bool) -> None:
-    """On: attach the pair triggers and fill the pairs when any trigger is missing or
-    disabled (nothing to do when all are in place). Off: drop the triggers, empty the table."""
+def _attach_pairs(conn: Connection, schema: str) -> None:
+    """Attach the pair triggers and fill the pairs, unless every trigger is in place and
+    enabled already (then the pairs are up to date: the triggers kept them)."""
     enabled = set(conn.execute(sa.text(
         "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
         "AND tg.tgenabled <> 'D'"), {"s": schema}).scalars())
-    if on and all(name in enabled for name in _PAIRS_TRIGGERS):
+    if all(name in enabled for name in _PAIRS_TRIGGERS):
         return
     # Names: the validated schema and the constants above.
     for name in _PAIRS_TRIGGERS:
         conn.execute(sa.text(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries"))
     conn.execute(sa.text(f"DELETE FROM {schema}.{PAIRS_TABLE} /* tnsrag:all-corpora */"))
-    if on:
-        for name, when in _PAIRS_TRIGGERS.items():
-            conn.execute(sa.text(f"CREATE TRIGGER {name} {when.format(s=schema)} FOR EACH STATEMENT "
-                                 f"EXECUTE FUNCTION {schema}.tnsrag_filter_pairs_sync()"))
-        conn.execute(sa.text(_PAIRS_FILL.format(s=schema)))
+    for name, when in _PAIRS_TRIGGERS.items():
+        conn.execute(sa.text(f"CREATE TRIGGER {name} {when.format(s=schema)} FOR EACH STATEMENT "
+                             f"EXECUTE FUNCTION {schema}.tnsrag_filter_pairs_sync()"))
+    conn.execute(sa.text(_PAIRS_FILL.format(s=schema)))
 
 
 def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
@@ -138,9 +138,9 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
             for table in TENANT_TABLES + ((PAIRS_TABLE,) if pairs else ()):
                 # Names: the validated schema and the constants above.
                 conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))
-            if pairs:
+            if pairs and on:
                 # After the ALTERs: entries is locked, no write slips between the triggers and the fill.
-                _switch_pairs(conn, schema, on)
+                _attach_pairs(conn, schema)
 
     with _connection(engine, f"{action.lower()} row-level security in schema {schema!r}") as conn:
         pairs = _has_pairs(conn, schema, maintained=False)
@@ -154,8 +154,9 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
 
     Also for the filter pairs of revision 0007 (:data:`PAIRS_TABLE`): attaches the
     statement triggers on ``entries`` that keep them and fills them from every entry (one
-    INSERT ... SELECT, in the same transaction as the switch), also when a swap of
-    ``entries`` for a new table dropped the triggers. Stores opened from then on match a
+    INSERT ... SELECT, in the same transaction as the switch), unless every trigger is in
+    place and enabled already (left by :func:`disable`): then the pairs are up to date.
+    Stores opened from then on match a
     metadata filter through the pairs; a store opened before keeps ``@>`` (the same
     results, slower for tenant roles) until it is opened again.
 
@@ -169,9 +170,13 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
 
 def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
             lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
-    """Switch row-level security off again (the grants are kept); detach the filter pairs'
-    triggers and empty the pairs. Stores opened while tenancy was on still look their
-    filters up in the (now empty) pairs: open them again after switching off."""
+    """Switch row-level security off again (the grants are kept).
+
+    The filter pairs' triggers stay attached and keep the pairs up to date: a store opened
+    while tenancy was on goes on matching its metadata filters through them (right, as
+    before), while stores opened from now on use ``metadata @>``. So every write keeps
+    paying the triggers until the schema is downgraded below revision 0007, which drops the pairs with their triggers.
+    """
     _set_security(engine, schema, False, lock_timeout, lock_retries)
 
 

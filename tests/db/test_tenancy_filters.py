@@ -185,10 +185,12 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
         assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS) and tenancy.filters_use_indexes(engine, schema=SCHEMA)
         assert _pairs(fresh_db_url) == [("kept", "n", "2", "k1"), ("kept", "shelf", "s1", "k1")]
         assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is True
-        tenancy.disable(engine, schema=SCHEMA)  # detaches them and empties the pairs
-        assert not pairs_rls() and _triggers(engine) == set() and _pairs(fresh_db_url) == []
+        tenancy.disable(engine, schema=SCHEMA)  # the triggers stay and keep the pairs
+        assert not pairs_rls() and _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False  # new stores: @>
         Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k3", "written with tenancy off", metadata={"shelf": "s1"})])
-        assert _pairs(fresh_db_url) == []
+        assert ("kept", "shelf", "s1", "k3") in _pairs(fresh_db_url)
+        assert _pairs(fresh_db_url) == _recomputed(fresh_db_url)
         tenancy.enable(engine, schema=SCHEMA)
         assert pairs_rls() and _pairs(fresh_db_url) == _recomputed(fresh_db_url)
         Store(engine, corpus="kept", schema=SCHEMA).delete("k3")  # the delete trigger (no foreign key)
@@ -268,6 +270,15 @@ def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(f
         tenancy.disable(engine, schema=SCHEMA)
         with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
             assert lean.filter_pairs is False
+        # A store opened while tenancy was on keeps the pairs after it is switched off:
+        # they are still kept, so its answers stay those of @> (new writes included).
+        early.add_all([MemoryEntry("e9", "refund note written after tenancy off", metadata={"shelf": "s1"})])
+        assert "entry_filter_pairs" in late.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
+        after = keyword.search("refund", 10, filters={"shelf": "s1"})
+        assert "e9" in [i for i, _ in after] and late.search("refund", 10, filters={"shelf": "s1"}) == after
+        early.delete("e1")
+        after = keyword.search("refund", 10, filters={"shelf": "s1"})
+        assert "e1" not in [i for i, _ in after] and late.search("refund", 10, filters={"shelf": "s1"}) == after
     finally:
         engine.dispose()
 
@@ -276,3 +287,42 @@ def _leakproof(engine: sa.engine.Engine) -> bool:
     with engine.connect() as conn:
         return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
                                          "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
+
+
+def test_partitioning_keeps_the_pair_triggers(make_database: Callable[[], URL]) -> None:
+    """`tnsrag db partition-sql` swaps in a new `entries`: its pair triggers come along, so
+    a tenant store's filters (through the pairs) still see every new write and delete."""
+    from tnsrag_db.db.partition import partition_script
+
+    t = _make_tenants(make_database)
+    try:
+        _populate(t.a, t.corpus_a, "acme")
+        with connect(t.a, corpus=t.corpus_a) as store:
+            assert store.filter_pairs is True
+            keyword = BM25Index(store)
+            before = keyword.search("refund", 20, filters={"team": "acme"})
+            assert len(before) == 12
+            engine = create_engine(t.owner, schema=SCHEMA, pool_size=1)
+            try:
+                with engine.connect() as conn:
+                    script = partition_script(conn, schema=SCHEMA, partitions=2)
+                assert script.count("CREATE TRIGGER tnsrag_filter_pairs_") == len(FILTER_PAIRS_TRIGGERS)
+                # The rows move before the triggers are made: no pair is written twice.
+                assert script.index("INSERT INTO") < script.index("CREATE TRIGGER")
+                with psycopg.connect(_conninfo(t.owner), autocommit=True) as raw:
+                    raw.execute(script)  # type: ignore[arg-type]  # as an operator runs it
+                assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
+                assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+            finally:
+                engine.dispose()
+            assert _pairs(t.owner) == _recomputed(t.owner)
+            store.engine.dispose()  # the old table's plans and connections go
+            assert keyword.search("refund", 20, filters={"team": "acme"}) == before
+            store.add_all([MemoryEntry("acme-new", "refund policy written after partitioning",
+                                       metadata={"team": "acme"})])
+            store.delete("acme3")
+            after = [i for i, _ in keyword.search("refund", 20, filters={"team": "acme"})]
+            assert "acme-new" in after and "acme3" not in after and len(after) == 12
+            assert _pairs(t.owner) == _recomputed(t.owner)
+    finally:
+        _drop(t)
