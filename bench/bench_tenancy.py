@@ -8,19 +8,24 @@ Starts an embedded server unless ``--url`` names one (a superuser URL: the scrip
 creates a database and a tenant role and drops both afterwards). The tenant's corpus
 of ``n`` entries sits beside two other tenants' corpora of ``n/2`` entries each, all
 written by the owner with HNSW indexes built. The same tenant role then runs the same
-queries with row-level security switched off and on, in alternating rounds (off, on,
-off, on, ...) so that drift on a noisy machine hits both sides; the table shows the
-medians per mode and their ratio (on / off, same run). Metadata filters (``jsonb @>``) are
-timed too: the operator is not LEAKPROOF, so under a policy PostgreSQL evaluates it after
-the policy instead of as a GIN index condition; ``--leakproof`` adds a mode with the
-operator marked LEAKPROOF (what a superuser may decide to do). Last, EXPLAIN (ANALYZE, BUFFERS)
-of the keyword and vector candidate statements under the policy: the grant lookup is
-one InitPlan per statement and the corpus-led indexes still serve the scans.
+queries with row-level security switched off and on, in rounds of alternating order
+(off, on, on, off, ...) so that drift on a noisy machine, and coming first after a
+switch, hit both sides; the table shows the medians per mode and their ratio (on / off,
+same run). Each kind runs unfiltered and with
+a metadata filter matching 1 % (``group``) and 9 % (``band``) of the entries. Under a
+policy PostgreSQL uses a condition as an index condition only when its operators are
+LEAKPROOF, which jsonb's ``@>`` is not: the filters find their entries through the
+filter pairs (migration 0007, text equality) instead. ``--leakproof`` adds a mode with
+``@>`` marked LEAKPROOF as well (superuser only; restored after). Last, EXPLAIN
+(ANALYZE, BUFFERS) of the keyword and vector candidate statements under the policy,
+unfiltered and filtered: the grant lookup is one InitPlan per statement and the
+corpus-led indexes (and, filtered, the pairs' primary key) still serve the scans.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 import uuid
@@ -51,6 +56,9 @@ PASSWORD = "bench-tenant"
 
 def _write(owner: Store, corpus: str, n: int, dim: int, seed: int) -> tuple[list[str], Lookup]:
     data = generate_corpus(n, dim=dim, seed=seed, id_prefix=corpus)
+    # A second key matching 9 % of the entries (1 in 11).
+    data.entries[:] = [dataclasses.replace(e, metadata={**e.metadata, "band": "b9" if i % 11 == 0 else f"o{i % 11}"})
+                       for i, e in enumerate(data.entries)]
     queries = data.query_vectors(64, seed=seed + 7)
     lookup = Lookup(queries, {})
     vectors = VectorMemoryStore(owner.with_corpus(corpus), lookup, index_threshold=1000)
@@ -68,6 +76,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per mode (alternating)")
     parser.add_argument("--leakproof", action="store_true",
                         help="also time RLS on with jsonb @> marked LEAKPROOF (needs a superuser; restored after)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="keep RLS on and alternate query by query with the owner's same query as 'off' "
+                             "(finer interleaving than rounds of switching RLS off and on)")
     args = parser.parse_args()
     with database_url(args.url) as server:
         base = normalize_url(server)
@@ -104,29 +115,23 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     tenant_engine = create_engine(owner_url.set(username=role, password=PASSWORD),  # type: ignore[attr-defined]
                                   schema=SCHEMA, pool_size=2)
     tenant = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
-    keyword = BM25Index(tenant)
-    vectors = VectorMemoryStore(tenant, lookup, index_threshold=1000)
-    strategies: dict[str, Callable[[int], object]] = {
-        "vector": lambda i: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}"),
-        "keyword": lambda i: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)]),
-        "hybrid": lambda i: HybridRAGStrategy(keyword, vectors).retrieve(f"q:{i % 64}"),
-    }
     lookup.extra.update({t: lookup.queries[i % 64] for i, t in enumerate(texts)})
-    # Hybrid embeds its text query: give the keyword texts of the hybrid run vectors too.
-    strategies["hybrid"] = lambda i: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)])
-    one_pct = RAGContext(metadata_filters={"group": GROUP_1PCT})
-    # Metadata filters (jsonb @>, not a leakproof operator) are evaluated after the policy.
-    strategies["vector 1%"] = lambda i: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}", one_pct)
-    strategies["keyword 1%"] = lambda i: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)], one_pct)
+    strategies = _strategies(tenant, lookup, texts)
+    keyword, vectors = BM25Index(tenant), VectorMemoryStore(tenant, lookup, index_threshold=1000)
     times: dict[tuple[str, str], list[float]] = {}
     counts: dict[tuple[str, str], int] = {}
-    modes = ("off", "on", "on+lp") if args.leakproof else ("off", "on")
-    for _ in range(args.rounds):
-        for mode in modes:
+    modes = ("off", "on", "on+lp") if args.leakproof and not args.interleave else ("off", "on")
+    if args.interleave:
+        _interleaved(args, owner_engine, _strategies(owner, lookup, texts), strategies, times, counts)
+    for r in range(0 if args.interleave else args.rounds):
+        # ABBA order (off, on, on, off, ...): each mode runs first, right after a switch, as often.
+        for mode in (modes if r % 2 == 0 else modes[::-1]):
             (tenancy.disable if mode == "off" else tenancy.enable)(owner_engine, schema=SCHEMA)
             _leakproof(owner, mode == "on+lp")
-            for kind, run in strategies.items():
-                for i in range(3):
+            # A store learns once whether tenancy (and so the filter pairs) is on: a new one per switch.
+            fresh = _strategies(Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA), lookup, texts)
+            for kind, run in fresh.items():
+                for i in range(5):
                     run(i)  # warm
                 for i in range(args.queries):
                     t = time.perf_counter()
@@ -135,14 +140,16 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
                     counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
     print(f"\ntenant role, {args.n} entries in its corpus (+{args.n} of other tenants), dim {args.dim}, "
           f"{args.rounds} x {args.queries} queries per kind and mode")
-    lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof else ""
+    if args.interleave:
+        print("interleaved query by query: 'RLS off' is the owner (no policy), 'RLS on' the tenant role")
+    lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof and not args.interleave else ""
     print(f"{'query':<11} {'RLS off ms':>11} {'RLS on ms':>10} {'on/off':>7} {'p90 off':>8} {'p90 on':>7}{lp} "
           f"{'rows same':>10}")
     for kind in strategies:
         off, on = times[(kind, "off")], times[(kind, "on")]
         m_off, m_on = statistics.median(off) * 1000, statistics.median(on) * 1000
         extra = ""
-        if args.leakproof:
+        if lp:
             m_lp = statistics.median(times[(kind, "on+lp")]) * 1000
             extra = f" {m_lp:>9.2f} {m_lp / m_off:>7.3f}"
         same = len({counts[(kind, m)] for m in modes}) == 1
@@ -150,9 +157,48 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
               f"{np.quantile(on, .9) * 1000:>7.2f}{extra} {str(same):>10}")
     _leakproof(owner, False)
     tenancy.enable(owner_engine, schema=SCHEMA)
+    tenant = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
+    keyword, vectors = BM25Index(tenant), VectorMemoryStore(tenant, lookup, index_threshold=1000)
     _explain(tenant_engine, keyword, vectors, texts[0], lookup.queries[0])
     tenant_engine.dispose()
     owner_engine.dispose()
+
+
+def _strategies(store: Store, lookup: Lookup, texts: list[str]) -> dict[str, Callable[[int], object]]:
+    """The timed queries of ``store``: each kind unfiltered, at 1 % and at 9 %."""
+    keyword = BM25Index(store)
+    vectors = VectorMemoryStore(store, lookup, index_threshold=1000)
+    # Hybrid embeds its text query: the keyword texts have vectors too (lookup.extra).
+    out: dict[str, Callable[[int], object]] = {
+        "vector": lambda i: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}"),
+        "keyword": lambda i: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)]),
+        "hybrid": lambda i: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)]),
+    }
+    for label, ctx in (("1%", RAGContext(metadata_filters={"group": GROUP_1PCT})),
+                       ("9%", RAGContext(metadata_filters={"band": "b9"}))):
+        out[f"vector {label}"] = lambda i, c=ctx: VectorRAGStrategy(vectors).retrieve(f"q:{i % 64}", c)
+        out[f"keyword {label}"] = lambda i, c=ctx: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)], c)
+        out[f"hybrid {label}"] = lambda i, c=ctx: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)], c)
+    return out
+
+
+def _interleaved(args: argparse.Namespace, owner_engine: object, off: dict[str, Callable[[int], object]],
+                 on: dict[str, Callable[[int], object]], times: dict[tuple[str, str], list[float]],
+                 counts: dict[tuple[str, str], int]) -> None:
+    """Row-level security stays on; "off" is the same query by the owner (no policy applies to
+    it), alternated with the tenant's query by query (order swapped every other query), so
+    that the machine's drift hits both sides alike."""
+    tenancy.enable(owner_engine, schema=SCHEMA)  # type: ignore[arg-type]
+    for _ in range(args.rounds):
+        for kind in on:
+            for i in range(5):
+                off[kind](i), on[kind](i)  # warm
+            for i in range(args.queries):
+                for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                    t = time.perf_counter()
+                    out = (off if mode == "off" else on)[kind](i)
+                    times.setdefault((kind, mode), []).append(time.perf_counter() - t)
+                    counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
 
 
 def _leakproof(owner: Store, on: bool) -> None:
@@ -168,14 +214,17 @@ def _leakproof(owner: Store, on: bool) -> None:
 def _explain(engine: object, keyword: BM25Index, vectors: VectorMemoryStore, text: str, q: object) -> None:
     import sqlalchemy as sa
 
+    one = {"group": GROUP_1PCT}
     for label, (statement, params) in (("keyword", keyword.candidates_sql(text, 10)),
-                                       ("vector", vectors.candidates_sql(q, 10))):  # type: ignore[arg-type]
+                                       ("vector", vectors.candidates_sql(q, 10)),  # type: ignore[arg-type]
+                                       ("keyword 1%", keyword.candidates_sql(text, 10, filters=one)),
+                                       ("vector 1%", vectors.candidates_sql(q, 10, filters=one))):  # type: ignore[arg-type]
         with engine.connect() as conn:  # type: ignore[attr-defined]
             plan = conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement), params).scalars().all()
         keep = [line for line in plan if any(w in line for w in ("InitPlan", "Index", "Seq Scan", "Buffers: shared",
-                                                                  "Execution Time", "tenant_grants"))]
+                                                                  "Execution Time", "tenant_grants", "Filter: "))]
         print(f"\nEXPLAIN (ANALYZE, BUFFERS) {label} candidates under RLS (selected lines):")
-        for line in keep[:14]:
+        for line in keep[:24]:
             print("  " + line)
 
 

@@ -29,17 +29,24 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from tnsrag_db.db.driver import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
 from tnsrag_db.db.driver_errors import db_error
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.errors import ConfigurationError, TnsragError
 from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
-__all__ = ["POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants",
-           "is_enabled", "revoke", "status"]
+__all__ = ["PAIRS_TABLE", "POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes",
+           "grant", "grants", "is_enabled", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
                  "edges")
+
+#: The metadata filter pairs (migration 0007): keyed by corpus too, with a policy of its own
+#: (``tenant_filter_pairs``, the same grant lookup) and row-level security switched on and off
+#: with the tables above. Tenant roles only read it: triggers on ``entries`` write it.
+PAIRS_TABLE = "entry_filter_pairs"
+PAIRS_POLICY = "tenant_filter_pairs"
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,47 @@ def _connection(engine: Engine, what: str) -> Iterator[Connection]:
 #: The policy of every table in :data:`TENANT_TABLES` (as revision 0005 creates it): the
 #: row's corpus is among those granted to ``current_user``, looked up once per statement.
 POLICY_SQL = ("CREATE POLICY tenant_isolation ON {s}.{t} USING ({granted}) WITH CHECK ({granted})")
+_PAIRS_POLICY_SQL = ("CREATE POLICY " + PAIRS_POLICY + " ON {s}." + PAIRS_TABLE
+                     + " USING ({granted}) WITH CHECK ({granted})")
 _GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
+
+
+#: The triggers that keep the filter pairs (revision 0007 creates their function only):
+#: attached by the first :func:`enable`, and left in place by :func:`disable`, so that a
+#: store opened while tenancy was on, which keeps matching filters through the pairs,
+#: stays right after tenancy is switched off. ``tnsrag db partition-sql`` re-creates
+#: them on the partitioned ``entries``; :func:`enable` attaches any that are missing.
+_PAIRS_TRIGGERS = {
+    "tnsrag_filter_pairs_insert": "AFTER INSERT ON {s}.entries REFERENCING NEW TABLE AS new_rows",
+    "tnsrag_filter_pairs_update": "AFTER UPDATE ON {s}.entries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
+    "tnsrag_filter_pairs_delete": "AFTER DELETE ON {s}.entries REFERENCING OLD TABLE AS old_rows",
+}
+assert tuple(_PAIRS_TRIGGERS) == FILTER_PAIRS_TRIGGERS
+#: Every entry's pairs, in one statement (the table is emptied first).
+_PAIRS_FILL = (
+    "INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id) SELECT n.corpus, m.key, m.value #>> '{{}}', "
+    "n.id FROM {s}.entries n CROSS JOIN LATERAL jsonb_each(n.metadata) m WHERE jsonb_typeof(m.value) = 'string' "
+    "/* tnsrag:all-corpora */"
+)
+
+
+def _attach_pairs(conn: Connection, schema: str) -> None:
+    """Attach the pair triggers and fill the pairs, unless every trigger is in place and
+    enabled already (then the pairs are up to date: the triggers kept them)."""
+    enabled = set(conn.execute(sa.text(
+        "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
+        "AND tg.tgenabled <> 'D'"), {"s": schema}).scalars())
+    if all(name in enabled for name in _PAIRS_TRIGGERS):
+        return
+    # Names: the validated schema and the constants above.
+    for name in _PAIRS_TRIGGERS:
+        conn.execute(sa.text(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries"))
+    conn.execute(sa.text(f"DELETE FROM {schema}.{PAIRS_TABLE} /* tnsrag:all-corpora */"))
+    for name, when in _PAIRS_TRIGGERS.items():
+        conn.execute(sa.text(f"CREATE TRIGGER {name} {when.format(s=schema)} FOR EACH STATEMENT "
+                             f"EXECUTE FUNCTION {schema}.tnsrag_filter_pairs_sync()"))
+    conn.execute(sa.text(_PAIRS_FILL.format(s=schema)))
 
 
 def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
@@ -84,11 +131,19 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
                 for table in TENANT_TABLES:
                     if table not in present:
                         conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=_GRANTED.format(s=schema))))
-            for table in TENANT_TABLES:
+                if pairs and not conn.execute(sa.text(
+                        "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p"),
+                        {"s": schema, "t": PAIRS_TABLE, "p": PAIRS_POLICY}).first():
+                    conn.execute(sa.text(_PAIRS_POLICY_SQL.format(s=schema, granted=_GRANTED.format(s=schema))))
+            for table in TENANT_TABLES + ((PAIRS_TABLE,) if pairs else ()):
                 # Names: the validated schema and the constants above.
                 conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))
+            if pairs and on:
+                # After the ALTERs: entries is locked, no write slips between the triggers and the fill.
+                _attach_pairs(conn, schema)
 
     with _connection(engine, f"{action.lower()} row-level security in schema {schema!r}") as conn:
+        pairs = _has_pairs(conn, schema, maintained=False)
         # ALTER TABLE takes each table's ACCESS EXCLUSIVE lock: bounded waits, as in migrations.
         run_with_lock_retries(conn, alter, lock_timeout=lock_timeout, retries=lock_retries, pause=0.5)
 
@@ -96,6 +151,14 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
 def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
     """Switch row-level security on for every table of :data:`TENANT_TABLES` (idempotent).
+
+    Also for the filter pairs of revision 0007 (:data:`PAIRS_TABLE`): attaches the
+    statement triggers on ``entries`` that keep them and fills them from every entry (one
+    INSERT ... SELECT, in the same transaction as the switch), unless every trigger is in
+    place and enabled already (left by :func:`disable`): then the pairs are up to date.
+    Stores opened from then on match a
+    metadata filter through the pairs; a store opened before keeps ``@>`` (the same
+    results, slower for tenant roles) until it is opened again.
 
     From then on a role that neither owns the tables nor is a superuser (nor has
     BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing
@@ -107,7 +170,13 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
 
 def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
             lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
-    """Switch row-level security off again (the grants are kept)."""
+    """Switch row-level security off again (the grants are kept).
+
+    The filter pairs' triggers stay attached and keep the pairs up to date: a store opened
+    while tenancy was on goes on matching its metadata filters through them (right, as
+    before), while stores opened from now on use ``metadata @>``. So every write keeps
+    paying the triggers until the schema is downgraded below revision 0007, which drops the pairs with their triggers.
+    """
     _set_security(engine, schema, False, lock_timeout, lock_retries)
 
 
@@ -127,16 +196,33 @@ def is_enabled(engine: Engine, *, schema: str) -> bool:
     return all(status(engine, schema=schema).values())
 
 
-def filters_use_indexes(engine: Engine) -> bool:
-    """Whether a tenant role's metadata filters can still be GIN index conditions.
+def _has_pairs(conn: Connection, schema: str, *, maintained: bool = True) -> bool:
+    """Whether ``schema`` has the filter pairs table of migration 0007 (``maintained``: and
+    they are in use, row-level security on with every pair trigger attached and enabled:
+    :data:`~tnsrag_db.db.driver.FILTER_PAIRS_SQL`, the stores' own test)."""
+    if not conn.execute(sa.text("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL"),
+                        {"s": schema, "t": PAIRS_TABLE}).scalar_one():
+        return False
+    return not maintained or bool(conn.execute(sa.text(FILTER_PAIRS_SQL), {"s": schema}).scalar_one())
+
+
+def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
+    """Whether a tenant role's metadata filters are index conditions under row-level security.
 
     Under a policy PostgreSQL evaluates a condition before the policy only when its
-    operator is LEAKPROOF, and jsonb's ``@>`` is not by default: a tenant's filtered query
-    then reads its whole corpus through the corpus index and filters afterwards (the
-    result is the same; see ``bench/bench_tenancy.py`` for the cost). A superuser may
-    decide to run ``ALTER FUNCTION pg_catalog.jsonb_contains(jsonb, jsonb) LEAKPROOF``.
+    operators are LEAKPROOF. jsonb's ``@>`` is not (by default); the filter pairs of
+    migration 0007 are looked up with text equality, which is: True when ``schema`` uses
+    them (tenancy on, their triggers on ``entries`` attached and enabled), or when a
+    superuser has marked ``pg_catalog.jsonb_contains(jsonb, jsonb)`` LEAKPROOF. False
+    means a tenant's filtered query reads its whole corpus and filters afterwards (same
+    result, slower; see ``bench/bench_tenancy.py``): at revision 0006, or when the
+    triggers are gone or disabled (``entries`` swapped for a new table, say), which
+    :func:`enable` repairs (it attaches them and rebuilds the pairs).
     """
-    with _connection(engine, "leakproof check of jsonb @>") as conn:
+    validate_schema_name(schema)
+    with _connection(engine, "leakproof check of metadata filters") as conn:
+        if _has_pairs(conn, schema):
+            return True
         return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
                                          "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
 
@@ -171,6 +257,11 @@ _PRIVILEGE_STATEMENTS = (
     "GRANT SELECT ON %1$I.tenant_grants, %1$I.alembic_version TO %2$I",
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %1$I TO %2$I",
 )
+#: Read only: the triggers on ``entries`` (SECURITY DEFINER) write the pairs.
+_PAIRS_PRIVILEGES = (
+    "REVOKE ALL ON %1$I." + PAIRS_TABLE + " FROM %2$I",
+    "GRANT SELECT ON %1$I." + PAIRS_TABLE + " TO %2$I",
+)
 
 
 def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
@@ -188,7 +279,7 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
     Store(engine, corpus=corpus, schema=schema)  # the corpus-name rules, checked without I/O
     with _connection(engine, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():
         _check_role(conn, schema, role)
-        for template in _PRIVILEGE_STATEMENTS:
+        for template in _PRIVILEGE_STATEMENTS + (_PAIRS_PRIVILEGES if _has_pairs(conn, schema, maintained=False) else ()):
             # format() quotes the identifiers server-side (%I); nothing is concatenated.
             ddl = conn.execute(sa.text("SELECT format(CAST(:t AS text), CAST(:s AS text), CAST(:r AS text))"), {"t": template, "s": schema, "r": role}).scalar_one()
             conn.execute(sa.text(str(ddl)))

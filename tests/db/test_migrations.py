@@ -17,7 +17,7 @@ from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import connect
 
 EXPECTED_TABLES = {"alembic_version", "bm25_df", "bm25_postings", "bm25_stats", "corpora", "edges", "embedding_spaces",
-                   "embeddings", "entries", "tenant_grants"}
+                   "embeddings", "entries", "entry_filter_pairs", "tenant_grants"}
 
 
 def _url(url: URL) -> str:

@@ -80,11 +80,13 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
             switch = tenants.enable if tenancy == "rls" else tenants.disable
             switch(engine, schema=schema, lock_timeout=lock_timeout, lock_retries=lock_retries)
         rls = after is not None and tenants.is_enabled(engine, schema=schema)
-        indexed = not rls or tenants.filters_use_indexes(engine)
+        indexed = not rls or tenants.filters_use_indexes(engine, schema=schema)
     at_head = after == migrate.head_revision()
     state = "rls" if rls else "off"
     note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
-                               "not as index conditions (jsonb @> is not LEAKPROOF; see README, 'Tenancy')")
+                               "not as index conditions (jsonb @> is not LEAKPROOF and the schema's filter "
+                               "pairs are missing or not maintained: run tnsrag db upgrade --tenancy rls again; "
+                               "see README, 'Tenancy')")
     emit({"schema": schema, "from": before, "to": after, "at_head": at_head, "tenancy": state,
           "filters_use_indexes": indexed}, as_json,
          (f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head

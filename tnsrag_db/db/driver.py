@@ -39,8 +39,9 @@ from tnsrag_db.db.driver_errors import map_db_errors
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError
 
-__all__ = ["DriverStore", "ReadStore", "StatementListener", "add_statement_listener", "check_timeout", "driver_sql",
-           "libpq_url", "migrations_dir", "remove_statement_listener", "shipped_head", "validate_schema_name"]
+__all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "DriverStore", "ReadStore", "StatementListener",
+           "add_statement_listener", "check_timeout", "driver_sql", "libpq_url", "migrations_dir",
+           "remove_statement_listener", "shipped_head", "validate_schema_name"]
 
 _T = TypeVar("_T")
 
@@ -76,6 +77,23 @@ def remove_statement_listener(listener: StatementListener) -> None:
         _listeners.remove(listener)
 
 
+#: The triggers on ``entries`` that keep the metadata filter pairs (revision 0007) while
+#: tenancy is on (attached by :func:`tnsrag_db.tenancy.enable`).
+FILTER_PAIRS_TRIGGERS = ("tnsrag_filter_pairs_insert", "tnsrag_filter_pairs_update", "tnsrag_filter_pairs_delete")
+#: Whether schema ``:s`` matches metadata filters through the filter pairs: tenancy is on
+#: (row-level security on ``entries``) and every pair trigger is attached and enabled. One
+#: catalog query, sent once per store by its first filtered retrieval
+#: (:attr:`ReadStore.filter_pairs`).
+FILTER_PAIRS_SQL = (
+    "SELECT coalesce((SELECT c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = :s AND c.relname = 'entries'), false) "
+    "AND (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
+    "AND tg.tgenabled <> 'D' AND tg.tgname IN ("
+    + ", ".join(f"'{name}'" for name in FILTER_PAIRS_TRIGGERS) + f")) = {len(FILTER_PAIRS_TRIGGERS)} AS pairs"
+)
+
+
 @runtime_checkable
 class ReadStore(Protocol):
     """The read side of a store, as an index's read methods use it: one corpus of one schema."""
@@ -93,6 +111,12 @@ class ReadStore(Protocol):
     @property
     def max_query_terms(self) -> int:
         """How many words of a query are analysed."""
+        ...
+
+    @property
+    def filter_pairs(self) -> bool:
+        """Whether metadata filters go through the filter pairs (tenancy on for the schema:
+        :data:`FILTER_PAIRS_SQL`, asked once and remembered); False: ``metadata @>``."""
         ...
 
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
@@ -199,6 +223,7 @@ class DriverStore:
         self._max_query_terms = max_query_terms
         self._what = f"database error in corpus {corpus!r}"
         self._conn: psycopg.Connection[Any] | None = None
+        self._pairs: bool | None = None
 
     @property
     def corpus(self) -> str:
@@ -214,6 +239,14 @@ class DriverStore:
     def max_query_terms(self) -> int:
         """How many words of a query are analysed."""
         return self._max_query_terms
+
+    @property
+    def filter_pairs(self) -> bool:
+        """Whether metadata filters go through the filter pairs (see :class:`ReadStore`):
+        the same test as a full store's, on this connection."""
+        if self._pairs is None:
+            self._pairs = bool(self.read(FILTER_PAIRS_SQL, {"s": self._schema})[0][0])
+        return self._pairs
 
     def __repr__(self) -> str:
         return f"DriverStore(corpus={self._corpus!r}, schema={self._schema!r})"

@@ -3,8 +3,8 @@
 :func:`partition_script` reads the migrated schema's catalog and returns one SQL script
 (one transaction) that turns ``entries``, ``bm25_postings``, ``bm25_df`` and ``edges``
 into tables ``PARTITION BY HASH (corpus)`` with ``partitions`` partitions each, keeping
-every column, default, check, primary key, index, foreign key (in both directions) and
-grant, and moving the rows. Every statement the library sends pins the corpus with an
+every column, default, check, primary key, index, foreign key (in both directions),
+grant, row-level security policy and trigger, and moving the rows. Every statement the library sends pins the corpus with an
 equality (see the README, "Scale out with Citus"), so the planner prunes each to the one
 partition of its corpus. ``tnsrag db sql --partition N`` prints it for an operator to
 review and run (``psql -1 -f``); nothing runs it implicitly.
@@ -47,6 +47,9 @@ class _Table:
     # Row-level security (tenancy): the ALTER TABLE ... ROW LEVEL SECURITY and CREATE
     # POLICY statements the new table needs, or a tenant would see every corpus.
     security: list[str] = field(default_factory=list)
+    # User triggers (the filter pairs' on ``entries`` under tenancy): CREATE TRIGGER, and the
+    # ALTER TABLE restoring a trigger's enabled state when it is not the default.
+    triggers: list[str] = field(default_factory=list)
 
 
 def _quote(conn: Connection, name: str) -> str:
@@ -73,7 +76,28 @@ def _table(conn: Connection, schema: str, name: str) -> _Table:
         "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END AS grantee, "
         "a.privilege_type AS privilege FROM pg_class c, aclexplode(c.relacl) a "
         "WHERE c.oid = :o AND a.grantee <> c.relowner ORDER BY 1, 2"), {"o": oid})]
-    return _Table(name, constraints, indexes, grants, _security(conn, schema, name, oid))
+    return _Table(name, constraints, indexes, grants, _security(conn, schema, name, oid),
+                  _triggers(conn, schema, name, oid))
+
+
+#: ALTER TABLE ... TRIGGER for each pg_trigger.tgenabled other than the default 'O'.
+_TRIGGER_STATES = {"D": "DISABLE TRIGGER", "R": "ENABLE REPLICA TRIGGER", "A": "ENABLE ALWAYS TRIGGER"}
+
+
+def _triggers(conn: Connection, schema: str, name: str, oid: int) -> list[str]:
+    """The statements giving a new ``schema.name`` the user triggers of table ``oid``.
+
+    ``pg_get_triggerdef`` names the table as it is called now, which is the new table's
+    name once the script has renamed the old one."""
+    target = f"{_quote(conn, schema)}.{_quote(conn, name)}"
+    out = []
+    for t in conn.execute(sa.text(
+            "SELECT quote_ident(tgname) AS name, pg_get_triggerdef(oid) AS definition, tgenabled AS state "
+            "FROM pg_trigger WHERE tgrelid = :o AND NOT tgisinternal ORDER BY tgname"), {"o": oid}):
+        out.append(f"{t.definition};")
+        if str(t.state) in _TRIGGER_STATES:
+            out.append(f"ALTER TABLE {target} {_TRIGGER_STATES[str(t.state)]} {t.name};")
+    return out
 
 
 _POLICY_COMMANDS = {"*": "ALL", "r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE"}
@@ -154,6 +178,8 @@ def partition_script(conn: Connection, *, schema: str, partitions: int = 8) -> s
         for _, definition in t.indexes:
             out.append(f"{definition};")
         out.append(f"INSERT INTO {s}.{q} SELECT * FROM {s}.{old};")
+        # After the rows: the moved rows must not fire the triggers (the filter pairs hold them).
+        out += t.triggers
         for grantee, privilege in t.grants:
             out.append(f"GRANT {privilege} ON {s}.{q} TO {grantee};")
         out += t.security

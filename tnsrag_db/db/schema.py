@@ -52,6 +52,7 @@ __all__ = [
     "embedding_spaces",
     "embeddings",
     "entries",
+    "entry_filter_pairs",
     "hnsw_index_name",
     "metadata",
     "tenant_grants",
@@ -240,4 +241,19 @@ tenant_grants = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("role_name", "corpus"),
     Index("ix_tenant_grants_corpus", "corpus"),
+)
+
+# One row per top-level string value of an entry's metadata (migration 0007), written by
+# triggers on entries that only tenancy attaches (tnsrag_db.tenancy.enable): a tenant's
+# metadata filters look entries up here with leakproof text equality (see
+# tnsrag_db.store.filters). No foreign key: without tenancy, writes never touch it.
+entry_filter_pairs = Table(
+    "entry_filter_pairs",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    Column("entry_id", Text, nullable=False),
+    PrimaryKeyConstraint("corpus", "key", "value", "entry_id"),
+    Index(None, "corpus", "entry_id"),
 )

@@ -3,8 +3,19 @@
 Semantics (spec, "Metadata Filtering"; DESIGN): exact, case-sensitive string
 equality; every entry must match (AND); a missing key excludes. ``tier``,
 ``entryId`` and ``source`` map to typed columns; any other key must be present in
-the entry's own jsonb metadata with exactly that string value (one ``@>``
-containment, served by the GIN index). Values are always bound parameters.
+the entry's own jsonb metadata with exactly that string value. Values are always bound
+parameters.
+
+With tenancy on (:mod:`tnsrag_db.tenancy`; a store's ``filter_pairs``), the retrieval
+statements (the vector and BM25 indexes then pass ``corpus_param``) match a metadata key
+through the entries' filter pairs (``entry_filter_pairs``, migration 0007: one row per
+top-level string value, kept in the writing transaction by triggers on ``entries`` that
+only tenancy attaches) with text equality: under a row-level security policy PostgreSQL
+evaluates a condition before the policy (as an index condition) only when its operators
+are LEAKPROOF, and ``texteq`` is, jsonb's ``@>`` is not. Metadata values are strings, so
+a pair exists exactly when ``metadata @> {key: value}`` holds; the ids then need no read
+of the entry rows (index-only scans). Everywhere else (tenancy off, the store's count and
+delete, the graph walk) one ``@>`` containment, served by the GIN index.
 """
 
 from __future__ import annotations
@@ -20,12 +31,28 @@ __all__ = ["filter_sql"]
 _COLUMN_KEYS = {"tier": "tier", "entryId": "id", "source": "source"}
 
 
-def filter_sql(filters: Mapping[str, str] | None, *, alias: str = "e", prefix: str = "f") -> tuple[str, dict[str, Any]]:
+#: The ids of one corpus's entries with one (key, value) pair, as an array computed once per
+#: statement (an InitPlan): ``id = ANY (...)`` with leakproof ``texteq`` is then an index
+#: condition on the entries' primary key, also below a row-level security policy.
+_PAIR_IDS = ("{a}.id = ANY (ARRAY(SELECT {n}.entry_id FROM entry_filter_pairs {n} "
+             "WHERE {n}.corpus = :{c} AND {n}.key = :{k} AND {n}.value = :{v} ORDER BY {n}.entry_id))")
+#: The same test for one row (a primary-key probe), where the predicate is checked per row.
+_PAIR_ROW = ("EXISTS (SELECT 1 FROM entry_filter_pairs {n} WHERE {n}.corpus = :{c} AND {n}.key = :{k} "
+             "AND {n}.value = :{v} AND {n}.entry_id = {a}.id)")
+
+
+def filter_sql(filters: Mapping[str, str] | None, *, alias: str = "e", prefix: str = "f",
+               corpus_param: str | None = None, per_row: bool = False) -> tuple[str, dict[str, Any]]:
     """Return ``(predicate, params)`` for ``filters`` on table alias ``alias``.
 
     The predicate is ``TRUE`` when there is no filter. ``prefix`` keeps parameter
-    names unique when several predicates share one statement. ``alias`` and
-    ``prefix`` are code constants, never user input.
+    names unique when several predicates share one statement. ``corpus_param`` names
+    the statement's bound corpus parameter (the rows of ``alias`` are of that corpus)
+    and asks for the filter pairs (a schema at revision 0007 or later): looked up once
+    for the statement, the form for a predicate that selects rows, or with ``per_row``
+    once per row (a primary-key probe, for a predicate checked on rows already chosen).
+    Without ``corpus_param`` metadata keys are matched by ``@>`` alone. ``alias``,
+    ``prefix`` and ``corpus_param`` are code constants, never user input.
     """
     checked = validate_filters(filters)
     clauses: list[str] = []
@@ -39,7 +66,12 @@ def filter_sql(filters: Mapping[str, str] | None, *, alias: str = "e", prefix: s
         name = f"{prefix}_{column}"
         clauses.append(f"{alias}.{column} = :{name}")
         params[name] = value
-    if custom:
+    for i, (key, value) in enumerate(custom.items() if corpus_param is not None else ()):
+        k, v = f"{prefix}_pk{i}", f"{prefix}_pv{i}"
+        template = _PAIR_ROW if per_row else _PAIR_IDS
+        clauses.append(template.format(a=alias, n=f"{prefix}_p{i}", c=corpus_param, k=k, v=v))
+        params[k], params[v] = key, value
+    if custom and corpus_param is None:
         name = f"{prefix}_meta"
         clauses.append(f"{alias}.metadata @> CAST(:{name} AS jsonb)")
         params[name] = json.dumps(custom, ensure_ascii=False)

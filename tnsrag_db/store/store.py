@@ -20,6 +20,7 @@ from sqlalchemy.engine import URL, Engine
 
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.db import migrate
+from tnsrag_db.db.driver import FILTER_PAIRS_SQL
 from tnsrag_db.db.engine import create_engine
 from tnsrag_db.db.replicas import (
     DEFAULT_MAX_LAG,
@@ -81,7 +82,8 @@ class Store:
                  text_config: str = "english", owns_engine: bool = False,
                  max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None,
                  read_replicas: ReadReplicas | None = None, consistency: str = "eventual",
-                 _clock: WriteClock | None = None, _after: WriteToken | None = None) -> None:
+                 _clock: WriteClock | None = None, _after: WriteToken | None = None,
+                 _pairs: bool | None = None) -> None:
         check_replica_options(read_replicas, consistency)
         check_corpus_name(corpus)
         if not is_int(max_query_terms) or not 1 <= max_query_terms <= 100_000:
@@ -99,6 +101,7 @@ class Store:
         self._corpus_row = Corpus(corpus, schema=schema, text_config=text_config)
         self._writer = Writer(self._session, self._corpus_row)
         self._closed = False
+        self._pairs = _pairs
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -139,6 +142,14 @@ class Store:
         """The statement timeout in seconds in effect here (inside :meth:`timeout`, its value); None: the server's."""
         return self._session.statement_timeout
 
+    @property
+    def filter_pairs(self) -> bool:
+        """Whether retrievals' metadata filters use the filter pairs (tenancy on, see :mod:`tnsrag_db.tenancy`;
+        one catalog query by the first filtered retrieval, kept by this store and its views)."""
+        if self._pairs is None:
+            self._pairs = bool(self.read(FILTER_PAIRS_SQL, {"s": self._schema})[0][0])
+        return self._pairs
+
     def with_corpus(self, corpus: str) -> Store:
         """A store over another corpus sharing this store's engine, replicas, write token and options."""
         return self._view(corpus, self._after)
@@ -147,7 +158,7 @@ class Store:
         return Store(self.engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
                      max_query_terms=self._max_query_terms, statement_timeout=self._session.default_timeout,
                      read_replicas=self._session.read_replicas, consistency=self._consistency,
-                     _clock=self._session.clock, _after=after)
+                     _clock=self._session.clock, _after=after, _pairs=self._pairs)
 
     # -- read replicas ----------------------------------------------------------------
     @property

@@ -166,7 +166,9 @@ class BM25Index:
         p = check_prefix(prefix, error=ConfigurationError)
         limit = check_int(k, "k", minimum=1, maximum=MAX_CANDIDATES)
         floor = check_number(min_score, "min_score")
-        predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f")
+        # The filter pairs only where tenancy is on (the store knows); else metadata @>.
+        pairs = f"{p}_c" if filters and self._store.filter_pairs else None
+        predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
         params: dict[str, Any] = {
             **self._analysis_params(text, p), **fparams, **self._formula_params(p),
             f"{p}_min": floor, f"{p}_lim": limit, f"{p}_nedf": float(sql.PRUNE_MIN_DF),

@@ -52,6 +52,8 @@ class Ranking:
     ef_search: int
     #: Matching entries up to which a filtered query scans exactly.
     exact_threshold: int
+    #: Metadata filters through the filter pairs (the store's ``filter_pairs``: tenancy on).
+    pairs: bool = False
 
 
 def score(distance: str) -> str:
@@ -206,7 +208,11 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     """The ranking statement of ``r`` and its parameters. With ``path`` (an indexed space,
     a non-zero query vector), the statement that reports the path instead (``n``, ``ok``)."""
     p = r.prefix
-    predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f")
+    # With the pairs, rows chosen by the filter look them up once; the HNSW row check, once per row.
+    pairs = f"{p}_c" if r.pairs else None
+    predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
+    row_predicate = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs,
+                               per_row=True)[0] if r.pairs else predicate
     params.update({f"{p}_c": r.corpus, f"{p}_min": r.min_score})
     zero = not np.count_nonzero(r.vector)
     if not zero:
@@ -214,14 +220,14 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     keys = validate_filters(r.filters)
     by_index = len(keys) == 1 and set(keys) <= {"tier", "source"}
     # The text depends only on the statement's shape (values are bound): rendered once per shape.
-    sql = _render(p, r.space_id, r.dimension, r.k, predicate, by_index, zero, r.index_name is not None,
-                  r.ef_search, r.exact_threshold, path)
+    sql = _render(p, r.space_id, r.dimension, r.k, predicate, row_predicate, by_index, zero,
+                  r.index_name is not None, r.ef_search, r.exact_threshold, path)
     return sql, params
 
 
 @lru_cache(maxsize=512)
-def _render(p: str, sid: int, dim: int, k: int, predicate: str, by_index: bool, zero: bool, indexed: bool,
-            ef: int, t: int, path: bool) -> str:
+def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: str, by_index: bool, zero: bool,
+            indexed: bool, ef: int, t: int, path: bool) -> str:
     filtered = predicate != "TRUE"
     names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate}
     base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
@@ -238,7 +244,7 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, by_index: bool, 
         ctes.append((_COUNT_BY_INDEX if by_index else _COUNT_MATCHES).format(limit=t + 1, **names))
         gate = f" AND (SELECT n FROM {p}_n) > {t}"
         small = _SMALL.format(score=score(f"{p}_y.embedding <=> CAST(:{p}_q AS vector)"), t=t, **names)
-    check = _ROW_CHECK.format(**names) if filtered else ""
+    check = _ROW_CHECK.format(**{**names, "predicate": row_predicate}) if filtered else ""
     ctes.append(_HNSW.format(qv=qv, check=check, gate=gate, **names))
     ok = _ENOUGH.format(**names)
     if path:

@@ -1,0 +1,328 @@
+"""Metadata filters under tenant isolation: the filter pairs (migration 0007, used only with tenancy on).
+
+A tenant's filtered retrieval finds its entries through ``entry_filter_pairs`` with
+text equality, an index condition below the row-level security policy, instead of
+filtering its whole corpus after the policy (``jsonb @>`` is not LEAKPROOF). The pairs
+follow every write, and they open no way into another tenant's corpus: a tenant reads
+only its own, writes none, and cannot reach the triggers that write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from tests.db.test_tenancy import Tenants, _conninfo, _denied, _drop, _make_tenants, _populate
+from tests.fix_db import SCHEMA
+from tnsrag_db import (
+    BM25Index,
+    HashingEmbedding,
+    HybridRAGStrategy,
+    KeywordRAGStrategy,
+    MemoryEntry,
+    RAGContext,
+    VectorMemoryStore,
+    VectorRAGStrategy,
+    connect,
+)
+from tnsrag_db import tenancy
+from tnsrag_db.db.driver import FILTER_PAIRS_TRIGGERS
+from tnsrag_db.store import migrate
+from tnsrag_db.store.engine import create_engine
+from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.store import Store
+
+PAIRS_OF_ENTRIES = ("SELECT e.corpus, m.key, m.value #>> '{}', e.id FROM {s}.entries e, jsonb_each(e.metadata) m "
+                    "WHERE jsonb_typeof(m.value) = 'string' ORDER BY 1, 2, 3, 4")
+
+
+@pytest.fixture(scope="module")
+def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
+    t = _make_tenants(make_database)
+    with connect(t.a, corpus=t.corpus_a) as store:
+        VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None).add_all([
+            MemoryEntry(f"x{i}", f"parcel refund policy {i} for damaged goods",
+                        metadata={"team": "acme", "shelf": f"s{i % 4}"}) for i in range(40)])
+    _populate(t.a, t.corpus_a, "acme")
+    yield t
+    _drop(t)
+
+
+def _pairs(url: URL) -> list[tuple[str, ...]]:
+    with psycopg.connect(_conninfo(url)) as conn:
+        return [tuple(r) for r in conn.execute(f"SELECT corpus, key, value, entry_id FROM {SCHEMA}.entry_filter_pairs "
+                                               "ORDER BY 1, 2, 3, 4").fetchall()]
+
+
+def _recomputed(url: URL) -> list[tuple[str, ...]]:
+    with psycopg.connect(_conninfo(url)) as conn:
+        return [tuple(r) for r in conn.execute(PAIRS_OF_ENTRIES.replace("{s}", SCHEMA)).fetchall()]
+
+
+def test_a_tenants_filtered_retrieval_is_right_and_looks_its_pairs_up_by_index(tenants: Tenants) -> None:
+    engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    try:
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+    finally:
+        engine.dispose()
+    shelf = RAGContext(metadata_filters={"shelf": "s1"})
+    with connect(tenants.a, corpus=tenants.corpus_a) as store:
+        keyword, vectors = BM25Index(store), VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        expected = {f"x{i}" for i in range(40) if i % 4 == 1}
+        assert {i for i, _ in vectors.search("refund policy", 50, filters={"shelf": "s1"})} == expected
+        assert {i for i, _ in keyword.search("refund policy", 50, filters={"shelf": "s1"})} == expected
+        for strategy in (KeywordRAGStrategy(keyword), VectorRAGStrategy(vectors), HybridRAGStrategy(keyword, vectors)):
+            found = strategy.retrieve("damaged refund policy", shelf)
+            assert found and all(d.metadata["shelf"] == "s1" for d in found), strategy
+        # Two keys: both must hold; another team's value matches nothing.
+        both = {"shelf": "s2", "team": "acme"}
+        assert {i for i, _ in vectors.search("refund", 50, filters=both)} == {f"x{i}" for i in range(40) if i % 4 == 2}
+        assert vectors.search("refund", 5, filters={"shelf": "s2", "team": "globex"}) == []
+        assert store.filter_pairs is True  # tenancy is on: the pairs formulation
+        statement, params = vectors.candidates_sql(HashingEmbedding(32)("refund"), 5, filters={"shelf": "s1"})
+        kstatement, kparams = keyword.candidates_sql("refund policy", 5, filters={"shelf": "s1"})
+        with store.session.autocommit() as conn:
+            plan = "\n".join(conn.execute(sa.text("EXPLAIN (COSTS OFF) " + statement), params).scalars())
+            kplan = "\n".join(conn.execute(sa.text("EXPLAIN (COSTS OFF) " + kstatement), kparams).scalars())
+    assert "entry_filter_pairs" in kplan and "@>" not in kplan, kplan
+    # Under the policy the entries are fetched by primary key with the ids the pairs gave
+    # (texteq is LEAKPROOF, so "id = ANY" stays an index condition), not read corpus-wide.
+    assert "entry_filter_pairs" in plan
+    assert any("Index Cond" in line and "id = ANY" in line for line in plan.splitlines()), plan
+
+
+def test_the_pairs_follow_every_write(tenants: Tenants) -> None:
+    with connect(tenants.a, corpus=tenants.corpus_a) as store:
+        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        vectors.add_all([MemoryEntry("m1", "moved between shelves", metadata={"shelf": "s1", "n": "1"}),
+                         MemoryEntry("m2", "no metadata at all")])
+        assert store.count({"shelf": "s1"}) == 11
+        vectors.add_all([MemoryEntry("m1", "moved between shelves", metadata={"shelf": "s9"})])  # metadata changed
+        assert [i for i, _ in vectors.search("moved shelves", 5, filters={"shelf": "s9"})] == ["m1"]
+        assert "m1" not in {i for i, _ in vectors.search("moved shelves", 50, filters={"shelf": "s1"})}
+        assert vectors.search("moved shelves", 5, filters={"n": "1"}) == []
+        vectors.add_all([MemoryEntry("m1", "new text, same metadata", metadata={"shelf": "s9"})])
+        assert [i for i, _ in BM25Index(store).search("text", 5, filters={"shelf": "s9"})] == ["m1"]
+        assert store.delete("m1") is True
+        assert vectors.search("moved shelves", 5, filters={"shelf": "s9"}) == []
+    assert _pairs(tenants.owner) == _recomputed(tenants.owner)
+    assert not any(p[3] == "m1" for p in _pairs(tenants.owner))
+
+
+def test_a_tenant_can_neither_read_nor_write_another_tenants_pairs(tenants: Tenants) -> None:
+    s, a, b = SCHEMA, tenants.corpus_a, tenants.corpus_b
+    before = _pairs(tenants.owner)
+    assert {p[0] for p in before} == {a, b}
+    with psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {s}, public")
+        assert {r[0] for r in conn.execute("SELECT DISTINCT corpus FROM entry_filter_pairs").fetchall()} == {a}
+        assert conn.execute("SELECT count(*) FROM entry_filter_pairs WHERE corpus = %s", (b,)).fetchone() == (0,)
+        # No writes at all, not even to its own corpus: the triggers keep the pairs.
+        for statement in ("INSERT INTO entry_filter_pairs VALUES (%s, 'team', 'acme', 'globex1')",
+                          "UPDATE entry_filter_pairs SET corpus = %s", "DELETE FROM entry_filter_pairs WHERE corpus = %s",
+                          "TRUNCATE entry_filter_pairs"):
+            args = () if statement.startswith("TRUNCATE") else (a,)
+            assert "permission denied" in _denied(conn, statement, *args), statement
+        # The trigger function is not callable; the triggers cannot be switched off or dropped.
+        msg = _denied(conn, "SELECT tnsrag_filter_pairs_sync()")
+        assert "permission denied" in msg or "trigger" in msg, msg
+        for ddl in ("ALTER TABLE entries DISABLE TRIGGER tnsrag_filter_pairs_insert",
+                    "DROP TRIGGER tnsrag_filter_pairs_update ON entries",
+                    "ALTER TABLE entry_filter_pairs DISABLE ROW LEVEL SECURITY",
+                    "DROP POLICY tenant_filter_pairs ON entry_filter_pairs",
+                    "CREATE OR REPLACE FUNCTION tnsrag_filter_pairs_sync() RETURNS trigger LANGUAGE plpgsql "
+                    "AS $$ BEGIN RETURN NULL; END $$"):
+            assert "must be owner" in (msg := _denied(conn, ddl)) or "permission denied" in msg, (ddl, msg)
+        # Its writes reach only its own corpus's pairs (the trigger copies rows that passed the policy).
+        assert "row-level security" in _denied(
+            conn, "INSERT INTO entries (corpus, id, content, tier, content_hash) VALUES (%s, 'p', 'x', 'WORKING', '')", b)
+        conn.execute("UPDATE entries SET metadata = metadata || '{\"team\": \"globex\"}' WHERE id = 'acme1'")
+        # A leaky function applied to the pairs sees only the rows the policy let through.
+        conn.execute("CREATE TEMP TABLE seen (corpus text)")
+        conn.execute("CREATE FUNCTION pg_temp.leak(c text) RETURNS boolean LANGUAGE plpgsql COST 0.0001 AS "
+                     "$$ BEGIN INSERT INTO seen VALUES (c); RETURN true; END $$")
+        conn.execute("SELECT count(*) FROM entry_filter_pairs WHERE pg_temp.leak(corpus) AND key = 'team'").fetchone()
+        assert b not in {r[0] for r in conn.execute("SELECT corpus FROM seen").fetchall()}
+    after = _pairs(tenants.owner)
+    assert [p for p in after if p[0] == b] == [p for p in before if p[0] == b]
+    assert (a, "team", "globex", "acme1") in after and after == _recomputed(tenants.owner)
+    with connect(tenants.a, corpus=b) as store:  # B's corpus through the library: nothing, filtered or not
+        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        assert vectors.search("refund", 5, filters={"team": "globex"}) == []
+        assert BM25Index(store).search("refund", 5, filters={"team": "globex"}) == []
+
+
+def _triggers(engine: sa.engine.Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(sa.text(
+            "SELECT tg.tgname FROM pg_trigger tg WHERE tg.tgrelid = CAST(:t AS regclass) AND NOT tg.tgisinternal"),
+            {"t": f"{SCHEMA}.entries"}).scalars())
+
+
+def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL) -> None:
+    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+
+    def pairs_rls() -> bool:
+        with engine.connect() as conn:
+            return bool(conn.execute(sa.text("SELECT relrowsecurity FROM pg_class WHERE oid = CAST(:t AS regclass)"),
+                                     {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar_one())
+
+    try:
+        migrate.upgrade(engine, schema=SCHEMA, revision="0006")
+        Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s1", "n": "2"})])
+        tenancy.enable(engine, schema=SCHEMA)
+        assert not tenancy.filters_use_indexes(engine, schema=SCHEMA) or _leakproof(engine)
+        # The revision only creates the table (RLS on it follows the other tables'): no trigger, no backfill.
+        migrate.upgrade(engine, schema=SCHEMA)
+        assert pairs_rls() and _triggers(engine) == set() and _pairs(fresh_db_url) == []
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False
+        tenancy.enable(engine, schema=SCHEMA)  # attaches the triggers and fills the pairs
+        assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS) and tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        assert _pairs(fresh_db_url) == [("kept", "n", "2", "k1"), ("kept", "shelf", "s1", "k1")]
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is True
+        tenancy.disable(engine, schema=SCHEMA)  # the triggers stay and keep the pairs
+        assert not pairs_rls() and _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False  # new stores: @>
+        Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k3", "written with tenancy off", metadata={"shelf": "s1"})])
+        assert ("kept", "shelf", "s1", "k3") in _pairs(fresh_db_url)
+        assert _pairs(fresh_db_url) == _recomputed(fresh_db_url)
+        tenancy.enable(engine, schema=SCHEMA)
+        assert pairs_rls() and _pairs(fresh_db_url) == _recomputed(fresh_db_url)
+        Store(engine, corpus="kept", schema=SCHEMA).delete("k3")  # the delete trigger (no foreign key)
+        assert _pairs(fresh_db_url) == _recomputed(fresh_db_url) and not any(p[3] == "k3" for p in _pairs(fresh_db_url))
+        with engine.begin() as conn:  # lost triggers (a table swapped in by hand): reported, then restored
+            conn.execute(sa.text(f"DROP TRIGGER tnsrag_filter_pairs_update ON {SCHEMA}.entries"))
+            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_insert"))
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
+        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False  # back to @>: still right
+        Store(engine, corpus="kept", schema=SCHEMA).add_all([
+            MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s3"}),
+            MemoryEntry("k2", "written while the triggers were off", metadata={"shelf": "s3"})])
+        assert _pairs(fresh_db_url) != _recomputed(fresh_db_url)
+        tenancy.enable(engine, schema=SCHEMA)
+        assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        assert _pairs(fresh_db_url) == _recomputed(fresh_db_url) == [("kept", "shelf", "s3", "k1"),
+                                                                      ("kept", "shelf", "s3", "k2")]
+        migrate.downgrade(engine, schema=SCHEMA, revision="0006")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT to_regclass(:t)"),
+                                {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar() is None
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tnsrag_filter_pairs%'")
+                                ).scalar_one() == 0
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_proc WHERE proname = 'tnsrag_filter_pairs_sync'")
+                                ).scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def test_without_tenancy_no_trigger_and_filtered_statements_use_metadata_containment(store: Store) -> None:
+    # The statements every deployment without tenancy sends: exactly those of metadata @>
+    # (the predicate of filter_sql without the pairs, in the base and in the HNSW row check).
+    assert _triggers(store.engine) == set() and store.filter_pairs is False
+    with store.engine.connect() as conn:  # no foreign key either: writes never touch the pairs
+        assert conn.execute(sa.text("SELECT count(*) FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) "
+                                    "AND contype = 'f'"), {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar_one() == 0
+    vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+    vectors.add_all([MemoryEntry("o1", "refund policy", metadata={"shelf": "s1"}), MemoryEntry("o2", "refund policy")])
+    assert [i for i, _ in vectors.search("refund", 5, filters={"shelf": "s1"})] == ["o1"]
+    assert [i for i, _ in BM25Index(store).search("refund", 5, filters={"shelf": "s1"})] == ["o1"]
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.text(f"SELECT count(*) FROM {SCHEMA}.entry_filter_pairs")).scalar_one() == 0
+    filters = {"shelf": "s1", "tier": "WORKING"}
+    vsql, _ = vectors.candidates_sql(HashingEmbedding(32)("refund"), 5, filters=filters)
+    ksql, _ = BM25Index(store).candidates_sql("refund", 5, filters=filters)
+    for sql, p in ((vsql, "v"), (ksql, "k")):
+        predicate, _ = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f")
+        assert "entry_filter_pairs" not in sql and predicate in sql, sql
+        assert predicate == f"{p}_e.tier = :{p}_f_tier AND {p}_e.metadata @> CAST(:{p}_f_meta AS jsonb)"
+    # The same statements as a store told outright that the pairs are off (no catalog query).
+    told = Store(store.engine, corpus=store.corpus, schema=SCHEMA, _pairs=False)
+    assert VectorMemoryStore(told, HashingEmbedding(32), index_threshold=None).candidates_sql(
+        HashingEmbedding(32)("refund"), 5, filters=filters)[0] == vsql
+
+
+def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(fresh_db_url: URL) -> None:
+    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=2)
+    try:
+        migrate.upgrade(engine, schema=SCHEMA)
+        early = Store(engine, corpus="c", schema=SCHEMA)
+        keyword = BM25Index(early)
+        early.add_all([MemoryEntry(f"e{i}", f"refund note {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
+        before = keyword.search("refund", 10, filters={"shelf": "s1"})
+        tenancy.enable(engine, schema=SCHEMA)
+        assert "entry_filter_pairs" not in keyword.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
+        assert keyword.search("refund", 10, filters={"shelf": "s1"}) == before
+        late = BM25Index(Store(engine, corpus="c", schema=SCHEMA))
+        assert "entry_filter_pairs" in late.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
+        assert late.search("refund", 10, filters={"shelf": "s1"}) == before
+        # The lean CLI store makes the same choice on its own connection.
+        from tnsrag_db.db.driver import DriverStore, libpq_url
+        url = libpq_url(fresh_db_url.render_as_string(hide_password=False))
+        assert url is not None
+        with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
+            assert lean.filter_pairs is True
+            assert BM25Index(lean).search("refund", 10, filters={"shelf": "s1"}) == before
+        tenancy.disable(engine, schema=SCHEMA)
+        with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
+            assert lean.filter_pairs is False
+        # A store opened while tenancy was on keeps the pairs after it is switched off:
+        # they are still kept, so its answers stay those of @> (new writes included).
+        early.add_all([MemoryEntry("e9", "refund note written after tenancy off", metadata={"shelf": "s1"})])
+        assert "entry_filter_pairs" in late.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
+        after = keyword.search("refund", 10, filters={"shelf": "s1"})
+        assert "e9" in [i for i, _ in after] and late.search("refund", 10, filters={"shelf": "s1"}) == after
+        early.delete("e1")
+        after = keyword.search("refund", 10, filters={"shelf": "s1"})
+        assert "e1" not in [i for i, _ in after] and late.search("refund", 10, filters={"shelf": "s1"}) == after
+    finally:
+        engine.dispose()
+
+
+def _leakproof(engine: sa.engine.Engine) -> bool:
+    with engine.connect() as conn:
+        return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
+                                         "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
+
+
+def test_partitioning_keeps_the_pair_triggers(make_database: Callable[[], URL]) -> None:
+    """`tnsrag db partition-sql` swaps in a new `entries`: its pair triggers come along, so
+    a tenant store's filters (through the pairs) still see every new write and delete."""
+    from tnsrag_db.db.partition import partition_script
+
+    t = _make_tenants(make_database)
+    try:
+        _populate(t.a, t.corpus_a, "acme")
+        with connect(t.a, corpus=t.corpus_a) as store:
+            assert store.filter_pairs is True
+            keyword = BM25Index(store)
+            before = keyword.search("refund", 20, filters={"team": "acme"})
+            assert len(before) == 12
+            engine = create_engine(t.owner, schema=SCHEMA, pool_size=1)
+            try:
+                with engine.connect() as conn:
+                    script = partition_script(conn, schema=SCHEMA, partitions=2)
+                assert script.count("CREATE TRIGGER tnsrag_filter_pairs_") == len(FILTER_PAIRS_TRIGGERS)
+                # The rows move before the triggers are made: no pair is written twice.
+                assert script.index("INSERT INTO") < script.index("CREATE TRIGGER")
+                with psycopg.connect(_conninfo(t.owner), autocommit=True) as raw:
+                    raw.execute(script)  # type: ignore[arg-type]  # as an operator runs it
+                assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
+                assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+            finally:
+                engine.dispose()
+            assert _pairs(t.owner) == _recomputed(t.owner)
+            store.engine.dispose()  # the old table's plans and connections go
+            assert keyword.search("refund", 20, filters={"team": "acme"}) == before
+            store.add_all([MemoryEntry("acme-new", "refund policy written after partitioning",
+                                       metadata={"team": "acme"})])
+            store.delete("acme3")
+            after = [i for i, _ in keyword.search("refund", 20, filters={"team": "acme"})]
+            assert "acme-new" in after and "acme3" not in after and len(after) == 12
+            assert _pairs(t.owner) == _recomputed(t.owner)
+    finally:
+        _drop(t)
