@@ -16,7 +16,7 @@ filtered statements unchanged). :func:`tnsrag_db.tenancy.enable` (``tnsrag db up
 --tenancy rls``) attaches the statement-level triggers on ``entries`` (transition tables:
 one statement per write statement, not a call per row; deletes included, there is no
 foreign key) and fills the table in one INSERT ... SELECT; :func:`tnsrag_db.tenancy.disable`
-detaches them and empties it. The trigger function is SECURITY DEFINER (the owner, fixed
+leaves them in place (a store opened while tenancy was on keeps using the pairs). The trigger function is SECURITY DEFINER (the owner, fixed
 search_path): it copies only rows of the statement's own transition tables, which passed
 the writer's policy, so tenant roles need (and get) no write privilege on the pairs, and
 cannot plant or remove one. A trigger function cannot be called as a plain function. The
