@@ -163,6 +163,22 @@ class RetrievedDocument:
         object.__setattr__(self, "metadata", copied)
         object.__setattr__(self, "score", float(score))
 
+    @classmethod
+    def _of_row(cls, content: object, source: object, score: float, metadata: dict[str, str]) -> RetrievedDocument:
+        """A document of values read from the library's own rows: what the constructor
+        builds, with ``metadata`` (a fresh dict the caller hands over) wrapped instead of
+        copied. Anything the constructor would refuse goes to it, which says why."""
+        if type(content) is str and (source is None or type(source) is str) and type(score) is float \
+                and score == score and all(type(k) is str and type(v) is str for k, v in metadata.items()):
+            doc = object.__new__(cls)
+            setattr_ = object.__setattr__
+            setattr_(doc, "content", content)
+            setattr_(doc, "source", source)
+            setattr_(doc, "score", score)
+            setattr_(doc, "metadata", MappingProxyType(metadata) if metadata else _EMPTY)
+            return doc
+        return cls(content, source, score, metadata)  # type: ignore[arg-type]
+
     def with_score(self, score: float) -> RetrievedDocument:
         """Return a copy with another score."""
         return RetrievedDocument(self.content, self.source, score, self.metadata)

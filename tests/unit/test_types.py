@@ -89,6 +89,18 @@ def test_memory_entry_metadata_aliases() -> None:
 def test_retrieved_document_rejects_what_is_not_its_shape(args: tuple[Any, ...], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         RetrievedDocument(*args)
+    # The row builder of the strategies refuses the same, with the same message.
+    with pytest.raises(ValidationError, match=message):
+        RetrievedDocument._of_row(*args)
+
+
+def test_the_row_builder_makes_what_the_constructor_makes() -> None:
+    for args in (("c", "s", 0.5, {"k": "v", "tier": "WORKING"}), ("c", None, float("inf"), {})):
+        built = RetrievedDocument._of_row(*args)  # type: ignore[arg-type]
+        assert built == RetrievedDocument(*args) and type(built.metadata) is type(RetrievedDocument(*args).metadata)
+        with pytest.raises(TypeError):
+            built.metadata["k"] = "x"  # type: ignore[index]
+    assert RetrievedDocument._of_row("c", None, 2, {}).score == 2.0  # an int: through the constructor
 
 
 def test_retrieved_document_accepts_int_and_infinite_scores() -> None:

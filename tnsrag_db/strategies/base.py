@@ -104,7 +104,7 @@ def document_from_row(row: Any, score: float, extra: Mapping[str, str] | None = 
         metadata["source"] = row.source
     if extra:
         metadata.update(extra)
-    return RetrievedDocument(row.content, row.source, score, metadata)
+    return RetrievedDocument._of_row(row.content, row.source, score, metadata)
 
 
 def overfetch(
