@@ -82,7 +82,7 @@ def test_a_tenants_filtered_retrieval_is_right_and_looks_its_pairs_up_by_index(t
         both = {"shelf": "s2", "team": "acme"}
         assert {i for i, _ in vectors.search("refund", 50, filters=both)} == {f"x{i}" for i in range(40) if i % 4 == 2}
         assert vectors.search("refund", 5, filters={"shelf": "s2", "team": "globex"}) == []
-        assert store.filter_pairs is True  # tenancy is on: the pairs formulation
+        assert store.uses_filter_pairs() is True  # tenancy is on: the pairs formulation
         statement, params = vectors.candidates_sql(HashingEmbedding(32)("refund"), 5, filters={"shelf": "s1"})
         kstatement, kparams = keyword.candidates_sql("refund policy", 5, filters={"shelf": "s1"})
         with store.session.autocommit() as conn:
@@ -180,14 +180,14 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
         migrate.upgrade(engine, schema=SCHEMA)
         assert pairs_rls() and _triggers(engine) == set() and _pairs(fresh_db_url) == []
         assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
-        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False
+        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False
         tenancy.enable(engine, schema=SCHEMA)  # attaches the triggers and fills the pairs
         assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS) and tenancy.filters_use_indexes(engine, schema=SCHEMA)
         assert _pairs(fresh_db_url) == [("kept", "n", "2", "k1"), ("kept", "shelf", "s1", "k1")]
-        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is True
+        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is True
         tenancy.disable(engine, schema=SCHEMA)  # the triggers stay and keep the pairs
         assert not pairs_rls() and _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
-        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False  # new stores: @>
+        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False  # new stores: @>
         Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k3", "written with tenancy off", metadata={"shelf": "s1"})])
         assert ("kept", "shelf", "s1", "k3") in _pairs(fresh_db_url)
         assert _pairs(fresh_db_url) == _recomputed(fresh_db_url)
@@ -199,7 +199,7 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
             conn.execute(sa.text(f"DROP TRIGGER tnsrag_filter_pairs_update ON {SCHEMA}.entries"))
             conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_insert"))
         assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
-        assert Store(engine, corpus="kept", schema=SCHEMA).filter_pairs is False  # back to @>: still right
+        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False  # back to @>: still right
         Store(engine, corpus="kept", schema=SCHEMA).add_all([
             MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s3"}),
             MemoryEntry("k2", "written while the triggers were off", metadata={"shelf": "s3"})])
@@ -223,7 +223,7 @@ def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL
 def test_without_tenancy_no_trigger_and_filtered_statements_use_metadata_containment(store: Store) -> None:
     # The statements every deployment without tenancy sends: exactly those of metadata @>
     # (the predicate of filter_sql without the pairs, in the base and in the HNSW row check).
-    assert _triggers(store.engine) == set() and store.filter_pairs is False
+    assert _triggers(store.engine) == set() and store.uses_filter_pairs() is False
     with store.engine.connect() as conn:  # no foreign key either: writes never touch the pairs
         assert conn.execute(sa.text("SELECT count(*) FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) "
                                     "AND contype = 'f'"), {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar_one() == 0
@@ -265,11 +265,11 @@ def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(f
         url = libpq_url(fresh_db_url.render_as_string(hide_password=False))
         assert url is not None
         with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
-            assert lean.filter_pairs is True
+            assert lean.uses_filter_pairs() is True
             assert BM25Index(lean).search("refund", 10, filters={"shelf": "s1"}) == before
         tenancy.disable(engine, schema=SCHEMA)
         with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
-            assert lean.filter_pairs is False
+            assert lean.uses_filter_pairs() is False
         # A store opened while tenancy was on keeps the pairs after it is switched off:
         # they are still kept, so its answers stay those of @> (new writes included).
         early.add_all([MemoryEntry("e9", "refund note written after tenancy off", metadata={"shelf": "s1"})])
@@ -298,7 +298,7 @@ def test_partitioning_keeps_the_pair_triggers(make_database: Callable[[], URL]) 
     try:
         _populate(t.a, t.corpus_a, "acme")
         with connect(t.a, corpus=t.corpus_a) as store:
-            assert store.filter_pairs is True
+            assert store.uses_filter_pairs() is True
             keyword = BM25Index(store)
             before = keyword.search("refund", 20, filters={"team": "acme"})
             assert len(before) == 12
@@ -326,3 +326,31 @@ def test_partitioning_keeps_the_pair_triggers(make_database: Callable[[], URL]) 
             assert _pairs(t.owner) == _recomputed(t.owner)
     finally:
         _drop(t)
+
+
+def test_the_choice_is_made_by_the_first_filtered_retrieval_not_by_building_an_index(fresh_db_url: URL) -> None:
+    """Building a BM25 index or a vector store over a store sends nothing (Python 3.11's
+    isinstance check of a protocol evaluates its properties: the choice was once made, with a
+    catalog query, when the index was built), and the first filtered retrieval decides."""
+    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=2)
+    sent: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append(statement)
+
+    try:
+        migrate.upgrade(engine, schema=SCHEMA)
+        VectorMemoryStore(Store(engine, corpus="c", schema=SCHEMA), HashingEmbedding(32), index_threshold=None).add_all(
+            [MemoryEntry(f"e{i}", f"refund note {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
+        sa.event.listen(engine, "before_cursor_execute", record)
+        store = Store(engine, corpus="c", schema=SCHEMA)
+        keyword = BM25Index(store)
+        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        assert sent == []
+        sa.event.remove(engine, "before_cursor_execute", record)
+        tenancy.enable(engine, schema=SCHEMA)  # after the indexes were built, before any filtered retrieval
+        assert "entry_filter_pairs" in keyword.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
+        assert "entry_filter_pairs" in vectors.candidates_sql(HashingEmbedding(32)("refund"), 5,
+                                                              filters={"shelf": "s1"})[0]
+    finally:
+        engine.dispose()

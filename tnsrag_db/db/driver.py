@@ -83,7 +83,7 @@ FILTER_PAIRS_TRIGGERS = ("tnsrag_filter_pairs_insert", "tnsrag_filter_pairs_upda
 #: Whether schema ``:s`` matches metadata filters through the filter pairs: tenancy is on
 #: (row-level security on ``entries``) and every pair trigger is attached and enabled. One
 #: catalog query, sent once per store by its first filtered retrieval
-#: (:attr:`ReadStore.filter_pairs`).
+#: (:meth:`ReadStore.uses_filter_pairs`).
 FILTER_PAIRS_SQL = (
     "SELECT coalesce((SELECT c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = :s AND c.relname = 'entries'), false) "
@@ -113,8 +113,7 @@ class ReadStore(Protocol):
         """How many words of a query are analysed."""
         ...
 
-    @property
-    def filter_pairs(self) -> bool:
+    def uses_filter_pairs(self) -> bool:
         """Whether metadata filters go through the filter pairs (tenancy on for the schema:
         :data:`FILTER_PAIRS_SQL`, asked once and remembered); False: ``metadata @>``."""
         ...
@@ -240,8 +239,7 @@ class DriverStore:
         """How many words of a query are analysed."""
         return self._max_query_terms
 
-    @property
-    def filter_pairs(self) -> bool:
+    def uses_filter_pairs(self) -> bool:
         """Whether metadata filters go through the filter pairs (see :class:`ReadStore`):
         the same test as a full store's, on this connection."""
         if self._pairs is None:

@@ -142,8 +142,7 @@ class Store:
         """The statement timeout in seconds in effect here (inside :meth:`timeout`, its value); None: the server's."""
         return self._session.statement_timeout
 
-    @property
-    def filter_pairs(self) -> bool:
+    def uses_filter_pairs(self) -> bool:
         """Whether retrievals' metadata filters use the filter pairs (tenancy on, see :mod:`tnsrag_db.tenancy`;
         one catalog query by the first filtered retrieval, kept by this store and its views)."""
         if self._pairs is None:

@@ -167,7 +167,7 @@ class BM25Index:
         limit = check_int(k, "k", minimum=1, maximum=MAX_CANDIDATES)
         floor = check_number(min_score, "min_score")
         # The filter pairs only where tenancy is on (the store knows); else metadata @>.
-        pairs = f"{p}_c" if filters and self._store.filter_pairs else None
+        pairs = f"{p}_c" if filters and self._store.uses_filter_pairs() else None
         predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
         params: dict[str, Any] = {
             **self._analysis_params(text, p), **fparams, **self._formula_params(p),

@@ -103,7 +103,7 @@ class VectorMemoryStore(VectorWrites):
                  min_score: float, prefix: str) -> Ranking:
         return Ranking(self._store.corpus, space.space_id, space.dimension, space.index_name, vec, k,
                        filters, min_score, prefix, self._ef_for(k, bool(validate_filters(filters))),
-                       self._exact_threshold, bool(filters) and self._store.filter_pairs)
+                       self._exact_threshold, bool(filters) and self._store.uses_filter_pairs())
 
     def _query_vector(self, query_vector: Sequence[float] | npt.NDArray[Any], k: object, filters: object,
                       min_score: object, *, fix: bool = False) -> tuple[npt.NDArray[np.float32], int, float]:
