@@ -65,19 +65,27 @@ def upgrade() -> None:
 CREATE FUNCTION {s}.tnsrag_filter_pairs_sync() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
+    -- The delete and update statements run through EXECUTE, planned at every call for the
+    -- transition tables' actual sizes: a plan cached by the function's first call (an
+    -- INSERT ... ON CONFLICT fires the UPDATE trigger with no rows) stayed a nested loop
+    -- over the whole pairs table per row, seconds for a write of 1,000 changed entries.
     IF TG_OP = 'DELETE' THEN
-        DELETE FROM {s}.entry_filter_pairs p USING old_rows o WHERE p.corpus = o.corpus AND p.entry_id = o.id;
+        EXECUTE $q$DELETE FROM {s}.entry_filter_pairs p USING old_rows o
+                   WHERE p.corpus = o.corpus AND p.entry_id = o.id$q$;
     ELSIF TG_OP = 'UPDATE' THEN
-        -- Old rows whose (corpus, id, metadata) no new row keeps lose their pairs.
-        DELETE FROM {s}.entry_filter_pairs p USING old_rows o
-        WHERE p.corpus = o.corpus AND p.entry_id = o.id
-          AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.corpus = o.corpus AND n.id = o.id
-                          AND n.metadata IS NOT DISTINCT FROM o.metadata);
-        INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id)
-        {_PAIRS.format(src="new_rows")}
-          AND NOT EXISTS (SELECT 1 FROM old_rows o WHERE o.corpus = n.corpus AND o.id = n.id
-                          AND o.metadata IS NOT DISTINCT FROM n.metadata)
-        ON CONFLICT DO NOTHING;
+        -- Rows whose metadata changed: the old pairs go, the new ones come. Old and new
+        -- rows are matched on the key (corpus, id), an equality join PostgreSQL can hash,
+        -- and their metadata compared afterwards.
+        EXECUTE $q$DELETE FROM {s}.entry_filter_pairs p
+                   USING old_rows o LEFT JOIN new_rows n ON n.corpus = o.corpus AND n.id = o.id
+                   WHERE p.corpus = o.corpus AND p.entry_id = o.id
+                     AND n.metadata IS DISTINCT FROM o.metadata$q$;
+        EXECUTE $q$INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id)
+                   SELECT n.corpus, m.key, m.value #>> '{{}}', n.id
+                   FROM new_rows n LEFT JOIN old_rows o ON o.corpus = n.corpus AND o.id = n.id
+                   CROSS JOIN LATERAL jsonb_each(n.metadata) m
+                   WHERE jsonb_typeof(m.value) = 'string' AND o.metadata IS DISTINCT FROM n.metadata
+                   ON CONFLICT DO NOTHING$q$;
     ELSE
         INSERT INTO {s}.entry_filter_pairs (corpus, key, value, entry_id)
         {_PAIRS.format(src="new_rows")}

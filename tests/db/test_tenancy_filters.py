@@ -107,6 +107,15 @@ def test_the_pairs_follow_every_write(tenants: Tenants) -> None:
         assert vectors.search("moved shelves", 5, filters={"n": "1"}) == []
         vectors.add_all([MemoryEntry("m1", "new text, same metadata", metadata={"shelf": "s9"})])
         assert [i for i, _ in BM25Index(store).search("text", 5, filters={"shelf": "s9"})] == ["m1"]
+        # One write of many rows: metadata changed, kept, dropped, gained, and new entries.
+        vectors.add_all([MemoryEntry(f"b{i}", f"batch entry {i}", metadata={"shelf": f"s{i % 3}", "n": str(i)})
+                         for i in range(30)])
+        vectors.add_all([MemoryEntry(f"b{i}", f"batch entry {i} again",
+                                     metadata=({} if i % 5 == 0 else {"shelf": f"s{i % 3}", "n": str(i)} if i % 2
+                                               else {"shelf": "s7"})) for i in range(40)])
+        assert _pairs(tenants.owner) == _recomputed(tenants.owner)
+        assert sorted(i for i, _ in BM25Index(store).search("batch", 50, filters={"shelf": "s7"})) == sorted(
+            f"b{i}" for i in range(40) if i % 5 and not i % 2)
         assert store.delete("m1") is True
         assert vectors.search("moved shelves", 5, filters={"shelf": "s9"}) == []
     assert _pairs(tenants.owner) == _recomputed(tenants.owner)
