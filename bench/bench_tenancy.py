@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import statistics
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import psycopg
+from pgvector.psycopg import register_vector
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
@@ -40,6 +43,8 @@ from bench._common import database_url
 from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
+from tnsrag_db.db.driver_lane import native_sql
+from tnsrag_db.db.statement import Plan, Statement, run_plan
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.store import migrate
@@ -76,6 +81,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per mode (alternating)")
     parser.add_argument("--leakproof", action="store_true",
                         help="also time RLS on with jsonb @> marked LEAKPROOF (needs a superuser; restored after)")
+    parser.add_argument("--server-time", action="store_true",
+                        help="time each query by the server's own planning + execution time (EXPLAIN (ANALYZE, "
+                             "TIMING OFF, SUMMARY) of every statement of its plan) instead of wall time: the "
+                             "client's noise left out; planning is also shown on its own")
     parser.add_argument("--interleave", action="store_true",
                         help="keep RLS on and alternate query by query with the owner's same query as 'off' "
                              "(finer interleaving than rounds of switching RLS off and on)")
@@ -119,7 +128,12 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     strategies = _strategies(tenant, lookup, texts)
     keyword, vectors = BM25Index(tenant), VectorMemoryStore(tenant, lookup, index_threshold=1000)
     times: dict[tuple[str, str], list[float]] = {}
+    plan_times: dict[tuple[str, str], list[float]] = {}
     counts: dict[tuple[str, str], int] = {}
+    tenant_conn = psycopg.connect(owner_url.set(username=role, password=PASSWORD, drivername="postgresql")  # type: ignore[attr-defined]
+                                  .render_as_string(hide_password=False), autocommit=True)
+    register_vector(tenant_conn)
+    tenant_conn.execute(f"SET search_path = {SCHEMA}, public")
     modes = ("off", "on", "on+lp") if args.leakproof and not args.interleave else ("off", "on")
     if args.interleave:
         _interleaved(args, owner_engine, _strategies(owner, lookup, texts), strategies, times, counts)
@@ -129,19 +143,28 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
             (tenancy.disable if mode == "off" else tenancy.enable)(owner_engine, schema=SCHEMA)
             _leakproof(owner, mode == "on+lp")
             # A store learns once whether tenancy (and so the filter pairs) is on: a new one per switch.
-            fresh = _strategies(Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA), lookup, texts)
+            fresh_store = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
+            fresh = _strategies(fresh_store, lookup, texts)
+            plans = _plans(fresh_store, lookup, texts)
             for kind, run in fresh.items():
                 for i in range(5):
                     run(i)  # warm
                 for i in range(args.queries):
-                    t = time.perf_counter()
-                    out = run(i)
-                    times.setdefault((kind, mode), []).append(time.perf_counter() - t)
+                    if args.server_time:
+                        spent, planning, out = _server_seconds(plans[kind](i), fresh_store, tenant_conn)
+                        plan_times.setdefault((kind, mode), []).append(planning)
+                    else:
+                        t = time.perf_counter()
+                        out = run(i)
+                        spent = time.perf_counter() - t
+                    times.setdefault((kind, mode), []).append(spent)
                     counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
     print(f"\ntenant role, {args.n} entries in its corpus (+{args.n} of other tenants), dim {args.dim}, "
           f"{args.rounds} x {args.queries} queries per kind and mode")
     if args.interleave:
         print("interleaved query by query: 'RLS off' is the owner (no policy), 'RLS on' the tenant role")
+    if args.server_time:
+        print("times: the server's planning + execution of each query's statements (EXPLAIN ANALYZE, TIMING OFF)")
     lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof and not args.interleave else ""
     print(f"{'query':<11} {'RLS off ms':>11} {'RLS on ms':>10} {'on/off':>7} {'p90 off':>8} {'p90 on':>7}{lp} "
           f"{'rows same':>10}")
@@ -155,11 +178,17 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
         same = len({counts[(kind, m)] for m in modes}) == 1
         print(f"{kind:<11} {m_off:>11.2f} {m_on:>10.2f} {m_on / m_off:>7.3f} {np.quantile(off, .9) * 1000:>8.2f} "
               f"{np.quantile(on, .9) * 1000:>7.2f}{extra} {str(same):>10}")
+    if plan_times:
+        print("of which planning (medians, ms; EXPLAIN plans every statement, a prepared one may reuse a plan):")
+        for kind in strategies:
+            off_p, on_p = (statistics.median(plan_times[(kind, m)]) * 1000 for m in ("off", "on"))
+            print(f"{kind:<11} {off_p:>11.2f} {on_p:>10.2f} {on_p / off_p if off_p else float('nan'):>7.3f}")
     _leakproof(owner, False)
     tenancy.enable(owner_engine, schema=SCHEMA)
     tenant = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
     keyword, vectors = BM25Index(tenant), VectorMemoryStore(tenant, lookup, index_threshold=1000)
     _explain(tenant_engine, keyword, vectors, texts[0], lookup.queries[0])
+    tenant_conn.close()
     tenant_engine.dispose()
     owner_engine.dispose()
 
@@ -180,6 +209,48 @@ def _strategies(store: Store, lookup: Lookup, texts: list[str]) -> dict[str, Cal
         out[f"keyword {label}"] = lambda i, c=ctx: KeywordRAGStrategy(keyword).retrieve(texts[i % len(texts)], c)
         out[f"hybrid {label}"] = lambda i, c=ctx: HybridRAGStrategy(keyword, vectors).retrieve(texts[i % len(texts)], c)
     return out
+
+
+def _plans(store: Store, lookup: Lookup, texts: list[str]) -> dict[str, Callable[[int], Plan[Any]]]:
+    """The plans of :func:`_strategies`' queries (the same statements, no I/O)."""
+    keyword = BM25Index(store)
+    vectors = VectorMemoryStore(store, lookup, index_threshold=1000)
+    out: dict[str, Callable[[int], Plan[Any]]] = {
+        "vector": lambda i: VectorRAGStrategy(vectors).plan(f"q:{i % 64}"),
+        "keyword": lambda i: KeywordRAGStrategy(keyword).plan(texts[i % len(texts)]),
+        "hybrid": lambda i: HybridRAGStrategy(keyword, vectors).plan(texts[i % len(texts)]),
+    }
+    for label, ctx in (("1%", RAGContext(metadata_filters={"group": GROUP_1PCT})),
+                       ("9%", RAGContext(metadata_filters={"band": "b9"}))):
+        out[f"vector {label}"] = lambda i, c=ctx: VectorRAGStrategy(vectors).plan(f"q:{i % 64}", c)
+        out[f"keyword {label}"] = lambda i, c=ctx: KeywordRAGStrategy(keyword).plan(texts[i % len(texts)], c)
+        out[f"hybrid {label}"] = lambda i, c=ctx: HybridRAGStrategy(keyword, vectors).plan(texts[i % len(texts)], c)
+    return out
+
+
+def _server_seconds(plan: Plan[Any], store: Store, conn: psycopg.Connection[Any]) -> tuple[float, float, Any]:
+    """The server's planning + execution time of every statement of ``plan`` (EXPLAIN
+    ANALYZE with TIMING OFF on ``conn``, the same role), its planning share, and the plan's
+    result (its statements' rows read through ``store``)."""
+    spent = planning = 0.0
+
+    def execute(statement: Statement) -> Any:
+        nonlocal spent, planning
+        text, names = native_sql(statement.sql)
+        with psycopg.RawCursor(conn) as cur:
+            cur.execute("EXPLAIN (ANALYZE, TIMING OFF, SUMMARY) " + text,
+                        tuple(statement.params[name] for name in names))
+            report = "\n".join(str(row[0]) for row in cur.fetchall())
+        for label in ("Planning Time", "Execution Time"):
+            found = re.search(label + r": ([0-9.]+) ms", report)
+            seconds = float(found.group(1)) / 1000 if found else 0.0
+            spent += seconds
+            if label == "Planning Time":
+                planning += seconds
+        return store.read(statement.sql, statement.params)
+
+    result = run_plan(plan, execute)
+    return spent, planning, result
 
 
 def _interleaved(args: argparse.Namespace, owner_engine: object, off: dict[str, Callable[[int], object]],
