@@ -156,8 +156,8 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
     statement triggers on ``entries`` that keep them and fills them from every entry (one
     INSERT ... SELECT, in the same transaction as the switch), unless every trigger is in
     place and enabled already (left by :func:`disable`): then the pairs are up to date.
-    Stores opened from then on match a
-    metadata filter through the pairs; a store opened before keeps ``@>`` (the same
+    A store decides with its first filtered retrieval: from then on, stores match a
+    metadata filter through the pairs; a store that ran one before keeps ``@>`` (the same
     results, slower for tenant roles) until it is opened again.
 
     From then on a role that neither owns the tables nor is a superuser (nor has
@@ -174,8 +174,9 @@ def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_T
 
     The filter pairs' triggers stay attached and keep the pairs up to date: a store opened
     while tenancy was on goes on matching its metadata filters through them (right, as
-    before), while stores opened from now on use ``metadata @>``. So every write keeps
-    paying the triggers until the schema is downgraded below revision 0007, which drops the pairs with their triggers.
+    before), while stores deciding from now on use ``metadata @>``. So every write keeps
+    paying the triggers until the schema is downgraded below revision 0007, which drops
+    the pairs with their triggers.
     """
     _set_security(engine, schema, False, lock_timeout, lock_retries)
 
