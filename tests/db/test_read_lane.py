@@ -195,3 +195,17 @@ def test_an_interrupted_read_discards_its_connection(filled: Store, monkeypatch:
         assert _in_one_transaction(one) and one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         one.close()
+
+
+def test_a_pooled_connection_the_driver_knows_is_closed_is_replaced(filled: Store) -> None:
+    one = _one_connection(filled)
+    try:
+        pid = one.read("SELECT pg_backend_pid() AS pid", {})[0].pid
+        fairy = one.engine.raw_connection()
+        fairy.driver_connection.close()  # type: ignore[union-attr]  # closed under the pool's feet
+        fairy.close()
+        assert one.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": one.corpus})[0].n == 2
+        assert one.read("SELECT pg_backend_pid() AS pid", {})[0].pid != pid
+        assert _in_one_transaction(one) and one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    finally:
+        one.close()
