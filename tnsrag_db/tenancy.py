@@ -36,7 +36,7 @@ from tnsrag_db.errors import ConfigurationError, TnsragError
 from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
 __all__ = ["PAIRS_TABLE", "POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes",
-           "grant", "grants", "is_enabled", "revoke", "status"]
+           "grant", "grants", "is_enabled", "pair_triggers_attached", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
@@ -205,6 +205,21 @@ def _has_pairs(conn: Connection, schema: str, *, maintained: bool = True) -> boo
                         {"s": schema, "t": PAIRS_TABLE}).scalar_one():
         return False
     return not maintained or bool(conn.execute(sa.text(FILTER_PAIRS_SQL), {"s": schema}).scalar_one())
+
+
+def pair_triggers_attached(engine: Engine, *, schema: str) -> bool:
+    """Whether the filter pairs' triggers are attached to ``entries`` and enabled (so every
+    write keeps the pairs up to date), whether row-level security is on or off: after
+    :func:`enable`, and after a :func:`disable` that followed it."""
+    validate_schema_name(schema)
+    with _connection(engine, "filter pair triggers check") as conn:
+        if not _has_pairs(conn, schema, maintained=False):
+            return False
+        return bool(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
+            "AND tg.tgenabled <> 'D' AND tg.tgname = ANY(:t)"),
+            {"s": schema, "t": list(FILTER_PAIRS_TRIGGERS)}).scalar_one() == len(FILTER_PAIRS_TRIGGERS))
 
 
 def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:

@@ -363,3 +363,30 @@ def test_the_choice_is_made_by_the_first_filtered_retrieval_not_by_building_an_i
                                                               filters={"shelf": "s1"})[0]
     finally:
         engine.dispose()
+
+
+def test_tenancy_off_on_the_cli_says_the_pair_triggers_stay(fresh_db_url: URL) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tnsrag_db.cli import main_group
+
+    url = fresh_db_url.render_as_string(hide_password=False)
+    never = CliRunner().invoke(main_group, ["db", "upgrade", "--url", url, "--json"])
+    assert never.exit_code == 0, never.output
+    assert json.loads(never.output)["filter_pair_triggers"] is False  # tenancy never on: no trigger
+    on = CliRunner().invoke(main_group, ["db", "upgrade", "--url", url, "--tenancy", "rls", "--json"])
+    assert on.exit_code == 0, on.output
+    assert json.loads(on.output)["filter_pair_triggers"] is True and "triggers stay" not in on.output
+    off = CliRunner().invoke(main_group, ["db", "upgrade", "--url", url, "--tenancy", "off"])
+    assert off.exit_code == 0, off.output
+    assert "tenancy off" in off.output and "filter pairs' triggers stay" in off.output
+    assert "downgrade --revision 0006" in off.output
+    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+    try:
+        assert tenancy.pair_triggers_attached(engine, schema=SCHEMA) and not tenancy.is_enabled(engine, schema=SCHEMA)
+        migrate.downgrade(engine, schema=SCHEMA, revision="0006")
+        assert tenancy.pair_triggers_attached(engine, schema=SCHEMA) is False
+    finally:
+        engine.dispose()

@@ -81,14 +81,19 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
             switch(engine, schema=schema, lock_timeout=lock_timeout, lock_retries=lock_retries)
         rls = after is not None and tenants.is_enabled(engine, schema=schema)
         indexed = not rls or tenants.filters_use_indexes(engine, schema=schema)
+        triggers = after is not None and tenants.pair_triggers_attached(engine, schema=schema)
     at_head = after == migrate.head_revision()
     state = "rls" if rls else "off"
     note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
                                "not as index conditions (jsonb @> is not LEAKPROOF and the schema's filter "
                                "pairs are missing or not maintained: run tnsrag db upgrade --tenancy rls again; "
                                "see README, 'Tenancy')")
+    if not rls and triggers:
+        note += ("\nnote: the filter pairs' triggers stay on entries (a store that chose the pairs while tenancy "
+                 "was on keeps them right), so writes keep paying them; tnsrag db downgrade --revision 0006 "
+                 "removes them (see README, 'Tenancy')")
     emit({"schema": schema, "from": before, "to": after, "at_head": at_head, "tenancy": state,
-          "filters_use_indexes": indexed}, as_json,
+          "filters_use_indexes": indexed, "filter_pair_triggers": triggers}, as_json,
          (f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
           else f"schema {schema}: {before or 'empty'} -> {after}") + f"; tenancy {state}{note}")
 
