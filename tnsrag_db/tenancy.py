@@ -96,14 +96,19 @@ _PAIRS_FILL = (
 )
 
 
-def _attach_pairs(conn: Connection, schema: str) -> None:
-    """Attach the pair triggers and fill the pairs, unless every trigger is in place and
-    enabled already (then the pairs are up to date: the triggers kept them)."""
+def _pair_triggers_enabled(conn: Connection, schema: str) -> bool:
+    """Whether every pair trigger is attached to ``schema``'s ``entries`` and enabled."""
     enabled = set(conn.execute(sa.text(
         "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
         "AND tg.tgenabled <> 'D'"), {"s": schema}).scalars())
-    if all(name in enabled for name in _PAIRS_TRIGGERS):
+    return all(name in enabled for name in _PAIRS_TRIGGERS)
+
+
+def _attach_pairs(conn: Connection, schema: str) -> None:
+    """Attach the pair triggers and fill the pairs, unless every trigger is in place and
+    enabled already (then the pairs are up to date: the triggers kept them)."""
+    if _pair_triggers_enabled(conn, schema):
         return
     # Names: the validated schema and the constants above.
     for name in _PAIRS_TRIGGERS:
@@ -213,13 +218,7 @@ def pair_triggers_attached(engine: Engine, *, schema: str) -> bool:
     :func:`enable`, and after a :func:`disable` that followed it."""
     validate_schema_name(schema)
     with _connection(engine, "filter pair triggers check") as conn:
-        if not _has_pairs(conn, schema, maintained=False):
-            return False
-        return bool(conn.execute(sa.text(
-            "SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
-            "AND tg.tgenabled <> 'D' AND tg.tgname = ANY(:t)"),
-            {"s": schema, "t": list(FILTER_PAIRS_TRIGGERS)}).scalar_one() == len(FILTER_PAIRS_TRIGGERS))
+        return _has_pairs(conn, schema, maintained=False) and _pair_triggers_enabled(conn, schema)
 
 
 def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
