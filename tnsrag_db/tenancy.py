@@ -74,7 +74,12 @@ def _connection(engine: Engine, what: str) -> Iterator[Connection]:
 POLICY_SQL = ("CREATE POLICY tenant_isolation ON {s}.{t} USING ({granted}) WITH CHECK ({granted})")
 _PAIRS_POLICY_SQL = ("CREATE POLICY " + PAIRS_POLICY + " ON {s}." + PAIRS_TABLE
                      + " USING ({granted}) WITH CHECK ({granted})")
-_GRANTED = "corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g WHERE g.role_name = current_user::text))"
+#: The grant lookup of the policies: through ``tnsrag_tenant_corpora()`` (revision 0008), a
+#: scalar subquery the planner plans in microseconds however often the tables are named.
+_GRANTED = "corpus = ANY (CAST((SELECT {s}.tnsrag_tenant_corpora()) AS text[]))"
+#: The lookup of revisions 0005-0007 (a schema not yet at 0008 has no function).
+_GRANTED_BEFORE_0008 = ("corpus = ANY (ARRAY(SELECT g.corpus FROM {s}.tenant_grants g "
+                        "WHERE g.role_name = current_user::text))")
 
 
 #: The triggers that keep the filter pairs (revision 0007 creates their function only):
@@ -127,6 +132,9 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
     def alter() -> None:
         with conn.begin():
             if on:
+                granted = (_GRANTED if conn.execute(sa.text(
+                    "SELECT to_regprocedure(format('%I.tnsrag_tenant_corpora()', CAST(:s AS text))) IS NOT NULL"),
+                    {"s": schema}).scalar_one() else _GRANTED_BEFORE_0008).format(s=schema)
                 # A table re-created since the revision (``tnsrag db partition-sql`` swaps
                 # in a partitioned copy) lost its policy: switching on without it would
                 # leave the table closed to every tenant, or, worse, open once re-granted.
@@ -135,11 +143,11 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
                     {"s": schema}).scalars())
                 for table in TENANT_TABLES:
                     if table not in present:
-                        conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=_GRANTED.format(s=schema))))
+                        conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=granted)))
                 if pairs and not conn.execute(sa.text(
                         "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p"),
                         {"s": schema, "t": PAIRS_TABLE, "p": PAIRS_POLICY}).first():
-                    conn.execute(sa.text(_PAIRS_POLICY_SQL.format(s=schema, granted=_GRANTED.format(s=schema))))
+                    conn.execute(sa.text(_PAIRS_POLICY_SQL.format(s=schema, granted=granted)))
             for table in TENANT_TABLES + ((PAIRS_TABLE,) if pairs else ()):
                 # Names: the validated schema and the constants above.
                 conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))

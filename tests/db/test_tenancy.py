@@ -228,6 +228,44 @@ def _hand_typed_sql_stays_in_its_corpus(tenants: Tenants) -> None:
     assert _owner_counts(tenants, tenants.corpus_b) == before
 
 
+def test_the_policies_look_the_grants_up_through_one_function_no_planted_operator_can_replace(
+        tenants: Tenants) -> None:
+    """Revision 0008: the grant lookup is ``tnsrag_tenant_corpora()`` in a scalar subquery,
+    so no statement plans a scan of ``tenant_grants`` per table reference; the function's
+    qualified names (and the grants' own policy) keep a tenant's own ``=`` operator out of it."""
+    s = SCHEMA
+    assert _owner_counts(tenants, tenants.corpus_b)["entries"] > 0
+    with psycopg.connect(_conninfo(tenants.owner), autocommit=True) as conn:
+        quals = conn.execute("SELECT tablename, qual, with_check FROM pg_policies WHERE schemaname = %s "
+                             "AND policyname IN ('tenant_isolation', 'tenant_filter_pairs')", (s,)).fetchall()
+        assert {r[0] for r in quals} == set(TABLES) | {tenancy.PAIRS_TABLE}
+        assert all("tnsrag_tenant_corpora()" in r[1] and "tenant_grants" not in r[1] and r[1] == r[2]
+                   for r in quals), quals
+        source = conn.execute("SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure",
+                              (f"{s}.tnsrag_tenant_corpora()",)).fetchone()[0]  # type: ignore[index]
+        assert "OPERATOR(pg_catalog.=)" in source and f"{s}.tenant_grants" in source
+        evil = f"evil_{uuid.uuid4().hex[:8]}"
+        conn.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(sql.Identifier(evil),
+                                                                        sql.Identifier(tenants.role_a)))
+    with psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
+        plan = "\n".join(r[0] for r in conn.execute(
+            f"EXPLAIN (VERBOSE, COSTS OFF) SELECT e.id FROM {s}.entries e JOIN {s}.bm25_postings p "
+            f"ON p.corpus = e.corpus AND p.entry_id = e.id JOIN {s}.entries e2 ON e2.corpus = e.corpus").fetchall())
+        assert "tenant_grants" not in plan and plan.count("tnsrag_tenant_corpora()") >= 3, plan
+        # An '=' on text that is always true, first on the search path: a lookup that resolved
+        # its operator there would return every role's grants.
+        conn.execute(f"CREATE FUNCTION {evil}.always(a text, b text) RETURNS boolean LANGUAGE sql "
+                     "AS 'SELECT true'")
+        conn.execute(f"CREATE OPERATOR {evil}.= (LEFTARG = text, RIGHTARG = text, FUNCTION = {evil}.always)")
+        conn.execute(f"SET search_path TO {evil}, pg_catalog, {s}")
+        for table in TABLES:
+            seen = {r[0] for r in conn.execute(f"SELECT DISTINCT corpus FROM {s}.{table}").fetchall()}
+            assert seen <= {tenants.corpus_a}, (table, seen)
+        assert conn.execute(f"SELECT {s}.tnsrag_tenant_corpora()").fetchone() == ([tenants.corpus_a],)
+    with psycopg.connect(_conninfo(tenants.owner), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(evil)))
+
+
 def test_the_owner_sees_every_corpus_and_revoking_hides_one(tenants: Tenants) -> None:
     for corpus in (tenants.corpus_a, tenants.corpus_b):
         with connect(tenants.owner, corpus=corpus) as store:
