@@ -390,3 +390,47 @@ def test_tenancy_off_on_the_cli_says_the_pair_triggers_stay(fresh_db_url: URL) -
         assert tenancy.pair_triggers_attached(engine, schema=SCHEMA) is False
     finally:
         engine.dispose()
+
+
+def test_metadata_only_filters_read_the_pairs_alone_with_the_answers_of_the_entry_rows(tenants: Tenants) -> None:
+    """A filter of metadata keys only takes its ids (and the HNSW and BM25 per-row checks)
+    from the pairs without reading an entry row; adding a ``tier`` key every entry matches
+    sends the same filter through the entry rows, and every path gives the same answers:
+    vector exact and HNSW, BM25 plain, pruned, with few and with many postings to check."""
+    corpus = f"{tenants.corpus_a}_big"
+    owner_engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    try:
+        tenancy.grant(owner_engine, schema=SCHEMA, role=tenants.role_a, corpus=corpus)
+    finally:
+        owner_engine.dispose()
+    words = ("alpha", "bravo", "charlie", "delta", "echo")
+    with connect(tenants.owner, corpus=corpus) as owner:  # the owner builds the HNSW index
+        VectorMemoryStore(owner, HashingEmbedding(32), index_threshold=100).add_all([
+            MemoryEntry(f"big{i}", f"parcel box {words[i % 5]} {words[i % 3]} item {i}",
+                        metadata={"lot": f"l{i % 7}", "grade": f"g{i % 3}", "n": str(i)}) for i in range(1200)])
+    rows_of = {"tier": "SEMANTIC"}  # every entry's tier: the same filter, through the entry rows
+    filters = [{"lot": "l3"}, {"lot": "l3", "grade": "g1"}, {"n": "17"}, {"lot": "none"}]
+    with connect(tenants.a, corpus=corpus) as store:
+        keyword = BM25Index(store)
+        for threshold in (50, 5000):  # HNSW with a per-row check, and the exact scan of few matches
+            vectors = VectorMemoryStore(store, HashingEmbedding(32), exact_threshold=threshold)
+            for f in filters:
+                statement, _ = vectors.candidates_sql(HashingEmbedding(32)("parcel"), 5, filters=f)
+                matches = statement.split("v_m AS MATERIALIZED (", 1)[1].split(")", 1)[0]
+                assert "entry_filter_pairs" in matches and "FROM entries" not in matches, statement
+                expected = {f"big{i}" for i in range(1200)
+                            if all({"lot": f"l{i % 7}", "grade": f"g{i % 3}", "n": str(i)}[k] == v
+                                   for k, v in f.items())}
+                for query in ("parcel alpha", "item 17 echo"):
+                    found = vectors.search(query, 5, filters=f)
+                    assert found == vectors.search(query, 5, filters={**f, **rows_of}), (threshold, f, query)
+                    assert {i for i, _ in found} <= expected and len(found) == min(5, len(expected))
+                assert {i for i, _ in vectors.search("parcel", 1000, filters=f)} == expected, (threshold, f)
+        for f in filters:
+            for query in ("parcel", "parcel box", "parcel alpha item", "charlie", "item 17 echo"):
+                for k in (3, 500):
+                    found = keyword.search(query, k, filters=f)
+                    assert found == keyword.search(query, k, filters={**f, **rows_of}), (f, query, k)
+        kstatement, _ = keyword.candidates_sql("parcel box", 5, filters={"lot": "l3"})
+        fe = kstatement.split("k_fe AS MATERIALIZED (", 1)[1].split("\n), ", 1)[0]
+        assert "entry_filter_pairs" in fe and "FROM entries" not in fe, kstatement

@@ -26,7 +26,7 @@ from typing import Any
 
 from tnsrag_db.types import validate_filters
 
-__all__ = ["filter_sql"]
+__all__ = ["filter_sql", "pair_ids_sql"]
 
 _COLUMN_KEYS = {"tier": "tier", "entryId": "id", "source": "source"}
 
@@ -38,7 +38,11 @@ _PAIR_IDS = ("{a}.id = ANY (ARRAY(SELECT {n}.entry_id FROM entry_filter_pairs {n
              "WHERE {n}.corpus = :{c} AND {n}.key = :{k} AND {n}.value = :{v} ORDER BY {n}.entry_id))")
 #: The same test for one row (a primary-key probe), where the predicate is checked per row.
 _PAIR_ROW = ("EXISTS (SELECT 1 FROM entry_filter_pairs {n} WHERE {n}.corpus = :{c} AND {n}.key = :{k} "
-             "AND {n}.value = :{v} AND {n}.entry_id = {a}.id)")
+             "AND {n}.value = :{v} AND {n}.entry_id = {a}.{col})")
+#: The ids of the entries holding every pair, from the pairs alone (the first key's pairs,
+#: each other key probed by primary key): no entry row is read.
+_PAIRS_ONLY = ("SELECT {n}.entry_id AS id FROM entry_filter_pairs {n} "
+               "WHERE {n}.corpus = :{c} AND {n}.key = :{k} AND {n}.value = :{v}")
 
 
 def filter_sql(filters: Mapping[str, str] | None, *, alias: str = "e", prefix: str = "f",
@@ -69,10 +73,38 @@ def filter_sql(filters: Mapping[str, str] | None, *, alias: str = "e", prefix: s
     for i, (key, value) in enumerate(custom.items() if corpus_param is not None else ()):
         k, v = f"{prefix}_pk{i}", f"{prefix}_pv{i}"
         template = _PAIR_ROW if per_row else _PAIR_IDS
-        clauses.append(template.format(a=alias, n=f"{prefix}_p{i}", c=corpus_param, k=k, v=v))
+        clauses.append(template.format(a=alias, col="id", n=f"{prefix}_p{i}", c=corpus_param, k=k, v=v))
         params[k], params[v] = key, value
     if custom and corpus_param is None:
         name = f"{prefix}_meta"
         clauses.append(f"{alias}.metadata @> CAST(:{name} AS jsonb)")
         params[name] = json.dumps(custom, ensure_ascii=False)
     return (" AND ".join(clauses) if clauses else "TRUE"), params
+
+
+def pair_ids_sql(filters: Mapping[str, str] | None, *, prefix: str = "f", corpus_param: str,
+                 probe: str | None = None) -> str | None:
+    """The entries matching ``filters`` from the filter pairs alone, when every key is a
+    metadata key (else None: ``tier``, ``entryId`` and ``source`` need the entry rows).
+
+    Without ``probe``: a SELECT of their ids (column ``id``), ascending (the pairs' primary
+    key order). With ``probe`` (an SQL column expression holding an entry id, such as
+    ``p.entry_id``): the condition that it is one of them, as primary-key probes of the
+    pairs. The triggers that keep the pairs write them in the entries' own transaction, so
+    a pair exists exactly when its entry does and holds the value: the same ids as
+    :func:`filter_sql` with the same ``corpus_param`` and ``prefix``, whose parameters
+    (bound by that call) it shares. ``prefix`` and ``corpus_param`` are code constants.
+    """
+    checked = validate_filters(filters)
+    if not checked or any(key in _COLUMN_KEYS for key in checked):
+        return None
+    names = [(f"{prefix}_p{i}", f"{prefix}_pk{i}", f"{prefix}_pv{i}") for i in range(len(checked))]
+    if probe is not None:
+        alias, _, column = probe.rpartition(".")
+        return " AND ".join(_PAIR_ROW.format(a=alias, col=column, n=n, c=corpus_param, k=k, v=v)
+                            for n, k, v in names)
+    n0, k0, v0 = names[0]
+    first = _PAIRS_ONLY.format(n=n0, c=corpus_param, k=k0, v=v0)
+    others = "".join(" AND " + _PAIR_ROW.format(a=n0, col="entry_id", n=n, c=corpus_param, k=k, v=v)
+                     for n, k, v in names[1:])
+    return f"{first}{others} ORDER BY {n0}.entry_id"

@@ -37,7 +37,7 @@ from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.bm25 import scoring, sql
 from tnsrag_db.indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
 from tnsrag_db.store.analysis import analyze_query
-from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.filters import filter_sql, pair_ids_sql
 from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
 
 if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
@@ -55,13 +55,13 @@ DOCUMENT_COLUMNS = ("score", "entry_id", "content", "tier", "source", "metadata"
 # The rendered statements depend only on the prefix and the filter predicate (values are
 # bound): render each once.
 @lru_cache(maxsize=256)
-def _ranking_sql(p: str, predicate: str) -> str:
-    return sql.ranking_sql(p, predicate)
+def _ranking_sql(p: str, predicate: str, ids: str, probe: str) -> str:
+    return sql.ranking_sql(p, predicate, ids=ids, probe=probe)
 
 
 @lru_cache(maxsize=256)
-def _plain_ranking_sql(p: str, predicate: str) -> str:
-    return sql.plain_ranking_sql(p, predicate)
+def _plain_ranking_sql(p: str, predicate: str, ids: str, probe: str) -> str:
+    return sql.plain_ranking_sql(p, predicate, ids=ids, probe=probe)
 
 
 @lru_cache(maxsize=256)
@@ -169,15 +169,19 @@ class BM25Index:
         # The filter pairs only where tenancy is on (the store knows); else metadata @>.
         pairs = f"{p}_c" if filters and self._store.uses_filter_pairs() else None
         predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
+        # Metadata keys only: the filtered ids, and the per-posting check, from the pairs alone.
+        ids = (pair_ids_sql(filters, prefix=f"{p}_f", corpus_param=pairs) or "") if pairs else ""
+        probe = (pair_ids_sql(filters, prefix=f"{p}_f", corpus_param=pairs, probe="p.entry_id") or "") \
+            if ids and pairs else ""
         params: dict[str, Any] = {
             **self._analysis_params(text, p), **fparams, **self._formula_params(p),
             f"{p}_min": floor, f"{p}_lim": limit, f"{p}_nedf": float(sql.PRUNE_MIN_DF),
             f"{p}_fsmall": sql.FILTER_PROBE_MAX,
         }
         if plain:
-            return Statement(_plain_ranking_sql(p, predicate), params, ("entry_id", "score"))
+            return Statement(_plain_ranking_sql(p, predicate, ids, probe), params, ("entry_id", "score"))
         params.update({f"{p}_ner": sql.PRUNE_RATIO, f"{p}_tol": sql.BOUND_TOLERANCE, f"{p}_pc": sql.PROBE_COST})
-        return Statement(_ranking_sql(p, predicate), params, ("entry_id", "score"))
+        return Statement(_ranking_sql(p, predicate, ids, probe), params, ("entry_id", "score"))
 
     def documents_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                             min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:

@@ -122,15 +122,16 @@ def _indent(sql: str, spaces: int) -> str:
     return "\n".join(pad + line if line else line for line in sql.splitlines())
 
 
-def _keep(p: str, alias: str, scanned: str, predicate: str) -> str:
+def _keep(p: str, alias: str, scanned: str, predicate: str, probe: str = "") -> str:
     """A condition restricting rows of ``alias`` (with ``entry_id``) to the filtered entries:
-    primary-key probes when the ``scanned`` postings (an SQL expression) are few, else
-    membership in ``{p}_fe``, the filtered entries read once (a hashed subplan)."""
+    primary-key probes when the ``scanned`` postings (an SQL expression) are few (of the
+    entries, or with ``probe``, the filter pairs' own condition on ``p.entry_id``, of the
+    pairs), else membership in ``{p}_fe``, the filtered entries read once (a hashed subplan)."""
     if predicate == "TRUE":
         return "TRUE"
-    return (f"CASE WHEN {scanned} <= CAST(:{p}_fsmall AS float8) "
-            f"THEN EXISTS (SELECT 1 FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c "
-            f"AND {p}_e.id = {alias}.entry_id AND {predicate}) "
+    few = probe or (f"EXISTS (SELECT 1 FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c "
+                    f"AND {p}_e.id = {alias}.entry_id AND {predicate})")
+    return (f"CASE WHEN {scanned} <= CAST(:{p}_fsmall AS float8) THEN {few} "
             f"ELSE {alias}.entry_id IN (SELECT fe.id FROM {p}_fe fe) END")
 
 
@@ -140,15 +141,17 @@ def _ne_sum(p: str, a: str) -> str:
             f"ON p.corpus = :{p}_c AND p.lexeme = t.lexeme AND p.entry_id = {a}.entry_id WHERE t.ne), 0.0::float8)")
 
 
-def ranking_sql(p: str, predicate: str = "TRUE") -> str:
+def ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: str = "") -> str:
     """The ranking SELECT of ``(entry_id, score)``, best first (ties by entry id), at most
     ``:{p}_lim`` rows, each scoring at least ``:{p}_min``, restricted to the entries
     (alias ``{p}_e``) matching ``predicate``. One complete SELECT with its own ``WITH``
-    clause, so it embeds as a CTE or a subquery. Parameters: see :func:`ranking_params`."""
+    clause, so it embeds as a CTE or a subquery. Parameters: see :func:`ranking_params`.
+    ``ids`` and ``probe``: the same filter from the filter pairs alone
+    (:func:`~tnsrag_db.store.filters.pair_ids_sql`, the probe on ``p.entry_id``), when
+    it has them: then no entry row is read to filter."""
     floor = f"CAST(:{p}_min AS float8)"
     tol = f"CAST(:{p}_tol AS float8)"
-    filtered = predicate != "TRUE"
-    fe = _filtered_entries(p, predicate)
+    fe = _filtered_entries(p, predicate, ids)
     return _render("""\
         WITH {fe}{terms}, {p}_t AS MATERIALIZED (
           -- Non-essential terms: the most frequent ones (at least PRUNE_MIN_DF entries each),
@@ -238,11 +241,11 @@ def ranking_sql(p: str, predicate: str = "TRUE") -> str:
         ORDER BY u.score DESC, u.entry_id
         LIMIT :{p}_lim""", p=p, fe=fe, terms=_term_ctes(p, known_terms_only=True), floor=floor, tol=tol,
         part_w=_part(p, "w", "p"), part_t=_part(p, "t", "p"), ne_a=_ne_sum(p, "a"),
-        full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_b)"),
-        keep_a=_keep(p, "p", f"(SELECT ess_df FROM {p}_b)", predicate))
+        full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_b)", probe),
+        keep_a=_keep(p, "p", f"(SELECT ess_df FROM {p}_b)", predicate, probe))
 
 
-def _full_cte(p: str, predicate: str, all_df: str) -> str:
+def _full_cte(p: str, predicate: str, all_df: str, probe: str) -> str:
     """The CTE ``{p}_full``: the plain scoring (``all_df``: an SQL expression of the number
     of postings it reads, for the choice of filter method)."""
     return _render("""\
@@ -259,10 +262,10 @@ def _full_cte(p: str, predicate: str, all_df: str) -> str:
           WHERE s.score >= CAST(:{p}_min AS float8)
           ORDER BY s.score DESC, s.entry_id
           LIMIT :{p}_lim
-        )""", p=p, part=_part(p, "w", "p"), keep=_keep(p, "p", all_df, predicate))
+        )""", p=p, part=_part(p, "w", "p"), keep=_keep(p, "p", all_df, predicate, probe))
 
 
-def plain_ranking_sql(p: str, predicate: str = "TRUE") -> str:
+def plain_ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: str = "") -> str:
     """:func:`ranking_sql` without the pruned scoring, when it does not apply: the same rows,
     or, when some query term is frequent (pruning might pay), a single row ``(NULL, NULL)``
     instead, and nothing scored. A short statement, quick to plan, for the common case of
@@ -281,19 +284,22 @@ def plain_ranking_sql(p: str, predicate: str = "TRUE") -> str:
           UNION ALL
           SELECT NULL, NULL FROM {p}_g g WHERE g.prune
         ) u
-        ORDER BY u.score DESC NULLS FIRST, u.entry_id""", p=p, fe=_filtered_entries(p, predicate),
-                   terms=_term_ctes(p, known_terms_only=True), full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_g)"))
+        ORDER BY u.score DESC NULLS FIRST, u.entry_id""", p=p, fe=_filtered_entries(p, predicate, ids),
+                   terms=_term_ctes(p, known_terms_only=True),
+                   full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_g)", probe))
 
 
-def _filtered_entries(p: str, predicate: str) -> str:
-    """The CTE ``{p}_fe`` (and a comma) when a filter is given, else nothing."""
+def _filtered_entries(p: str, predicate: str, ids: str = "") -> str:
+    """The CTE ``{p}_fe`` (and a comma) when a filter is given, else nothing (``ids``: the
+    filtered ids from the filter pairs alone, instead of the entries)."""
     if predicate == "TRUE":
         return ""
+    body = ids or f"SELECT {p}_e.id FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c AND {predicate}"
     return dedent(f"""\
         {p}_fe AS MATERIALIZED (
           -- The filtered entries, read once, and only when a filter is given and the
           -- postings to check are many (see the CASE of each scan).
-          SELECT {p}_e.id FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c AND {predicate}
+          {body}
         ), """)
 
 

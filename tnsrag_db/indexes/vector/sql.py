@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db.store.filters import filter_sql
+from tnsrag_db.store.filters import filter_sql, pair_ids_sql
 from tnsrag_db.types import validate_filters
 
 __all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "Ranking", "documents_sql", "ranking_sql"]
@@ -120,6 +120,14 @@ _MATCHES = """\
     LIMIT {limit}
 )"""
 
+# {p}_m from the filter pairs alone, when every key is a metadata key and tenancy is on:
+# the ids without a read of the entry rows.
+_MATCHES_FROM_PAIRS = """\
+{p}_m AS MATERIALIZED (
+    {ids}
+    LIMIT {limit}
+)"""
+
 # {p}_n for a filter on one btree column (tier or source): counted from the (corpus,
 # column) index alone (an index-only scan once the table is vacuumed); the ids of {p}_m
 # are then read only when the exact branch runs, since a CTE is evaluated on first use.
@@ -150,6 +158,11 @@ _HNSW = """\
 _ROW_CHECK = """
       AND coalesce((SELECT {predicate} FROM entries {p}_e
                     WHERE {p}_e.corpus = {p}_x.corpus AND {p}_e.id = {p}_x.entry_id), false)"""
+
+# The same check from the filter pairs alone (primary-key probes of the pairs), still a
+# scalar subquery so that the planner keeps it a per-row check of the ordered scan.
+_PAIRS_CHECK = """
+      AND (SELECT {probe})"""
 
 # HNSW never returns zero vectors (unindexable under cosine), which score 0: when the
 # k-th HNSW row does not score above 0 and min_score admits 0, the exact scan decides.
@@ -213,6 +226,10 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     predicate, params = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
     row_predicate = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs,
                                per_row=True)[0] if r.pairs else predicate
+    # Metadata keys only: the matching ids, and the HNSW row check, from the pairs alone.
+    ids = (pair_ids_sql(r.filters, prefix=f"{p}_f", corpus_param=pairs) or "") if pairs else ""
+    probe = (pair_ids_sql(r.filters, prefix=f"{p}_f", corpus_param=pairs, probe=f"{p}_x.entry_id") or "") \
+        if ids and pairs else ""
     params.update({f"{p}_c": r.corpus, f"{p}_min": r.min_score})
     zero = not np.count_nonzero(r.vector)
     if not zero:
@@ -221,13 +238,13 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     by_index = len(keys) == 1 and set(keys) <= {"tier", "source"}
     # The text depends only on the statement's shape (values are bound): rendered once per shape.
     sql = _render(p, r.space_id, r.dimension, r.k, predicate, row_predicate, by_index, zero,
-                  r.index_name is not None, r.ef_search, r.exact_threshold, path)
+                  r.index_name is not None, r.ef_search, r.exact_threshold, path, ids, probe)
     return sql, params
 
 
 @lru_cache(maxsize=512)
 def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: str, by_index: bool, zero: bool,
-            indexed: bool, ef: int, t: int, path: bool) -> str:
+            indexed: bool, ef: int, t: int, path: bool, ids: str = "", probe: str = "") -> str:
     filtered = predicate != "TRUE"
     names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate}
     base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
@@ -240,11 +257,13 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
     ctes: list[str] = []
     gate = small = ""
     if filtered:
-        ctes.append(_MATCHES.format(limit=t + 1, **names))
+        ctes.append(_MATCHES_FROM_PAIRS.format(ids=ids, limit=t + 1, **names) if ids
+                    else _MATCHES.format(limit=t + 1, **names))
         ctes.append((_COUNT_BY_INDEX if by_index else _COUNT_MATCHES).format(limit=t + 1, **names))
         gate = f" AND (SELECT n FROM {p}_n) > {t}"
         small = _SMALL.format(score=score(f"{p}_y.embedding <=> CAST(:{p}_q AS vector)"), t=t, **names)
-    check = _ROW_CHECK.format(**{**names, "predicate": row_predicate}) if filtered else ""
+    check = (_PAIRS_CHECK.format(probe=probe) if probe else _ROW_CHECK.format(**{**names, "predicate": row_predicate})) \
+        if filtered else ""
     ctes.append(_HNSW.format(qv=qv, check=check, gate=gate, **names))
     ok = _ENOUGH.format(**names)
     if path:
