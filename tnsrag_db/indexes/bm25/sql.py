@@ -63,7 +63,12 @@ BOUND_TOLERANCE = 1e-9
 
 def _part(p: str, t: str, post: str) -> str:
     """One term's part of a score, ``wt·tf / (tf + k1·(1−b) + kbl·dl)``: ``t`` has the term's
-    ``wt`` and ``kbl`` (a row of ``{p}_w``), ``post`` a posting's ``tf`` and ``doc_len``."""
+    ``wt`` and ``kbl`` (a row of ``{p}_w``), ``post`` a posting's ``tf`` and ``doc_len``.
+
+    The parts are summed in lexeme order (``sum(... ORDER BY p.lexeme)``): float addition
+    is not associative, and the order in which a plan meets an entry's terms is the plan's,
+    so without it the same query could score an entry a last bit apart on two connections
+    (one with a custom plan, one with the generic plan)."""
     return f"{t}.wt * {post}.tf / ({post}.tf + CAST(:{p}_kb0 AS float8) + {t}.kbl * {post}.doc_len)"
 
 
@@ -137,7 +142,7 @@ def _keep(p: str, alias: str, scanned: str, predicate: str, probe: str = "") -> 
 
 def _ne_sum(p: str, a: str) -> str:
     """The non-essential terms' part of the score of entry ``a`` (primary-key probes)."""
-    return (f"coalesce((SELECT sum({_part(p, 't', 'p')}) FROM {p}_t t JOIN bm25_postings p "
+    return (f"coalesce((SELECT sum({_part(p, 't', 'p')} ORDER BY p.lexeme) FROM {p}_t t JOIN bm25_postings p "
             f"ON p.corpus = :{p}_c AND p.lexeme = t.lexeme AND p.entry_id = {a}.entry_id WHERE t.ne), 0.0::float8)")
 
 
@@ -178,7 +183,7 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: str = 
         ), {full}, {p}_pa AS MATERIALIZED (
           -- Pruned scoring from here on (it runs only when some term is non-essential).
           -- Phase A: the partial (essential-term) score of every entry holding an essential term.
-          SELECT p.entry_id, sum({part_t}) AS ps
+          SELECT p.entry_id, sum({part_t} ORDER BY p.lexeme) AS ps
           FROM {p}_t t JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = t.lexeme
           WHERE NOT t.ne AND {keep_a}
           GROUP BY p.entry_id
@@ -209,7 +214,7 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: str = 
           UNION ALL
           SELECT a.entry_id, a.ps + coalesce(j.s, 0.0::float8) FROM {p}_c2c a
           LEFT JOIN (
-            SELECT p.entry_id, sum({part_t}) AS s
+            SELECT p.entry_id, sum({part_t} ORDER BY p.lexeme) AS s
             FROM {p}_t t JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = t.lexeme
             JOIN {p}_c2c x ON x.entry_id = p.entry_id
             WHERE t.ne GROUP BY p.entry_id
@@ -254,7 +259,7 @@ def _full_cte(p: str, predicate: str, all_df: str, probe: str) -> str:
           -- restrict the postings before the aggregation (only matching entries are summed).
           SELECT s.entry_id, s.score
           FROM (
-            SELECT p.entry_id, sum({part}) AS score
+            SELECT p.entry_id, sum({part} ORDER BY p.lexeme) AS score
             FROM {p}_w w JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = w.lexeme
             WHERE {keep}
             GROUP BY p.entry_id
