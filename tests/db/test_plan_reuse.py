@@ -1,17 +1,77 @@
-"""Retrieval scores and plans: the same query scores alike whatever plan PostgreSQL chose.
+"""Retrieval plans: prepared statements keep PostgreSQL's generic plan, and scores do not depend on the plan.
 
-Float addition is not associative: a BM25 score sums its terms' parts, in lexeme order,
-so that two connections with different plans for the same statement (one planned for
-its values, one reusing a generic plan made under other statistics) give the same
+The driver prepares a statement from its fifth execution on; PostgreSQL's plan cache
+then compares the generic plan's cost with the custom plans' and keeps the generic one
+unless a custom plan is cheaper. The BM25 and hybrid statements hide from the planner
+the values that only move its estimates (the query's terms, the limits:
+:func:`tnsrag_db.db.statement.hidden`), so their custom plans cost what the generic plan
+costs and the generic plan is kept. A rare filter value stays visible and may still
+plan better by itself.
+
+Float addition is not associative: a BM25 score sums its terms' parts in lexeme order,
+so that two connections with different plans for the same statement give the same
 scores to the last bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
-from tnsrag_db import BM25Index, KeywordRAGStrategy, MemoryEntry, RAGContext, connect
+from tnsrag_db import (
+    BM25Index,
+    HashingEmbedding,
+    HybridRAGStrategy,
+    KeywordRAGStrategy,
+    MemoryEntry,
+    RAGContext,
+    VectorMemoryStore,
+    connect,
+)
+from tnsrag_db.store.store import Store
+
+WORDS = ("parcel", "refund", "damaged", "courier", "invoice", "warehouse", "label", "return")
+
+
+def _plans(store: Store, start: str) -> tuple[int, int]:
+    """(generic, custom) plans of the prepared statements starting with ``start``, on the
+    store's only pooled connection (the one the retrievals ran on)."""
+    rows = store.read(
+        "SELECT coalesce(sum(generic_plans), 0) AS g, coalesce(sum(custom_plans), 0) AS c "
+        "FROM pg_prepared_statements WHERE starts_with(statement, :m)", {"m": start})
+    return int(rows[0].g), int(rows[0].c)
+
+
+def test_keyword_and_hybrid_statements_are_planned_once_and_reused(make_database: Callable[[], URL]) -> None:
+    # A database of its own: beside corpora of other sizes, PostgreSQL may estimate a small
+    # corpus's custom plan cheaper than the generic one and keep planning it (the corpus
+    # stays a visible value: it is what routes a statement to one shard under Citus).
+    url = make_database()
+    with connect(url, corpus="plan_reuse", schema=SCHEMA, pool_size=1, max_overflow=0,
+                 auto_migrate=True) as store:
+        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        vectors.add_all([MemoryEntry(f"e{i}", f"{WORDS[i % 8]} {WORDS[(i * 3) % 8]} note {i}",
+                                     metadata={"shelf": f"s{i % 3}"}) for i in range(300)])
+        keyword = KeywordRAGStrategy(BM25Index(store))
+        hybrid = HybridRAGStrategy(BM25Index(store), vectors)
+        # Four terms: an entry's parts are summed in lexeme order, so its score does not depend
+        # on the plan (float addition is not associative).
+        probe = "parcel refund damaged courier"
+        before_k, before_h = keyword.retrieve(probe), hybrid.retrieve(probe)
+        queries = [f"{WORDS[i % 8]} {WORDS[(i + 3) % 8]}" for i in range(20)]
+        for i, q in enumerate(queries):
+            assert keyword.retrieve(q, RAGContext(5 + i % 3)), q
+            assert hybrid.retrieve(q, RAGContext(5 + i % 3)), q
+        # 21 runs of each: the driver prepares from the sixth on; PostgreSQL makes five custom
+        # plans, then keeps the generic one (the plain BM25 statement and the fused one).
+        for start in ("WITH k_rk AS", "WITH hk_r AS"):
+            generic, custom = _plans(store, start)
+            assert generic >= 10 and custom <= 5, (start, generic, custom)
+        for _ in range(8):
+            assert keyword.retrieve(probe) == before_k
+            assert hybrid.retrieve(probe) == before_h
 
 
 def test_scores_do_not_depend_on_the_plan(db_url: URL) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["Plan", "Rows", "Statement", "arun_plan", "one", "run_plan"]
+__all__ = ["Plan", "Rows", "Statement", "arun_plan", "hidden", "one", "run_plan"]
 
 _T = TypeVar("_T")
 
@@ -40,6 +40,20 @@ class Statement:
     sql: str
     params: Mapping[str, Any] = field(default_factory=dict)
     columns: tuple[str, ...] = ()
+
+
+def hidden(expr: str) -> str:
+    """``expr`` (SQL of a bound parameter) as a scalar subquery: its value reaches the
+    executor (an InitPlan, evaluated once per statement) but not the planner.
+
+    For the values of a statement that would change the planner's estimates but not the
+    best plan, such as the row count of an ``unnest`` of the query's terms or a ``LIMIT``:
+    hidden, they leave a custom plan costing what the generic plan costs, and PostgreSQL's
+    plan cache, which compares the two after five executions of a prepared statement,
+    keeps the generic plan, so the statement is no longer planned at every execution.
+    Values whose estimates do choose the plan (a rare filter value) stay visible.
+    """
+    return f"(SELECT {expr})"
 
 
 def one(statement: Statement) -> Plan[Rows]:
