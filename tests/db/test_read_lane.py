@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import URL
 
 from tests import fix_corpus_scope
+from tests.fix_db import SCHEMA
 from tnsrag_db.db.driver_lane import native_sql
 from tnsrag_db.db.session import driver_sql
 from tnsrag_db.errors import DatabaseError, StatementTimeoutError, ValidationError
-from tnsrag_db.store.store import Store
+from tnsrag_db.store.store import Store, connect
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 # Every kind of value the plans read, a duplicate column name and an unnamed one.
@@ -209,3 +211,40 @@ def test_a_pooled_connection_the_driver_knows_is_closed_is_replaced(filled: Stor
         assert _in_one_transaction(one) and one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         one.close()
+
+
+def test_a_read_made_while_a_plan_runs_uses_the_plans_connection(db_url: URL) -> None:
+    """A statement builder that asks the database something midway through a plan (the
+    first filtered retrieval asks whether tenancy's filter pairs are in use) reads on the
+    plan's own connection: with a pool of one, a second checkout would wait for the
+    connection the plan holds (the first filtered vector search and hybrid retrieval
+    of a fresh store timed out so)."""
+    from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, RAGContext, VectorMemoryStore
+    from tnsrag_db.db.statement import Statement
+    from tnsrag_db.store.engine import create_engine
+
+    with connect(db_url, corpus="one_connection", schema=SCHEMA) as writer:
+        VectorMemoryStore(writer, HashingEmbedding(32), index_threshold=None).add_all(
+            [MemoryEntry(f"e{i}", f"refund policy {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
+    engine = create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, pool_timeout=2)
+    try:
+        for strategy in ("vector", "hybrid"):
+            store = Store(engine, corpus="one_connection", schema=SCHEMA)  # knows nothing yet
+            vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+            ctx = RAGContext(5, 0.0, {"shelf": "s1"})
+            found = (vectors.search("refund", 5, filters={"shelf": "s1"}) if strategy == "vector" else
+                     HybridRAGStrategy(BM25Index(store), vectors).retrieve("refund policy", ctx))
+            assert len(found) == 3, strategy
+        # A plan whose second statement's builder reads: one connection throughout.
+        store = Store(engine, corpus="one_connection", schema=SCHEMA)
+
+        def plan() -> Any:
+            first = yield Statement("SELECT pg_backend_pid() AS pid")
+            inner = store.read("SELECT pg_backend_pid() AS pid", {})
+            second = yield Statement("SELECT pg_backend_pid() AS pid")
+            return first[0].pid, inner[0].pid, second[0].pid
+
+        pids = store.run(plan())
+        assert len(set(pids)) == 1, pids
+    finally:
+        engine.dispose()

@@ -43,6 +43,11 @@ SESSION_LOCK_POLL_SECONDS = 0.2
 
 _T = TypeVar("_T")
 
+#: The plan :meth:`Session.run` is driving in this thread or task: its engine and schema,
+#: and the function running its statements (on its connection).
+_ACTIVE_PLAN: ContextVar[tuple[tuple[Engine, str], Callable[[Statement], Rows]] | None] = ContextVar(
+    "tnsrag_active_plan", default=None)
+
 #: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
 #: session (absent: the server's or role's default).
 _TIMEOUT_SET = "tnsrag_statement_timeout"
@@ -285,8 +290,18 @@ class Session:
         The connection is checked out at the plan's first statement. Driver errors become
         :class:`DatabaseError` subclasses (thrown into the plan first).
         """
+        active = _ACTIVE_PLAN.get()
+        if active is not None and active[0] == (self._engine, self._schema) and not snapshot:
+            # A read made while a plan of this engine and schema runs in this thread or task
+            # (a catalog question a statement builder asks midway, say): on the plan's own
+            # connection. A second checkout would wait for a pool the plan may have emptied.
+            return run_plan(plan, active[1])
         with self._plan_executor(snapshot=snapshot) as execute:
-            return run_plan(plan, execute)
+            token = _ACTIVE_PLAN.set(((self._engine, self._schema), execute))
+            try:
+                return run_plan(plan, execute)
+            finally:
+                _ACTIVE_PLAN.reset(token)
 
     @contextmanager
     def _plan_executor(self, *, snapshot: bool) -> Iterator[Callable[[Statement], Rows]]:
