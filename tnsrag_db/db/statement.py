@@ -47,11 +47,13 @@ def hidden(expr: str) -> str:
     executor (an InitPlan, evaluated once per statement) but not the planner.
 
     For the values of a statement that would change the planner's estimates but not the
-    best plan, such as the row count of an ``unnest`` of the query's terms or a ``LIMIT``:
-    hidden, they leave a custom plan costing what the generic plan costs, and PostgreSQL's
+    best plan, such as the row count of an ``unnest`` of the query's terms: hidden, they
+    leave a custom plan costing what the generic plan costs, and PostgreSQL's
     plan cache, which compares the two after five executions of a prepared statement,
     keeps the generic plan, so the statement is no longer planned at every execution.
-    Values whose estimates do choose the plan (a rare filter value) stay visible.
+    Values whose estimates do choose the plan (a rare filter value) stay visible, and a
+    limit is best an integer literal (a hidden one leaves the planner guessing a tenth of
+    the rows).
     """
     return f"(SELECT {expr})"
 

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from tnsrag_db._validate import is_int
 from tnsrag_db.db import aio
-from tnsrag_db.db.statement import Plan, Statement, hidden
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
 from tnsrag_db.indexes.bm25.index import DOCUMENT_COLUMNS
@@ -170,8 +170,9 @@ class HybridMemoryRetriever:
             go="NOT (SELECT d.deferred FROM h_defer d)" if deferrable else "TRUE",
             stop="(SELECT d.deferred FROM h_defer d)" if deferrable else "FALSE",
             defer=_DEFER_SQL if deferrable else "",
-            # Hidden from the planner, as the BM25 stream's own values: the plan is reused.
-            limit=hidden("CAST(:h_lim AS int8)"),
+            # A literal (a validated int), as the BM25 stream's limit: one statement text per
+            # limit, whose generic plan knows it (see tnsrag_db.indexes.bm25.sql._limit).
+            limit=str(int(context.max_results)),
             documents=self._documents_sql("h_top", "r.score", "r.score DESC NULLS FIRST, r.best, r.entry_id",
                                           left_join=True))
         params.update({"h_c": self.vectors.store.corpus, "h_k": self.rrf_k, "h_min": context.min_score,

@@ -55,13 +55,13 @@ DOCUMENT_COLUMNS = ("score", "entry_id", "content", "tier", "source", "metadata"
 # The rendered statements depend only on the prefix and the filter predicate (values are
 # bound): render each once.
 @lru_cache(maxsize=256)
-def _ranking_sql(p: str, predicate: str, ids: str, probe: str) -> str:
-    return sql.ranking_sql(p, predicate, ids=ids, probe=probe)
+def _ranking_sql(p: str, predicate: str, limit: int, ids: str, probe: str) -> str:
+    return sql.ranking_sql(p, predicate, limit=limit, ids=ids, probe=probe)
 
 
 @lru_cache(maxsize=256)
-def _plain_ranking_sql(p: str, predicate: str, ids: str, probe: str) -> str:
-    return sql.plain_ranking_sql(p, predicate, ids=ids, probe=probe)
+def _plain_ranking_sql(p: str, predicate: str, limit: int, ids: str, probe: str) -> str:
+    return sql.plain_ranking_sql(p, predicate, limit=limit, ids=ids, probe=probe)
 
 
 @lru_cache(maxsize=256)
@@ -179,9 +179,9 @@ class BM25Index:
             f"{p}_fsmall": sql.FILTER_PROBE_MAX,
         }
         if plain:
-            return Statement(_plain_ranking_sql(p, predicate, ids, probe), params, ("entry_id", "score"))
+            return Statement(_plain_ranking_sql(p, predicate, limit, ids, probe), params, ("entry_id", "score"))
         params.update({f"{p}_ner": sql.PRUNE_RATIO, f"{p}_tol": sql.BOUND_TOLERANCE, f"{p}_pc": sql.PROBE_COST})
-        return Statement(_ranking_sql(p, predicate, ids, probe), params, ("entry_id", "score"))
+        return Statement(_ranking_sql(p, predicate, limit, ids, probe), params, ("entry_id", "score"))
 
     def documents_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                             min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:

@@ -62,12 +62,15 @@ FILTER_PROBE_MAX = 2000.0
 BOUND_TOLERANCE = 1e-9
 
 
-def _limit(p: str) -> str:
-    """The ranking's limit ``:{p}_lim``, hidden from the planner (see
-    :func:`~tnsrag_db.db.statement.hidden`: a BM25 statement plans in 2.8-5.5 ms, 30-50 %
-    of the whole query, and its plan does not depend on the terms, since the scoring path
-    is chosen at run time)."""
-    return hidden(f"CAST(:{p}_lim AS int8)")
+def _limit(limit: int) -> str:
+    """The ranking's limit as an integer literal: a hidden limit would leave the planner
+    guessing a tenth of the candidates (hundreds of rows) and, for the entry rows, choose
+    a hash join over the whole corpus instead of primary-key lookups; a visible bound value
+    would make the custom plans cheaper than the generic one, which would then never be
+    kept. Each limit is a statement text of its own, so its generic plan knows it."""
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    return str(limit)
 
 
 def _part(p: str, t: str, post: str) -> str:
@@ -155,7 +158,7 @@ def _ne_sum(p: str, a: str) -> str:
             f"ON p.corpus = :{p}_c AND p.lexeme = t.lexeme AND p.entry_id = {a}.entry_id WHERE t.ne), 0.0::float8)")
 
 
-def ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: str = "") -> str:
+def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "") -> str:
     """The ranking SELECT of ``(entry_id, score)``, best first (ties by entry id), at most
     ``:{p}_lim`` rows, each scoring at least ``:{p}_min``, restricted to the entries
     (alias ``{p}_e``) matching ``predicate``. One complete SELECT with its own ``WITH``
@@ -253,13 +256,13 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: str = 
           SELECT f.entry_id, f.score FROM {p}_full f WHERE NOT (SELECT pruned FROM {p}_use)
         ) u
         ORDER BY u.score DESC, u.entry_id
-        LIMIT {lim}""", p=p, fe=fe, terms=_term_ctes(p, known_terms_only=True), floor=floor, tol=tol, lim=_limit(p),
+        LIMIT {lim}""", p=p, fe=fe, terms=_term_ctes(p, known_terms_only=True), floor=floor, tol=tol, lim=_limit(limit),
         part_w=_part(p, "w", "p"), part_t=_part(p, "t", "p"), ne_a=_ne_sum(p, "a"),
-        full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_b)", probe),
+        full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_b)", probe, limit),
         keep_a=_keep(p, "p", f"(SELECT ess_df FROM {p}_b)", predicate, probe))
 
 
-def _full_cte(p: str, predicate: str, all_df: str, probe: str) -> str:
+def _full_cte(p: str, predicate: str, all_df: str, probe: str, limit: int) -> str:
     """The CTE ``{p}_full``: the plain scoring (``all_df``: an SQL expression of the number
     of postings it reads, for the choice of filter method)."""
     return _render("""\
@@ -276,10 +279,10 @@ def _full_cte(p: str, predicate: str, all_df: str, probe: str) -> str:
           WHERE s.score >= CAST(:{p}_min AS float8)
           ORDER BY s.score DESC, s.entry_id
           LIMIT {lim}
-        )""", p=p, part=_part(p, "w", "p"), keep=_keep(p, "p", all_df, predicate, probe), lim=_limit(p))
+        )""", p=p, part=_part(p, "w", "p"), keep=_keep(p, "p", all_df, predicate, probe), lim=_limit(limit))
 
 
-def plain_ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: str = "") -> str:
+def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "") -> str:
     """:func:`ranking_sql` without the pruned scoring, when it does not apply: the same rows,
     or, when some query term is frequent (pruning might pay), a single row ``(NULL, NULL)``
     instead, and nothing scored. A short statement, quick to plan, for the common case of
@@ -300,7 +303,7 @@ def plain_ranking_sql(p: str, predicate: str = "TRUE", *, ids: str = "", probe: 
         ) u
         ORDER BY u.score DESC NULLS FIRST, u.entry_id""", p=p, fe=_filtered_entries(p, predicate, ids),
                    terms=_term_ctes(p, known_terms_only=True),
-                   full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_g)", probe))
+                   full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_g)", probe, limit))
 
 
 def _filtered_entries(p: str, predicate: str, ids: str = "") -> str:
