@@ -434,3 +434,19 @@ def test_metadata_only_filters_read_the_pairs_alone_with_the_answers_of_the_entr
         kstatement, _ = keyword.candidates_sql("parcel box", 5, filters={"lot": "l3"})
         fe = kstatement.split("k_fe AS MATERIALIZED (", 1)[1].split("\n), ", 1)[0]
         assert "entry_filter_pairs" in fe and "FROM entries" not in fe, kstatement
+
+
+def test_a_tenants_metadata_filtered_statements_keep_their_generic_plan(tenants: Tenants) -> None:
+    """A tenant's prepared statements filtered through the pairs are planned once, not per
+    run: their custom plans cost what the generic one costs (the pairs' values move no
+    estimate that the plan depends on), so PostgreSQL keeps the generic plan."""
+    with connect(tenants.a, corpus=tenants.corpus_a, pool_size=1, max_overflow=0) as store:
+        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        keyword = BM25Index(store)
+        for i in range(21):
+            f = {"shelf": f"s{i % 4}"}
+            assert vectors.search(f"refund policy {i}", 5, filters=f)
+            assert keyword.search("refund policy", 5, filters=f)
+        rows = store.read("SELECT left(statement, 12) AS s, generic_plans AS g, custom_plans AS c "
+                          "FROM pg_prepared_statements WHERE statement LIKE '%entry_filter_pairs%'", {})
+    assert len(rows) == 2 and all(r.g >= 10 and r.c <= 5 for r in rows), rows
