@@ -18,8 +18,12 @@ LEAKPROOF, which jsonb's ``@>`` is not: the filters find their entries through t
 filter pairs (migration 0007, text equality) instead. ``--leakproof`` adds a mode with
 ``@>`` marked LEAKPROOF as well (superuser only; restored after). Last, EXPLAIN
 (ANALYZE, BUFFERS) of the keyword and vector candidate statements under the policy,
-unfiltered and filtered: the grant lookup is one InitPlan per statement and the
+unfiltered and filtered: the grant lookup is one InitPlan per table reference (a call
+of ``tnsrag_tenant_corpora()``, revision 0008, planned in microseconds) and the
 corpus-led indexes (and, filtered, the pairs' primary key) still serve the scans.
+``--server-time`` times EXPLAIN ANALYZE, which plans every statement afresh: it includes
+the planning that the library's prepared statements skip once PostgreSQL keeps their
+generic plan (``bench/bench_plan_reuse.py``), so wall time is what a caller sees.
 """
 
 from __future__ import annotations
