@@ -6,8 +6,12 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-__all__ = ["database_url"]
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+__all__ = ["database_url", "scratch_database"]
 
 
 @contextmanager
@@ -31,3 +35,36 @@ def database_url(url: str | None) -> Iterator[str]:
         yield uri
     finally:
         server.cleanup()
+
+
+@contextmanager
+def scratch_database(url: str | None, prefix: str, *, role_password: str | None = None
+                     ) -> Iterator[tuple[URL, str | None]]:
+    """A database of its own (``<prefix>_<random>``) on ``url``'s server (a superuser URL;
+    None: an embedded server, see :func:`database_url`), and with ``role_password`` a
+    login role of its own too: yields the database's URL and the role's name (None
+    without a password). Both are dropped when the block exits."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    from tnsrag_db.store.engine import normalize_url
+
+    with database_url(url) as server:
+        base = normalize_url(server)
+        admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        role = f"{prefix}_{uuid.uuid4().hex[:8]}" if role_password is not None else None
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            if role is not None:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
+                                                                                sql.Literal(role_password)))
+        try:
+            yield base.set(database=name), role
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+                if role is not None:
+                    conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

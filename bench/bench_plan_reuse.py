@@ -27,7 +27,6 @@ import dataclasses
 import re
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +35,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from sqlalchemy.engine import URL
 
-from bench._common import database_url
+from bench._common import scratch_database
 from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
@@ -45,7 +44,7 @@ from tnsrag_db.db.statement import Plan, Statement, run_plan
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.hybrid import HybridRAGStrategy
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
@@ -74,24 +73,11 @@ def main() -> None:
     parser.add_argument("--explain", default=None, metavar="KIND",
                         help="also print EXPLAIN (ANALYZE, BUFFERS) of KIND's prepared statements, both variants")
     args = parser.parse_args()
-    with database_url(args.url) as server:
-        base = normalize_url(server)
-        admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
-        name, role = f"bench_reuse_{uuid.uuid4().hex[:8]}", f"bench_reuse_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            if args.tenancy:
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
-                                                                                sql.Literal(PASSWORD)))
-        try:
-            _run(base.set(database=name), role, args)
-        finally:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    with scratch_database(args.url, "bench_reuse", role_password=PASSWORD if args.tenancy else None) as (url, role):
+        _run(url, role, args)
 
 
-def _run(url: URL, role: str, args: argparse.Namespace) -> None:
+def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
     owner_engine = create_engine(url, schema=SCHEMA, pool_size=2)
     migrate.upgrade(owner_engine, schema=SCHEMA)
     owner = Store(owner_engine, corpus=CORPUS, schema=SCHEMA)
@@ -101,14 +87,15 @@ def _run(url: URL, role: str, args: argparse.Namespace) -> None:
     lookup = Lookup(data.query_vectors(64, seed=9), {})
     t0 = time.perf_counter()
     VectorMemoryStore(owner, lookup, index_threshold=1000).add_all(data.entries, embeddings=data.embeddings)
-    with owner.session.autocommit() as conn:
-        conn.exec_driver_sql(f"VACUUM (ANALYZE) {SCHEMA}.entries, {SCHEMA}.embeddings, {SCHEMA}.bm25_postings, "
+    with owner.session.autocommit() as owner_conn:
+        owner_conn.exec_driver_sql(f"VACUUM (ANALYZE) {SCHEMA}.entries, {SCHEMA}.embeddings, {SCHEMA}.bm25_postings, "
                              f"{SCHEMA}.bm25_df")
     print(f"wrote {args.n} entries in {time.perf_counter() - t0:.0f} s")
     texts = [" ".join(e.content.split()[:3]) for e in data.entries[:64]]
     lookup.extra.update({t: lookup.queries[i % 64] for i, t in enumerate(texts)})
     query_url = url
     if args.tenancy:
+        assert role is not None
         with psycopg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False),
                              autocommit=True) as conn:
             conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(

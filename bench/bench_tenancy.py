@@ -33,7 +33,6 @@ import dataclasses
 import re
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +42,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from bench._common import database_url
+from bench._common import scratch_database
 from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
@@ -52,7 +51,7 @@ from tnsrag_db.db.statement import Plan, Statement, run_plan
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.hybrid import HybridRAGStrategy
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
@@ -93,19 +92,9 @@ def main() -> None:
                         help="keep RLS on and alternate query by query with the owner's same query as 'off' "
                              "(finer interleaving than rounds of switching RLS off and on)")
     args = parser.parse_args()
-    with database_url(args.url) as server:
-        base = normalize_url(server)
-        admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
-        name, role = f"tnsrag_bench_{uuid.uuid4().hex[:8]}", f"bench_tenant_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
-        try:
-            _run(base.set(database=name), role, args)
-        finally:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    with scratch_database(args.url, "tnsrag_bench", role_password=PASSWORD) as (url, role):
+        assert role is not None
+        _run(url, role, args)
 
 
 def _run(url: object, role: str, args: argparse.Namespace) -> None:
