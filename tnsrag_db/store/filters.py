@@ -26,7 +26,7 @@ from typing import Any
 
 from tnsrag_db.types import validate_filters
 
-__all__ = ["filter_sql", "pair_ids_sql"]
+__all__ = ["filter_sql", "pair_ids_sql", "pairs_alone"]
 
 _COLUMN_KEYS = {"tier": "tier", "entryId": "id", "source": "source"}
 
@@ -108,3 +108,16 @@ def pair_ids_sql(filters: Mapping[str, str] | None, *, prefix: str = "f", corpus
     others = "".join(" AND " + _PAIR_ROW.format(a=n0, col="entry_id", n=n, c=corpus_param, k=k, v=v)
                      for n, k, v in names[1:])
     return f"{first}{others} ORDER BY {n0}.entry_id"
+
+
+def pairs_alone(filters: Mapping[str, str] | None, *, prefix: str, corpus_param: str | None,
+                probe: str) -> tuple[str, str]:
+    """``(ids, condition)``: :func:`pair_ids_sql`'s SELECT of the ids and its condition on
+    ``probe``, when the pairs are in use (``corpus_param`` given) and every key is a
+    metadata key; else ``("", "")`` (the filter goes through the entry rows)."""
+    if corpus_param is None:
+        return "", ""
+    ids = pair_ids_sql(filters, prefix=prefix, corpus_param=corpus_param)
+    if ids is None:
+        return "", ""
+    return ids, pair_ids_sql(filters, prefix=prefix, corpus_param=corpus_param, probe=probe) or ""

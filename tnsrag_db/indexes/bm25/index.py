@@ -37,7 +37,7 @@ from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.bm25 import scoring, sql
 from tnsrag_db.indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
 from tnsrag_db.store.analysis import analyze_query
-from tnsrag_db.store.filters import filter_sql, pair_ids_sql
+from tnsrag_db.store.filters import filter_sql, pairs_alone
 from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
 
 if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
@@ -170,9 +170,7 @@ class BM25Index:
         pairs = f"{p}_c" if filters and self._store.uses_filter_pairs() else None
         predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
         # Metadata keys only: the filtered ids, and the per-posting check, from the pairs alone.
-        ids = (pair_ids_sql(filters, prefix=f"{p}_f", corpus_param=pairs) or "") if pairs else ""
-        probe = (pair_ids_sql(filters, prefix=f"{p}_f", corpus_param=pairs, probe="p.entry_id") or "") \
-            if ids and pairs else ""
+        ids, probe = pairs_alone(filters, prefix=f"{p}_f", corpus_param=pairs, probe=sql.POSTING_ENTRY)
         params: dict[str, Any] = {
             **self._analysis_params(text, p), **fparams, **self._formula_params(p),
             f"{p}_min": floor, f"{p}_lim": limit, f"{p}_nedf": float(sql.PRUNE_MIN_DF),

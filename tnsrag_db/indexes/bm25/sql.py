@@ -35,6 +35,7 @@ from tnsrag_db.strategies.base import ENTRY_COLUMNS
 
 __all__ = [
     "FILTER_PROBE_MAX",
+    "POSTING_ENTRY",
     "PROBE_COST",
     "PRUNE_MIN_DF",
     "PRUNE_RATIO",
@@ -139,10 +140,15 @@ def _indent(sql: str, spaces: int) -> str:
     return "\n".join(pad + line if line else line for line in sql.splitlines())
 
 
+#: The entry id of the posting a filter check is made for (alias ``p`` of every scan's
+#: ``bm25_postings``): what a caller's per-posting filter condition tests.
+POSTING_ENTRY = "p.entry_id"
+
+
 def _keep(p: str, alias: str, scanned: str, predicate: str, probe: str = "") -> str:
     """A condition restricting rows of ``alias`` (with ``entry_id``) to the filtered entries:
     primary-key probes when the ``scanned`` postings (an SQL expression) are few (of the
-    entries, or with ``probe``, the filter pairs' own condition on ``p.entry_id``, of the
+    entries, or with ``probe``, the filter pairs' own condition on :data:`POSTING_ENTRY`, of the
     pairs), else membership in ``{p}_fe``, the filtered entries read once (a hashed subplan)."""
     if predicate == "TRUE":
         return "TRUE"
@@ -164,7 +170,7 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", p
     (alias ``{p}_e``) matching ``predicate``. One complete SELECT with its own ``WITH``
     clause, so it embeds as a CTE or a subquery. Parameters: see :func:`ranking_params`.
     ``ids`` and ``probe``: the same filter from the filter pairs alone
-    (:func:`~tnsrag_db.store.filters.pair_ids_sql`, the probe on ``p.entry_id``), when
+    (:func:`~tnsrag_db.store.filters.pairs_alone`, the probe on :data:`POSTING_ENTRY`), when
     it has them: then no entry row is read to filter."""
     floor = f"CAST(:{p}_min AS float8)"
     tol = f"CAST(:{p}_tol AS float8)"

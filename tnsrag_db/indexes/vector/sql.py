@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db.store.filters import filter_sql, pair_ids_sql
+from tnsrag_db.store.filters import filter_sql, pairs_alone
 from tnsrag_db.types import validate_filters
 
 __all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "Ranking", "documents_sql", "ranking_sql"]
@@ -227,9 +227,7 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     row_predicate = filter_sql(r.filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs,
                                per_row=True)[0] if r.pairs else predicate
     # Metadata keys only: the matching ids, and the HNSW row check, from the pairs alone.
-    ids = (pair_ids_sql(r.filters, prefix=f"{p}_f", corpus_param=pairs) or "") if pairs else ""
-    probe = (pair_ids_sql(r.filters, prefix=f"{p}_f", corpus_param=pairs, probe=f"{p}_x.entry_id") or "") \
-        if ids and pairs else ""
+    ids, probe = pairs_alone(r.filters, prefix=f"{p}_f", corpus_param=pairs, probe=f"{p}_x.entry_id")
     params.update({f"{p}_c": r.corpus, f"{p}_min": r.min_score})
     zero = not np.count_nonzero(r.vector)
     if not zero:
