@@ -450,3 +450,48 @@ def test_a_tenants_metadata_filtered_statements_keep_their_generic_plan(tenants:
         rows = store.read("SELECT left(statement, 12) AS s, generic_plans AS g, custom_plans AS c "
                           "FROM pg_prepared_statements WHERE statement LIKE '%entry_filter_pairs%'", {})
     assert len(rows) == 2 and all(r.g >= 10 and r.c <= 5 for r in rows), rows
+
+
+def test_a_large_tenants_filtered_vector_statement_keeps_its_generic_plan(make_database: Callable[[], URL]) -> None:
+    """Revision 0009: ``embeddings.corpus`` counts as one distinct value, so the generic
+    plan's estimate of ``corpus = $1`` is the largest corpus's share and its HNSW branch
+    (``LIMIT k`` over the ordered scan) costs no more than a custom plan's. Before it, a
+    tenant whose corpus is most of the table had every filtered vector statement planned
+    afresh (0 generic plans in 16 runs)."""
+    t = _make_tenants(make_database)
+    try:
+        big = f"{t.corpus_a}_big"
+        owner_engine = create_engine(t.owner, schema=SCHEMA, pool_size=1)
+        try:
+            tenancy.grant(owner_engine, schema=SCHEMA, role=t.role_a, corpus=big)
+            with connect(t.owner, corpus=big) as owner:  # the owner builds the HNSW index
+                VectorMemoryStore(owner, HashingEmbedding(32), index_threshold=100).add_all([
+                    MemoryEntry(f"big{i}", f"parcel box {i % 11} item {i}", metadata={"lot": f"l{i % 9}"})
+                    for i in range(2000)])
+            with owner_engine.connect() as conn:
+                conn.exec_driver_sql(f"ANALYZE {SCHEMA}.embeddings, {SCHEMA}.entries, {SCHEMA}.entry_filter_pairs")
+                conn.commit()
+            with connect(t.a, corpus=big, pool_size=1, max_overflow=0) as store:
+                vectors = VectorMemoryStore(store, HashingEmbedding(32), exact_threshold=50)
+                for i in range(21):
+                    found = vectors.search(f"parcel box {i}", 5, filters={"lot": f"l{i % 9}"})
+                    assert len(found) == 5 and all(int(e[3:]) % 9 == i % 9 for e, _ in found), found
+                rows = store.read("SELECT generic_plans AS g, custom_plans AS c FROM pg_prepared_statements "
+                                  "WHERE statement LIKE '%v_h AS MATERIALIZED%'", {})
+            assert len(rows) == 1 and rows[0].g >= 10 and rows[0].c <= 5, rows
+
+            def option() -> list[str] | None:
+                with owner_engine.connect() as conn:
+                    return conn.exec_driver_sql(
+                        "SELECT a.attoptions FROM pg_attribute a WHERE a.attrelid = "
+                        f"'{SCHEMA}.embeddings'::regclass AND a.attname = 'corpus'").scalar_one()
+
+            assert option() == ["n_distinct=1"]
+            migrate.downgrade(owner_engine, schema=SCHEMA, revision="0008")
+            assert option() is None
+            migrate.upgrade(owner_engine, schema=SCHEMA)
+            assert option() == ["n_distinct=1"]
+        finally:
+            owner_engine.dispose()
+    finally:
+        _drop(t)
