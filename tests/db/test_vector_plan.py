@@ -229,3 +229,28 @@ def test_copied_vectors_read_back_bit_exact(store: Store) -> None:
         stored = got[e.id]
         array = stored.to_numpy() if isinstance(stored, Vector) else np.asarray(stored)
         assert array.dtype == np.float32 and array.tobytes() == matrix[i].tobytes()
+
+
+def test_an_unfiltered_relaxed_order_scan_answers_as_the_strict_order_scan(store: Store) -> None:
+    """Unfiltered HNSW scans run with ``hnsw.iterative_scan = relaxed_order`` (half the
+    cost of strict order): their ``ef_search`` candidates come back sorted, so with ``k`` up
+    to ``ef_search`` the statement returns what the strict-order statement returns."""
+    rng = np.random.default_rng(5)
+    table = {f"doc {i}": rng.standard_normal(32).tolist() for i in range(1500)}
+    vectors = VectorMemoryStore(store, Counting(table), index_threshold=None, ef_search=40)
+    vectors.add_all([MemoryEntry(f"d{i:04d}", f"doc {i}") for i in range(1500)])
+    vectors.build_index()
+    compared = 0
+    with store.session.transaction() as conn:
+        for q in rng.standard_normal((30, 32)):
+            for k in (10, 40):
+                sql, params = vectors.candidates_sql(q, k, min_score=-1.0)
+                assert sql.count("'relaxed_order'") >= 1 and "'strict_order'" not in sql
+                relaxed = conn.execute(sa.text(sql), params).all()
+                strict = conn.execute(sa.text(sql.replace("'relaxed_order'", "'strict_order'")), params).all()
+                assert [tuple(r) for r in relaxed] == [tuple(r) for r in strict] and len(relaxed) == k
+                compared += 1
+        # A filtered scan checks rows against the filter: strict order.
+        sql, _ = vectors.candidates_sql(rng.standard_normal(32), 10, filters={"tier": "SEMANTIC"})
+        assert "'strict_order'" in sql and "'relaxed_order'" not in sql
+    assert compared == 60
