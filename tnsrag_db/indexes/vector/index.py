@@ -20,8 +20,8 @@ one-time filters on InitPlans, so Hybrid can embed it as a CTE without a separat
 * unfiltered, index present: HNSW with ``hnsw.ef_search = max(ef_search, k)`` and
   ``hnsw.iterative_scan = relaxed_order`` (set with ``set_config(..., true)`` inside the
   statement, before the index scan starts; the first ``ef_search`` candidates come back
-  sorted, and strict order would cost twice the scan). Approximate: recall@10 ≈ 0.97-0.99 at the
-  default ``ef_search`` of 100 on the benchmark corpus;
+  sorted, and strict order would cost twice the scan). Approximate: recall@10 ≈
+  0.97-0.99 at the default ``ef_search`` of 100 on the benchmark corpus;
 * filtered, index present: the statement first collects the matching entry ids, stopping
   at ``exact_threshold + 1`` (through the entries indexes). At most ``exact_threshold``
   matches: exact scan of exactly those ids (recall 1.0). More: HNSW with strict-order

@@ -219,8 +219,8 @@ _ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
 
 def _iterative_order(filtered: bool) -> str:
     """``hnsw.iterative_scan`` of the HNSW branch. A filtered scan checks each row against
-    the filter and goes on until ``k`` rows pass: strict order, so that the ``k`` rows it
-    stops at are the nearest that pass. An unfiltered scan answers from its first batch
+    the filter and goes on until ``k`` rows pass: strict order, so that the rows come in
+    distance order however many batches the scan needs. An unfiltered scan answers from its first batch
     of ``ef_search`` candidates (``ef_search`` ≥ ``k`` up to 1,000), which pgvector returns
     sorted either way; relaxed order keeps the scan going past it (``k`` above
     ``ef_search``, or dead rows among the candidates) and costs half the strict-order
