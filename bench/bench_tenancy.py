@@ -3,6 +3,7 @@
 Usage::
 
     python -m bench.bench_tenancy --n 20000 --dim 128 --queries 40 --rounds 4 [--leakproof]
+    python -m bench.bench_tenancy --interleave [--server-time [--prepared]]
 
 Starts an embedded server unless ``--url`` names one (a superuser URL: the script
 creates a database and a tenant role and drops both afterwards). The tenant's corpus
@@ -24,6 +25,11 @@ corpus-led indexes (and, filtered, the pairs' primary key) still serve the scans
 ``--server-time`` times EXPLAIN ANALYZE, which plans every statement afresh: it includes
 the planning that the library's prepared statements skip once PostgreSQL keeps their
 generic plan (``bench/bench_plan_reuse.py``), so wall time is what a caller sees.
+``--server-time --prepared`` times prepared statements instead (``PREPARE`` once per
+connection, then ``EXPLAIN (ANALYZE, TIMING OFF, SUMMARY) EXECUTE``), so the plan cache
+keeps its generic plans as it does for the library's statements; with ``--interleave``
+the owner's and the tenant's same query alternate, each on its own connection: the
+policy's cost on the server with the client's noise left out.
 """
 
 from __future__ import annotations
@@ -88,10 +94,15 @@ def main() -> None:
                         help="time each query by the server's own planning + execution time (EXPLAIN (ANALYZE, "
                              "TIMING OFF, SUMMARY) of every statement of its plan) instead of wall time: the "
                              "client's noise left out; planning is also shown on its own")
+    parser.add_argument("--prepared", action="store_true",
+                        help="with --server-time: time prepared statements (PREPARE once per connection, then "
+                             "EXPLAIN ... EXECUTE), whose generic plans PostgreSQL keeps as for the library's own")
     parser.add_argument("--interleave", action="store_true",
                         help="keep RLS on and alternate query by query with the owner's same query as 'off' "
                              "(finer interleaving than rounds of switching RLS off and on)")
     args = parser.parse_args()
+    if args.prepared and not args.server_time:
+        parser.error("--prepared times the server's execution: use it with --server-time")
     with scratch_database(args.url, "tnsrag_bench", role_password=PASSWORD) as (url, role):
         assert role is not None
         _run(url, role, args)
@@ -128,7 +139,17 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     register_vector(tenant_conn)
     tenant_conn.execute(f"SET search_path = {SCHEMA}, public")
     modes = ("off", "on", "on+lp") if args.leakproof and not args.interleave else ("off", "on")
-    if args.interleave:
+    if args.interleave and args.server_time:
+        owner_conn = psycopg.connect(owner_url.set(drivername="postgresql")  # type: ignore[attr-defined]
+                                     .render_as_string(hide_password=False), autocommit=True)
+        register_vector(owner_conn)
+        owner_conn.execute(f"SET search_path = {SCHEMA}, public")
+        tenancy.enable(owner_engine, schema=SCHEMA)
+        _interleaved_server(args, {"off": (owner, _plans(owner, lookup, texts), owner_conn),
+                                   "on": (tenant, _plans(tenant, lookup, texts), tenant_conn)},
+                            times, plan_times, counts)
+        owner_conn.close()
+    elif args.interleave:
         _interleaved(args, owner_engine, _strategies(owner, lookup, texts), strategies, times, counts)
     for r in range(0 if args.interleave else args.rounds):
         # ABBA order (off, on, on, off, ...): each mode runs first, right after a switch, as often.
@@ -139,12 +160,17 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
             fresh_store = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
             fresh = _strategies(fresh_store, lookup, texts)
             plans = _plans(fresh_store, lookup, texts)
+            # A policy switch invalidates the plans of prepared statements: each mode prepares its own.
+            prepared: dict[str, str] = {}
+            if args.prepared:
+                tenant_conn.execute("DEALLOCATE ALL")
             for kind, run in fresh.items():
                 for i in range(5):
                     run(i)  # warm
                 for i in range(args.queries):
                     if args.server_time:
-                        spent, planning, out = _server_seconds(plans[kind](i), fresh_store, tenant_conn)
+                        spent, planning, out = _server_seconds(plans[kind](i), fresh_store, tenant_conn,
+                                                               prepared if args.prepared else None)
                         plan_times.setdefault((kind, mode), []).append(planning)
                     else:
                         t = time.perf_counter()
@@ -157,7 +183,9 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     if args.interleave:
         print("interleaved query by query: 'RLS off' is the owner (no policy), 'RLS on' the tenant role")
     if args.server_time:
-        print("times: the server's planning + execution of each query's statements (EXPLAIN ANALYZE, TIMING OFF)")
+        print("times: the server's planning + execution of each query's statements (EXPLAIN ANALYZE, TIMING OFF)"
+              + ("; prepared statements, PostgreSQL's plan cache choosing generic or custom plans" if args.prepared
+                 else ""))
     lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof and not args.interleave else ""
     print(f"{'query':<11} {'RLS off ms':>11} {'RLS on ms':>10} {'on/off':>7} {'p90 off':>8} {'p90 on':>7}{lp} "
           f"{'rows same':>10}")
@@ -210,19 +238,32 @@ def _plans(store: Store, lookup: Lookup, texts: list[str]) -> dict[str, Callable
     return out
 
 
-def _server_seconds(plan: Plan[Any], store: Store, conn: psycopg.Connection[Any]) -> tuple[float, float, Any]:
+def _server_seconds(plan: Plan[Any], store: Store, conn: psycopg.Connection[Any],
+                    prepared: dict[str, str] | None = None) -> tuple[float, float, Any]:
     """The server's planning + execution time of every statement of ``plan`` (EXPLAIN
     ANALYZE with TIMING OFF on ``conn``, the same role), its planning share, and the plan's
-    result (its statements' rows read through ``store``)."""
+    result (its statements' rows read through ``store``). With ``prepared`` (statement text
+    to name, per ``conn``), each statement is prepared once and timed as ``EXECUTE``."""
     spent = planning = 0.0
 
     def execute(statement: Statement) -> Any:
         nonlocal spent, planning
         text, names = native_sql(statement.sql)
-        with psycopg.RawCursor(conn) as cur:
-            cur.execute("EXPLAIN (ANALYZE, TIMING OFF, SUMMARY) " + text,
-                        tuple(statement.params[name] for name in names))
-            report = "\n".join(str(row[0]) for row in cur.fetchall())
+        values = tuple(statement.params[name] for name in names)
+        if prepared is None:
+            with psycopg.RawCursor(conn) as cur:
+                cur.execute("EXPLAIN (ANALYZE, TIMING OFF, SUMMARY) " + text, values)
+                report = "\n".join(str(row[0]) for row in cur.fetchall())
+        else:
+            name = prepared.get(text)
+            if name is None:
+                name = prepared[text] = f"bench_{len(prepared)}"
+                conn.execute(f"PREPARE {name} AS {text}")  # the library's own statement text
+            # Values as literals of their types (a client-side cursor): EXECUTE takes no $n.
+            with psycopg.ClientCursor(conn) as cur:
+                cur.execute(f"EXPLAIN (ANALYZE, TIMING OFF, SUMMARY) EXECUTE {name}"
+                            + (f"({', '.join(['%s'] * len(values))})" if values else ""), values)
+                report = "\n".join(str(row[0]) for row in cur.fetchall())
         for label in ("Planning Time", "Execution Time"):
             found = re.search(label + r": ([0-9.]+) ms", report)
             seconds = float(found.group(1)) / 1000 if found else 0.0
@@ -252,6 +293,26 @@ def _interleaved(args: argparse.Namespace, owner_engine: object, off: dict[str, 
                     out = (off if mode == "off" else on)[kind](i)
                     times.setdefault((kind, mode), []).append(time.perf_counter() - t)
                     counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
+
+
+def _interleaved_server(args: argparse.Namespace,
+                        sides: dict[str, tuple[Store, dict[str, Callable[[int], Plan[Any]]], psycopg.Connection[Any]]],
+                        times: dict[tuple[str, str], list[float]], plan_times: dict[tuple[str, str], list[float]],
+                        counts: dict[tuple[str, str], int]) -> None:
+    """:func:`_interleaved` by the server's time: "off" is the owner's query on the owner's
+    connection, "on" the tenant's on the tenant's, alternating query by query."""
+    prepared: dict[str, dict[str, str]] = {mode: {} for mode in sides}
+    for _ in range(args.rounds):
+        for kind in sides["on"][1]:
+            for i in range(args.queries + 5):  # the first five warm (and let the plan cache choose)
+                for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                    store, plans, conn = sides[mode]
+                    spent, planning, out = _server_seconds(plans[kind](i), store, conn,
+                                                           prepared[mode] if args.prepared else None)
+                    if i >= 5:
+                        times.setdefault((kind, mode), []).append(spent)
+                        plan_times.setdefault((kind, mode), []).append(planning)
+                        counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)
 
 
 def _leakproof(owner: Store, on: bool) -> None:
