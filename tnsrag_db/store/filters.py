@@ -95,19 +95,10 @@ def pair_ids_sql(filters: Mapping[str, str] | None, *, prefix: str = "f", corpus
     :func:`filter_sql` with the same ``corpus_param`` and ``prefix``, whose parameters
     (bound by that call) it shares. ``prefix`` and ``corpus_param`` are code constants.
     """
-    checked = validate_filters(filters)
-    if not checked or any(key in _COLUMN_KEYS for key in checked):
+    names = _pair_names(filters, prefix)
+    if names is None:
         return None
-    names = [(f"{prefix}_p{i}", f"{prefix}_pk{i}", f"{prefix}_pv{i}") for i in range(len(checked))]
-    if probe is not None:
-        alias, _, column = probe.rpartition(".")
-        return " AND ".join(_PAIR_ROW.format(a=alias, col=column, n=n, c=corpus_param, k=k, v=v)
-                            for n, k, v in names)
-    n0, k0, v0 = names[0]
-    first = _PAIRS_ONLY.format(n=n0, c=corpus_param, k=k0, v=v0)
-    others = "".join(" AND " + _PAIR_ROW.format(a=n0, col="entry_id", n=n, c=corpus_param, k=k, v=v)
-                     for n, k, v in names[1:])
-    return f"{first}{others} ORDER BY {n0}.entry_id"
+    return _pair_probe(names, corpus_param, probe) if probe is not None else _pair_ids(names, corpus_param)
 
 
 def pairs_alone(filters: Mapping[str, str] | None, *, prefix: str, corpus_param: str | None,
@@ -115,9 +106,29 @@ def pairs_alone(filters: Mapping[str, str] | None, *, prefix: str, corpus_param:
     """``(ids, condition)``: :func:`pair_ids_sql`'s SELECT of the ids and its condition on
     ``probe``, when the pairs are in use (``corpus_param`` given) and every key is a
     metadata key; else ``("", "")`` (the filter goes through the entry rows)."""
-    if corpus_param is None:
+    names = _pair_names(filters, prefix) if corpus_param is not None else None
+    if names is None or corpus_param is None:
         return "", ""
-    ids = pair_ids_sql(filters, prefix=prefix, corpus_param=corpus_param)
-    if ids is None:
-        return "", ""
-    return ids, pair_ids_sql(filters, prefix=prefix, corpus_param=corpus_param, probe=probe) or ""
+    return _pair_ids(names, corpus_param), _pair_probe(names, corpus_param, probe)
+
+
+def _pair_names(filters: Mapping[str, str] | None, prefix: str) -> list[tuple[str, str, str]] | None:
+    """Alias, key and value parameter names of each filter key (as :func:`filter_sql` binds
+    them), or None when a key is not a metadata key or there is no filter."""
+    checked = validate_filters(filters)
+    if not checked or any(key in _COLUMN_KEYS for key in checked):
+        return None
+    return [(f"{prefix}_p{i}", f"{prefix}_pk{i}", f"{prefix}_pv{i}") for i in range(len(checked))]
+
+
+def _pair_ids(names: list[tuple[str, str, str]], corpus_param: str) -> str:
+    n0, k0, v0 = names[0]
+    first = _PAIRS_ONLY.format(n=n0, c=corpus_param, k=k0, v=v0)
+    others = "".join(" AND " + _PAIR_ROW.format(a=n0, col="entry_id", n=n, c=corpus_param, k=k, v=v)
+                     for n, k, v in names[1:])
+    return f"{first}{others} ORDER BY {n0}.entry_id"
+
+
+def _pair_probe(names: list[tuple[str, str, str]], corpus_param: str, probe: str) -> str:
+    alias, _, column = probe.rpartition(".")
+    return " AND ".join(_PAIR_ROW.format(a=alias, col=column, n=n, c=corpus_param, k=k, v=v) for n, k, v in names)

@@ -175,8 +175,7 @@ class HybridMemoryRetriever:
             limit=str(int(context.max_results)),
             documents=self._documents_sql("h_top", "r.score", "r.score DESC NULLS FIRST, r.best, r.entry_id",
                                           left_join=True))
-        params.update({"h_c": self.vectors.store.corpus, "h_k": self.rrf_k, "h_min": context.min_score,
-                       "h_lim": context.max_results})
+        params.update({"h_c": self.vectors.store.corpus, "h_k": self.rrf_k, "h_min": context.min_score})
         return Statement(sql, params, DOCUMENT_COLUMNS)
 
     def fused_plan(self, query: str, context: RAGContext, *,
