@@ -168,13 +168,14 @@ _PAIRS_CHECK = """
 # k-th HNSW row does not score above 0 and min_score admits 0, the exact scan decides.
 _ENOUGH = "(SELECT count(*) FROM {p}_h WHERE d < 1 OR :{p}_min > 0) >= {k}"
 
-# Few matches: one primary-key scan over the sorted id array (PostgreSQL 17+ walks the
-# leaf pages for it instead of descending once per id).
+# Few matches: one scan of the (corpus, entry_id) index for the id array (PostgreSQL 17+
+# walks the leaf pages for it instead of descending once per id). The btree sorts and
+# deduplicates the array itself, so it is built unsorted: an ORDER BY here sorted it twice.
 _SMALL = """\
 SELECT {p}_y.entry_id, {score} AS score
 FROM embeddings {p}_y
 WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid}
-  AND {p}_y.entry_id = ANY(ARRAY(SELECT id FROM {p}_m ORDER BY id))
+  AND {p}_y.entry_id = ANY(ARRAY(SELECT id FROM {p}_m))
   AND (SELECT n FROM {p}_n) <= {t}
 ORDER BY score DESC, {p}_y.entry_id
 LIMIT {k}"""
