@@ -248,3 +248,23 @@ def test_a_read_made_while_a_plan_runs_uses_the_plans_connection(db_url: URL) ->
         assert len(set(pids)) == 1, pids
     finally:
         engine.dispose()
+
+
+def test_calls_after_a_burst_reuse_the_connection_returned_last(db_url: Any) -> None:
+    """After three connections were in use at once, reads one after another all run on one
+    connection, the one returned last (a FIFO pool would cycle through all three, each
+    idle three times as long, so pinged sooner, and its server process cold)."""
+    from tnsrag_db.store.engine import create_engine
+
+    store = Store(create_engine(db_url, schema=SCHEMA, pool_size=3, max_overflow=0), corpus="test_lifo",
+                  schema=SCHEMA, owns_engine=True)
+    try:
+        burst = [store.engine.connect() for _ in range(3)]
+        pids = [int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()) for conn in burst]
+        for conn in burst:
+            conn.close()
+        assert len(set(pids)) == 3
+        seen = [store.read("SELECT pg_backend_pid() AS pid", {})[0].pid for _ in range(6)]
+        assert seen == [pids[-1]] * 6
+    finally:
+        store.close()

@@ -138,6 +138,7 @@ def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> Asyn
         engine.url.set(drivername="postgresql+psycopg"),
         pool_size=size,
         max_overflow=max(0, int(overflow)),
+        pool_use_lifo=True,  # the connection returned last, as store.engine.create_engine
         connect_args={"options": f"-c search_path={schema},public"},  # as store.engine.create_engine
     )
     sync = created.sync_engine

@@ -152,8 +152,17 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
     ``pool_size`` and ``max_overflow`` are the pool's limits; ``read_only`` opens every
     session with ``default_transaction_read_only=on`` (read replicas: no write can go
     there); other keyword options go to :func:`sqlalchemy.create_engine`.
+
+    The pool hands out the connection returned last (``pool_use_lifo=True``; pass
+    ``pool_use_lifo=False`` for SQLAlchemy's default, the one idle longest): after a burst
+    of concurrent use, calls one after another keep reusing one warm connection, which
+    stays under :data:`PING_AFTER_IDLE_SECONDS` idle, instead of cycling through every
+    idle one, each idle that many times as long (so pinged sooner) and its server
+    process cold; the surplus connections stay idle, for a server-side idle timeout to
+    close.
     """
     validate_schema_name(schema)
+    engine_options.setdefault("pool_use_lifo", True)
     options = f"-c search_path={schema},public" + (" -c default_transaction_read_only=on" if read_only else "")
     engine = sa.create_engine(
         normalize_url(url),
