@@ -3,7 +3,7 @@
 Usage::
 
     python -m bench.bench_tenancy --n 20000 --dim 128 --queries 40 --rounds 4 [--leakproof]
-    python -m bench.bench_tenancy --interleave [--server-time [--prepared]]
+    python -m bench.bench_tenancy --interleave [--server-time [--prepared]] [--aa]
 
 Starts an embedded server unless ``--url`` names one (a superuser URL: the script
 creates a database and a tenant role and drops both afterwards). The tenant's corpus
@@ -29,7 +29,12 @@ generic plan (``bench/bench_plan_reuse.py``), so wall time is what a caller sees
 connection, then ``EXPLAIN (ANALYZE, TIMING OFF, SUMMARY) EXECUTE``), so the plan cache
 keeps its generic plans as it does for the library's statements; with ``--interleave``
 the owner's and the tenant's same query alternate, each on its own connection: the
-policy's cost on the server with the client's noise left out.
+policy's cost on the server with the client's noise left out. ``--interleave --aa`` runs
+the same comparison with the owner on both sides (a second store, engine and connection
+of the owner in place of the tenant's): an A/A run, whose on/off ratios show how far
+from 1.000 the machine's noise alone moves them. The interleaved modes also report the
+paired ratio: the geometric mean of each query's on/off ratio (its two sides run back to
+back), with a 95 % bootstrap interval over the queries.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
 from tnsrag_db.db.driver_lane import native_sql
 from tnsrag_db.db.statement import Plan, Statement, run_plan
+from tnsrag_db.evaluation.resampling import bootstrap_interval
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.store import migrate
@@ -100,7 +106,11 @@ def main() -> None:
     parser.add_argument("--interleave", action="store_true",
                         help="keep RLS on and alternate query by query with the owner's same query as 'off' "
                              "(finer interleaving than rounds of switching RLS off and on)")
+    parser.add_argument("--aa", action="store_true",
+                        help="with --interleave: the owner on both sides (A/A), the ratios' noise floor")
     args = parser.parse_args()
+    if args.aa and not args.interleave:
+        parser.error("--aa compares the owner with itself query by query: use it with --interleave")
     if args.prepared and not args.server_time:
         parser.error("--prepared times the server's execution: use it with --server-time")
     with scratch_database(args.url, "tnsrag_bench", role_password=PASSWORD) as (url, role):
@@ -125,8 +135,9 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
         conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
             sql.Identifier(str(owner_url.database)), sql.Identifier(role)))  # type: ignore[attr-defined]
     tenancy.grant(owner_engine, schema=SCHEMA, role=role, corpus="bench_tenancy")
-    tenant_engine = create_engine(owner_url.set(username=role, password=PASSWORD),  # type: ignore[attr-defined]
-                                  schema=SCHEMA, pool_size=2)
+    # The "on" side: the tenant role, or with --aa the owner again (its own engine and connection).
+    on_url = owner_url if args.aa else owner_url.set(username=role, password=PASSWORD)  # type: ignore[attr-defined]
+    tenant_engine = create_engine(on_url, schema=SCHEMA, pool_size=2)
     tenant = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
     lookup.extra.update({t: lookup.queries[i % 64] for i, t in enumerate(texts)})
     strategies = _strategies(tenant, lookup, texts)
@@ -134,8 +145,8 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     times: dict[tuple[str, str], list[float]] = {}
     plan_times: dict[tuple[str, str], list[float]] = {}
     counts: dict[tuple[str, str], int] = {}
-    tenant_conn = psycopg.connect(owner_url.set(username=role, password=PASSWORD, drivername="postgresql")  # type: ignore[attr-defined]
-                                  .render_as_string(hide_password=False), autocommit=True)
+    tenant_conn = psycopg.connect(on_url.set(drivername="postgresql").render_as_string(hide_password=False),
+                                  autocommit=True)
     register_vector(tenant_conn)
     tenant_conn.execute(f"SET search_path = {SCHEMA}, public")
     modes = ("off", "on", "on+lp") if args.leakproof and not args.interleave else ("off", "on")
@@ -180,15 +191,19 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
                     counts[(kind, mode)] = counts.get((kind, mode), 0) + len(out)  # type: ignore[arg-type]
     print(f"\ntenant role, {args.n} entries in its corpus (+{args.n} of other tenants), dim {args.dim}, "
           f"{args.rounds} x {args.queries} queries per kind and mode")
-    if args.interleave:
+    if args.interleave and args.aa:
+        print("A/A, interleaved query by query: both sides are the owner (no policy), each with its own store and "
+              "connection; the ratios show the noise floor")
+    elif args.interleave:
         print("interleaved query by query: 'RLS off' is the owner (no policy), 'RLS on' the tenant role")
     if args.server_time:
         print("times: the server's planning + execution of each query's statements (EXPLAIN ANALYZE, TIMING OFF)"
               + ("; prepared statements, PostgreSQL's plan cache choosing generic or custom plans" if args.prepared
                  else ""))
     lp = f" {'on+lp ms':>9} {'lp/off':>7}" if args.leakproof and not args.interleave else ""
-    print(f"{'query':<11} {'RLS off ms':>11} {'RLS on ms':>10} {'on/off':>7} {'p90 off':>8} {'p90 on':>7}{lp} "
-          f"{'rows same':>10}")
+    paired_head = f" {'paired':>7} {'95 % interval':>13}" if args.interleave else ""
+    print(f"{'query':<11} {'RLS off ms':>11} {'RLS on ms':>10} {'on/off':>7} {'p90 off':>8} {'p90 on':>7}{lp}"
+          f"{paired_head} {'rows same':>10}")
     for kind in strategies:
         off, on = times[(kind, "off")], times[(kind, "on")]
         m_off, m_on = statistics.median(off) * 1000, statistics.median(on) * 1000
@@ -196,9 +211,15 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
         if lp:
             m_lp = statistics.median(times[(kind, "on+lp")]) * 1000
             extra = f" {m_lp:>9.2f} {m_lp / m_off:>7.3f}"
+        if args.interleave:
+            ratio, (low, high) = _paired_ratio(on, off)
+            extra += f" {ratio:>7.3f} {f'{low:.3f}-{high:.3f}':>13}"
         same = len({counts[(kind, m)] for m in modes}) == 1
         print(f"{kind:<11} {m_off:>11.2f} {m_on:>10.2f} {m_on / m_off:>7.3f} {np.quantile(off, .9) * 1000:>8.2f} "
               f"{np.quantile(on, .9) * 1000:>7.2f}{extra} {str(same):>10}")
+    if args.interleave:
+        print("paired: the geometric mean of the per-query ratios on/off (the same query, run back to back), "
+              "with its 95 % bootstrap interval over the queries")
     if plan_times:
         print("of which planning (medians, ms; EXPLAIN plans every statement, a prepared one may reuse a plan):")
         for kind in strategies:
@@ -212,6 +233,15 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     tenant_conn.close()
     tenant_engine.dispose()
     owner_engine.dispose()
+
+
+def _paired_ratio(on: list[float], off: list[float]) -> tuple[float, tuple[float, float]]:
+    """The geometric mean of the paired ratios ``on[i] / off[i]`` (the interleaved modes
+    time the two sides of query ``i`` back to back) and its 95 % percentile bootstrap
+    interval over the queries."""
+    logs = np.log(np.asarray(on) / np.asarray(off))
+    low, high = bootstrap_interval(logs, resamples=2_000)
+    return float(np.exp(logs.mean())), (float(np.exp(low)), float(np.exp(high)))
 
 
 def _strategies(store: Store, lookup: Lookup, texts: list[str]) -> dict[str, Callable[[int], object]]:
