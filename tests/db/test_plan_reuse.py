@@ -100,6 +100,7 @@ def test_scores_do_not_depend_on_the_plan(db_url: URL) -> None:
     for mode in ("auto", "force_generic_plan", "force_custom_plan"):
         url = db_url.update_query_dict({"options": f"-c plan_cache_mode={mode}"})
         with connect(url, corpus="plan_free_scores", schema=SCHEMA, pool_size=1, max_overflow=0) as store:
+            assert store.read("SHOW plan_cache_mode", {})[0].plan_cache_mode == mode  # the URL's options hold
             keyword = KeywordRAGStrategy(BM25Index(store))
             for q in queries:
                 runs = [keyword.retrieve(q, RAGContext(10)) for _ in range(8)]

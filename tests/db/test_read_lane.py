@@ -268,3 +268,20 @@ def test_calls_after_a_burst_reuse_the_connection_returned_last(db_url: Any) -> 
         assert seen == [pids[-1]] * 6
     finally:
         store.close()
+
+
+def test_a_urls_own_libpq_options_reach_the_connections(db_url: URL) -> None:
+    """``?options=-c ...`` in the URL sets those settings on every pooled connection, beside
+    the library's ``search_path`` (they were dropped: the library's own ``options`` replaced
+    them)."""
+    from tnsrag_db.store.engine import create_engine
+
+    url = db_url.update_query_dict({"options": "-c statement_timeout=4321 -c plan_cache_mode=force_custom_plan"})
+    engine = create_engine(url, schema=SCHEMA, pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW statement_timeout").scalar_one() == "4321ms"
+            assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "force_custom_plan"
+            assert conn.exec_driver_sql("SHOW search_path").scalar_one() == f"{SCHEMA},public"
+    finally:
+        engine.dispose()

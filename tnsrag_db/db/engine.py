@@ -151,7 +151,9 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
 
     ``pool_size`` and ``max_overflow`` are the pool's limits; ``read_only`` opens every
     session with ``default_transaction_read_only=on`` (read replicas: no write can go
-    there); other keyword options go to :func:`sqlalchemy.create_engine`.
+    there); other keyword options go to :func:`sqlalchemy.create_engine`. A libpq
+    ``options`` parameter of the URL (``?options=-c statement_timeout=5000``) is kept,
+    before the library's own (``search_path``, and the read-only default), which win.
 
     The pool hands out the connection returned last (``pool_use_lifo=True``; pass
     ``pool_use_lifo=False`` for SQLAlchemy's default, the one idle longest): after a burst
@@ -163,9 +165,16 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
     """
     validate_schema_name(schema)
     engine_options.setdefault("pool_use_lifo", True)
+    target = normalize_url(url)
     options = f"-c search_path={schema},public" + (" -c default_transaction_read_only=on" if read_only else "")
+    # The URL's own libpq ``options`` (``?options=-c statement_timeout=5000``) go first, so
+    # that the library's settings, last, win where both set one.
+    given = target.query.get("options")
+    if given:
+        options = " ".join([*((given,) if isinstance(given, str) else given), options])
+        target = target.difference_update_query(["options"])
     engine = sa.create_engine(
-        normalize_url(url),
+        target,
         pool_size=pool_size,
         max_overflow=max_overflow,
         # search_path at connection start-up, so SQLAlchemy's default schema and
