@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from tnsrag_db.errors import InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.indexes.vector.sql import documents_sql
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
     StrategyCache,
@@ -46,7 +47,7 @@ from tnsrag_db.integrations._core import (
     search_context,
 )
 from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, RAGStrategy
+from tnsrag_db.strategies.base import RAGStrategy
 from tnsrag_db.types import MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
 
 __all__ = ["NON_STRING_METADATA_KEY", "TnsragRetriever", "TnsragVectorStore", "to_library_filters"]
@@ -311,10 +312,9 @@ class TnsragVectorStore(VectorStore):
     def _by_vector(self, vector: Sequence[float], k: int,
                    flt: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
         sql, params = self._vectors.candidates_sql(vector, k, filters=to_library_filters(flt), min_score=-1.0)
-        rows = self._store.read(
-            f"WITH r AS ({sql}) SELECT {ENTRY_COLUMNS}, r.score FROM r JOIN entries e "
-            "ON e.corpus = :lc_corpus AND e.id = r.entry_id ORDER BY r.score DESC, e.id",
-            {**params, "lc_corpus": self._store.corpus})
+        # The index's own join of the ranking with the entry rows (prefix "v", candidates_sql's
+        # default); the corpus is bound here too, for the empty ranking of a space not made yet.
+        rows = self._store.read(documents_sql(sql, "v"), {"v_c": self._store.corpus, **params})
         return [(_document(r), float(r.score)) for r in rows]
 
     def _select_relevance_score_fn(self) -> Any:

@@ -330,10 +330,15 @@ def documents_sql(p: str, source: str, columns: str, order_by: str, *, join: str
     """``SELECT {columns}, <entry columns> FROM {source} r JOIN entries e ... ORDER BY {order_by}``:
     the entry rows (:data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`, alias ``e``) of the
     ranked rows ``r`` of ``source`` (a CTE name with an ``entry_id`` column)."""
+    lateral = "LEFT JOIN LATERAL" if join.startswith("LEFT") else "CROSS JOIN LATERAL"
     return dedent(f"""\
         SELECT {columns}, {ENTRY_COLUMNS}
         FROM {source} r
-        {join} entries e ON e.corpus = :{p}_c AND e.id = r.entry_id
+        {lateral} (
+          -- One primary-key probe per ranked row, whatever the planner estimates of the
+          -- corpus's size (see indexes/vector/sql.py: _DOCUMENTS).
+          SELECT * FROM entries e WHERE e.corpus = :{p}_c AND e.id = r.entry_id LIMIT 1
+        ) e{" ON TRUE" if lateral.startswith("LEFT") else ""}
         ORDER BY {order_by}""")
 
 

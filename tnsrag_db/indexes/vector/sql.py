@@ -206,13 +206,19 @@ _PATH = """\
 WITH {ctes}
 SELECT {counted} AS n, {ok} AS ok"""
 
-# The ranking joined with the entry rows, in the same statement.
+# The ranking joined with the entry rows, in the same statement: one primary-key probe per
+# ranked row (a LATERAL with LIMIT 1, which the planner cannot turn into a join of its
+# choosing), whatever it estimates of the corpus's size. A generic plan estimates a corpus
+# at the average corpus's size: in a database of many corpora it took a large corpus for a
+# few rows and read all of them, once per ranked row.
 _DOCUMENTS = """\
 WITH {p}_r AS (
 {ranking}
 )
 SELECT {columns}, {p}_r.score
-FROM {p}_r JOIN entries e ON e.corpus = :{p}_c AND e.id = {p}_r.entry_id
+FROM {p}_r CROSS JOIN LATERAL (
+    SELECT * FROM entries e WHERE e.corpus = :{p}_c AND e.id = {p}_r.entry_id LIMIT 1
+) e
 ORDER BY {p}_r.score DESC, e.id"""
 
 _ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
