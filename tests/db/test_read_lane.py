@@ -17,6 +17,7 @@ from tests import fix_corpus_scope
 from tests.fix_db import SCHEMA
 from tnsrag_db.db.driver_lane import native_sql
 from tnsrag_db.db.session import driver_sql
+from tnsrag_db.db.statement import Statement
 from tnsrag_db.errors import DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.types import MemoryEntry, MemoryTier
@@ -283,5 +284,15 @@ def test_a_urls_own_libpq_options_reach_the_connections(db_url: URL) -> None:
             assert conn.exec_driver_sql("SHOW statement_timeout").scalar_one() == "4321ms"
             assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "force_custom_plan"
             assert conn.exec_driver_sql("SHOW search_path").scalar_one() == f"{SCHEMA},public"
+        # The async API's pool (made from this engine) connects with the same options.
+        import asyncio
+
+        from tnsrag_db.db.aio import arun
+        from tnsrag_db.db.statement import one
+
+        store = Store(engine, corpus="test_libpq_options", schema=SCHEMA)
+        shown = asyncio.run(arun(store, one(Statement("SELECT current_setting('statement_timeout') AS timeout, "
+                                                      "current_setting('search_path') AS path"))))
+        assert (shown[0].timeout, shown[0].path) == ("4321ms", f"{SCHEMA},public")
     finally:
         engine.dispose()

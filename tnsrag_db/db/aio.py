@@ -30,6 +30,7 @@ import psycopg
 import sqlalchemy as sa
 
 from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.engine import libpq_options
 from tnsrag_db.db.session import driver_sql
 from tnsrag_db.db.statement import Rows, Statement, arun_plan
 from tnsrag_db.errors import ConfigurationError
@@ -139,7 +140,7 @@ def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> Asyn
         pool_size=size,
         max_overflow=max(0, int(overflow)),
         pool_use_lifo=True,  # the connection returned last, as store.engine.create_engine
-        connect_args={"options": f"-c search_path={schema},public"},  # as store.engine.create_engine
+        connect_args={"options": libpq_options(engine.url, schema=schema)},  # as store.engine.create_engine
     )
     sync = created.sync_engine
 

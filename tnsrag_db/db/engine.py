@@ -34,6 +34,7 @@ __all__ = [
     "PING_AFTER_IDLE_SECONDS",
     "ConnectionHooks",
     "create_engine",
+    "libpq_options",
     "normalize_url",
     "redact_url",
     "register_connection_hooks",
@@ -144,6 +145,19 @@ def _ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
 register_connection_hooks(ConnectionHooks("tnsrag_db.idle_ping", check=_ping_if_idle, reset=_mark_idle))
 
 
+def libpq_options(url: URL, *, schema: str, read_only: bool = False) -> str:
+    """The libpq ``options`` of the library's connections to ``url``: the URL's own
+    ``options`` parameter (``?options=-c statement_timeout=5000``) first, then the
+    library's ``search_path`` (and with ``read_only`` the read-only default), which win
+    where both set one. As a connect argument it replaces the URL's parameter, so it
+    carries both."""
+    ours = f"-c search_path={schema},public" + (" -c default_transaction_read_only=on" if read_only else "")
+    given = url.query.get("options")
+    if not given:
+        return ours
+    return " ".join([*((given,) if isinstance(given, str) else given), ours])
+
+
 def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overflow: int = 10,
                   read_only: bool = False, **engine_options: Any) -> Engine:
     """Create a pooled SQLAlchemy engine whose connections search ``<schema>, public``
@@ -166,20 +180,13 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
     validate_schema_name(schema)
     engine_options.setdefault("pool_use_lifo", True)
     target = normalize_url(url)
-    options = f"-c search_path={schema},public" + (" -c default_transaction_read_only=on" if read_only else "")
-    # The URL's own libpq ``options`` (``?options=-c statement_timeout=5000``) go first, so
-    # that the library's settings, last, win where both set one.
-    given = target.query.get("options")
-    if given:
-        options = " ".join([*((given,) if isinstance(given, str) else given), options])
-        target = target.difference_update_query(["options"])
     engine = sa.create_engine(
         target,
         pool_size=pool_size,
         max_overflow=max_overflow,
         # search_path at connection start-up, so SQLAlchemy's default schema and
         # every unqualified name resolve into the library's schema.
-        connect_args={"options": options},
+        connect_args={"options": libpq_options(target, schema=schema, read_only=read_only)},
         **engine_options,
     )
 
