@@ -327,9 +327,10 @@ def _filtered_entries(p: str, predicate: str, ids: str = "") -> str:
 
 
 def documents_sql(p: str, source: str, columns: str, order_by: str, *, join: str = "JOIN") -> str:
-    """``SELECT {columns}, <entry columns> FROM {source} r JOIN entries e ... ORDER BY {order_by}``:
-    the entry rows (:data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`, alias ``e``) of the
-    ranked rows ``r`` of ``source`` (a CTE name with an ``entry_id`` column)."""
+    """``SELECT {columns}, <entry columns> FROM {source} r ... ORDER BY {order_by}``: the entry
+    rows (:data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`, alias ``e``) of the ranked rows
+    ``r`` of ``source`` (a CTE name with an ``entry_id`` column), each fetched by primary key
+    in a LATERAL subquery; ``join="LEFT JOIN"`` keeps ranked rows without an entry (NULLs)."""
     lateral = "LEFT JOIN LATERAL" if join.startswith("LEFT") else "CROSS JOIN LATERAL"
     return dedent(f"""\
         SELECT {columns}, {ENTRY_COLUMNS}
