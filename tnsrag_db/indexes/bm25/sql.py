@@ -331,15 +331,15 @@ def documents_sql(p: str, source: str, columns: str, order_by: str, *, join: str
     rows (:data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`, alias ``e``) of the ranked rows
     ``r`` of ``source`` (a CTE name with an ``entry_id`` column), each fetched by primary key
     in a LATERAL subquery; ``join="LEFT JOIN"`` keeps ranked rows without an entry (NULLs)."""
-    lateral = "LEFT JOIN LATERAL" if join.startswith("LEFT") else "CROSS JOIN LATERAL"
+    left = join.startswith("LEFT")
     return dedent(f"""\
         SELECT {columns}, {ENTRY_COLUMNS}
         FROM {source} r
-        {lateral} (
+        {"LEFT JOIN LATERAL" if left else "CROSS JOIN LATERAL"} (
           -- One primary-key probe per ranked row, whatever the planner estimates of the
           -- corpus's size (see indexes/vector/sql.py: _DOCUMENTS).
           SELECT * FROM entries e WHERE e.corpus = :{p}_c AND e.id = r.entry_id LIMIT 1
-        ) e{" ON TRUE" if lateral.startswith("LEFT") else ""}
+        ) e{" ON TRUE" if left else ""}
         ORDER BY {order_by}""")
 
 
