@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +34,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from tnsrag_db.db.driver_errors import sqlstate_of
 from tnsrag_db.db.engine import create_engine, redact_url
-from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.errors import ConfigurationError, ValidationError
 
 __all__ = ["CONSISTENCY", "DEFAULT_MAX_LAG", "DEFAULT_WAIT_TIMEOUT", "ReadReplicas", "Replica", "WriteClock", "WriteToken",
            "check_replica_options", "current_token", "open_replicas", "server_gone", "verify_standby"]
@@ -55,6 +56,10 @@ SELECT pg_is_in_recovery() AS standby, (SELECT system_identifier FROM pg_control
 """
 
 
+#: PostgreSQL's ``pg_lsn`` text: two hexadecimal halves of at most 32 bits each.
+_LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class WriteToken:
     """A position in the primary's write-ahead log at or after a write's commit.
@@ -68,11 +73,15 @@ class WriteToken:
 
     @classmethod
     def parse(cls, text: str) -> WriteToken:
-        """The token of a ``pg_lsn`` text such as ``'16/B374D848'``; ValueError for another text."""
-        high, sep, low = text.partition("/")
-        if not sep:
-            raise ValueError(f"not a WAL position: {text!r}")
-        return cls((int(high, 16) << 32) | int(low, 16))
+        """The token of a ``pg_lsn`` text such as ``'16/B374D848'``.
+
+        Raises :class:`~tnsrag_db.errors.ValidationError` (a ``ValueError``) for anything
+        else: another text, or a value that is not a string at all (``None``, bytes).
+        """
+        match = _LSN.fullmatch(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValidationError(f"not a WAL position (expected text like '16/B374D848'): {text!r}")
+        return cls((int(match[1], 16) << 32) | int(match[2], 16))
 
     def __str__(self) -> str:
         return f"{self.lsn >> 32:X}/{self.lsn & 0xFFFFFFFF:X}"
