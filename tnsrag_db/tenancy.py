@@ -35,8 +35,8 @@ from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.errors import ConfigurationError, TnsragError
 from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
-__all__ = ["PAIRS_TABLE", "POLICY_SQL", "TENANT_TABLES", "TenantGrant", "disable", "enable", "filters_use_indexes",
-           "grant", "grants", "is_enabled", "pair_triggers_attached", "revoke", "status"]
+__all__ = ["PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES", "TenantGrant", "disable", "enable",
+           "filters_use_indexes", "grant", "grants", "is_enabled", "pair_triggers_attached", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
@@ -268,17 +268,30 @@ def _check_role(conn: Connection, schema: str, role: str) -> None:
                                  "grant corpora to a plain application role")
 
 
+#: The columns of ``embedding_spaces`` a tenant may set: never ``space_id``, which the
+#: identity assigns, nor ``index_name``, which only the owner's index builds record.
+#: Space ids name the per-space HNSW indexes (partial indexes on ``space_id`` alone), so
+#: an id a tenant could choose would put its vectors into another corpus's index.
+SPACE_INSERT_COLUMNS = ("corpus", "provider", "dimension")
+
 #: Privileges a tenant role needs (and no more): DML on the corpus tables, read on its grants
 #: and on the schema's version (``connect()`` checks it).
 #: TRUNCATE and TRIGGER are taken away: TRUNCATE ignores row-level security, and a trigger
-#: would run the tenant's code in other tenants' sessions.
+#: would run the tenant's code in other tenants' sessions. On ``embedding_spaces`` a tenant
+#: inserts :data:`SPACE_INSERT_COLUMNS` only and updates nothing; it has no privilege on
+#: the schema's sequences (an identity default draws its value without one), so it can
+#: neither read the next space id nor move the sequence.
 _PRIVILEGE_STATEMENTS = (
     "GRANT USAGE ON SCHEMA %1$I TO %2$I",
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON " + ", ".join(f"%1$I.{t}" for t in TENANT_TABLES) + " TO %2$I",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON "
+    + ", ".join(f"%1$I.{t}" for t in TENANT_TABLES if t != "embedding_spaces") + " TO %2$I",
+    "REVOKE INSERT, UPDATE ON %1$I.embedding_spaces FROM %2$I",
+    "GRANT SELECT, DELETE ON %1$I.embedding_spaces TO %2$I",
+    f"GRANT INSERT ({', '.join(SPACE_INSERT_COLUMNS)}) ON %1$I.embedding_spaces TO %2$I",
     "REVOKE TRUNCATE, TRIGGER, REFERENCES ON ALL TABLES IN SCHEMA %1$I FROM %2$I",
     "REVOKE ALL ON %1$I.tenant_grants FROM %2$I",
     "GRANT SELECT ON %1$I.tenant_grants, %1$I.alembic_version TO %2$I",
-    "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %1$I TO %2$I",
+    "REVOKE ALL ON ALL SEQUENCES IN SCHEMA %1$I FROM %2$I",
 )
 #: Read only: the triggers on ``entries`` (SECURITY DEFINER) write the pairs.
 _PAIRS_PRIVILEGES = (

@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.cli._confirm import confirm_destruction, yes_option
-from tnsrag_db.indexes.hnsw_builds import build_due_indexes
 from tnsrag_db.indexes.vector import DEFAULT_INDEX_THRESHOLD
+from tnsrag_db.indexes.vector.hnsw import build_due_indexes
 from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
 from tnsrag_db.store import migrate
 from tnsrag_db.store.engine import create_engine, embedded_url
@@ -222,17 +222,28 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
 
     An application role that owns no table cannot build the index its writes make due;
     its writes warn and this command, run by the owner (e.g. from cron), catches up.
-    Builds run concurrently with reads and writes.
+    Builds run concurrently with reads and writes. Each space is built on its own: a
+    space whose build fails is reported with its corpus and the cause, and the others
+    are still built. The exit status is the number of failed builds (at most 100), 0
+    when every due index was built.
 
     Example: tnsrag db build-indexes --url postgresql://owner@db.internal/app
     """
     with _engine(url, schema) as engine:
-        built = build_due_indexes(Store(engine, schema=schema), threshold)
+        sweep = build_due_indexes(Store(engine, schema=schema), threshold)
     rows = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "vectors": d.vectors,
-             "index": name} for d, name in built]
-    emit({"schema": schema, "built": rows}, as_json,
-         "\n".join(f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']}+ vectors)" for r in rows)
-         or f"schema {schema}: no index due")
+             "index": name} for d, name in sweep.built]
+    failed = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "space_id": d.space_id,
+               "error": type(exc).__name__, "message": str(exc)} for d, exc in sweep.failed]
+    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']}+ vectors)" for r in rows]
+    if not rows and not failed:
+        lines.append(f"schema {schema}: no index due")
+    emit({"schema": schema, "built": rows, "failed": failed}, as_json, "\n".join(lines) or None)
+    for f in failed:
+        click.echo(f"error: index of embedding space {f['space_id']} (corpus {f['corpus']!r}, {f['provider']}, "
+                   f"dimension {f['dimension']}) not built: {f['message']}", err=True)
+    if failed:
+        sys.exit(min(len(failed), 100))
 
 
 def _register_tenant_commands() -> None:

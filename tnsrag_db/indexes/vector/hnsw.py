@@ -28,11 +28,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db._validate import check_number
+from tnsrag_db.errors import ConfigurationError, PermissionDeniedError, TnsragError
 from tnsrag_db.indexes.vector.spaces import Space
 from tnsrag_db.store.schema import hnsw_index_name
 from tnsrag_db.store.store import Store
 
-__all__ = ["DueIndex", "IndexBuildDeferred", "build_due_indexes", "defer_build", "due_indexes", "may_build_indexes"]
+__all__ = ["DueIndex", "IndexBuildDeferred", "IndexSweep", "build_due_indexes", "defer_build", "due_indexes", "may_build_indexes"]
 
 #: HNSW build parameters. ``ef_construction`` is twice pgvector's default: with 64, graphs
 #: of clustered embeddings left whole clusters unreachable (recall@10 of 0 for some
@@ -98,18 +99,56 @@ def due_indexes(store: Store, threshold: int) -> list[DueIndex]:
     return [DueIndex(r.corpus, r.provider, int(r.dimension), int(r.space_id), int(r.vectors)) for r in rows]
 
 
-def build_due_indexes(store: Store, threshold: int) -> list[tuple[DueIndex, str]]:
-    """Build (and record) the HNSW index of every space :func:`due_indexes` lists; returns
-    each space with its index name. Run by the schema's owner; the builds take turns with
-    any other build on the table and do not block writes (see
-    :meth:`VectorMemoryStore.build_index`). Raises :class:`PermissionDeniedError` for a role
-    that may not create indexes."""
-    built: list[tuple[DueIndex, str]] = []
+@dataclass(frozen=True, slots=True)
+class IndexSweep:
+    """What :func:`build_due_indexes` did: each space built (with its index name) and each
+    space whose build failed (with the typed error saying why)."""
+
+    built: list[tuple[DueIndex, str]]
+    failed: list[tuple[DueIndex, TnsragError]]
+
+
+def build_due_indexes(store: Store, threshold: int) -> IndexSweep:
+    """Build (and record) the HNSW index of every space :func:`due_indexes` lists.
+
+    Run by the schema's owner; the builds take turns with any other build on the table
+    and do not block writes (see :meth:`VectorMemoryStore.build_index`). Each space is
+    built on its own: one whose build fails (vectors that do not fit its dimension, a
+    statement timeout) is listed in :attr:`IndexSweep.failed` with its error, and the
+    sweep goes on with the next. Raises :class:`PermissionDeniedError` at once for a role
+    that may not create indexes (no build could succeed).
+    """
+    sweep = IndexSweep([], [])
     for due in due_indexes(store, threshold):
-        name = build_space_index(store.with_corpus(due.corpus), Space(due.space_id, due.dimension, None))
+        try:
+            name = build_space_index(store.with_corpus(due.corpus), Space(due.space_id, due.dimension, None))
+        except PermissionDeniedError:
+            raise
+        except TnsragError as exc:
+            sweep.failed.append((due, exc))
+            continue
         if name is not None:
-            built.append((due, name))
-    return built
+            sweep.built.append((due, name))
+    return sweep
+
+
+def _check_space_of_corpus(conn: Connection, store: Store, space_id: int) -> bool:
+    """Whether space ``space_id`` belongs to the store's corpus; raises
+    :class:`ConfigurationError` when another corpus holds a space of the same id (its
+    index, named by the id alone, would hold both corpora's vectors). Since revision 0010
+    ids come from the identity only; this guards against ids set by hand."""
+    corpora = list(conn.execute(sa.text(
+        # Every corpus on purpose: the one check that no other corpus shares the id.
+        "/* tnsrag:all-corpora */ SELECT corpus FROM embedding_spaces WHERE space_id = :s ORDER BY corpus"),
+        {"s": space_id}).scalars())
+    if store.corpus not in corpora:
+        return False
+    if len(corpora) > 1:
+        raise ConfigurationError(
+            f"embedding space id {space_id} is shared by corpora {', '.join(map(repr, corpora))}: its HNSW "
+            f"index would hold all their vectors, so it is neither built nor dropped. Give each space its own id "
+            f"(`tnsrag db upgrade` to revision 0010 does) and run `tnsrag db build-indexes`")
+    return True
 
 
 def index_state(conn: Connection, store: Store, name: str) -> bool | None:
@@ -128,8 +167,7 @@ def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] 
     corpus = store.corpus
     name = hnsw_index_name(space.space_id)
     with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):
-        if conn.execute(sa.text("SELECT 1 FROM embedding_spaces WHERE corpus = :c AND space_id = :s"),
-                        {"c": corpus, "s": space.space_id}).first() is None:
+        if not _check_space_of_corpus(conn, store, space.space_id):
             return None  # the corpus was dropped meanwhile
         if not index_state(conn, store, name):
             n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
@@ -212,9 +250,15 @@ def build_with_progress(store: Store, build: Callable[[Callable[[int], None] | N
 
 def drop_space_index(store: Store, space: Space) -> bool:
     """Drop ``space``'s HNSW index (``CONCURRENTLY``, after unrecording it so queries stop
-    planning for it); True when one existed. Waits for a build running on the table."""
+    planning for it); True when one existed. Waits for a build running on the table.
+
+    Only the index of a space of the store's corpus: nothing is dropped (False) when the
+    corpus has no space of that id, and :class:`ConfigurationError` is raised when another
+    corpus has one too (the index serves both)."""
     name = hnsw_index_name(space.space_id)
     with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):
+        if not _check_space_of_corpus(conn, store, space.space_id):
+            return False
         existed = index_state(conn, store, name) is not None
         conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s"),
                      {"c": store.corpus, "s": space.space_id})
