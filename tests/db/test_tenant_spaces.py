@@ -28,7 +28,7 @@ from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect
 from tnsrag_db import tenancy
 from tnsrag_db.cli import main_group
-from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.errors import ConfigurationError, DatabaseError
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.indexes.vector.hnsw import drop_space_index
 from tnsrag_db.indexes.vector.spaces import Space
@@ -277,3 +277,29 @@ def test_revision_0010_repairs_planted_space_ids_and_the_sweep_isolates_each_spa
         with psycopg.connect(_conninfo(owner.set(database="postgres")), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(owner.database))))
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role_a)))
+
+
+def test_a_tenant_holding_the_hnsw_build_lock_is_named_instead_of_waited_for(tenants: Tenants) -> None:
+    """Advisory locks carry no privilege: a tenant can take the key the owner's builds take
+    turns under. The owner's build and drop name the holder at once instead of waiting forever."""
+    due = f"due_{uuid.uuid4().hex[:8]}"
+    with connect(tenants.owner, corpus=due) as store:
+        VectorMemoryStore(store, HashingEmbedding(8), index_threshold=None).add_all(
+            [MemoryEntry(f"d{i}", f"due entry {i}") for i in range(3)])
+    with psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"tnsrag_db.hnsw_build:{SCHEMA}",))
+        (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+        try:
+            store = Store(engine, corpus=tenants.corpus_b, schema=SCHEMA)
+            with pytest.raises(DatabaseError, match=rf"held by pid {pid} \(role '{tenants.role_a}'\)"):
+                VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None).build_index()
+        finally:
+            engine.dispose()
+        result = CliRunner().invoke(main_group, ["db", "build-indexes", "--url", _conninfo(tenants.owner),
+                                                 "--threshold", "1", "--json"])
+        report = json.loads(result.stdout[:result.stdout.rindex("}") + 1])
+        assert result.exit_code == len(report["failed"]) >= 1
+        assert all(f"held by pid {pid}" in f["message"] for f in report["failed"])
+    code, report, _ = _build_indexes(tenants.owner, threshold=1)  # once it lets go, the sweep runs
+    assert code == 0 and report["failed"] == [] and due in {r["corpus"] for r in report["built"]}, report

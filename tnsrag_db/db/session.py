@@ -31,7 +31,7 @@ from tnsrag_db.db.driver_lane import PooledReader, engine_watched, send_on_drive
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
-from tnsrag_db.errors import ConfigurationError, DeadlockError
+from tnsrag_db.errors import ConfigurationError, DatabaseError, DeadlockError
 
 __all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "driver_sql",
            "map_db_errors", "retry_on_deadlock"]
@@ -240,16 +240,24 @@ class Session:
 
     # -- locks ------------------------------------------------------------------------
     @contextmanager
-    def session_lock(self, conn: Connection, name: str) -> Iterator[None]:
+    def session_lock(self, conn: Connection, name: str, *, holders_own: str | None = None) -> Iterator[None]:
         """Hold the session-level advisory lock ``name`` on ``conn``, an :meth:`autocommit` connection.
 
         Waited for by polling ``pg_try_advisory_lock`` with no transaction open. A
         session blocked inside ``pg_advisory_lock`` holds a snapshot, and a ``CREATE
         INDEX CONCURRENTLY`` run by the lock's holder (an HNSW build) waits for that
         snapshot while the waiter waits for the holder: a deadlock.
+
+        PostgreSQL checks no privilege on advisory locks: any session may take any key.
+        With ``holders_own`` (a table of the schema), a lock that only that table's owners
+        take is waited for only while its holder is one of them; a holder that is not
+        (a session that took the key by hand) raises :class:`DatabaseError` naming its
+        pid and role, instead of a wait without end.
         """
         key = {"k": name}
         while not conn.execute(sa.text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"), key).scalar_one():
+            if holders_own is not None:
+                self._refuse_foreign_holder(conn, name, holders_own)
             time.sleep(SESSION_LOCK_POLL_SECONDS)
         try:
             yield
@@ -261,11 +269,31 @@ class Session:
             raise
         conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
 
+    def _refuse_foreign_holder(self, conn: Connection, name: str, table: str) -> None:
+        """Raise :class:`DatabaseError` when advisory lock ``name`` is held by a session whose
+        role neither owns ``table`` (directly or through membership) nor is a superuser."""
+        row = conn.execute(sa.text(
+            "SELECT l.pid, r.rolname FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid JOIN pg_roles r ON r.oid = a.usesysid "
+            "CROSS JOIN (SELECT hashtextextended(:k, 0) AS k) h "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.database = "
+            "  (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.classid::bigint = (h.k >> 32) & 4294967295 AND l.objid::bigint = h.k & 4294967295 "
+            "AND NOT r.rolsuper AND NOT pg_has_role(r.oid, (SELECT c.relowner FROM pg_class c "
+            "  WHERE c.oid = to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text)))), 'USAGE') "
+            "LIMIT 1"), {"k": name, "s": self._schema, "t": table}).first()
+        if row is not None:
+            raise DatabaseError(
+                f"the lock {name!r} is held by pid {row.pid} (role {row.rolname!r}), which does not own "
+                f"{self._schema}.{table}: a session that took the library's lock key by hand, not a build. "
+                f"End it (SELECT pg_terminate_backend({row.pid})) and run this again")
+
     def hnsw_build_lock(self, conn: Connection) -> AbstractContextManager[None]:
         """The :meth:`session_lock` under which HNSW builds and index drops on this schema's
         ``embeddings`` table take turns (PostgreSQL runs one concurrent build per table
-        at a time anyway)."""
-        return self.session_lock(conn, f"tnsrag_db.hnsw_build:{self._schema}")
+        at a time anyway). Only the table's owners build and drop: a holder that is not
+        one raises at once (see ``holders_own``)."""
+        return self.session_lock(conn, f"tnsrag_db.hnsw_build:{self._schema}", holders_own="embeddings")
 
     # -- the read path ----------------------------------------------------------------
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
