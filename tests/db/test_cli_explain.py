@@ -28,7 +28,7 @@ def test_query_explain_json_and_text(db_url: URL) -> None:
         out = json.loads(res.output)
         assert out["strategy"] == name and out["plans"]
         assert [(r["entryId"], r["score"]) for r in out["results"]] == \
-            [(r["metadata"]["entryId"], r["score"]) for r in json.loads(plain.output)["results"]] or name == "temporal"
+            [(r["metadata"]["entryId"], r["score"]) for r in json.loads(plain.stdout)["results"]] or name == "temporal"
         for r in out["results"]:
             assert r["explanation"]["score"] == r["score"]
     keyword = json.loads(runner.invoke(main_group, ["query", "TAN-5326", "--strategy", "keyword", *args, "--json",

@@ -159,3 +159,70 @@ def test_a_missing_strategy_module_is_unavailable_in_the_registry(store: Store,
     monkeypatch.setitem(sys.modules, "tnsrag_db.strategies.reasoning", None)
     with pytest.raises(StrategyUnavailableError, match=r"strategy 'reasoning' is not available in this installation"):
         build_strategy("reasoning", store)
+
+
+# -- strategies by name answer as well as their parts ---------------------------------------
+
+
+def _two_streams(store: Store, embedding: Any) -> HybridRAGStrategy:
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+
+    return HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, embedding))
+
+
+def test_hybrid_by_name_on_a_corpus_without_edges_ranks_as_the_two_streams(store: Store) -> None:
+    from tnsrag_db.embeddings import HashingEmbedding
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+
+    words = ["engine", "wing", "flap", "rudder", "fuel", "pump", "blade", "crack", "oil", "filter"]
+    VectorMemoryStore(store, HashingEmbedding()).add_all(
+        [MemoryEntry(f"e{n:02d}", " ".join(words[(n * k) % 10] for k in range(1, 6))) for n in range(40)])
+    by_name = build_strategy("hybrid", store, embedding=HashingEmbedding())
+    assert isinstance(by_name, HybridRAGStrategy) and by_name.graph is not None
+    two = _two_streams(store, HashingEmbedding())
+    for query in ("engine crack", "fuel pump filter", "rudder"):
+        # Before: the graph stream of an edge-less corpus was BM25's seeds again, so BM25 counted twice.
+        assert by_name.retrieve(query, RAGContext(10)) == two.retrieve(query, RAGContext(10)), query
+
+
+def test_hybrid_by_name_fuses_only_what_edges_reach(store: Store) -> None:
+    from tnsrag_db.embeddings import HashingEmbedding
+    from tnsrag_db.indexes.graph import Edge, GraphStore
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+
+    VectorMemoryStore(store, HashingEmbedding()).add_all([
+        MemoryEntry("seed", "turbine blade inspection"),
+        MemoryEntry("linked", "maintenance schedule for the hangar"),
+        MemoryEntry("alone", "catering menu"),
+    ])
+    GraphStore(store).add_edge("seed", "linked", "see-also")
+    by_name = build_strategy("hybrid", store, embedding=HashingEmbedding())
+    explained = by_name.explain("turbine blade", RAGContext(5))  # type: ignore[attr-defined]
+    streams = {r.document.metadata["entryId"]: [s.stream for s in r.explanation.streams]
+               for r in explained.results}
+    assert "graph" not in streams["seed"]  # the seed is BM25's: counted once
+    assert "graph" in streams["linked"]    # the entry the edge reached is the graph's evidence
+
+
+def test_graph_by_name_on_a_corpus_without_edges_says_so(store: Store) -> None:
+    store.add_all([MemoryEntry("a", "turbine blade"), MemoryEntry("b", "blade crack")])
+    explained = build_strategy("graph", store).explain("blade")  # type: ignore[attr-defined]
+    assert any("the corpus has no edges, so the results are the seeds" in (p.detail or "")
+               for p in explained.plans)
+
+
+def test_strategies_by_name_search_the_corpus_space_not_the_process_default(store: Store) -> None:
+    from tnsrag_db.embeddings import HashingEmbedding
+    from tnsrag_db.errors import ProviderConfigurationError
+    from tnsrag_db.indexes.vector import VectorMemoryStore
+
+    corpus_model = HashingEmbedding(dimension=32)  # tnsrag-hash-32: not the process default
+    VectorMemoryStore(store, corpus_model).add_all([MemoryEntry("a", "turbine blade"),
+                                                    MemoryEntry("b", "catering menu")])
+    for name in sorted(EMBEDDING_STRATEGIES):
+        # Before: the process provider's space (empty here) was searched: no results, silently.
+        found = [d.metadata["entryId"] for d in build_strategy(name, store).retrieve("turbine blade")]
+        assert found and found[0] == "a", name
+    with pytest.raises(ProviderConfigurationError, match="no embedding space for provider"):
+        build_strategy("vector", store, embedding="hash")  # the 128-slot hash: no space here

@@ -26,7 +26,7 @@ import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db.errors import TnsragError
-from tnsrag_db.strategies.compose import EMBEDDING_STRATEGIES, STRATEGY_NAMES
+from tnsrag_db.strategies.compose import STRATEGY_NAMES
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
@@ -142,13 +142,9 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False,
                  read_urls=standbys) as store:
         require_corpus(store)  # reads only: a query never creates a corpus
-        # Only the strategies that embed the query load a model (keyword, graph, reasoning never do).
-        embedder = None
-        if strategy in EMBEDDING_STRATEGIES:
-            from tnsrag_db.indexes.spaces import query_embedding
-
-            embedder = query_embedding(store, embedding)
-        chosen = build_strategy(strategy, store, embedding=embedder)
+        # Only the strategies that embed the query load a model (keyword, graph, reasoning never
+        # do); they embed with the corpus's own space's provider, or --embedding's.
+        chosen = build_strategy(strategy, store, embedding=embedding)
         started = time.perf_counter()
         if explain:
             explained = explain_with(chosen, text, context)
@@ -158,4 +154,10 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
         notes = empty_filter_notes(store, context.metadata_filters) if not documents else []
+        if chosen.name == "graph":
+            from tnsrag_db.indexes.graph import GraphStore
+
+            if not GraphStore(store).has_edges():
+                notes.append(f"corpus {corpus!r} has no edges: the graph results are its BM25 seeds, as "
+                             "--strategy keyword ranks them (add edges with tnsrag graph add-edge or tnsrag graph import)")
     _print_results(text, chosen.name, documents, elapsed_ms, notes, as_json)

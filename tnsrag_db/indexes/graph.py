@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db._validate import is_int, is_number
-from tnsrag_db.db.statement import Statement
+from tnsrag_db.db.statement import Statement, one
 from tnsrag_db.errors import DanglingReferenceError, ValidationError
 from tnsrag_db.indexes.graph_walk import hops_statement, walk_statement
 from tnsrag_db.store.staging import EDGE_STAGE_DDL
@@ -280,15 +280,26 @@ class GraphStore:
             return int(conn.execute(sa.text("SELECT count(*) FROM edges WHERE corpus = :c"),
                                     {"c": self.corpus}).scalar_one())
 
+    def has_edges(self) -> bool:
+        """Whether the corpus has any edge (one index probe)."""
+        return bool(self._store.run(one(self.has_edges_statement()))[0][0])
+
     # -- statements (no I/O; run them with Store.run) ------------------------------------
+    def has_edges_statement(self) -> Statement:
+        """One row, one boolean column ``has_edges``: whether the corpus has any edge."""
+        return Statement("SELECT EXISTS (SELECT 1 FROM edges WHERE corpus = :c) AS has_edges", {"c": self.corpus},
+                         ("has_edges",))
+
     def walk_statement(self, seeds: Mapping[str, float], *, columns: str, column_names: Sequence[str],
                        fence: Collection[str] | None, max_depth: int, decay: float, budget: int, max_fan_out: int,
-                       filters: Mapping[str, str] | None, min_score: float, k: int) -> Statement:
+                       filters: Mapping[str, str] | None, min_score: float, k: int,
+                       min_depth: int = 0) -> Statement:
         """The bounded walk from ``seeds`` (entry id to a score > 0) over this corpus's edges:
         see :func:`tnsrag_db.indexes.graph_walk.walk_statement`."""
         return walk_statement(self.corpus, list(seeds), list(seeds.values()), columns=columns,
                               column_names=column_names, fence=fence, max_depth=max_depth, decay=decay,
-                              budget=budget, max_fan_out=max_fan_out, filters=filters, min_score=min_score, k=k)
+                              budget=budget, max_fan_out=max_fan_out, filters=filters, min_score=min_score, k=k,
+                              min_depth=min_depth)
 
     def hops_statement(self, pairs: Sequence[tuple[str, str]]) -> Statement:
         """The heaviest edge of each ``(src, dst)`` pair that has one: rows ``src, dst, relation, weight``."""

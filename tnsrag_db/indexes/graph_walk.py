@@ -106,7 +106,8 @@ _WALK_SQL = textwrap.dedent("""\
     ),
     -- ranked, min_score before the entries are read.
     ranked AS (
-      SELECT * FROM nodes WHERE score >= CAST(:min_score AS float8) ORDER BY score DESC, id
+      SELECT * FROM nodes WHERE score >= CAST(:min_score AS float8) AND depth >= CAST(:min_depth AS int)
+      ORDER BY score DESC, id
     )
     SELECT {columns}, nd.score AS graph_score, nd.depth AS graph_depth, nd.path AS graph_path
     FROM ranked nd CROSS JOIN LATERAL (
@@ -130,13 +131,14 @@ _HOPS_SQL = textwrap.dedent("""\
 def walk_statement(corpus: str, seed_ids: Sequence[str], seed_scores: Sequence[float], *, columns: str,
                    column_names: Sequence[str], fence: Collection[str] | None, max_depth: int, decay: float,
                    budget: int, max_fan_out: int, filters: Mapping[str, str] | None, min_score: float,
-                   k: int) -> Statement:
+                   k: int, min_depth: int = 0) -> Statement:
     """The walk from ``seed_ids`` (scores > 0, checked by the caller) in ``corpus``.
 
     ``columns`` is the entry columns to return (a code constant over alias ``e``, named
     ``column_names``); each row also carries ``graph_score``, ``graph_depth`` and
     ``graph_path`` (a JSON array of ids, seed first), best first (ties by id), at most
-    ``k``. ``fence`` (None for none) confines seeds, walked and returned entries to those
+    ``k``; only entries at least ``min_depth`` hops from their seed are returned (0: the
+    seeds too; 1: only what the edges reached). ``fence`` (None for none) confines seeds, walked and returned entries to those
     sources. Raises :class:`InvalidFilterError` for a bad filter.
     """
     predicate, fparams = filter_sql(filters, alias="e", prefix="f")
@@ -157,6 +159,7 @@ def walk_statement(corpus: str, seed_ids: Sequence[str], seed_scores: Sequence[f
         "max_fan": max_fan_out,
         "edge_budget": EDGE_BUDGET_FACTOR * budget,
         "min_score": min_score,
+        "min_depth": min_depth,
         "k": k,
         **fparams,
     }

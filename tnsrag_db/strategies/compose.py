@@ -8,10 +8,12 @@ declarative runtime (``@retrieval`` modes).
 table of declarative modes says ("Semantic child hits + parent expansion",
 "Semantic child hits + freshness reranking", "Query expansion + semantic base
 strategy"): ``hierarchical``, ``temporal`` and ``multi_query``. Hybrid fuses BM25,
-vector and, whenever the graph modules are installed, the graph stream (a corpus
-without edges gives it only its seeds; a missing graph module keeps the two other
-streams fused, never a fallback to one). The graph strategy has the class defaults
-(depth 2, decay 0.85, 1,024 nodes), no source fence and BM25 seeds.
+vector and, whenever the graph modules are installed, the graph stream of what the
+edges reach from the BM25 seeds (never the seeds themselves: BM25 already counts
+them, so a corpus without edges ranks exactly as the two-stream hybrid; a missing
+graph module keeps the two other streams fused, never a fallback to one). The graph
+strategy has the class defaults (depth 2, decay 0.85, 1,024 nodes), no source fence
+and BM25 seeds; by name it returns its seeds too.
 
 What differs between callers is options, never the rule: the registry asks for the
 ``lexical`` navigator and RM3 expansion (model ``"rm3"``, 3 variants); a declarative
@@ -119,15 +121,15 @@ def _keyword(store: Store, options: StrategyOptions) -> RAGStrategy:
     return KeywordRAGStrategy(BM25Index(store))
 
 
-def graph_strategy(store: Store) -> GraphRAGStrategy:
+def graph_strategy(store: Store, *, include_seeds: bool = True) -> GraphRAGStrategy:
     """The graph strategy over ``store`` with the class defaults (depth 2, decay 0.85, 1,024
-    nodes), no source fence and BM25 seeds."""
+    nodes), no source fence and BM25 seeds; ``include_seeds`` as the class takes it."""
     from tnsrag_db.indexes.graph import GraphStore
     from tnsrag_db.strategies.graph import GraphRAGStrategy
 
     cls = GraphRAGStrategy
     return cls(GRAPH_PROVIDER_NAME, GraphStore(store), None, cls.DEFAULT_MAX_DEPTH, cls.DEFAULT_DEPTH_DECAY,
-               cls.DEFAULT_MAX_VISITED_NODES)
+               cls.DEFAULT_MAX_VISITED_NODES, include_seeds=include_seeds)
 
 
 def _graph(store: Store, options: StrategyOptions) -> RAGStrategy:
@@ -141,7 +143,7 @@ def _hybrid(store: Store, options: StrategyOptions) -> RAGStrategy:
     graph: RAGStrategy | None = None
     try:
         with unavailable_unless_installed("the graph stream", _GRAPH):
-            graph = graph_strategy(store)
+            graph = graph_strategy(store, include_seeds=False)  # the seeds are BM25's: counted once
     except StrategyUnavailableError:  # the spec: a missing graph store keeps the two streams fused
         graph = None
     return HybridRAGStrategy(BM25Index(store), _vector_store(options), graph)

@@ -128,7 +128,11 @@ class GraphRAGStrategy:
     - ``seed_count``: how many seeds to ask for, ≥ 1 (default 10);
     - ``max_fan_out``: the most edges followed from one node per level, heaviest
       first, ≥ 1 (default :attr:`DEFAULT_MAX_FAN_OUT` = 64); see the module
-      docstring for how it bounds the work.
+      docstring for how it bounds the work;
+    - ``include_seeds`` (default True): whether the seeds themselves are results. False
+      returns only what the edges reached (hops ≥ 1): the graph's own evidence, as the
+      hybrid strategy by name fuses it, so a corpus without edges adds nothing there
+      instead of a second copy of the seed ranking.
 
     Seed scores are used as the seed strategy reports them (not normalised); seeds
     scoring ≤ 0 carry no evidence and are dropped, as are seed documents without an
@@ -157,6 +161,7 @@ class GraphRAGStrategy:
         seed_strategy: RAGStrategy | None = None,
         seed_count: int = DEFAULT_SEED_COUNT,
         max_fan_out: int = DEFAULT_MAX_FAN_OUT,
+        include_seeds: bool = True,
     ) -> None:
         if not isinstance(provider_name, str) or not provider_name.strip():
             raise ConfigurationError(f"provider_name must be a non-blank string, got {provider_name!r}")
@@ -169,6 +174,8 @@ class GraphRAGStrategy:
         _check_int(max_visited_nodes, "max_visited_nodes", 1, self.MAX_VISITED_LIMIT)
         _check_int(seed_count, "seed_count", 1, self.MAX_VISITED_LIMIT)
         _check_int(max_fan_out, "max_fan_out", 1, self.MAX_VISITED_LIMIT)
+        if not isinstance(include_seeds, bool):
+            raise ConfigurationError(f"include_seeds must be a bool, got {include_seeds!r}")
         if seed_strategy is not None and not isinstance(seed_strategy, RAGStrategy):
             raise ConfigurationError(f"seed_strategy must be a RAGStrategy, got {type(seed_strategy).__name__}")
         self._provider_name = provider_name
@@ -180,6 +187,7 @@ class GraphRAGStrategy:
         self._seed_strategy = seed_strategy
         self._seed_count = seed_count
         self._max_fan_out = max_fan_out
+        self._include_seeds = include_seeds
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -221,6 +229,11 @@ class GraphRAGStrategy:
     def max_fan_out(self) -> int:
         """Most edges followed from one node per level (heaviest first)."""
         return self._max_fan_out
+
+    @property
+    def include_seeds(self) -> bool:
+        """Whether the seeds themselves are results (False: only entries reached by an edge)."""
+        return self._include_seeds
 
     def __repr__(self) -> str:
         return (f"GraphRAGStrategy(provider_name={self._provider_name!r}, corpus={self._store.corpus!r}, "
@@ -315,9 +328,14 @@ class GraphRAGStrategy:
                                      None if edge is None else float(edge.weight), self._decay, value))
             explanations.append(GraphExplanation(doc.score, path[0], seeds[path[0]], self._decay, tuple(hops),
                                                  seed_details.get(path[0])))
-        plans.append(SearchPlan("walk", "graph", bool(ctx.metadata_filters),
-                                detail=f"{len(seeds)} seed(s), depth <= {self._max_depth}, decay {self._decay:g} "
-                                       f"per hop, at most {self._budget} entries visited"))
+        detail = (f"{len(seeds)} seed(s), depth <= {self._max_depth}, decay {self._decay:g} per hop, at most "
+                  f"{self._budget} entries visited")
+        if not self._include_seeds:
+            detail += "; only entries reached by an edge are results"
+        if not self._store.has_edges():
+            detail += "; the corpus has no edges, so " + (
+                "the results are the seeds" if self._include_seeds else "nothing is reached")
+        plans.append(SearchPlan("walk", "graph", bool(ctx.metadata_filters), detail=detail))
         return explanation_of(self.name, query, docs, explanations, plans)
 
     def traverse(self, seeds: Mapping[str, float], context: RAGContext | None = None) -> list[RetrievedDocument]:
@@ -379,4 +397,5 @@ class GraphRAGStrategy:
         return self._store.walk_statement(
             kept, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES, fence=self._fence,
             max_depth=self._max_depth, decay=self._decay, budget=self._budget, max_fan_out=self._max_fan_out,
-            filters=ctx.metadata_filters, min_score=ctx.min_score, k=ctx.max_results)
+            filters=ctx.metadata_filters, min_score=ctx.min_score, k=ctx.max_results,
+            min_depth=0 if self._include_seeds else 1)

@@ -341,14 +341,28 @@ class HybridRAGStrategy:
         not a plan yet), between the plan's statements."""
         query = check_query(query)
         ctx = resolve_context(context)
-        if self._graph is None:
-            return (yield from self._retriever.fused_plan(query, ctx, weights=self._weights))
+        if self._graph is None or not (yield from self._graph_has_evidence()):
+            if not any(self._weights[:2]):  # only the graph stream was weighted, and it has nothing
+                return []
+            return (yield from self._retriever.fused_plan(query, ctx, weights=self._weights[:2]))
         keyword_docs, vector_docs = yield from self._retriever.rankings_plan(query, ctx)
         pool = self._retriever.pool_size(ctx.max_results)
         graph_docs = self._graph.retrieve(query, RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters))
         fused = reciprocal_rank_fusion(keyword_docs, vector_docs, graph_docs, k=self._retriever.rrf_k,
                                        weights=self._weights)
         return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]
+
+    def _graph_has_evidence(self) -> Plan[bool]:
+        """Whether the graph stream can add anything: False only for a graph stream of reached
+        entries alone (``include_seeds=False``, as hybrid by name has) over a corpus without
+        edges, which is then not run (one index probe instead of its seed search and walk)."""
+        graph = self._graph
+        if graph is None:
+            return False
+        if getattr(graph, "include_seeds", True) is not False:
+            return True
+        rows = yield graph.store.has_edges_statement()  # type: ignore[attr-defined]
+        return bool(rows[0][0])
 
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Fused results, best first; ``min_score`` applies to the RRF score (inclusive)."""
