@@ -64,7 +64,9 @@ class NavNode:
     whether the node has children inside the source fence. ``subtree_text`` is the
     content of the node and all its descendants (capped; see
     ``ReasoningRAGStrategy``), filled only for navigators whose ``wants_subtree_text``
-    attribute is true, else ``""``.
+    attribute is true, else ``""``. ``seed_score`` is, in a seeded descent, the best
+    BM25 score (over the whole corpus) of the query's hits at or beneath the node (0.0
+    when no hit lies beneath it); None in an unseeded one.
     """
 
     id: str
@@ -73,15 +75,17 @@ class NavNode:
     depth: int
     has_children: bool = False
     subtree_text: str = ""
+    seed_score: float | None = None
 
     @classmethod
     def from_content(cls, entry_id: str, content: str, depth: int, *, summary: str | None = None,
-                     has_children: bool = False, subtree_text: str = "") -> NavNode:
+                     has_children: bool = False, subtree_text: str = "",
+                     seed_score: float | None = None) -> NavNode:
         """Build a node, deriving ``title`` and (unless given non-blank) ``summary`` from ``content``."""
         title = next((line.strip() for line in content.splitlines() if line.strip()), "")[:TITLE_CHARS]
         if summary is None or not summary.strip():
             summary = " ".join(content.split())[:SUMMARY_CHARS]
-        return cls(entry_id, title, summary, depth, has_children, subtree_text)
+        return cls(entry_id, title, summary, depth, has_children, subtree_text, seed_score)
 
 
 @runtime_checkable
@@ -94,7 +98,10 @@ class TreeNavigator(Protocol):
     the roots of the hierarchy. Children scored ≤ 0 are not descended into; when every
     score is ≤ 0 the descent stops at ``node``. ``model`` is the provider model name the
     strategy was configured with. Optional attribute ``wants_subtree_text`` (default
-    False): when true the strategy fills :attr:`NavNode.subtree_text`.
+    False): when true the strategy fills :attr:`NavNode.subtree_text`. Optional attribute
+    ``follows_seeds`` (default False): when true, a seeded descent shows the navigator only
+    the children that lead to one of the query's BM25 hits (a navigator that would score
+    the others ≤ 0 saves the budget they cost).
     """
 
     def rank_children(self, query: str, node: NavNode | None, children: Sequence[NavNode],
@@ -147,7 +154,11 @@ def lexical_terms(text: str) -> list[str]:
 class LexicalTreeNavigator:
     """A model-free navigator: Okapi BM25 of the query against each child.
 
-    Each child's document is its title, its summary and the text of its whole subtree
+    In a seeded descent (every child carries a :attr:`NavNode.seed_score`) a child's
+    score is that: the corpus-wide BM25 score of the best hit at or beneath it, whose
+    statistics cover the whole corpus rather than a handful of siblings, so a flat
+    corpus ranks exactly as BM25 does. Otherwise each child's document is its title,
+    its summary and the text of its whole subtree
     (its own content and every descendant's, as the strategy supplies in
     :attr:`NavNode.subtree_text`), so a section scores by what lies anywhere beneath it.
     BM25 statistics (document frequency, average length) are taken over the candidate
@@ -160,6 +171,8 @@ class LexicalTreeNavigator:
 
     #: Ask the strategy for :attr:`NavNode.subtree_text`.
     wants_subtree_text = True
+    #: In a seeded descent, fetch only children that lead to a hit (the others would score 0).
+    follows_seeds = True
 
     def __init__(self, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
         self._k1, self._b = check_bm25_parameters(k1, b)
@@ -169,7 +182,10 @@ class LexicalTreeNavigator:
 
     def rank_children(self, query: str, node: NavNode | None, children: Sequence[NavNode],
                       model: str) -> list[float]:
-        """BM25 score of ``query`` against each child (title + summary + subtree text)."""
+        """BM25 score of ``query`` against each child: its seed score when every child has one,
+        else BM25 over the children's title + summary + subtree text."""
+        if children and all(c.seed_score is not None for c in children):
+            return [float(c.seed_score) for c in children]  # type: ignore[arg-type]
         query_terms = set(lexical_terms(query))
         docs = [Counter(lexical_terms(f"{c.title}\n{c.summary}\n{c.subtree_text}")) for c in children]
         if not docs or not query_terms:

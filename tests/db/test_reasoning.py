@@ -124,7 +124,7 @@ def test_bad_index_navigator_or_fence_are_configuration_errors(manual: Hierarchy
 
 
 def test_lexical_navigator_descends_to_the_matching_leaf_with_its_path(manual: HierarchyIndex) -> None:
-    strategy = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "lexical")
+    strategy = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "lexical", seed_count=None)
     descent = strategy.descend("cracked fan blades")
     [doc] = descent.documents
     assert doc.content == "Fan blades\nInspect every fan blade for cracks and nicks."
@@ -136,6 +136,56 @@ def test_lexical_navigator_descends_to_the_matching_leaf_with_its_path(manual: H
     assert descent.visited == ("cooking", "manual", "engines", "wings", "fan", "oil")
     assert descent.expansions == 3
     assert strategy.retrieve("cracked fan blades") == descent.documents
+
+
+def test_a_seeded_descent_fetches_only_the_branches_of_the_bm25_hits(manual: HierarchyIndex) -> None:
+    unseeded = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "lexical", seed_count=None)
+    strategy = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "lexical")
+    assert strategy.seed_count == ReasoningRAGStrategy.DEFAULT_SEED_COUNT == 50
+    descent = strategy.descend("cracked fan blades")
+    assert descent.documents == unseeded.descend("cracked fan blades").documents
+    # only the hit (fan) and its ancestors are fetched: no sibling spends the budget
+    assert descent.visited == ("manual", "engines", "fan")
+    assert descent.expansions == 3 and descent.branches == 3
+
+
+def test_a_seeded_descent_starts_from_the_best_roots_not_the_first(store: Store) -> None:
+    """The budget goes to the branches holding the query's best hits, wherever they sit in id order."""
+    index = HierarchyIndex(store)
+    entries = [MemoryEntry(f"r{n:03d}", f"Filler chapter {n}\nNothing about the topic here.") for n in range(40)]
+    entries.append(MemoryEntry("z-engines", "Engines\nTurbofan maintenance."))
+    entries.append(MemoryEntry("z-fan", "Fan blades\nInspect every fan blade for cracks.", parent_id="z-engines"))
+    index.add_all(entries)
+    strategy = ReasoningRAGStrategy(index, LexicalTreeNavigator(), "lexical")
+    descent = strategy.descend("cracked fan blade")
+    assert [d.metadata["entryId"] for d in descent.documents] == ["z-fan"]
+    assert descent.visited == ("z-engines", "z-fan")
+    # unseeded, the 15-node budget is spent on the first roots in id order and finds nothing
+    unseeded = ReasoningRAGStrategy(index, LexicalTreeNavigator(), "lexical", seed_count=None).descend(
+        "cracked fan blade")
+    assert unseeded.documents == [] and len(unseeded.visited) == 15
+
+
+def test_a_flat_corpus_degrades_to_the_ranked_seeds(store: Store) -> None:
+    index = HierarchyIndex(store)
+    index.add_all([MemoryEntry(f"d{n:03d}", f"Document {n} about gardening and soil.") for n in range(30)]
+                  + [MemoryEntry("x1", "Jet engine fan blade inspection."),
+                     MemoryEntry("x2", "Fan blade cracks in a jet engine: inspection notes for the fan.")])
+    descent = ReasoningRAGStrategy(index, LexicalTreeNavigator(), "lexical").descend("fan blade inspection")
+    assert {d.metadata["entryId"] for d in descent.documents} == {"x1", "x2"}
+    assert descent.visited in (("x1", "x2"), ("x2", "x1"))
+
+
+def test_a_query_without_bm25_hits_walks_the_roots_in_id_order(manual: HierarchyIndex) -> None:
+    seeded = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "lexical").descend("zeppelin")
+    unseeded = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "lexical", seed_count=None).descend("zeppelin")
+    assert seeded.branches == 0 and seeded.visited == unseeded.visited and seeded.documents == []
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.5])
+def test_a_bad_seed_count_is_a_configuration_error(manual: HierarchyIndex, value: object) -> None:
+    with pytest.raises(ConfigurationError, match="seed_count"):
+        ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m", seed_count=value)  # type: ignore[arg-type]
 
 
 def test_lexical_navigator_scores_by_subtree_text() -> None:
@@ -362,10 +412,12 @@ def test_one_statement_per_frontier_expansion(manual: HierarchyIndex, store: Sto
 
     sa.event.listen(store.engine, "before_cursor_execute", record)
     try:
-        descent = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m").descend("fan blade")
+        descent = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m", seed_count=None).descend("fan blade")
+        seeded = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m").descend("fan blade")
     finally:
         sa.event.remove(store.engine, "before_cursor_execute", record)
-    assert len(statements) == descent.expansions == 3
+    # unseeded: one per expansion; seeded: the seeds' statement, then one per expansion
+    assert len(statements) == descent.expansions + 1 + seeded.expansions and descent.expansions == 3
 
 
 # -- entry points -------------------------------------------------------------------------
@@ -427,4 +479,4 @@ def test_plan_driven_by_run_plan_is_retrieve(manual: HierarchyIndex, store: Stor
     expected = strategy.retrieve("fan blade")
     assert expected
     docs, yielded = drive(store, strategy.plan("fan blade"))
-    assert docs == expected and len(yielded) == strategy.descend("fan blade").expansions
+    assert docs == expected and len(yielded) == 1 + strategy.descend("fan blade").expansions

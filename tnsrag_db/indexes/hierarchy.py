@@ -120,6 +120,44 @@ _KIDS_SQL = textwrap.dedent("""\
       SELECT {columns} FROM entries e
       WHERE e.corpus = :c AND {parent} AND {fence_e} ORDER BY e.id LIMIT :lim
     )""")
+# The chosen children among ranked candidates: the best ``lim`` by rank, one key probe each.
+_CHOSEN_KIDS_SQL = textwrap.dedent("""\
+    kids AS MATERIALIZED (
+      SELECT {columns} FROM unnest(CAST(:among AS text[])) WITH ORDINALITY AS b(id, pos)
+      JOIN entries e ON e.corpus = :c AND e.id = b.id
+      WHERE {parent} AND {fence_e} ORDER BY b.pos LIMIT :lim
+    )""")
+# The ranked candidates first, then the other children in id order (an index scan that
+# stops after ``lim`` rows), ``lim`` in all.
+_RANKED_KIDS_SQL = textwrap.dedent("""\
+    kids AS MATERIALIZED (
+      SELECT {names} FROM (
+        (SELECT {columns}, b.pos AS kid_pos FROM unnest(CAST(:among AS text[])) WITH ORDINALITY AS b(id, pos)
+         JOIN entries e ON e.corpus = :c AND e.id = b.id
+         WHERE {parent} AND {fence_e} ORDER BY b.pos LIMIT :lim)
+        UNION ALL
+        (SELECT {columns}, NULL AS kid_pos FROM entries e
+         WHERE e.corpus = :c AND {parent} AND {fence_e} AND e.id <> ALL(CAST(:among AS text[]))
+         ORDER BY e.id LIMIT :lim)
+      ) u ORDER BY u.kid_pos NULLS LAST, u.entry_id LIMIT :lim
+    )""")
+# The ancestors of ranked entries: each hit and every entry above it (inside the fence,
+# stopping at the first one outside, which hides its subtree), with its parent, its
+# depth below the root (unknown here: levels above the hit) and the best hit score
+# beneath it. ``hops`` bounds a chain the hierarchy checks would have refused.
+_BRANCHES_SQL = textwrap.dedent("""\
+    WITH RECURSIVE hits AS (
+    {hits}
+    ), up (id, parent_id, score, hops) AS (
+      SELECT e.id, e.parent_id, h.score, 0 FROM hits h
+      JOIN entries e ON e.corpus = :c AND e.id = h.entry_id AND {fence_e}
+      UNION ALL
+      SELECT e.id, e.parent_id, up.score, up.hops + 1 FROM up
+      JOIN entries e ON e.corpus = :c AND e.id = up.parent_id AND {fence_e}
+      WHERE up.hops < :max_hops
+    )
+    SELECT id, min(parent_id) AS parent_id, max(score) AS score FROM up GROUP BY id
+    """)
 _HAS_CHILDREN_SQL = ("EXISTS (SELECT 1 FROM entries h WHERE h.corpus = :c AND h.parent_id = k.entry_id "
                      "AND {fence_h}) AS has_children")
 _CHILDREN_SQL = "WITH {kids}\nSELECT k.*, {has_children}, NULL::text AS subtree_text FROM kids k ORDER BY k.entry_id\n"
@@ -322,14 +360,37 @@ class HierarchyIndex:
         sql = _PARENTS_SQL.format(fence="TRUE" if fence is None else "p.source = ANY(:fence)", columns=columns)
         return Statement(sql, params, ("child_id", "level", "score", *column_names))
 
+    def branches_statement(self, hits: Statement, *, fence: Collection[str] | None,
+                           max_hops: int = 64) -> Statement:
+        """Where ranked entries sit in the tree: ``hits`` is a statement of ``(entry_id, score)``
+        rows (such as a BM25 ranking; its parameters must not use the names ``c``, ``fence``
+        and ``max_hops``); the result has one row per hit and per entry above a hit, at most
+        ``max_hops`` levels up: ``id``, ``parent_id`` (None for a root) and ``score``, the
+        best hit score at or beneath it. Entries outside ``fence`` are left out, with
+        everything above them (a fenced-out entry hides its subtree)."""
+        params: dict[str, Any] = {**hits.params, "c": self._store.corpus, "max_hops": max_hops}
+        if fence is None:
+            fence_e = "TRUE"
+        else:
+            params["fence"] = sorted(fence)
+            fence_e = "e.source = ANY(:fence)"
+        sql = _BRANCHES_SQL.format(hits=textwrap.indent(hits.sql.rstrip(), "  "), fence_e=fence_e)
+        return Statement(sql, params, ("id", "parent_id", "score"))
+
     def children_statement(self, parent_id: str | None, limit: int, *, fence: Collection[str] | None,
                            columns: str, column_names: Sequence[str],
-                           subtree: tuple[int, int] | None = None) -> Statement:
+                           subtree: tuple[int, int] | None = None,
+                           among: Sequence[str] | None = None, only_among: bool = True) -> Statement:
         """Up to ``limit`` children of ``parent_id`` (the roots for None) inside ``fence``, in id order:
         ``columns`` (entry columns over alias ``e``, named ``column_names``), ``has_children`` (inside
         the fence) and ``subtree_text``: with ``subtree = (cap, rows)`` each child's subtree text, breadth
-        first, at most ``cap`` characters per child and ``rows`` rows for all children; NULL without."""
+        first, at most ``cap`` characters per child and ``rows`` rows for all children; NULL without.
+        With ``among`` (entry ids, best first), those children first, in that order (each read by
+        its key), then, unless ``only_among``, the others by id: ``limit`` in all. ``column_names``
+        must include ``entry_id`` then."""
         params: dict[str, Any] = {"c": self._store.corpus, "lim": limit}
+        if among is not None:
+            params["among"] = list(among)
         if parent_id is not None:
             params["pid"] = parent_id
         if fence is None:
@@ -337,8 +398,9 @@ class HierarchyIndex:
         else:
             params["fence"] = sorted(fence)
             fence_e, fence_h, fence_d = "e.source = ANY(:fence)", "h.source = ANY(:fence)", "d.source = ANY(:fence)"
-        kids = _KIDS_SQL.format(columns=columns, fence_e=fence_e,
-                                parent="e.parent_id IS NULL" if parent_id is None else "e.parent_id = :pid")
+        template = _KIDS_SQL if among is None else _CHOSEN_KIDS_SQL if only_among else _RANKED_KIDS_SQL
+        kids = template.format(columns=columns, fence_e=fence_e, names=", ".join(f"u.{n}" for n in column_names),
+                               parent="e.parent_id IS NULL" if parent_id is None else "e.parent_id = :pid")
         has_children = _HAS_CHILDREN_SQL.format(fence_h=fence_h)
         if subtree is None:
             sql = _CHILDREN_SQL.format(kids=kids, has_children=has_children)

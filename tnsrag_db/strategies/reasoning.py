@@ -7,6 +7,19 @@ statement (the children of the expanded node, with their rows, whether each has
 children, and — for navigators that want it — the text of each child's subtree) and one
 navigator call.
 
+Seeds. A corpus has thousands of roots and the node budget is small, so the descent
+does not start from the first roots in storage order: one statement first ranks the
+corpus for the query with BM25 (``seed_count`` hits, default 50) and finds where each
+hit sits in the tree (the hit and its ancestors, each with the best hit score beneath
+it). Each expansion then fetches the children that lead to a hit first, best branch
+first, and the other children after them (in id order) while the budget lasts; each
+child carries its branch's score (:attr:`NavNode.seed_score`, 0 without a hit beneath).
+A navigator whose ``follows_seeds`` attribute is true (the lexical one: it scores a
+child without a hit 0) gets only the children that lead to a hit, so no budget goes to
+siblings it would drop. On a flat corpus (no parents) the roots fetched are the best
+BM25 hits. A query that matches nothing in BM25 walks the roots in id order, as an
+unseeded descent (``seed_count`` None) always does.
+
 Scores. A navigator's raw scores are only comparable among siblings, so each sibling set
 is turned into a distribution: a child scored ``s > 0`` gets ``s / Σ positive sibling
 scores``; children scored ≤ 0 are dropped. A node's *path score* is the product of these
@@ -23,8 +36,9 @@ When every root scores ≤ 0 there is no result.
 
 Budget. ``max_nodes_visited`` (default 15) bounds the nodes *fetched*: every child row a
 frontier query returns counts (the virtual root's expansion included), the query asks
-for at most the remaining budget (``LIMIT``, children in id order), and nothing is fetched
-once it is spent. Descendant text aggregated into ``subtree_text`` is a summary computed
+for at most the remaining budget (``LIMIT``, children by branch score, or in id order
+unseeded), and nothing is fetched once it is spent. The seed statement's hits are not
+shown to the navigator and do not count. Descendant text aggregated into ``subtree_text`` is a summary computed
 by that same statement, not fetched nodes.
 
 Filtering (DESIGN, "Metadata filtering"): the walk is not filtered; the metadata filter
@@ -55,6 +69,7 @@ from tnsrag_db.errors import (
     ExecutionError,
     ProviderTransportError,
     RetrievalCancelledError,
+    TnsragError,
 )
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
 from tnsrag_db.navigation import NavNode, TreeNavigator
@@ -97,6 +112,8 @@ class Descent:
     documents: list[RetrievedDocument]
     visited: tuple[str, ...]
     expansions: int
+    #: Entries on the seeds' branches (hits and their ancestors); 0 when unseeded or no hit.
+    branches: int = 0
 
 
 @dataclass(slots=True)
@@ -134,7 +151,9 @@ class ReasoningRAGStrategy:
     to navigators that want it, per child; ``subtree_rows`` (keyword-only, default
     2,000) caps the descendant rows one expansion reads for those texts, all children
     together, breadth first (so a huge subtree costs at most that many rows; deeper
-    text is left out). See the module docstring for scores, budget and filtering.
+    text is left out). ``seed_count`` (keyword-only, default 50) is the number of BM25
+    hits whose branches the descent walks; None starts from the roots in id order. See
+    the module docstring for seeds, scores, budget and filtering.
 
     Raises :class:`ConfigurationError` at construction for an index without a
     :class:`Store` ``store``, a navigator without ``rank_children``, a blank ``model``,
@@ -149,13 +168,16 @@ class ReasoningRAGStrategy:
     DEFAULT_SUBTREE_TEXT_CHARS = 20_000
     #: Default cap on the descendant rows one expansion reads for subtree texts.
     DEFAULT_SUBTREE_ROWS = 2_000
+    #: Default number of BM25 hits whose branches the descent walks.
+    DEFAULT_SEED_COUNT = 50
 
     def __init__(self, index: HierarchyIndex, navigator: TreeNavigator, model: str,
                  allowed_sources: Collection[str] | None = None,
                  max_nodes_visited: int = DEFAULT_MAX_NODES_VISITED,
                  max_depth: int = DEFAULT_MAX_DEPTH, *,
                  subtree_text_chars: int = DEFAULT_SUBTREE_TEXT_CHARS,
-                 subtree_rows: int = DEFAULT_SUBTREE_ROWS) -> None:
+                 subtree_rows: int = DEFAULT_SUBTREE_ROWS,
+                 seed_count: int | None = DEFAULT_SEED_COUNT) -> None:
         store = getattr(index, "store", None)
         if not isinstance(store, Store):
             raise ConfigurationError(f"ReasoningRAGStrategy needs a HierarchyIndex, got {type(index).__name__}")
@@ -176,6 +198,7 @@ class ReasoningRAGStrategy:
         self._max_depth = _positive_int(max_depth, "max_depth")
         self._subtree_chars = _positive_int(subtree_text_chars, "subtree_text_chars")
         self._subtree_rows = _positive_int(subtree_rows, "subtree_rows")
+        self._seed_count = None if seed_count is None else _positive_int(seed_count, "seed_count")
 
     @property
     def name(self) -> str:
@@ -201,6 +224,11 @@ class ReasoningRAGStrategy:
     def allowed_sources(self) -> frozenset[str] | None:
         """The source fence, None for none."""
         return self._fence
+
+    @property
+    def seed_count(self) -> int | None:
+        """BM25 hits whose branches the descent walks (None: unseeded, roots in id order)."""
+        return self._seed_count
 
     def __repr__(self) -> str:
         return (f"ReasoningRAGStrategy(corpus={self._store.corpus!r}, navigator={self._navigator!r}, "
@@ -254,8 +282,14 @@ class ReasoningRAGStrategy:
             explanations.append(ReasoningExplanation(doc.score, self._model, tuple(
                 ReasoningStep(node, raw, total, raw / total) for node, raw, total in steps[doc.metadata["entryId"]])))
         ctx = resolve_context(context)
+        if self._seed_count is None:
+            seeded = "unseeded, roots in id order"
+        elif descent.branches:
+            seeded = f"seeded by BM25: {descent.branches} entries on the branches of its top {self._seed_count}"
+        else:
+            seeded = "no BM25 hit, roots in id order"
         plan = SearchPlan("reasoning", "tree", bool(ctx.metadata_filters),
-                          detail=f"{descent.expansions} expansion(s), {len(descent.visited)} of at most "
+                          detail=f"{seeded}; {descent.expansions} expansion(s), {len(descent.visited)} of at most "
                                  f"{self._max_nodes} nodes fetched, depth <= {self._max_depth}")
         return explanation_of(self.name, check_query(query), descent.documents, explanations, [plan])
 
@@ -266,17 +300,32 @@ class ReasoningRAGStrategy:
         stops: list[_Node] = []
         expansions = 0
         frontier: list[_Node] = []
+        # The seeds' branches: children ids of each node (None: the roots) that lead to a hit, best first.
+        leads: dict[str | None, list[str]] | None = None
+        seed_scores: dict[str, float] = {}
+        branches = 0
+        if self._seed_count is not None:
+            rows = yield self._branches(text)
+            if rows:
+                branches = len(rows)
+                leads = {}
+                for row in sorted(rows, key=lambda r: (-float(r.score), str(r.id))):
+                    leads.setdefault(row.parent_id, []).append(str(row.id))
+                    seed_scores[str(row.id)] = float(row.score)
 
         def expand(parent: _Node | None) -> Plan[None]:
             nonlocal expansions
             depth = 1 if parent is None else parent.nav.depth + 1
-            rows = yield self._children(None if parent is None else parent.nav.id, self._max_nodes - len(visited))
+            parent_id = None if parent is None else parent.nav.id
+            rows = yield self._children(parent_id, self._max_nodes - len(visited),
+                                        None if leads is None else leads.get(parent_id, []))
             expansions += 1
             if not rows:  # the children vanished since the parent was fetched
                 if parent is not None:
                     stops.append(parent)
                 return
-            children = [self._nav_node(row, depth) for row in rows]
+            children = [self._nav_node(row, depth, None if leads is None else seed_scores.get(row.entry_id, 0.0))
+                        for row in rows]
             visited.extend(c.id for c in children)
             scores = self._rank(text, None if parent is None else parent.nav, children)
             total = math.fsum(s for s in scores if s > 0)
@@ -313,31 +362,44 @@ class ReasoningRAGStrategy:
                 documents.append(doc)
                 steps[node.nav.id] = node.steps
         documents.sort(key=lambda d: (-d.score, d.metadata["entryId"]))
-        return Descent(documents[: ctx.max_results], tuple(visited), expansions), steps
+        return Descent(documents[: ctx.max_results], tuple(visited), expansions, branches), steps
 
     # -- helpers ------------------------------------------------------------------------
-    def _children(self, parent_id: str | None, limit: int) -> Statement:
-        """One statement: up to ``limit`` children of ``parent_id`` (roots for None), in id order."""
+    def _branches(self, query: str) -> Statement:
+        """One statement: the BM25 hits of ``query`` and their ancestors, each with its best hit score."""
+        from tnsrag_db.indexes.bm25 import BM25Index
+
+        assert self._seed_count is not None
+        hits = BM25Index(self._store).ranking_statement(query, self._seed_count, prefix="rs")
+        return self._hierarchy.branches_statement(hits, fence=self._fence)
+
+    def _children(self, parent_id: str | None, limit: int, among: list[str] | None) -> Statement:
+        """One statement: up to ``limit`` children of ``parent_id`` (roots for None): those of
+        ``among`` first, in its order (the seeds' branches), then (unless the navigator follows
+        the seeds) the others in id order; without ``among`` in id order."""
         wants_text = getattr(self._navigator, "wants_subtree_text", False) is True
+        follows = getattr(self._navigator, "follows_seeds", False) is True
         return self._hierarchy.children_statement(
             parent_id, limit, fence=self._fence, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES,
-            subtree=(self._subtree_chars, self._subtree_rows) if wants_text else None)
+            subtree=(self._subtree_chars, self._subtree_rows) if wants_text else None, among=among,
+            only_among=follows)
 
     @staticmethod
-    def _nav_node(row: Any, depth: int) -> NavNode:
+    def _nav_node(row: Any, depth: int, seed_score: float | None) -> NavNode:
         raw = row.metadata
         metadata: Mapping[str, Any] = json.loads(raw) if isinstance(raw, str) else (raw or {})
         summary = metadata.get("summary")
         return NavNode.from_content(row.entry_id, row.content, depth,
                                     summary=summary if isinstance(summary, str) else None,
-                                    has_children=bool(row.has_children), subtree_text=row.subtree_text or "")
+                                    has_children=bool(row.has_children), subtree_text=row.subtree_text or "",
+                                    seed_score=seed_score)
 
     def _rank(self, query: str, node: NavNode | None, children: Sequence[NavNode]) -> list[float]:
         """Call the navigator and check its answer: one finite number per child."""
         where = "the roots" if node is None else f"the children of {node.id!r}"
         try:
             answer = self._navigator.rank_children(query, node, tuple(children), self._model)
-        except (ProviderTransportError, ExecutionError, RetrievalCancelledError):
+        except TnsragError:  # the library's own typed errors (timeouts, cancellation...) keep their type
             raise
         except Exception as exc:
             raise ExecutionError(f"tree navigator {self._navigator!r} failed ranking {where}: {exc}") from exc
