@@ -44,6 +44,7 @@ from tnsrag_db.errors import (
     ProviderConfigurationError,
     ProviderTransportError,
     RetrievalCancelledError,
+    StatementTimeoutError,
     ValidationError,
 )
 
@@ -392,12 +393,21 @@ def test_provider_validation_error_propagates() -> None:
     assert info.value is error
 
 
-@pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("boom"), KeyError("boom"), ConfigurationError("boom")])
+@pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("boom"), KeyError("boom")])
 def test_other_exceptions_become_execution_error(error: Exception) -> None:
     with pytest.raises(ExecutionError) as info:
         ValidatingEmbedding(raising(error), name="p")("x")
     assert str(info.value) == f"embedding provider p failed: {error}"
     assert info.value.__cause__ is error
+
+
+@pytest.mark.parametrize("error", [ConfigurationError("boom"), StatementTimeoutError("canceling statement")])
+def test_the_library_s_own_errors_pass_through_unchanged(error: Exception) -> None:
+    # Changed: a provider raising one of the library's typed errors (say, a provider that
+    # reads from the database and times out) keeps its type instead of becoming ExecutionError.
+    with pytest.raises(type(error)) as info:
+        ValidatingEmbedding(raising(error), name="p")("x")
+    assert info.value is error
 
 
 # -- ValidatingEmbedding: batches ------------------------------------------------------

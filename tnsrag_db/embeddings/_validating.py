@@ -24,6 +24,7 @@ from tnsrag_db.errors import (
     EmbeddingValidationError,
     ExecutionError,
     RetrievalError,
+    TnsragError,
     ValidationError,
 )
 
@@ -148,7 +149,7 @@ class ValidatingEmbedding:
     def _invoke(self, call: Callable[[Any], _T], arg: Any) -> _T:
         try:
             return call(arg)
-        except (RetrievalError, EmbeddingValidationError):
+        except TnsragError:  # the library's own typed errors keep their type
             raise
         except Exception as exc:
             raise ExecutionError(f"embedding provider {self._name} failed: {exc}") from exc

@@ -28,7 +28,7 @@ from typing import Any
 
 from tnsrag_db._validate import is_int
 from tnsrag_db.db.statement import Plan, run_plan
-from tnsrag_db.errors import ConfigurationError, ExecutionError, ProviderTransportError, RetrievalCancelledError
+from tnsrag_db.errors import ConfigurationError, ExecutionError, ProviderTransportError, RetrievalCancelledError, TnsragError
 from tnsrag_db.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
 from tnsrag_db.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
 from tnsrag_db.strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
@@ -143,9 +143,10 @@ class MultiQueryRAGStrategy:
     def queries(self, query: str) -> list[str]:
         """The unique queries a retrieval of ``query`` runs: the original first, then the variants.
 
-        Calls the expander once. Raises :class:`ProviderTransportError` or
-        :class:`RetrievalCancelledError` as the expander does, :class:`ExecutionError`
-        for any other expander exception or output that is not a list of strings.
+        Calls the expander once. Raises the library's own errors (any
+        :class:`~tnsrag_db.errors.TnsragError`: :class:`ProviderTransportError`,
+        :class:`RetrievalCancelledError`, a statement timeout...) as the expander raises
+        them, :class:`ExecutionError` for any other expander exception or output that is not a list of strings.
         """
         text = check_query(query)
         self._check_cancelled()
@@ -255,7 +256,7 @@ class MultiQueryRAGStrategy:
     def _call(fn: Callable[[], Any], what: str) -> Any:
         try:
             return fn()
-        except (ProviderTransportError, ExecutionError, RetrievalCancelledError):
+        except TnsragError:  # the library's own typed errors (timeouts, cancellation...) keep their type
             raise
         except Exception as exc:
             raise ExecutionError(f"{what} failed: {exc}") from exc
