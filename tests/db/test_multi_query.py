@@ -254,3 +254,61 @@ def test_plan_driven_by_run_plan_is_retrieve(keyword: KeywordRAGStrategy, store:
     assert len(expected) > 2
     docs, yielded = drive(store, strategy.plan("fan blade"))
     assert docs == expected and len(yielded) == 3  # one keyword statement per query
+
+
+def test_the_library_s_typed_errors_pass_through_the_expander_unchanged(keyword: KeywordRAGStrategy) -> None:
+    from tnsrag_db.errors import ExecutionError, StatementTimeoutError
+
+    class TimingOut:
+        def expand(self, query: str, mode: QueryExpansion, model: str, max_expansions: int) -> list[str]:
+            raise StatementTimeoutError("canceling statement due to statement timeout")
+
+    class Broken:
+        def expand(self, query: str, mode: QueryExpansion, model: str, max_expansions: int) -> list[str]:
+            raise KeyError("x")
+
+    # Before: "query expander failed ..." as an ExecutionError, the timeout's type lost.
+    with pytest.raises(StatementTimeoutError, match="statement timeout"):
+        MultiQueryRAGStrategy(keyword, TimingOut(), QueryExpansion.LLM, "m", 3).retrieve("fan")
+    with pytest.raises(ExecutionError, match="query expander failed"):
+        MultiQueryRAGStrategy(keyword, Broken(), QueryExpansion.LLM, "m", 3).retrieve("fan")
+
+
+def test_rm3_document_terms_probe_postings_by_key_on_fresh_tables(fresh_db_url: object) -> None:
+    """A large document on tables the planner has no statistics for: its terms are read one
+    primary-key probe each (a join planned without statistics took minutes for 37,500 terms)."""
+    import json
+
+    import sqlalchemy as sa
+
+    from tnsrag_db.indexes.bm25 import sql as bm25_sql
+    from tnsrag_db.store.store import connect
+
+    def letters(n: int) -> str:  # plain words (no digits: identifiers would add their parts)
+        out = "zq"
+        for _ in range(4):
+            n, r = divmod(n, 26)
+            out += "abcdefghijklmnopqrstuvwxyz"[r]
+        return out
+
+    words = [letters(n) for n in range(3000)]
+    with connect(fresh_db_url, corpus="fresh", auto_migrate=True) as fresh:  # type: ignore[arg-type]
+        fresh.add_all([MemoryEntry("big", " ".join(words)), MemoryEntry("small", words[3])])
+        index = BM25Index(fresh)
+        terms = index.document_terms(["big", "small", "missing"])
+        assert set(terms) == {"big", "small"} and len(terms["big"]) == 3000 and len(terms["small"]) == 1
+        with fresh.session.transaction() as conn:
+            plan = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + bm25_sql.DOCUMENT_TERMS_SQL),
+                                {"c": "fresh", "ids": ["big"]}).scalar_one()
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    scans: list[tuple[str, str]] = []
+
+    def walk(node: dict[str, object]) -> None:
+        if node.get("Relation Name") == "bm25_postings":
+            scans.append((str(node["Node Type"]), str(node.get("Index Cond"))))
+        for child in node.get("Plans", ()):  # type: ignore[attr-defined]
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    # each probe has the whole key: before, one scan of the entry's postings per lexeme (quadratic)
+    assert scans and all(kind in ("Index Scan", "Index Only Scan") and "lexeme" in cond for kind, cond in scans), scans

@@ -298,7 +298,7 @@ class BM25Index:
             return out
         for row in self._store.read(sql.DOCUMENT_TERMS_SQL, {"c": self._store.corpus, "ids": ids}):
             counts = out.setdefault(row.entry_id, {})
-            if row.lexeme is not None:
+            if row.lexeme is not None and row.tf is not None:
                 counts[row.lexeme] = int(row.tf)
         return out
 

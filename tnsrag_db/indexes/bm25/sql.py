@@ -366,12 +366,15 @@ def sorted_query_terms_sql(p: str) -> str:
 #: Per entry of ``:ids`` that exists: ``entry_id``, ``lexeme``, ``tf`` (one row with NULL
 #: lexeme for an entry without terms).
 DOCUMENT_TERMS_SQL = dedent("""\
-    SELECT e.id AS entry_id, p.lexeme, p.tf
+    SELECT e.id AS entry_id, l.lexeme, p.tf
     FROM entries e
+    LEFT JOIN LATERAL unnest(e.lexemes) AS l(lexeme) ON TRUE
     LEFT JOIN LATERAL (
-      -- The entry's own lexemes lead to its postings by primary key.
-      SELECT bp.lexeme, bp.tf FROM unnest(e.lexemes) AS l(lexeme)
-      JOIN bm25_postings bp ON bp.corpus = e.corpus AND bp.lexeme = l.lexeme AND bp.entry_id = e.id
+      -- The entry's own lexemes lead to its postings, one primary-key probe each (LIMIT 1
+      -- keeps it so whatever the planner estimates: without statistics, on fresh tables,
+      -- it joined a 37,500-term document's lexemes to the postings quadratically).
+      SELECT bp.tf FROM bm25_postings bp
+      WHERE bp.corpus = e.corpus AND bp.lexeme = l.lexeme AND bp.entry_id = e.id LIMIT 1
     ) p ON TRUE
     WHERE e.corpus = :c AND e.id = ANY(:ids)""")
 
