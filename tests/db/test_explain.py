@@ -58,7 +58,7 @@ QUERIES = ["hybrid retrieval fuses keyword and vector rankings", "PostgreSQL mem
 
 def _corpus(store: Store) -> tuple[BM25Index, VectorMemoryStore]:
     entries = list(FileLoader(str(ROOT / "tnsrag_db" / "data" / "sample_corpus.jsonl"), "README.md",
-                              base_dir=ROOT, tier="SEMANTIC").load())
+                              base_dir=ROOT, tier="SEMANTIC", timestamp=None).load())
     # Every third entry undated, the others a week apart.
     entries = [e if i % 3 == 0 else dataclasses.replace(e, timestamp=NOW - timedelta(days=7 * i))
                for i, e in enumerate(entries)]

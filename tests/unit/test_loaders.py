@@ -171,3 +171,34 @@ def test_phase_progress_draws_counts_rates_and_eta() -> None:
     progress.draw()
     assert out.getvalue().count("\x1b[2F") == 1  # the second draw overwrites the first
     assert not PhaseProgress(io.StringIO(), {"read": "files"}).enabled  # not a TTY
+
+
+def test_file_entries_carry_the_file_modification_time(tmp_path: Path) -> None:
+    import os
+    from datetime import datetime, timedelta, timezone
+
+    old = tmp_path / "old.txt"
+    old.write_text("An old note about engines.\n", encoding="utf-8")
+    stamp = datetime(2021, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    os.utime(old, (stamp.timestamp(), stamp.timestamp()))
+    future = tmp_path / "future.md"
+    future.write_text("# Later\nA note dated ahead of the clock.\n", encoding="utf-8")
+    ahead = datetime.now(timezone.utc) + timedelta(days=400)
+    os.utime(future, (ahead.timestamp(), ahead.timestamp()))
+    (tmp_path / "own.jsonl").write_text('{"id": "j", "content": "dated itself", "timestamp": "2020-01-01T00:00:00Z"}\n'
+                                        '{"id": "k", "content": "undated line"}\n', encoding="utf-8")
+    before = datetime.now(timezone.utc)
+    entries = {e.id: e for e in FileLoader(tmp_path, base_dir=tmp_path).load()}
+    assert entries["old.txt#0"].timestamp == stamp
+    # a future file counts as read now: the temporal strategy never meets a future entry
+    assert before <= entries["future.md#1"].timestamp <= datetime.now(timezone.utc)  # type: ignore[operator]
+    # JSONL lines keep what they say (an export reads back exactly): their own date, or none
+    assert entries["j"].timestamp == datetime(2020, 1, 1, tzinfo=timezone.utc)
+    assert entries["k"].timestamp is None
+
+    fixed = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert {e.timestamp for e in FileLoader(old, base_dir=tmp_path, timestamp=fixed).load()} == {fixed}
+    assert {e.timestamp for e in FileLoader(old, base_dir=tmp_path, timestamp=None).load()} == {None}
+    for bad in ("ctime", datetime(2024, 1, 1), 5):
+        with pytest.raises(ConfigurationError, match="timestamp"):
+            FileLoader(old, timestamp=bad)  # type: ignore[arg-type]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import os
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -61,7 +63,13 @@ class FileLoader:
       JSONL files may be up to 1 GiB (:data:`MAX_JSONL_BYTES`), other files 64 MiB.
 
     ``chunker`` sizes the chunks (default: :class:`~tnsrag_db.chunking.Chunker` of 1,000
-    characters). ``encoding`` forces one text encoding instead of detecting it. Files that
+    characters). ``encoding`` forces one text encoding instead of detecting it.
+    ``timestamp`` dates the entries of every file but JSONL (whose lines carry their own
+    timestamps or none, as an export wrote them, so an export reads back exactly):
+    ``"mtime"`` (the default) is the file's modification time, in UTC, clamped to the
+    moment of reading (a file dated in the future counts as new, so the temporal
+    strategy never meets a future entry); an aware :class:`~datetime.datetime` dates them
+    all alike; None leaves them undated. Files that
     are not read are listed in :attr:`skipped` after :meth:`load`: binary, empty or
     unreadable files, and, in directory walks, unknown types (a file named explicitly or
     by a glob is read as text when it has an unknown suffix). ``tier`` (default SEMANTIC)
@@ -73,7 +81,7 @@ class FileLoader:
     def __init__(self, *patterns: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None = None,
                  tier: MemoryTier | str = MemoryTier.SEMANTIC, encoding: str | None = None,
                  chunker: Chunker | None = None, relative_to: Literal["base", "pattern"] = "base",
-                 id_prefix: str = "") -> None:
+                 id_prefix: str = "", timestamp: Literal["mtime"] | datetime | None = "mtime") -> None:
         if not patterns:
             raise ConfigurationError("FileLoader needs at least one path, directory or glob")
         for pattern in patterns:
@@ -88,6 +96,9 @@ class FileLoader:
         if not isinstance(id_prefix, str) or id_prefix.strip() != id_prefix or "#" in id_prefix:
             raise ConfigurationError(f"id_prefix must be a string without '#' or surrounding blanks, "
                                      f"got {id_prefix!r}")
+        if not (timestamp is None or timestamp == "mtime"
+                or (isinstance(timestamp, datetime) and timestamp.utcoffset() is not None)):
+            raise ConfigurationError(f"timestamp must be 'mtime', an aware datetime or None, got {timestamp!r}")
         if chunker is not None and not isinstance(chunker, Chunker):
             raise ConfigurationError(f"chunker must be a Chunker, got {type(chunker).__name__}")
         self._patterns = tuple(os.fspath(p) for p in patterns)
@@ -96,6 +107,7 @@ class FileLoader:
         self._chunker = chunker if chunker is not None else Chunker()
         self._relative_to = relative_to
         self._prefix = id_prefix.strip("/") + "/" if id_prefix.strip("/") else ""
+        self._timestamp = timestamp
         self.skipped: list[SkippedFile] = []
         #: Number of files the last :meth:`load` read entries from.
         self.files_read = 0
@@ -162,6 +174,8 @@ class FileLoader:
                 fmt = "text"
             try:
                 entries = list(self._read(path, rel, fmt))
+                if fmt != "jsonl":
+                    entries = self._dated(path, entries)
             except _Skip as skip:
                 self.skipped.append(SkippedFile(shown, str(skip)))
                 continue
@@ -174,6 +188,20 @@ class FileLoader:
             progress(len(found), len(found))
 
     # -- reading ------------------------------------------------------------------
+    def _dated(self, path: Path, entries: list[MemoryEntry]) -> list[MemoryEntry]:
+        """``entries`` with the file's timestamp where they carry none (see the class docstring)."""
+        if self._timestamp is None or not entries:
+            return entries
+        if isinstance(self._timestamp, datetime):
+            stamp = self._timestamp
+        else:
+            now = datetime.now(timezone.utc)
+            try:
+                stamp = min(datetime.fromtimestamp(path.stat().st_mtime, timezone.utc), now)
+            except (OSError, OverflowError, ValueError):  # vanished, or a date the platform cannot hold
+                return entries
+        return [e if e.timestamp is not None else dataclasses.replace(e, timestamp=stamp) for e in entries]
+
     def _read(self, path: Path, rel: str, fmt: str) -> Iterator[MemoryEntry]:
         limit = MAX_JSONL_BYTES if fmt == "jsonl" else MAX_FILE_BYTES
         try:
