@@ -466,3 +466,23 @@ def test_pruned_search_is_exact(store: Store, monkeypatch: pytest.MonkeyPatch, p
     # An exact tie (the duplicated texts) is ordered by id in both paths.
     ties = [s for _, s in index.search("zzcommon zzrare agent", 200)]
     assert len(ties) != len(set(ties))
+
+
+def test_text_in_either_unicode_form_is_found_by_the_other(store: Store) -> None:
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "Le café de la gare sert un crème brûlée.")
+    nfc = unicodedata.normalize("NFC", "Un café serré au comptoir.")
+    assert nfd != unicodedata.normalize("NFC", nfd)
+    store.add_all([MemoryEntry("nfd", nfd), MemoryEntry("nfc", nfc),
+                   MemoryEntry("pdf", "The con\ufb01guration \ufb01le of the engine."),
+                   MemoryEntry("other", "Tea and biscuits.")])
+    index = BM25Index(store)
+    for query in (unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")):
+        assert {d[0] for d in index.search(query, 10)} == {"nfd", "nfc"}, query
+    assert [d[0] for d in index.search(unicodedata.normalize("NFC", "brûlée"), 10)] == ["nfd"]
+    # compatibility forms meet their plain letters: the PDF ligature, full-width letters
+    assert [d[0] for d in index.search("configuration file", 10)] == ["pdf"]
+    assert [d[0] for d in index.search("\uff45\uff4e\uff47\uff49\uff4e\uff45", 10)] == ["pdf"]
+    # the content is stored as given
+    assert store.get("nfd").content == nfd  # type: ignore[union-attr]

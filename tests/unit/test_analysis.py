@@ -148,8 +148,9 @@ def test_long_documents_keep_every_token() -> None:
 # -- the fast paths change nothing ---------------------------------------------------------
 
 def _analyze_slowly(text: str) -> tuple[list[str], list[str]]:
-    """The analysis without any shortcut: every token through the rewrite, then chunking."""
+    """The analysis without any shortcut: NFKC, every token through the rewrite, then chunking."""
     import re
+    import unicodedata
 
     from tnsrag_db.store import analysis
 
@@ -163,6 +164,7 @@ def _analyze_slowly(text: str) -> tuple[list[str], list[str]]:
         extras.extend(split[1])
         return split[0]
 
+    text = unicodedata.normalize("NFKC", text)
     return list(chunk_text(analysis._TOKEN_RE.sub(replace, text))), extras
 
 

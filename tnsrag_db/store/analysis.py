@@ -16,6 +16,13 @@ terms (``e``, ``g``, ``u``) that match unrelated text; ``x-15`` gives ``15`` and
 ``getX`` gives ``get`` and ``getx``. (Plain one-letter words of the text are still
 PostgreSQL's to keep or drop.)
 
+Text is brought to Unicode normal form NFKC first, documents and queries alike, so the
+same word matches however it was encoded: ``café`` written decomposed (``e`` and a
+combining accent, as macOS file names and some editors write it) matches the composed
+form, and compatibility characters meet their plain letters (the ``ﬁ`` ligature of PDF
+text matches ``fi``, full-width ``Ｆｏｏ`` matches ``Foo``). The content itself is stored
+as given; only its terms are normalised.
+
 A tsvector caps a lexeme's count at 255 and merges positions past 16,383, so the
 rewritten text is cut into chunks of at most :data:`CHUNK_CHARS` characters (at most
 250 tokens each) and the counts of all chunks are summed: long documents keep their
@@ -25,12 +32,22 @@ true term frequencies.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
-__all__ = ["CHUNK_CHARS", "DEFAULT_MAX_QUERY_TERMS", "MAX_TERM_CHARS", "MIN_PART_CHARS", "AnalyzedText", "analyze",
-           "analyze_query", "camel_parts", "chunk_text"]
+__all__ = ["CHUNK_CHARS", "DEFAULT_MAX_QUERY_TERMS", "MAX_TERM_CHARS", "MIN_PART_CHARS", "NORMAL_FORM", "AnalyzedText",
+           "analyze", "analyze_query", "camel_parts", "chunk_text", "normalize_text"]
+
+#: The Unicode normal form text is analysed in (see the module docstring).
+NORMAL_FORM: Final = "NFKC"
+
+
+def normalize_text(text: str) -> str:
+    """``text`` in :data:`NORMAL_FORM` (unchanged, and cheap, when it already is: ASCII always is)."""
+    return text if unicodedata.is_normalized(NORMAL_FORM, text) else unicodedata.normalize(NORMAL_FORM, text)
 
 #: Upper bound on a chunk's length; 500 characters hold at most 250 tokens, below the
 #: tsvector limit of 255 positions per lexeme.
@@ -161,9 +178,10 @@ def chunk_text(text: str, limit: int = CHUNK_CHARS) -> Iterator[str]:
 
 
 def analyze(text: str) -> AnalyzedText:
-    """Rewrite compound identifiers into parts, collect their whole forms and chunk the result."""
+    """Normalise ``text`` (NFKC), rewrite compound identifiers into parts, collect their whole
+    forms and chunk the result."""
     extras: list[str] = []
-    rewritten = _rewrite(text, extras)
+    rewritten = _rewrite(normalize_text(text), extras)
     short = rewritten.lstrip()
     if len(short) <= CHUNK_CHARS:  # the common case: one chunk (what chunk_text yields)
         return AnalyzedText([short.rstrip()] if short else [], extras)
@@ -229,4 +247,4 @@ def analyze_query(text: str, max_terms: int) -> AnalyzedText:
     100,000-word query held a connection for 40 s. (PostgreSQL's parser drops stop words
     and never makes more lexemes of a prefix than it has words.)
     """
-    return analyze(_query_prefix(text, max_terms))
+    return analyze(_query_prefix(normalize_text(text), max_terms))
