@@ -1,0 +1,200 @@
+"""Retrieval quality of every strategy *by name*, as users get them, on two judged collections.
+
+Users build strategies by name (``tnsrag query --strategy NAME``, MCP ``search``,
+``TnsragRetriever(store, strategy=NAME)``): :func:`tnsrag_db.strategies.registry.build_strategy`.
+This benchmark evaluates each of the eight that way, next to the parts they are
+assembled from (BM25 alone and the two-stream hybrid of BM25 and vector search), with
+the shipped embedding model.
+
+Collections:
+
+* ``cranfield``: ``../shared/data/cranfield`` (1,400 aeronautics abstracts, 225 queries,
+  graded judgements), each abstract one flat entry (title and text);
+* ``stdlib``: a known-item collection over real source files nobody here wrote: the
+  Python standard library's ``json``, ``email``, ``asyncio``, ``http``, ``logging`` and
+  ``urllib`` packages, ingested as a user would (:class:`~tnsrag_db.loaders.FileLoader`,
+  one folder tree). Each query is the first sentence of a public function's or class's
+  docstring; the relevant entry is the chunk holding its ``def`` / ``class`` line (the
+  name itself is removed from the query). 200 queries, chosen deterministically.
+
+Per row: nDCG@10, recall@100 and MRR@10 with 95 % bootstrap intervals, and against
+``keyword`` the difference and a paired randomisation test
+(:func:`tnsrag_db.evaluation.evaluate_strategies`).
+
+Usage::
+
+    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|both] [--reuse] [--json]
+
+Without ``--url`` (or ``TNSRAG_DATABASE_URL``) the embedded server of ``connect()`` is
+used, with the corpora ``bench_byname_cranfield`` and ``bench_byname_stdlib``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import re
+import sysconfig
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries, shipped_model
+from tnsrag_db import evaluation
+from tnsrag_db.evaluation import Query
+from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db.loaders import FileLoader
+from tnsrag_db.store.store import Store, connect
+from tnsrag_db.strategies.base import RAGStrategy
+from tnsrag_db.strategies.compose import STRATEGY_NAMES
+from tnsrag_db.strategies.hybrid import HybridRAGStrategy
+from tnsrag_db.strategies.registry import build_strategy
+from tnsrag_db.types import MemoryEntry
+
+STDLIB_PACKAGES = ("json", "email", "asyncio", "http", "logging", "urllib")
+STDLIB_QUERIES = 200
+
+
+def _refresh(store: Store) -> None:
+    with store.session.autocommit() as conn:
+        conn.execute(sa.text("ANALYZE entries"))
+        conn.execute(sa.text("ANALYZE bm25_postings"))
+
+
+def load_cranfield(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]]]:
+    data = DEFAULT_DATA
+    documents = load_documents(data)
+    if not (reuse and store.count() == len(documents)):
+        store.clear()
+        store.add_all(documents)
+        _refresh(store)
+    return load_queries(data), load_judgements(data)
+
+
+def _stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _first_sentence(doc: str) -> str:
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return match.group(1) if match else text
+
+
+def stdlib_queries(entries: list[MemoryEntry]) -> tuple[list[Query], dict[str, dict[str, int]]]:
+    """Known-item queries: a public definition's docstring sentence -> the chunk defining it."""
+    root = _stdlib_root()
+    by_path: dict[str, list[MemoryEntry]] = {}
+    for entry in entries:
+        by_path.setdefault(entry.id.split("#", 1)[0], []).append(entry)
+    candidates: list[tuple[str, str, str]] = []  # (query text, relevant id, key)
+    for rel, chunks in sorted(by_path.items()):
+        path = root / rel
+        if path.suffix != ".py" or not path.is_file():
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if node.name.startswith("_"):
+                continue
+            doc = ast.get_docstring(node)
+            if not doc:
+                continue
+            sentence = _first_sentence(doc)
+            sentence = re.sub(rf"\b{re.escape(node.name)}\b", " ", sentence)
+            if len(sentence.split()) < 5:
+                continue
+            header = lines[node.lineno - 1].strip()
+            holders = [c.id for c in chunks if header in c.content]
+            if len(holders) != 1:
+                continue
+            candidates.append((" ".join(sentence.split()), holders[0], f"{rel}:{node.name}"))
+    rng = random.Random(7)
+    rng.shuffle(candidates)
+    seen: set[str] = set()
+    queries: list[Query] = []
+    qrels: dict[str, dict[str, int]] = {}
+    for text, relevant, _ in candidates:
+        if text in seen:
+            continue
+        seen.add(text)
+        qid = str(len(queries) + 1)
+        queries.append(Query(qid, text, "stdlib"))
+        qrels[qid] = {relevant: 1}
+        if len(queries) == STDLIB_QUERIES:
+            break
+    return queries, qrels
+
+
+def load_stdlib(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]]]:
+    root = _stdlib_root()
+    loader = FileLoader(*(root / p for p in STDLIB_PACKAGES), base_dir=root)
+    entries = list(loader.load())
+    if not (reuse and store.count() == len(entries)):
+        store.clear()
+        store.add_all(entries)
+        _refresh(store)
+    return stdlib_queries(entries)
+
+
+def embed_all(store: Store, entries_of: list[MemoryEntry]) -> None:
+    model, why = shipped_model()
+    if model is None:
+        raise SystemExit(f"this benchmark needs the shipped model: {why}")
+    VectorMemoryStore(store, model).add_all(entries_of)
+
+
+def run_collection(url: str | None, name: str, args: argparse.Namespace) -> evaluation.EvaluationReport:
+    with connect(url, corpus=f"bench_byname_{name}", auto_migrate=True if url else None) as store:
+        if name == "cranfield":
+            queries, qrels = load_cranfield(store, args.reuse)
+            entries = load_documents(DEFAULT_DATA)
+        else:
+            queries, qrels = load_stdlib(store, args.reuse)
+            root = _stdlib_root()
+            entries = list(FileLoader(*(root / p for p in STDLIB_PACKAGES), base_dir=root).load())
+        embed_all(store, entries)
+        model, _ = shipped_model()
+        assert model is not None
+        strategies: dict[str, RAGStrategy] = {
+            "keyword": build_strategy("keyword", store),
+            "hybrid (two streams)": HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, model)),
+        }
+        for strategy in STRATEGY_NAMES:
+            if strategy != "keyword" and (not args.only or strategy in args.only):
+                strategies[strategy] = build_strategy(strategy, store)
+        report = evaluation.evaluate_strategies(strategies, queries, qrels, baseline="keyword",
+                                                resamples=args.resamples, permutations=args.resamples)
+        if args.json:
+            print(json.dumps({"collection": name, **report.to_dict(per_query=False)}, indent=2))
+        else:
+            print(f"{name}: {store.count()} entries, {len(queries)} queries, {report.queries} judged")
+            print(report.table())
+        return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
+    parser.add_argument("--collection", choices=("cranfield", "stdlib", "both"), default="both")
+    parser.add_argument("--only", nargs="*", default=None, help="strategies by name to run (default: all)")
+    parser.add_argument("--reuse", action="store_true", help="reuse loaded corpora of the same size")
+    parser.add_argument("--resamples", type=int, default=2_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    names = ("cranfield", "stdlib") if args.collection == "both" else (args.collection,)
+    for name in names:
+        run_collection(args.url, name, args)
+
+
+if __name__ == "__main__":
+    main()
