@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,6 +31,8 @@ from tnsrag_db.types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from tnsrag_db.strategies.explain import Explanation
 
 __all__ = ["lean_keyword_query", "query"]
 
@@ -81,6 +83,23 @@ def _print_results(text: str, strategy: str, documents: Sequence[RetrievedDocume
               "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
         return
     click.echo(render_text(strategy, documents, elapsed_ms))
+
+
+def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes: list[str]) -> dict[str, Any]:
+    """The ``--json --explain`` document: the ``--json`` one (every key, same names) plus
+    ``queries``, ``plans`` and, per result, ``explanation`` (and ``entryId``, the name
+    ``--explain`` used before it kept ``id``)."""
+    from tnsrag_db.cli._render import result_json
+
+    results = []
+    for r in explained.results:
+        row = result_json(r.rank, r.document)
+        row["entryId"] = row["id"]
+        row["explanation"] = r.explanation.to_dict()
+        results.append(row)
+    return {"query": text, "strategy": explained.strategy, "milliseconds": round(elapsed_ms, 2),
+            "results": results, "notes": notes, "queries": list(explained.queries),
+            "plans": [p.to_dict() for p in explained.plans]}
 
 
 @click.command()
@@ -153,7 +172,10 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         if explain:
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
-            emit({**explained.to_dict(), "milliseconds": round(elapsed_ms, 2)}, as_json, explained.to_text())
+            notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
+            for note in notes:
+                click.echo(f"note: {note}", err=True)
+            emit(_explained_json(text, explained, elapsed_ms, notes), as_json, explained.to_text())
             return
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
