@@ -24,9 +24,10 @@ __all__ = ["corpora", "delete", "drop", "export", "stats"]
 
 
 def _open(url: str | None, schema: str, corpus: str) -> Store:
-    from tnsrag_db.store.store import connect
+    """A store on an existing schema: these commands never create one (see :mod:`tnsrag_db.cli._schema`)."""
+    from tnsrag_db.cli._schema import open_existing
 
-    return connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False)
+    return open_existing(url, schema, corpus)
 
 
 def human_size(n: int) -> str:

@@ -10,8 +10,8 @@ and statements, run on one psycopg connection by a
 nor alembic (~0.5 s of a ~1 s call). Whatever that path does not answer goes to the full
 path (:func:`tnsrag_db.store.store.connect`), which then answers exactly as it always
 has: no results (a missing corpus is an error there, and an empty answer gets its filter
-notes), any error (its messages are the full path's own), a schema not at head (the
-embedded one is migrated there, a URL's is an error), ``--explain``, standbys
+notes), any error (its messages are the full path's own), a schema not at head (an
+existing embedded one is migrated there; a missing one, or a URL's, is an error), ``--explain``, standbys
 (``--read-url`` / ``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, and
 the embedded server when the command runs outside ``tnsrag`` (no kept-running server).
 """
@@ -154,12 +154,11 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             return
 
     from tnsrag_db.admin import empty_filter_notes, require_corpus
-    from tnsrag_db.store.store import connect
+    from tnsrag_db.cli._schema import open_existing
     from tnsrag_db.strategies.explain import explain_with
     from tnsrag_db.strategies.registry import build_strategy
 
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False,
-                 read_urls=standbys) as store:
+    with open_existing(url, schema, corpus, read_urls=standbys) as store:  # a query never creates a schema
         require_corpus(store)  # reads only: a query never creates a corpus
         # Only the strategies that embed the query load a model (keyword, graph, reasoning never do).
         embedder = None
