@@ -173,11 +173,11 @@ class PhaseProgress:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if not self._plain:
+        if not self._plain and exc_type is not SystemExit:  # after "aborted: ..." the lines are stale
             self.draw()
 
 
