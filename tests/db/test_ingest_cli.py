@@ -102,11 +102,12 @@ def test_strict_and_bad_input_write_nothing(tmp_path: Path, target: tuple[list[s
     assert usage.exit_code == 2 and "--meta" in usage.output
     small = run([str(root), *args, "--chunk-tokens", "3"])
     assert small.exit_code == 2 and "--chunk-tokens" in small.output
-    # Two roots without a prefix that give the same id: refused before writing.
+    # Two file roots of the same name give the same id: refused before writing, both named in full.
     (tmp_path / "copy").mkdir()
     (tmp_path / "copy" / "README").write_text("another readme\n")
-    clash = run([str(root), str(tmp_path / "copy"), *args])
+    clash = run([str(root / "README"), str(tmp_path / "copy" / "README"), *args])
     assert clash.exit_code == 1 and "'README#0'" in clash.output and "--id-prefix" in clash.output
+    assert f"{root / 'README'} and {tmp_path / 'copy' / 'README'}" in clash.output
     assert store.count() == 0
     # Only empty files: a summary, not a failure.
     (tmp_path / "only").mkdir()
@@ -181,3 +182,100 @@ def test_ctrl_c_rolls_back_the_open_batch_and_a_rerun_continues(tmp_path: Path,
     res = json.loads(rerun.stdout)
     assert res["unchanged"] == committed and res["inserted"] == 120 - committed
     assert store.count() == 120
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_prune_deletes_only_entries_of_the_roots_it_read(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    args, store = target
+    data = _tree(tmp_path / "data", {"json/a.txt": "alpha json\n", "json/b.txt": "beta json\n",
+                                     "json/c.txt": "gamma json\n", "email/m1.txt": "hello mail\n",
+                                     "email/m2.txt": "second mail\n"})
+    assert run([str(data / "json"), *args, "--id-prefix", "json"]).exit_code == 0
+    assert run([str(data / "email"), *args, "--id-prefix", "email"]).exit_code == 0
+    # The prefix forgotten: the json root is read again under new ids; the email root stays whole.
+    res = run([str(data / "json"), *args, "--prune", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["inserted"] == 3 and out["pruned"] == 3 and out["duplicates"] == 0
+    assert ids(store) == ["a.txt#0", "b.txt#0", "c.txt#0", "email/m1.txt#0", "email/m2.txt#0"]
+    assert {e.metadata["root"] for e in store.iter_entries()} == {str(data / "json"), str(data / "email")}
+    # Two files deleted: pruning 2 entries for the 1 written asks first; off a terminal it needs --yes.
+    (data / "json" / "a.txt").unlink()
+    (data / "json" / "b.txt").unlink()
+    refused = run([str(data / "json"), *args, "--prune"])
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr.startswith(f"error: refusing to prune 2 entries of corpus {store.corpus!r} read earlier "
+                                     f"from {data / 'json'}: more than the 1 this run writes")
+    assert "--yes" in refused.stderr and len(ids(store)) == 5
+    # --dry-run lists them and changes nothing.
+    dry = run([str(data / "json"), *args, "--prune", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert dry.stdout.splitlines() == [
+        f"dry run: 1 entries from 1 file(s) for corpus {store.corpus!r} would be 0 inserted, 0 updated, "
+        "1 unchanged, 2 pruned; nothing was written", "  would prune a.txt#0", "  would prune b.txt#0"]
+    assert json.loads(run([str(data / "json"), *args, "--prune", "--dry-run", "--json"]).stdout)["prune_ids"] == [
+        "a.txt#0", "b.txt#0"]
+    assert len(ids(store)) == 5
+    done = json.loads(run([str(data / "json"), *args, "--prune", "--yes", "--json"]).stdout)
+    assert done["pruned"] == 2 and ids(store) == ["c.txt#0", "email/m1.txt#0", "email/m2.txt#0"]
+    # Ingest's own key: not settable by --meta.
+    assert run([str(data / "json"), *args, "--meta", "root=x"]).exit_code == 2
+
+
+def test_several_roots_and_globs_in_one_command(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    args, store = target
+    doc = tmp_path / "doc"
+    for name in ("python3-six", "python3-toml"):
+        _tree(doc / name, {"README": f"{name} readme\n", "copyright": f"{name} licence\n"})
+    (doc / "other").mkdir()
+    (doc / "other" / "NEWS").write_text("news\n")
+    res = run([str(doc / "python3-six"), str(doc / "python3-toml"), *args, "--json"])
+    assert res.exit_code == 0, res.output
+    assert ids(store) == ["python3-six/README#0", "python3-six/copyright#0", "python3-toml/README#0",
+                          "python3-toml/copyright#0"]
+    assert [r["prefix"] for r in json.loads(res.stdout)["roots"]] == ["python3-six/", "python3-toml/"]
+    # --id-prefix goes in front; a quoted glob names the folders it matches, ids below its fixed part.
+    store.clear()
+    res = run([str(doc / "python3*"), *args, "--id-prefix", "pkgs", "--json"])
+    assert res.exit_code == 0, res.output
+    assert ids(store) == ["pkgs/python3-six/README#0", "pkgs/python3-six/copyright#0",
+                          "pkgs/python3-toml/README#0", "pkgs/python3-toml/copyright#0"]
+    missing = run([str(doc / "nothing*"), *args])
+    assert missing.exit_code == 2 and "matched no files" in missing.output
+    # Two folders of one name, and a root inside another: refused before reading, named in full.
+    _tree(tmp_path / "b" / "python3-six", {"README": "other six\n"})
+    same = run([str(doc / "python3-six"), str(tmp_path / "b" / "python3-six"), *args])
+    assert same.exit_code == 2 and str(tmp_path / "b" / "python3-six") in same.output
+    assert "--id-prefix" in same.output
+    inside = run([str(doc), str(doc / "other"), *args])
+    assert inside.exit_code == 2 and "lies inside root" in inside.output
+
+
+def test_duplicates_get_a_note_and_delete_by_prefix_undoes_them(tmp_path: Path,
+                                                               target: tuple[list[str], Store]) -> None:
+    args, store = target
+    docs = _tree(tmp_path / "docs", {"a.md": "# A\n\nalpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"})
+    first = run([str(docs), *args, "--id-prefix", "kb"])
+    assert first.exit_code == 0 and "note:" not in first.output
+    again = run([str(docs), *args, "--id-prefix", "kb2", "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["duplicates"] == 3
+    assert again.stderr == ("note: 3 of 3 entries inserted duplicate contents already stored under other ids "
+                            "(re-ingested under another prefix?)\n")
+    assert run([str(docs), *args, "--id-prefix", "kb2"]).stderr == ""  # nothing new, no note
+    dry = CliRunner().invoke(main_group, ["delete", "--id-prefix", "kb2", "--dry-run", *args])
+    assert dry.exit_code == 0, dry.output
+    assert dry.stdout.splitlines() == [
+        f"dry run: would delete 3 entries under 'kb2/' from corpus {store.corpus!r}",
+        "  kb2/a.md#1", "  kb2/b.txt#0", "  kb2/c.txt#0"]
+    assert store.count() == 6
+    gone = CliRunner().invoke(main_group, ["delete", "--id-prefix", "kb2/", "--json", *args])
+    assert json.loads(gone.stdout) == {"corpus": store.corpus, "deleted": 3, "id_prefix": "kb2/"}
+    assert ids(store) == ["kb/a.md#1", "kb/b.txt#0", "kb/c.txt#0"]
+    assert CliRunner().invoke(main_group, ["delete", "--id-prefix", "kb", "x", *args]).exit_code == 2

@@ -24,9 +24,10 @@ __all__ = ["corpora", "delete", "drop", "export", "stats"]
 
 
 def _open(url: str | None, schema: str, corpus: str) -> Store:
-    from tnsrag_db.store.store import connect
+    """A store on an existing schema: these commands never create one (see :mod:`tnsrag_db.cli._schema`)."""
+    from tnsrag_db.cli._schema import open_existing
 
-    return connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False)
+    return open_existing(url, schema, corpus)
 
 
 def human_size(n: int) -> str:
@@ -117,55 +118,104 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
     click.echo("\n".join(lines))
 
 
+#: Ids a dry run lists in its text output (--json lists all).
+_SHOWN_IDS = 50
+
+_PREFIX_SQL = "SELECT id FROM entries WHERE corpus = :c AND starts_with(id, :p) ORDER BY id"
+
+
+def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_prefix: str | None,
+                missing_ok: bool) -> tuple[list[str], list[str]]:
+    """The ids a delete removes (that exist) and the ids given that do not exist."""
+    from tnsrag_db.errors import ValidationError
+    from tnsrag_db.store.filters import filter_sql
+
+    if id_prefix is not None:
+        return [r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})], []
+    if chosen:
+        predicate, params = filter_sql(chosen, corpus_param="c")
+        # The predicate is built from code constants; the filter values are bound parameters.
+        rows = store.read(f"SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} ORDER BY e.id",
+                          {**params, "c": store.corpus})
+        return [r.id for r in rows], []
+    wanted = list(dict.fromkeys(ids))
+    found = store.get_many(wanted)
+    missing = [i for i in wanted if i not in found]
+    if missing and not missing_ok:
+        raise ValidationError(f"no entr{'y' if len(missing) == 1 else 'ies'} "
+                              f"{', '.join(map(repr, missing))} in corpus {store.corpus!r}; nothing was deleted "
+                              "(--missing-ok deletes the others)")
+    return [i for i in wanted if i in found], missing
+
+
 @click.command()
 @click.argument("ids", nargs=-1)
 @db_options
 @corpus_option
 @click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
               help="Delete every entry matching all these exact filters (e.g. source=old.md), instead of IDS.")
+@click.option("--id-prefix", default=None, metavar="PREFIX",
+              help="Delete every entry whose id starts with PREFIX/ (what ingest --id-prefix PREFIX wrote), "
+                   "instead of IDS.")
 @click.option("--missing-ok", is_flag=True, help="Delete the IDS that exist and ignore the others.")
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @json_option
 @handle_errors
 def delete(ids: tuple[str, ...], url: str | None, schema: str, corpus: str, filters: tuple[str, ...],
-           missing_ok: bool, as_json: bool) -> None:
-    """Delete entries (with their vectors, BM25 postings and edges) by id, or every entry
-    matching --filter.
+           id_prefix: str | None, missing_ok: bool, dry_run: bool, as_json: bool) -> None:
+    """Delete entries (with their vectors, BM25 postings and edges) by id, every entry
+    matching --filter, or every entry under --id-prefix.
 
     By id, every id must exist (unless --missing-ok): a missing one deletes nothing.
+    --id-prefix docs deletes the ids beginning "docs/" (an ingest's --id-prefix, e.g. one
+    given by mistake). --dry-run lists the ids instead of deleting them.
 
-    Example: tnsrag delete guide.md#3 guide.md#4 --corpus docs   (or: tnsrag delete --filter source=old.md)
+    Example: tnsrag delete guide.md#3 guide.md#4 --corpus docs   (or: --filter source=old.md, or: --id-prefix docs --dry-run)
     """
     from tnsrag_db.admin import require_corpus
-    from tnsrag_db.errors import ValidationError
 
-    if bool(ids) == bool(filters):
-        raise click.UsageError("give entry IDS or --filter KEY=VALUE, not both" if ids
-                               else "give entry IDS or --filter KEY=VALUE")
+    if sum(map(bool, (ids, filters, id_prefix is not None))) != 1:
+        raise click.UsageError("give entry IDS, --filter KEY=VALUE or --id-prefix PREFIX (one of them)")
+    prefix = None
+    if id_prefix is not None:
+        prefix = id_prefix.strip("/") + "/"
+        if prefix == "/":
+            raise click.BadParameter("must not be empty (tnsrag drop removes a whole corpus)", param_hint="--id-prefix")
     chosen = parse_pairs(filters, "--filter")
     with _open(url, schema, corpus) as store:
         require_corpus(store)
-        if chosen:
-            deleted = store.delete_where(chosen)
-            data = {"corpus": corpus, "filter": chosen, "deleted": deleted}
-            emit(data, as_json, f"deleted {deleted} entr{'y' if deleted == 1 else 'ies'} matching "
-                                f"{', '.join(f'{k}={v}' for k, v in chosen.items())} from corpus {corpus!r}")
-            if not deleted and not as_json:
-                from tnsrag_db.admin import empty_filter_notes
+        found: list[str] = []
+        missing: list[str] = []
+        if chosen and not dry_run:
+            deleted = store.delete_where(chosen)  # one statement: what matches when it runs
+        else:
+            found, missing = _chosen_ids(store, ids, chosen, prefix, missing_ok)
+            deleted = len(found) if dry_run else store.delete_many(found)
+        if not deleted and chosen and not as_json:
+            from tnsrag_db.admin import empty_filter_notes
 
-                for note in empty_filter_notes(store, chosen):
-                    click.echo(f"note: {note}", err=True)
-            return
-        wanted = list(dict.fromkeys(ids))
-        found = store.get_many(wanted)
-        missing = [i for i in wanted if i not in found]
-        if missing and not missing_ok:
-            raise ValidationError(f"no entr{'y' if len(missing) == 1 else 'ies'} "
-                                  f"{', '.join(map(repr, missing))} in corpus {corpus!r}; nothing was deleted "
-                                  "(--missing-ok deletes the others)")
-        deleted = store.delete_many([i for i in wanted if i in found])
-    emit({"corpus": corpus, "deleted": deleted, "missing": missing}, as_json,
-         f"deleted {deleted} entr{'y' if deleted == 1 else 'ies'} from corpus {corpus!r}"
-         + (f"; not found: {', '.join(missing)}" if missing else ""))
+            for note in empty_filter_notes(store, chosen):
+                click.echo(f"note: {note}", err=True)
+    what = (f" matching {', '.join(f'{k}={v}' for k, v in chosen.items())}" if chosen
+            else f" under {prefix!r}" if prefix else "")
+    data: dict[str, object] = {"corpus": corpus, "deleted": deleted}
+    if chosen:
+        data["filter"] = chosen
+    elif prefix:
+        data["id_prefix"] = prefix
+    else:
+        data["missing"] = missing
+    if dry_run:
+        data.update(dry_run=True, ids=found)
+        text = f"dry run: would delete {deleted} entr{'y' if deleted == 1 else 'ies'}{what} from corpus {corpus!r}"
+        text += "".join(f"\n  {i}" for i in found[:_SHOWN_IDS])
+        if len(found) > _SHOWN_IDS:
+            text += f"\n  ... and {len(found) - _SHOWN_IDS} more (--json lists every id)"
+    else:
+        text = f"deleted {deleted} entr{'y' if deleted == 1 else 'ies'}{what} from corpus {corpus!r}"
+        if missing:
+            text += f"; not found: {', '.join(missing)}"
+    emit(data, as_json, text)
 
 
 @click.command()

@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.embeddings import resolve_embedding
-from tnsrag_db.store.store import connect
+from tnsrag_db.cli._schema import open_existing
 
 __all__ = ["embed"]
 
@@ -40,7 +40,7 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
     provider = resolve_embedding(embedding)
     truncated_before = getattr(provider, "truncated_texts", 0)
     started = time.perf_counter()
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+    with open_existing(url, schema, corpus) as store:  # re-embeds an existing corpus: never creates a schema
         total = store.count()
         if total == 0:
             raise click.UsageError(f"corpus {corpus!r} has no entries; ingest some first (tnsrag ingest)")

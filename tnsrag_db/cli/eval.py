@@ -8,7 +8,7 @@ import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.errors import EvaluationDataError
-from tnsrag_db.store.store import connect
+from tnsrag_db.cli._schema import open_existing
 from tnsrag_db.strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
 
 __all__ = ["eval_command"]
@@ -67,7 +67,7 @@ def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, qu
     names = list(dict.fromkeys(strategies or _DEFAULT_STRATEGIES))
     if baseline not in names:
         names.insert(0, baseline)
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+    with open_existing(url, schema, corpus) as store:  # reads only: never creates a schema
         evaluation.check_corpus(store, qrels, queries)
         from tnsrag_db.embeddings import HashingEmbedding
         from tnsrag_db.indexes.spaces import query_embedding

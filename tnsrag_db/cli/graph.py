@@ -19,7 +19,8 @@ from tqdm import tqdm
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.errors import ValidationError
 from tnsrag_db.indexes.graph import DEFAULT_RELATION, Edge, GraphStore
-from tnsrag_db.store.store import Store, connect
+from tnsrag_db.cli._schema import open_existing
+from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.compose import graph_strategy
 
 __all__ = ["graph", "graph_strategy", "read_edges"]
@@ -93,9 +94,9 @@ def _target_options(func: F) -> F:
 def _open(ctx: click.Context, url: str | None, schema: str | None, corpus: str | None) -> Store:
     o = ctx.obj
     url = url if url is not None else o["url"]
-    return connect(url, corpus=corpus if corpus is not None else o["corpus"],
-                   schema=schema if schema is not None else o["schema"],
-                   auto_migrate=None if url is None else False)
+    # Edges join entries that exist: no graph command creates a schema.
+    return open_existing(url, schema if schema is not None else o["schema"],
+                         corpus if corpus is not None else o["corpus"])
 
 
 @click.group()

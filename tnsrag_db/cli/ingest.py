@@ -3,12 +3,14 @@
 The steps: pick the embedding (:func:`choose_embedding`), read every file (skips are
 collected, ``--strict`` refuses them before anything is written), validate every entry,
 then :meth:`VectorMemoryStore.ingest` (embedding overlaps the writes, each batch commits
-on its own), then ``--prune``, then the summary.
+on its own), then ``--prune``, then the summary. What PATHs are and the ids they give:
+:mod:`tnsrag_db.cli._roots`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sys
 import time
 from collections import Counter
@@ -19,6 +21,7 @@ from typing import Any
 import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db.cli._confirm import confirm_destruction, yes_option
 from tnsrag_db.errors import ConfigurationError, IngestInterrupted, InvalidEntryError
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
@@ -44,36 +47,6 @@ def choose_embedding(name: str | None = None) -> Any:
     return resolve_embedding(name, on_fallback=lambda notice: click.echo(notice, err=True))
 
 
-def _check_unique(entries: list[MemoryEntry]) -> None:
-    first: dict[str, MemoryEntry] = {}
-    for entry in entries:
-        seen = first.setdefault(entry.id, entry)
-        if seen is not entry:
-            raise InvalidEntryError(
-                f"entry id {entry.id!r} comes from both {seen.metadata.get('path', seen.source)!r} and "
-                f"{entry.metadata.get('path', entry.source)!r}; give the roots different --id-prefix values",
-                entry_id=entry.id)
-
-
-def _stale_ids(store: Any, roots: list[tuple[str, Path]], prefix: str, kept: set[str]) -> list[str]:
-    """Ids of file entries in this run's namespace that a root owns and this run did not produce.
-
-    A directory root owns every path of the namespace (``--id-prefix``, or none), a file
-    root its own name: entries of a deleted file, and chunks a changed file no longer has.
-    """
-    owned_files = {prefix + path.name for kind, path in roots if kind == "file"}
-    owns_all = any(kind == "dir" for kind, _ in roots)
-    rows = store.read("SELECT id, metadata->>'path' AS path FROM entries WHERE corpus = :c AND metadata ? 'path'",
-                      {"c": store.corpus})
-    stale = []
-    for row in rows:
-        if row.id in kept or not row.path.startswith(prefix):
-            continue
-        if owns_all or row.path in owned_files:
-            stale.append(row.id)
-    return stale
-
-
 def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
     """Raise :class:`DanglingReferenceError` before anything is written when an edge of the
     files ends at an entry neither in the files nor in the corpus (batches commit one at a
@@ -95,14 +68,29 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
                                      f"{store.corpus!r}: {shown}; nothing was written")
 
 
+#: Ids a dry run lists in its text summary (--json lists all).
+_SHOWN_PRUNE_IDS = 50
+
+
 def _summary(corpus: str, result: dict[str, Any]) -> str:
-    head = (f"{result['entries']} entries from {result['files']} file(s) into corpus {corpus!r}: "
-            f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
+    if result["dry_run"]:
+        head = (f"dry run: {result['entries']} entries from {result['files']} file(s) for corpus {corpus!r} would be "
+                f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
+    else:
+        head = (f"{result['entries']} entries from {result['files']} file(s) into corpus {corpus!r}: "
+                f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
     if result.get("pruned") is not None:
         head += f", {result['pruned']} pruned"
     if result.get("truncated"):
         head += f" ({result['truncated']} truncated to the model's {result['window']}-token window)"
-    head += f", embedded with {result['embedding']} ({result['seconds']:.1f} s)"
+    if result["dry_run"]:
+        head += "; nothing was written"
+        ids = result.get("prune_ids") or []
+        head += "".join(f"\n  would prune {i}" for i in ids[:_SHOWN_PRUNE_IDS])
+        if len(ids) > _SHOWN_PRUNE_IDS:
+            head += f"\n  ... and {len(ids) - _SHOWN_PRUNE_IDS} more (--json lists every id)"
+    else:
+        head += f", embedded with {result['embedding']} ({result['seconds']:.1f} s)"
     skipped = result["skipped"]
     if not skipped:
         return head
@@ -114,7 +102,7 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @db_options
 @click.option("--corpus", default="default", show_default=True, help="Corpus to write into.")
 @click.option("--tier", type=click.Choice([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
@@ -123,25 +111,32 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Metadata for every entry (repeatable).")
 @click.option("--sample", is_flag=True, help="Ingest the sample corpus that ships with tnsrag_db.")
 @click.option("--id-prefix", default="", metavar="PREFIX",
-              help="Put PREFIX/ in front of every file id and path, to keep several roots apart in one corpus.")
+              help="Put PREFIX/ in front of every file id and path (before the root's name when several "
+                   "roots are given), to keep several ingests apart in one corpus.")
 @click.option("--chunk-tokens", type=click.IntRange(min=16), default=None, metavar="N",
               help="Chunk size: tokens of the embedding model (default: its window), or characters with the "
                    "hash fallback (default 1000).")
 @click.option("--prune", is_flag=True,
-              help="Afterwards delete entries of deleted files and chunks that no longer exist under the roots.")
+              help="Afterwards delete the entries earlier read from these same roots that this run did not "
+                   "produce: deleted files, chunks that no longer exist, ids of another --id-prefix.")
+@click.option("--dry-run", is_flag=True,
+              help="Read and compare only: say what would be inserted, updated, unchanged and pruned (listing "
+                   "the pruned ids); write and embed nothing.")
+@yes_option
 @click.option("--strict", is_flag=True, help="Fail (writing nothing) when any file would be skipped.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Entries per embedding call and per committed batch.")
 @click.option("--embedding", default=None, metavar="NAME",
               help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model) or an installed "
                    "entry-point provider. Default: the shipped model when installed, else hash.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
-def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
+def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
            meta: tuple[str, ...], sample: bool, id_prefix: str, chunk_tokens: int | None, prune: bool,
-           strict: bool, batch_size: int, embedding: str | None, quiet: bool, as_json: bool) -> None:
-    """Ingest a document tree (or files, or globs) into a corpus.
+           dry_run: bool, yes: bool, strict: bool, batch_size: int, embedding: str | None, quiet: bool,
+           as_json: bool) -> None:
+    """Ingest document trees (or files, or globs) into a corpus.
 
     Reads Markdown and HTML (one entry per heading section, each the child of its
     enclosing section; HTML with its title), text and reST, PDF (per page), source code
@@ -150,65 +145,81 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
     embedded); .gz files by the name inside. Text encodings are detected. Binary, empty and unknown files are skipped and
     listed with the reason (--strict makes any skip an error).
 
-    Ids are paths relative to each PATH given plus "#n" (docs/ gives
-    "guide/install.md#3"), the same from any directory; --id-prefix namespaces a root.
+    Ids are paths relative to the PATH given plus "#n" (docs/ gives
+    "guide/install.md#3"), the same from any directory. With several PATHs each folder's
+    ids start with its name ("docs/guide/install.md#3"; a file keeps its name), so several
+    folders go in one command. A quoted glob is expanded here ('/usr/share/doc/python3*':
+    each matching folder is read, its ids below the glob's fixed part). --id-prefix goes
+    in front of all of it. Every entry read from a file records its root (metadata
+    "root"), and --prune deletes only entries of the roots just read; it asks first (or
+    needs --yes off a terminal) when it would delete more entries than the run writes.
     Entries are embedded with --embedding (default: the shipped model of the embed
     extra, else the offline 128-dimensional hash fallback, with a notice); texts beyond
     the model's window are truncated and counted. Chunks fit the embedding model's
     window (--chunk-tokens). Batches commit one at a
     time while the next one embeds; re-running is idempotent (unchanged entries are
     reported, not rewritten), so an interrupted ingest (Ctrl-C: exit 130) continues
-    where it stopped. Progress goes to stderr on a terminal.
+    where it stopped. A note says when new entries repeat texts the corpus already
+    holds under other ids. Progress goes to stderr: redrawn lines on a terminal, else a
+    plain line every few seconds.
 
     Example: tnsrag ingest docs/ --id-prefix docs --prune --meta tenant=acme
     """
     from tnsrag_db.chunking import chunker_for
-    from tnsrag_db.cli._progress import PhaseProgress
+    from tnsrag_db.cli._progress import ingest_progress
+    from tnsrag_db.cli._roots import ROOT_KEY, find_roots, read_roots
     from tnsrag_db.embeddings import provider_name
     from tnsrag_db.loaders import FileLoader
     from tnsrag_db.store.store import IngestCounts, validate_batch
 
-    targets = list(paths) + ([sample_corpus_path()] if sample else [])
+    targets = list(paths) + ([str(sample_corpus_path())] if sample else [])
     if not targets:
         raise click.UsageError("give at least one PATH, or --sample")
     extra = parse_pairs(meta, "--meta")
+    if ROOT_KEY in extra:
+        raise click.BadParameter(f"{ROOT_KEY!r} is set by ingest (the root each entry was read from)",
+                                 param_hint="--meta")
+    try:
+        roots = find_roots(targets, id_prefix)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
     started = time.perf_counter()
     provider = choose_embedding(embedding)
     truncated_before = getattr(provider, "truncated_texts", 0)
     try:
         chunker = chunker_for(provider, chunk_tokens)
-        loader = FileLoader(*targets, tier=tier, chunker=chunker, relative_to="pattern", id_prefix=id_prefix)
+        loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern", id_prefix=root.prefix)
+                   for root in roots]
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
-    progress = PhaseProgress(sys.stderr, {"read": "files", "embed": "entries", "write": "entries",
-                                          "index": "blocks"}, enabled=False if quiet else None)
+    progress = ingest_progress(sys.stderr, quiet=quiet)
     committed = IngestCounts()
     try:
         with progress:
             progress.start("read")
             try:
-                loaded = list(loader.load(progress=lambda done, total: progress.update("read", done, total)))
+                reading = read_roots(roots, lambda root: loaders[roots.index(root)],
+                                     progress=lambda done, total: progress.update("read", done, total))
             except ConfigurationError as exc:
                 raise click.UsageError(str(exc)) from None
             read_seconds = time.perf_counter() - started
-            skipped = [{"path": s.path, "reason": s.reason} for s in loader.skipped]
+            skipped = reading.skipped
             if strict and skipped:
                 listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
                 more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
                 raise InvalidEntryError(f"--strict: {len(skipped)} file(s) would be skipped: {listed}{more}; "
                                         "nothing was written")
             entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra})
-                       for e in loaded]
-            _check_unique(entries)
+                       for e in reading.entries]
             validate_batch(entries)
             from tnsrag_db.admin.restore import restore_providers
 
             # JSONL exports with vectors (tnsrag export --vectors) are written with them,
             # one pass per exported space, embedding nothing else unless --embedding asks.
-            providers = restore_providers(entries, loader.vectors, None if embedding is None and loader.vectors
+            providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                           else provider)
-            counts, pruned = _write(entries, loader, targets, url, schema, corpus, batch_size, prune,
-                                    providers, progress, id_prefix)
+            plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
+            counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress)
             committed = counts
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
@@ -219,31 +230,97 @@ def ingest(paths: tuple[Path, ...], url: str | None, schema: str, corpus: str, t
         click.echo(_INTERRUPTED.format(n=committed.total), err=True)
         sys.exit(EXIT_INTERRUPTED)
     elapsed = time.perf_counter() - started
-    result = {"corpus": corpus, "files": loader.files_read, "entries": len(entries), "edges": len(loader.edges),
+    result = {"corpus": corpus, "files": reading.files_read, "entries": len(entries), "edges": len(reading.edges),
               "inserted": counts.inserted,
-              "updated": counts.updated, "unchanged": counts.unchanged, "pruned": pruned, "skipped": skipped,
+              "updated": counts.updated, "unchanged": counts.unchanged, "pruned": outcome.get("pruned"),
+              "duplicates": outcome.get("duplicates", 0), "dry_run": dry_run,
+              "roots": [{"path": r.key, "prefix": r.prefix} for r in roots], "skipped": skipped,
               "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
               "embedding": ", ".join(provider_name(p) for p in providers),
               "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
+    if dry_run:
+        result["prune_ids"] = outcome.get("prune_ids", [])
+    duplicates = result["duplicates"]
+    if duplicates:
+        hint = " (re-ingested under another prefix?)" if 2 * duplicates >= counts.inserted else ""
+        click.echo(f"note: {duplicates:,} of {counts.inserted:,} "
+                   f"{'entries that would be' if dry_run else 'entries'} inserted duplicate contents already "
+                   f"stored under other ids{hint}", err=True)
     emit(result, as_json, _summary(corpus, result))
 
 
-def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: str | None, schema: str,
-           corpus: str, batch_size: int, prune: bool, embeddings: list[Any], progress: Any,
-           id_prefix: str) -> tuple[Any, int | None]:
-    """Connect, ingest ``entries`` batch by batch (a pass per provider of ``embeddings``: the
-    first writes the entries, the others add their spaces' vectors), then prune; returns
-    the first pass's counts and the pruned number."""
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Where and how :func:`_write` writes (the command's options)."""
+
+    url: str | None
+    schema: str
+    corpus: str
+    batch_size: int
+    prune: bool
+    dry_run: bool
+    yes: bool
+
+
+#: New entries whose text the corpus already holds under an id this run neither writes nor
+#: prunes (md5 of the UTF-8 text: a count for a note, not a guarantee).
+_DUPLICATES_SQL = """
+WITH run AS (SELECT unnest(CAST(:run AS text[])) AS id)
+SELECT count(*) AS n FROM unnest(CAST(:hashes AS text[])) AS f(h)
+WHERE f.h IN (SELECT md5(convert_to(o.content, 'UTF8')) FROM entries o
+              WHERE o.corpus = :c AND NOT EXISTS (SELECT 1 FROM run r WHERE r.id = o.id))
+"""
+
+
+def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> int:
+    if not fresh:
+        return 0
+    hashes = [hashlib.md5(e.content.encode("utf-8"), usedforsecurity=False).hexdigest() for e in fresh]
+    rows = store.read(_DUPLICATES_SQL, {"c": store.corpus, "run": excluded, "hashes": hashes})
+    return int(rows[0].n)
+
+
+def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan: _Plan, embeddings: list[Any],
+           progress: Any) -> tuple[Any, dict[str, Any]]:
+    """Connect, find what ``--prune`` removes (asking first when that is more than the run
+    writes), ingest ``entries`` batch by batch (a pass per provider of ``embeddings``: the
+    first writes the entries, the others add their spaces' vectors), then prune. A dry
+    run classifies the entries against the stored ones instead and writes nothing.
+    Returns the first pass's counts and ``pruned``, ``duplicates`` (new entries whose text
+    is stored under another id) and, for a dry run, ``prune_ids``."""
+    from tnsrag_db.cli._roots import stale_ids
+    from tnsrag_db.cli._schema import open_existing
     from tnsrag_db.indexes.spaces import bind_embedding
     from tnsrag_db.indexes.vector import VectorMemoryStore
     from tnsrag_db.store.store import IngestCounts, connect
+    from tnsrag_db.store.write import content_hash
 
-    if not entries and not prune:
-        return IngestCounts(), None
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
-        if loader.edges:
-            _check_edge_ends(store, loader.edges, {e.id for e in entries})
+    if not entries and not plan.prune:
+        return IngestCounts(), {}
+    if plan.dry_run:
+        store = open_existing(plan.url, plan.schema, plan.corpus)  # a dry run creates no schema
+    else:
+        store = connect(plan.url, corpus=plan.corpus, schema=plan.schema,
+                        auto_migrate=None if plan.url is None else False)
+    with store:
+        if edges:
+            _check_edge_ends(store, edges, {e.id for e in entries})
+        run_ids = [e.id for e in entries]
+        stale = stale_ids(store, roots, set(run_ids)) if plan.prune else []
+        stored = store.content_hashes(run_ids) if entries else {}
+        fresh = [e for e in entries if e.id not in stored]
+        # Entries about to be pruned do not count as "stored under other ids".
+        outcome: dict[str, Any] = {"duplicates": _duplicates(store, fresh, run_ids + stale)}
+        if plan.dry_run:
+            unchanged = sum(1 for e in entries if stored.get(e.id) == content_hash(e))
+            outcome.update(prune_ids=stale, pruned=len(stale) if plan.prune else None)
+            return IngestCounts(len(fresh), len(stored) - unchanged, unchanged), outcome
+        if len(stale) > len(entries):
+            with progress.held():
+                confirm_destruction(f"prune {len(stale)} entries of corpus {plan.corpus!r} read earlier from "
+                                    f"{_roots_text(roots)}: more than the {len(entries)} this run writes "
+                                    "(--dry-run lists them)", yes=plan.yes)
         # Bound to the corpus's spaces: a provider whose dimension differs from its own
         # stored space is refused before anything is written.
         views = [VectorMemoryStore(store, bind_embedding(store, embedding)) for embedding in embeddings]
@@ -258,17 +335,21 @@ def _write(entries: list[MemoryEntry], loader: Any, targets: list[Path], url: st
         counts: Any = None
         for vectors in views:
             progress.start("embed")
-            written = vectors.ingest(entries, batch_size=batch_size, progress=advance, index_progress=index_advance)
+            written = vectors.ingest(entries, batch_size=plan.batch_size, progress=advance,
+                                     index_progress=index_advance)
             counts = written if counts is None else counts
-        if loader.edges:
+        if edges:
             from tnsrag_db.indexes.graph import GraphStore
 
             # The edges of JSONL records (tnsrag export files), once every entry is
             # committed: an edge to an entry neither in the files nor in the corpus is an
             # error naming it, and no edge is written.
-            GraphStore(store).add_edges(loader.edges)
-        if not prune:
-            return counts, None
-        roots = [("dir" if path.is_dir() else "file", path) for path in targets]
-        stale = _stale_ids(store, roots, loader.id_prefix, {e.id for e in entries})
-        return counts, store.delete_many(stale)
+            GraphStore(store).add_edges(edges)
+        if plan.prune:
+            outcome["pruned"] = store.delete_many(stale)
+        return counts, outcome
+
+
+def _roots_text(roots: list[Any]) -> str:
+    keys = [r.key for r in roots]
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more roots" if len(keys) > 3 else "")

@@ -10,8 +10,8 @@ and statements, run on one psycopg connection by a
 nor alembic (~0.5 s of a ~1 s call). Whatever that path does not answer goes to the full
 path (:func:`tnsrag_db.store.store.connect`), which then answers exactly as it always
 has: no results (a missing corpus is an error there, and an empty answer gets its filter
-notes), any error (its messages are the full path's own), a schema not at head (the
-embedded one is migrated there, a URL's is an error), ``--explain``, standbys
+notes), any error (its messages are the full path's own), a schema not at head (an
+existing embedded one is migrated there; a missing one, or a URL's, is an error), ``--explain``, standbys
 (``--read-url`` / ``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, and
 the embedded server when the command runs outside ``tnsrag`` (no kept-running server).
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,6 +31,8 @@ from tnsrag_db.types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from tnsrag_db.strategies.explain import Explanation
 
 __all__ = ["lean_keyword_query", "query"]
 
@@ -81,6 +83,23 @@ def _print_results(text: str, strategy: str, documents: Sequence[RetrievedDocume
               "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
         return
     click.echo(render_text(strategy, documents, elapsed_ms))
+
+
+def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes: list[str]) -> dict[str, Any]:
+    """The ``--json --explain`` document: the ``--json`` one (every key, same names) plus
+    ``queries``, ``plans`` and, per result, ``explanation`` (and ``entryId``, the name
+    ``--explain`` used before it kept ``id``)."""
+    from tnsrag_db.cli._render import result_json
+
+    results = []
+    for r in explained.results:
+        row = result_json(r.rank, r.document)
+        row["entryId"] = row["id"]
+        row["explanation"] = r.explanation.to_dict()
+        results.append(row)
+    return {"query": text, "strategy": explained.strategy, "milliseconds": round(elapsed_ms, 2),
+            "results": results, "notes": notes, "queries": list(explained.queries),
+            "plans": [p.to_dict() for p in explained.plans]}
 
 
 @click.command()
@@ -135,12 +154,11 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             return
 
     from tnsrag_db.admin import empty_filter_notes, require_corpus
-    from tnsrag_db.store.store import connect
+    from tnsrag_db.cli._schema import open_existing
     from tnsrag_db.strategies.explain import explain_with
     from tnsrag_db.strategies.registry import build_strategy
 
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False,
-                 read_urls=standbys) as store:
+    with open_existing(url, schema, corpus, read_urls=standbys) as store:  # a query never creates a schema
         require_corpus(store)  # reads only: a query never creates a corpus
         # Only the strategies that embed the query load a model (keyword, graph, reasoning never
         # do); they embed with the corpus's own space's provider, or --embedding's.
@@ -149,7 +167,10 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         if explain:
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
-            emit({**explained.to_dict(), "milliseconds": round(elapsed_ms, 2)}, as_json, explained.to_text())
+            notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
+            for note in notes:
+                click.echo(f"note: {note}", err=True)
+            emit(_explained_json(text, explained, elapsed_ms, notes), as_json, explained.to_text())
             return
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000

@@ -1,5 +1,6 @@
-"""From patterns to files: globs, directory walks (hidden files and symlinked directories
-skipped), duplicates removed, and each file's id path relative to its anchor."""
+"""From patterns to files: globs (the directories a glob names are walked), directory walks
+(hidden files and symlinked directories skipped), duplicates removed, and each file's id
+path relative to its anchor."""
 
 from __future__ import annotations
 
@@ -33,8 +34,19 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
         if _GLOB_CHARS.search(pattern):
             root = Path(_glob_root(full))
             shown_root = _glob_root(pattern)
-            matches = [(Path(m), root, True) for m in sorted(glob.glob(full, recursive=True))
-                       if os.path.isfile(m)]
+            matched = sorted(glob.glob(full, recursive=True))
+            matches = [(Path(m), root, True) for m in matched if os.path.isfile(m)]
+            # Directories the glob names are read as the shell's expansion would have them
+            # read (python3* -> each python3-x/ tree), unless the glob itself selects files
+            # in them (docs/**/*.md, docs/**): then it chose which files it wants.
+            skipped += [SkippedFile(_shown(shown_root, root, Path(m)), "symlinked directory (not followed)")
+                        for m in matched if os.path.isdir(m) and os.path.islink(m)]
+            for folder in _walked_dirs(matched, [m for m, _, _ in matches]):
+                for path, reason in _walk(folder):
+                    if reason is None:
+                        matches.append((path, root, False))
+                    else:
+                        skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
         elif os.path.isdir(full):
             root = Path(full)
             for path, reason in _walk(root):
@@ -64,6 +76,23 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
                     rel = resolved.as_posix()
             found.append((path, prefix + rel, explicit, shown))
     return found, skipped
+
+
+def _walked_dirs(matched: list[str], files: list[Path]) -> list[Path]:
+    """The directories among a glob's ``matched`` paths that are walked: those holding no
+    matched file and not inside another walked one (symlinked directories are named as
+    skipped instead, as in a directory walk)."""
+    dirs = [Path(m) for m in matched if os.path.isdir(m) and not os.path.islink(m)]
+    chosen = {Path(os.path.abspath(f)).parent for f in files}
+    out: list[Path] = []
+    for folder in dirs:
+        absolute = Path(os.path.abspath(folder))
+        if any(c == absolute or absolute in c.parents for c in chosen):
+            continue
+        if any(absolute == Path(os.path.abspath(o)) or Path(os.path.abspath(o)) in absolute.parents for o in out):
+            continue
+        out.append(folder)
+    return out
 
 
 def _glob_root(pattern: str) -> str:
