@@ -344,7 +344,7 @@ def test_missing_corpus_is_a_tool_error_for_search_and_stats(make_store: Callabl
 
     for message in run(session, create_server(missing, read_only=True)):
         assert f"corpus {missing.corpus!r} does not exist" in message
-        assert other.corpus not in message and "other corpora, which this server does not name" in message
+        assert other.corpus not in message and "which this server does not name" in message
     for message in run(session, create_server(missing, read_only=True, all_corpora=True)):
         assert f"corpus {missing.corpus!r} does not exist (corpora here: " in message and other.corpus in message
     assert "`remember` creates it" in run(session, create_server(missing))[0]

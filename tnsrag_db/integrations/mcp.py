@@ -81,8 +81,10 @@ __all__ = ["DEFAULT_MAX_CONTENT_CHARS", "DEFAULT_MAX_TOP_K", "READ_TOOLS", "WRIT
 #: The largest ``top_k`` a ``search`` call may ask for unless the server is built with another cap.
 DEFAULT_MAX_TOP_K = 100
 #: Characters of each document's content a ``search`` answer carries unless the server is
-#: built with another bound: about a thousand tokens, more than a chunk of ``tnsrag ingest``
-#: holds, so only outsized entries (a whole file remembered as one) are cut.
+#: built with another bound: about a thousand tokens, four times the largest chunk ``tnsrag
+#: ingest`` writes (:data:`tnsrag_db.chunking.DEFAULT_CHUNK_CHARS`), so ingested chunks come
+#: whole and only outsized entries (a whole file remembered as one) are cut. A bound rather
+#: than None: one entry of megabytes would otherwise fill an agent's context window.
 DEFAULT_MAX_CONTENT_CHARS = 4000
 #: Tools a read-only server registers.
 READ_TOOLS = ("search", "stats", "corpora")
@@ -300,7 +302,8 @@ def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEF
         if all_corpora:
             here = f"corpora here: {', '.join(names)}" if names else "the database holds no corpus"
         else:
-            here = (f"the database holds {len(names)} other corpora, which this server does not name" if names
+            others = f"{len(names)} other corpus" if len(names) == 1 else f"{len(names)} other corpora"
+            here = (f"the database holds {others}, which this server does not name" if names
                     else "the database holds no corpus")
         hint = "" if read_only else "; `remember` creates it"
         raise ToolError(f"corpus {store.corpus!r} does not exist ({here}){hint}")
@@ -367,11 +370,13 @@ def _structured(result: BaseModel) -> CallToolResult:
     """``result`` as structured content plus the same JSON as one text block.
 
     The text block is a second copy of every document's content, and stays on purpose: the
-    MCP specification (2025-06-18 and later) says a tool returning structured content SHOULD
-    also return it serialised in a text block for backwards compatibility, and hosts in wide
-    use hand the model only the text blocks, so a summary there would leave the model blind.
-    What bounds the answer instead is ``max_content_chars``: at most about twice
-    ``top_k * max_content_chars`` characters.
+    Model Context Protocol (revision 2025-06-18 onwards, the ones this SDK speaks) says a tool
+    returning structured content SHOULD also return it serialised in a text block, for
+    clients that do not read structured content; hosts in wide use hand the model only the
+    text blocks, so a summary there would leave the model blind. Dropping the structured
+    half instead is not allowed: a tool with an output schema MUST return it. What bounds
+    the answer is ``max_content_chars``: about twice ``top_k * max_content_chars``
+    characters at most, compact JSON (no indentation, unlike the SDK's default rendering).
     """
     data = result.model_dump(mode="json")
     return CallToolResult(content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False))],
