@@ -14,7 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 from mcp import Client, StdioServerParameters
+
+#: The published input schemas seen by each client (the server publishes them once).
+_SCHEMAS: dict[int, tuple[Client, dict[str, dict[str, Any]]]] = {}
 
 
 def server_parameters(url: str, corpus: str, *extra: str) -> StdioServerParameters:
@@ -25,7 +29,20 @@ def server_parameters(url: str, corpus: str, *extra: str) -> StdioServerParamete
         env=dict(os.environ))
 
 
+async def conforms(client: Client, tool: str, args: dict[str, Any]) -> bool:
+    """Whether ``args`` conform to ``tool``'s input schema as ``client``'s server publishes it."""
+    held = _SCHEMAS.get(id(client))
+    if held is None or held[0] is not client:
+        held = (client, {t.name: t.input_schema for t in (await client.list_tools()).tools})
+        _SCHEMAS[id(client)] = held
+    schema = held[1][tool] if tool in held[1] else {}
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema).is_valid(args)
+
+
 async def _call(client: Client, tool: str, args: dict[str, Any]) -> Any:
+    if not await conforms(client, tool, args):
+        raise RuntimeError(f"{tool}({args}) does not conform to the published schema")
     result = await client.call_tool(tool, args)
     if result.is_error:
         raise RuntimeError(f"{tool} failed: {result.content}")

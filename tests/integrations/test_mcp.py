@@ -1,7 +1,9 @@
 """The MCP server: every tool through the SDK's own client, in-process and over stdio.
 
 Bad arguments must come back as tool errors naming the argument, and the server must
-keep serving afterwards.
+keep serving afterwards. Every call a test makes is checked against the tool's published
+input schema (jsonschema): a call the schema accepts must not fail on its types, and one
+it refuses must be refused.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import jsonschema
 import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 from sqlalchemy.engine import URL
 
-from tests.integrations._mcp_client import server_parameters
+from tests.integrations._mcp_client import conforms, server_parameters
 from tnsrag_db.integrations.mcp import READ_TOOLS, WRITE_TOOLS, create_server
 from tnsrag_db.store.store import Store
 
@@ -39,12 +42,16 @@ def text(result: CallToolResult) -> str:
 
 
 async def ok(client: Client, tool: str, args: dict[str, Any]) -> Any:
+    assert await conforms(client, tool, args), f"{tool}({args}) does not conform to the published schema"
     result = await client.call_tool(tool, args)
     assert not result.is_error, text(result)
+    if result.structured_content is not None:  # the text block is the same JSON (the spec's compatibility copy)
+        assert [json.loads(text(result))] == [result.structured_content]
     return result.structured_content
 
 
 async def error(client: Client, tool: str, args: dict[str, Any]) -> str:
+    await conforms(client, tool, args)  # the schema itself must be valid JSON Schema
     result = await client.call_tool(tool, args)
     assert result.is_error, f"{tool}({args}) succeeded: {result.structured_content}"
     return text(result)
@@ -109,7 +116,7 @@ def test_bad_arguments_are_tool_errors_naming_the_argument(store: Store) -> None
         for args, name in BAD_SEARCHES:
             message = await error(client, "search", args)
             assert name in message, (args, message)
-        assert "unknown strategy 'nearest'; available: vector, keyword" in await error(
+        assert "invalid argument 'strategy': \"nearest\" is not one of: vector, keyword, hybrid" in await error(
             client, "search", {"query": "x", "strategy": "nearest"})
         assert "metadata filter value for 'tier' must be a non-blank string" in await error(
             client, "search", {"query": "x", "filters": {"tier": " "}})
@@ -122,7 +129,8 @@ def test_bad_arguments_are_tool_errors_naming_the_argument(store: Store) -> None
                            ({"content": "x", "id": " "}, "id")]:
             message = await error(client, "remember", args)
             assert f"'{name}'" in message or name in message, (args, message)
-        assert "unknown memory tier 'LONG'" in await error(client, "remember", {"content": "x", "tier": "LONG"})
+        assert "invalid argument 'tier': \"LONG\" is not one of: WORKING, EPISODIC" in await error(
+            client, "remember", {"content": "x", "tier": "LONG"})
         assert "missing" in await error(client, "link", {"src": "kept", "dst": "missing"})
         assert "weight" in await error(client, "link", {"src": "kept", "dst": "kept2", "weight": "heavy"})
         assert "exactly one" in await error(client, "forget", {})
@@ -251,3 +259,252 @@ def test_http_transport(store: Store, db_url: URL) -> None:
         server.terminate()
         server.wait(timeout=30)
     assert store.count() == 1
+
+
+def test_remember_without_id_is_idempotent_as_declared(store: Store) -> None:
+    """remember declares idempotentHint: the same call twice (a host's retry) stores one entry."""
+    note = {"content": "The build cache lives on the second disk.", "metadata": {"team": "ops"}, "tier": "EPISODIC",
+            "timestamp": "2026-01-31T12:00:00Z"}
+
+    async def session(client: Client) -> None:
+        [remember] = [t for t in (await client.list_tools()).tools if t.name == "remember"]
+        assert remember.annotations is not None and remember.annotations.idempotent_hint is True
+        first = await ok(client, "remember", note)
+        again = await ok(client, "remember", note)
+        assert again == {"id": first["id"], "status": "unchanged"}
+        # The same instant in another zone is the same call; no timestamp at all, too, twice.
+        same = await ok(client, "remember", {**note, "timestamp": "2026-01-31T13:00:00+01:00"})
+        assert same["id"] == first["id"]
+        bare = await ok(client, "remember", {"content": "No timestamp."})
+        assert await ok(client, "remember", {"content": "No timestamp."}) == {"id": bare["id"], "status": "unchanged"}
+        # Anything else that differs is another memory.
+        other = await ok(client, "remember", {**note, "metadata": {"team": "dev"}})
+        assert other["id"] not in (first["id"], bare["id"])
+        assert len(first["id"]) == 36  # a UUID, as before
+
+    run(session, create_server(store))
+    assert store.count() == 3
+
+
+STRICT_REFUSALS = [  # the SDK's pydantic validation would coerce or ignore each of these
+    ("search", {"query": "x", "top_k": True}, "top_k"),
+    ("search", {"query": "x", "top_k": "3"}, "top_k"),
+    ("search", {"query": "x", "top_k": 2.5}, "top_k"),
+    ("search", {"query": "x", "min_score": True}, "min_score"),
+    ("search", {"query": "x", "min_score": "0.5"}, "min_score"),
+    ("search", {"query": "x", "filters": '{"team": "red"}'}, "filters"),  # JSON in a string
+    ("search", {"query": "x", "topk": 3}, "topk"),                         # misspelled: unknown
+    ("search", {"top_k": 3}, "query"),                                     # missing
+    ("stats", {"verbose": True}, "verbose"),
+    ("corpora", {"all": True}, "all"),
+    ("remember", {"content": "x", "metadata": '{"a": "b"}'}, "metadata"),
+    ("remember", {"content": "x", "ids": "a"}, "ids"),
+    ("remember", {"content": True}, "content"),
+    ("forget", {"id": 7}, "id"),
+    ("link", {"src": "a", "dst": "b", "weight": True}, "weight"),
+    ("link", {"src": "a", "dst": "b", "weight": "2"}, "weight"),
+]
+
+
+def test_tool_schemas_are_strict(store: Store) -> None:
+    """No coercion and no unknown argument: the server refuses what its published schema refuses."""
+    async def session(client: Client) -> None:
+        await ok(client, "remember", {"content": "kept memory", "id": "a", "metadata": {"team": "red"}})
+        for tool in (await client.list_tools()).tools:
+            assert tool.input_schema["additionalProperties"] is False, tool.name
+        for tool, args, name in STRICT_REFUSALS:
+            assert not await conforms(client, tool, args), (tool, args)
+            message = await error(client, tool, args)
+            assert repr(name) in message, (tool, args, message)
+        assert "unknown argument 'topk' (arguments: query, strategy, top_k, filters, min_score)" in await error(
+            client, "search", {"query": "x", "topk": 3})
+        assert "invalid argument 'top_k': true is not of type 'integer'" in await error(
+            client, "search", {"query": "x", "top_k": True})
+        assert "invalid argument 'filters'['team']: 1 is not of type 'string'" in await error(
+            client, "search", {"query": "x", "filters": {"team": 1}})
+        # What JSON Schema accepts still works: an integral number is an integer, an int a number.
+        assert [d["id"] for d in (await ok(client, "search", {"query": "kept", "top_k": 3.0, "min_score": 0,
+                                                              "strategy": "keyword"}))["documents"]] == ["a"]
+        assert store.count() == 1
+
+    run(session, create_server(store))
+
+
+def test_missing_corpus_is_a_tool_error_for_search_and_stats(make_store: Callable[..., Store]) -> None:
+    """A corpus that does not exist: search and stats both say so, naming it; an existing empty
+    one answers an empty list and zeros. Other corpora are named only with all_corpora."""
+    other = make_store()
+    other.add(__import__("tnsrag_db").MemoryEntry("o1", "another team's memory"))
+    missing = make_store()
+
+    async def session(client: Client) -> list[str]:
+        messages = [await error(client, "search", {"query": "memory"}), await error(client, "stats", {})]
+        assert missing.corpus not in [c["name"] for c in (await ok(client, "corpora", {}))["corpora"]]
+        return messages
+
+    for message in run(session, create_server(missing, read_only=True)):
+        assert f"corpus {missing.corpus!r} does not exist" in message
+        assert other.corpus not in message and "which this server does not name" in message
+    for message in run(session, create_server(missing, read_only=True, all_corpora=True)):
+        assert f"corpus {missing.corpus!r} does not exist (corpora here: " in message and other.corpus in message
+    assert "`remember` creates it" in run(session, create_server(missing))[0]
+
+    other.delete("o1")  # exists, empty
+
+    async def empty(client: Client) -> None:
+        assert (await ok(client, "search", {"query": "memory"}))["documents"] == []
+        assert (await ok(client, "stats", {}))["entries"] == 0
+
+    run(empty, create_server(other, read_only=True))
+
+
+def test_corpora_names_only_the_served_corpus_unless_asked(make_store: Callable[..., Store]) -> None:
+    import tnsrag_db
+
+    mine, theirs = make_store(), make_store()
+    mine.add(tnsrag_db.MemoryEntry("m", "mine"))
+    theirs.add(tnsrag_db.MemoryEntry("t", "theirs"))
+
+    async def session(client: Client) -> tuple[list[str], str]:
+        [tool] = [t for t in (await client.list_tools()).tools if t.name == "corpora"]
+        return [c["name"] for c in (await ok(client, "corpora", {}))["corpora"]], tool.description or ""
+
+    names, description = run(session, create_server(mine, read_only=True))
+    assert names == [mine.corpus] and "This server's corpus" in description
+    names, description = run(session, create_server(mine, read_only=True, all_corpora=True))
+    assert {mine.corpus, theirs.corpus} <= set(names) and "Every corpus" in description
+
+
+def test_server_reports_the_package_version(store: Store) -> None:
+    from importlib.metadata import version
+
+    async def session(client: Client) -> str | None:
+        return None if client.server_info is None else client.server_info.version
+
+    assert run(session, create_server(store)) == version("tnsrag-db") != ""
+
+
+def test_search_content_is_bounded_and_marked_truncated(store: Store) -> None:
+    long_text = "Archive notes. " + "x" * 60_000
+
+    async def session(client: Client) -> dict[str, Any]:
+        await ok(client, "remember", {"content": long_text, "id": "long"})
+        await ok(client, "remember", {"content": "Archive notes, short.", "id": "short"})
+        found = await client.call_tool("search", {"query": "archive notes", "strategy": "keyword"})
+        assert not found.is_error and found.structured_content is not None
+        # One text block: the structured content's JSON (the spec's compatibility copy), nothing more.
+        assert len(found.content) == 1 and json.loads(text(found)) == found.structured_content
+        assert len(text(found)) < 2 * 100 + 2000
+        return {d["id"]: d for d in found.structured_content["documents"]}
+
+    docs = run(session, create_server(store, max_content_chars=100))
+    assert docs["long"]["content"] == long_text[:100] and docs["long"]["truncated"] is True
+    assert docs["short"]["content"] == "Archive notes, short." and docs["short"]["truncated"] is False
+
+    async def unbounded(client: Client) -> list[Any]:
+        return (await ok(client, "search", {"query": "archive notes", "strategy": "keyword"}))["documents"]  # type: ignore[no-any-return]
+
+    assert {d["id"]: len(d["content"]) for d in run(unbounded, create_server(store, max_content_chars=None))} == {
+        "long": len(long_text), "short": 21}
+    assert {d["id"]: len(d["content"]) for d in run(unbounded, create_server(store))} == {"long": 4000, "short": 21}
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_content_chars"):
+            create_server(store, max_content_chars=bad)  # type: ignore[arg-type]
+
+
+def _spawn(url: str, corpus: str, *extra: str) -> subprocess.Popen[bytes]:
+    params = server_parameters(url, corpus, *extra)
+    return subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=params.env)
+
+
+def test_stdio_answers_an_unparsable_line_with_a_parse_error(store: Store, db_url: URL) -> None:
+    """Raw lines on the server's stdin (the SDK's client cannot send broken ones): each bad line
+    gets a JSON-RPC error with id null, and the server goes on serving."""
+    url = db_url.render_as_string(hide_password=False)
+    ping = b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}\n'
+    lines = [b'{"jsonrpc": "2.0", "id": 1, "method": "ping"\n',                    # malformed JSON
+             b'{"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"x": "\\ud800"}}\n',  # lone surrogate
+             b'"\\ud800"\n',
+             b'\xff\xfe\n',                                                          # not UTF-8
+             b'\n',                                                                  # blank: skipped
+             b'{"jsonrpc": "2.0", "id": 3, "method": 5}\n',                         # JSON, not a message
+             b'[1, 2]\n',
+             ping]
+    server = _spawn(url, store.corpus, "--read-only")
+    try:
+        out, err = server.communicate(b"".join(lines), timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    answers = [json.loads(line) for line in out.decode().splitlines()]
+    assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
+        (None, -32700), (None, -32700), (None, -32700), (None, -32700), (3, -32600), (None, -32600), (9, None)], err
+    assert answers[-1]["result"] == {}
+    assert "Parse error" in answers[0]["error"]["message"] and "UTF-8" in answers[3]["error"]["message"]
+
+
+def test_stdio_first_stderr_line_names_database_and_corpus(store: Store, db_url: URL,
+                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tnsrag_db.cli.mcp import database_line
+
+    secret = db_url.set(password="s3cret-pw")
+    server = _spawn(secret.render_as_string(hide_password=False), store.corpus, "--read-only")
+    try:
+        _out, err = server.communicate(b"", timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    first = err.decode().splitlines()[0]
+    assert first.startswith(f"tnsrag mcp: corpus {store.corpus!r} (read-only), schema 'tnsrag', database "
+                            f"postgresql+psycopg://"), first
+    assert f"/{db_url.database}" in first and "s3cret-pw" not in first
+    assert "s3cret-pw" not in database_line("postgresql://u:pw1@h/db?password=pw2&sslmode=require", "s", "c", False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert database_line(None, "tnsrag", "team", False) == (
+        f"tnsrag mcp: corpus 'team' (read-write), schema 'tnsrag', database the embedded server at "
+        f"{tmp_path / 'tnsrag_db' / 'pg18'}")
+
+
+def test_stdio_embedding_on_a_new_corpus_creates_its_space(make_store: Callable[..., Store], db_url: URL) -> None:
+    """`tnsrag mcp --embedding hash` on a corpus that does not exist yet: the server starts, creates
+    the corpus and the hash space, and a later server without --embedding uses that space."""
+    from tnsrag_db.indexes.spaces import list_spaces
+
+    fresh = make_store()
+    url = db_url.render_as_string(hide_password=False)
+
+    async def session(client: Client) -> None:
+        assert (await ok(client, "search", {"query": "anything"}))["documents"] == []
+        assert (await ok(client, "stats", {}))["entries"] == 0
+        await ok(client, "remember", {"content": "Hash vectors are enough here.", "id": "h"})
+        found = await ok(client, "search", {"query": "hash vectors", "strategy": "vector"})
+        assert [d["id"] for d in found["documents"]] == ["h"]
+
+    run(session, server_parameters(url, fresh.corpus, "--embedding", "hash"))
+    assert [(s.provider, s.vectors) for s in list_spaces(fresh)] == [("tnsrag-hash-128", 1)]
+
+    async def later(client: Client) -> list[str]:
+        found = await ok(client, "search", {"query": "hash vectors", "strategy": "vector"})
+        return [d["id"] for d in found["documents"]]
+
+    assert run(later, server_parameters(url, fresh.corpus, "--read-only")) == ["h"]
+
+
+def test_stdio_content_and_corpora_options(make_store: Callable[..., Store], db_url: URL) -> None:
+    import tnsrag_db
+
+    mine, theirs = make_store(), make_store()
+    mine.add(tnsrag_db.MemoryEntry("long", "Archive notes. " + "y" * 500))
+    theirs.add(tnsrag_db.MemoryEntry("t", "theirs"))
+    url = db_url.render_as_string(hide_password=False)
+
+    async def session(client: Client) -> tuple[dict[str, Any], list[str]]:
+        [doc] = (await ok(client, "search", {"query": "archive", "strategy": "keyword"}))["documents"]
+        return doc, [c["name"] for c in (await ok(client, "corpora", {}))["corpora"]]
+
+    doc, names = run(session, server_parameters(url, mine.corpus, "--read-only", "--max-content-chars", "50"))
+    assert (len(doc["content"]), doc["truncated"], names) == (50, True, [mine.corpus])
+    doc, names = run(session, server_parameters(url, mine.corpus, "--read-only", "--max-content-chars", "0",
+                                                "--all-corpora"))
+    assert (len(doc["content"]), doc["truncated"]) == (515, False) and theirs.corpus in names
