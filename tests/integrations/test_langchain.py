@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from langchain_core.documents import Document
-from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from langchain_core.vectorstores import VectorStore
 from langchain_tests.integration_tests import RetrieversIntegrationTests, VectorStoreIntegrationTests
 from pydantic import ValidationError as PydanticValidationError
@@ -179,11 +179,33 @@ def test_vector_store_delete_tier_and_from_texts(store: Store) -> None:
     assert {e.tier for e in store.iter_entries()} == {MemoryTier.EPISODIC}
     assert vs.delete(filter={"kind": "b"}) is True
     assert [d.id for d in vs.get_by_ids(["3", "1", "2"])] == ["1"]
-    with pytest.raises(ValidationError, match="ids or filter"):
-        vs.delete()
     vs.delete(["1", "missing"])
     assert store.count() == 0
     assert asyncio.run(vs.asimilarity_search("one")) == []
+
+
+def test_vector_store_delete_without_ids_deletes_all_as_langchain_documents(store: Store) -> None:
+    # VectorStore.delete: "ids: List of IDs to delete. If None, delete all."
+    vs = TnsragVectorStore.from_texts(["one", "two"], DeterministicFakeEmbedding(size=8), store=store)
+    assert vs.delete([]) is True and store.count() == 2
+    assert vs.delete() is True
+    assert store.count() == 0
+    vs.add_texts(["three"])
+    assert asyncio.run(vs.adelete()) is True and store.count() == 0
+    with pytest.raises(ValidationError, match="ids must be a list"):
+        vs.delete("one")  # type: ignore[arg-type]
+
+
+def test_vector_store_k_zero_returns_nothing_as_in_memory_does(vs: TnsragVectorStore) -> None:
+    vs.add_texts(["alpha text", "beta text"])
+    assert vs.similarity_search("alpha text", k=0) == []
+    assert vs.similarity_search_with_score("alpha text", k=0) == []
+    assert vs.similarity_search_by_vector([1.0] * 8, k=0) == []
+    assert vs.max_marginal_relevance_search("alpha text", k=0) == []
+    assert vs.as_retriever(search_kwargs={"k": 0}).invoke("alpha text") == []
+    assert asyncio.run(vs.asimilarity_search("alpha text", k=0)) == []
+    with pytest.raises(ValidationError, match="k must be >= 1"):
+        vs.similarity_search("alpha text", k=-1)
 
 
 def test_retriever_searches_what_the_vector_store_wrote(store: Store) -> None:
@@ -194,3 +216,112 @@ def test_retriever_searches_what_the_vector_store_wrote(store: Store) -> None:
         assert doc.id == "b", strategy
     [doc] = TnsragRetriever(store=store, strategy="vector", k=1, embedding=embeddings).invoke("alpha text")
     assert doc.metadata["score"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_retriever_decodes_what_the_vector_store_packed(store: Store) -> None:
+    embeddings = DeterministicFakeEmbedding(size=8)
+    vs = TnsragVectorStore(store, embeddings)
+    vs.add_texts(["alpha text"], [{"page": 2, "tags": ["a"], "tenant": "acme", "source": "a.pdf"}], ids=["a"])
+    [stored] = vs.similarity_search("alpha text", k=1)
+    for strategy in ("vector", "hybrid", "keyword"):
+        [doc] = TnsragRetriever(store=store, strategy=strategy, k=1, embedding=embeddings).invoke("alpha text")
+        assert NON_STRING_METADATA_KEY not in doc.metadata, strategy
+        assert {k: doc.metadata[k] for k in stored.metadata} == stored.metadata == {
+            "page": 2, "tags": ["a"], "tenant": "acme", "source": "a.pdf"}, strategy
+    # A value under the key that the vector store did not write is kept as it is.
+    BM25Index(store).add_all([MemoryEntry("raw", "raw alpha", metadata={NON_STRING_METADATA_KEY: "not json"})])
+    [doc] = TnsragRetriever(store=store, strategy="keyword", k=1).invoke("raw")
+    assert doc.metadata[NON_STRING_METADATA_KEY] == "not json"
+
+
+def test_retriever_has_no_score_floor_unless_asked(store: Store) -> None:
+    # LangChain's retrievers return k documents when k match; random 8-d vectors give
+    # negative cosine similarities, which a floor of 0 dropped (k=10 gave fewer).
+    embeddings = DeterministicFakeEmbedding(size=8)
+    vs = TnsragVectorStore(store, embeddings)
+    vs.add_texts([f"note number {i}" for i in range(12)], ids=[f"n{i:02}" for i in range(12)])
+    native = vs.as_retriever(search_kwargs={"k": 10}).invoke("a query")
+    ours = TnsragRetriever(store=store, strategy="vector", k=10, embedding=embeddings).invoke("a query")
+    assert len(ours) == 10 and [d.id for d in ours] == [d.id for d in native]
+    assert min(d.metadata["score"] for d in ours) < 0
+    assert asyncio.run(TnsragRetriever(store=store, strategy="vector", k=10, embedding=embeddings)
+                       .ainvoke("a query")) == ours
+    floored = TnsragRetriever(store=store, strategy="vector", k=10, embedding=embeddings, min_score=0.0)
+    assert all(d.metadata["score"] >= 0 for d in floored.invoke("a query"))
+    assert len(floored.invoke("a query")) < 10
+
+
+class TableEmbeddings(Embeddings):
+    """LangChain embeddings looked up in a table; records every text embedded."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+        self.documents: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.documents.extend(texts)
+        return [self.table[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.table[text]
+
+
+# tests/unit/test_mmr.py's hand-computed example: MMR at 0.5 picks delta, alpha, beta, gamma;
+# plain similarity ranks delta, beta, alpha, gamma.
+MMR_TABLE = {"q": [0.8, 0.6], "alpha": [1.0, 0.0], "beta": [0.96, 0.28], "gamma": [0.0, 1.0],
+             "delta": [0.6, 0.8]}
+
+
+@pytest.fixture
+def mmr_store(store: Store) -> TnsragVectorStore:
+    vs = TnsragVectorStore(store, TableEmbeddings(MMR_TABLE))
+    vs.add_texts(["alpha", "beta", "gamma", "delta"], [{"team": "x"}, {"team": "x"}, {"team": "y"}, {"team": "x"}],
+                 ids=["alpha", "beta", "gamma", "delta"])
+    return vs
+
+
+def test_max_marginal_relevance_search(mmr_store: TnsragVectorStore) -> None:
+    vs = mmr_store
+    embeddings = vs.embeddings
+    assert isinstance(embeddings, TableEmbeddings)
+    embeddings.documents.clear()
+    assert [d.id for d in vs.similarity_search("q", k=2)] == ["delta", "beta"]
+    assert [d.id for d in vs.max_marginal_relevance_search("q", k=2, fetch_k=4)] == ["delta", "alpha"]
+    assert [d.id for d in vs.max_marginal_relevance_search("q", k=4, fetch_k=4)] == ["delta", "alpha", "beta", "gamma"]
+    assert [d.id for d in vs.max_marginal_relevance_search("q", k=2, fetch_k=4, lambda_mult=1.0)] == ["delta", "beta"]
+    assert [d.id for d in vs.max_marginal_relevance_search("q", k=4, fetch_k=4, lambda_mult=0.0)] == \
+        ["delta", "alpha", "gamma", "beta"]
+    # fetch_k bounds the candidates, as in LangChain's stores.
+    assert [d.id for d in vs.max_marginal_relevance_search("q", k=4, fetch_k=2)] == ["delta", "beta"]
+    assert [d.id for d in vs.max_marginal_relevance_search("q", k=4, fetch_k=4, filter={"team": "y"})] == ["gamma"]
+    assert [d.id for d in vs.max_marginal_relevance_search_by_vector([8.0, 6.0], k=2, fetch_k=4)] == \
+        ["delta", "alpha"]
+    [doc] = vs.max_marginal_relevance_search("q", k=1)
+    assert doc == Document(id="delta", page_content="delta", metadata={"team": "x"})
+    assert embeddings.documents == []  # the candidates' stored vectors, not embedded again
+    assert [d.id for d in asyncio.run(vs.amax_marginal_relevance_search("q", k=2, fetch_k=4))] == ["delta", "alpha"]
+    assert [d.id for d in asyncio.run(vs.amax_marginal_relevance_search_by_vector([0.8, 0.6], k=2, fetch_k=4))] == \
+        ["delta", "alpha"]
+
+
+def test_mmr_retriever_and_search_type(mmr_store: TnsragVectorStore) -> None:
+    vs = mmr_store
+    retriever = vs.as_retriever(search_type="mmr", search_kwargs={"k": 2, "fetch_k": 4})
+    assert [d.id for d in retriever.invoke("q")] == ["delta", "alpha"]
+    assert [d.id for d in asyncio.run(retriever.ainvoke("q"))] == ["delta", "alpha"]
+    diverse = vs.as_retriever(search_type="mmr", search_kwargs={"k": 3, "fetch_k": 4, "lambda_mult": 0.0})
+    assert [d.id for d in diverse.invoke("q")] == ["delta", "alpha", "gamma"]
+    assert [d.id for d in vs.search("q", "mmr", k=2, fetch_k=4)] == ["delta", "alpha"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"lambda_mult": 1.5}, "lambda_mult must be a number in \\[0, 1\\]"),
+    ({"fetch_k": 0}, "fetch_k must be >= 1"),
+    ({"k": -1}, "k must be >= 0"),
+    ({"k": "2"}, "k must be an int"),
+])
+def test_mmr_bad_arguments(mmr_store: TnsragVectorStore, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        mmr_store.max_marginal_relevance_search("q", **kwargs)
+    with pytest.raises(InvalidFilterError, match="operator"):
+        mmr_store.max_marginal_relevance_search("q", filter={"$or": []})

@@ -10,6 +10,7 @@ import pytest
 
 from tnsrag_db.errors import InvalidFilterError
 from tnsrag_db.integrations._core import (
+    NO_SCORE_FLOOR,
     ArgumentError,
     SerialEmbedding,
     check_text_query,
@@ -39,6 +40,8 @@ def test_search_context_and_query() -> None:
     with pytest.raises(ArgumentError, match="'filters'") as caught:
         search_context(3, {"": "x"}, 0.0)
     assert isinstance(caught.value.__cause__, InvalidFilterError)
+    # None: no score floor, the lowest score of the library's strategies (a cosine of -1).
+    assert search_context(3, None, None).min_score == NO_SCORE_FLOOR == -1.0
     assert check_text_query("agents") == "agents"
     for bad in ("", "  ", "a\x00b", 7):
         with pytest.raises(ArgumentError, match="'query'"):

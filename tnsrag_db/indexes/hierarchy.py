@@ -87,6 +87,19 @@ _ANCESTORS_SQL = (
     ") SELECT id FROM up WHERE level > 0 ORDER BY level"
 )
 
+# Each entry's parent and the root of its chain (the topmost entry reached: a root, or the
+# last entry before a missing parent or a loop), for many entries in one walk.
+_LINEAGE_SQL = (
+    "WITH RECURSIVE up(start_id, id, parent_id, level, path) AS ("
+    "  SELECT e.id, e.id, e.parent_id, 0, ARRAY[e.id] FROM entries e WHERE e.corpus = :c AND e.id = ANY(:ids) "
+    "  UNION ALL "
+    "  SELECT up.start_id, p.id, p.parent_id, up.level + 1, up.path || p.id "
+    "  FROM up JOIN entries p ON p.corpus = :c AND p.id = up.parent_id "
+    "  WHERE NOT p.id = ANY(up.path)"
+    ") SELECT start_id AS entry_id, (array_agg(parent_id ORDER BY level))[1] AS parent_id, "
+    "(array_agg(id ORDER BY level DESC))[1] AS root_id FROM up GROUP BY start_id"
+)
+
 
 # The parent chains of many hits in one walk ({fence} and {columns} are code constants).
 _PARENTS_SQL = textwrap.dedent("""\
@@ -346,6 +359,13 @@ class HierarchyIndex:
                                      {"c": self._store.corpus, "id": entry_id, "max_depth": depth}).scalars())
 
     # -- statements (no I/O; run them with Store.run) ------------------------------------
+    def lineage_statement(self, entry_ids: Sequence[str]) -> Statement:
+        """One row per existing entry of ``entry_ids``: ``entry_id``, ``parent_id`` (None for a
+        root) and ``root_id``, the topmost entry of its parent chain (its own id for a root;
+        the walk stops at a missing parent or before revisiting an id). One recursive query."""
+        wanted = _id_list(entry_ids, "entry_ids")
+        return Statement(_LINEAGE_SQL, {"c": self._store.corpus, "ids": wanted}, ("entry_id", "parent_id", "root_id"))
+
     def parents_statement(self, scores: dict[str, float], *, max_depth: int, decay: float,
                           fence: Collection[str] | None, columns: str, column_names: Sequence[str]) -> Statement:
         """The parent chains above the hits ``scores`` (entry id to score), up to ``max_depth``

@@ -19,8 +19,14 @@ from tnsrag_db.strategies.registry import build_strategy
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import RAGContext, RetrievedDocument, validate_filters
 
-__all__ = ["ArgumentError", "SerialEmbedding", "StrategyCache", "argument", "check_text_query", "document_record",
-           "new_entry_id", "search_context"]
+__all__ = ["NO_SCORE_FLOOR", "ArgumentError", "SerialEmbedding", "StrategyCache", "argument", "check_text_query",
+           "document_record", "new_entry_id", "search_context"]
+
+#: The ``min_score`` of a search without a score floor (``min_score=None``): the lowest score
+#: any of the library's strategies gives (a cosine similarity of -1; BM25 and fused scores
+#: are positive). The library's contexts need a finite bound, and the composed strategies
+#: divide a negative one by their decay, so it is not the lowest float.
+NO_SCORE_FLOOR = -1.0
 
 
 class ArgumentError(ValidationError):
@@ -59,6 +65,8 @@ def search_context(top_k: object, filters: Mapping[str, str] | None, min_score: 
                    top_k_name: str = "top_k", max_top_k: int | None = None) -> RAGContext:
     """A :class:`RAGContext` from integration arguments, each error naming its argument.
 
+    ``min_score`` None means no score floor (:data:`NO_SCORE_FLOOR`).
+
     ``max_top_k`` (optional) caps ``top_k``: a server answering many agents bounds the work
     one call can ask for.
     """
@@ -68,6 +76,8 @@ def search_context(top_k: object, filters: Mapping[str, str] | None, min_score: 
         raise ArgumentError(top_k_name, f"{top_k_name} must be at most {max_top_k}, got {top_k}")
     with argument("filters"):
         checked = validate_filters(filters)
+    if min_score is None:
+        min_score = NO_SCORE_FLOOR
     with argument("min_score"):
         RAGContext(min_score=min_score)  # type: ignore[arg-type]
     return RAGContext(top_k, min_score, checked)  # type: ignore[arg-type]

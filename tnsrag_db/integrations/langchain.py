@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -34,6 +35,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.errors import InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.indexes.vector.sql import documents_sql
@@ -48,19 +50,46 @@ from tnsrag_db.integrations._core import (
 )
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.strategies.base import RAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
+from tnsrag_db.strategies.mmr import (
+    DEFAULT_FETCH_K,
+    DEFAULT_LAMBDA_MULT,
+    check_lambda_mult,
+    maximal_marginal_relevance,
+)
+from tnsrag_db.types import MAX_RESULTS, MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
 
-__all__ = ["NON_STRING_METADATA_KEY", "TnsragRetriever", "TnsragVectorStore", "to_library_filters"]
+__all__ = ["NON_STRING_METADATA_KEY", "TnsragRetriever", "TnsragVectorStore", "decode_metadata", "to_document",
+           "to_library_filters"]
 
 #: Entry metadata key under which :class:`TnsragVectorStore` keeps a document's non-string
 #: metadata values, as one JSON object (entry metadata maps strings to strings).
 NON_STRING_METADATA_KEY = "langchain:json"
 
 
+def decode_metadata(stored: Mapping[str, str]) -> dict[str, Any]:
+    """Entry metadata as LangChain metadata: the non-string values that
+    :class:`TnsragVectorStore` packed under :data:`NON_STRING_METADATA_KEY` unpacked again
+    (numbers, lists, ... as added), every other key as it is. Used by the vector store
+    and the retriever alike, so both return a document's metadata the same way."""
+    metadata: dict[str, Any] = dict(stored)
+    packed = metadata.get(NON_STRING_METADATA_KEY)
+    if packed is None:
+        return metadata
+    try:
+        values = json.loads(packed)
+    except ValueError:
+        values = None
+    if isinstance(values, dict):
+        del metadata[NON_STRING_METADATA_KEY]
+        metadata.update(values)
+    # Anything else under the key was not written by the vector store: kept as it is.
+    return metadata
+
+
 def to_document(doc: RetrievedDocument) -> Document:
     """A LangChain document for a library result (see the module docstring for its metadata)."""
     record = document_record(doc)
-    metadata: dict[str, Any] = dict(record["metadata"])
+    metadata = decode_metadata(record["metadata"])
     metadata.update(id=record["id"], score=record["score"], tier=record["tier"], source=record["source"])
     return Document(page_content=doc.content, metadata=metadata, id=record["id"])
 
@@ -71,9 +100,12 @@ class TnsragRetriever(BaseRetriever):
     ``strategy`` is a strategy name (``"hybrid"`` by default; built over ``store`` with the
     process embedding provider, or ``embedding``) or any ``RAGStrategy`` object (then
     ``store`` is not needed); ``embedding`` may also be a LangChain ``Embeddings``, whose
-    vectors a :class:`TnsragVectorStore` with the same one wrote. ``k`` (default 4) is the number of results, ``filters`` exact
-    metadata filters (tier, entryId, source or an entry's own keys), ``min_score`` the
-    inclusive threshold. Invalid settings raise at construction (pydantic's
+    vectors a :class:`TnsragVectorStore` with the same one wrote. ``k`` (default 4) is the
+    number of results, ``filters`` exact metadata filters (tier, entryId, source or an
+    entry's own keys), ``min_score`` the inclusive threshold (default None: no score floor,
+    LangChain's convention, so ``k`` results come back whenever ``k`` entries match, even
+    with negative cosine similarities). Metadata packed by :class:`TnsragVectorStore` is
+    decoded as the vector store decodes it (:func:`decode_metadata`). Invalid settings raise at construction (pydantic's
     ``ValidationError`` carrying the library's message); invalid per-call overrides raise
     the library's :class:`~tnsrag_db.errors.ValidationError`.
     """
@@ -84,7 +116,7 @@ class TnsragRetriever(BaseRetriever):
     strategy: Any = "hybrid"
     k: int = 4
     filters: dict[str, str] = Field(default_factory=dict)
-    min_score: float = 0.0
+    min_score: float | None = None
     embedding: Any = None
 
     _resolved: RAGStrategy | None = PrivateAttr(default=None)
@@ -130,6 +162,12 @@ class TnsragRetriever(BaseRetriever):
         context = search_context(self.k if k is None else k, self.filters if filters is None else filters,
                                  self.min_score if min_score is None else min_score, top_k_name="k")
         return [to_document(d) for d in await aretrieve(text, context)]
+
+
+def _nothing_asked(k: object) -> bool:
+    """True for ``k == 0`` (LangChain's stores answer it with no documents); other values are
+    checked by the search itself."""
+    return is_int(k) and k == 0
 
 
 def to_library_filters(filter: Mapping[str, Any] | None) -> dict[str, str]:
@@ -208,11 +246,7 @@ def _entry(text: str, metadata: Mapping[str, Any] | None, entry_id: str, tier: M
 
 def _document(row: Any) -> Document:
     raw = row.metadata
-    stored: dict[str, str] = dict(json.loads(raw) if isinstance(raw, str) else (raw or {}))
-    metadata: dict[str, Any] = dict(stored)
-    packed = metadata.pop(NON_STRING_METADATA_KEY, None)
-    if packed is not None:
-        metadata.update(json.loads(packed))
+    metadata = decode_metadata(json.loads(raw) if isinstance(raw, str) else (raw or {}))
     if row.source is not None:
         metadata["source"] = row.source
     return Document(page_content=row.content, metadata=metadata, id=row.entry_id)
@@ -274,14 +308,19 @@ class TnsragVectorStore(VectorStore):
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Delete the entries with ``ids`` (missing ones are ignored), or with ``filter=`` every
-        entry matching it. Emptying the whole corpus needs ``Store.clear()``, not ``delete()``."""
+        entry matching it (both: both). Neither (``delete()``): every entry of the corpus, as
+        LangChain's ``VectorStore.delete`` documents for ``ids=None`` ("delete all"), entries
+        written by other means included. Returns True."""
         flt = kwargs.get("filter")
+        if ids is not None and (isinstance(ids, str) or not all(isinstance(i, str) for i in ids)):
+            raise ValidationError(f"ids must be a list of entry id strings, got {ids!r}")
         if ids is None and flt is None:
-            raise ValidationError("delete needs ids or filter=; use Store.clear() to empty the corpus")
+            self._store.clear()
+            return True
         if flt is not None:
             self._store.delete_where(to_library_filters(flt))
-        for entry_id in ids or ():
-            self._store.delete(entry_id)
+        if ids:
+            self._store.delete_many(list(ids))
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
@@ -303,19 +342,69 @@ class TnsragVectorStore(VectorStore):
         """Like :meth:`similarity_search`, each with its cosine similarity (in [-1, 1], higher is better)."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        if _nothing_asked(k):
+            return []
         return self._by_vector(self._embeddings.embed_query(query), k, kwargs.get("filter"))
 
     def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[Document]:
         """The ``k`` documents most similar to a query vector."""
+        if _nothing_asked(k):
+            return []
         return [doc for doc, _ in self._by_vector(embedding, k, kwargs.get("filter"))]
 
     def _by_vector(self, vector: Sequence[float], k: int,
                    flt: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
+        return [(_document(r), float(r.score)) for r in self._rows(vector, k, flt)]
+
+    def _rows(self, vector: Sequence[float], k: int, flt: Mapping[str, Any] | None) -> list[Any]:
         sql, params = self._vectors.candidates_sql(vector, k, filters=to_library_filters(flt), min_score=-1.0)
         # The index's own join of the ranking with the entry rows (prefix "v", candidates_sql's
         # default); the corpus is bound here too, for the empty ranking of a space not made yet.
-        rows = self._store.read(documents_sql(sql, "v"), {"v_c": self._store.corpus, **params})
-        return [(_document(r), float(r.score)) for r in rows]
+        return self._store.read(documents_sql(sql, "v"), {"v_c": self._store.corpus, **params})
+
+    # -- maximal marginal relevance ---------------------------------------------------
+    def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = DEFAULT_FETCH_K,
+                                      lambda_mult: float = DEFAULT_LAMBDA_MULT, **kwargs: Any) -> list[Document]:
+        """``k`` documents chosen by maximal marginal relevance among the ``fetch_k`` (default
+        20) most similar to ``query`` (``filter=``: exact metadata filters): each next one
+        maximises ``lambda_mult × similarity to the query − (1 − lambda_mult) × its highest
+        similarity to those already chosen``; ``lambda_mult`` (default 0.5, in [0, 1]) 1 is
+        plain similarity order, 0 the most diverse. At most ``min(k, fetch_k)`` documents
+        (LangChain's rule). The candidates' stored vectors are used (not embedded again).
+        Raises :class:`~tnsrag_db.errors.ValidationError` for a bad ``k``, ``fetch_k`` or
+        ``lambda_mult``, :class:`~tnsrag_db.errors.InvalidFilterError` for a bad filter."""
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        self._check_mmr(k, fetch_k, lambda_mult)
+        if _nothing_asked(k):
+            return []
+        return self.max_marginal_relevance_search_by_vector(self._embeddings.embed_query(query), k, fetch_k,
+                                                            lambda_mult, **kwargs)
+
+    def max_marginal_relevance_search_by_vector(self, embedding: list[float], k: int = 4,
+                                                fetch_k: int = DEFAULT_FETCH_K,
+                                                lambda_mult: float = DEFAULT_LAMBDA_MULT,
+                                                **kwargs: Any) -> list[Document]:
+        """:meth:`max_marginal_relevance_search` for a query vector."""
+        self._check_mmr(k, fetch_k, lambda_mult)
+        if _nothing_asked(k):
+            return []
+        rows = self._rows(embedding, fetch_k, kwargs.get("filter"))
+        if not rows:
+            return []
+        query = np.asarray(embedding, dtype=np.float32)
+        stored = self._vectors.stored_vectors([r.entry_id for r in rows], int(query.shape[0]))
+        # A candidate deleted between the two reads has no vector left: it is not returned.
+        rows = [r for r in rows if r.entry_id in stored]
+        candidates = np.vstack([stored[r.entry_id] for r in rows]) if rows else np.zeros((0, query.shape[0]))
+        picks = maximal_marginal_relevance(query, candidates, k, lambda_mult)
+        return [_document(rows[i]) for i in picks]
+
+    @staticmethod
+    def _check_mmr(k: object, fetch_k: object, lambda_mult: object) -> None:
+        check_int(k, "k", minimum=0, maximum=MAX_RESULTS)
+        check_int(fetch_k, "fetch_k", minimum=1, maximum=MAX_RESULTS)
+        check_lambda_mult(lambda_mult)
 
     def _select_relevance_score_fn(self) -> Any:
         # Cosine similarity in [-1, 1] to a relevance in [0, 1].

@@ -57,7 +57,14 @@ from tnsrag_db.indexes.vector.core import (
 from tnsrag_db.indexes.vector.hnsw import HNSW_EF_CONSTRUCTION, HNSW_M, IndexProgress
 from tnsrag_db.indexes.vector.ingest import IngestProgress
 from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.indexes.vector.sql import DOCUMENT_COLUMNS, EMPTY_RANKING, Ranking, documents_sql, ranking_sql
+from tnsrag_db.indexes.vector.sql import (
+    DOCUMENT_COLUMNS,
+    EMPTY_RANKING,
+    STORED_VECTORS,
+    Ranking,
+    documents_sql,
+    ranking_sql,
+)
 from tnsrag_db.indexes.vector.write import VectorWrites
 from tnsrag_db.strategies.explain import CosineExplanation, SearchPlan
 from tnsrag_db.types import MAX_CANDIDATES, is_unicode_text, validate_filters
@@ -258,6 +265,25 @@ class VectorMemoryStore(VectorWrites):
         if statement is None:
             return []
         return self._store.read(statement[0], statement[1])
+
+    # -- stored vectors -------------------------------------------------------------
+    def stored_vectors_plan(self, entry_ids: Sequence[str],
+                            dimension: int) -> Plan[dict[str, npt.NDArray[np.float32]]]:
+        """The vectors this view's space of ``dimension`` holds for ``entry_ids``, by entry id,
+        as a plan (the space row first when the cache cannot answer; then one statement). An
+        id without a vector in that space (an entry written without one, or not at all) is
+        absent from the answer; so is every id before the space's first write."""
+        ids = list(dict.fromkeys(entry_ids))
+        space = yield from self._query_space_plan(dimension)
+        if space is None or not ids:
+            return {}
+        rows = yield Statement(STORED_VECTORS, {"c": self._store.corpus, "s": space.space_id, "ids": ids},
+                               ("entry_id", "embedding"))
+        return {r.entry_id: np.asarray(r.embedding, dtype=np.float32) for r in rows}
+
+    def stored_vectors(self, entry_ids: Sequence[str], dimension: int) -> dict[str, npt.NDArray[np.float32]]:
+        """:meth:`stored_vectors_plan` run on the store (at most two round trips)."""
+        return self._store.run(self.stored_vectors_plan(entry_ids, dimension))
 
     # -- explanations -----------------------------------------------------------------
     def space_of(self, query_vector: npt.NDArray[np.float32]) -> tuple[int, int] | None:

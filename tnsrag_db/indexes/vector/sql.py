@@ -23,13 +23,19 @@ import numpy.typing as npt
 from tnsrag_db.store.filters import filter_sql, pairs_alone
 from tnsrag_db.types import validate_filters
 
-__all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "Ranking", "documents_sql", "ranking_sql"]
+__all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "STORED_VECTORS", "Ranking", "documents_sql", "ranking_sql"]
 
 #: The columns of :func:`documents_sql`'s rows, in order.
 DOCUMENT_COLUMNS = ("entry_id", "content", "tier", "source", "metadata", "score")
 
 #: The ranking of a space that does not exist yet: no rows.
 EMPTY_RANKING = "SELECT NULL::text AS entry_id, NULL::float8 AS score WHERE false"
+
+#: The vectors one space holds for some entries (binds ``:c``, ``:s``, ``:ids``): one probe of
+#: the primary key per id.
+STORED_VECTORS = """\
+SELECT x.entry_id, CAST(x.embedding AS real[]) AS embedding FROM embeddings x
+WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = ANY(:ids)"""
 
 #: ``hnsw.max_scan_tuples`` of the iterative scans: the bound on one query's graph visits.
 MAX_SCAN_TUPLES = 20_000
