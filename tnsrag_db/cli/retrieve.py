@@ -119,10 +119,13 @@ def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes:
 @click.option("--read-url", "read_urls", multiple=True, metavar="URL",
               help="A hot standby of --url's server to read from (repeatable; default: TNSRAG_READ_URLS, "
                    "space-separated). The primary answers while no standby can.")
+@click.option("--distinct", is_flag=True,
+              help="Collapse results with identical content into the best-scored one (its metadata lists the "
+                   "others' ids under duplicateIds); still returns --top-k results when there are that many.")
 @handle_errors
 def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, top_k: int, min_score: float,
           filters: tuple[str, ...], embedding: str | None, as_json: bool, explain: bool,
-          read_urls: tuple[str, ...]) -> None:
+          read_urls: tuple[str, ...], distinct: bool) -> None:
     """Retrieve the best entries for TEXT with one of the strategies.
 
     Vector and hybrid search embed TEXT with the provider that filled the embedding
@@ -139,6 +142,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     Example: tnsrag query "TAN-5326" --strategy keyword --explain
 
     Example: tnsrag query "lighthouse" --url "$PRIMARY_URL" --read-url "$STANDBY_URL"
+
+    Example: tnsrag query "release notes" --distinct
     """
     from tnsrag_db.strategies.base import check_query
 
@@ -147,7 +152,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     standbys = list(read_urls) or os.environ.get("TNSRAG_READ_URLS", "").split()
     if standbys and url is None:
         raise click.UsageError("--read-url needs --url: standbys belong to a server named by URL")
-    if strategy == "keyword" and not explain and not standbys:
+    if strategy == "keyword" and not explain and not standbys and not distinct:
         answered = lean_keyword_query(text, url, schema=schema, corpus=corpus, context=context)
         if answered is not None:
             _print_results(text, "keyword", answered[0], answered[1], [], as_json)
@@ -163,6 +168,10 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         # Only the strategies that embed the query load a model (keyword, graph, reasoning never
         # do); they embed with the corpus's own space's provider, or --embedding's.
         chosen = build_strategy(strategy, store, embedding=embedding)
+        if distinct:
+            from tnsrag_db.strategies.distinct import DistinctContentRAGStrategy
+
+            chosen = DistinctContentRAGStrategy(chosen)
         started = time.perf_counter()
         if explain:
             explained = explain_with(chosen, text, context)
@@ -175,6 +184,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
         notes = empty_filter_notes(store, context.metadata_filters) if not documents else []
+        if not documents and not context.metadata_filters and store.count() == 0:
+            notes.append(f"corpus {corpus!r} holds no entries yet: add some with tnsrag ingest PATH --corpus {corpus}")
         if chosen.name == "graph":
             from tnsrag_db.indexes.graph import GraphStore
 
