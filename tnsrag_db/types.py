@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,6 +60,13 @@ MAX_CANDIDATES = 100_000
 #: corpus name of up to 800 bytes and, in the BM25 postings, a term: longer ones failed
 #: late, with ProgramLimitExceeded naming no entry.
 MAX_KEY_BYTES = 1024
+
+
+def name_form(value: str) -> str:
+    """``value`` in Unicode normal form NFC, the form names are stored and looked up in (entry
+    ids, parent ids, edge ends, corpus names): ``café`` typed composed or decomposed is one
+    name. Cheap when ``value`` already is NFC (ASCII always is)."""
+    return value if value.isascii() or unicodedata.is_normalized("NFC", value) else unicodedata.normalize("NFC", value)
 
 
 def is_unicode_text(value: str) -> bool:
@@ -274,7 +282,8 @@ class MemoryEntry:
     ``tier`` may be a :class:`MemoryTier` or its name. The metadata keys
     ``HierarchyMetadata.PARENT_ID`` and ``TemporalMetadata.TIMESTAMP`` are accepted as
     alternatives to ``parent_id`` and ``timestamp`` (they must agree when both are given).
-    Raises :class:`InvalidEntryError` at construction (for a malformed or zone-less timestamp
+    ``id`` and ``parent_id`` are kept in Unicode normal form NFC (:func:`name_form`), so one
+    name typed composed or decomposed is one entry. Raises :class:`InvalidEntryError` at construction (for a malformed or zone-less timestamp
     its subclass :class:`InvalidTimestampError`, which is also a :class:`TemporalValidationError`).
     """
 
@@ -326,13 +335,15 @@ class MemoryEntry:
         md_parent = clean.get(HierarchyMetadata.PARENT_ID)
         if parent is None and md_parent is not None and md_parent.strip():
             parent = md_parent
-        elif parent is not None and md_parent is not None and md_parent != parent:
+        elif parent is not None and md_parent is not None and name_form(md_parent) != name_form(parent):
             raise InvalidEntryError(f"entry {raw_id!r}: parent_id {parent!r} disagrees with metadata "
                                     f"{HierarchyMetadata.PARENT_ID}={md_parent!r}", entry_id=eid, index=index)
+        object.__setattr__(self, "id", name_form(raw_id))
         if parent is not None:
             _check_text(parent, f"parent_id of entry {raw_id!r}", eid, index)
             _check_key_bytes(parent, f"parent_id of entry {raw_id!r}", eid, index)
-            if parent == raw_id:
+            parent = name_form(parent)
+            if parent == self.id:
                 raise InvalidEntryError(f"entry {raw_id!r} is its own parent", entry_id=eid, index=index)
         object.__setattr__(self, "parent_id", parent)
         ts = self.timestamp

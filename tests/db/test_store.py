@@ -311,3 +311,25 @@ def test_content_hashes_are_what_a_write_would_skip(store: Store) -> None:
     changed = MemoryEntry("h2", "two", metadata={"k": "w"})
     assert store.content_hashes(["h2"])["h2"] != content_hash(changed)
     assert store.content_hashes([]) == {}
+
+
+def test_names_in_either_unicode_form_are_one_name(store: Store) -> None:
+    import unicodedata
+
+    from tnsrag_db.indexes.graph import Edge, GraphStore
+
+    nfc, nfd = unicodedata.normalize("NFC", "café-notes"), unicodedata.normalize("NFD", "café-notes")
+    assert nfc != nfd
+    store.add(MemoryEntry(nfd, "Written under the decomposed id."))
+    store.add(MemoryEntry("child", "A section.", parent_id=nfd))
+    # Before: the decomposed id was a second entry that printed the same as the composed one.
+    assert store.count() == 2 and store.get(nfc) is not None and store.get(nfd) is not None
+    assert [e.id for e in store.iter_entries()] == sorted(["child", nfc])
+    assert store.get("child").parent_id == nfc  # type: ignore[union-attr]
+    assert set(store.get_many([nfd, "child"])) == {nfc, "child"}
+    GraphStore(store).add_edge("child", nfd)
+    assert Edge("child", nfd).dst == nfc and GraphStore(store).count() == 1
+    # a corpus name typed either way is one corpus
+    corpus_nfc = unicodedata.normalize("NFC", store.corpus + "-é")
+    assert store.with_corpus(unicodedata.normalize("NFD", corpus_nfc)).corpus == corpus_nfc
+    assert store.delete(nfc) and store.get(nfd) is None

@@ -76,12 +76,12 @@ def _print_results(text: str, strategy: str, documents: Sequence[RetrievedDocume
                    notes: list[str], as_json: bool) -> None:
     from tnsrag_db.cli._render import render_text, result_json
 
-    for note in notes:
-        click.echo(f"note: {note}", err=True)
-    if as_json:
+    if as_json:  # the notes are in the JSON: stderr stays quiet for scripts that merge it
         emit({"query": text, "strategy": strategy, "milliseconds": round(elapsed_ms, 2),
               "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
         return
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     click.echo(render_text(strategy, documents, elapsed_ms))
 
 
@@ -177,8 +177,9 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
             notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
-            for note in notes:
-                click.echo(f"note: {note}", err=True)
+            if not as_json:
+                for note in notes:
+                    click.echo(f"note: {note}", err=True)
             emit(_explained_json(text, explained, elapsed_ms, notes), as_json, explained.to_text())
             return
         documents = chosen.retrieve(text, context)

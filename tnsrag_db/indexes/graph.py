@@ -36,7 +36,7 @@ from tnsrag_db.indexes.graph_walk import hops_statement, walk_statement
 from tnsrag_db.store.staging import EDGE_STAGE_DDL
 from tnsrag_db.store.store import Store
 from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension, WriteReport
-from tnsrag_db.types import MemoryEntry, is_unicode_text
+from tnsrag_db.types import MemoryEntry, is_unicode_text, name_form
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
 
@@ -121,8 +121,8 @@ class Edge:
 
     def validate(self, index: int | None = None) -> None:
         """Check every field; ``index`` (a batch position) is named in the error."""
-        _check_name(self.src, "edge src", index)
-        _check_name(self.dst, "edge dst", index)
+        object.__setattr__(self, "src", name_form(_check_name(self.src, "edge src", index)))
+        object.__setattr__(self, "dst", name_form(_check_name(self.dst, "edge dst", index)))
         _check_name(self.relation, "edge relation", index)
         if self.source is not None:
             _check_name(self.source, "edge source", index)

@@ -24,7 +24,7 @@ from tnsrag_db.db.replicas import DEFAULT_MAX_LAG, DEFAULT_WAIT_TIMEOUT
 from tnsrag_db.db.statement import Plan, Rows, Statement, one
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
-from tnsrag_db.store.reads import count_plan, get_many_plan, get_plan
+from tnsrag_db.store.reads import check_ids, count_plan, get_many_plan, get_plan
 from tnsrag_db.store.schema import DEFAULT_SCHEMA
 from tnsrag_db.store.store import IngestCounts, Store, connect
 from tnsrag_db.types import MemoryEntry
@@ -118,13 +118,14 @@ class AsyncStore:
         """The entry with ``entry_id``, or None."""
         if self._store.read_replicas is not None:  # the sync store reads entries on the primary
             return await self._in_thread(self._store.get, entry_id)
+        [entry_id] = check_ids([entry_id])
         return await self.run(get_plan(self._store.corpus, entry_id))
 
     async def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
         if self._store.read_replicas is not None:
             return await self._in_thread(self._store.get_many, list(entry_ids))
-        return await self.run(get_many_plan(self._store.corpus, entry_ids))
+        return await self.run(get_many_plan(self._store.corpus, check_ids(entry_ids)))
 
     async def count(self, filters: Mapping[str, str] | None = None) -> int:
         """Number of entries in the corpus matching ``filters`` (exact-match, as in retrieval)."""

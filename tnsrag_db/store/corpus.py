@@ -21,7 +21,7 @@ from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.store import sql
 from tnsrag_db.store.staging import prepare_stage_tables
 from tnsrag_db.store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, run_write, write_entries
-from tnsrag_db.types import MemoryEntry, is_unicode_text
+from tnsrag_db.types import MemoryEntry, is_unicode_text, name_form
 
 __all__ = ["ANALYZE_AFTER_ROWS", "Corpus", "Writer"]
 
@@ -37,12 +37,13 @@ _MAX_CORPUS = 200
 
 
 def check_corpus_name(corpus: object) -> str:
-    """``corpus`` if it is a usable corpus name, else :class:`ConfigurationError`."""
+    """``corpus`` in Unicode normal form NFC if it is a usable corpus name (the same name typed
+    composed or decomposed is one corpus), else :class:`ConfigurationError`."""
     if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS \
             or not is_unicode_text(corpus):
         raise ConfigurationError(f"corpus must be a non-blank string of at most {_MAX_CORPUS} characters, "
                                  f"got {corpus!r}")
-    return corpus
+    return name_form(corpus)
 
 
 class Corpus:

@@ -9,7 +9,7 @@ from typing import Any
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ValidationError
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db.types import MemoryEntry, MemoryTier, is_unicode_text, name_form
 
 __all__ = ["ENTRY_FIELDS", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
 
@@ -18,13 +18,18 @@ ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata"
 _SELECT = f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries"
 
 
-def check_ids(entry_ids: Iterable[object]) -> None:
-    """:class:`ValidationError` for an id holding NUL: the driver refuses NUL in any text
+def check_ids(entry_ids: Iterable[object]) -> list[str]:
+    """The ids in the form they are stored in (NFC, :func:`~tnsrag_db.types.name_form`).
+
+    :class:`ValidationError` for an id holding NUL: the driver refuses NUL in any text
     parameter with a DataError of its own (nothing is sent); this names the argument."""
+    out: list[str] = []
     for entry_id in entry_ids:
         if isinstance(entry_id, str) and "\x00" in entry_id:
             raise ValidationError(f"entry id {entry_id!r} contains a NUL character (PostgreSQL text cannot "
                                   "hold it); nothing was read or written")
+        out.append(name_form(entry_id) if isinstance(entry_id, str) and is_unicode_text(entry_id) else entry_id)  # type: ignore[arg-type]
+    return out
 
 
 def row_to_entry(row: Any) -> MemoryEntry:

@@ -85,7 +85,7 @@ class Store:
                  _clock: WriteClock | None = None, _after: WriteToken | None = None,
                  _pairs: bool | None = None) -> None:
         check_replica_options(read_replicas, consistency)
-        check_corpus_name(corpus)
+        corpus = check_corpus_name(corpus)
         if not is_int(max_query_terms) or not 1 <= max_query_terms <= 100_000:
             raise ConfigurationError(f"max_query_terms must be an int from 1 to 100000, got {max_query_terms!r}")
         self._consistency = consistency
@@ -256,13 +256,12 @@ class Store:
     # -- reads ------------------------------------------------------------------------
     def get(self, entry_id: str) -> MemoryEntry | None:
         """The entry with ``entry_id``, or None."""
-        check_ids([entry_id])
+        [entry_id] = check_ids([entry_id])
         return self._session.run(get_plan(self._corpus, entry_id))
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
-        check_ids(entry_ids)
-        return self._session.run(get_many_plan(self._corpus, entry_ids))
+        return self._session.run(get_many_plan(self._corpus, check_ids(entry_ids)))
 
     def content_hashes(self, entry_ids: Sequence[str]) -> dict[str, bytes]:
         """The stored change hash of each existing entry among ``entry_ids`` (equal to
@@ -287,14 +286,13 @@ class Store:
     # -- deletes ----------------------------------------------------------------------
     def delete(self, entry_id: str) -> bool:
         """Delete one entry with its postings, embeddings and edges. True when it existed."""
-        check_ids([entry_id])
+        [entry_id] = check_ids([entry_id])
         return self._writer.delete("e.id = :id", {"id": entry_id}) == 1
 
     def delete_many(self, entry_ids: Sequence[str]) -> int:
         """Delete the entries with these ids (with their postings, embeddings and edges) in one
         transaction; returns how many existed."""
-        ids = list(dict.fromkeys(entry_ids))
-        check_ids(ids)
+        ids = list(dict.fromkeys(check_ids(entry_ids)))
         if not ids:
             return 0
         return self._writer.delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
