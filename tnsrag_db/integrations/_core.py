@@ -90,22 +90,48 @@ class SerialEmbedding:
     application sees its overload; a server handling requests in worker threads queues
     them instead. Keeps the wrapped provider's name, so vectors land in the same
     embedding space as ``tnsrag ingest`` writes.
+
+    Without ``embedding``, the provider is chosen at first use (no I/O at construction):
+    with ``store``, the provider of the corpus's own space, its newest complete one
+    (:func:`~tnsrag_db.indexes.vector.spaces.query_embedding`: a corpus embedded with the
+    shipped model is searched and written with it, whatever the process default is; a
+    corpus without vectors gets the default provider); without, the process provider.
     """
 
-    def __init__(self, embedding: EmbeddingFunction | Callable[[str], object] | None = None) -> None:
-        self._fn: Any = get_process_embedding() if embedding is None else embedding
-        self.name = provider_name(self._fn)
+    def __init__(self, embedding: EmbeddingFunction | Callable[[str], object] | None = None, *,
+                 store: Store | None = None) -> None:
+        self._fn: Any = embedding
+        self._store = store
         self._lock = threading.Lock()
 
+    def _target(self) -> Any:
+        if self._fn is None:
+            with self._lock:
+                if self._fn is None:
+                    if self._store is not None:
+                        from tnsrag_db.indexes.vector.spaces import query_embedding
+
+                        self._fn = query_embedding(self._store)
+                    else:
+                        self._fn = get_process_embedding()
+        return self._fn
+
+    @property
+    def name(self) -> str:
+        """The wrapped provider's name (the space it reads and writes)."""
+        return provider_name(self._target())
+
     def __call__(self, text: str) -> Sequence[float]:
+        fn = self._target()
         with self._lock:
-            return self._fn(text)  # type: ignore[no-any-return]
+            return fn(text)  # type: ignore[no-any-return]
 
     def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
-        batch = getattr(self._fn, "embed_batch", None)
+        fn = self._target()
+        batch = getattr(fn, "embed_batch", None)
         with self._lock:
             if batch is None:
-                return [self._fn(t) for t in texts]
+                return [fn(t) for t in texts]
             return batch(texts)  # type: ignore[no-any-return]
 
 

@@ -97,8 +97,8 @@ def to_document(doc: RetrievedDocument) -> Document:
 class TnsragRetriever(BaseRetriever):
     """A LangChain retriever over one tnsrag_db strategy.
 
-    ``strategy`` is a strategy name (``"hybrid"`` by default; built over ``store`` with the
-    process embedding provider, or ``embedding``) or any ``RAGStrategy`` object (then
+    ``strategy`` is a strategy name (``"hybrid"`` by default; built over ``store``, embedding
+    queries with the provider of the corpus's own space, or with ``embedding``) or any ``RAGStrategy`` object (then
     ``store`` is not needed); ``embedding`` may also be a LangChain ``Embeddings``, whose
     vectors a :class:`TnsragVectorStore` with the same one wrote. ``k`` (default 4) is the
     number of results, ``filters`` exact metadata filters (tier, entryId, source or an
@@ -131,7 +131,7 @@ class TnsragRetriever(BaseRetriever):
             if isinstance(embedding, Embeddings):  # the space a TnsragVectorStore with it writes
                 embedding = _LangChainEmbedding(embedding, None)
             with argument("strategy"):
-                self._resolved = StrategyCache(self.store, SerialEmbedding(embedding)).get(self.strategy)
+                self._resolved = StrategyCache(self.store, SerialEmbedding(embedding, store=self.store)).get(self.strategy)
         elif isinstance(self.strategy, RAGStrategy):
             self._resolved = self.strategy
         else:

@@ -152,7 +152,7 @@ class TnsragRetriever(BaseRetriever):
     """A LlamaIndex retriever over one tnsrag_db strategy.
 
     ``strategy`` is a strategy name (default ``"hybrid"``, built over ``store`` with the
-    process embedding provider or ``embedding``: a library embedding function or a
+    provider of the corpus's own space or ``embedding``: a library embedding function or a
     LlamaIndex embed model such as ``MockEmbedding``) or any ``RAGStrategy`` object (then
     ``store`` is optional and only used to read node relationships).
     ``similarity_top_k`` (default 4) results; ``filters``: ``MetadataFilters`` of exact
@@ -182,7 +182,7 @@ class TnsragRetriever(BaseRetriever):
             if store is None:
                 raise ConfigurationError(f"strategy {strategy!r} is a name: give the store to build it over")
             with argument("strategy"):
-                self._strategy: RAGStrategy = StrategyCache(store, SerialEmbedding(embedding)).get(strategy)
+                self._strategy: RAGStrategy = StrategyCache(store, SerialEmbedding(embedding, store=store)).get(strategy)
         elif isinstance(strategy, RAGStrategy):
             self._strategy = strategy
         else:

@@ -264,10 +264,10 @@ def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEF
                   name: str = "tnsrag") -> MCPServer[Any]:
     """An MCP server whose tools work on ``store``'s corpus (the store stays the caller's to close).
 
-    ``embedding`` defaults to the process provider (an installed entry point, else the
-    128-dimensional hash fallback); ``tnsrag mcp`` passes the provider of the corpus's
-    query space (:func:`tnsrag_db.indexes.spaces.query_embedding`). Its calls are
-    serialised. ``max_top_k`` (default 100) caps ``search``'s ``top_k``.
+    ``embedding`` defaults to the provider of the corpus's own space, its newest complete
+    one (:func:`tnsrag_db.indexes.vector.spaces.query_embedding`, resolved at the first
+    call that embeds; the default provider for a corpus without vectors), as ``tnsrag mcp``
+    does. Its calls are serialised. ``max_top_k`` (default 100) caps ``search``'s ``top_k``.
     ``max_content_chars`` (characters, default 4000; None: no bound) cuts each document's
     content in a ``search`` answer, marking it ``truncated``. ``all_corpora`` (default
     False) lets ``corpora`` and the missing-corpus error name every corpus of the schema;
@@ -281,7 +281,7 @@ def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEF
         raise ValueError(f"max_top_k must be an int >= 1, got {max_top_k!r}")
     if max_content_chars is not None and (not is_int(max_content_chars) or max_content_chars < 1):
         raise ValueError(f"max_content_chars must be an int >= 1 or None, got {max_content_chars!r}")
-    serial = SerialEmbedding(embedding)
+    serial = SerialEmbedding(embedding, store=store)
     strategies = StrategyCache(store, serial)
     read = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     tools: list[Tool] = []
