@@ -204,6 +204,32 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     assert "tnsrag ingest --sample" in commands[0] and "tnsrag query" in commands[0] and "\n" not in commands[0]
 
 
+def test_the_readme_is_a_front_door_that_maps_every_guide() -> None:
+    text = README.read_text()
+    assert text.count("\n") <= 300, f"README.md has {text.count(chr(10))} lines; details belong in docs/"
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in text, f"the README's map of the docs does not link docs/{page.name}"
+
+
+def test_every_relative_link_of_the_docs_reaches_a_file_and_heading() -> None:
+    link = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)")
+    for page in doc_files():
+        text = page.read_text()
+        for target, anchor in link.findall(text):
+            if target.startswith(("http://", "https://")):
+                continue
+            dest = (page.parent / target).resolve() if target else page
+            assert dest.exists(), f"{page.relative_to(ROOT)}: link to missing {target}"
+            if anchor and dest.suffix == ".md":
+                headings = {_anchor(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(), re.M)}
+                assert anchor in headings, f"{page.relative_to(ROOT)}: no heading #{anchor} in {dest.name}"
+
+
+def _anchor(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, spaces to hyphens, punctuation dropped."""
+    return "".join(ch for ch in title.strip().lower().replace(" ", "-") if ch.isalnum() or ch in "-_")
+
+
 # --- the runnable example ---------------------------------------------------------------
 
 def _corpus_sizes(home: Path) -> list[str]:
