@@ -46,7 +46,7 @@ EXPANDER_ENTRY_POINT_GROUP = "tnsrag_db.query_expanders"
 
 
 class QueryExpansion(enum.Enum):
-    """How query variations are produced (the spec's ``Retrieval.QueryExpansion``).
+    """How query variations are produced (the SPI's ``Retrieval.QueryExpansion`` modes).
 
     ``NONE``: no expansion (not accepted by ``MultiQueryRAGStrategy``); ``LLM``:
     variations written by a language model, through an installed expander;

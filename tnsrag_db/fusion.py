@@ -2,7 +2,7 @@
 
 A document's fused score is the sum, over the rankings it appears in, of
 ``weight / (k + rank)`` with 1-based ranks, ``k`` 60 and every weight 1 by default
-(Cormack, Clarke and Büttcher, 2009; the spec's score). Hybrid and multi-query retrieval
+(Cormack, Clarke and Büttcher, 2009; the SPI's fusion score). Hybrid and multi-query retrieval
 both fuse through this one function; :func:`fuse` also reports each ranking's share.
 """
 
@@ -20,7 +20,7 @@ from tnsrag_db.types import RetrievedDocument
 __all__ = ["DEFAULT_RRF_K", "FusedDocument", "RankShare", "check_weights", "document_key", "fuse",
            "reciprocal_rank_fusion"]
 
-#: The RRF constant the spec uses for hybrid and multi-query fusion.
+#: The RRF constant of hybrid and multi-query fusion (docs/design.md, "The contract").
 DEFAULT_RRF_K = 60
 
 

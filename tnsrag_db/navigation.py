@@ -7,7 +7,7 @@ expansion and descends into the children it scores above zero. When every score 
 ≤ 0 the descent stops at that node.
 
 Model-backed navigators plug in through the entry-point group
-``tnsrag_db.tree_navigators`` (the Python form of the spec's ServiceLoader lookup),
+``tnsrag_db.tree_navigators`` (the Python form of the SPI's ServiceLoader lookup),
 e.g. in ``pyproject.toml``::
 
     [project.entry-points."tnsrag_db.tree_navigators"]

@@ -1,6 +1,6 @@
 """``RAGPipeline``: preprocess the query, retrieve, rerank, format numbered context.
 
-The four phases run in the spec's order::
+The four phases run in the SPI's order::
 
     query_preprocessor(query) -> strategy.retrieve(query, context) -> reranker(documents) -> numbered text
 

@@ -2,7 +2,7 @@
 
 All are immutable. Mappings they hold are copied at construction and exposed as
 read-only ``MappingProxyType`` views, so a caller mutating its own dict later
-changes nothing here (a deliberate difference from the Java SPI, which exposes a
+changes nothing here (a deliberate difference from the SPI's Java form, which exposes a
 live view of the caller's map).
 """
 

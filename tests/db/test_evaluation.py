@@ -169,12 +169,10 @@ def test_bm25_on_cranfield(store: Store) -> None:
 
 
 def test_readme_evaluation_example_runs(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
-    import re
+    from tests._docs import find_example
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "tnsrag_db.evaluation" in b]
-    assert len(blocks) == 1
+    page, example = find_example("from tnsrag_db.evaluation import")
     namespace: dict[str, object] = {"store": store}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    exec(compile(example, str(page), "exec"), namespace)
     assert namespace["ndcg"].mean == pytest.approx(1.0)  # type: ignore[attr-defined]
     assert "keyword" in capsys.readouterr().out

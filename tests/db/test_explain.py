@@ -316,13 +316,12 @@ def test_a_child_without_explain_is_reported_unexplained(store: Store) -> None:
 def test_readme_explain_example_runs(store: Store) -> None:
     import contextlib
     import io
-    import re
+    from tests._docs import find_example
 
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    (example,) = [b for b in blocks if "hybrid.explain(" in b]
+    page, example = find_example("explained = hybrid.explain(")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(example, "README.md", "exec"), {"__name__": "readme_explain", "store": store})
+        exec(compile(example, str(page), "exec"), {"__name__": "readme_explain", "store": store})
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("keyword 1 2.0 ") and lines[0].endswith(" bm25")
     assert lines[1].startswith("vector ") and lines[1].endswith(" cosine")

@@ -1,10 +1,9 @@
-"""The spec's Java example, in Python, exactly as the README shows it, against the test database."""
+"""The SPI's reference example, in Python, exactly as docs/strategies.md shows it, against the test database."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,14 +12,11 @@ import pytest
 import tnsrag_db
 from tnsrag_db.store.store import Store
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests._docs import find_example
 
 
-def _readme_example() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    matches = [b for b in blocks if "tier filter was not applied" in b]
-    assert len(matches) == 1, "the README must show the spec example once"
-    return matches[0]
+def _readme_example() -> tuple[Path, str]:
+    return find_example("tier filter was not applied")  # the documentation shows it exactly once
 
 
 def test_readme_spec_example_runs(make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,7 +24,8 @@ def test_readme_spec_example_runs(make_store: Callable[..., Store], monkeypatch:
     monkeypatch.setattr(tnsrag_db, "connect", lambda **_: contextlib.nullcontext(store))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(_readme_example(), str(README), "exec"), {"__name__": "readme_example"})
+        page, example = _readme_example()
+        exec(compile(example, str(page), "exec"), {"__name__": "readme_example"})
     lines = out.getvalue().splitlines()
     assert lines[0] == "vector"
     assert lines[1] == "keyword"

@@ -442,8 +442,8 @@ def test_a_tenants_metadata_filtered_statements_keep_their_generic_plan(make_dat
     estimate that the plan depends on), so PostgreSQL keeps the generic plan. In a database
     of its own, analyzed: in the shared one the tenant's corpus may be estimated smaller
     than the average corpus (depending on what other tests wrote and on whether autovacuum
-    analyzed it since), and then its custom plans are cheaper (see the README's tenancy
-    section), which made this test fail now and then."""
+    analyzed it since), and then its custom plans are cheaper (see docs/deployment.md,
+    "Tenancy"), which made this test fail now and then."""
     t = _make_tenants(make_database)
     try:
         with connect(t.a, corpus=t.corpus_a) as store:

@@ -45,7 +45,7 @@ async def ok(client: Client, tool: str, args: dict[str, Any]) -> Any:
     assert await conforms(client, tool, args), f"{tool}({args}) does not conform to the published schema"
     result = await client.call_tool(tool, args)
     assert not result.is_error, text(result)
-    if result.structured_content is not None:  # the text block is the same JSON (the spec's compatibility copy)
+    if result.structured_content is not None:  # the text block is the same JSON (the MCP specification's compatibility copy)
         assert [json.loads(text(result))] == [result.structured_content]
     return result.structured_content
 
@@ -392,7 +392,7 @@ def test_search_content_is_bounded_and_marked_truncated(store: Store) -> None:
         await ok(client, "remember", {"content": "Archive notes, short.", "id": "short"})
         found = await client.call_tool("search", {"query": "archive notes", "strategy": "keyword"})
         assert not found.is_error and found.structured_content is not None
-        # One text block: the structured content's JSON (the spec's compatibility copy), nothing more.
+        # One text block: the structured content's JSON (the MCP specification's compatibility copy), nothing more.
         assert len(found.content) == 1 and json.loads(text(found)) == found.structured_content
         assert len(text(found)) < 2 * 100 + 2000
         return {d["id"]: d for d in found.structured_content["documents"]}

@@ -10,7 +10,7 @@ need none: they are created on a connection's first write (see
 :mod:`tnsrag_db.store.staging`) and their flag lives in the pooled connection's ``info``,
 which goes away with the connection.
 
-Database resolution (see DESIGN): an explicit URL wins; with none, the embedded server
+Database resolution: an explicit URL wins; with none, the embedded server
 (:func:`tnsrag_db.store.server.embedded_url`). Environment variables are read only by the
 CLI and the test plugin, never here.
 """

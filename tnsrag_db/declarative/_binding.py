@@ -1,6 +1,6 @@
 """Query binding: which argument of an action becomes the retrieval query.
 
-Rules (the spec's ``queryParam``):
+Rules (the SPI's ``queryParam``):
 
 * ``query_param=""`` (the default) binds the first parameter annotated ``str``, in
   declaration order (``self`` and the ``retrieved`` parameter never count);

@@ -36,7 +36,7 @@ Reranker = Callable[[str, list[RetrievedDocument]], Sequence[RetrievedDocument]]
 
 
 class RetrievalStrategy(enum.Enum):
-    """The eight declarative retrieval modes (the spec's ``@Retrieval`` strategies)."""
+    """The eight declarative retrieval modes (the SPI's ``@Retrieval`` strategies)."""
 
     SEMANTIC = "SEMANTIC"
     KEYWORD = "KEYWORD"

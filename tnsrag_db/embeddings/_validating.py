@@ -30,7 +30,7 @@ from tnsrag_db.errors import (
 
 __all__ = ["MAX_EMBEDDING_DIMENSION", "ValidatingEmbedding"]
 
-#: The largest number of values an embedding may have (the spec's limit).
+#: The largest number of values an embedding may have (the SPI's limit, as pgvector's).
 MAX_EMBEDDING_DIMENSION = 16_000
 
 _T = TypeVar("_T")
@@ -225,7 +225,7 @@ class ValidatingEmbedding:
         if size > self._max_dimension:
             self._fail(where, f"embedding has {size} values, more than the maximum of {self._max_dimension}")
         # The first shape-valid vector fixes the dimension even when the finite-value
-        # check below rejects it (the spec's rule), so this runs before that check.
+        # check below rejects it (the SPI's rule), so this runs before that check.
         with self._dimension_lock:
             if self._dimension is None:
                 self._dimension = size

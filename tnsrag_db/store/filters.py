@@ -1,6 +1,6 @@
 """Metadata filters as SQL predicates, applied before top-K in every stream.
 
-Semantics (spec, "Metadata Filtering"; DESIGN): exact, case-sensitive string
+Semantics (the SPI's metadata filtering; docs/design.md, "Filters before top-K"): exact, case-sensitive string
 equality; every entry must match (AND); a missing key excludes. ``tier``,
 ``entryId`` and ``source`` map to typed columns; any other key must be present in
 the entry's own jsonb metadata with exactly that string value. Values are always bound

@@ -4,8 +4,8 @@
 declarative runtime (``@retrieval`` modes).
 
 **Composition rule.** The strategies that need a child (or base) strategy get
-*semantic* search, ``VectorRAGStrategy`` over the options' vector store, as the spec's
-table of declarative modes says ("Semantic child hits + parent expansion",
+*semantic* search, ``VectorRAGStrategy`` over the options' vector store, as the SPI
+defines the declarative modes ("Semantic child hits + parent expansion",
 "Semantic child hits + freshness reranking", "Query expansion + semantic base
 strategy"): ``hierarchical``, ``temporal`` and ``multi_query``. Hybrid fuses BM25,
 vector and, whenever the graph modules are installed, the graph stream of what the
@@ -144,7 +144,7 @@ def _hybrid(store: Store, options: StrategyOptions) -> RAGStrategy:
     try:
         with unavailable_unless_installed("the graph stream", _GRAPH):
             graph = graph_strategy(store, include_seeds=False)  # the seeds are BM25's: counted once
-    except StrategyUnavailableError:  # the spec: a missing graph store keeps the two streams fused
+    except StrategyUnavailableError:  # without a graph store the two streams stay fused
         graph = None
     return HybridRAGStrategy(BM25Index(store), _vector_store(options), graph)
 

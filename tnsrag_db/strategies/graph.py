@@ -113,7 +113,7 @@ def _check_int(value: object, what: str, low: int, high: int) -> int:
 class GraphRAGStrategy:
     """Seeds from a seed strategy, then a bounded, source-fenced walk along outgoing edges.
 
-    Arguments (in the spec's order; pass the class constants for the defaults):
+    Arguments (in the SPI's order; pass the class constants for the defaults):
 
     - ``provider_name``: the graph provider's name (non-blank), reported by :attr:`provider_name`;
     - ``store``: the :class:`GraphStore` to walk (its corpus is the one searched);

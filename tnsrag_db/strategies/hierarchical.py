@@ -6,7 +6,7 @@ recursive query (one round trip) up to ``max_parent_depth`` levels. A parent sco
 score wins (ties: the shallower level, then the smaller child id), and a parent that is
 also a direct hit appears once, with its better score.
 
-Filtering (DESIGN, "Metadata filtering"): the child strategy is called *without* the
+Filtering (docs/design.md, "Filters before top-K"): the child strategy is called *without* the
 metadata filter, the walk is not filtered, and the filter applies to the final results
 (hits and parents, with their ``depth``/``childOf`` metadata) after expansion and before
 top-K. The source fence applies to hits and parents: a fenced-out entry is neither

@@ -8,7 +8,7 @@ stream, when given, is a third ranking. ``min_score`` (inclusive) applies to the
 score. A missing graph keeps the two other streams fused: hybrid never collapses into
 vector only.
 
-Fusion weights (``weights=``, one per stream, default all 1 as the spec has it) scale each
+Fusion weights (``weights=``, one per stream, default all 1: plain RRF) scale each
 stream's term to ``weight / (k + rank)``; a stream weighted 0 is not run. ``explain``
 returns the same results with each stream's rank, weight and share (see
 :mod:`tnsrag_db.strategies.explain`).
@@ -290,7 +290,7 @@ class HybridRAGStrategy:
     graph)`` with ``graph: GraphRAGStrategy | None`` as a third RRF stream, and
     ``HybridRAGStrategy(hybrid_memory_retriever)``. ``weights`` (keyword-only) holds one
     fusion weight per stream, in the order keyword, vector[, graph]: each stream adds
-    ``weight / (k + rank)``; default all 1 (the spec's plain RRF), a stream weighted 0 is
+    ``weight / (k + rank)``; default all 1 (plain RRF), a stream weighted 0 is
     not run. Raises :class:`ConfigurationError` for weights of the wrong length, negative,
     non-finite or all zero (see :func:`~tnsrag_db.fusion.check_weights`).
     """

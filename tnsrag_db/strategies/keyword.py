@@ -1,4 +1,4 @@
-"""``KeywordRAGStrategy``: lexical BM25 retrieval (spec, "KeywordRAGStrategy")."""
+"""``KeywordRAGStrategy``: lexical BM25 retrieval (the SPI's ``KeywordRAGStrategy``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``MultiQueryRAGStrategy``: query variations from a ``QueryExpander``, each run once
-through one base strategy, merged by reciprocal rank fusion (spec, "MultiQueryRAGStrategy").
+through one base strategy, merged by reciprocal rank fusion (the SPI's ``MultiQueryRAGStrategy``).
 
 Per retrieval:
 1. the expander is asked for at most ``max_expansions`` variants; they are normalised
@@ -8,7 +8,7 @@ Per retrieval:
 2. each unique query runs once, in order, through the base strategy with a context of
    ``candidates`` results (default ``max(50, 4 × max_results)``), ``min_score`` 0.0 and
    the caller's metadata filter — the filter is passed *down*, so it applies before
-   the base's own top-K (DESIGN, "Metadata filtering"), and a source fence is whatever
+   the base's own top-K (docs/design.md, "Filters before top-K"), and a source fence is whatever
    the base strategy enforces;
 3. the rankings are fused by RRF with k = 60 (:func:`~tnsrag_db.fusion.reciprocal_rank_fusion`),
    each weighted by ``weights`` (default all 1);

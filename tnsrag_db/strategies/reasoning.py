@@ -41,7 +41,7 @@ unseeded), and nothing is fetched once it is spent. The seed statement's hits ar
 shown to the navigator and do not count. Descendant text aggregated into ``subtree_text`` is a summary computed
 by that same statement, not fetched nodes.
 
-Filtering (DESIGN, "Metadata filtering"): the walk is not filtered; the metadata filter
+Filtering (docs/design.md, "Filters before top-K"): the walk is not filtered; the metadata filter
 applies to the stop nodes (their ``tier``/``entryId``/``source``/own metadata plus
 ``path`` and ``depth``) after the descent, then ``min_score`` (inclusive, on the path
 score), then top-K. The source fence (None or empty = none) applies in SQL: fenced-out

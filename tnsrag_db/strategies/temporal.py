@@ -8,7 +8,7 @@ floor for old entries. Undated entries keep the floor. A timestamp up to
 :class:`TemporalValidationError` at retrieval (as it does at write, through
 :class:`TemporalIndex`).
 
-Filtering (DESIGN, "Metadata filtering"): the metadata filter is passed *down* to the
+Filtering (docs/design.md, "Filters before top-K"): the metadata filter is passed *down* to the
 child strategy (it is a re-ranking strategy), so the child applies it before its own
 top-K. The source fence is applied to the child's candidates here.
 
