@@ -17,6 +17,9 @@ Collections:
   docstring; the relevant entry is the chunk holding its ``def`` / ``class`` line (the
   name itself is removed from the query). 200 queries, chosen deterministically.
 
+With ``--multi-query-bases`` it also ranks RM3 expansion over vector search and over
+BM25 alone, the alternatives to the hybrid base that multi_query by name uses.
+
 Per row: nDCG@10, recall@100 and MRR@10 with 95 % bootstrap intervals, and against
 ``keyword`` the difference and a paired randomisation test
 (:func:`tnsrag_db.evaluation.evaluate_strategies`).
@@ -172,6 +175,13 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
         for strategy in STRATEGY_NAMES:
             if strategy != "keyword" and (not args.only or strategy in args.only):
                 strategies[strategy] = build_strategy(strategy, store)
+        if args.multi_query_bases:  # the choice of multi_query's base, measured
+            from tnsrag_db.expansion import QueryExpansion, load_expander
+            from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
+
+            for base in ("vector", "keyword"):
+                strategies[f"multi_query over {base}"] = MultiQueryRAGStrategy(
+                    build_strategy(base, store), load_expander("rm3", store=store), QueryExpansion.RM3, "rm3", 3)
         report = evaluation.evaluate_strategies(strategies, queries, qrels, baseline="keyword",
                                                 resamples=args.resamples, permutations=args.resamples)
         if args.json:
@@ -188,6 +198,8 @@ def main() -> None:
     parser.add_argument("--collection", choices=("cranfield", "stdlib", "both"), default="both")
     parser.add_argument("--only", nargs="*", default=None, help="strategies by name to run (default: all)")
     parser.add_argument("--reuse", action="store_true", help="reuse loaded corpora of the same size")
+    parser.add_argument("--multi-query-bases", action="store_true",
+                        help="also rank multi_query (RM3) over vector and over keyword search")
     parser.add_argument("--resamples", type=int, default=2_000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -22,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "handle_errors", "main_group", "parse_pairs"]
 
 #: :data:`tnsrag_db.db.schema.DEFAULT_SCHEMA`, written out: that module declares the tables
-#: with SQLAlchemy, ~0.4 s of imports a keyword query does without (a test checks both agree).
+#: with SQLAlchemy, imports a keyword query does without (a test checks both agree).
 DEFAULT_SCHEMA = "tnsrag"
 
 

@@ -76,8 +76,8 @@ _LOCK_ENDS_SQL = (
     # equalities, and as a row comparison, which only the primary key (corpus, id) serves
     # in full. With the equalities alone a corpus newer than the last ANALYZE is estimated
     # at one row, and the planner took the smaller (corpus, ts) index and filtered the
-    # whole corpus once per end (5,000 edges written with their entries: 15 s instead of
-    # 0.13 s); with the row comparison alone an analysed corpus got a sequential scan per end.
+    # whole corpus once per end; with the row comparison alone an analysed corpus got a
+    # sequential scan per end.
     "locked AS (SELECT k.id FROM (SELECT id FROM ends ORDER BY id) o CROSS JOIN LATERAL "
     "  (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = o.id AND (e.corpus, e.id) >= (:c, o.id) "
     "   FOR KEY SHARE OF e) k) "

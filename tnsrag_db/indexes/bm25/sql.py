@@ -372,7 +372,7 @@ DOCUMENT_TERMS_SQL = dedent("""\
     LEFT JOIN LATERAL (
       -- The entry's own lexemes lead to its postings, one primary-key probe each (LIMIT 1
       -- keeps it so whatever the planner estimates: without statistics, on fresh tables,
-      -- it joined a 37,500-term document's lexemes to the postings quadratically).
+      -- it scanned a large document's postings once per lexeme, a quadratic join).
       SELECT bp.tf FROM bm25_postings bp
       WHERE bp.corpus = e.corpus AND bp.lexeme = l.lexeme AND bp.entry_id = e.id LIMIT 1
     ) p ON TRUE

@@ -1,7 +1,7 @@
 """Binary ``COPY`` of vectors into ``embeddings``.
 
-The stream is assembled here from one big-endian copy of the whole matrix (≈ 1 µs a
-row, against ≈ 60 µs through psycopg's ``write_row`` and more for the text form). Each
+The stream is assembled here from one big-endian copy of the whole matrix, far cheaper
+per row than psycopg's ``write_row`` or the text form (docs/performance.md). Each
 row is ``(corpus text, space_id bigint, entry_id text, embedding vector)`` in
 PostgreSQL's binary COPY format; the vector field is pgvector's binary wire format
 (int16 dimension, int16 unused, big-endian float4s), the one its ``vector_recv`` reads

@@ -38,9 +38,9 @@ DEFAULT_EF_SEARCH = 100
 #: Seconds a query trusts its cached "no HNSW index yet" state of a space.
 SPACE_RECHECK_SECONDS = 5.0
 #: Default number of matching entries up to which a filtered query is answered exactly.
-#: Exact through the filter costs ≈ 5 µs per match (random heap reads of the vectors;
-#: 1,000 matches ≈ 5 ms), HNSW with iterative scan about k / selectivity graph visits,
-#: so below a few thousand matches exact wins on recall (1.0) at a similar cost.
+#: Exact through the filter costs one random heap read per match, HNSW with iterative
+#: scan about k / selectivity graph visits, so below a few thousand matches exact wins on
+#: recall (1.0) at a similar cost (figures in docs/performance.md).
 DEFAULT_EXACT_THRESHOLD = 5_000
 #: Default size of a space (number of vectors) at which ``add_all`` builds its HNSW index.
 DEFAULT_INDEX_THRESHOLD = 10_000

@@ -236,9 +236,9 @@ def _iterative_order(filtered: bool) -> str:
     distance order however many batches the scan needs. An unfiltered scan answers from its first batch
     of ``ef_search`` candidates (``ef_search`` ≥ ``k`` up to 1,000), which pgvector returns
     sorted either way; relaxed order keeps the scan going past it (``k`` above
-    ``ef_search``, or dead rows among the candidates) and costs half the strict-order
-    scan (0.67 vs 1.33 ms on 100k 384-d vectors at ``ef_search`` 100, the same 942
-    buffers; the outer ``ORDER BY`` sorts by score in both)."""
+    ``ef_search``, or dead rows among the candidates) and costs about half the
+    strict-order scan for the same buffers (docs/performance.md); the outer ``ORDER BY``
+    sorts by score in both."""
     return "strict_order" if filtered else "relaxed_order"
 
 

@@ -278,7 +278,7 @@ class VectorWrites(VectorCore):
         ``maintenance_work_mem`` raised to hold the graph (up to 2 GB) so it stays in
         memory, and PostgreSQL's parallel maintenance workers. It does not block writes:
         every corpus and space of the shared ``embeddings`` table keeps taking vectors
-        while it runs (≈ 20 s per 100k 384-d vectors here), and vectors written meanwhile
+        while it runs, and vectors written meanwhile
         are in the index when it is done. Like any concurrent build it waits for the
         transactions that hold an older snapshot (a long statement, or a REPEATABLE READ or
         SERIALIZABLE transaction) and for open transactions that wrote to the table.
