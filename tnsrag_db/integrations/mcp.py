@@ -44,7 +44,7 @@ from typing import Annotated, Any, Literal, TextIO, TypeVar, cast
 
 import functools
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs; a dependency of mcp
+import jsonschema  # type: ignore[import-untyped]  # no stubs; the [mcp] extra installs it
 import pydantic
 import pydantic_core
 import sqlalchemy as sa
