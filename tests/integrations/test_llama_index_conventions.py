@@ -174,3 +174,15 @@ def test_base_retriever_arguments_are_accepted(notes: Store) -> None:
                                 objects=[])
     assert retriever.callback_manager is callbacks and retriever.object_map == {}
     assert [n.node.node_id for n in retriever.retrieve("PostgreSQL")][:1] == ["n1"]
+
+
+def test_ingest_and_collapse_keys_stay_out_of_the_llm_view(store: Store) -> None:
+    from tnsrag_db.strategies.distinct import DistinctContentRAGStrategy
+
+    store.add_all([MemoryEntry("a", "Same changelog text.", metadata={"root": "/usr/share/doc/pkg-a"}),
+                   MemoryEntry("b", "Same changelog text.", metadata={"root": "/usr/share/doc/pkg-b"})])
+    strategy = DistinctContentRAGStrategy(KeywordRAGStrategy(BM25Index(store)))
+    [node] = [n.node for n in TnsragRetriever(store, strategy).retrieve("changelog")]
+    assert set(node.metadata) >= {"root", "duplicateIds"}
+    shown = node.get_content(metadata_mode=MetadataMode.LLM)
+    assert "root: " not in shown and "duplicateIds" not in shown and "/usr/share/doc" not in shown, shown

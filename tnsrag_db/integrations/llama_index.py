@@ -8,7 +8,8 @@ metadata, what the strategy added (``depth``, ``path``, ``childOf``, ...), ``tie
 As LlamaIndex's own nodes do:
 
 * the library's bookkeeping keys (:data:`BOOKKEEPING_KEYS`: ``tier``, ``entryId``,
-  ``depth``, ``path``, ``childOf``) are listed in ``excluded_llm_metadata_keys`` and
+  ``depth``, ``path``, ``childOf``, ``duplicateIds`` and ``root``, the folder ``tnsrag
+  ingest`` read a file from) are listed in ``excluded_llm_metadata_keys`` and
   ``excluded_embed_metadata_keys``, so a prompt (``MetadataMode.LLM``) or an embedding text
   shows the entry's own metadata and ``source`` but not them;
 * ``relationships`` carry ``PARENT`` (the entry's parent id) and ``SOURCE`` (the entry's
@@ -56,7 +57,7 @@ __all__ = ["BOOKKEEPING_KEYS", "LlamaIndexEmbedding", "TnsragRetriever", "to_lib
 
 #: Metadata keys the library fills in for its own bookkeeping, hidden from the LLM and
 #: embedding views of a node (they stay in ``node.metadata``).
-BOOKKEEPING_KEYS = ("tier", "entryId", "depth", "path", "childOf")
+BOOKKEEPING_KEYS = ("tier", "entryId", "depth", "path", "childOf", "duplicateIds", "root")
 
 #: An entry's parent id and the root of its chain (see :meth:`HierarchyIndex.lineage_statement`).
 _Lineage = dict[str, tuple[str | None, str]]
