@@ -16,6 +16,13 @@ Collections:
   one folder tree). Each query is the first sentence of a public function's or class's
   docstring; the relevant entry is the chunk holding its ``def`` / ``class`` line (the
   name itself is removed from the query). 200 queries, chosen deterministically.
+* ``debian``: a known-item collection of natural-language paraphrases: the installed
+  Debian packages' long descriptions (``/var/lib/dpkg/status``; those whose text is
+  unique and at least 15 words) are the entries, each package's one-line synopsis is a
+  query, its long description the relevant entry. The synopsis says in a few words what
+  the long text explains (``commandline package manager`` for apt's paragraph about
+  apt-get, apt-cache...), so the words differ more than in ``stdlib``. The set depends
+  on what the machine has installed (639 entries, 300 queries on the one measured).
 
 With ``--multi-query-bases`` it also ranks RM3 expansion over vector search and over
 BM25 alone, the alternatives to the hybrid base that multi_query by name uses.
@@ -26,7 +33,7 @@ Per row: nDCG@10, recall@100 and MRR@10 with 95 % bootstrap intervals, and again
 
 Usage::
 
-    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|both] [--reuse] [--json]
+    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|debian|all] [--reuse] [--json]
 
 Without ``--url`` (or ``TNSRAG_DATABASE_URL``) the embedded server of ``connect()`` is
 used, with the corpora ``bench_byname_cranfield`` and ``bench_byname_stdlib``.
@@ -59,6 +66,8 @@ from tnsrag_db.strategies.registry import build_strategy
 from tnsrag_db.types import MemoryEntry
 
 STDLIB_PACKAGES = ("json", "email", "asyncio", "http", "logging", "urllib")
+DPKG_STATUS = "/var/lib/dpkg/status"
+DEBIAN_QUERIES = 300
 STDLIB_QUERIES = 200
 
 
@@ -149,6 +158,39 @@ def load_stdlib(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[
     return stdlib_queries(entries)
 
 
+def debian_packages() -> list[tuple[str, str, str]]:
+    """``(package, synopsis, long description)`` of the installed packages whose long text is
+    unique and at least 15 words."""
+    text = Path(DPKG_STATUS).read_text(encoding="utf-8", errors="replace")
+    found: list[tuple[str, str, str]] = []
+    for block in text.split("\n\n"):
+        name = re.search(r"^Package: (.+)$", block, re.M)
+        desc = re.search(r"^Description: (.*)\n((?: .*\n?)*)", block, re.M)
+        if not name or not desc:
+            continue
+        lines = [line[1:] for line in desc.group(2).splitlines()]
+        body = " ".join("" if line.strip() == "." else line.strip() for line in lines).strip()
+        found.append((name.group(1).strip(), desc.group(1).strip(), body))
+    counts: dict[str, int] = {}
+    for _, _, body in found:
+        counts[body] = counts.get(body, 0) + 1
+    return [p for p in found if p[2] and counts[p[2]] == 1 and len(p[2].split()) >= 15]
+
+
+def load_debian(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]]]:
+    packages = debian_packages()
+    entries = [MemoryEntry(name, body) for name, _, body in packages]
+    if not (reuse and store.count() == len(entries)):
+        store.clear()
+        store.add_all(entries)
+        _refresh(store)
+    chosen = [p for p in packages if len(p[1].split()) >= 3]
+    random.Random(7).shuffle(chosen)
+    queries = [Query(str(n), synopsis, DPKG_STATUS) for n, (_, synopsis, _) in enumerate(chosen[:DEBIAN_QUERIES], 1)]
+    qrels = {str(n): {name: 1} for n, (name, _, _) in enumerate(chosen[:DEBIAN_QUERIES], 1)}
+    return queries, qrels
+
+
 def embed_all(store: Store, entries_of: list[MemoryEntry]) -> None:
     model, why = shipped_model()
     if model is None:
@@ -161,6 +203,9 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
         if name == "cranfield":
             queries, qrels = load_cranfield(store, args.reuse)
             entries = load_documents(DEFAULT_DATA)
+        elif name == "debian":
+            queries, qrels = load_debian(store, args.reuse)
+            entries = [MemoryEntry(n, body) for n, _, body in debian_packages()]
         else:
             queries, qrels = load_stdlib(store, args.reuse)
             root = _stdlib_root()
@@ -195,7 +240,7 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
-    parser.add_argument("--collection", choices=("cranfield", "stdlib", "both"), default="both")
+    parser.add_argument("--collection", choices=("cranfield", "stdlib", "debian", "all"), default="all")
     parser.add_argument("--only", nargs="*", default=None, help="strategies by name to run (default: all)")
     parser.add_argument("--reuse", action="store_true", help="reuse loaded corpora of the same size")
     parser.add_argument("--multi-query-bases", action="store_true",
@@ -203,7 +248,7 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=2_000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    names = ("cranfield", "stdlib") if args.collection == "both" else (args.collection,)
+    names = ("cranfield", "stdlib", "debian") if args.collection == "all" else (args.collection,)
     for name in names:
         run_collection(args.url, name, args)
 

@@ -229,3 +229,14 @@ def test_strategies_by_name_search_the_corpus_space_not_the_process_default(stor
         assert found and found[0] == "a", name
     with pytest.raises(ProviderConfigurationError, match="no embedding space for provider"):
         build_strategy("vector", store, embedding="hash")  # the 128-slot hash: no space here
+
+
+def test_multi_query_by_name_expands_hybrid_with_the_original_query_weighted(corpus: Store) -> None:
+    from tnsrag_db.strategies.compose import MULTI_QUERY_ORIGINAL_WEIGHT
+    from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
+
+    strategy = build_strategy("multi_query", corpus, embedding=_embed)
+    assert isinstance(strategy, MultiQueryRAGStrategy)
+    assert isinstance(strategy.base_strategy, HybridRAGStrategy)
+    assert strategy.weights == (MULTI_QUERY_ORIGINAL_WEIGHT, 1.0, 1.0, 1.0) == (3.0, 1.0, 1.0, 1.0)
+    assert {"x", "y"} <= {d.metadata["entryId"] for d in strategy.retrieve("zebra", RAGContext(5))}

@@ -7,9 +7,11 @@ declarative runtime (``@retrieval`` modes).
 child, ``VectorRAGStrategy`` over the options' vector store, as the SPI defines those
 declarative modes ("Semantic child hits + parent expansion", "Semantic child hits +
 freshness reranking"). ``multi_query`` ("Query expansion + semantic base strategy")
-expands over the hybrid strategy below, whose vector stream is that semantic search:
-measured on two judged collections it ranked above expansion over vector search alone
-on both (docs/performance.md, "Strategies by name"). Hybrid fuses BM25,
+expands over the hybrid strategy below, whose vector stream is that semantic search, and,
+with RM3 expansion, fuses the original query's ranking with weight
+:data:`MULTI_QUERY_ORIGINAL_WEIGHT` (3) against 1 for the expanded query: measured on three judged collections, both ranked above
+expansion over vector search alone with equal weights on every one (docs/performance.md,
+"Strategies by name"). Hybrid fuses BM25,
 vector and, whenever the graph modules are installed, the graph stream of what the
 edges reach from the BM25 seeds (never the seeds themselves: BM25 already counts
 them, so a corpus without edges ranks exactly as the two-stream hybrid; a missing
@@ -50,6 +52,7 @@ __all__ = [
     "BUILDERS",
     "EMBEDDING_STRATEGIES",
     "GRAPH_PROVIDER_NAME",
+    "MULTI_QUERY_ORIGINAL_WEIGHT",
     "STRATEGY_NAMES",
     "Builder",
     "StrategyOptions",
@@ -58,6 +61,9 @@ __all__ = [
     "graph_strategy",
     "temporal_index",
 ]
+
+#: Fusion weight of the original query's ranking in multi_query by name with RM3 (the expanded query: 1).
+MULTI_QUERY_ORIGINAL_WEIGHT = 3.0
 
 #: The ``provider_name`` of the graph strategy built here (the distribution's name).
 GRAPH_PROVIDER_NAME = "tnsrag-db"
@@ -213,11 +219,15 @@ def _expander(store: Store, options: StrategyOptions) -> tuple[QueryExpander, Qu
 
 
 def _multi_query(store: Store, options: StrategyOptions) -> RAGStrategy:
+    from tnsrag_db.expansion import QueryExpansion
     from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
 
     expander, mode = _expander(store, options)
+    # RM3's expanded query drifts from the original (measured); an expander's own variants
+    # (an LLM's paraphrases) are fused as the spec has it, all alike.
+    weights = (MULTI_QUERY_ORIGINAL_WEIGHT, *(1.0,) * options.max_expansions) if mode is QueryExpansion.RM3 else None
     return MultiQueryRAGStrategy(_hybrid(store, options), expander, mode, options.expansion_model,
-                                 options.max_expansions)
+                                 options.max_expansions, weights=weights)
 
 
 #: The builders by strategy name (the strategies' ``name`` values), in documentation order.
