@@ -36,7 +36,7 @@ from sqlalchemy.pool import Pool
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
-from tnsrag_db.db import driver, runner
+from tnsrag_db.db import runner
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")
@@ -102,10 +102,6 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
         driver.cursor_factory = _RecordingCursor
 
 
-def _record_driver(statement: str, parameters: Mapping[str, Any]) -> None:
-    _record(statement, parameters)
-
-
 def _record_read(text: str, values: Any) -> None:
     """A statement of the library's read runner (``$n`` parameters), as the checker reads it."""
     _record(*pyformat(text, values))
@@ -115,7 +111,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TNSRAG_CORPUS_SCOPE", "on") != "off":
         event.listen(Pool, "connect", _on_connect)
         runner.add_statement_listener(_record_read)
-        driver.add_statement_listener(_record_driver)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
