@@ -39,7 +39,7 @@ from bench._common import scratch_database
 from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
-from tnsrag_db.db.driver_lane import native_sql
+from tnsrag_db.db.runner import bind as native_sql
 from tnsrag_db.db.statement import Plan, Statement, run_plan
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import VectorMemoryStore

@@ -36,7 +36,7 @@ from sqlalchemy.pool import Pool
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
-from tnsrag_db.db import driver, driver_lane
+from tnsrag_db.db import runner
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")
@@ -88,19 +88,10 @@ _NUMBERED = re.compile(r"\$(\d+)")
 
 
 def pyformat(statement: str, values: Any) -> tuple[str, dict[str, object]]:
-    """A statement with PostgreSQL's ``$n`` parameters (the driver read lane's) in the
+    """A statement with PostgreSQL's ``$n`` parameters (the read runner's) in the
     ``%(p<n>)s`` form the checker reads, with its values by those names."""
     named = {f"p{i}": v for i, v in enumerate(values or (), 1)}
     return _NUMBERED.sub(lambda m: f"%(p{m.group(1)})s", statement), named
-
-
-class _RecordingRawCursor(psycopg.RawCursor[Any]):
-    """The driver read lane's cursor (see ``tnsrag_db.db.driver_lane.DRIVER_CURSOR``), recording."""
-
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        if isinstance(query, str):
-            _record(*pyformat(query, params))
-        return super().execute(query, params, **kwargs)
 
 
 def _on_connect(dbapi_connection: Any, record: Any) -> None:
@@ -111,15 +102,15 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
         driver.cursor_factory = _RecordingCursor
 
 
-def _record_driver(statement: str, parameters: Mapping[str, Any]) -> None:
-    _record(statement, parameters)
+def _record_read(text: str, values: Any) -> None:
+    """A statement of the library's read runner (``$n`` parameters), as the checker reads it."""
+    _record(*pyformat(text, values))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TNSRAG_CORPUS_SCOPE", "on") != "off":
         event.listen(Pool, "connect", _on_connect)
-        driver_lane.DRIVER_CURSOR = _RecordingRawCursor
-        driver.add_statement_listener(_record_driver)
+        runner.add_statement_listener(_record_read)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

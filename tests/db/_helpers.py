@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,7 +15,30 @@ from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.base import ENTRY_COLUMNS, document_from_row, resolve_context
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
-__all__ = ["FixedScores", "ids_of", "run_processes"]
+__all__ = ["FixedScores", "ids_of", "read_statements", "run_processes"]
+
+
+@contextmanager
+def read_statements() -> Iterator[list[tuple[bool, str, tuple[Any, ...]]]]:
+    """The read statements the library's read runner sends inside the block, in order:
+    ``(sent from a coroutine, text with $n parameters, values)``."""
+    from tnsrag_db.db import runner
+
+    seen: list[tuple[bool, str, tuple[Any, ...]]] = []
+
+    def record(text: str, values: Any) -> None:
+        try:
+            asyncio.get_running_loop()
+            in_loop = True
+        except RuntimeError:
+            in_loop = False
+        seen.append((in_loop, text, tuple(values)))
+
+    runner.add_statement_listener(record)
+    try:
+        yield seen
+    finally:
+        runner.remove_statement_listener(record)
 
 
 class FixedScores:

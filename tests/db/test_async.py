@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from tests._corpus_scope import corpus_violations
+from tests.db._helpers import read_statements
+from tests.fix_corpus_scope import pyformat
 from tests.db.test_explain import QUERIES, _corpus
 from tnsrag_db import (
     BM25Index,
@@ -82,28 +84,21 @@ def test_bad_input_is_the_sync_error(store: Store) -> None:
 
 
 @pytest.fixture
-def sent(engine: Engine) -> Iterator[list[tuple[bool, str]]]:
-    """Statements sent by any engine during the test: (sent by an async engine, text)."""
-    seen: list[tuple[bool, str]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append((conn.engine is not engine and conn.dialect.is_async, statement))
-
-    sa.event.listen(Engine, "before_cursor_execute", record)
-    yield seen
-    sa.event.remove(Engine, "before_cursor_execute", record)
+def sent() -> Iterator[list[tuple[bool, str, tuple[Any, ...]]]]:
+    """Read statements sent during the test: (sent from a coroutine, text)."""
+    with read_statements() as seen:
+        yield seen
 
 
 def test_async_statements_are_the_sync_ones_and_stay_in_one_corpus(store: Store,
-                                                                    sent: list[tuple[bool, str]]) -> None:
-    # The corpus-scope plugin cannot name the sender of a statement sent from SQLAlchemy's
-    # greenlet (its stack ends there), so the async statements are checked here.
+                                                                    sent: list[tuple[bool, str, tuple[Any, ...]]]) -> None:
+    # The async statements are checked here too, against the sync ones.
     _corpus(store)
     strategy = KeywordRAGStrategy(BM25Index(store))
     sent.clear()
     for q in QUERIES:
         strategy.retrieve(q, CONTEXTS[1])
-    sync_sent = {s for is_async, s in sent if not is_async}
+    sync_sent = {s for is_async, s, _ in sent if not is_async}
     sent.clear()
 
     async def run() -> None:
@@ -111,12 +106,10 @@ def test_async_statements_are_the_sync_ones_and_stay_in_one_corpus(store: Store,
             await strategy.aretrieve(q, CONTEXTS[1])
 
     asyncio.run(run())
-    async_sent = {s for is_async, s in sent if is_async}
-    library = async_sent - {s for s in async_sent if s.lstrip().upper().startswith(("SET ", "RESET ", "SELECT 1"))}
-    assert library, "the async engine's statements pass through SQLAlchemy's engine events"
-    assert library <= sync_sent  # the very same texts (one set of statement builders)
-    params = {"k_c": store.corpus}
-    assert [p for s in library if (p := corpus_violations(s, params))] == []
+    async_sent = {s: values for is_async, s, values in sent if is_async}
+    assert async_sent, "the async runner's statements reach the statement listeners"
+    assert set(async_sent) <= sync_sent  # the very same texts (one set of statement builders)
+    assert [p for s, values in async_sent.items() if (p := corpus_violations(*pyformat(s, values)))] == []
 
 
 def _two_rounds(sql: str) -> Plan[list[Rows]]:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-import sqlalchemy as sa
 
+from tests.db._helpers import read_statements
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
 from tnsrag_db.fusion import reciprocal_rank_fusion
 from tnsrag_db import HybridMemoryRetriever, HybridRAGStrategy, VectorMemoryStore
@@ -25,16 +25,10 @@ CASES = [(q, k, f, m) for q in PRUNE_QUERIES for k in (1, 3, 10, 200)
 
 @contextmanager
 def counted(store: Store) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def record(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
-        statements.append(statement)
-
-    sa.event.listen(store.engine, "before_cursor_execute", record)
-    try:
+    with read_statements() as sent:
+        statements: list[str] = []
         yield statements
-    finally:
-        sa.event.remove(store.engine, "before_cursor_execute", record)
+        statements.extend(text for _, text, _ in sent)
 
 
 def test_plain_and_pruned_paths_rank_and_score_alike(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,8 +116,8 @@ def test_explained_contributions_are_the_databases_summands(store: Store) -> Non
     for term in ("zzcommon", "zzrare", "agent"):
         ranked = dict(index.search(term, 50))
         assert ranked
-        with store.session.transaction() as conn:
-            figures = index.explain_scores(conn, term, ranked)
+        with store.session.executor(snapshot=True) as execute:
+            figures = index.explain_scores(execute, term, ranked)
         for entry_id, explanation in figures.items():
             (only,) = explanation.terms
             # One term: the score is that term's part, computed by scoring.py bit for bit.

@@ -4,7 +4,7 @@ the same rows, scores and errors as a Store, on a real corpus."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -14,12 +14,12 @@ from sqlalchemy.engine import URL
 
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
 from tnsrag_db.cli._common import DEFAULT_SCHEMA as CLI_DEFAULT_SCHEMA
-from tnsrag_db.db import driver, migrate
-from tnsrag_db.db.driver import DriverStore, ReadStore, driver_sql, libpq_url
+from tnsrag_db.db import driver, migrate, runner
+from tnsrag_db.db.driver import DriverStore, ReadStore, libpq_url
 from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.runner import bind
 from tnsrag_db.db.schema import DEFAULT_SCHEMA
 from tnsrag_db.db.session import check_timeout
-from tnsrag_db.db.session import driver_sql as session_driver_sql
 from tnsrag_db.errors import ConfigurationError, DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.bm25 import sql as bm25_sql
@@ -27,12 +27,14 @@ from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 from tnsrag_db.types import MemoryEntry, RAGContext
 
-_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
+#: The psycopg dialect rendering PostgreSQL's own ``$n`` parameters.
+_DIALECT = psycopg_dialect.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 
 
-def _sqlalchemy_form(sql: str) -> str:
-    """What the engine path sends: ``text(sql)`` compiled for psycopg."""
-    return str(sa.text(sql).compile(dialect=_DIALECT).string)
+def _sqlalchemy_form(sql: str) -> tuple[str, tuple[str, ...]]:
+    """What SQLAlchemy makes of ``text(sql)`` with ``$n`` parameters: the text and the names in number order."""
+    compiled = sa.text(sql).compile(dialect=_DIALECT)
+    return str(compiled.string), tuple(compiled.positiontup or ())
 
 
 def _conninfo(db_url: URL) -> str:
@@ -52,18 +54,18 @@ def lean(db_url: URL, store: Store) -> Iterator[DriverStore]:
     "SELECT :a, :b_2",
     "SELECT x::int, :v::text, CAST(:w AS jsonb)",  # casts stay, parameters around them do not
     "SELECT 'a:b', :x",
-    "SELECT 100 % 7, '%(x)s', :y",  # percent signs are doubled for the driver
+    "SELECT 100 % 7, '%(x)s', :y",  # percent signs stay (the raw cursor parses no query text)
     "SELECT '\\:escaped', :p",  # a backslashed colon is a literal colon
     "SELECT :é",
     "SELECT a:=1",
     "SELECT :a:b",
+    "SELECT :a, :b, :a",  # a repeated name keeps its number
 ])
-def test_driver_sql_is_what_sqlalchemy_compiles(sql: str) -> None:
-    assert driver_sql(sql) == _sqlalchemy_form(sql)
-    assert session_driver_sql is driver_sql  # moved, still importable from the session module
+def test_bind_is_what_sqlalchemy_compiles(sql: str) -> None:
+    assert bind(sql) == _sqlalchemy_form(sql)
 
 
-def test_driver_sql_matches_sqlalchemy_on_every_bm25_statement(lean: DriverStore) -> None:
+def test_bind_matches_sqlalchemy_on_every_bm25_statement(lean: DriverStore) -> None:
     index = BM25Index(lean)
     statements = []
     for filters in (None, {"tier": "WORKING"}, {"tier": "WORKING", "source": "a.md", "topic": "x%y"}):
@@ -74,7 +76,7 @@ def test_driver_sql_matches_sqlalchemy_on_every_bm25_statement(lean: DriverStore
     statements += [bm25_sql.sorted_query_terms_sql("k"), bm25_sql.DOCUMENT_TERMS_SQL,
                    bm25_sql.CORPUS_STATISTICS_SQL, bm25_sql.DOCUMENT_FREQUENCY_SQL]
     for sql in statements:
-        assert driver_sql(sql) == _sqlalchemy_form(sql), sql[:200]
+        assert bind(sql) == _sqlalchemy_form(sql), sql[:200]
 
 
 def test_the_sqlalchemy_free_copies_agree_with_the_originals() -> None:
@@ -155,20 +157,19 @@ def test_keyword_results_equal_the_stores(lean: DriverStore, store: Store,
 
 
 def test_rows_have_attribute_access_and_listeners_see_each_statement(lean: DriverStore) -> None:
-    seen: list[tuple[str, Mapping[str, Any]]] = []
+    seen: list[tuple[str, Sequence[Any]]] = []
 
-    def listen(sql: str, params: Mapping[str, Any]) -> None:
-        seen.append((sql, params))
+    def listen(text: str, values: Sequence[Any]) -> None:
+        seen.append((text, values))
 
-    driver.add_statement_listener(listen)
+    runner.add_statement_listener(listen)
     try:
         rows = lean.read("SELECT :c AS corpus, 2 AS n, CAST('{\"a\": \"b\"}' AS jsonb) AS metadata", {"c": lean.corpus})
     finally:
-        driver.remove_statement_listener(listen)
+        runner.remove_statement_listener(listen)
     assert rows[0].corpus == lean.corpus and rows[0].n == 2 and rows[0].metadata == {"a": "b"}
     assert rows[0][1] == 2
-    assert seen == [("SELECT %(c)s AS corpus, 2 AS n, CAST('{\"a\": \"b\"}' AS jsonb) AS metadata",
-                     {"c": lean.corpus})]
+    assert seen == [("SELECT $1 AS corpus, 2 AS n, CAST('{\"a\": \"b\"}' AS jsonb) AS metadata", (lean.corpus,))]
     lean.read("SELECT 1 AS one", {})
     assert len(seen) == 1  # removed
 

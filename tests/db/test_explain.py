@@ -8,11 +8,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import psycopg
 import pytest
+from sqlalchemy.engine import URL
 
+from tnsrag_db.errors import StatementTimeoutError
 from tnsrag_db import (
     BM25Explanation,
     BM25Index,
@@ -215,6 +219,31 @@ def test_hybrid_explains_stream_ranks_and_shares(store: Store) -> None:
     streams = {s.stream for r in explained.results for s in r.explanation.streams}  # type: ignore[union-attr]
     assert streams == {"keyword", "vector", "graph"}
     assert [p.stream for p in explained.plans][:3] == ["keyword", "vector", "graph/seeds"]
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_timeout_while_explaining_is_a_statement_timeout_error(store: Store, db_url: URL, graph: bool) -> None:
+    """Explanations read through the store's read path: its statement timeout bounds them and
+    a cancelled statement is a StatementTimeoutError (the hybrid explanation's snapshot ran
+    outside it: no timeout, and errors as bare DatabaseErrors)."""
+    keywords, vectors = _corpus(store)
+    strategy = HybridRAGStrategy(keywords, vectors, graph=GraphRAGStrategy("test", GraphStore(store), None, 2, 0.85, 1024) if graph else None)
+    holder = psycopg.connect(db_url.set(drivername="postgresql").render_as_string(hide_password=False))
+    try:
+        # A writer holding the entries table: every read of it waits, until its timeout.
+        holder.execute(f"LOCK TABLE {store.schema}.entries IN ACCESS EXCLUSIVE MODE")
+        releaser = threading.Timer(20, holder.rollback)  # the old path waited for the lock: end that wait
+        releaser.start()
+        try:
+            with store.timeout(0.3), pytest.raises(StatementTimeoutError) as caught:
+                strategy.explain(QUERIES[0])
+        finally:
+            releaser.cancel()
+        assert caught.value.sqlstate in ("57014", "55P03")
+    finally:
+        holder.rollback()
+        holder.close()
+    assert strategy.explain(QUERIES[0]).results  # the store reads again once the lock is gone
 
 
 def test_graph_explains_path_and_decay(store: Store) -> None:

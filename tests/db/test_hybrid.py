@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-import sqlalchemy as sa
 
+from tests.db._helpers import read_statements
 from tnsrag_db import (
     BM25Index,
     ConfigurationError,
@@ -90,17 +90,9 @@ def test_both_streams_run_in_one_statement(store: Store) -> None:
     keywords, vectors = _corpus(store)
     hybrid = HybridRAGStrategy(keywords, vectors)
     hybrid.retrieve("agent memory")  # warm: the vector space lookup is cached after the first query
-    statements: list[str] = []
-
-    def record(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
-        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
-            statements.append(statement)
-
-    sa.event.listen(store.engine, "before_cursor_execute", record)
-    try:
+    with read_statements() as sent:
         hybrid.retrieve("agent memory", RAGContext(3))
-    finally:
-        sa.event.remove(store.engine, "before_cursor_execute", record)
+    statements = [text for _, text, _ in sent if text.lstrip().upper().startswith(("SELECT", "WITH"))]
     assert len(statements) == 1, statements
 
 

@@ -32,7 +32,7 @@ from tnsrag_db import (
     VectorRAGStrategy,
     connect,
 )
-from tnsrag_db.db.driver_lane import native_sql
+from tnsrag_db.db.runner import bind
 from tnsrag_db.db.statement import Statement, run_plan
 from tnsrag_db.store.store import Store
 
@@ -119,7 +119,7 @@ def _entry_rows_read(url: URL, statement: Statement) -> int:
     import psycopg
     from pgvector.psycopg import register_vector
 
-    text, names = native_sql(statement.sql)
+    text, names = bind(statement.sql)
     values = tuple(statement.params[name] for name in names)
     with psycopg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False),
                          autocommit=True) as conn:

@@ -1,6 +1,6 @@
-"""Session.run's driver lane: statements run on the pooled psycopg connection without
-SQLAlchemy's execution machinery, with the same rows and errors as through SQLAlchemy,
-and through SQLAlchemy whenever its execution events have listeners."""
+"""Session.run on the read runner (tnsrag_db.db.runner): statements run on the pooled
+psycopg connection without SQLAlchemy's execution machinery, with the rows SQLAlchemy
+would give, and errors mapped by the one driver-error mapping."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests import fix_corpus_scope
 from tests.fix_db import SCHEMA
-from tnsrag_db.db.driver_lane import native_sql
-from tnsrag_db.db.session import driver_sql
+from tnsrag_db.db import runner
+from tnsrag_db.db.runner import bind
 from tnsrag_db.db.statement import Statement
 from tnsrag_db.errors import DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db.store.store import Store, connect
@@ -36,26 +37,31 @@ def filled(store: Store) -> Store:
 
 
 @contextmanager
-def _listening(store: Store) -> Iterator[list[str]]:
-    """A ``before_cursor_execute`` listener on the store's engine, recording statements."""
+def _listening() -> Iterator[list[str]]:
+    """A statement listener on the read runner, recording the texts it sends."""
     seen: list[str] = []
 
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement)
+    def record(text: str, values: Any) -> None:
+        seen.append(text)
 
-    sa.event.listen(store.engine, "before_cursor_execute", record)
+    runner.add_statement_listener(record)
     try:
         yield seen
     finally:
-        sa.event.remove(store.engine, "before_cursor_execute", record)
+        runner.remove_statement_listener(record)
+
+
+def _through_sqlalchemy(store: Store, sql: str, params: dict[str, Any]) -> list[Any]:
+    with store.session.transaction() as conn:
+        return list(conn.execute(sa.text(sql), params).all())
 
 
 def test_rows_equal_sqlalchemys_by_position_and_by_name(filled: Store) -> None:
     params = {"n": 3, "c": filled.corpus}
-    driver = filled.session.read(_ROWS_SQL, params)
-    with _listening(filled) as seen:
-        through_sa = filled.session.read(_ROWS_SQL, params)
-    assert seen == [driver_sql(_ROWS_SQL)]  # the listener saw it: it ran through SQLAlchemy
+    with _listening() as seen:
+        driver = filled.session.read(_ROWS_SQL, params)
+    through_sa = _through_sqlalchemy(filled, _ROWS_SQL, params)
+    assert seen == [bind(_ROWS_SQL)[0]]  # the listener saw it as sent
     assert isinstance(through_sa[0], sa.engine.Row)
     assert not isinstance(driver[0], sa.engine.Row)  # the driver lane builds no SQLAlchemy rows
     assert [tuple(r) for r in driver] == [tuple(r) for r in through_sa]
@@ -75,12 +81,14 @@ def test_errors_are_the_same_as_through_sqlalchemy(filled: Store) -> None:
     bad = "SELECT no_such_column FROM entries WHERE corpus = :c"
     with pytest.raises(DatabaseError) as driver:
         filled.session.read(bad, {"c": filled.corpus})
-    with _listening(filled), pytest.raises(DatabaseError) as through_sa:
-        filled.session.read(bad, {"c": filled.corpus})
+    with pytest.raises(DatabaseError) as through_sa:
+        _through_sqlalchemy(filled, bad, {"c": filled.corpus})
     assert type(driver.value) is type(through_sa.value)
-    assert str(driver.value) == str(through_sa.value)
-    assert type(driver.value.__cause__) is type(through_sa.value.__cause__)
-    assert isinstance(driver.value.__cause__, sa.exc.ProgrammingError)
+    assert str(driver.value).startswith(f"database error in corpus {filled.corpus!r}: ")
+    assert 'column "no_such_column" does not exist' in str(driver.value)
+    assert isinstance(driver.value.__cause__, psycopg.errors.UndefinedColumn)  # the driver's own error
+    assert through_sa.value.__cause__ is not None
+    assert type(driver.value.__cause__) is type(through_sa.value.__cause__.__cause__)
     assert driver.value.sqlstate == through_sa.value.sqlstate == "42703"
     # The connection stays usable after the error.
     assert filled.session.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": filled.corpus})[0].n == 2
@@ -118,10 +126,10 @@ def _statement(sql: str) -> Any:
 
 
 @pytest.mark.skipif(os.environ.get("TNSRAG_CORPUS_SCOPE", "on") == "off", reason="the corpus-scope plugin is off")
-def test_the_corpus_scope_plugin_sees_the_driver_lane(filled: Store) -> None:
+def test_the_corpus_scope_plugin_sees_the_read_runner(filled: Store) -> None:
     sql = "SELECT id FROM entries WHERE corpus = :c AND id = :i /* read lane probe */"
     filled.session.read(sql, {"c": filled.corpus, "i": "a"})
-    text, names = native_sql(sql)
+    text, names = bind(sql)
     key, named = fix_corpus_scope.pyformat(text, [{"c": filled.corpus, "i": "a"}[n] for n in names])
     where, params = fix_corpus_scope._SEEN[key]
     assert f"{os.sep}tnsrag_db{os.sep}" in where  # sent by library code
@@ -179,20 +187,19 @@ def test_reads_hand_the_connection_back_for_transactions(filled: Store) -> None:
 
 
 def test_an_interrupted_read_discards_its_connection(filled: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tnsrag_db.db import driver_lane
-
     one = _one_connection(filled)
     try:
         pid = one.read("SELECT pg_backend_pid() AS pid", {})[0].pid
 
-        class Interrupted(driver_lane.DRIVER_CURSOR):  # type: ignore[misc,valid-type]
-            def execute(self, *args: Any, **kwargs: Any) -> Any:
-                raise KeyboardInterrupt
+        def interrupt(text: str, values: Any) -> None:
+            raise KeyboardInterrupt
 
-        monkeypatch.setattr(driver_lane, "DRIVER_CURSOR", Interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            one.read("SELECT 1 AS one", {})
-        monkeypatch.undo()
+        runner.add_statement_listener(interrupt)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                one.read("SELECT 1 AS one", {})
+        finally:
+            runner.remove_statement_listener(interrupt)
         # The interrupted connection was not handed out again: a new one answers.
         assert one.read("SELECT pg_backend_pid() AS pid", {})[0].pid != pid
         assert _in_one_transaction(one) and one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]

@@ -8,8 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 import pytest
-import sqlalchemy as sa
 
+from tests.db._helpers import read_statements
 from tnsrag_db.errors import (
     ConfigurationError,
     ExecutionError,
@@ -404,18 +404,10 @@ def test_navigator_exceptions(manual: HierarchyIndex) -> None:
 
 
 def test_one_statement_per_frontier_expansion(manual: HierarchyIndex, store: Store) -> None:
-    statements: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        if "entries" in statement:
-            statements.append(statement)
-
-    sa.event.listen(store.engine, "before_cursor_execute", record)
-    try:
+    with read_statements() as sent:
         descent = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m", seed_count=None).descend("fan blade")
         seeded = ReasoningRAGStrategy(manual, LexicalTreeNavigator(), "m").descend("fan blade")
-    finally:
-        sa.event.remove(store.engine, "before_cursor_execute", record)
+    statements = [text for _, text, _ in sent if "entries" in text]
     # unseeded: one per expansion; seeded: the seeds' statement, then one per expansion
     assert len(statements) == descent.expansions + 1 + seeded.expansions and descent.expansions == 3
 

@@ -105,6 +105,11 @@ def test_a_write_takes_one_primary_checkout_and_every_write_advances_the_token(p
         # An edge-only write is a write like any other: read-your-writes covers it.
         GraphStore(store).add_edge("c1", "c2")
         assert store.last_write_token is not None and store.last_write_token > first
+        # Removing an edge too: a read after its token no longer sees the edge.
+        added = store.last_write_token
+        assert GraphStore(store).remove_edge("c1", "c2")
+        assert store.last_write_token is not None and store.last_write_token > added
+        assert GraphStore(store.after(store.last_write_token)).neighbours("c1") == []
         store.drop_corpus()
 
 

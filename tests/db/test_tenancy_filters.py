@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL
 
 from tests.db.test_tenancy import Tenants, _conninfo, _denied, _drop, _make_tenants, _populate
 from tests.fix_db import SCHEMA
+from tests.db._helpers import read_statements
 from tnsrag_db import (
     BM25Index,
     HashingEmbedding,
@@ -352,10 +353,11 @@ def test_the_choice_is_made_by_the_first_filtered_retrieval_not_by_building_an_i
         VectorMemoryStore(Store(engine, corpus="c", schema=SCHEMA), HashingEmbedding(32), index_threshold=None).add_all(
             [MemoryEntry(f"e{i}", f"refund note {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
         sa.event.listen(engine, "before_cursor_execute", record)
-        store = Store(engine, corpus="c", schema=SCHEMA)
-        keyword = BM25Index(store)
-        vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
-        assert sent == []
+        with read_statements() as reads:
+            store = Store(engine, corpus="c", schema=SCHEMA)
+            keyword = BM25Index(store)
+            vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
+        assert sent == [] and reads == []
         sa.event.remove(engine, "before_cursor_execute", record)
         tenancy.enable(engine, schema=SCHEMA)  # after the indexes were built, before any filtered retrieval
         assert "entry_filter_pairs" in keyword.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]

@@ -146,8 +146,8 @@ def test_explain_runs_as_one_snapshot_plan(store: Store) -> None:
         assert [r.document for r in explained.results] == strategy.retrieve("text 4", ctx)
         (plan,) = explained.plans
         assert plan.method in {"exact", "hnsw"} and plan.filtered == bool(ctx.metadata_filters)
-        with store.session.transaction() as conn:
-            assert plan == vectors.explain_plan(conn, vectors.embed_query("text 4"), ctx.max_results,
+        with store.session.executor(snapshot=True) as execute:
+            assert plan == vectors.explain_plan(execute, vectors.embed_query("text 4"), ctx.max_results,
                                                 filters=ctx.metadata_filters, min_score=ctx.min_score)
 
 

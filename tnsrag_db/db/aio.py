@@ -29,10 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 import sqlalchemy as sa
 
-from tnsrag_db.db.driver_errors import map_db_errors
-from tnsrag_db.db.engine import libpq_options
-from tnsrag_db.db.session import driver_sql
-from tnsrag_db.db.statement import Rows, Statement, arun_plan
+from tnsrag_db.db.engine import libpq_options, pool_limits
+from tnsrag_db.db.runner import AsyncPlanRunner
 from tnsrag_db.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -46,8 +44,6 @@ __all__ = ["aclose_engines", "arun", "async_engine"]
 
 _T = TypeVar("_T")
 
-#: Key in an async connection's ``info``: the ``statement_timeout`` (ms) set on its session.
-_TIMEOUT_SET = "tnsrag_statement_timeout"
 _IDLE_SINCE = "tnsrag_idle_since"
 
 
@@ -132,13 +128,11 @@ def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> Asyn
                                  "pip install 'tnsrag-db[async]'")
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    pool = engine.pool
-    size = pool.size() if isinstance(pool, sa.pool.QueuePool) else 5
-    overflow = getattr(pool, "_max_overflow", 10)
+    size, overflow = pool_limits(engine)
     created = create_async_engine(
         engine.url.set(drivername="postgresql+psycopg"),
         pool_size=size,
-        max_overflow=max(0, int(overflow)),
+        max_overflow=overflow,
         pool_use_lifo=True,  # the connection returned last, as store.engine.create_engine
         connect_args={"options": libpq_options(engine.url, schema=schema)},  # as store.engine.create_engine
     )
@@ -200,18 +194,47 @@ async def aclose_engines(engine: Engine) -> None:
         await ae.dispose()
 
 
-async def _apply_statement_timeout(conn: AsyncConnection, ms: int | None) -> None:
-    """As the sync fast lane: give the session ``statement_timeout`` ``ms`` (None: the
-    server's), a no-op when it has it already."""
-    if conn.info.get(_TIMEOUT_SET) == ms:
-        return
-    await conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
-    if conn.in_transaction():
-        await conn.commit()
-    if ms is None:
-        conn.info.pop(_TIMEOUT_SET, None)
-    else:
-        conn.info[_TIMEOUT_SET] = ms
+class _AsyncPooled:
+    """A connection of an async engine's pool checked out for the read runner."""
+
+    __slots__ = ("_conn", "_fairy", "driver")
+
+    def __init__(self, conn: AsyncConnection, fairy: Any) -> None:
+        self._conn = conn
+        self._fairy = fairy
+        self.driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
+
+    @property
+    def info(self) -> dict[Any, Any]:
+        info: dict[Any, Any] = self._fairy.info
+        return info
+
+    async def release(self) -> None:
+        await _close(self._conn)
+
+    async def discard(self) -> None:
+        try:
+            await self._conn.invalidate()
+        finally:
+            await _close(self._conn)
+
+
+class _AsyncSource:
+    """The async read runner's connections: the async engine's pool."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def checkout(self, *, snapshot: bool) -> _AsyncPooled:
+        conn = await self._engine.connect()
+        try:
+            fairy = await conn.get_raw_connection()
+        except BaseException:
+            await _close(conn)
+            raise
+        return _AsyncPooled(conn, fairy)
 
 
 def _timeout_ms(store: Store) -> int | None:
@@ -222,13 +245,14 @@ def _timeout_ms(store: Store) -> int | None:
 async def arun(store: Store, plan: Plan[_T], *, snapshot: bool = False) -> _T:
     """Drive ``plan`` on an async connection of ``store``'s database (see :meth:`Store.run`).
 
-    The same fast lane as the sync driver: autocommit, or with ``snapshot=True`` one
-    read-only REPEATABLE READ transaction; the store's ``statement_timeout`` (also one set
-    by :meth:`Store.timeout` around the ``await``); the connection checked out at the
-    plan's first statement and returned at its end; a pooled connection found dead at the
-    first statement replaced once. Driver errors become the :class:`DatabaseError`
-    subclass their SQLSTATE names (thrown into the plan first). Cancelling the awaiting
-    task cancels the running statement on the server.
+    The library's one read runner with awaits (:class:`~tnsrag_db.db.runner.AsyncPlanRunner`):
+    the same statements, autocommit or with ``snapshot=True`` one read-only REPEATABLE READ
+    transaction; the store's ``statement_timeout`` (also one set by :meth:`Store.timeout`
+    around the ``await``); the connection checked out at the plan's first statement and
+    returned at its end; a pooled connection found dead at the first statement replaced
+    once. Driver errors become the :class:`DatabaseError` subclass their SQLSTATE names
+    (thrown into the plan first). Cancelling the awaiting task cancels the running
+    statement on the server.
 
     A store with read replicas (``connect(read_urls=...)``) runs the plan with
     :meth:`Store.run` in a worker thread instead, so its reads are routed exactly as
@@ -236,50 +260,17 @@ async def arun(store: Store, plan: Plan[_T], *, snapshot: bool = False) -> _T:
     """
     if store.read_replicas is not None:
         # Reads routed to standbys (round robin, lag bounds, read-your-writes waits) are the
-        # sync driver's for now: its run in a worker thread (a cancelled await leaves the
+        # sync runner's for now: its run in a worker thread (a cancelled await leaves the
         # statement to finish there, bounded by statement_timeout).
         return await asyncio.to_thread(store.run, plan, snapshot=snapshot)
-    engine = async_engine(store)
-    timeout = _timeout_ms(store)
-    what = f"database error in corpus {store.corpus!r}"
-    conns: list[AsyncConnection] = []
-
-    async def checkout() -> AsyncConnection:
-        conn = await engine.connect()
-        conns.append(conn)
-        await conn.execution_options(isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
-        await _apply_statement_timeout(conn, timeout)
-        if snapshot:
-            await conn.begin()
-            await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-        return conn
-
-    async def execute(statement: Statement) -> Rows:
-        fresh = not conns
-        with map_db_errors(what):
-            try:
-                conn = conns[-1] if conns else await checkout()
-                return (await conn.exec_driver_sql(driver_sql(statement.sql), dict(statement.params))).all()
-            except sa.exc.DBAPIError as exc:
-                # As the sync lane: a pooled connection found dead at the plan's first statement
-                # is replaced once (a read is safe to run again).
-                if not (fresh and exc.connection_invalidated and not snapshot):
-                    raise
-                await _close(conns.pop())
-            conn = await checkout()
-            return (await conn.exec_driver_sql(driver_sql(statement.sql), dict(statement.params))).all()
-
-    try:
-        return await arun_plan(plan, execute)
-    finally:
-        for conn in conns:
-            await _close(conn)
+    runner = AsyncPlanRunner(_AsyncSource(async_engine(store)), what=f"database error in corpus {store.corpus!r}",
+                             timeout_ms=lambda: _timeout_ms(store))
+    return await runner.run(plan, snapshot=snapshot)
 
 
 async def _close(conn: AsyncConnection) -> None:
-    """Return ``conn`` to the pool (a snapshot transaction rolls back: it only read)."""
+    """Return ``conn`` to the pool."""
     try:
         await conn.close()
     except (sa.exc.SQLAlchemyError, psycopg.Error, OSError):
         pass  # a broken connection: the pool has already discarded it
-

@@ -1,81 +1,41 @@
 """The library's read statements on a bare psycopg connection, without SQLAlchemy.
 
 The store's read path (:meth:`tnsrag_db.db.session.Session.run`) drives a
-:data:`~tnsrag_db.db.statement.Plan` on a pooled SQLAlchemy connection; SQLAlchemy takes
-~0.4 s to import. A short process that only reads (``tnsrag query --strategy keyword``)
-runs the very same plans here instead, on one psycopg connection:
+:data:`~tnsrag_db.db.statement.Plan` on a connection of a SQLAlchemy engine's pool;
+SQLAlchemy takes ~0.4 s to import. A short process that only reads (``tnsrag query
+--strategy keyword``) runs the very same plans on the same runner here, on one psycopg
+connection opened without SQLAlchemy:
 
-- :func:`driver_sql`: a statement's ``:name`` parameters in psycopg's ``%(name)s`` form,
-  exactly as SQLAlchemy's ``text()`` compiles them (a test compares the two);
 - :class:`ReadStore`: what the read side of an index needs of a store (corpus, schema,
   ``max_query_terms``, :meth:`~ReadStore.run`, :meth:`~ReadStore.read`); a
   :class:`~tnsrag_db.store.store.Store` is one, and so is
-- :class:`DriverStore`: a read-only store on one psycopg connection (autocommit, rows
-  with attribute access like SQLAlchemy's ``Row``, the search path and
-  ``statement_timeout`` a store's connections get, driver errors mapped by
-  :func:`~tnsrag_db.db.driver_errors.map_db_errors`). It writes nothing, migrates
-  nothing and has no replicas: :meth:`DriverStore.at_head` tells the caller whether the
-  schema is ready, and anything else is the full store's job.
-
-Statement listeners (:func:`add_statement_listener`) see each statement before it is
-sent, the way SQLAlchemy's ``before_cursor_execute`` event does for the engine path
-(the test suite's corpus-scope check listens to both).
+- :class:`DriverStore`: a read-only store on one psycopg connection (the search path
+  and ``statement_timeout`` a store's connections get), whose plans run on the library's
+  one read runner (:class:`~tnsrag_db.db.runner.PlanRunner`), as a full store's do. It
+  writes nothing, migrates nothing and has no replicas: :meth:`DriverStore.at_head`
+  tells the caller whether the schema is ready, and anything else is the full store's job.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import psycopg
-from psycopg.rows import namedtuple_row
 
 from tnsrag_db._validate import is_number
 from tnsrag_db.db.driver_errors import map_db_errors
-from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
+from tnsrag_db.db.runner import TIMEOUT_SET, PlanRunner
+from tnsrag_db.db.statement import Plan, Statement, one
 from tnsrag_db.errors import ConfigurationError
 
-__all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "DriverStore", "ReadStore", "StatementListener",
-           "add_statement_listener", "check_timeout", "driver_sql", "libpq_url", "migrations_dir",
-           "remove_statement_listener", "shipped_head", "validate_schema_name"]
+__all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "DriverStore", "ReadStore", "check_timeout", "libpq_url",
+           "migrations_dir", "shipped_head", "validate_schema_name"]
 
 _T = TypeVar("_T")
-
-# SQLAlchemy's own patterns (sqlalchemy.sql.elements.TextClause, sqlalchemy.sql.compiler):
-# ``:name`` not preceded by ``:``, a word character or a backslash (so ``::int`` casts stay),
-# and ``\:`` as an escaped colon.
-_BIND = re.compile(r"(?<![:\w\x5c]):(\w+)(?![:\w])", re.UNICODE)
-_BIND_ESCAPED = re.compile(r"\x5c(:\w*)(?![:\w])", re.UNICODE)
-
-
-@lru_cache(maxsize=512)
-def driver_sql(sql: str) -> str:
-    """``sql`` with ``:name`` parameters in the driver's ``%(name)s`` form (as SQLAlchemy
-    compiles a ``text()`` for psycopg: ``%`` doubled, ``\\:`` unescaped)."""
-    return _BIND_ESCAPED.sub(r"\1", _BIND.sub(r"%(\1)s", sql.replace("%", "%%")))
-
-
-#: ``listener(driver_sql, params)``: called before each statement a :class:`DriverStore` sends.
-StatementListener = Callable[[str, Mapping[str, Any]], None]
-_listeners: list[StatementListener] = []
-
-
-def add_statement_listener(listener: StatementListener) -> None:
-    """Call ``listener(sql, params)`` before every statement any :class:`DriverStore` sends
-    (``sql`` in driver form, as SQLAlchemy's ``before_cursor_execute`` sees it)."""
-    if listener not in _listeners:
-        _listeners.append(listener)
-
-
-def remove_statement_listener(listener: StatementListener) -> None:
-    """Stop calling ``listener`` (no error when it was not added)."""
-    if listener in _listeners:
-        _listeners.remove(listener)
-
 
 #: The triggers on ``entries`` that keep the metadata filter pairs (revision 0007) while
 #: tenancy is on (attached by :func:`tnsrag_db.tenancy.enable`).
@@ -222,7 +182,10 @@ class DriverStore:
         self._max_query_terms = max_query_terms
         self._what = f"database error in corpus {corpus!r}"
         self._conn: psycopg.Connection[Any] | None = None
+        self._info: dict[Any, Any] = {}
         self._pairs: bool | None = None
+        timeout = self._timeout_ms
+        self._runner = PlanRunner(self, what=self._what, timeout_ms=lambda: timeout)
 
     @property
     def corpus(self) -> str:
@@ -256,40 +219,38 @@ class DriverStore:
             options = f"-c search_path={self._schema},public"
             if self._timeout_ms is not None:
                 options += f" -c statement_timeout={self._timeout_ms}"
-            self._conn = psycopg.connect(self._conninfo, autocommit=True, options=options, row_factory=namedtuple_row)
+            self._conn = psycopg.connect(self._conninfo, autocommit=True, options=options)
+            self._info = {} if self._timeout_ms is None else {TIMEOUT_SET: self._timeout_ms}
         return self._conn
 
-    def _execute(self, statement: Statement) -> Rows:
-        with map_db_errors(self._what):
-            conn = self._connection()
-            sql, params = driver_sql(statement.sql), dict(statement.params)
-            for listener in _listeners:
-                listener(sql, params)
-            cursor = conn.execute(sql, params)
-            return cursor.fetchall() if cursor.description is not None else []
+    # -- the runner's Source and Checkout: this store's one connection --------------------
+    def checkout(self, *, snapshot: bool) -> DriverStore:
+        self._connection()
+        return self
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[None]:
-        with map_db_errors(self._what):
-            conn = self._connection()
-            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            conn.read_only = True
-            try:
-                with conn.transaction(force_rollback=True):  # it only read
-                    yield
-            finally:
-                if not conn.closed:
-                    conn.isolation_level = None
-                    conn.read_only = None
+    def failed(self, checkout: object) -> bool:
+        return False
+
+    @property
+    def driver(self) -> psycopg.Connection[Any]:
+        assert self._conn is not None
+        return self._conn
+
+    @property
+    def info(self) -> dict[Any, Any]:
+        return self._info
+
+    def release(self) -> None:
+        pass  # kept open for the next plan
+
+    def discard(self) -> None:
+        self.close()
 
     def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
         """Drive a read :data:`~tnsrag_db.db.statement.Plan` on this store's connection and
         return its result; ``snapshot=True``: all its statements in one read-only REPEATABLE
         READ transaction (as :meth:`tnsrag_db.db.session.Session.run`)."""
-        if not snapshot:
-            return run_plan(plan, self._execute)
-        with self._snapshot():
-            return run_plan(plan, self._execute)
+        return self._runner.run(plan, snapshot=snapshot)
 
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run one read-only statement (``:name`` parameters) and return its rows."""
@@ -304,12 +265,13 @@ class DriverStore:
             return False
         with map_db_errors(self._what):
             conn = self._connection()
+            conn.autocommit = True  # the runner hands it back with autocommit off
             try:
                 # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
                 versions = conn.execute(f"SELECT version_num FROM {self._schema}.alembic_version").fetchall()
             except psycopg.errors.UndefinedTable:
                 return False  # not migrated (autocommit: the connection stays usable)
-        return [v.version_num for v in versions] == [head]
+        return [v[0] for v in versions] == [head]
 
     def close(self) -> None:
         """Close the connection (a no-op when none is open)."""

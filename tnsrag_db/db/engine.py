@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "create_engine",
     "libpq_options",
     "normalize_url",
+    "pool_limits",
     "redact_url",
     "register_connection_hooks",
     "registered_connection_hooks",
@@ -158,6 +160,21 @@ def libpq_options(url: URL, *, schema: str, read_only: bool = False) -> str:
     return " ".join([*((given,) if isinstance(given, str) else given), ours])
 
 
+#: The pool limits ``(pool_size, max_overflow)`` each engine of :func:`create_engine` was
+#: given, for the async engines made from it (SQLAlchemy keeps the overflow private).
+_LIMITS: weakref.WeakKeyDictionary[Engine, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
+def pool_limits(engine: Engine) -> tuple[int, int]:
+    """``(pool_size, max_overflow)`` of ``engine`` as :func:`create_engine` was given them
+    (another engine: its pool's size and :func:`create_engine`'s default overflow)."""
+    found = _LIMITS.get(engine)
+    if found is not None:
+        return found
+    pool = engine.pool
+    return (pool.size() if isinstance(pool, sa.pool.QueuePool) else 5), 10
+
+
 def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overflow: int = 10,
                   read_only: bool = False, **engine_options: Any) -> Engine:
     """Create a pooled SQLAlchemy engine whose connections search ``<schema>, public``
@@ -189,6 +206,7 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
         connect_args={"options": libpq_options(target, schema=schema, read_only=read_only)},
         **engine_options,
     )
+    _LIMITS[engine] = (pool_size, max(0, max_overflow))
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:

@@ -26,18 +26,20 @@ import itertools
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
-from tnsrag_db.db.driver_errors import sqlstate_of
 from tnsrag_db.db.engine import create_engine, redact_url
 from tnsrag_db.errors import ConfigurationError, ValidationError
 
 __all__ = ["CONSISTENCY", "DEFAULT_MAX_LAG", "DEFAULT_WAIT_TIMEOUT", "ReadReplicas", "Replica", "WriteClock", "WriteToken",
-           "check_replica_options", "current_token", "open_replicas", "server_gone", "verify_standby"]
+           "check_replica_options", "current_token", "open_replicas", "verify_standby"]
 
 #: Seconds of replay lag beyond which a standby is skipped.
 DEFAULT_MAX_LAG = 30.0
@@ -111,20 +113,6 @@ class WriteClock:
         with self._lock:
             if self.token is None or token > self.token:
                 self.token = token
-
-
-#: SQLSTATEs of a server that went away or refuses work: a standby failing so is left out.
-_GONE_STATES = ("57P01", "57P02", "57P03", "40001")  # shutdowns, starting up, recovery conflict
-
-
-def server_gone(exc: sa.exc.DBAPIError) -> bool:
-    """Whether ``exc`` says the connection's server is gone (not that the statement failed)."""
-    if exc.connection_invalidated:
-        return True
-    state = sqlstate_of(exc)
-    if state is None:
-        return isinstance(exc, sa.exc.OperationalError)  # a lost connection carries no SQLSTATE
-    return state.startswith("08") or state in _GONE_STATES
 
 
 def current_token(conn: Connection) -> WriteToken:
@@ -216,12 +204,14 @@ class ReadReplicas:
         replica.down_until = time.monotonic() + self._retry_after
         replica.engine.dispose()
 
-    def usable(self, conn: Connection, replica: Replica, token: WriteToken | None) -> bool:
-        """Whether ``conn`` (on ``replica``) may serve a read: within the lag bound, and, given a
-        token, replayed past it within ``wait_timeout``."""
+    def usable(self, driver: psycopg.Connection[Any], replica: Replica, token: WriteToken | None) -> bool:
+        """Whether ``driver`` (a connection to ``replica``, in autocommit) may serve a read:
+        within the lag bound, and, given a token, replayed past it within ``wait_timeout``."""
         now = time.monotonic()
         if now - replica.lag_checked_at >= self._lag_check_interval:
-            standby, ident, replayed = conn.exec_driver_sql(_STATE_SQL).one()
+            row = driver.execute(_STATE_SQL).fetchone()
+            assert row is not None
+            standby, ident, replayed = row
             ours = bool(standby) and (self._primary_identifier is None or ident == self._primary_identifier)
             lag = self._lag(None if replayed is None else WriteToken.parse(str(replayed)), now)
             # Behind by any sampled position counts against a bound of 0 (lag > 0 then).
@@ -233,7 +223,8 @@ class ReadReplicas:
             return True
         deadline = now + self._wait_timeout
         while True:
-            replayed = conn.exec_driver_sql("SELECT pg_last_wal_replay_lsn()::text").scalar_one()
+            row = driver.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
+            replayed = None if row is None else row[0]
             if replayed is not None and WriteToken.parse(str(replayed)) >= token:
                 return True
             if time.monotonic() >= deadline:
@@ -261,26 +252,27 @@ class ReadReplicas:
         behind = next((t for t, position in samples if position > replayed), None)
         return 0.0 if behind is None else max(now - behind, 1e-9)
 
-    def connect(self, token: WriteToken | None, *, snapshot: bool,
-                configure: Callable[[Connection], None]) -> tuple[Connection, Replica] | None:
-        """A connection to the next usable standby for one read (``configure`` applied, in a
-        read-only REPEATABLE READ transaction when ``snapshot``), or None when none is."""
+    def connect(self, token: WriteToken | None) -> tuple[PoolProxiedConnection, Replica] | None:
+        """A pooled connection to the next usable standby for one read (handed back
+        outside any transaction, autocommit off), or None when none is."""
         for replica in self.candidates():
             try:
-                conn = replica.engine.connect().execution_options(
-                    isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
-            except sa.exc.DBAPIError:
+                fairy = replica.engine.raw_connection()
+            except (psycopg.Error, sa.exc.SQLAlchemyError):
                 self.mark_failed(replica)
                 continue
+            driver = fairy.driver_connection
+            assert driver is not None
             try:
-                configure(conn)
-                if self.usable(conn, replica, token):
-                    if snapshot:
-                        conn.begin()
-                    return conn, replica
-                conn.close()
-            except sa.exc.DBAPIError:
-                conn.invalidate()
+                driver.autocommit = True
+                if self.usable(driver, replica, token):
+                    driver.autocommit = False
+                    return fairy, replica
+                driver.autocommit = False
+                fairy.close()
+            except psycopg.Error:
+                fairy.invalidate()
+                fairy.close()
                 self.mark_failed(replica)
         return None
 

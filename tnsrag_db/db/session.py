@@ -21,20 +21,20 @@ from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
-from tnsrag_db.db.driver import check_timeout, driver_sql  # there (no SQLAlchemy); re-exported
-from tnsrag_db.db.driver_errors import map_db_errors, sqlstate_of
-from tnsrag_db.db.driver_lane import PooledReader, engine_watched, send_on_driver, watched
+from tnsrag_db.db.driver import check_timeout  # there (no SQLAlchemy); re-exported
+from tnsrag_db.db.driver_errors import map_db_errors
 from tnsrag_db.db.engine import validate_schema_name
-from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token, server_gone
+from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token
+from tnsrag_db.db.runner import Checkout, PlanRunner, set_statement_timeout
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError, DatabaseError, DeadlockError
 
-__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "driver_sql",
-           "map_db_errors", "retry_on_deadlock"]
+__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "map_db_errors",
+           "retry_on_deadlock"]
 
 #: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
 DEADLOCK_RETRIES = 3
@@ -47,10 +47,6 @@ _T = TypeVar("_T")
 #: and the function running its statements (on its connection).
 _ACTIVE_PLAN: ContextVar[tuple[tuple[Engine, str], Callable[[Statement], Rows]] | None] = ContextVar(
     "tnsrag_active_plan", default=None)
-
-#: Key in a connection's ``info``: the ``statement_timeout`` (ms) the library set on its
-#: session (absent: the server's or role's default).
-_TIMEOUT_SET = "tnsrag_statement_timeout"
 
 
 def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
@@ -69,31 +65,75 @@ def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRI
             attempt += 1
 
 
-#: Attempts at changing a session's statement_timeout that the previous one cancels.
-_TIMEOUT_SET_ATTEMPTS = 5
-
-
 def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
-    """Give ``conn``'s session ``statement_timeout`` ``ms`` (None: the server's default),
-    outside any transaction; a no-op when the session has it already (no round trip)."""
-    if conn.info.get(_TIMEOUT_SET) == ms:
-        return
-    for attempt in range(_TIMEOUT_SET_ATTEMPTS):
+    """Give ``conn``'s session ``statement_timeout`` ``ms`` (None: the server's), outside any
+    transaction; a no-op when the session has it already (the pooled connection's ``info``
+    remembers it, for the read runner and SQLAlchemy connections alike)."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    set_statement_timeout(driver, conn.info, ms)
+
+
+class _Pooled:
+    """A connection of a SQLAlchemy pool checked out for the read runner
+    (``engine.raw_connection()``: the pool's own checkout, events and hooks)."""
+
+    __slots__ = ("_fairy", "driver")
+
+    def __init__(self, fairy: PoolProxiedConnection) -> None:
+        self._fairy = fairy
+        driver = fairy.driver_connection
+        assert driver is not None
+        self.driver = driver
+
+    @property
+    def info(self) -> dict[Any, Any]:
+        return self._fairy.info
+
+    def release(self) -> None:
+        self._fairy.close()
+
+    def discard(self) -> None:
         try:
-            conn.exec_driver_sql("RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}")
-            break
-        except sa.exc.DBAPIError as exc:
-            # The SET itself runs under the session's previous timeout: a very short one (a
-            # Store.timeout block's) can cancel it on a busy server. Nothing changed; again.
-            if sqlstate_of(exc) != "57014" or attempt == _TIMEOUT_SET_ATTEMPTS - 1:
-                raise
-            conn.rollback()
-    if conn.in_transaction():
-        conn.commit()
-    if ms is None:
-        conn.info.pop(_TIMEOUT_SET, None)
-    else:
-        conn.info[_TIMEOUT_SET] = ms
+            self._fairy.invalidate()
+        finally:
+            self._fairy.close()
+
+
+class _OnStandby(_Pooled):
+    """A :class:`_Pooled` connection to a read replica."""
+
+    __slots__ = ("replica",)
+
+    def __init__(self, fairy: PoolProxiedConnection, replica: Replica) -> None:
+        super().__init__(fairy)
+        self.replica = replica
+
+
+class _SessionSource:
+    """The read runner's connections of a :class:`Session`: the next usable standby when
+    there are replicas (after the session's read token), else the primary's pool."""
+
+    __slots__ = ("_engine", "_read_token", "_replicas")
+
+    def __init__(self, engine: Engine, replicas: ReadReplicas | None,
+                 read_token: Callable[[], WriteToken | None] | None) -> None:
+        self._engine = engine
+        self._replicas = replicas
+        self._read_token = read_token
+
+    def checkout(self, *, snapshot: bool) -> Checkout:
+        if self._replicas is not None:
+            found = self._replicas.connect(self._read_token() if self._read_token is not None else None)
+            if found is not None:
+                return _OnStandby(*found)
+        return _Pooled(self._engine.raw_connection())
+
+    def failed(self, checkout: Checkout) -> bool:
+        if isinstance(checkout, _OnStandby) and self._replicas is not None:
+            self._replicas.mark_failed(checkout.replica)
+            return True
+        return False
 
 
 class Session:
@@ -122,6 +162,8 @@ class Session:
         self._timeout_ms = check_timeout(statement_timeout)
         self._timeout_override: ContextVar[int | None | bool] = ContextVar(f"tnsrag_timeout_{id(self)}",
                                                                           default=False)
+        self._runner = PlanRunner(_SessionSource(engine, read_replicas, read_token), what=what,
+                                  timeout_ms=self.effective_timeout_ms)
 
     @property
     def engine(self) -> Engine:
@@ -207,7 +249,7 @@ class Session:
         one itself (recording its statements, say): ``with session.executor() as execute:
         run_plan(plan, execute)``. One connection, checked out at the first statement,
         and the read path's rules (replicas, retry, timeout, ``snapshot``) as in :meth:`run`."""
-        return self._plan_executor(snapshot=snapshot)
+        return self._runner.executor(snapshot=snapshot)
 
     @property
     def read_replicas(self) -> ReadReplicas | None:
@@ -306,17 +348,15 @@ class Session:
     def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
         """Drive a read :data:`~tnsrag_db.db.statement.Plan` on one connection and return its result.
 
-        The search paths' fast lane: autocommit (no BEGIN/COMMIT round trips; a
+        The plan runs on the library's one read runner
+        (:class:`~tnsrag_db.db.runner.PlanRunner`): on a connection of the session's pool
+        (or of the next usable standby), in autocommit (no BEGIN/COMMIT round trips; a
         ``set_config(..., true)`` inside a statement lasts for that statement), each
-        statement compiled once per distinct text, then run as driver SQL straight on the
-        pooled psycopg connection (no SQLAlchemy execution context or result objects; rows
-        are named tuples). While SQLAlchemy execution events have listeners (tracing
-        instrumentation, statement counters), statements run through SQLAlchemy instead, so
-        the listeners see every one. Either way errors are SQLAlchemy's. With
-        ``snapshot=True`` every statement runs in one read-only REPEATABLE READ
-        transaction instead, so all of them see the same committed data (explanations).
-        The connection is checked out at the plan's first statement. Driver errors become
-        :class:`DatabaseError` subclasses (thrown into the plan first).
+        statement sent as given (``:name`` parameters as PostgreSQL's ``$n``), rows as
+        named tuples. With ``snapshot=True`` every statement runs in one read-only
+        REPEATABLE READ transaction instead, so all of them see the same committed data
+        (explanations). The connection is checked out at the plan's first statement.
+        Driver errors become :class:`DatabaseError` subclasses (thrown into the plan first).
         """
         active = _ACTIVE_PLAN.get()
         if active is not None and active[0] == (self._engine, self._schema) and not snapshot:
@@ -324,90 +364,9 @@ class Session:
             # (a catalog question a statement builder asks midway, say): on the plan's own
             # connection. A second checkout would wait for a pool the plan may have emptied.
             return run_plan(plan, active[1])
-        with self._plan_executor(snapshot=snapshot) as execute:
+        with self._runner.executor(snapshot=snapshot) as execute:
             token = _ACTIVE_PLAN.set(((self._engine, self._schema), execute))
             try:
                 return run_plan(plan, execute)
             finally:
                 _ACTIVE_PLAN.reset(token)
-
-    @contextmanager
-    def _plan_executor(self, *, snapshot: bool) -> Iterator[Callable[[Statement], Rows]]:
-        conns: list[Connection | PooledReader] = []
-        on_replica: list[Replica] = []  # the standby conns[-1] is on, if any
-
-        def configure(conn: Connection) -> None:
-            _apply_statement_timeout(conn, self.effective_timeout_ms())
-
-        def checkout() -> Connection | PooledReader:
-            on_replica.clear()
-            if self._replicas is not None:
-                token = self._read_token() if self._read_token is not None else None
-                found = self._replicas.connect(token, snapshot=snapshot, configure=configure)
-                if found is not None:
-                    conns.append(found[0])
-                    on_replica.append(found[1])
-                    return found[0]
-            timeout = self.effective_timeout_ms()
-            if not snapshot and not engine_watched(self._engine):
-                # The cheapest checkout (no SQLAlchemy Connection) when the pooled
-                # connection has the timeout already; else the one below sets it.
-                try:
-                    fairy = self._engine.raw_connection()
-                except psycopg.Error as exc:  # as engine.connect() reports it
-                    Connection._handle_dbapi_exception_noconnection(exc, self._engine.dialect, self._engine)
-                    raise
-                if fairy.info.get(_TIMEOUT_SET) == timeout:
-                    reader = PooledReader(self._engine, fairy)
-                    conns.append(reader)
-                    return reader
-                conn = Connection(self._engine, connection=fairy)
-            else:
-                conn = self._engine.connect()
-            conn = conn.execution_options(isolation_level="REPEATABLE READ" if snapshot else "AUTOCOMMIT")
-            conns.append(conn)
-            _apply_statement_timeout(conn, timeout)
-            if snapshot:
-                conn.begin()
-                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-            return conn
-
-        def send(conn: Connection | PooledReader, statement: Statement) -> Rows:
-            params = dict(statement.params)
-            if isinstance(conn, PooledReader):
-                return conn.send(statement.sql, params, driver_sql)
-            if watched(conn):
-                return conn.exec_driver_sql(driver_sql(statement.sql), params).all()
-            return send_on_driver(conn, statement.sql, params, driver_sql)
-
-        def execute(statement: Statement) -> Rows:
-            with map_db_errors(self._what):
-                fresh = not conns
-                while True:
-                    try:
-                        return send(conns[-1] if conns else checkout(), statement)
-                    except sa.exc.DBAPIError as exc:
-                        if on_replica and self._replicas is not None and (fresh or not snapshot) \
-                                and server_gone(exc):
-                            # A standby that went away mid-run: leave it out, and run the
-                            # statement again on the next standby or the primary (reads only).
-                            self._replicas.mark_failed(on_replica[0])
-                            conns.pop().invalidate()
-                            fresh = True
-                            continue
-                        # A pooled connection whose server went away (reused too soon after its
-                        # last use to be pinged): SQLAlchemy has invalidated the pool; a read on
-                        # a connection that ran nothing yet is safe to run again, once.
-                        if snapshot or not exc.connection_invalidated or not conns or not fresh:
-                            raise
-                        conns.pop().close()
-                    return send(checkout(), statement)
-
-        try:
-            yield execute
-        finally:
-            for conn in conns:
-                try:
-                    conn.close()  # rolls back a snapshot transaction: it only read
-                except sa.exc.SQLAlchemyError:
-                    pass  # a broken connection: the pool has already discarded it

@@ -250,12 +250,17 @@ class GraphStore:
         return IngestCounts(inserted=inserted, updated=len(flags) - inserted, unchanged=int(distinct) - len(flags))
 
     def remove_edge(self, src: str, dst: str, relation: str = DEFAULT_RELATION) -> bool:
-        """Delete the edge ``src -(relation)-> dst``; True when it existed."""
-        with self._store.session.transaction() as conn:
-            n = conn.execute(sa.text(
+        """Delete the edge ``src -(relation)-> dst``; True when it existed.
+
+        A write like every other (:meth:`~tnsrag_db.db.session.Session.write_transaction`):
+        run again when PostgreSQL aborted it to break a deadlock, and with read replicas
+        it advances the read-your-writes token."""
+        def delete(conn: Connection) -> int:
+            return int(conn.execute(sa.text(
                 "DELETE FROM edges WHERE corpus = :c AND src = :s AND relation = :r AND dst = :d"),
-                {"c": self.corpus, "s": src, "r": relation, "d": dst}).rowcount
-        return bool(n)
+                {"c": self.corpus, "s": src, "r": relation, "d": dst}).rowcount)
+
+        return bool(self._store.session.write_transaction(delete))
 
     # -- reads ------------------------------------------------------------------------
     def neighbours(self, entry_id: str, *, relation: str | None = None, limit: int | None = None) -> list[Edge]:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import sqlalchemy as sa
 
 from tnsrag_db._validate import is_int
 from tnsrag_db.db import aio
@@ -211,22 +210,22 @@ class HybridMemoryRetriever:
         fused = self.fused_statement(query, context, vector, weights)
         ranks = self.rankings_statement(query, context, vector)
         plans: list[SearchPlan] = []
-        with snapshot(store) as conn:
-            docs = [document_from_row(r, float(r.score)) for r in conn.execute(sa.text(fused.sql), dict(fused.params))]
-            keyword_docs, vector_docs = self._split(list(conn.execute(sa.text(ranks.sql), dict(ranks.params))))
+        with snapshot(store) as execute:
+            docs = [document_from_row(r, float(r.score)) for r in execute(fused)]
+            keyword_docs, vector_docs = self._split(list(execute(ranks)))
             if weights[0] > 0:
                 plans.append(bm25_plan(context))
             else:
                 keyword_docs = []
             if vector is not None:
-                plans.append(self.vectors.explain_plan(conn, vector, self.pool_size(context.max_results),
+                plans.append(self.vectors.explain_plan(execute, vector, self.pool_size(context.max_results),
                                                        filters=context.metadata_filters, min_score=-1.0))
             wanted = {d.metadata["entryId"] for d in docs}
             kw_rank = {d.metadata["entryId"]: (n, d.score) for n, d in enumerate(keyword_docs, 1)
                        if d.metadata["entryId"] in wanted}
             vec_rank = {d.metadata["entryId"]: (n, d.score) for n, d in enumerate(vector_docs, 1)
                         if d.metadata["entryId"] in wanted}
-            bm25 = self.keywords.explain_scores(conn, query, {i: s for i, (_, s) in kw_rank.items()})
+            bm25 = self.keywords.explain_scores(execute, query, {i: s for i, (_, s) in kw_rank.items()})
         explanations: list[ScoreExplanation] = []
         for doc in docs:
             entry_id = doc.metadata["entryId"]
@@ -385,11 +384,11 @@ class HybridRAGStrategy:
         vector = retriever.vectors.embed_query(query)
         ranks = retriever.rankings_statement(query, ctx, vector)
         pool = retriever.pool_size(ctx.max_results)
-        with snapshot(retriever.vectors.store) as conn:
-            keyword_docs, vector_docs = retriever._split(list(conn.execute(sa.text(ranks.sql), dict(ranks.params))))
-            plans = [bm25_plan(ctx), retriever.vectors.explain_plan(conn, vector, pool,
+        with snapshot(retriever.vectors.store) as execute:
+            keyword_docs, vector_docs = retriever._split(list(execute(ranks)))
+            plans = [bm25_plan(ctx), retriever.vectors.explain_plan(execute, vector, pool,
                                                                      filters=ctx.metadata_filters, min_score=-1.0)]
-            bm25 = retriever.keywords.explain_scores(conn, query, {d.metadata["entryId"]: d.score
+            bm25 = retriever.keywords.explain_scores(execute, query, {d.metadata["entryId"]: d.score
                                                                    for d in keyword_docs})
         graph = explain_with(self._graph, query, RAGContext(pool, 0.0, ctx.metadata_filters))
         plans.extend(prefixed(graph.plans, "graph"))

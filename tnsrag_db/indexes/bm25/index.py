@@ -41,7 +41,6 @@ from tnsrag_db.store.filters import filter_sql, pairs_alone
 from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
 
 if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
-    from sqlalchemy.engine import Connection
 
     from tnsrag_db.store.store import IngestCounts, Store
     from tnsrag_db.strategies.explain import BM25Explanation
@@ -270,16 +269,16 @@ class BM25Index:
                                             k1, b, tuple(figures))
         return out
 
-    def explain_scores(self, conn: Connection, query: str, scores: Mapping[str, float]) -> dict[str, BM25Explanation]:
+    def explain_scores(self, execute: Callable[[Statement], Rows], query: str,
+                       scores: Mapping[str, float]) -> dict[str, BM25Explanation]:
         """The :class:`BM25Explanation` of each entry of ``scores`` (entry id to its BM25 score for
-        ``query``), read on ``conn`` (one statement; run it in the transaction that ranked, so
-        the figures come from the same snapshot). Entries that no longer exist are left out."""
+        ``query``), read with ``execute`` (a statement executor, one statement; run it in the
+        snapshot that ranked, so the figures agree with the scores). Entries that no longer
+        exist are left out."""
         if not scores:
             return {}
-        import sqlalchemy as sa
-
         sql_text, params = self.term_figures_sql(query, list(scores))
-        return self.explain_rows(list(conn.execute(sa.text(sql_text), params)), scores)
+        return self.explain_rows(list(execute(Statement(sql_text, params))), scores)
 
     # -- term statistics (for pseudo-relevance feedback and tests) -------------------------
     def query_terms(self, query: str) -> list[str]:

@@ -37,13 +37,11 @@ the last qualifying row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from tnsrag_db._validate import check_int, check_number, check_prefix
 from tnsrag_db.db.statement import Plan, Rows, Statement
@@ -297,13 +295,14 @@ class VectorMemoryStore(VectorWrites):
         dim = int(query_vector.shape[0])
         return CosineExplanation(score, score, self._embedding.name, dim, None if space is None else space[0])
 
-    def explain_plan(self, conn: Connection, query_vector: npt.NDArray[np.float32], k: int, *,
+    def explain_plan(self, execute: Callable[[Statement], Rows], query_vector: npt.NDArray[np.float32], k: int, *,
                      filters: Mapping[str, str] | None = None, min_score: float = 0.0,
                      stream: str = "vector") -> SearchPlan:
         """Which path the ranking statement for ``query_vector`` takes (see the module docstring):
         exact scan or HNSW iterative scan, the matches it counted and whether the exact
         fallback answered. For an indexed space this runs the statement's own path-choosing
-        part on ``conn`` (run it in the transaction that ranked: same snapshot, same answer)."""
+        part with ``execute`` (a statement executor: run it in the snapshot that ranked, same
+        answer)."""
         vec, k, score = self._query_vector(query_vector, k, filters, min_score, fix=True)
         space = self._space_for_query(int(vec.shape[0]))
         if space is None:
@@ -313,5 +312,5 @@ class VectorMemoryStore(VectorWrites):
         row = None
         if space.index_name is not None and np.any(vec):
             sql, params = ranking_sql(ranking, path=True)
-            row = conn.execute(sa.text(sql), params).one()
+            (row,) = execute(Statement(sql, params))
         return self._search_plan(ranking, row, stream)

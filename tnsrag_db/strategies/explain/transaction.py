@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from tnsrag_db.errors import DatabaseError, TnsragError
-
-if TYPE_CHECKING:  # imported by every strategy module; SQLAlchemy only when a snapshot is taken
-    from sqlalchemy.engine import Connection
-
+if TYPE_CHECKING:  # imported by every strategy module
+    from tnsrag_db.db.statement import Rows, Statement
     from tnsrag_db.store.store import Store
 
 __all__ = ["snapshot"]
 
 
-@contextmanager
-def snapshot(store: Store) -> Iterator[Connection]:
-    """One read-only REPEATABLE READ transaction: every statement of an explanation sees
-    the same committed data. Driver errors become :class:`DatabaseError`."""
-    import sqlalchemy as sa
+def snapshot(store: Store) -> AbstractContextManager[Callable[[Statement], Rows]]:
+    """A statement executor whose statements all run in one read-only REPEATABLE READ
+    transaction, so every figure of an explanation comes from the same committed data:
+    ``with snapshot(store) as execute: rows = execute(statement)``.
 
-    try:
-        with store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-            conn.execute(sa.text("SET TRANSACTION READ ONLY"))
-            yield conn
-    except TnsragError:
-        raise
-    except sa.exc.SQLAlchemyError as exc:
-        raise DatabaseError(f"database error in corpus {store.corpus!r}: {exc}") from exc
+    The store's read path (:meth:`~tnsrag_db.db.session.Session.executor` with
+    ``snapshot=True``): its statement timeout, its read replicas, and its driver-error
+    mapping (a cancelled statement is a :class:`~tnsrag_db.errors.StatementTimeoutError`,
+    every other driver error a :class:`~tnsrag_db.errors.DatabaseError` subclass)."""
+    return store.session.executor(snapshot=True)
