@@ -157,6 +157,30 @@ def _running(engine: Engine, tag: str) -> list[int]:
             {"p": f"%{tag}%"}).scalars())
 
 
+def test_a_twice_cancelled_call_returns_only_after_its_statement_stopped(store: Store, engine: Engine) -> None:
+    """Hosts cancel twice (a timeout, then shutdown): the second cancel must not cut the wait
+    for the backend short (before: the error came back while the statement still ran, 9 of 20)."""
+    async def once(pause: float) -> list[int]:
+        tag = f"tnsrag_cancel2_{uuid.uuid4().hex[:10]}"
+        task = asyncio.create_task(aio.arun(store, _slow(tag)))
+        deadline = time.monotonic() + 20
+        while not await asyncio.to_thread(_running, engine, tag):
+            assert time.monotonic() < deadline and not task.done(), "the slow statement never started"
+            await asyncio.sleep(0.02)
+        task.cancel()
+        await asyncio.sleep(pause)  # the first cancel is being handled: psycopg waits for the backend
+        task.cancel()
+        async with asyncio.timeout(60):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return await asyncio.to_thread(_running, engine, tag)  # at once: no grace period
+
+    async def scenario() -> list[list[int]]:
+        return [await once(pause) for pause in (0.0, 0.0005, 0.001, 0.002, 0.004) * 4]
+
+    assert asyncio.run(scenario()) == [[]] * 20
+
+
 @pytest.mark.parametrize("how", ["cancel", "wait_for", "timeout"])
 def test_cancelling_a_call_cancels_its_server_statement(store: Store, engine: Engine, how: str) -> None:
     tag = f"tnsrag_cancel_{uuid.uuid4().hex[:10]}"

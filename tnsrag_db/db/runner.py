@@ -28,7 +28,10 @@ one connection without them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
+import time
 from collections import namedtuple
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -426,7 +429,35 @@ class AsyncPlanRunner:
                 await _arelease(got)
 
 
+#: Seconds a cancelled statement may take to stop on the server before its connection is closed.
+CANCEL_GRACE_SECONDS = 10.0
+
+
 async def _asend(driver: psycopg.AsyncConnection[Any], text: str, values: tuple[Any, ...]) -> Rows:
+    """Send one statement. A cancelled await asks the server to cancel the statement and waits,
+    however often it is cancelled again meanwhile, until the backend has stopped (or closes the
+    connection after :data:`CANCEL_GRACE_SECONDS`); only then does the cancellation propagate.
+    (psycopg waits for the backend itself, but a second ``task.cancel()`` interrupts that
+    wait and the error reached the caller while the backend still ran.)"""
+    sending = asyncio.ensure_future(_asend_now(driver, text, values))
+    try:
+        return await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        if not sending.done():
+            with contextlib.suppress(psycopg.Error, asyncio.CancelledError):  # again: it still goes on
+                await asyncio.shield(driver.cancel_safe())
+            deadline = time.monotonic() + CANCEL_GRACE_SECONDS
+            while not sending.done() and time.monotonic() < deadline:
+                with contextlib.suppress(asyncio.CancelledError):  # cancelled again: keep waiting
+                    await asyncio.wait({sending}, timeout=max(0.0, deadline - time.monotonic()))
+            if not sending.done():
+                await driver.close()  # the backend ends with its connection
+        if sending.done() and not sending.cancelled():
+            sending.exception()  # retrieved: a QueryCanceled is the expected end
+        raise
+
+
+async def _asend_now(driver: psycopg.AsyncConnection[Any], text: str, values: tuple[Any, ...]) -> Rows:
     async with psycopg.AsyncRawCursor(driver, row_factory=_row_factory) as cursor:
         await cursor.execute(text, values)
         rows: Rows = await cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
