@@ -36,3 +36,15 @@ def test_import_loads_no_database_stack() -> None:
             "if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "[]"
+
+
+def test_every_error_class_is_exported() -> None:
+    import inspect
+
+    from tnsrag_db import errors
+
+    classes = {name for name, value in vars(errors).items()
+               if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == errors.__name__}
+    # Before: DeadlockError and ConstraintViolationError, which the docs present, were missing.
+    assert classes and classes <= set(tnsrag_db.__all__), sorted(classes - set(tnsrag_db.__all__))
+    assert set(errors.__all__) == classes
