@@ -74,8 +74,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def reached_real_data_dir() -> str | None:
-    """What this run did in the real user data directory (None: nothing): created its
-    ``tnsrag_db`` folder, or started a server in it."""
+    """What happened in the real user data directory during this run (None: nothing): its
+    ``tnsrag_db`` folder was created, or a server started in it. On a machine where other
+    processes of the same user run meanwhile, those are seen too; the message says so."""
     if REAL_DATA_DIR is None or not REAL_DATA_DIR.exists():
         return None
     existed, since = _REAL_BEFORE
@@ -102,7 +103,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if reached is not None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"ERROR: the real user data directory was reached: {reached}", red=True)
+            reporter.write_line(f"ERROR: the real user data directory was reached: {reached} (by a test, or by "
+                                "another process of this user meanwhile)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
