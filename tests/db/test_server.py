@@ -238,3 +238,47 @@ def test_an_idle_keeper_stops_its_server_after_its_installation_is_gone(stopped:
     assert not _alive(started["pid"]) and not _alive(started["keeper_pid"])
     log = (_data_dir(home).parent / "pg18.keeper.log").read_text()
     assert "stopping the server with a signal" in log
+
+
+_PROBE = ("import atexit, sys\n"
+          "atexit.register(lambda: print('onnxruntime loaded:', 'onnxruntime' in sys.modules, file=sys.stderr))\n"
+          "from tnsrag_db.cli import main; main()")
+
+
+def _query_probed(home: Path, strategy: str) -> tuple[list[tuple[str, float]], bool]:
+    run = subprocess.run([sys.executable, "-c", _PROBE, "query", "agents share memory", "--strategy", strategy,
+                          "--json"], env=_env(home), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    hits = [(r["id"], r["score"]) for r in json.loads(run.stdout)["results"]]
+    return hits, "onnxruntime loaded: True" in run.stderr
+
+
+@pytest.fixture
+def own_home(tmp_path: Path) -> Iterator[Path]:
+    """A user data directory of the test's own (its default corpus has only what it writes)."""
+    home = tmp_path / "xdg-data"
+    home.mkdir()
+    yield home
+    keeper.stop(_data_dir(home), force=True)
+
+
+def test_queries_embed_with_the_keepers_warm_model_and_fall_back_to_their_own(own_home: Path) -> None:
+    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, default_model
+    from tnsrag_db.store.embedded.warm_model import served_model
+
+    home = own_home
+    ingested = json.loads(_tnsrag(home, "ingest", "--sample", "--json").stdout)
+    assert ingested["embedding"] == SHIPPED_MODEL_NAME
+    socket_path = keeper.keeper_files(_data_dir(home)).socket
+    served = served_model(socket_path)
+    assert served is not None and served.name == SHIPPED_MODEL_NAME and served.dimension == 384
+    texts = ["agents share memory", "Ünïcode and a longer sentence about PostgreSQL " * 20]
+    assert (served.embed_batch(texts) == default_model().embed_batch(texts)).all()  # the very same vectors
+
+    warm_vector, loaded = _query_probed(home, "vector")
+    assert warm_vector and not loaded  # the query process never loaded the model
+    warm_hybrid, loaded = _query_probed(home, "hybrid")
+    assert warm_hybrid and not loaded
+    socket_path.unlink()  # the keeper no longer answers: each query loads the model itself, same answers
+    assert _query_probed(home, "vector") == (warm_vector, True)
+    assert _query_probed(home, "hybrid") == (warm_hybrid, True)

@@ -154,6 +154,10 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             _print_results(text, "keyword", answered[0], answered[1], [], as_json)
             return
 
+    if url is None:  # the kept-running server's keeper embeds the query with its warm model
+        from tnsrag_db.store.embedded.warm_model import use_keeper_model
+
+        click.get_current_context().call_on_close(use_keeper_model())  # undone after the command
     from tnsrag_db.admin import empty_filter_notes, require_corpus
     from tnsrag_db.cli._schema import open_existing
     from tnsrag_db.strategies.explain import explain_with
