@@ -1,4 +1,4 @@
-"""Whole-process CLI timings: ``tnsrag --version``, ``--help`` and a keyword query.
+"""Whole-process CLI timings: ``tnsrag --version``, ``--help``, a keyword, a vector and a hybrid query.
 
 Usage::
 
@@ -12,6 +12,11 @@ script runs it (``from tnsrag_db.cli import main; main()``). The query is
 * against a running embedded server (``tnsrag server start`` first), and
 * against a cold one: the server is stopped (untimed) before every run, so each run
   starts it; ``--cold-runs`` of them.
+
+The same query with ``--strategy vector`` and ``--strategy hybrid`` is timed against the
+running server: the sample corpus is embedded with the shipped model when the ``embed``
+extra is installed, and the query is embedded with it too (by the keeper's warm model
+where the checkout has one, else by the model the process loads).
 
 ``--baseline DIR`` names a checkout of older code (e.g. ``git archive main | tar -x -C
 DIR``): its runs import ``tnsrag_db`` from DIR and are interleaved with this checkout's,
@@ -51,6 +56,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 _CLI = "from tnsrag_db.cli import main; main()"
 QUERY = ["query", "agents share memory", "--strategy", "keyword", "--top-k", "3"]
+VECTOR_QUERY = [*QUERY[:3], "vector", *QUERY[4:]]
+HYBRID_QUERY = [*QUERY[:3], "hybrid", *QUERY[4:]]
 
 
 class Runner:
@@ -163,10 +170,13 @@ def main() -> None:
         for r in runners:  # untimed: fills the bytecode cache (when there is one) of what each command imports
             r.run("--help")
             r.run(*QUERY)
+            r.run(*VECTOR_QUERY)
         timed("tnsrag --version", lambda r: r.run("--version"), args.runs)
         timed("tnsrag --help", lambda r: r.run("--help"), args.runs)
         new.run("server", "start")
         timed("keyword query, server running", lambda r: r.run(*QUERY), args.runs)
+        timed("vector query, server running", lambda r: r.run(*VECTOR_QUERY), args.runs)
+        timed("hybrid query, server running", lambda r: r.run(*HYBRID_QUERY), args.runs)
         breakdown = import_breakdown(new, QUERY)
 
         def cold(r: Runner) -> float:

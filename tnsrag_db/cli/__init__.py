@@ -52,10 +52,10 @@ def main_group(ctx: click.Context, server_idle_timeout: float) -> None:
 
     Example: tnsrag ingest docs/ && tnsrag query "agent memory" --strategy hybrid
     """
-    from tnsrag_db.store import server
+    from tnsrag_db.store.embedded.resolve import keep_running
 
-    server.keep_running(server_idle_timeout)
-    ctx.call_on_close(lambda: server.keep_running(None))  # in-process callers (tests) get the default back
+    keep_running(server_idle_timeout)
+    ctx.call_on_close(lambda: keep_running(None))  # in-process callers (tests) get the default back
 
 
 def main() -> None:

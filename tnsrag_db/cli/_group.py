@@ -1,4 +1,5 @@
-"""A click group whose subcommands are imported only when they run."""
+"""A click group whose subcommands are imported only when they run, and which turns Ctrl-C
+into exit status 130 with one line."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import Any
 
 import click
 
-__all__ = ["LazyGroup"]
+__all__ = ["EXIT_INTERRUPTED", "LazyGroup"]
+
+#: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
 
 
 class LazyGroup(click.Group):
@@ -17,12 +21,32 @@ class LazyGroup(click.Group):
     ``list_commands`` names every command without importing any; ``get_command`` imports
     the one asked for; the group's ``--help`` lists the short helps given here, so it
     imports nothing either.
+
+    Ctrl-C (KeyboardInterrupt) while the arguments are parsed, a command is imported or
+    runs prints ``interrupted`` on stderr and exits with :data:`EXIT_INTERRUPTED`, instead of
+    click's ``Aborted!`` and exit status 1 (a command that has more to say, like ``ingest``,
+    prints its own line and exits 130 itself).
     """
 
     def __init__(self, *args: Any, lazy_commands: Mapping[str, tuple[str, str]] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands: dict[str, tuple[str, str]] = dict(lazy_commands or {})
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            _interrupted()
+            raise  # pragma: no cover - _interrupted raises
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            _interrupted()
+            raise  # pragma: no cover - _interrupted raises
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
@@ -50,3 +74,8 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def _interrupted() -> None:
+    click.echo("interrupted", err=True)
+    raise click.exceptions.Exit(EXIT_INTERRUPTED)

@@ -35,7 +35,7 @@ def tnsrag_schemas(url: str | None) -> list[str]:
 
     from tnsrag_db.db.engine import create_engine
     from tnsrag_db.errors import DatabaseError
-    from tnsrag_db.store.server import embedded_url
+    from tnsrag_db.store.embedded.resolve import embedded_url
 
     engine = create_engine(embedded_url() if url is None else url, schema="public", pool_size=1, max_overflow=0)
     try:

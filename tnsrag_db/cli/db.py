@@ -16,7 +16,8 @@ from tnsrag_db.indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db.indexes.vector.hnsw import build_due_indexes
 from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
 from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine, embedded_url
+from tnsrag_db.store.embedded.resolve import embedded_url
+from tnsrag_db.store.engine import create_engine
 from tnsrag_db.store.store import Store
 
 __all__ = ["db"]

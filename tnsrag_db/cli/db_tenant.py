@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
-from tnsrag_db.store.engine import create_engine, embedded_url
+from tnsrag_db.store.embedded.resolve import embedded_url
+from tnsrag_db.store.engine import create_engine
 
 __all__ = ["tenant"]
 

@@ -22,13 +22,12 @@ import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db.cli._confirm import confirm_destruction, yes_option
+from tnsrag_db.cli._group import EXIT_INTERRUPTED
 from tnsrag_db.errors import ConfigurationError, IngestInterrupted, InvalidEntryError
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
-#: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
-EXIT_INTERRUPTED = 130
 _INTERRUPTED = "interrupted: {n} entries committed, the batch in progress was rolled back"
 
 

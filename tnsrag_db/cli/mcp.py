@@ -24,7 +24,7 @@ def database_line(url: str | None, schema: str, corpus: str, read_only: bool) ->
     client passes only HOME, PATH and a few more) sees here which cluster it got.
     """
     if url is None:
-        from tnsrag_db.store.server import default_data_dir
+        from tnsrag_db.store.embedded.server import default_data_dir
 
         where = f"the embedded server at {default_data_dir()}"
     else:

@@ -45,15 +45,16 @@ def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
     (the full path would raise the same)."""
     from tnsrag_db.db.driver import DriverStore, libpq_url
     from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.store import server
+    from tnsrag_db.store.embedded.keeper import ensure_running
+    from tnsrag_db.store.embedded.resolve import kept_running_timeout
     from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
     from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 
     if url is None:
-        idle_timeout = server.kept_running_timeout()
+        idle_timeout = kept_running_timeout()
         if idle_timeout is None:
             return None  # no `tnsrag` group around this call: the wheel's own server (full path)
-        target = server.ensure_running(idle_timeout=idle_timeout)
+        target = ensure_running(idle_timeout=idle_timeout)
     else:
         found = libpq_url(url)
         if found is None:
@@ -158,6 +159,10 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             _print_results(text, "keyword", answered[0], answered[1], [], as_json)
             return
 
+    if url is None:  # the kept-running server's keeper embeds the query with its warm model
+        from tnsrag_db.store.embedded.warm_model import use_keeper_model
+
+        click.get_current_context().call_on_close(use_keeper_model())  # undone after the command
     from tnsrag_db.admin import empty_filter_notes, require_corpus
     from tnsrag_db.cli._schema import open_existing
     from tnsrag_db.strategies.explain import explain_with

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tnsrag_db.cli._common import emit, handle_errors
-from tnsrag_db.store import server as kept
+from tnsrag_db.store.embedded import keeper as kept
 
 __all__ = ["server"]
 
@@ -22,6 +22,12 @@ def _describe(st: kept.ServerStatus) -> str:
         lines += [f"  listening:  {where}", f"  pid:        {st.pid}", f"  url:        {st.url}"]
     if st.postgres_version:
         lines.append(f"  PostgreSQL: {st.postgres_version}")
+    if st.binaries:
+        whose = {"this": "", "other": " (another installation's: the next command restarts the server on this "
+                                      "one's once no client is connected)",
+                 "gone": " (deleted since it started: the next command restarts the server on this "
+                         "installation's)"}.get(st.installation or "this", "")
+        lines.append(f"  binaries:   {st.binaries}{whose}")
     if st.keeper_pid is not None:
         when = "no idle timeout" if not st.idle_timeout else f"stops after {st.idle_timeout:g} s idle"
         last = st.last_use.astimezone().strftime("%Y-%m-%d %H:%M:%S") if st.last_use else "?"

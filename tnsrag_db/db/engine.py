@@ -11,7 +11,7 @@ need none: they are created on a connection's first write (see
 which goes away with the connection.
 
 Database resolution: an explicit URL wins; with none, the embedded server
-(:func:`tnsrag_db.store.server.embedded_url`). Environment variables are read only by the
+(:func:`tnsrag_db.store.embedded.resolve.embedded_url`). Environment variables are read only by the
 CLI and the test plugin, never here.
 """
 

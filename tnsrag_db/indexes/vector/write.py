@@ -151,8 +151,8 @@ class VectorWrites(VectorCore):
         :class:`IngestInterrupted` is raised with the counts that were committed; so is
         it, chained to the cause, for any library error met on the way (a bad entry, a
         bad vector, a database error; ``committed`` is empty when it was in the first
-        batch). A batch still being embedded is abandoned (its worker thread finishes on
-        its own). A bad ``batch_size`` raises :class:`ValidationError` before anything.
+        batch). A batch still being embedded stops after the embedding call in progress
+        and is waited for, so no worker thread outlives the call. A bad ``batch_size`` raises :class:`ValidationError` before anything.
         """
         check_int(batch_size, "batch_size", minimum=1)
         embed_lock = threading.Lock()
