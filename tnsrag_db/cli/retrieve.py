@@ -160,7 +160,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             return
 
     if url is None:  # the kept-running server's keeper embeds the query with its warm model
-        from tnsrag_db.store.embedded.warm_model import use_keeper_model
+        from tnsrag_db.store.embedded.keeper import use_keeper_model
 
         click.get_current_context().call_on_close(use_keeper_model())  # undone after the command
     from tnsrag_db.admin import empty_filter_notes, require_corpus

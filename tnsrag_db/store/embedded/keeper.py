@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,7 +51,8 @@ from tnsrag_db.store.embedded.server import (
     start_with_wheel,
 )
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "ServerStatus", "ensure_running", "keeper_files", "serve", "status", "stop"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "ServerStatus", "ensure_running", "keeper_files", "serve", "status", "stop",
+           "use_keeper_model"]
 
 #: Seconds without a client or a CLI call after which the keeper lets the server stop.
 DEFAULT_IDLE_TIMEOUT = 900.0
@@ -374,3 +376,17 @@ def _wait_until_idle(data_dir: Path, state_file: Path, idle_timeout: float, kept
 
 if __name__ == "__main__":  # pragma: no cover - run as the keeper process
     sys.exit(serve(Path(sys.argv[1]), float(sys.argv[2])))
+
+
+def use_keeper_model(data_dir: Path | None = None) -> Callable[[], None]:
+    """In this process, let the shipped model be the keeper's warm one (of ``data_dir``,
+    default the user data directory's server) whenever that keeper answers, until the
+    function returned is called. What ``tnsrag query`` does on the embedded server; a model
+    already loaded here stays in use."""
+    from tnsrag_db.embeddings._shipped import use_warm_model
+    from tnsrag_db.store.embedded.server import default_data_dir
+    from tnsrag_db.store.embedded.warm_model import served_model
+
+    path = keeper_files((data_dir or default_data_dir()).expanduser().resolve()).socket
+    use_warm_model(lambda: served_model(path))
+    return lambda: use_warm_model(None)

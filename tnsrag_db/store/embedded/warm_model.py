@@ -10,7 +10,7 @@ one JSON line ``{"model": NAME, "texts": [...]}``, the answer one JSON line
 The vectors are the model's own float32 values (JSON keeps them exactly).
 
 The client side, :class:`ServedEmbedding`, stands in for the shipped model in a process
-that called :func:`use_keeper_model`; whenever the keeper does not answer it loads the
+that called :func:`~tnsrag_db.store.embedded.keeper.use_keeper_model`; whenever the keeper does not answer it loads the
 model in-process and goes on with that, so an answer never depends on the keeper.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ServedEmbedding", "WarmModelService", "start_service", "use_keeper_model"]
+__all__ = ["ServedEmbedding", "WarmModelService", "served_model", "start_service"]
 
 #: Seconds a client waits for the keeper's answer (the keeper may still be loading the model).
 CLIENT_TIMEOUT = 30.0
@@ -180,17 +180,3 @@ def served_model(socket_path: Path) -> ServedEmbedding | None:
         return ServedEmbedding(socket_path, int(hello["dimension"]), int(hello["max_tokens"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def use_keeper_model(data_dir: Path | None = None) -> Callable[[], None]:
-    """In this process, let the shipped model be the keeper's warm one (of ``data_dir``,
-    default the user data directory's server) whenever that keeper answers, until the
-    function returned is called. What ``tnsrag query`` does on the embedded server; a model
-    already loaded here stays in use."""
-    from tnsrag_db.embeddings._shipped import use_warm_model
-    from tnsrag_db.store.embedded.keeper import keeper_files
-    from tnsrag_db.store.embedded.server import default_data_dir
-
-    path = keeper_files((data_dir or default_data_dir()).expanduser().resolve()).socket
-    use_warm_model(lambda: served_model(path))
-    return lambda: use_warm_model(None)
