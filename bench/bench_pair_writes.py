@@ -24,8 +24,8 @@ from psycopg import sql
 
 from bench._common import database_url
 from tnsrag_db import tenancy
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine, normalize_url
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import MemoryEntry
 

@@ -62,8 +62,8 @@ from tnsrag_db.db.statement import Plan, Statement, run_plan
 from tnsrag_db.evaluation.resampling import bootstrap_interval
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.hybrid import HybridRAGStrategy
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy

@@ -221,7 +221,7 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
             if strategy != "keyword" and (not args.only or strategy in args.only):
                 strategies[strategy] = build_strategy(strategy, store)
         if args.multi_query_bases:  # the choice of multi_query's base, measured
-            from tnsrag_db.expansion import QueryExpansion, load_expander
+            from tnsrag_db.strategies.expansion import QueryExpansion, load_expander
             from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
 
             for base in ("vector", "keyword"):

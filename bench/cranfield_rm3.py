@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from bench._common import database_url
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries
 from tnsrag_db import evaluation
-from tnsrag_db.expansion import QueryExpansion, RM3QueryExpander
+from tnsrag_db.strategies.expansion import QueryExpansion, RM3QueryExpander
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy

@@ -31,8 +31,8 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import URL, Engine
 
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine, normalize_url
 from tnsrag_db.store.store import Store
 
 SCHEMA = "tnsrag"

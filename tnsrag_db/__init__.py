@@ -5,6 +5,26 @@ pgvector, true Okapi BM25 over tsvector-derived term statistics, graph and hiera
 walks as recursive CTEs, exact metadata filters in SQL before top-K. ``connect()``
 with no URL uses an embedded PostgreSQL 18 + pgvector.
 
+Layers, bottom up (each imports only from the layers below it, deferred imports and
+annotations included; ``tests/unit/test_structure.py`` holds the same order):
+
+1. ``_validate``, ``_plugins``, ``errors``, ``types``: checks, errors, value types;
+2. ``explain``: the explained-ranking values the indexes and strategies build;
+3. ``db``: engines, the one read runner, sessions and writes, migrations, tenancy DDL;
+4. ``store``, ``embeddings``, ``chunking``: a corpus and its writes, the embedded server,
+   embedding providers, text chunks;
+5. ``indexes``: BM25, vector, graph, hierarchy, temporal, each owning its SQL;
+6. ``strategies``: the eight, composition, fusion, expansion, navigation, explanations;
+7. ``pipeline``, ``declarative``, ``admin``, ``loaders``, ``evaluation``,
+   ``integrations``, ``tenancy``: what applications use;
+8. ``cli``: the ``tnsrag`` command.
+
+The top level holds what a user writes daily: ``connect``, the entry and context types,
+the indexes, the eight strategies, fusion, expansion and navigation, the pipeline, the
+declarative decorators and every error. The public subpackages are :mod:`.admin`,
+:mod:`.evaluation`, :mod:`.explain` (explained rankings), :mod:`.embeddings`,
+:mod:`.tenancy` and :mod:`.integrations`.
+
 Names are imported on first use (PEP 562), so ``import tnsrag_db`` and the ``tnsrag``
 command line stay fast: a keyword query never loads alembic, numpy-heavy providers or
 strategies it does not run.
@@ -62,37 +82,19 @@ if _typing.TYPE_CHECKING:
         TnsragError,
         ValidationError,
     )
-    from tnsrag_db.expansion import CancellationToken, QueryExpander, QueryExpansion, RM3QueryExpander
-    from tnsrag_db.fusion import FusedDocument, RankShare, fuse, reciprocal_rank_fusion
+    from tnsrag_db.strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, RM3QueryExpander
+    from tnsrag_db.strategies.fusion import FusedDocument, RankShare, fuse, reciprocal_rank_fusion
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.indexes.graph import Edge, GraphStore
     from tnsrag_db.indexes.hierarchy import HierarchyIndex
     from tnsrag_db.indexes.temporal import TemporalIndex
     from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.navigation import LexicalTreeNavigator, NavNode, TreeNavigator
+    from tnsrag_db.strategies.navigation import LexicalTreeNavigator, NavNode, TreeNavigator
     from tnsrag_db.pipeline import RAGPipeline
     from tnsrag_db.store.aio import AsyncStore, connect_async
-    from tnsrag_db.store.store import IngestCounts, Store, connect
+    from tnsrag_db.store.store import Store, connect
+    from tnsrag_db.types import IngestCounts
     from tnsrag_db.strategies.base import RAGStrategy
-    from tnsrag_db.strategies.explain import (
-        BM25Explanation,
-        BM25TermScore,
-        CosineExplanation,
-        ExplainableStrategy,
-        ExplainedDocument,
-        Explanation,
-        FusionExplanation,
-        GraphExplanation,
-        GraphHop,
-        HierarchyExplanation,
-        ReasoningExplanation,
-        ReasoningStep,
-        ScoreExplanation,
-        SearchPlan,
-        StreamShare,
-        TemporalExplanation,
-        UnexplainedScore,
-    )
     from tnsrag_db.strategies.graph import GraphRAGStrategy
     from tnsrag_db.strategies.hierarchical import HierarchicalRAGStrategy
     from tnsrag_db.strategies.hybrid import HybridMemoryRetriever, HybridRAGStrategy
@@ -113,15 +115,12 @@ if _typing.TYPE_CHECKING:
 #: Public name -> module defining it; ``__getattr__`` imports the module on first access.
 _EXPORTS: dict[str, str] = {
     "AsyncStore": "tnsrag_db.store.aio",
-    "BM25Explanation": "tnsrag_db.strategies.explain",
     "BM25Index": "tnsrag_db.indexes.bm25",
-    "BM25TermScore": "tnsrag_db.strategies.explain",
-    "CancellationToken": "tnsrag_db.expansion",
+    "CancellationToken": "tnsrag_db.strategies.expansion",
     "ConfigurationError": "tnsrag_db.errors",
     "ConnectionLostError": "tnsrag_db.errors",
     "ConstraintViolationError": "tnsrag_db.errors",
     "CorpusNotFoundError": "tnsrag_db.errors",
-    "CosineExplanation": "tnsrag_db.strategies.explain",
     "DanglingReferenceError": "tnsrag_db.errors",
     "DatabaseError": "tnsrag_db.errors",
     "DeadlockError": "tnsrag_db.errors",
@@ -130,73 +129,59 @@ _EXPORTS: dict[str, str] = {
     "EmbeddingValidationError": "tnsrag_db.errors",
     "EvaluationDataError": "tnsrag_db.errors",
     "ExecutionError": "tnsrag_db.errors",
-    "ExplainableStrategy": "tnsrag_db.strategies.explain",
-    "ExplainedDocument": "tnsrag_db.strategies.explain",
-    "Explanation": "tnsrag_db.strategies.explain",
-    "FusedDocument": "tnsrag_db.fusion",
-    "FusionExplanation": "tnsrag_db.strategies.explain",
-    "GraphExplanation": "tnsrag_db.strategies.explain",
-    "GraphHop": "tnsrag_db.strategies.explain",
+    "FusedDocument": "tnsrag_db.strategies.fusion",
     "GraphRAGStrategy": "tnsrag_db.strategies.graph",
     "GraphStore": "tnsrag_db.indexes.graph",
     "HashingEmbedding": "tnsrag_db.embeddings",
     "HierarchicalRAGStrategy": "tnsrag_db.strategies.hierarchical",
     "HierarchyError": "tnsrag_db.errors",
-    "HierarchyExplanation": "tnsrag_db.strategies.explain",
     "HierarchyIndex": "tnsrag_db.indexes.hierarchy",
     "HierarchyMetadata": "tnsrag_db.types",
     "HybridMemoryRetriever": "tnsrag_db.strategies.hybrid",
     "HybridRAGStrategy": "tnsrag_db.strategies.hybrid",
-    "IngestCounts": "tnsrag_db.store.store",
+    "IngestCounts": "tnsrag_db.types",
     "IngestInterrupted": "tnsrag_db.errors",
     "InvalidContextError": "tnsrag_db.errors",
     "InvalidEntryError": "tnsrag_db.errors",
     "InvalidFilterError": "tnsrag_db.errors",
     "InvalidTimestampError": "tnsrag_db.errors",
     "KeywordRAGStrategy": "tnsrag_db.strategies.keyword",
-    "LexicalTreeNavigator": "tnsrag_db.navigation",
+    "LexicalTreeNavigator": "tnsrag_db.strategies.navigation",
     "MemoryEntry": "tnsrag_db.types",
     "MemoryTier": "tnsrag_db.types",
     "MigrationError": "tnsrag_db.errors",
     "MultiQueryRAGStrategy": "tnsrag_db.strategies.multi_query",
-    "NavNode": "tnsrag_db.navigation",
+    "NavNode": "tnsrag_db.strategies.navigation",
     "OnFailure": "tnsrag_db.declarative",
     "OnnxEmbedding": "tnsrag_db.embeddings",
     "PermissionDeniedError": "tnsrag_db.errors",
     "ProviderBusyError": "tnsrag_db.errors",
     "ProviderConfigurationError": "tnsrag_db.errors",
     "ProviderTransportError": "tnsrag_db.errors",
-    "QueryExpander": "tnsrag_db.expansion",
-    "QueryExpansion": "tnsrag_db.expansion",
+    "QueryExpander": "tnsrag_db.strategies.expansion",
+    "QueryExpansion": "tnsrag_db.strategies.expansion",
     "RAGContext": "tnsrag_db.types",
     "RAGPipeline": "tnsrag_db.pipeline",
     "RAGStrategy": "tnsrag_db.strategies.base",
-    "RM3QueryExpander": "tnsrag_db.expansion",
-    "RankShare": "tnsrag_db.fusion",
-    "ReasoningExplanation": "tnsrag_db.strategies.explain",
+    "RM3QueryExpander": "tnsrag_db.strategies.expansion",
+    "RankShare": "tnsrag_db.strategies.fusion",
     "ReasoningRAGStrategy": "tnsrag_db.strategies.reasoning",
-    "ReasoningStep": "tnsrag_db.strategies.explain",
     "RetrievalCancelledError": "tnsrag_db.errors",
     "RetrievalError": "tnsrag_db.errors",
     "RetrievalResult": "tnsrag_db.declarative",
     "RetrievalStrategy": "tnsrag_db.declarative",
     "RetrievedDocument": "tnsrag_db.types",
     "SchemaNotReadyError": "tnsrag_db.errors",
-    "ScoreExplanation": "tnsrag_db.strategies.explain",
-    "SearchPlan": "tnsrag_db.strategies.explain",
     "SourceLoader": "tnsrag_db.declarative",
     "StatementTimeoutError": "tnsrag_db.errors",
     "Store": "tnsrag_db.store.store",
     "StrategyUnavailableError": "tnsrag_db.errors",
-    "StreamShare": "tnsrag_db.strategies.explain",
-    "TemporalExplanation": "tnsrag_db.strategies.explain",
     "TemporalIndex": "tnsrag_db.indexes.temporal",
     "TemporalMetadata": "tnsrag_db.types",
     "TemporalRAGStrategy": "tnsrag_db.strategies.temporal",
     "TemporalValidationError": "tnsrag_db.errors",
     "TnsragError": "tnsrag_db.errors",
-    "TreeNavigator": "tnsrag_db.navigation",
-    "UnexplainedScore": "tnsrag_db.strategies.explain",
+    "TreeNavigator": "tnsrag_db.strategies.navigation",
     "ValidatingEmbedding": "tnsrag_db.embeddings",
     "ValidationError": "tnsrag_db.errors",
     "VectorMemoryStore": "tnsrag_db.indexes.vector",
@@ -204,23 +189,20 @@ _EXPORTS: dict[str, str] = {
     "connect": "tnsrag_db.store.store",
     "connect_async": "tnsrag_db.store.aio",
     "default_model": "tnsrag_db.embeddings",
-    "fuse": "tnsrag_db.fusion",
+    "fuse": "tnsrag_db.strategies.fusion",
     "knowledge_source": "tnsrag_db.declarative",
-    "reciprocal_rank_fusion": "tnsrag_db.fusion",
+    "reciprocal_rank_fusion": "tnsrag_db.strategies.fusion",
     "retrieval": "tnsrag_db.declarative",
 }
 
 __all__ = [
     "AsyncStore",
-    "BM25Explanation",
     "BM25Index",
-    "BM25TermScore",
     "CancellationToken",
     "ConfigurationError",
     "ConnectionLostError",
     "ConstraintViolationError",
     "CorpusNotFoundError",
-    "CosineExplanation",
     "DanglingReferenceError",
     "DatabaseError",
     "DeadlockError",
@@ -229,19 +211,12 @@ __all__ = [
     "EmbeddingValidationError",
     "EvaluationDataError",
     "ExecutionError",
-    "ExplainableStrategy",
-    "ExplainedDocument",
-    "Explanation",
     "FusedDocument",
-    "FusionExplanation",
-    "GraphExplanation",
-    "GraphHop",
     "GraphRAGStrategy",
     "GraphStore",
     "HashingEmbedding",
     "HierarchicalRAGStrategy",
     "HierarchyError",
-    "HierarchyExplanation",
     "HierarchyIndex",
     "HierarchyMetadata",
     "HybridMemoryRetriever",
@@ -272,30 +247,23 @@ __all__ = [
     "RAGStrategy",
     "RM3QueryExpander",
     "RankShare",
-    "ReasoningExplanation",
     "ReasoningRAGStrategy",
-    "ReasoningStep",
     "RetrievalCancelledError",
     "RetrievalError",
     "RetrievalResult",
     "RetrievalStrategy",
     "RetrievedDocument",
     "SchemaNotReadyError",
-    "ScoreExplanation",
-    "SearchPlan",
     "SourceLoader",
     "StatementTimeoutError",
     "Store",
     "StrategyUnavailableError",
-    "StreamShare",
-    "TemporalExplanation",
     "TemporalIndex",
     "TemporalMetadata",
     "TemporalRAGStrategy",
     "TemporalValidationError",
     "TnsragError",
     "TreeNavigator",
-    "UnexplainedScore",
     "ValidatingEmbedding",
     "ValidationError",
     "VectorMemoryStore",

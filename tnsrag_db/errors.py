@@ -46,7 +46,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tnsrag_db.store.write import IngestCounts
+    from tnsrag_db.types import IngestCounts
 
 __all__ = [
     "ConfigurationError",

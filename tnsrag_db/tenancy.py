@@ -33,7 +33,7 @@ from tnsrag_db.db.driver import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
 from tnsrag_db.db.driver_errors import db_error
 from tnsrag_db.db.engine import validate_schema_name
 from tnsrag_db.errors import ConfigurationError, TnsragError
-from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
+from tnsrag_db.db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
 __all__ = ["PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES", "TenantGrant", "disable", "enable",
            "filters_use_indexes", "grant", "grants", "is_enabled", "pair_triggers_attached", "revoke", "status"]
@@ -175,7 +175,7 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
 
     From then on a role that neither owns the tables nor is a superuser (nor has
     BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing
-    without a grant. Raises :class:`~tnsrag_db.migration_ops.LockRetriesExhausted` when a
+    without a grant. Raises :class:`~tnsrag_db.db.migration_ops.LockRetriesExhausted` when a
     long transaction keeps a table locked through every retry.
     """
     _set_security(engine, schema, True, lock_timeout, lock_retries)

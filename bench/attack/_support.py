@@ -12,8 +12,8 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from bench._common import database_url
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine, normalize_url
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine, normalize_url
 from tnsrag_db.store.store import Store
 
 __all__ = ["SCHEMA", "arguments", "inconsistencies", "migrated_database", "print_table"]

@@ -22,7 +22,7 @@ from bench.attack._support import SCHEMA, arguments, migrated_database, print_ta
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, MemoryEntry, VectorMemoryStore, connect
 from tnsrag_db.cli.db import db
 from tnsrag_db.errors import PermissionDeniedError
-from tnsrag_db.indexes.hnsw_builds import IndexBuildDeferred
+from tnsrag_db.indexes.vector.hnsw import IndexBuildDeferred
 
 PASSWORD = "attack-role"
 

@@ -12,7 +12,8 @@ import sqlalchemy as sa
 
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, document_from_row, resolve_context
+from tnsrag_db.strategies.base import resolve_context
+from tnsrag_db.store.reads import ENTRY_COLUMNS, document_from_row
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["FixedScores", "ids_of", "read_statements", "run_processes"]

@@ -16,7 +16,8 @@ from tnsrag_db.errors import ConfigurationError, InvalidFilterError, ValidationE
 from tnsrag_db.indexes.bm25 import sql as bm25  # the pruning constants live there
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.store.analysis import analyze
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext
 
@@ -188,7 +189,7 @@ def test_statistics_for_feedback(store: Store) -> None:
 # -- concurrent writers -------------------------------------------------------------------
 
 def _writer(url: str, corpus: str, seed: int, ops: int) -> None:
-    from tnsrag_db.store.engine import create_engine
+    from tnsrag_db.db.engine import create_engine
 
     engine = create_engine(url, schema="tnsrag", pool_size=1)
     store = Store(engine, corpus=corpus)

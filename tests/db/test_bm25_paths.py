@@ -11,7 +11,7 @@ import pytest
 
 from tests.db._helpers import read_statements
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
-from tnsrag_db.fusion import reciprocal_rank_fusion
+from tnsrag_db.strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db import HybridMemoryRetriever, HybridRAGStrategy, VectorMemoryStore
 from tnsrag_db.indexes.bm25 import BM25Index, scoring
 from tnsrag_db.indexes.bm25 import sql as bm25_sql

@@ -9,8 +9,8 @@ from sqlalchemy.engine import URL
 from tnsrag_db.cli import main_group
 from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import MemoryEntry
 

@@ -48,11 +48,12 @@ from tnsrag_db.errors import (
     StrategyUnavailableError,
     TemporalValidationError,
 )
-from tnsrag_db.expansion import EXPANDER_ENTRY_POINT_GROUP
+from tnsrag_db.strategies.expansion import EXPANDER_ENTRY_POINT_GROUP
 from tnsrag_db.indexes.graph import GraphStore
-from tnsrag_db.navigation import NAVIGATOR_ENTRY_POINT_GROUP
-from tnsrag_db.store.engine import create_engine
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.strategies.navigation import NAVIGATOR_ENTRY_POINT_GROUP
+from tnsrag_db.db.engine import create_engine
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry, RetrievedDocument
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support_agent.py"

@@ -18,19 +18,12 @@ from sqlalchemy.engine import URL
 
 from tnsrag_db.errors import StatementTimeoutError
 from tnsrag_db import (
-    BM25Explanation,
     BM25Index,
-    CosineExplanation,
     Edge,
-    ExplainableStrategy,
-    Explanation,
-    FusionExplanation,
-    GraphExplanation,
     GraphRAGStrategy,
     GraphStore,
     HashingEmbedding,
     HierarchicalRAGStrategy,
-    HierarchyExplanation,
     HierarchyIndex,
     HybridRAGStrategy,
     KeywordRAGStrategy,
@@ -38,16 +31,14 @@ from tnsrag_db import (
     MultiQueryRAGStrategy,
     QueryExpansion,
     RAGContext,
-    ReasoningExplanation,
     ReasoningRAGStrategy,
     RM3QueryExpander,
-    TemporalExplanation,
     TemporalIndex,
     TemporalRAGStrategy,
-    UnexplainedScore,
     VectorMemoryStore,
     VectorRAGStrategy,
 )
+from tnsrag_db.explain import BM25Explanation, CosineExplanation, ExplainableStrategy, Explanation, FusionExplanation, GraphExplanation, HierarchyExplanation, ReasoningExplanation, TemporalExplanation, UnexplainedScore
 from tnsrag_db.loaders import FileLoader
 from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db.store.store import Store

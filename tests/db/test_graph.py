@@ -14,7 +14,8 @@ from sqlalchemy.engine import URL
 from tnsrag_db.cli.graph import graph, graph_strategy
 from tnsrag_db.errors import ConfigurationError, DanglingReferenceError, ValidationError
 from tnsrag_db.indexes.graph import Edge, GraphStore
-from tnsrag_db.store.store import IngestCounts, Store, connect
+from tnsrag_db.store.store import Store, connect
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.strategies.graph import GraphRAGStrategy
 from tnsrag_db.types import MemoryEntry, RAGContext, RetrievedDocument
 

@@ -7,7 +7,8 @@ import pytest
 from tests.db._helpers import FixedScores, ids_of
 from tnsrag_db.errors import ConfigurationError, HierarchyError, InvalidEntryError
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.strategies.hierarchical import HierarchicalRAGStrategy
 from tnsrag_db.types import HierarchyMetadata, MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 

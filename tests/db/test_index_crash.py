@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db import HashingEmbedding, MemoryEntry, VectorMemoryStore
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 
 

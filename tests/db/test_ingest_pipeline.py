@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db.errors import ExecutionError, IngestInterrupted, InvalidEntryError
 from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry
 
 

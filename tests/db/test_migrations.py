@@ -12,8 +12,8 @@ from sqlalchemy.engine import URL
 from tests.db._helpers import run_processes
 from tnsrag_db.cli import main_group
 from tnsrag_db.errors import SchemaNotReadyError
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import connect
 
 EXPECTED_TABLES = {"alembic_version", "bm25_df", "bm25_postings", "bm25_stats", "corpora", "edges", "embedding_spaces",

@@ -21,8 +21,8 @@ from sqlalchemy.engine import URL
 from tests.fix_db import SCHEMA
 from tnsrag_db import MemoryEntry
 from tnsrag_db.errors import MigrationError
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 
 WRITERS = 4

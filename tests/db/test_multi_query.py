@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import pytest
 
 from tnsrag_db.errors import ConfigurationError, RetrievalCancelledError
-from tnsrag_db.expansion import CancellationToken, QueryExpansion, RM3QueryExpander, load_expander
-from tnsrag_db.fusion import reciprocal_rank_fusion
+from tnsrag_db.strategies.expansion import CancellationToken, QueryExpansion, RM3QueryExpander, load_expander
+from tnsrag_db.strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.navigation import LexicalTreeNavigator
+from tnsrag_db.strategies.navigation import LexicalTreeNavigator
 from tnsrag_db.store.store import Store
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy

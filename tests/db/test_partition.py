@@ -14,7 +14,7 @@ from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.graph import Edge, GraphStore
 from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store import migrate
+from tnsrag_db.db import migrate
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.strategies.graph import GraphRAGStrategy
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy

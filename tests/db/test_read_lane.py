@@ -149,7 +149,7 @@ def test_a_missing_parameter_is_a_database_error(filled: Store) -> None:
 
 def _one_connection(store: Store) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db.store.engine import create_engine
+    from tnsrag_db.db.engine import create_engine
 
     engine = create_engine(store.engine.url, schema=SCHEMA, pool_size=1, max_overflow=0)
     return Store(engine, corpus=store.corpus, schema=SCHEMA, owns_engine=True)
@@ -229,7 +229,7 @@ def test_a_read_made_while_a_plan_runs_uses_the_plans_connection(db_url: URL) ->
     of a fresh store timed out so)."""
     from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, RAGContext, VectorMemoryStore
     from tnsrag_db.db.statement import Statement
-    from tnsrag_db.store.engine import create_engine
+    from tnsrag_db.db.engine import create_engine
 
     with connect(db_url, corpus="one_connection", schema=SCHEMA) as writer:
         VectorMemoryStore(writer, HashingEmbedding(32), index_threshold=None).add_all(
@@ -262,7 +262,7 @@ def test_calls_after_a_burst_reuse_the_connection_returned_last(db_url: Any) -> 
     """After three connections were in use at once, reads one after another all run on one
     connection, the one returned last (a FIFO pool would cycle through all three, each
     idle three times as long, so pinged sooner, and its server process cold)."""
-    from tnsrag_db.store.engine import create_engine
+    from tnsrag_db.db.engine import create_engine
 
     store = Store(create_engine(db_url, schema=SCHEMA, pool_size=3, max_overflow=0), corpus="test_lifo",
                   schema=SCHEMA, owns_engine=True)
@@ -282,7 +282,7 @@ def test_a_urls_own_libpq_options_reach_the_connections(db_url: URL) -> None:
     """``?options=-c ...`` in the URL sets those settings on every pooled connection, beside
     the library's ``search_path`` (they were dropped: the library's own ``options`` replaced
     them)."""
-    from tnsrag_db.store.engine import create_engine
+    from tnsrag_db.db.engine import create_engine
 
     url = db_url.update_query_dict({"options": "-c statement_timeout=4321 -c plan_cache_mode=force_custom_plan"})
     engine = create_engine(url, schema=SCHEMA, pool_size=1, max_overflow=0)

@@ -18,7 +18,7 @@ from tnsrag_db.errors import (
     StrategyUnavailableError,
 )
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.navigation import (
+from tnsrag_db.strategies.navigation import (
     NAVIGATOR_ENTRY_POINT_GROUP,
     LexicalTreeNavigator,
     NavNode,
@@ -428,11 +428,11 @@ def test_load_navigator_from_entry_points(monkeypatch: pytest.MonkeyPatch) -> No
     def fake(group: str) -> list[importlib.metadata.EntryPoint]:
         assert group == NAVIGATOR_ENTRY_POINT_GROUP
         return [
-            importlib.metadata.EntryPoint("mine", "tnsrag_db.navigation:LexicalTreeNavigator", group),
-            importlib.metadata.EntryPoint("twice", "tnsrag_db.navigation:LexicalTreeNavigator", group),
-            importlib.metadata.EntryPoint("twice", "tnsrag_db.navigation:NavNode", group),
+            importlib.metadata.EntryPoint("mine", "tnsrag_db.strategies.navigation:LexicalTreeNavigator", group),
+            importlib.metadata.EntryPoint("twice", "tnsrag_db.strategies.navigation:LexicalTreeNavigator", group),
+            importlib.metadata.EntryPoint("twice", "tnsrag_db.strategies.navigation:NavNode", group),
             importlib.metadata.EntryPoint("broken", "tnsrag_db.no_such_module:X", group),
-            importlib.metadata.EntryPoint("wrong", "tnsrag_db.navigation:available_navigators", group),
+            importlib.metadata.EntryPoint("wrong", "tnsrag_db.strategies.navigation:available_navigators", group),
         ]
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: fake(group))

@@ -16,7 +16,7 @@ from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteToken, verify_stan
 from tnsrag_db.db.statement import Statement, one
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store, connect
 from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 from tnsrag_db.types import MemoryEntry

@@ -8,7 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 from tnsrag_db.errors import DatabaseError
-from tnsrag_db.store.store import Store, retry_on_deadlock
+from tnsrag_db.store.store import Store
+from tnsrag_db.db.session import retry_on_deadlock
 from tnsrag_db.types import MemoryEntry
 
 

@@ -24,9 +24,9 @@ from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect
 from tnsrag_db.cli.db import db
 from tnsrag_db.errors import PermissionDeniedError
-from tnsrag_db.indexes.hnsw_builds import IndexBuildDeferred
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.indexes.vector.hnsw import IndexBuildDeferred
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 
 PASSWORD = "tnsrag-test-role"
 

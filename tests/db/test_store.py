@@ -12,7 +12,8 @@ import sqlalchemy as sa
 
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError, InvalidEntryError
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 
@@ -188,7 +189,7 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
         raw.commit()
     # A fresh engine whose connections load auto_explain at NOTICE level.
     from tests.fix_db import SCHEMA
-    from tnsrag_db.store.engine import create_engine
+    from tnsrag_db.db.engine import create_engine
 
     probe_engine = create_engine(engine.url, schema=SCHEMA, pool_size=1)
 
@@ -219,7 +220,7 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
 
 def _one_connection_store(db_url: Any, corpus: str) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db.store.engine import create_engine
+    from tnsrag_db.db.engine import create_engine
 
     return Store(create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0), corpus=corpus,
                  schema=SCHEMA, owns_engine=True)
@@ -303,7 +304,7 @@ def test_iter_entries_refuses_a_bad_batch_size(store: Store, batch_size: object)
 
 
 def test_content_hashes_are_what_a_write_would_skip(store: Store) -> None:
-    from tnsrag_db.store.store import content_hash
+    from tnsrag_db.store.write import content_hash
 
     a, b = MemoryEntry("h1", "one"), MemoryEntry("h2", "two", metadata={"k": "v"})
     store.add_all([a, b])

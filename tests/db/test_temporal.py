@@ -9,7 +9,8 @@ import pytest
 from tests.db._helpers import FixedScores, ids_of
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError
 from tnsrag_db.indexes.temporal import TemporalIndex
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.strategies.temporal import TemporalRAGStrategy
 from tnsrag_db.types import MemoryEntry, RAGContext, TemporalMetadata
 

@@ -35,8 +35,8 @@ from tnsrag_db import (
 from tnsrag_db import tenancy
 from tnsrag_db.cli import main_group
 from tnsrag_db.errors import ConfigurationError, DanglingReferenceError, PermissionDeniedError
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 
 PASSWORD = "tnsrag-test-tenant"

@@ -32,8 +32,8 @@ from tnsrag_db import (
 )
 from tnsrag_db import tenancy
 from tnsrag_db.db.driver import FILTER_PAIRS_TRIGGERS
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.store import Store
 

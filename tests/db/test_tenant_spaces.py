@@ -32,8 +32,8 @@ from tnsrag_db.errors import ConfigurationError, DatabaseError
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.indexes.vector.hnsw import drop_space_index
 from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.store import migrate
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db import migrate
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 
 SEQ = f"{SCHEMA}.embedding_spaces_space_id_seq"

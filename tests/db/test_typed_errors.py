@@ -26,7 +26,7 @@ from tnsrag_db.errors import (
     StatementTimeoutError,
     ValidationError,
 )
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 
 LONE = "bad \ud800 text"

@@ -14,8 +14,9 @@ from bench._corpus import GROUP_01PCT, GROUP_1PCT, generate_corpus
 from tests.fix_db import SCHEMA
 from tnsrag_db.errors import EmbeddingValidationError, InvalidFilterError
 from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.engine import create_engine
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.db.engine import create_engine
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.strategies.vector import VectorRAGStrategy
 from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext
 
@@ -343,7 +344,7 @@ def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: i
     import sqlalchemy as sa
 
     from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.store.schema import hnsw_index_name
+    from tnsrag_db.db.schema import hnsw_index_name
     from tnsrag_db.types import MemoryEntry
 
     store = make_store()

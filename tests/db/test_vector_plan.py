@@ -16,8 +16,9 @@ from tnsrag_db.db.statement import Plan, Rows, Statement, arun_plan, run_plan
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.vector import VectorMemoryStore
 from tnsrag_db.indexes.vector.sql import DOCUMENT_COLUMNS
-from tnsrag_db.store.store import IngestCounts, Store
-from tnsrag_db.strategies.base import ENTRY_COLUMNS, document_from_row
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
+from tnsrag_db.store.reads import ENTRY_COLUMNS, document_from_row
 from tnsrag_db.strategies.vector import VectorRAGStrategy
 from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 

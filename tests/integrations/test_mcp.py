@@ -469,7 +469,7 @@ def test_stdio_first_stderr_line_names_database_and_corpus(store: Store, db_url:
 def test_stdio_embedding_on_a_new_corpus_creates_its_space(make_store: Callable[..., Store], db_url: URL) -> None:
     """`tnsrag mcp --embedding hash` on a corpus that does not exist yet: the server starts, creates
     the corpus and the hash space, and a later server without --embedding uses that space."""
-    from tnsrag_db.indexes.spaces import list_spaces
+    from tnsrag_db.indexes.vector.spaces import list_spaces
 
     fresh = make_store()
     url = db_url.render_as_string(hide_password=False)

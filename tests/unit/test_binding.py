@@ -50,7 +50,7 @@ from tnsrag_db.errors import (
     StrategyUnavailableError,
     ValidationError,
 )
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import MemoryEntry, RAGContext, RetrievedDocument
 

@@ -11,7 +11,7 @@ from sqlalchemy import Column, ForeignKeyConstraint, Integer, MetaData, Table, T
 
 from tnsrag_db.cli import main_group
 from tnsrag_db.store.citus import citus_problems, citus_script
-from tnsrag_db.store.schema import metadata
+from tnsrag_db.db.schema import metadata
 
 CALL = re.compile(r"SELECT create_distributed_table\('(\w+)\.(\w+)', 'corpus'(?:, colocate_with => '(\w+)\.(\w+)')?\);")
 

@@ -16,7 +16,7 @@ from tnsrag_db.errors import (
     RetrievalCancelledError,
     StrategyUnavailableError,
 )
-from tnsrag_db.expansion import (
+from tnsrag_db.strategies.expansion import (
     EXPANDER_ENTRY_POINT_GROUP,
     CancellationToken,
     QueryExpansion,
@@ -273,7 +273,7 @@ def test_load_expander(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_installed_expanders_lists_entry_points_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tnsrag_db.expansion import installed_expanders
+    from tnsrag_db.strategies.expansion import installed_expanders
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [
         importlib.metadata.EntryPoint("upper", f"{__name__}:NoArgExpander", group)])

@@ -1,11 +1,11 @@
-"""Unit tests of tnsrag_db.fusion (no database)."""
+"""Unit tests of tnsrag_db.strategies.fusion (no database)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.fusion import DEFAULT_RRF_K, document_key, reciprocal_rank_fusion
+from tnsrag_db.strategies.fusion import DEFAULT_RRF_K, document_key, reciprocal_rank_fusion
 from tnsrag_db.types import RetrievedDocument
 
 

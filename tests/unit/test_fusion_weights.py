@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tnsrag_db import ConfigurationError, FusedDocument, fuse, reciprocal_rank_fusion
-from tnsrag_db.fusion import check_weights
+from tnsrag_db.strategies.fusion import check_weights
 from tnsrag_db.types import RetrievedDocument
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import tnsrag_db
-from tnsrag_db.store.schema import metadata
+from tnsrag_db.db.schema import metadata
 
 STRATEGIES = Path(tnsrag_db.__file__).parent / "strategies"
 # GraphRAGStrategy.explain still reads its BM25 seeds with their term figures on one snapshot

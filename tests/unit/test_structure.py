@@ -1,7 +1,11 @@
 """The package's shape, checked from its source with ``ast`` (nothing is imported):
 
+* the layers, in the order the package docstring gives (:data:`LAYERS`): no module imports
+  from a layer above its own, at module level, inside a function or under
+  ``if TYPE_CHECKING:`` (an annotation is a dependency too);
 * no import cycles among ``tnsrag_db`` modules (module-level imports only: an import inside
-  a function or under ``if TYPE_CHECKING:`` runs later and is allowed);
+  a function or under ``if TYPE_CHECKING:`` runs later and is allowed), and none at all,
+  deferred imports included, inside the database and store layers;
 * the CLI and the declarative layer import no private module of another layer
   (``tnsrag_db.<pkg>._<mod>``: a module with a ``_`` name below another package; the
   top-level ``tnsrag_db._<mod>`` modules such as ``_validate`` are the package's shared
@@ -26,6 +30,21 @@ import pytest
 
 PACKAGE = "tnsrag_db"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
+#: The layers, bottom up: each module prefix with the layers below it that it may import
+#: (the longest matching prefix places a module; the package's own ``__init__`` is outside).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("tnsrag_db._validate", "tnsrag_db._plugins", "tnsrag_db.errors", "tnsrag_db.types"),
+    ("tnsrag_db.explain",),
+    ("tnsrag_db.db",),
+    ("tnsrag_db.store", "tnsrag_db.embeddings", "tnsrag_db.chunking"),
+    ("tnsrag_db.indexes",),
+    ("tnsrag_db.strategies",),
+    ("tnsrag_db.pipeline", "tnsrag_db.declarative", "tnsrag_db.admin", "tnsrag_db.loaders", "tnsrag_db.evaluation",
+     "tnsrag_db.integrations", "tnsrag_db.tenancy"),
+    ("tnsrag_db.cli",),
+)
+#: The layers whose modules may not import each other in a circle even lazily.
+NO_LAZY_CYCLES = ("tnsrag_db.db", "tnsrag_db.store")
 #: The layers that may import only public modules of other layers.
 BOUNDARY_LAYERS = ("tnsrag_db.cli", "tnsrag_db.declarative")
 #: Strategy modules that may mention tables (none of them runs SQL today).
@@ -112,11 +131,49 @@ def imports(name: str, path: Path, known: dict[str, Path], lazy: bool) -> list[t
 
 # -- the checks -----------------------------------------------------------------------------
 
-def import_cycles(root: Path, package: str) -> dict[frozenset[str], str]:
-    """Each import cycle (a strongly connected component of the module-level import graph)
-    with one path around it, ``a:3 -> b:7 -> a`` (the importing line at each step)."""
+def layer_of(name: str, layers: tuple[tuple[str, ...], ...]) -> int | None:
+    """The index in ``layers`` of the layer holding module ``name`` (longest prefix), or None."""
+    best: tuple[int, int] | None = None
+    for number, prefixes in enumerate(layers):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (number, len(prefix))
+    return None if best is None else best[0]
+
+
+def upward_imports(root: Path, package: str, layers: tuple[tuple[str, ...], ...]) -> dict[tuple[str, str], str]:
+    """``(module, imported module)`` for each import, deferred and annotation-only ones
+    included, of a module of a higher layer than the importing module's, with where it is;
+    and ``(module, "unplaced")`` for a module no layer holds (the package itself aside)."""
     known = modules(root, package)
-    graph = {m: {t: line for t, line in imports(m, p, known, lazy=False)} for m, p in known.items()}
+    out: dict[tuple[str, str], str] = {}
+    for name, path in known.items():
+        own = layer_of(name, layers)
+        if own is None:
+            if name != package:
+                out[(name, "unplaced")] = f"{path.name}: in no layer"
+            continue
+        for target, line in imports(name, path, known, lazy=True):
+            other = layer_of(target, layers)
+            if other is not None and other > own:
+                out.setdefault((name, target), f"{path.name}:{line} imports {target}")
+    return out
+
+
+def import_cycles(root: Path, package: str, *, lazy: bool = False,
+                  within: tuple[str, ...] | None = None) -> dict[frozenset[str], str]:
+    """Each import cycle (a strongly connected component of the module-level import graph,
+    or with ``lazy`` of every import, deferred ones included) with one path around it,
+    ``a:3 -> b:7 -> a`` (the importing line at each step); with ``within``, only among the
+    modules under those prefixes."""
+    known = modules(root, package)
+    if within is not None:
+        keep = {m for m in known if any(m == w or m.startswith(w + ".") for w in within)}
+        known_all = known
+        graph = {m: {t: line for t, line in imports(m, known_all[m], known_all, lazy=lazy) if t in keep}
+                 for m in keep}
+    else:
+        graph = {m: {t: line for t, line in imports(m, p, known, lazy=lazy)} for m, p in known.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -240,6 +297,23 @@ def test_no_import_cycles() -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_nothing_imports_from_a_layer_above_its_own() -> None:
+    assert upward_imports(ROOT, PACKAGE, LAYERS) == {}
+
+
+def test_the_package_docstring_gives_the_same_layer_order() -> None:
+    doc = ast.get_docstring(ast.parse((ROOT / "__init__.py").read_text(encoding="utf-8"))) or ""
+    order = [p.removeprefix("tnsrag_db.") for layer in LAYERS for p in layer]
+    positions = [doc.find(f"``{name}``") for name in order]
+    assert -1 not in positions, [n for n, at in zip(order, positions) if at == -1]
+    layer_starts = [min(doc.find(f"``{p.removeprefix('tnsrag_db.')}``") for p in layer) for layer in LAYERS]
+    assert layer_starts == sorted(layer_starts)
+
+
+def test_no_import_circle_among_db_and_store_even_deferred() -> None:
+    assert import_cycles(ROOT, PACKAGE, lazy=True, within=NO_LAZY_CYCLES) == {}
+
+
 def test_cli_and_declarative_import_no_private_module_of_another_layer() -> None:
     found = private_imports(ROOT, PACKAGE, BOUNDARY_LAYERS)
     problems = _compare(found, KNOWN_PRIVATE_IMPORTS, "private import")
@@ -290,6 +364,20 @@ def test_importing_a_submodule_imports_its_packages(tmp_path: Path) -> None:
         frozenset({"pkg.x", "pkg.sub"}): "pkg.sub:1 -> pkg.x:2 -> pkg.sub",
         frozenset({"pkg.own", "pkg.own.part"}): "pkg.own:1 -> pkg.own.part:1 -> pkg.own",
     }
+
+
+def test_imports_from_a_higher_layer_are_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "", "low.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.high import H\n",
+        "mid.py": "def f():\n    from pkg.high import g\n", "high.py": "from pkg import low, mid\n", "stray.py": "",
+    })
+    layers = (("pkg.low",), ("pkg.mid",), ("pkg.high",))
+    assert upward_imports(root, "pkg", layers) == {
+        ("pkg.low", "pkg.high"): "low.py:3 imports pkg.high", ("pkg.mid", "pkg.high"): "mid.py:2 imports pkg.high",
+        ("pkg.stray", "unplaced"): "stray.py: in no layer"}
+    assert import_cycles(root, "pkg", lazy=True, within=("pkg.mid", "pkg.high")) == {
+        frozenset({"pkg.high", "pkg.mid"}): "pkg.high:1 -> pkg.mid:2 -> pkg.high"}
+    assert import_cycles(root, "pkg") == {}  # module-level imports alone make no circle
 
 
 def test_private_imports_across_layers_are_found(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
 from tnsrag_db.errors import ConfigurationError, CorpusNotFoundError
-from tnsrag_db.store.schema import TIERS
+from tnsrag_db.db.schema import TIERS
 from tnsrag_db.store.store import Store
 
 __all__ = ["corpus_exists", "corpus_names", "corpus_stats", "list_corpora", "require_corpus"]

@@ -14,10 +14,10 @@ from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.cli._confirm import confirm_destruction, yes_option
 from tnsrag_db.indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db.indexes.vector.hnsw import build_due_indexes
-from tnsrag_db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
-from tnsrag_db.store import migrate
+from tnsrag_db.db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
+from tnsrag_db.db import migrate
 from tnsrag_db.store.embedded.resolve import embedded_url
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.store import Store
 
 __all__ = ["db"]

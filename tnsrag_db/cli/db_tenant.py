@@ -6,7 +6,7 @@ import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors
 from tnsrag_db.store.embedded.resolve import embedded_url
-from tnsrag_db.store.engine import create_engine
+from tnsrag_db.db.engine import create_engine
 
 __all__ = ["tenant"]
 

@@ -34,7 +34,7 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
 
     Example: tnsrag embed --corpus default --embedding all-MiniLM-L6-v2-int8
     """
-    from tnsrag_db.indexes.spaces import bind_embedding, query_space
+    from tnsrag_db.indexes.vector.spaces import bind_embedding, query_space
     from tnsrag_db.indexes.vector import VectorMemoryStore
 
     provider = resolve_embedding(embedding)

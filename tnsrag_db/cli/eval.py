@@ -70,7 +70,7 @@ def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, qu
     with open_existing(url, schema, corpus) as store:  # reads only: never creates a schema
         evaluation.check_corpus(store, qrels, queries)
         from tnsrag_db.embeddings import HashingEmbedding
-        from tnsrag_db.indexes.spaces import query_embedding
+        from tnsrag_db.indexes.vector.spaces import query_embedding
 
         # As `tnsrag query`: queries are embedded by the provider of the space searched.
         embedder = query_embedding(store, embedding) if EMBEDDING_STRATEGIES & set(names) else HashingEmbedding()

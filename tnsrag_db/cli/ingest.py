@@ -169,7 +169,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     from tnsrag_db.cli._roots import ROOT_KEY, find_roots, read_roots
     from tnsrag_db.embeddings import provider_name
     from tnsrag_db.loaders import FileLoader
-    from tnsrag_db.store.store import IngestCounts, validate_batch
+    from tnsrag_db.store.write import validate_batch
+    from tnsrag_db.types import IngestCounts
 
     targets = list(paths) + ([str(sample_corpus_path())] if sample else [])
     if not targets:
@@ -290,9 +291,10 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
     is stored under another id) and, for a dry run, ``prune_ids``."""
     from tnsrag_db.cli._roots import stale_ids
     from tnsrag_db.cli._schema import open_existing
-    from tnsrag_db.indexes.spaces import bind_embedding
+    from tnsrag_db.indexes.vector.spaces import bind_embedding
     from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.store.store import IngestCounts, connect
+    from tnsrag_db.store.store import connect
+    from tnsrag_db.types import IngestCounts
     from tnsrag_db.store.write import content_hash
 
     if not entries and not plan.prune:

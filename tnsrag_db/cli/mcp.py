@@ -52,7 +52,7 @@ def _provider(store: Store, embedding: str | None, read_only: bool) -> Validatin
     from sqlalchemy.engine import Connection
 
     from tnsrag_db.embeddings import resolve_embedding
-    from tnsrag_db.indexes.spaces import bind_embedding, query_embedding
+    from tnsrag_db.indexes.vector.spaces import bind_embedding, query_embedding
     from tnsrag_db.indexes.vector.spaces import ensure_space
 
     if embedding is None or store.count() > 0:

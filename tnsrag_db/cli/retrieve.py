@@ -32,7 +32,7 @@ from tnsrag_db.types import RAGContext, RetrievedDocument
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from tnsrag_db.strategies.explain import Explanation
+    from tnsrag_db.explain import Explanation
 
 __all__ = ["lean_keyword_query", "query"]
 

@@ -24,7 +24,7 @@ import importlib.util
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -38,9 +38,31 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from tnsrag_db.db.statement import Plan
-    from tnsrag_db.store.store import Store
 
-__all__ = ["aclose_engines", "arun", "async_engine"]
+__all__ = ["AsyncRunTarget", "aclose_engines", "arun", "async_engine"]
+
+
+class AsyncRunTarget(Protocol):
+    """What :func:`arun` needs of a store (a :class:`~tnsrag_db.store.store.Store` has it all):
+    its engine, schema and corpus, its effective statement timeout (seconds, None for none),
+    its read replicas (None for none) and its sync ``run`` for replica-routed plans."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def schema(self) -> str: ...
+
+    @property
+    def corpus(self) -> str: ...
+
+    @property
+    def statement_timeout(self) -> float | None: ...
+
+    @property
+    def read_replicas(self) -> object | None: ...
+
+    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T: ...
 
 _T = TypeVar("_T")
 
@@ -94,7 +116,7 @@ def _engines_of(engine: Engine) -> _Engines:
         return engines
 
 
-def async_engine(store: Store) -> AsyncEngine:
+def async_engine(store: AsyncRunTarget) -> AsyncEngine:
     """The async engine for ``store``'s engine and the running event loop (created on first use).
 
     Raises :class:`ConfigurationError` outside a running loop or when SQLAlchemy's
@@ -237,12 +259,12 @@ class _AsyncSource:
         return _AsyncPooled(conn, fairy)
 
 
-def _timeout_ms(store: Store) -> int | None:
+def _timeout_ms(store: AsyncRunTarget) -> int | None:
     seconds = store.statement_timeout  # the effective one (inside Store.timeout(): its value)
     return None if seconds is None else max(1, round(seconds * 1000))
 
 
-async def arun(store: Store, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+async def arun(store: AsyncRunTarget, plan: Plan[_T], *, snapshot: bool = False) -> _T:
     """Drive ``plan`` on an async connection of ``store``'s database (see :meth:`Store.run`).
 
     The library's one read runner with awaits (:class:`~tnsrag_db.db.runner.AsyncPlanRunner`):

@@ -101,8 +101,8 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout
     A schema already at head is left alone without taking the lock or running any DDL,
     so an application or read-only role (no CREATE on the database) can run it. Each
     revision's DDL waits at most ``lock_timeout`` seconds for a table lock (default
-    :data:`tnsrag_db.migration_ops.DEFAULT_LOCK_TIMEOUT`) and is retried ``lock_retries``
-    times (default :data:`~tnsrag_db.migration_ops.DEFAULT_LOCK_RETRIES`) before the
+    :data:`tnsrag_db.db.migration_ops.DEFAULT_LOCK_TIMEOUT`) and is retried ``lock_retries``
+    times (default :data:`~tnsrag_db.db.migration_ops.DEFAULT_LOCK_RETRIES`) before the
     upgrade fails; the revisions committed until then stay.
     """
     from alembic import command

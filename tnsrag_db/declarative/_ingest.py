@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 from tnsrag_db._plugins import is_missing, unavailable_unless_installed
 from tnsrag_db.declarative._config import RetrievalStrategy
 from tnsrag_db.declarative._sources import KnowledgeSource, collect_sources
-from tnsrag_db.store.store import IngestCounts, Store, content_hash, validate_batch
+from tnsrag_db.store.store import Store
+from tnsrag_db.store.write import content_hash, validate_batch
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.strategies.compose import temporal_index
 from tnsrag_db.types import MemoryEntry
 

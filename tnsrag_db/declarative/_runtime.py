@@ -35,7 +35,8 @@ from tnsrag_db.declarative._ingest import (
 from tnsrag_db.declarative._sources import collect_sources
 from tnsrag_db.embeddings import ProcessEmbedding, get_process_embedding
 from tnsrag_db.errors import ConfigurationError, ExecutionError, TnsragError
-from tnsrag_db.store.store import IngestCounts, Store
+from tnsrag_db.store.store import Store
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.strategies.base import RAGStrategy
 from tnsrag_db.strategies.compose import GRAPH_PROVIDER_NAME, StrategyOptions, compose_strategy, ensure_installed
 from tnsrag_db.types import RAGContext, RetrievedDocument

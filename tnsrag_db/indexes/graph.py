@@ -35,7 +35,8 @@ from tnsrag_db.errors import DanglingReferenceError, ValidationError
 from tnsrag_db.indexes.graph_walk import hops_statement, walk_statement
 from tnsrag_db.store.staging import EDGE_STAGE_DDL
 from tnsrag_db.store.store import Store
-from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension, WriteReport
+from tnsrag_db.store.write import ValidatedBatch, WriteExtension, WriteReport
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry, is_unicode_text, name_form
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]

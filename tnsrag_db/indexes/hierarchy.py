@@ -23,7 +23,8 @@ from tnsrag_db.db.statement import Statement
 from tnsrag_db.errors import ConfigurationError, HierarchyError, ValidationError
 from tnsrag_db.indexes.hierarchy_problems import MESSAGE_LIMIT, cycles_of, raise_problems
 from tnsrag_db.store.store import Store
-from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension, WriteReport
+from tnsrag_db.store.write import ValidatedBatch, WriteExtension, WriteReport
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["HierarchyIndex"]

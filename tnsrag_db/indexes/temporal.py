@@ -16,7 +16,8 @@ from typing import Any
 from tnsrag_db.db.statement import Statement, one
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError, ValidationError
 from tnsrag_db.store.store import Store
-from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension
+from tnsrag_db.store.write import ValidatedBatch, WriteExtension
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["Clock", "TemporalIndex", "check_clock", "check_skew", "now_from", "utc_now"]

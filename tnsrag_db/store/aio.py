@@ -25,8 +25,9 @@ from tnsrag_db.db.statement import Plan, Rows, Statement, one
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db.store.reads import check_ids, count_plan, get_many_plan, get_plan
-from tnsrag_db.store.schema import DEFAULT_SCHEMA
-from tnsrag_db.store.store import IngestCounts, Store, connect
+from tnsrag_db.db.schema import DEFAULT_SCHEMA
+from tnsrag_db.store.store import Store, connect
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["AsyncStore", "connect_async"]

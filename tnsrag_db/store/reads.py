@@ -3,15 +3,21 @@ sync and the async driver alike."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ValidationError
 from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.types import MemoryEntry, MemoryTier, is_unicode_text, name_form
+from tnsrag_db.types import MemoryEntry, MemoryTier, RetrievedDocument, is_unicode_text, name_form
 
-__all__ = ["ENTRY_FIELDS", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+__all__ = ["ENTRY_COLUMNS", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+
+#: The entry columns (alias ``e``) that :func:`document_from_row` needs.
+ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
+#: The names of the :data:`ENTRY_COLUMNS`, in order (a :class:`Statement`'s ``columns``).
+ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 #: The columns of an entry as :func:`row_to_entry` reads them.
 ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata")
@@ -73,3 +79,16 @@ def content_hashes_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str,
     rows = yield Statement("SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids)",
                            {"c": corpus, "ids": list(entry_ids)}, ("id", "content_hash"))
     return {r.id: bytes(r.content_hash) for r in rows}
+
+
+def document_from_row(row: Any, score: float, extra: Mapping[str, str] | None = None) -> RetrievedDocument:
+    """Build a result from a row with ``entry_id, content, tier, source, metadata`` columns."""
+    raw = row.metadata
+    metadata: dict[str, str] = dict(json.loads(raw) if isinstance(raw, str) else (raw or {}))
+    metadata["tier"] = row.tier
+    metadata["entryId"] = row.entry_id
+    if row.source is not None:
+        metadata["source"] = row.source
+    if extra:
+        metadata.update(extra)
+    return RetrievedDocument._of_row(row.content, row.source, score, metadata)

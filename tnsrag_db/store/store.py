@@ -44,18 +44,15 @@ from tnsrag_db.store.embedded.resolve import embedded_url
 from tnsrag_db.store.sql import BM25_STAT_SHARDS
 from tnsrag_db.store.staging import STAGE_DDL, STAGE_READY
 from tnsrag_db.store.write import (
-    IngestCounts,
     ValidatedBatch,
     WriteExtension,
     WriteReport,
     content_hash,
     validate_batch,
 )
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db.types import IngestCounts, MemoryEntry
 
-__all__ = ["ANALYZE_AFTER_ROWS", "BM25_STAT_SHARDS", "DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "STAGE_DDL",
-           "STAGE_READY", "IngestCounts", "Store", "ValidatedBatch", "WriteExtension", "WriteReport", "connect",
-           "content_hash", "retry_on_deadlock", "validate_batch"]
+__all__ = ["Store", "connect"]
 
 _T = TypeVar("_T")
 

@@ -31,9 +31,9 @@ from tnsrag_db.errors import DatabaseError, InvalidEntryError
 from tnsrag_db.store import sql
 from tnsrag_db.store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db.store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db.types import IngestCounts, MemoryEntry
 
-__all__ = ["IngestCounts", "StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "classify", "content_hash",
+__all__ = ["StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "classify", "content_hash",
            "delete_matching", "rewrite_changed", "run_write", "stage", "stage_terms", "validate_batch", "write_entries",
            "write_postings"]
 
@@ -50,24 +50,6 @@ class Corpus(Protocol):
     def text_config(self, conn: Connection) -> str: ...
 
     def lock(self, conn: Connection, *, shared: bool) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class IngestCounts:
-    """How a write classified its entries: new, changed, or identical to what was stored."""
-
-    inserted: int = 0
-    updated: int = 0
-    unchanged: int = 0
-
-    @property
-    def total(self) -> int:
-        """All entries of the write."""
-        return self.inserted + self.updated + self.unchanged
-
-    def __add__(self, other: IngestCounts) -> IngestCounts:
-        return IngestCounts(self.inserted + other.inserted, self.updated + other.updated,
-                            self.unchanged + other.unchanged)
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """The shared strategy interface and helpers every strategy uses.
 
 ``RAGStrategy`` is the SPI contract: a ``name`` and ``retrieve(query, context)``.
-Direct strategies build their results with :func:`document_from_row`, so every
+Direct strategies build their results with
+:func:`~tnsrag_db.store.reads.document_from_row`, so every
 result carries ``tier``, ``entryId``, ``source`` (when set) and the entry's own
 metadata, exactly the keys metadata filters apply to.
 """
@@ -18,8 +19,6 @@ from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = [
-    "ENTRY_COLUMNS",
-    "ENTRY_COLUMN_NAMES",
     "overfetch",
     "overfetch_plan",
     "RAGStrategy",
@@ -28,7 +27,6 @@ __all__ = [
     "has_plan",
     "returned",
     "run_apart",
-    "document_from_row",
     "resolve_context",
     "source_fence",
 ]
@@ -38,10 +36,6 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-#: The entry columns (alias ``e``) that :func:`document_from_row` needs.
-ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
-#: The names of the :data:`ENTRY_COLUMNS`, in order (a :class:`Statement`'s ``columns``).
-ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 
 @runtime_checkable
@@ -92,19 +86,6 @@ def source_fence(allowed_sources: object) -> frozenset[str] | None:
         if not isinstance(item, str) or not item.strip():
             raise ConfigurationError(f"allowed_sources entries must be non-blank strings, got {item!r}")
     return fence or None
-
-
-def document_from_row(row: Any, score: float, extra: Mapping[str, str] | None = None) -> RetrievedDocument:
-    """Build a result from a row with ``entry_id, content, tier, source, metadata`` columns."""
-    raw = row.metadata
-    metadata: dict[str, str] = dict(json.loads(raw) if isinstance(raw, str) else (raw or {}))
-    metadata["tier"] = row.tier
-    metadata["entryId"] = row.entry_id
-    if row.source is not None:
-        metadata["source"] = row.source
-    if extra:
-        metadata.update(extra)
-    return RetrievedDocument._of_row(row.content, row.source, score, metadata)
 
 
 def overfetch(

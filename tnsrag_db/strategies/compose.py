@@ -41,10 +41,10 @@ from tnsrag_db.errors import ConfigurationError, StrategyUnavailableError
 from tnsrag_db.strategies.base import RAGStrategy
 
 if TYPE_CHECKING:  # these load numpy, SQLAlchemy or the strategies: only the builders that need them import them
-    from tnsrag_db.expansion import QueryExpander, QueryExpansion
+    from tnsrag_db.strategies.expansion import QueryExpander, QueryExpansion
     from tnsrag_db.indexes.temporal import TemporalIndex
     from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.navigation import TreeNavigator
+    from tnsrag_db.strategies.navigation import TreeNavigator
     from tnsrag_db.store.store import Store
     from tnsrag_db.strategies.graph import GraphRAGStrategy
 
@@ -181,7 +181,7 @@ def _temporal(store: Store, options: StrategyOptions) -> RAGStrategy:
 
 
 def _navigator(name: str | None) -> TreeNavigator:
-    from tnsrag_db.navigation import installed_navigators, load_navigator
+    from tnsrag_db.strategies.navigation import installed_navigators, load_navigator
 
     if name is None:
         installed = installed_navigators()
@@ -200,7 +200,7 @@ def _reasoning(store: Store, options: StrategyOptions) -> RAGStrategy:
 
 
 def _expander(store: Store, options: StrategyOptions) -> tuple[QueryExpander, QueryExpansion]:
-    from tnsrag_db.expansion import EXPANDER_ENTRY_POINT_GROUP, QueryExpansion, installed_expanders, load_expander
+    from tnsrag_db.strategies.expansion import EXPANDER_ENTRY_POINT_GROUP, QueryExpansion, installed_expanders, load_expander
 
     mode = QueryExpansion.parse(options.expansion)
     name = options.expander
@@ -219,7 +219,7 @@ def _expander(store: Store, options: StrategyOptions) -> tuple[QueryExpander, Qu
 
 
 def _multi_query(store: Store, options: StrategyOptions) -> RAGStrategy:
-    from tnsrag_db.expansion import QueryExpansion
+    from tnsrag_db.strategies.expansion import QueryExpansion
     from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
 
     expander, mode = _expander(store, options)
@@ -240,9 +240,9 @@ BUILDERS: dict[str, Builder] = {
                                             "tnsrag_db.strategies.hierarchical"), embeds=True),
     "temporal": Builder(_temporal, (*_VECTOR, "tnsrag_db.indexes.temporal", "tnsrag_db.strategies.temporal"),
                         embeds=True),
-    "reasoning": Builder(_reasoning, ("tnsrag_db.indexes.hierarchy", "tnsrag_db.navigation",
+    "reasoning": Builder(_reasoning, ("tnsrag_db.indexes.hierarchy", "tnsrag_db.strategies.navigation",
                                       "tnsrag_db.strategies.reasoning")),
-    "multi_query": Builder(_multi_query, (*_KEYWORD, *_VECTOR, "tnsrag_db.strategies.hybrid", "tnsrag_db.expansion",
+    "multi_query": Builder(_multi_query, (*_KEYWORD, *_VECTOR, "tnsrag_db.strategies.hybrid", "tnsrag_db.strategies.expansion",
                                           "tnsrag_db.strategies.multi_query"), embeds=True),
 }
 

@@ -24,7 +24,8 @@ from dataclasses import replace
 from tnsrag_db.db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
-from tnsrag_db.strategies.explain import Explanation, ExplainedDocument, SearchPlan, explain_with
+from tnsrag_db.explain import ExplainedDocument, Explanation, SearchPlan
+from tnsrag_db.strategies.explain import explain_with
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["DUPLICATES_KEY", "FETCH_CAP", "DistinctContentRAGStrategy", "collapse_duplicates"]

@@ -52,27 +52,10 @@ from tnsrag_db.db.aio import arun
 from tnsrag_db.db.statement import Plan, Statement, one
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.graph import GraphStore
-from tnsrag_db.strategies.base import (
-    ENTRY_COLUMN_NAMES,
-    ENTRY_COLUMNS,
-    RAGStrategy,
-    check_query,
-    child_plan,
-    document_from_row,
-    resolve_context,
-    run_apart,
-    source_fence,
-)
-from tnsrag_db.strategies.explain import (
-    Explanation,
-    GraphExplanation,
-    GraphHop,
-    ScoreExplanation,
-    SearchPlan,
-    explain_with,
-    explanation_of,
-    prefixed,
-)
+from tnsrag_db.strategies.base import RAGStrategy, check_query, child_plan, resolve_context, run_apart, source_fence
+from tnsrag_db.store.reads import ENTRY_COLUMNS, ENTRY_COLUMN_NAMES, document_from_row
+from tnsrag_db.explain import Explanation, GraphExplanation, GraphHop, ScoreExplanation, SearchPlan
+from tnsrag_db.strategies.explain import explain_with, explanation_of, prefixed
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:

@@ -30,31 +30,12 @@ from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.db.aio import arun
 from tnsrag_db.db.statement import Plan
 from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.fusion import document_key
+from tnsrag_db.strategies.fusion import document_key
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.strategies.base import (
-    ENTRY_COLUMN_NAMES,
-    ENTRY_COLUMNS,
-    RAGStrategy,
-    check_query,
-    child_plan,
-    document_from_row,
-    has_plan,
-    overfetch_plan,
-    resolve_context,
-    returned,
-    run_apart,
-    source_fence,
-)
-from tnsrag_db.strategies.explain import (
-    ExplainedDocument,
-    Explanation,
-    HierarchyExplanation,
-    ScoreExplanation,
-    explain_with,
-    explanation_of,
-    prefixed,
-)
+from tnsrag_db.strategies.base import RAGStrategy, check_query, child_plan, has_plan, overfetch_plan, resolve_context, returned, run_apart, source_fence
+from tnsrag_db.store.reads import ENTRY_COLUMNS, ENTRY_COLUMN_NAMES, document_from_row
+from tnsrag_db.explain import ExplainedDocument, Explanation, HierarchyExplanation, ScoreExplanation
+from tnsrag_db.strategies.explain import explain_with, explanation_of, prefixed
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["HierarchicalRAGStrategy"]

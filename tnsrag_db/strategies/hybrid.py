@@ -27,22 +27,13 @@ from tnsrag_db._validate import is_int
 from tnsrag_db.db import aio
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
+from tnsrag_db.strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
 from tnsrag_db.indexes.bm25.index import DOCUMENT_COLUMNS
 from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import RAGStrategy, check_query, document_from_row, resolve_context
-from tnsrag_db.strategies.explain import (
-    Explanation,
-    FusionExplanation,
-    ScoreExplanation,
-    SearchPlan,
-    StreamShare,
-    by_entry,
-    explain_with,
-    explanation_of,
-    prefixed,
-    snapshot,
-)
+from tnsrag_db.strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db.store.reads import document_from_row
+from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, SearchPlan, StreamShare
+from tnsrag_db.strategies.explain import by_entry, explain_with, explanation_of, prefixed, snapshot
 from tnsrag_db.strategies.keyword import bm25_plan
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
@@ -194,7 +185,7 @@ class HybridMemoryRetriever:
 
         ``weights`` (keyword, vector; default 1 and 1) scale each stream's ``1 / (k + rank)``;
         a stream weighted 0 is not run. Only the final ``max_results`` rows are read from
-        ``entries``. Scores and order equal :func:`~tnsrag_db.fusion.reciprocal_rank_fusion`
+        ``entries``. Scores and order equal :func:`~tnsrag_db.strategies.fusion.reciprocal_rank_fusion`
         over :meth:`rankings` with the same weights: the sum of two float8 terms is exact
         whatever the order, and ties go to the best single-stream rank, then the entry id.
         (A query with a frequent term takes a second statement: see :meth:`fused_plan`.)
@@ -291,7 +282,7 @@ class HybridRAGStrategy:
     fusion weight per stream, in the order keyword, vector[, graph]: each stream adds
     ``weight / (k + rank)``; default all 1 (plain RRF), a stream weighted 0 is
     not run. Raises :class:`ConfigurationError` for weights of the wrong length, negative,
-    non-finite or all zero (see :func:`~tnsrag_db.fusion.check_weights`).
+    non-finite or all zero (see :func:`~tnsrag_db.strategies.fusion.check_weights`).
     """
 
     def __init__(self, keywords: BM25Index | HybridMemoryRetriever, vectors: VectorMemoryStore | None = None,

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
+from tnsrag_db.strategies.base import check_query, resolve_context
+from tnsrag_db.store.reads import document_from_row
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:  # explanations (and the SQLAlchemy they run on) load only when one is asked for
-    from tnsrag_db.strategies.explain import BM25Explanation, Explanation, SearchPlan
+    from tnsrag_db.explain import BM25Explanation, Explanation, SearchPlan
 
 __all__ = ["KeywordRAGStrategy"]
 
@@ -103,7 +104,7 @@ def bm25_figures_plan(index: BM25Index, query: str, scores: Mapping[str, float])
 
 def bm25_plan(ctx: RAGContext, stream: str = "keyword") -> SearchPlan:
     """The plan of a BM25 ranking statement (always the postings; filters joined before top-K)."""
-    from tnsrag_db.strategies.explain import SearchPlan
+    from tnsrag_db.explain import SearchPlan
 
     return SearchPlan(stream, "bm25", bool(ctx.metadata_filters),
                       detail="postings of the query terms, frequent terms pruned where that cannot change the top k")

@@ -3,14 +3,14 @@ through one base strategy, merged by reciprocal rank fusion (the SPI's ``MultiQu
 
 Per retrieval:
 1. the expander is asked for at most ``max_expansions`` variants; they are normalised
-   and de-duplicated (:func:`~tnsrag_db.expansion.normalize_variants`), and the original
+   and de-duplicated (:func:`~tnsrag_db.strategies.expansion.normalize_variants`), and the original
    query always runs, first;
 2. each unique query runs once, in order, through the base strategy with a context of
    ``candidates`` results (default ``max(50, 4 × max_results)``), ``min_score`` 0.0 and
    the caller's metadata filter — the filter is passed *down*, so it applies before
    the base's own top-K (docs/design.md, "Filters before top-K"), and a source fence is whatever
    the base strategy enforces;
-3. the rankings are fused by RRF with k = 60 (:func:`~tnsrag_db.fusion.reciprocal_rank_fusion`),
+3. the rankings are fused by RRF with k = 60 (:func:`~tnsrag_db.strategies.fusion.reciprocal_rank_fusion`),
    each weighted by ``weights`` (default all 1);
    ``min_score`` (inclusive) applies to the fused RRF score, then the top ``max_results``.
 
@@ -29,19 +29,11 @@ from typing import Any
 from tnsrag_db._validate import is_int
 from tnsrag_db.db.statement import Plan, run_plan
 from tnsrag_db.errors import ConfigurationError, ExecutionError, ProviderTransportError, RetrievalCancelledError, TnsragError
-from tnsrag_db.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
-from tnsrag_db.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
+from tnsrag_db.strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
+from tnsrag_db.strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
 from tnsrag_db.strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
-from tnsrag_db.strategies.explain import (
-    Explanation,
-    FusionExplanation,
-    ScoreExplanation,
-    StreamShare,
-    by_entry,
-    explain_with,
-    explanation_of,
-    prefixed,
-)
+from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, StreamShare
+from tnsrag_db.strategies.explain import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db.types import MAX_RESULTS, RAGContext, RetrievedDocument
 
 __all__ = ["MultiQueryRAGStrategy"]
@@ -59,7 +51,7 @@ class MultiQueryRAGStrategy:
     ``max(50, 4 × max_results)``. ``weights`` (keyword-only) holds ``1 + max_expansions``
     fusion weights: the original query's, then one per variant in the order they run
     (weights past the last variant are unused); default all 1, the plain RRF; a query
-    weighted 0 takes no part in the fusion (see :func:`~tnsrag_db.fusion.check_weights`).
+    weighted 0 takes no part in the fusion (see :func:`~tnsrag_db.strategies.fusion.check_weights`).
     See the module docstring for the steps.
 
     Raises :class:`ConfigurationError` at construction for a mode of ``NONE`` (or one the

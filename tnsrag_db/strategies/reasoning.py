@@ -72,24 +72,12 @@ from tnsrag_db.errors import (
     TnsragError,
 )
 from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.navigation import NavNode, TreeNavigator
+from tnsrag_db.strategies.navigation import NavNode, TreeNavigator
 from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import (
-    ENTRY_COLUMN_NAMES,
-    ENTRY_COLUMNS,
-    check_query,
-    document_from_row,
-    resolve_context,
-    source_fence,
-)
-from tnsrag_db.strategies.explain import (
-    Explanation,
-    ReasoningExplanation,
-    ReasoningStep,
-    ScoreExplanation,
-    SearchPlan,
-    explanation_of,
-)
+from tnsrag_db.strategies.base import check_query, resolve_context, source_fence
+from tnsrag_db.store.reads import ENTRY_COLUMNS, ENTRY_COLUMN_NAMES, document_from_row
+from tnsrag_db.explain import Explanation, ReasoningExplanation, ReasoningStep, ScoreExplanation, SearchPlan
+from tnsrag_db.strategies.explain import explanation_of
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["Descent", "ReasoningRAGStrategy"]

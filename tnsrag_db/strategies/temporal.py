@@ -32,7 +32,7 @@ from tnsrag_db._validate import is_number
 from tnsrag_db.db.aio import arun
 from tnsrag_db.db.statement import Plan
 from tnsrag_db.errors import ConfigurationError, TemporalValidationError
-from tnsrag_db.fusion import document_key
+from tnsrag_db.strategies.fusion import document_key
 from tnsrag_db.indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
 from tnsrag_db.strategies.base import (
     RAGStrategy,
@@ -45,15 +45,8 @@ from tnsrag_db.strategies.base import (
     run_apart,
     source_fence,
 )
-from tnsrag_db.strategies.explain import (
-    Explanation,
-    ScoreExplanation,
-    TemporalExplanation,
-    by_entry,
-    explain_with,
-    explanation_of,
-    prefixed,
-)
+from tnsrag_db.explain import Explanation, ScoreExplanation, TemporalExplanation
+from tnsrag_db.strategies.explain import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db.types import RAGContext, RetrievedDocument, TemporalMetadata, parse_instant
 
 __all__ = ["TemporalRAGStrategy"]

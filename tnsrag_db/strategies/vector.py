@@ -12,8 +12,10 @@ from tnsrag_db.db.aio import arun
 from tnsrag_db.db.statement import Plan
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.strategies.base import check_query, document_from_row, resolve_context
-from tnsrag_db.strategies.explain import Explanation, SearchPlan, explanation_of
+from tnsrag_db.strategies.base import check_query, resolve_context
+from tnsrag_db.store.reads import document_from_row
+from tnsrag_db.explain import Explanation, SearchPlan
+from tnsrag_db.strategies.explain import explanation_of
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["VectorRAGStrategy"]

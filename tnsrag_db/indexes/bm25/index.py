@@ -42,8 +42,9 @@ from tnsrag_db.types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
 
 if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
 
-    from tnsrag_db.store.store import IngestCounts, Store
-    from tnsrag_db.strategies.explain import BM25Explanation
+    from tnsrag_db.store.store import Store
+    from tnsrag_db.types import IngestCounts
+    from tnsrag_db.explain import BM25Explanation
 
 __all__ = ["BM25Index"]
 
@@ -184,7 +185,7 @@ class BM25Index:
                             min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:
         """The ranking of :meth:`ranking_statement` with each entry's row: columns ``score``,
         ``entry_id``, ``content``, ``tier``, ``source``, ``metadata``, best first (ties by
-        entry id), as :func:`~tnsrag_db.strategies.base.document_from_row` reads them; with
+        entry id), as :func:`~tnsrag_db.store.reads.document_from_row` reads them; with
         ``plain``, one row of NULLs when the plain scoring does not apply (see
         :meth:`ranking_statement`). Errors as :meth:`candidates_sql`."""
         ranking = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix, plain=plain)
@@ -202,7 +203,7 @@ class BM25Index:
     def documents_sql(self, source: str, *, columns: str, order_by: str, prefix: str,
                       left_join: bool = False) -> str:
         """``SELECT <columns>, <entry columns> FROM <source> r JOIN entries ...``: the entry rows
-        (alias ``e``, :data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`) of the rows ``r`` of the
+        (alias ``e``, :data:`~tnsrag_db.store.reads.ENTRY_COLUMNS`) of the rows ``r`` of the
         CTE ``source`` (with an ``entry_id`` column), ordered by ``order_by``; the corpus is
         bound as ``:<prefix>_c`` by the caller (or by a ranking statement of this index built
         with ``prefix`` in the same statement). ``source``, ``columns`` and
@@ -248,7 +249,7 @@ class BM25Index:
     def explain_rows(self, rows: Rows, scores: Mapping[str, float]) -> dict[str, BM25Explanation]:
         """The :class:`BM25Explanation` of each entry of ``scores`` from the rows of
         :meth:`term_figures_sql` (entries without rows are left out)."""
-        from tnsrag_db.strategies.explain import BM25Explanation, BM25TermScore
+        from tnsrag_db.explain import BM25Explanation, BM25TermScore
 
         by_entry: dict[str, list[Any]] = {}
         for row in rows:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from textwrap import dedent
 
 from tnsrag_db.db.statement import hidden
-from tnsrag_db.strategies.base import ENTRY_COLUMNS
+from tnsrag_db.store.reads import ENTRY_COLUMNS
 
 __all__ = [
     "FILTER_PROBE_MAX",
@@ -328,7 +328,7 @@ def _filtered_entries(p: str, predicate: str, ids: str = "") -> str:
 
 def documents_sql(p: str, source: str, columns: str, order_by: str, *, join: str = "JOIN") -> str:
     """``SELECT {columns}, <entry columns> FROM {source} r ... ORDER BY {order_by}``: the entry
-    rows (:data:`~tnsrag_db.strategies.base.ENTRY_COLUMNS`, alias ``e``) of the ranked rows
+    rows (:data:`~tnsrag_db.store.reads.ENTRY_COLUMNS`, alias ``e``) of the ranked rows
     ``r`` of ``source`` (a CTE name with an ``entry_id`` column), each fetched by primary key
     in a LATERAL subquery; ``join="LEFT JOIN"`` keeps ranked rows without an entry (NULLs)."""
     left = join.startswith("LEFT")

@@ -4,10 +4,10 @@
   answered is described there), on :mod:`.write` (entries with their vectors, ingest,
   HNSW builds) and :mod:`.core` (options, embedding, spaces it knows);
 * :mod:`.spaces`: the embedding spaces of a corpus (also importable as
-  ``tnsrag_db.indexes.spaces``);
+  ``tnsrag_db.indexes.vector.spaces``);
 * :mod:`.sql`: the read statements as templates; :mod:`.copy`: binary COPY of vectors;
 * :mod:`.hnsw`: HNSW builds and drops, deferred builds (also importable as
-  ``tnsrag_db.indexes.hnsw_builds``); :mod:`.ingest`: the streaming ingest loop.
+  ``tnsrag_db.indexes.vector.hnsw``); :mod:`.ingest`: the streaming ingest loop.
 """
 
 from tnsrag_db.indexes.vector.index import (

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from tnsrag_db._validate import check_number
 from tnsrag_db.errors import ConfigurationError, PermissionDeniedError, TnsragError
 from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.store.schema import hnsw_index_name
+from tnsrag_db.db.schema import hnsw_index_name
 from tnsrag_db.store.store import Store
 
 __all__ = ["DueIndex", "IndexBuildDeferred", "IndexSweep", "build_due_indexes", "defer_build", "due_indexes", "may_build_indexes"]

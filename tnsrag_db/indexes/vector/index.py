@@ -64,7 +64,7 @@ from tnsrag_db.indexes.vector.sql import (
     ranking_sql,
 )
 from tnsrag_db.indexes.vector.write import VectorWrites
-from tnsrag_db.strategies.explain import CosineExplanation, SearchPlan
+from tnsrag_db.explain import CosineExplanation, SearchPlan
 from tnsrag_db.types import MAX_CANDIDATES, is_unicode_text, validate_filters
 
 __all__ = [
@@ -257,7 +257,7 @@ class VectorMemoryStore(VectorWrites):
         """Like :meth:`search` but returns rows joined with their entries in the same statement.
 
         Each row has ``score`` plus ``columns`` (entry columns on alias ``e``, a code
-        constant such as :data:`tnsrag_db.strategies.base.ENTRY_COLUMNS`).
+        constant such as :data:`tnsrag_db.store.reads.ENTRY_COLUMNS`).
         """
         statement = self.rows_statement(query, k, filters=filters, min_score=min_score, columns=columns)
         if statement is None:

@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from tnsrag_db.errors import IngestInterrupted, InvalidEntryError, TnsragError
 from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteReport
+from tnsrag_db.store.write import ValidatedBatch, WriteReport
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["IngestProgress", "Stopped", "run_ingest"]

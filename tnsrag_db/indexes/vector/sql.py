@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db.store.filters import filter_sql, pairs_alone
+from tnsrag_db.store.reads import ENTRY_COLUMNS
 from tnsrag_db.types import validate_filters
 
 __all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "STORED_VECTORS", "Ranking", "documents_sql", "ranking_sql"]
@@ -227,8 +228,6 @@ FROM {p}_r CROSS JOIN LATERAL (
 ) e
 ORDER BY {p}_r.score DESC, e.id"""
 
-_ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
-
 
 def _iterative_order(filtered: bool) -> str:
     """``hnsw.iterative_scan`` of the HNSW branch. A filtered scan checks each row against
@@ -301,7 +300,7 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
 def documents_sql(ranking: str, prefix: str, columns: str = "") -> str:
     """``ranking`` (prefix ``prefix``) joined with its entries: ``columns`` (entry columns on
     alias ``e``; default the columns of :data:`DOCUMENT_COLUMNS`) and ``score``, best first."""
-    return _DOCUMENTS.format(p=prefix, ranking=_indent(ranking, 1), columns=columns or _ENTRY_COLUMNS)
+    return _DOCUMENTS.format(p=prefix, ranking=_indent(ranking, 1), columns=columns or ENTRY_COLUMNS)
 
 
 def _indent(sql: str, levels: int) -> str:

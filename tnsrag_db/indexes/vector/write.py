@@ -37,7 +37,8 @@ from tnsrag_db.indexes.vector.hnsw import (
 )
 from tnsrag_db.indexes.vector.ingest import IngestProgress, Stopped, run_ingest
 from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.store.write import IngestCounts, ValidatedBatch, WriteExtension, WriteReport, content_hash
+from tnsrag_db.store.write import ValidatedBatch, WriteExtension, WriteReport, content_hash
+from tnsrag_db.types import IngestCounts
 from tnsrag_db.types import MemoryEntry
 
 __all__ = ["VectorWrites"]

@@ -1,81 +1,14 @@
-"""Explained rankings: how each result's score arose (``strategy.explain(query, context)``).
+"""How strategies build their explanations (the values are :mod:`tnsrag_db.explain`'s).
 
-Every strategy's ``explain`` returns an :class:`Explanation`: the same documents, in the
-same order and with the same scores as ``retrieve`` would return at that moment, each
-with a typed score explanation whose figures give the score:
-
-* :class:`BM25Explanation`: per query term tf, df, idf and contribution; the
-  contributions sum to the score (float rounding aside);
-* :class:`CosineExplanation`: the cosine similarity and the embedding space;
-* :class:`FusionExplanation`: each stream's rank and RRF share ``weight / (k + rank)``,
-  summed in stream order they give the score exactly, each with the stream's own
-  explanation;
-* :class:`GraphExplanation`: the seed's score and one :class:`GraphHop` per edge walked,
-  each multiplying by the decay;
-* :class:`HierarchyExplanation`: the hit's score times ``decay`` once per level;
-* :class:`TemporalExplanation`: the child's score times the freshness multiplier;
-* :class:`ReasoningExplanation`: the product of the sibling shares along the path;
-* :class:`UnexplainedScore`: a child strategy without ``explain`` (the score as given).
-
-Besides, :attr:`Explanation.plans` lists the search plan of every statement that ranked
-(:class:`SearchPlan`: exact scan or HNSW iterative scan, matches counted, fallback
-taken). Explaining costs more than retrieving (it runs the retrieval and then the
-statements that collect the figures); retrieval itself is unchanged. The base
-strategies (keyword, vector, hybrid) run all their statements in one read-only
-REPEATABLE READ transaction, so the figures and the ranking come from one snapshot.
-
-The modules: :mod:`.scores` (the scores a strategy computes itself: BM25, cosine,
-reasoning, unexplained), :mod:`.derived` (scores made from a child's: fusion, graph,
-hierarchy, temporal; and the :data:`ScoreExplanation` union), :mod:`.results` (the
-explained ranking and its search plans), :mod:`.assemble` (what strategies build
-explanations with) and :mod:`.transaction` (the one snapshot an explanation reads).
+:func:`explain_with` explains any strategy (its own ``explain``, else its results with
+:class:`~tnsrag_db.explain.UnexplainedScore`); :mod:`.assemble` holds what strategies
+build explanations with (:func:`explanation_of`, :func:`by_entry`, :func:`prefixed`);
+:mod:`.transaction` the one snapshot an explanation reads (:func:`snapshot`).
 """
 
 from __future__ import annotations
 
-# by_entry, explanation_of and prefixed are for the strategies, not in __all__ (hence "as").
-from tnsrag_db.strategies.explain.assemble import by_entry as by_entry
-from tnsrag_db.strategies.explain.assemble import explain_with
-from tnsrag_db.strategies.explain.assemble import explanation_of as explanation_of
-from tnsrag_db.strategies.explain.assemble import prefixed as prefixed
-from tnsrag_db.strategies.explain.derived import (
-    FusionExplanation,
-    GraphExplanation,
-    GraphHop,
-    HierarchyExplanation,
-    ScoreExplanation,
-    StreamShare,
-    TemporalExplanation,
-)
-from tnsrag_db.strategies.explain.results import ExplainableStrategy, ExplainedDocument, Explanation, SearchPlan
-from tnsrag_db.strategies.explain.scores import (
-    BM25Explanation,
-    BM25TermScore,
-    CosineExplanation,
-    ReasoningExplanation,
-    ReasoningStep,
-    UnexplainedScore,
-)
+from tnsrag_db.strategies.explain.assemble import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db.strategies.explain.transaction import snapshot
 
-__all__ = [
-    "BM25Explanation",
-    "BM25TermScore",
-    "CosineExplanation",
-    "ExplainableStrategy",
-    "ExplainedDocument",
-    "Explanation",
-    "FusionExplanation",
-    "GraphExplanation",
-    "GraphHop",
-    "HierarchyExplanation",
-    "ReasoningExplanation",
-    "ReasoningStep",
-    "ScoreExplanation",
-    "SearchPlan",
-    "StreamShare",
-    "TemporalExplanation",
-    "UnexplainedScore",
-    "explain_with",
-    "snapshot",
-]
+__all__ = ["by_entry", "explain_with", "explanation_of", "prefixed", "snapshot"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tnsrag_db.fusion import document_key
-from tnsrag_db.strategies.explain.derived import ScoreExplanation
-from tnsrag_db.strategies.explain.results import ExplainedDocument, Explanation, SearchPlan
-from tnsrag_db.strategies.explain.scores import UnexplainedScore
+from tnsrag_db.strategies.fusion import document_key
+from tnsrag_db.explain._derived import ScoreExplanation
+from tnsrag_db.explain._results import ExplainedDocument, Explanation, SearchPlan
+from tnsrag_db.explain._scores import UnexplainedScore
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["by_entry", "explain_with", "explanation_of", "prefixed"]

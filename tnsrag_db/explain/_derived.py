@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Union
 
-from tnsrag_db.strategies.explain.scores import (
+from tnsrag_db.explain._scores import (
     BM25Explanation,
     CosineExplanation,
     ReasoningExplanation,

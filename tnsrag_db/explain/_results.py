@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from tnsrag_db.strategies.explain.derived import ScoreExplanation
+from tnsrag_db.explain._derived import ScoreExplanation
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 __all__ = ["ExplainableStrategy", "ExplainedDocument", "Explanation", "SearchPlan"]

@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.errors import ConfigurationError, ExecutionError, RetrievalCancelledError
 from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.navigation import _entry_points, load_plugin, plugin_names
+from tnsrag_db.strategies.navigation import _entry_points, load_plugin, plugin_names
 from tnsrag_db.store.store import Store
 from tnsrag_db.types import validate_filters
 
