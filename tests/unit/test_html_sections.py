@@ -142,3 +142,31 @@ def test_private_use_marker_characters_in_the_page_are_plain_text(tmp_path: Path
     entries = _load(tmp_path, "m.html")
     assert _outline(entries) == [("0", None, None, None), ("1", "0", "H", "H")]
     assert entries["m.html#0"].content == "a2bc"
+
+
+# How Sphinx renders a page: every heading, caption and API signature ends in a permalink.
+SPHINX = """<!doctype html><html><head><title>Guide &#8212; Demo 1.0 documentation</title></head>
+<body><div class="body" role="main">
+<section id="guide"><h1>Guide<a class="headerlink" href="#guide" title="Link to this heading">¶</a></h1>
+<p>Start here.</p>
+<section id="setup"><h2><span class="section-number">1. </span>Setup<a class="headerlink" href="#setup"
+ title="Link to this heading">¶</a></h2>
+<p>Install it.</p>
+<div class="literal-block-wrapper"><div class="code-block-caption"><span class="caption-text">conf.py</span>
+<a class="headerlink" href="#id1" title="Link to this code">¶</a></div><pre>x = 1</pre></div>
+<dl class="py function"><dt class="sig" id="demo.run"><span class="sig-name">run</span>()
+<a class="headerlink" href="#demo.run" title="Link to this definition">¶</a></dt><dd><p>Runs.</p></dd></dl>
+<h2>Bare<a href="#bare">¶</a></h2><p>A pilcrow link without the class, and a <a href="#setup">real link</a>.</p>
+</section></section></div></body></html>
+"""
+
+
+def test_sphinx_permalinks_are_not_text(tmp_path: Path) -> None:
+    (tmp_path / "guide.html").write_text(SPHINX, encoding="utf-8")
+    entries = _load(tmp_path, "guide.html")
+    assert [e.metadata.get("section") for e in entries.values()] == ["Guide", "1. Setup", "Bare"]
+    assert entries["guide.html#2"].metadata["headingPath"] == "Guide > 1. Setup"
+    text = "\n".join(e.content for e in entries.values())
+    assert "¶" not in text
+    assert entries["guide.html#2"].content.startswith("1. Setup\n\nInstall it.")
+    assert "conf.py" in text and "run()" in text and "real link" in text  # only the permalinks go

@@ -15,6 +15,11 @@ _HTML_DROP = ["script", "style", "noscript", "template", "svg", "iframe", "nav",
 _HTML_BLOCKS = ("p, div, li, dt, dd, tr, br, pre, blockquote, section, article, header, footer, aside, "
                 "table, ul, ol, dl, h1, h2, h3, h4, h5, h6, hr, figure, figcaption, address, main, form")
 _HEADINGS = "h1, h2, h3, h4, h5, h6"
+# Permalink anchors: Sphinx and MkDocs put <a class="headerlink" href="#x">¶</a> after every
+# heading, caption and API signature; other generators a bare pilcrow link. They are page
+# furniture, not text: left in, every section name and text would end in "¶".
+_PERMALINKS = "a.headerlink, a[href^='#']"
+_PILCROWS = {"¶", ""}
 # Headings are marked in the extracted text with a private-use character (removed from the
 # page first, so none of the page's own can pose as one): MARK level MARK heading text MARK.
 _MARK = "\ue000"
@@ -34,6 +39,9 @@ def _html(rel: str, text: str, chunker: Chunker, tier: MemoryTier) -> Iterator[M
     title_node = tree.css_first("title")
     title = " ".join(title_node.text().split()) if title_node is not None else ""
     tree.strip_tags(_HTML_DROP)
+    for link in tree.css(_PERMALINKS):
+        if "headerlink" in (link.attributes.get("class") or "").split() or link.text().strip() in _PILCROWS:
+            link.decompose()
     root = (tree.css_first("main") or tree.css_first("article") or tree.css_first("[role=main]")
             or tree.body or tree.root)
     if root is None:
