@@ -75,7 +75,7 @@ def test_nested_headings_make_the_markdown_hierarchy(tmp_path: Path) -> None:
         ("1", "0", "Install", "Install"),
         ("2", "1", "Linux", "Install > Linux"),
         ("3", "2", "Debian", "Install > Linux > Debian"),
-        ("4", "1", "Windows", "Install > Windows"),  # a heading with no content is a section still
+        # "Windows" (a heading with no text and no subsection) heads nothing: no entry
         ("5", "1", "macOS", "Install > macOS"),
         ("6", "0", "Use it", "Use it"),
     ]
@@ -83,7 +83,7 @@ def test_nested_headings_make_the_markdown_hierarchy(tmp_path: Path) -> None:
     assert _outline(html) == _outline(_load(tmp_path, "guide.md"))
     assert html["guide.html#0"].content == "Read this first."
     assert html["guide.html#2"].content == "Linux\n\nUse apt."
-    assert html["guide.html#4"].content == "Windows"
+    assert "guide.html#4" not in html
     assert html["guide.html#5"].content == "macOS\n\nbrew\n\nport"
     assert html["guide.html#6"].content == "Use it\n\nRun the command."
     assert html["guide.html#3"].metadata == {"path": "guide.html", "format": "html", "title": "The Guide",
@@ -170,3 +170,54 @@ def test_sphinx_permalinks_are_not_text(tmp_path: Path) -> None:
     assert "¶" not in text
     assert entries["guide.html#2"].content.startswith("1. Setup\n\nInstall it.")
     assert "conf.py" in text and "run()" in text and "real link" in text  # only the permalinks go
+
+
+# Headings without text of their own (Sphinx's "Contents" over numbered chapters, a chapter
+# heading right above its first subsection), in Markdown and in HTML.
+NESTED_MD = """# Manual
+
+## Part one
+
+### Chapter A
+
+Text of A.
+
+### Chapter B
+
+Text of B.
+
+## Empty leaf
+
+## Part two
+
+Text of two.
+"""
+NESTED_HTML = ("<html><body><h1>Manual</h1><h2>Part one</h2><h3>Chapter A</h3><p>Text of A.</p>"
+               "<h3>Chapter B</h3><p>Text of B.</p><h2>Empty leaf</h2><h2>Part two</h2><p>Text of two.</p>"
+               "</body></html>")
+
+
+def test_headings_without_text_are_folded_into_their_first_subsection(tmp_path: Path) -> None:
+    (tmp_path / "m.md").write_text(NESTED_MD, encoding="utf-8")
+    (tmp_path / "m.html").write_text(NESTED_HTML, encoding="utf-8")
+    md, html = _load(tmp_path, "m.md"), _load(tmp_path, "m.html")
+    expected = [("3", None, "Chapter A", "Manual > Part one > Chapter A"),
+                ("4", None, "Chapter B", "Manual > Part one > Chapter B"),
+                ("6", None, "Part two", "Manual > Part two")]
+    assert _outline(md) == _outline(html) == expected
+    # The text-less headings lead the first subsection's text, in reading order.
+    assert md["m.md#3"].content == "# Manual\n\n## Part one\n\n### Chapter A\n\nText of A."
+    assert html["m.html#3"].content == "Manual\n\nPart one\n\nChapter A\n\nText of A."
+    assert html["m.html#4"].content == "Chapter B\n\nText of B."
+    for entries in (md, html):  # every parent is an entry of the file
+        assert all(e.parent_id is None or e.parent_id in entries for e in entries.values())
+        assert not any(e.content.strip() in ("Empty leaf", "## Empty leaf") for e in entries.values())
+
+
+def test_a_text_less_heading_over_text_sections_parents_them_from_its_own_parent(tmp_path: Path) -> None:
+    (tmp_path / "p.md").write_text("# Guide\n\nIntro.\n\n## Setup\n\n### Linux\n\napt.\n\n### Mac\n\nbrew.\n",
+                                   encoding="utf-8")
+    entries = _load(tmp_path, "p.md")
+    assert _outline(entries) == [("1", None, "Guide", "Guide"), ("3", "1", "Linux", "Guide > Setup > Linux"),
+                                 ("4", "1", "Mac", "Guide > Setup > Mac")]
+    assert entries["p.md#3"].content == "## Setup\n\n### Linux\n\napt."

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 from tnsrag_db.chunking import Chunker
-from tnsrag_db.loaders.text import Section, _sections, _text
+from tnsrag_db.loaders.text import Section, _has_body, _sections, _text
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 _HTML_DROP = ["script", "style", "noscript", "template", "svg", "iframe", "nav", "footer", "object", "canvas"]
@@ -63,7 +63,7 @@ def _html(rel: str, text: str, chunker: Chunker, tier: MemoryTier) -> Iterator[M
             continue
         sections.append(Section(level, heading, "\n\n".join([heading, *body])))
     extra = {"title": title} if title else None
-    if sum(1 for s in sections if s.content) > 1:
+    if sum(1 for s in sections if _has_body(s)) > 1:
         yield from _sections(rel, sections, chunker, tier, "html", extra)
-    else:  # one section (no heading, or nothing before the only one): its text in chunks
+    else:  # one section of text (no heading, or headings over a single text): its text in chunks
         yield from _text(rel, "\n\n".join(s.content for s in sections if s.content), chunker, tier, "html", extra)
