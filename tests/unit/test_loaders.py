@@ -78,6 +78,17 @@ def test_file_formats_by_name() -> None:
         "markdown", "text", "html", "pdf", "code", "text", "text", "text", "jsonl", None, "text"]
 
 
+def test_perl_logs_and_readme_suffixes_are_known() -> None:
+    # Names met in /usr/share/doc/git and friends: Perl scripts spelled out, README-style
+    # suffixes, build and test logs.
+    assert [file_format(n) for n in ["fetch.perl", "git-p4.README", "README.Debian", "x.LICENSE.gz", "build.log",
+                                     "sshd.conf", "perlpod.pod", "a.awk", "photo.jpeg", "lib.so"]] == [
+        "code", "text", "text", "text", "text", "text", "text", "code", None, None]
+    from tnsrag_db.loaders.formats import _language
+
+    assert _language("fetch.perl") == "perl" and _language("a.awk") == "awk"
+
+
 def test_large_markdown_section_becomes_child_chunks(tmp_path: Path) -> None:
     body = "\n\n".join(f"Paragraph {i} " + "word " * 30 for i in range(12))
     (tmp_path / "big.md").write_text(f"# Top\n\nIntro.\n\n## Big\n\n{body}\n\n## Small\n\nTiny.\n")
