@@ -213,3 +213,25 @@ def test_file_entries_carry_the_file_modification_time(tmp_path: Path) -> None:
     for bad in ("ctime", datetime(2024, 1, 1), 5):
         with pytest.raises(ConfigurationError, match="timestamp"):
             FileLoader(old, timestamp=bad)  # type: ignore[arg-type]
+
+
+def test_cache_directories_are_summarised_not_listed(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    for cache in ("pkg/__pycache__", "pkg/sub/__pycache__", "web/node_modules/left-pad"):
+        (root / cache).mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (root / "web" / "app.js").write_text("console.log(1)\n")
+    for n in range(3):
+        (root / "pkg" / "__pycache__" / f"m{n}.cpython-311.pyc").write_bytes(b"\x00\x01pyc")
+    (root / "pkg" / "sub" / "__pycache__" / "s.cpython-311.pyc").write_bytes(b"\x00pyc")
+    (root / "web" / "node_modules" / "left-pad" / "README.md").write_text("# left-pad\n\npads\n")
+    (root / "web" / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
+    loader = FileLoader(root, relative_to="pattern")
+    entries = list(loader.load())
+    assert sorted({e.metadata["path"] for e in entries}) == ["pkg/mod.py", "web/app.js"]
+    assert loader.skipped == [
+        SkippedFile(str(root), "6 files in 3 cache directories (__pycache__, node_modules)", files=6)]
+    # A glob's walked folders are summarised the same way, one record per pattern.
+    globbed = FileLoader(str(root / "pk*"), relative_to="pattern")
+    list(globbed.load())
+    assert globbed.skipped == [SkippedFile(str(root), "4 files in 2 cache directories (__pycache__)", files=4)]

@@ -94,8 +94,11 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
     skipped = result["skipped"]
     if not skipped:
         return head
-    reasons = Counter(s["reason"] for s in skipped)
-    lines = [head, f"skipped {len(skipped)} file(s): "
+    reasons: Counter[str] = Counter()
+    for s in skipped:  # a root's cache directories are one record standing for their files
+        reasons["in cache directories" if s["files"] != 1 or "cache director" in s["reason"]
+                else s["reason"]] += s["files"]
+    lines = [head, f"skipped {sum(s['files'] for s in skipped)} file(s): "
              + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())]
     lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
     return "\n".join(lines)
@@ -207,7 +210,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             if strict and skipped:
                 listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
                 more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-                raise InvalidEntryError(f"--strict: {len(skipped)} file(s) would be skipped: {listed}{more}; "
+                raise InvalidEntryError(f"--strict: {sum(s['files'] for s in skipped)} file(s) would be skipped: "
+                                        f"{listed}{more}; "
                                         "nothing was written")
             entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra})
                        for e in reading.entries]

@@ -1,6 +1,6 @@
 """From patterns to files: globs (the directories a glob names are walked), directory walks
-(hidden files and symlinked directories skipped), duplicates removed, and each file's id
-path relative to its anchor."""
+(hidden files, symlinked directories and cache directories skipped), duplicates removed,
+and each file's id path relative to its anchor."""
 
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ from tnsrag_db.loaders.base import SkippedFile
 from tnsrag_db.loaders.formats import _suffix
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
+#: Directories a walk does not enter: generated caches and installed dependencies, never
+#: the tree's own text (``__pycache__`` holds only compiled ``.pyc``; ``node_modules`` the
+#: sources and docs of every npm dependency). Hidden caches (``.mypy_cache``, ``.tox``,
+#: ``.venv``) are skipped as hidden directories already. All of a root's are summarised
+#: in one :class:`SkippedFile` (see :func:`_cache_summary`), not listed file by file.
+CACHE_DIRS = frozenset({"__pycache__", "node_modules"})
+_CACHE = "cache directory"  # the reason _walk gives them, summarised by _scan
 
 
 def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["base", "pattern"],
@@ -28,6 +35,7 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
     seen: dict[Path, str] = {}
     for pattern in patterns:
         walk_skips = len(skipped)
+        caches: list[Path] = []
         full = pattern if os.path.isabs(pattern) else str(base / pattern)
         matches: list[tuple[Path, Path, bool]] = []  # (file, root, explicit)
         shown_root = pattern  # what stands for the root in messages
@@ -45,6 +53,8 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
                 for path, reason in _walk(folder):
                     if reason is None:
                         matches.append((path, root, False))
+                    elif reason == _CACHE:
+                        caches.append(path)
                     else:
                         skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
         elif os.path.isdir(full):
@@ -52,10 +62,14 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
             for path, reason in _walk(root):
                 if reason is None:
                     matches.append((path, root, False))
+                elif reason == _CACHE:
+                    caches.append(path)
                 else:
                     skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
         elif os.path.isfile(full):
             matches = [(Path(full), Path(full), True)]
+        if caches:
+            skipped.append(_cache_summary(shown_root, caches))
         if not matches and len(skipped) == walk_skips:
             raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
         for path, root, explicit in matches:
@@ -76,6 +90,15 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
                     rel = resolved.as_posix()
             found.append((path, prefix + rel, explicit, shown))
     return found, skipped
+
+
+def _cache_summary(shown_root: str, caches: list[Path]) -> SkippedFile:
+    """One record for every cache directory a pattern's walk met: the files they hold (in
+    ``files``) and which names they had, e.g. ``666 files in 45 cache directories (__pycache__)``."""
+    files = sum(len(names) for folder in caches for _, _, names in os.walk(folder))
+    kinds = ", ".join(sorted({folder.name for folder in caches}))
+    return SkippedFile(shown_root, f"{files} file{'' if files == 1 else 's'} in {len(caches)} cache "
+                                   f"director{'y' if len(caches) == 1 else 'ies'} ({kinds})", files=files)
 
 
 def _walked_dirs(matched: list[str], files: list[Path]) -> list[Path]:
@@ -109,7 +132,8 @@ def _glob_root(pattern: str) -> str:
 def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
     """Files under ``root`` in path order with None, or a path and why it is skipped
     (hidden files and directories, symlinked directories: named once, not entered;
-    directories that cannot be listed)."""
+    cache directories (:data:`CACHE_DIRS`, reason ``_CACHE``): not entered; directories
+    that cannot be listed)."""
     errors: list[OSError] = []
     for current, dirs, files in os.walk(root, onerror=errors.append):
         while errors:
@@ -120,6 +144,8 @@ def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
         for name in sorted(dirs):
             if name.startswith("."):
                 yield here / name, "hidden directory"
+            elif name in CACHE_DIRS and not os.path.islink(here / name):
+                yield here / name, _CACHE
             elif os.path.islink(here / name):
                 yield here / name, "symlinked directory (not followed)"
             else:
