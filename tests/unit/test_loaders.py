@@ -235,3 +235,26 @@ def test_cache_directories_are_summarised_not_listed(tmp_path: Path) -> None:
     globbed = FileLoader(str(root / "pk*"), relative_to="pattern")
     list(globbed.load())
     assert globbed.skipped == [SkippedFile(str(root), "4 files in 2 cache directories (__pycache__)", files=4)]
+
+
+def test_a_symlinked_file_is_named_by_its_own_place(tmp_path: Path) -> None:
+    # /usr/share/doc/python3/_static/jquery.js -> /usr/share/javascript/jquery/jquery.js, with the
+    # root reached through a symlinked directory as well.
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "lib.txt").write_text("shared library notes\n")
+    real = tmp_path / "real" / "pkg"
+    (real / "static").mkdir(parents=True)
+    (real / "static" / "lib.txt").symlink_to(tmp_path / "shared" / "lib.txt")
+    (real / "own.txt").write_text("own text\n")
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    for pattern, mode, prefix, expected in [
+            (real, "pattern", "", {"own.txt", "static/lib.txt"}),
+            (tmp_path / "alias" / "pkg", "pattern", "kb", {"kb/own.txt", "kb/static/lib.txt"}),
+            # below base_dir, directories are resolved as before (ids of regular files unchanged)
+            ("alias/pkg", "base", "kb", {"kb/real/pkg/own.txt", "kb/real/pkg/static/lib.txt"}),
+            ("real/pkg/static/lib.txt", "base", "", {"real/pkg/static/lib.txt"})]:
+        loader = FileLoader(pattern, base_dir=tmp_path, relative_to=mode, id_prefix=prefix)  # type: ignore[arg-type]
+        got = {e.id.split("#")[0] for e in loader.load()}
+        assert got == expected, (pattern, mode, got)
+        assert not any("//" in i for i in got)
+

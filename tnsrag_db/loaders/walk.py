@@ -79,17 +79,28 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
                 skipped.append(SkippedFile(shown, f"same file as {seen[resolved]}"))
                 continue
             seen[resolved] = shown
-            anchor = base if relative_to == "base" else (
-                root.parent if root == path else root).resolve()
-            try:
-                rel = resolved.relative_to(anchor).as_posix()
-            except ValueError:
-                try:  # a symlink pointing out of the root: named by its own place
-                    rel = path.absolute().relative_to(anchor.absolute()).as_posix()
-                except ValueError:
-                    rel = resolved.as_posix()
-            found.append((path, prefix + rel, explicit, shown))
+            anchor = base if relative_to == "base" else (root.parent if root == path else root)
+            found.append((path, _joined(prefix, _rel(path, anchor)), explicit, shown))
     return found, skipped
+
+
+def _rel(path: Path, anchor: Path) -> str:
+    """The id path of ``path`` below ``anchor``: its own place (a symlink is named by where
+    the link is, not by its target), with the directories on the way resolved on both
+    sides; the absolute path when it is not below ``anchor``."""
+    own = Path(os.path.realpath(path.parent)) / path.name
+    for candidate, top in ((own, Path(os.path.realpath(anchor))), (Path(os.path.abspath(path)),
+                                                                    Path(os.path.abspath(anchor)))):
+        try:
+            return candidate.relative_to(top).as_posix()
+        except ValueError:
+            continue
+    return own.as_posix()
+
+
+def _joined(prefix: str, rel: str) -> str:
+    """``prefix`` (``""`` or ending in ``/``) in front of ``rel``, with one ``/`` between."""
+    return prefix + rel.lstrip("/") if prefix else rel
 
 
 def _cache_summary(shown_root: str, caches: list[Path]) -> SkippedFile:
