@@ -258,3 +258,21 @@ def test_a_symlinked_file_is_named_by_its_own_place(tmp_path: Path) -> None:
         assert got == expected, (pattern, mode, got)
         assert not any("//" in i for i in got)
 
+
+def test_a_symlink_to_a_file_also_read_directly_is_the_skipped_one(tmp_path: Path) -> None:
+    # /usr/share/doc/perl: Changes.gz -> changelog.gz ("C" sorts first); libgtk2.0-bin/AUTHORS
+    # -> ../libgtk2.0-common/AUTHORS across two roots.
+    perl = tmp_path / "perl"
+    perl.mkdir()
+    (perl / "changelog").write_text("the changes\n")
+    (perl / "Changes").symlink_to("changelog")
+    loader = FileLoader(perl, relative_to="pattern")
+    assert [e.id for e in loader.load()] == ["changelog#0"]
+    assert loader.skipped == [SkippedFile(f"{perl}/Changes", f"same file as {perl}/changelog")]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "AUTHORS").write_text("the authors\n")
+    (tmp_path / "bin" / "AUTHORS").symlink_to("../common/AUTHORS")
+    both = FileLoader("bin", "common", base_dir=tmp_path)
+    assert [e.id for e in both.load()] == ["common/AUTHORS#0"]
+    assert both.skipped == [SkippedFile("bin/AUTHORS", "same file as common/AUTHORS")]

@@ -32,7 +32,7 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
     base = (base_dir if base_dir is not None else Path.cwd()).resolve()
     found: list[tuple[Path, str, bool, str]] = []
     skipped: list[SkippedFile] = []
-    seen: dict[Path, str] = {}
+    candidates: list[tuple[Path, Path, bool, str]] = []  # (file, root, explicit, shown_root)
     for pattern in patterns:
         walk_skips = len(skipped)
         caches: list[Path] = []
@@ -72,15 +72,22 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
             skipped.append(_cache_summary(shown_root, caches))
         if not matches and len(skipped) == walk_skips:
             raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
-        for path, root, explicit in matches:
-            resolved = path.resolve()
-            shown = _shown(shown_root, root, path)
-            if resolved in seen:
-                skipped.append(SkippedFile(shown, f"same file as {seen[resolved]}"))
-                continue
-            seen[resolved] = shown
-            anchor = base if relative_to == "base" else (root.parent if root == path else root)
-            found.append((path, _joined(prefix, _rel(path, anchor)), explicit, shown))
+        candidates += [(path, root, explicit, shown_root) for path, root, explicit in matches]
+    # Each file once. A symlink to a file that is also reached directly (under any pattern)
+    # is the duplicate; else the first path reaching a file keeps it.
+    real = {path.resolve(): _shown(shown_root, root, path)
+            for path, root, _, shown_root in reversed(candidates) if not path.is_symlink()}
+    seen: dict[Path, str] = {}
+    for path, root, explicit, shown_root in candidates:
+        resolved = path.resolve()
+        shown = _shown(shown_root, root, path)
+        kept = seen.get(resolved) or (real.get(resolved) if path.is_symlink() else None)
+        if kept is not None:
+            skipped.append(SkippedFile(shown, f"same file as {kept}"))
+            continue
+        seen[resolved] = shown
+        anchor = base if relative_to == "base" else (root.parent if root == path else root)
+        found.append((path, _joined(prefix, _rel(path, anchor)), explicit, shown))
     return found, skipped
 
 
