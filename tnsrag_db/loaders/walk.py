@@ -22,7 +22,9 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 #: ``.venv``) are skipped as hidden directories already. All of a root's are summarised
 #: in one :class:`SkippedFile` (see :func:`_cache_summary`), not listed file by file.
 CACHE_DIRS = frozenset({"__pycache__", "node_modules"})
-_CACHE = "cache directory"  # the reason _walk gives them, summarised by _scan
+_CACHE = "cache directory"
+# What `tnsrag export -o F` writes to before renaming it to F (left behind when killed).
+_EXPORT_TEMP = re.compile(r"\.tnsrag-export-\d+\.tmp$")  # the reason _walk gives them, summarised by _scan
 
 
 def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["base", "pattern"],
@@ -197,4 +199,6 @@ def _unknown_reason(path: Path) -> str:
             head = handle.read(8192)
     except OSError:
         head = b""
+    if _EXPORT_TEMP.search(path.name):
+        return "unfinished tnsrag export (the export was killed; the next export to its target removes it)"
     return "binary" if b"\x00" in head else f"unknown file type {_suffix(path.name)!r}"
