@@ -168,7 +168,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
 
     Example: tnsrag ingest docs/ --id-prefix docs --prune --meta tenant=acme
     """
-    from tnsrag_db.chunking import chunker_for
+    from tnsrag_db.chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
+    from tnsrag_db.loaders.formats import file_format
     from tnsrag_db.cli._progress import ingest_progress
     from tnsrag_db.cli._roots import ROOT_KEY, find_roots, read_roots
     from tnsrag_db.embeddings import provider_name
@@ -187,10 +188,14 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     started = time.perf_counter()
-    provider = choose_embedding(embedding)
+    # JSONL files are not chunked, and an export with --vectors carries its vectors: the
+    # default provider (loading the model takes seconds) is resolved only when some entry
+    # needs embedding, i.e. when the files carry no vectors or --embedding names one.
+    only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
+    provider = None if only_jsonl and embedding is None else choose_embedding(embedding)
     truncated_before = getattr(provider, "truncated_texts", 0)
     try:
-        chunker = chunker_for(provider, chunk_tokens)
+        chunker = Chunker(chunk_tokens or DEFAULT_CHUNK_CHARS) if provider is None else chunker_for(provider, chunk_tokens)
         loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern", id_prefix=root.prefix)
                    for root in roots]
     except ConfigurationError as exc:
@@ -220,6 +225,9 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
 
             # JSONL exports with vectors (tnsrag export --vectors) are written with them,
             # one pass per exported space, embedding nothing else unless --embedding asks.
+            if provider is None and not reading.vectors:
+                provider = choose_embedding(None)
+                truncated_before = getattr(provider, "truncated_texts", 0)
             providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                           else provider)
             plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
