@@ -179,3 +179,24 @@ def test_ingest_of_an_export_with_every_vector_loads_no_embedding_model(
     bare.write_text(json.dumps({"id": "x", "content": "needs a vector"}) + "\n", encoding="utf-8")
     res = CliRunner().invoke(main_group, ["ingest", str(bare), "--corpus", plain.corpus, "--url", url, "-q"])
     assert res.exit_code != 0 and resolved == [None]
+
+
+def test_entries_of_one_text_get_their_own_exported_vectors(db_url: URL, tmp_path: Path, engine: sa.Engine,
+                                                            make_store: Callable[..., Store]) -> None:
+    # Two entries of one text whose vectors differ (written as precomputed rows, or by two
+    # versions of a model): each gets its own back, by id, through the library and the CLI.
+    original, by_library, by_cli = make_store(), make_store(), make_store()
+    twins = [MemoryEntry("a", "the same words"), MemoryEntry("b", "the same words"), MemoryEntry("c", "other")]
+    rows = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float32)
+    VectorMemoryStore(original, Precomputed()).add_all(twins, embeddings=rows)
+    dump = tmp_path / "twins.jsonl"
+    with dump.open("w", encoding="utf-8") as out:
+        export_corpus(original, out, vectors=True)
+    restore_corpus(by_library, dump)
+    url = db_url.render_as_string(hide_password=False)
+    res = CliRunner().invoke(main_group, ["ingest", str(dump), "--corpus", by_cli.corpus, "--url", url, "-q"])
+    assert res.exit_code == 0, res.output
+    expected = _vectors(engine, original.corpus)
+    assert [r[2] for r in expected] == ["a", "b", "c"] and expected[0][3] != expected[1][3]
+    assert _vectors(engine, by_library.corpus) == expected
+    assert _vectors(engine, by_cli.corpus) == expected
