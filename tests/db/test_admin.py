@@ -383,3 +383,41 @@ def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(engine: sa.
             scans = _lock_plan(store, edges, [])
         assert scans and all(s.get("Index Name") == "pk_entries" for s in scans), scans
         assert all(s.get("Rows Removed by Filter", 0) == 0 for s in scans)
+
+
+def test_a_killed_export_leaves_a_named_temp_that_the_next_export_removes(
+        db_url: URL, tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    _fill(store)
+    target = tmp_path / "dump.jsonl"
+    cmd = [sys.executable, "-c", "from tnsrag_db.cli import main; main()", "export", "--corpus", store.corpus,
+           "-o", str(target), "--url", _url(db_url)]
+    # The export is held at its first edge read (the table locked here), after its
+    # temporary file exists, and killed there with SIGKILL: no handler, no clean-up.
+    with engine.connect() as locker:
+        locker.execute(sa.text("LOCK TABLE edges IN ACCESS EXCLUSIVE MODE"))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        waiting: list[str] = []
+        with engine.connect() as watcher:
+            while not waiting and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+                waiting = list(watcher.execute(sa.text(
+                    "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND pid <> pg_backend_pid()")).scalars())
+                watcher.rollback()  # pg_stat_activity is read once per transaction
+        assert waiting and proc.poll() is None, (waiting, proc.poll())
+        proc.kill()
+        proc.wait(timeout=30)
+        locker.rollback()
+    left = [p.name for p in tmp_path.iterdir()]
+    assert left == [f"dump.jsonl.tnsrag-export-{proc.pid}.tmp"]  # visible and named for what it is
+    # A later ingest of the folder does not take it for data.
+    res = _cli(db_url, "ingest", str(tmp_path), "--corpus", f"{store.corpus}_x", "--embedding", "hash", "--json")
+    assert res.exit_code == 0, res.output
+    assert [s["reason"].split(" (")[0] for s in json.loads(res.stdout)["skipped"]] == ["unfinished tnsrag export"]
+    # The next export to the same target removes it and writes the file.
+    res = _cli(db_url, "export", "--corpus", store.corpus, "-o", str(target))
+    assert res.exit_code == 0, res.output
+    assert [p.name for p in tmp_path.iterdir()] == ["dump.jsonl"]
+    assert len(target.read_text(encoding="utf-8").splitlines()) == 6

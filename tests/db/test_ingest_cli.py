@@ -114,7 +114,7 @@ def test_strict_and_bad_input_write_nothing(tmp_path: Path, target: tuple[list[s
     (tmp_path / "only" / "e.txt").write_text("")
     empty = run([str(tmp_path / "only"), *args, "--json"])
     assert empty.exit_code == 0 and json.loads(empty.output)["skipped"] == [
-        {"path": str(tmp_path / "only" / "e.txt"), "reason": "empty"}]
+        {"path": str(tmp_path / "only" / "e.txt"), "reason": "empty", "files": 1}]
 
 
 def test_chunk_tokens_sets_the_chunk_size(tmp_path: Path, target: tuple[list[str], Store]) -> None:
@@ -279,3 +279,22 @@ def test_duplicates_get_a_note_and_delete_by_prefix_undoes_them(tmp_path: Path,
     assert json.loads(gone.stdout) == {"corpus": store.corpus, "deleted": 3, "id_prefix": "kb2/"}
     assert ids(store) == ["kb/a.md#1", "kb/b.txt#0", "kb/c.txt#0"]
     assert CliRunner().invoke(main_group, ["delete", "--id-prefix", "kb", "x", *args]).exit_code == 2
+
+
+def test_cache_directories_are_one_skip_line(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    args, store = target
+    root = tmp_path / "lib"
+    for n in range(4):
+        (root / f"p{n}" / "__pycache__").mkdir(parents=True)
+        (root / f"p{n}" / "mod.py").write_text(f"def f{n}():\n    return {n}\n")
+        for m in range(5):
+            (root / f"p{n}" / "__pycache__" / f"m{m}.cpython-311.pyc").write_bytes(b"\x00compiled")
+    (root / "blob.bin").write_bytes(b"\x00\x01")
+    text = run([str(root), *args])
+    assert text.exit_code == 0, text.output
+    assert "skipped 21 file(s): 20 in cache directories, 1 binary" in text.output
+    skip_lines = [line for line in text.output.splitlines() if line.startswith("  ")]
+    assert skip_lines == [f"  {root}: 20 files in 4 cache directories (__pycache__)", f"  {root}/blob.bin: binary"]
+    out = json.loads(run([str(root), *args, "--json"]).output)
+    assert {"path": str(root), "reason": "20 files in 4 cache directories (__pycache__)", "files": 20} in out["skipped"]
+    assert sorted(i.split("#")[0] for i in ids(store)) == [f"p{n}/mod.py" for n in range(4)]

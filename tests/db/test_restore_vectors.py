@@ -144,3 +144,59 @@ def test_bad_vectors_name_the_line(tmp_path: Path, vectors: object, message: str
     with pytest.raises(InvalidEntryError, match="bad.jsonl:2") as info:
         list(FileLoader(bad).load())
     assert message in str(info.value)
+
+
+def test_ingest_of_an_export_with_every_vector_loads_no_embedding_model(
+        db_url: URL, tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tnsrag_db.embeddings
+
+    original, copy, plain = make_store(), make_store(), make_store()
+    url = db_url.render_as_string(hide_password=False)
+    _fill(original)
+    dump = tmp_path / "dump.jsonl"
+    res = CliRunner().invoke(main_group, ["export", "--corpus", original.corpus, "--vectors", "-o", str(dump),
+                                          "--url", url])
+    assert res.exit_code == 0, res.output
+    resolved: list[str | None] = []
+    real_resolve = tnsrag_db.embeddings.resolve_embedding
+
+    def resolve(name: str | None = None, **kwargs: Any) -> Any:
+        # The process default (None) stands for the model whose loading takes seconds.
+        resolved.append(name)
+        if name is None:
+            raise AssertionError("the default embedding model was loaded")
+        return real_resolve(name, **kwargs)
+
+    monkeypatch.setattr(tnsrag_db.embeddings, "resolve_embedding", resolve)
+    res = CliRunner().invoke(main_group, ["ingest", str(dump), "--corpus", copy.corpus, "--url", url, "--json", "-q"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["inserted"] == 12 and resolved == []
+    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)
+    assert "hash fallback" not in res.stderr
+    # A file without vectors needs the model: it is resolved then (and here refused).
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"id": "x", "content": "needs a vector"}) + "\n", encoding="utf-8")
+    res = CliRunner().invoke(main_group, ["ingest", str(bare), "--corpus", plain.corpus, "--url", url, "-q"])
+    assert res.exit_code != 0 and resolved == [None]
+
+
+def test_entries_of_one_text_get_their_own_exported_vectors(db_url: URL, tmp_path: Path, engine: sa.Engine,
+                                                            make_store: Callable[..., Store]) -> None:
+    # Two entries of one text whose vectors differ (written as precomputed rows, or by two
+    # versions of a model): each gets its own back, by id, through the library and the CLI.
+    original, by_library, by_cli = make_store(), make_store(), make_store()
+    twins = [MemoryEntry("a", "the same words"), MemoryEntry("b", "the same words"), MemoryEntry("c", "other")]
+    rows = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float32)
+    VectorMemoryStore(original, Precomputed()).add_all(twins, embeddings=rows)
+    dump = tmp_path / "twins.jsonl"
+    with dump.open("w", encoding="utf-8") as out:
+        export_corpus(original, out, vectors=True)
+    restore_corpus(by_library, dump)
+    url = db_url.render_as_string(hide_password=False)
+    res = CliRunner().invoke(main_group, ["ingest", str(dump), "--corpus", by_cli.corpus, "--url", url, "-q"])
+    assert res.exit_code == 0, res.output
+    expected = _vectors(engine, original.corpus)
+    assert [r[2] for r in expected] == ["a", "b", "c"] and expected[0][3] != expected[1][3]
+    assert _vectors(engine, by_library.corpus) == expected
+    assert _vectors(engine, by_cli.corpus) == expected

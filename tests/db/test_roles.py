@@ -123,7 +123,8 @@ def test_application_role_writes_vectors_past_the_threshold_and_the_owner_builds
                                          "--threshold", "20", "--json"])
         assert result.exit_code == 0, result.output
         built = json.loads(result.output)["built"]
-        assert [(b["corpus"], b["vectors"]) for b in built if b["corpus"] == corpus] == [(corpus, 20)]
+        # the exact size of the space, not the threshold the sweep counted up to
+        assert [(b["corpus"], b["vectors"]) for b in built if b["corpus"] == corpus] == [(corpus, 30)]
         fresh = VectorMemoryStore(app, HashingEmbedding(32), index_threshold=20)
         sql_text, params = fresh.candidates_sql(HashingEmbedding(32)("refund"), 3)
         assert "hnsw.ef_search" in sql_text

@@ -471,7 +471,7 @@ def test_file_loader_reads_markdown_sections_as_a_hierarchy(tmp_path: Path) -> N
     assert entries[3].metadata["headingPath"] == "Guide > Install > Linux"
     # Text before the first heading is the file's root section; without it the top headings are roots.
     assert dict(entries[0].metadata) == {"path": "guide.md", "format": "markdown"}
-    (tmp_path / "bare.md").write_text("# A\n\ntext\n\n# B\n")
+    (tmp_path / "bare.md").write_text("# A\n\ntext\n\n# B\n\nmore\n")
     assert [(e.id, e.parent_id) for e in FileLoader("bare.md", base_dir=tmp_path).load()] == [
         ("bare.md#1", None), ("bare.md#2", None)]
     assert install.source == "guide.md" and install.tier.name == "SEMANTIC"

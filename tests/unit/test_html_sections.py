@@ -75,7 +75,7 @@ def test_nested_headings_make_the_markdown_hierarchy(tmp_path: Path) -> None:
         ("1", "0", "Install", "Install"),
         ("2", "1", "Linux", "Install > Linux"),
         ("3", "2", "Debian", "Install > Linux > Debian"),
-        ("4", "1", "Windows", "Install > Windows"),  # a heading with no content is a section still
+        # "Windows" (a heading with no text and no subsection) heads nothing: no entry
         ("5", "1", "macOS", "Install > macOS"),
         ("6", "0", "Use it", "Use it"),
     ]
@@ -83,7 +83,7 @@ def test_nested_headings_make_the_markdown_hierarchy(tmp_path: Path) -> None:
     assert _outline(html) == _outline(_load(tmp_path, "guide.md"))
     assert html["guide.html#0"].content == "Read this first."
     assert html["guide.html#2"].content == "Linux\n\nUse apt."
-    assert html["guide.html#4"].content == "Windows"
+    assert "guide.html#4" not in html
     assert html["guide.html#5"].content == "macOS\n\nbrew\n\nport"
     assert html["guide.html#6"].content == "Use it\n\nRun the command."
     assert html["guide.html#3"].metadata == {"path": "guide.html", "format": "html", "title": "The Guide",
@@ -142,3 +142,82 @@ def test_private_use_marker_characters_in_the_page_are_plain_text(tmp_path: Path
     entries = _load(tmp_path, "m.html")
     assert _outline(entries) == [("0", None, None, None), ("1", "0", "H", "H")]
     assert entries["m.html#0"].content == "a2bc"
+
+
+# How Sphinx renders a page: every heading, caption and API signature ends in a permalink.
+SPHINX = """<!doctype html><html><head><title>Guide &#8212; Demo 1.0 documentation</title></head>
+<body><div class="body" role="main">
+<section id="guide"><h1>Guide<a class="headerlink" href="#guide" title="Link to this heading">¶</a></h1>
+<p>Start here.</p>
+<section id="setup"><h2><span class="section-number">1. </span>Setup<a class="headerlink" href="#setup"
+ title="Link to this heading">¶</a></h2>
+<p>Install it.</p>
+<div class="literal-block-wrapper"><div class="code-block-caption"><span class="caption-text">conf.py</span>
+<a class="headerlink" href="#id1" title="Link to this code">¶</a></div><pre>x = 1</pre></div>
+<dl class="py function"><dt class="sig" id="demo.run"><span class="sig-name">run</span>()
+<a class="headerlink" href="#demo.run" title="Link to this definition">¶</a></dt><dd><p>Runs.</p></dd></dl>
+<h2>Bare<a href="#bare">¶</a></h2><p>A pilcrow link without the class, and a <a href="#setup">real link</a>.</p>
+</section></section></div></body></html>
+"""
+
+
+def test_sphinx_permalinks_are_not_text(tmp_path: Path) -> None:
+    (tmp_path / "guide.html").write_text(SPHINX, encoding="utf-8")
+    entries = _load(tmp_path, "guide.html")
+    assert [e.metadata.get("section") for e in entries.values()] == ["Guide", "1. Setup", "Bare"]
+    assert entries["guide.html#2"].metadata["headingPath"] == "Guide > 1. Setup"
+    text = "\n".join(e.content for e in entries.values())
+    assert "¶" not in text
+    assert entries["guide.html#2"].content.startswith("1. Setup\n\nInstall it.")
+    assert "conf.py" in text and "run()" in text and "real link" in text  # only the permalinks go
+
+
+# Headings without text of their own (Sphinx's "Contents" over numbered chapters, a chapter
+# heading right above its first subsection), in Markdown and in HTML.
+NESTED_MD = """# Manual
+
+## Part one
+
+### Chapter A
+
+Text of A.
+
+### Chapter B
+
+Text of B.
+
+## Empty leaf
+
+## Part two
+
+Text of two.
+"""
+NESTED_HTML = ("<html><body><h1>Manual</h1><h2>Part one</h2><h3>Chapter A</h3><p>Text of A.</p>"
+               "<h3>Chapter B</h3><p>Text of B.</p><h2>Empty leaf</h2><h2>Part two</h2><p>Text of two.</p>"
+               "</body></html>")
+
+
+def test_headings_without_text_are_folded_into_their_first_subsection(tmp_path: Path) -> None:
+    (tmp_path / "m.md").write_text(NESTED_MD, encoding="utf-8")
+    (tmp_path / "m.html").write_text(NESTED_HTML, encoding="utf-8")
+    md, html = _load(tmp_path, "m.md"), _load(tmp_path, "m.html")
+    expected = [("3", None, "Chapter A", "Manual > Part one > Chapter A"),
+                ("4", None, "Chapter B", "Manual > Part one > Chapter B"),
+                ("6", None, "Part two", "Manual > Part two")]
+    assert _outline(md) == _outline(html) == expected
+    # The text-less headings lead the first subsection's text, in reading order.
+    assert md["m.md#3"].content == "# Manual\n\n## Part one\n\n### Chapter A\n\nText of A."
+    assert html["m.html#3"].content == "Manual\n\nPart one\n\nChapter A\n\nText of A."
+    assert html["m.html#4"].content == "Chapter B\n\nText of B."
+    for entries in (md, html):  # every parent is an entry of the file
+        assert all(e.parent_id is None or e.parent_id in entries for e in entries.values())
+        assert not any(e.content.strip() in ("Empty leaf", "## Empty leaf") for e in entries.values())
+
+
+def test_a_text_less_heading_over_text_sections_parents_them_from_its_own_parent(tmp_path: Path) -> None:
+    (tmp_path / "p.md").write_text("# Guide\n\nIntro.\n\n## Setup\n\n### Linux\n\napt.\n\n### Mac\n\nbrew.\n",
+                                   encoding="utf-8")
+    entries = _load(tmp_path, "p.md")
+    assert _outline(entries) == [("1", None, "Guide", "Guide"), ("3", "1", "Linux", "Guide > Setup > Linux"),
+                                 ("4", "1", "Mac", "Guide > Setup > Mac")]
+    assert entries["p.md#3"].content == "## Setup\n\n### Linux\n\napt."

@@ -78,6 +78,17 @@ def test_file_formats_by_name() -> None:
         "markdown", "text", "html", "pdf", "code", "text", "text", "text", "jsonl", None, "text"]
 
 
+def test_perl_logs_and_readme_suffixes_are_known() -> None:
+    # Names met in /usr/share/doc/git and friends: Perl scripts spelled out, README-style
+    # suffixes, build and test logs.
+    assert [file_format(n) for n in ["fetch.perl", "git-p4.README", "README.Debian", "x.LICENSE.gz", "build.log",
+                                     "sshd.conf", "perlpod.pod", "a.awk", "photo.jpeg", "lib.so"]] == [
+        "code", "text", "text", "text", "text", "text", "text", "code", None, None]
+    from tnsrag_db.loaders.formats import _language
+
+    assert _language("fetch.perl") == "perl" and _language("a.awk") == "awk"
+
+
 def test_large_markdown_section_becomes_child_chunks(tmp_path: Path) -> None:
     body = "\n\n".join(f"Paragraph {i} " + "word " * 30 for i in range(12))
     (tmp_path / "big.md").write_text(f"# Top\n\nIntro.\n\n## Big\n\n{body}\n\n## Small\n\nTiny.\n")
@@ -202,3 +213,66 @@ def test_file_entries_carry_the_file_modification_time(tmp_path: Path) -> None:
     for bad in ("ctime", datetime(2024, 1, 1), 5):
         with pytest.raises(ConfigurationError, match="timestamp"):
             FileLoader(old, timestamp=bad)  # type: ignore[arg-type]
+
+
+def test_cache_directories_are_summarised_not_listed(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    for cache in ("pkg/__pycache__", "pkg/sub/__pycache__", "web/node_modules/left-pad"):
+        (root / cache).mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (root / "web" / "app.js").write_text("console.log(1)\n")
+    for n in range(3):
+        (root / "pkg" / "__pycache__" / f"m{n}.cpython-311.pyc").write_bytes(b"\x00\x01pyc")
+    (root / "pkg" / "sub" / "__pycache__" / "s.cpython-311.pyc").write_bytes(b"\x00pyc")
+    (root / "web" / "node_modules" / "left-pad" / "README.md").write_text("# left-pad\n\npads\n")
+    (root / "web" / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
+    loader = FileLoader(root, relative_to="pattern")
+    entries = list(loader.load())
+    assert sorted({e.metadata["path"] for e in entries}) == ["pkg/mod.py", "web/app.js"]
+    assert loader.skipped == [
+        SkippedFile(str(root), "6 files in 3 cache directories (__pycache__, node_modules)", files=6)]
+    # A glob's walked folders are summarised the same way, one record per pattern.
+    globbed = FileLoader(str(root / "pk*"), relative_to="pattern")
+    list(globbed.load())
+    assert globbed.skipped == [SkippedFile(str(root), "4 files in 2 cache directories (__pycache__)", files=4)]
+
+
+def test_a_symlinked_file_is_named_by_its_own_place(tmp_path: Path) -> None:
+    # /usr/share/doc/python3/_static/jquery.js -> /usr/share/javascript/jquery/jquery.js, with the
+    # root reached through a symlinked directory as well.
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "lib.txt").write_text("shared library notes\n")
+    real = tmp_path / "real" / "pkg"
+    (real / "static").mkdir(parents=True)
+    (real / "static" / "lib.txt").symlink_to(tmp_path / "shared" / "lib.txt")
+    (real / "own.txt").write_text("own text\n")
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    for pattern, mode, prefix, expected in [
+            (real, "pattern", "", {"own.txt", "static/lib.txt"}),
+            (tmp_path / "alias" / "pkg", "pattern", "kb", {"kb/own.txt", "kb/static/lib.txt"}),
+            # below base_dir, directories are resolved as before (ids of regular files unchanged)
+            ("alias/pkg", "base", "kb", {"kb/real/pkg/own.txt", "kb/real/pkg/static/lib.txt"}),
+            ("real/pkg/static/lib.txt", "base", "", {"real/pkg/static/lib.txt"})]:
+        loader = FileLoader(pattern, base_dir=tmp_path, relative_to=mode, id_prefix=prefix)  # type: ignore[arg-type]
+        got = {e.id.split("#")[0] for e in loader.load()}
+        assert got == expected, (pattern, mode, got)
+        assert not any("//" in i for i in got)
+
+
+def test_a_symlink_to_a_file_also_read_directly_is_the_skipped_one(tmp_path: Path) -> None:
+    # /usr/share/doc/perl: Changes.gz -> changelog.gz ("C" sorts first); libgtk2.0-bin/AUTHORS
+    # -> ../libgtk2.0-common/AUTHORS across two roots.
+    perl = tmp_path / "perl"
+    perl.mkdir()
+    (perl / "changelog").write_text("the changes\n")
+    (perl / "Changes").symlink_to("changelog")
+    loader = FileLoader(perl, relative_to="pattern")
+    assert [e.id for e in loader.load()] == ["changelog#0"]
+    assert loader.skipped == [SkippedFile(f"{perl}/Changes", f"same file as {perl}/changelog")]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "AUTHORS").write_text("the authors\n")
+    (tmp_path / "bin" / "AUTHORS").symlink_to("../common/AUTHORS")
+    both = FileLoader("bin", "common", base_dir=tmp_path)
+    assert [e.id for e in both.load()] == ["common/AUTHORS#0"]
+    assert both.skipped == [SkippedFile("bin/AUTHORS", "same file as common/AUTHORS")]

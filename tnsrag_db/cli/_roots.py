@@ -105,7 +105,7 @@ class Reading:
     JSONL edges and vectors, the number of files read, and the root of each entry id."""
 
     entries: list[MemoryEntry]
-    skipped: list[dict[str, str]]
+    skipped: list[dict[str, Any]]
     edges: list[Any]
     vectors: dict[Any, dict[str, Any]]
     files_read: int
@@ -151,7 +151,7 @@ def read_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any],
             reading.entries.append(entry)
         done_before += total_here
         known_before += total_here
-        reading.skipped += [{"path": s.path, "reason": s.reason} for s in loader.skipped]
+        reading.skipped += [{"path": s.path, "reason": s.reason, "files": s.files} for s in loader.skipped]
         reading.edges += list(loader.edges)
         for space, vectors in loader.vectors.items():
             reading.vectors.setdefault(space, {}).update(vectors)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -241,6 +241,38 @@ def drop(url: str | None, schema: str, corpus: str, yes: bool, as_json: bool) ->
          f"dropped corpus {corpus!r}: {s.entries} entries, {s.edges} edges")
 
 
+_TEMP_MARK = ".tnsrag-export-"
+
+
+def _export_temp(output: Path, pid: int) -> Path:
+    """The file an export to ``output`` is written to before it is renamed over it:
+    ``<output>.tnsrag-export-<pid>.tmp``, beside it (the rename stays on one file system)."""
+    return output.with_name(f"{output.name}{_TEMP_MARK}{pid}.tmp")
+
+
+def _remove_stale_temps(output: Path) -> None:
+    """Remove the temporary files of earlier exports to ``output`` whose process is gone
+    (killed before it could clean up); those of a running export are left alone."""
+    folder = output.parent if str(output.parent) else Path(".")
+    for temp in folder.glob(f"{glob_escape(output.name)}{_TEMP_MARK}*.tmp"):
+        pid = temp.name[len(output.name) + len(_TEMP_MARK):-len(".tmp")]
+        if pid.isdigit() and not _running(int(pid)):
+            temp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (this process counts as running)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 @click.command()
 @db_options
 @corpus_option
@@ -257,8 +289,10 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
     `tnsrag ingest FILE.jsonl --corpus C` restores it exactly. Without --vectors the
     restore embeds every text again (with a real model, most of its time); with it the
     exported vectors are written as they are, into spaces of the same providers.
-    The file is written whole or not at all; the summary goes to stderr when the
-    export itself goes to stdout.
+    The file is written whole or not at all: first to OUTPUT.tnsrag-export-PID.tmp
+    beside it, then renamed; such a file left by a killed export is removed by the next
+    export to the same OUTPUT. The summary goes to stderr when the export itself goes
+    to stdout.
 
     Example: tnsrag export --corpus docs --vectors -o docs.jsonl && tnsrag ingest docs.jsonl --corpus docs-copy
     """
@@ -269,9 +303,12 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
             counts = export_corpus(store, sys.stdout, vectors=vectors)
             to_stderr = True
         else:
-            # A temporary file beside the target, renamed over it once complete.
+            # A temporary file beside the target, renamed over it once complete; named for
+            # what it is, and the ones a killed export left for this target are removed first.
+            tmp = str(_export_temp(output, os.getpid()))
             try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent or Path("."))
+                _remove_stale_temps(output)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             except OSError as exc:
                 raise click.FileError(str(output), hint=exc.strerror or str(exc)) from None
             try:

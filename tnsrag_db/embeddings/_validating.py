@@ -91,6 +91,11 @@ class ValidatingEmbedding:
         """The largest number of values accepted in one vector."""
         return self._max_dimension
 
+    @property
+    def provider(self) -> Any:
+        """The wrapped embedding function."""
+        return self._fn
+
     def __repr__(self) -> str:
         return f"ValidatingEmbedding(name={self._name!r}, dimension={self._dimension!r})"
 

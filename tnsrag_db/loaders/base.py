@@ -19,10 +19,16 @@ MAX_JSONL_BYTES = 1024 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class SkippedFile:
-    """A file a :class:`FileLoader` did not read: its path (as found from the pattern) and why."""
+    """A file a :class:`FileLoader` did not read: its path (as found from the pattern) and why.
+
+    ``files`` is how many files the record stands for: 1, except for the one record of a
+    root's cache directories (``__pycache__``, ``node_modules``), which are not entered:
+    its ``path`` is the root and its ``reason`` says how many files in how many of them.
+    """
 
     path: str
     reason: str
+    files: int = 1
 
 
 class _Skip(Exception):

@@ -10,7 +10,9 @@ __all__ = ["file_format"]
 _FORMATS = {".md": "markdown", ".markdown": "markdown", ".mdown": "markdown", ".mkd": "markdown",
             ".txt": "text", ".text": "text", ".rst": "text", ".rest": "text", ".adoc": "text",
             ".asciidoc": "text", ".org": "text", ".jsonl": "jsonl", ".ndjson": "jsonl",
-            ".html": "html", ".htm": "html", ".xhtml": "html", ".pdf": "pdf"}
+            ".html": "html", ".htm": "html", ".xhtml": "html", ".pdf": "pdf",
+            # logs, configuration and Perl/Texinfo documentation are read as they are written
+            ".log": "text", ".conf": "text", ".pod": "text", ".texi": "text", ".texinfo": "text"}
 #: Source code suffixes and the ``language`` metadata they get.
 _LANGUAGES = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
@@ -18,7 +20,7 @@ _LANGUAGES = {
     ".kts": "kotlin", ".scala": "scala", ".groovy": "groovy", ".go": "go", ".rs": "rust", ".c": "c", ".h": "c",
     ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".hxx": "cpp", ".cs": "csharp",
     ".fs": "fsharp", ".swift": "swift", ".m": "objective-c", ".mm": "objective-c", ".rb": "ruby",
-    ".php": "php", ".pl": "perl", ".pm": "perl", ".lua": "lua", ".r": "r", ".jl": "julia", ".hs": "haskell",
+    ".php": "php", ".pl": "perl", ".pm": "perl", ".perl": "perl", ".awk": "awk", ".lua": "lua", ".r": "r", ".jl": "julia", ".hs": "haskell",
     ".ml": "ocaml", ".mli": "ocaml", ".ex": "elixir", ".exs": "elixir", ".erl": "erlang", ".clj": "clojure",
     ".el": "emacs-lisp", ".lisp": "lisp", ".scm": "scheme", ".dart": "dart", ".zig": "zig", ".nim": "nim",
     ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".fish": "shell", ".ps1": "powershell",
@@ -26,7 +28,8 @@ _LANGUAGES = {
     ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".ini": "ini", ".cfg": "ini", ".json": "json",
     ".xml": "xml", ".proto": "protobuf", ".tf": "terraform", ".cmake": "cmake", ".mk": "make",
 }
-#: Files named like this (before the first dot, any case) are plain text whatever their suffix.
+#: Files named like this (before the first dot, any case: ``README.Debian``) are plain text
+#: whatever their suffix, and so are files with one of them as their suffix (``git-p4.README``).
 _TEXT_NAMES = {"readme", "changelog", "changes", "news", "history", "copying", "copyright", "license",
                "licence", "authors", "contributors", "credits", "thanks", "todo", "install", "notice",
                "bugs", "faq", "hacking", "contributing", "makefile", "dockerfile"}
@@ -35,7 +38,8 @@ _TEXT_NAMES = {"readme", "changelog", "changes", "news", "history", "copying", "
 def file_format(name: str) -> str | None:
     """The format :class:`FileLoader` reads a file named ``name`` as (``markdown``, ``text``,
     ``jsonl``, ``html``, ``pdf``, ``code``), or None for an unknown type. ``x.gz`` is read
-    as ``x``."""
+    as ``x``; ``README``-style names are text whether the name is the stem (``README.Debian``)
+    or the suffix (``git-p4.README``)."""
     lower = name.lower()
     if lower.endswith(".gz"):
         lower = lower[:-3]
@@ -47,7 +51,7 @@ def file_format(name: str) -> str | None:
         return _FORMATS[ext]
     if ext in _LANGUAGES:
         return "code"
-    if lower.split(".", 1)[0] in _TEXT_NAMES:
+    if lower.split(".", 1)[0] in _TEXT_NAMES or suffix in _TEXT_NAMES:
         return "text"
     return None
 

@@ -8,13 +8,18 @@ import re
 from collections.abc import Iterator
 
 from tnsrag_db.chunking import Chunker
-from tnsrag_db.loaders.text import Section, _sections, _text
+from tnsrag_db.loaders.text import Section, _has_body, _sections, _text
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
 _HTML_DROP = ["script", "style", "noscript", "template", "svg", "iframe", "nav", "footer", "object", "canvas"]
 _HTML_BLOCKS = ("p, div, li, dt, dd, tr, br, pre, blockquote, section, article, header, footer, aside, "
                 "table, ul, ol, dl, h1, h2, h3, h4, h5, h6, hr, figure, figcaption, address, main, form")
 _HEADINGS = "h1, h2, h3, h4, h5, h6"
+# Permalink anchors: Sphinx and MkDocs put <a class="headerlink" href="#x">¶</a> after every
+# heading, caption and API signature; other generators a bare pilcrow link. They are page
+# furniture, not text: left in, every section name and text would end in "¶".
+_PERMALINKS = "a.headerlink, a[href^='#']"
+_PILCROWS = {"¶", ""}
 # Headings are marked in the extracted text with a private-use character (removed from the
 # page first, so none of the page's own can pose as one): MARK level MARK heading text MARK.
 _MARK = "\ue000"
@@ -34,6 +39,9 @@ def _html(rel: str, text: str, chunker: Chunker, tier: MemoryTier) -> Iterator[M
     title_node = tree.css_first("title")
     title = " ".join(title_node.text().split()) if title_node is not None else ""
     tree.strip_tags(_HTML_DROP)
+    for link in tree.css(_PERMALINKS):
+        if "headerlink" in (link.attributes.get("class") or "").split() or link.text().strip() in _PILCROWS:
+            link.decompose()
     root = (tree.css_first("main") or tree.css_first("article") or tree.css_first("[role=main]")
             or tree.body or tree.root)
     if root is None:
@@ -55,7 +63,7 @@ def _html(rel: str, text: str, chunker: Chunker, tier: MemoryTier) -> Iterator[M
             continue
         sections.append(Section(level, heading, "\n\n".join([heading, *body])))
     extra = {"title": title} if title else None
-    if sum(1 for s in sections if s.content) > 1:
+    if sum(1 for s in sections if _has_body(s)) > 1:
         yield from _sections(rel, sections, chunker, tier, "html", extra)
-    else:  # one section (no heading, or nothing before the only one): its text in chunks
+    else:  # one section of text (no heading, or headings over a single text): its text in chunks
         yield from _text(rel, "\n\n".join(s.content for s in sections if s.content), chunker, tier, "html", extra)

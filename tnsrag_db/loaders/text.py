@@ -8,7 +8,7 @@ entries, the same way for every format.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from tnsrag_db.chunking import Chunker
@@ -48,22 +48,46 @@ def _markdown_sections(text: str) -> list[Section]:
     return [Section(level, title, "\n".join(lines).strip()) for level, title, lines in sections]
 
 
-def _sections(rel: str, sections: Iterable[Section], chunker: Chunker, tier: MemoryTier, fmt: str,
+def _has_body(section: Section) -> bool:
+    """Whether ``section`` holds text besides its heading (its first line, for a heading)."""
+    if section.level == 0:
+        return bool(section.content)
+    return bool(section.content.partition("\n")[2].strip())
+
+
+def _sections(rel: str, sections: Sequence[Section], chunker: Chunker, tier: MemoryTier, fmt: str,
               extra: dict[str, str] | None = None) -> Iterator[MemoryEntry]:
     """One entry per section (id ``rel#n``, ``n`` its position, section 0 the text before the
     first heading, skipped when empty), whose parent is the enclosing section (the nearest
     earlier one of a lower level); metadata ``section`` and ``headingPath`` (``A > B``). A
     section larger than a chunk keeps its first chunk and gets the rest as child entries
-    ``rel#n.1``, ... (metadata ``part``)."""
-    stack: list[tuple[int, str, str]] = []  # (level, id, title) of the open sections
-    for index, (level, title, content) in enumerate(sections):
+    ``rel#n.1``, ... (metadata ``part``).
+
+    A heading with no text of its own is no entry: when subsections follow it, its heading
+    goes in front of the first one's text (so it stays searchable, in reading order) and
+    its subsections are children of its own parent (every ``parent_id`` names an entry
+    that exists; the heading still appears in their ``headingPath``); a heading with
+    neither text nor subsections heads nothing and is left out."""
+    stack: list[tuple[int, str | None, str]] = []  # (level, id children take as parent, title)
+    waiting: list[tuple[int, str]] = []  # (level, heading) of text-less headings not yet folded in
+    for index, section in enumerate(sections):
+        level, title, content = section
         if index == 0 and not content:
             continue
         while stack and stack[-1][0] >= level:
             stack.pop()
-        entry_id = f"{rel}#{index}"
+        waiting = [(lvl, heading) for lvl, heading in waiting if lvl < level]
         parent = stack[-1][1] if stack else None
         path_titles = [t for _, _, t in stack if t] + ([title] if title else [])
+        if index > 0 and not _has_body(section):
+            if index + 1 < len(sections) and sections[index + 1].level > level:
+                waiting.append((level, content))
+                stack.append((level, parent, title))
+            continue
+        entry_id = f"{rel}#{index}"
+        if waiting:
+            content = "\n\n".join([*(heading for _, heading in waiting), content])
+            waiting = []
         metadata = {"path": rel, "format": fmt, **(extra or {})}
         if title:
             metadata["section"] = title

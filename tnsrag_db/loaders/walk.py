@@ -1,6 +1,6 @@
 """From patterns to files: globs (the directories a glob names are walked), directory walks
-(hidden files and symlinked directories skipped), duplicates removed, and each file's id
-path relative to its anchor."""
+(hidden files, symlinked directories and cache directories skipped), duplicates removed,
+and each file's id path relative to its anchor."""
 
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ from tnsrag_db.loaders.base import SkippedFile
 from tnsrag_db.loaders.formats import _suffix
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
+#: Directories a walk does not enter: generated caches and installed dependencies, never
+#: the tree's own text (``__pycache__`` holds only compiled ``.pyc``; ``node_modules`` the
+#: sources and docs of every npm dependency). Hidden caches (``.mypy_cache``, ``.tox``,
+#: ``.venv``) are skipped as hidden directories already. All of a root's are summarised
+#: in one :class:`SkippedFile` (see :func:`_cache_summary`), not listed file by file.
+CACHE_DIRS = frozenset({"__pycache__", "node_modules"})
+_CACHE = "cache directory"
+# What `tnsrag export -o F` writes to before renaming it to F (left behind when killed).
+_EXPORT_TEMP = re.compile(r"\.tnsrag-export-\d+\.tmp$")  # the reason _walk gives them, summarised by _scan
 
 
 def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["base", "pattern"],
@@ -25,9 +34,10 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
     base = (base_dir if base_dir is not None else Path.cwd()).resolve()
     found: list[tuple[Path, str, bool, str]] = []
     skipped: list[SkippedFile] = []
-    seen: dict[Path, str] = {}
+    candidates: list[tuple[Path, Path, bool, str]] = []  # (file, root, explicit, shown_root)
     for pattern in patterns:
         walk_skips = len(skipped)
+        caches: list[Path] = []
         full = pattern if os.path.isabs(pattern) else str(base / pattern)
         matches: list[tuple[Path, Path, bool]] = []  # (file, root, explicit)
         shown_root = pattern  # what stands for the root in messages
@@ -45,6 +55,8 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
                 for path, reason in _walk(folder):
                     if reason is None:
                         matches.append((path, root, False))
+                    elif reason == _CACHE:
+                        caches.append(path)
                     else:
                         skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
         elif os.path.isdir(full):
@@ -52,30 +64,61 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
             for path, reason in _walk(root):
                 if reason is None:
                     matches.append((path, root, False))
+                elif reason == _CACHE:
+                    caches.append(path)
                 else:
                     skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
         elif os.path.isfile(full):
             matches = [(Path(full), Path(full), True)]
+        if caches:
+            skipped.append(_cache_summary(shown_root, caches))
         if not matches and len(skipped) == walk_skips:
             raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
-        for path, root, explicit in matches:
-            resolved = path.resolve()
-            shown = _shown(shown_root, root, path)
-            if resolved in seen:
-                skipped.append(SkippedFile(shown, f"same file as {seen[resolved]}"))
-                continue
-            seen[resolved] = shown
-            anchor = base if relative_to == "base" else (
-                root.parent if root == path else root).resolve()
-            try:
-                rel = resolved.relative_to(anchor).as_posix()
-            except ValueError:
-                try:  # a symlink pointing out of the root: named by its own place
-                    rel = path.absolute().relative_to(anchor.absolute()).as_posix()
-                except ValueError:
-                    rel = resolved.as_posix()
-            found.append((path, prefix + rel, explicit, shown))
+        candidates += [(path, root, explicit, shown_root) for path, root, explicit in matches]
+    # Each file once. A symlink to a file that is also reached directly (under any pattern)
+    # is the duplicate; else the first path reaching a file keeps it.
+    real = {path.resolve(): _shown(shown_root, root, path)
+            for path, root, _, shown_root in reversed(candidates) if not path.is_symlink()}
+    seen: dict[Path, str] = {}
+    for path, root, explicit, shown_root in candidates:
+        resolved = path.resolve()
+        shown = _shown(shown_root, root, path)
+        kept = seen.get(resolved) or (real.get(resolved) if path.is_symlink() else None)
+        if kept is not None:
+            skipped.append(SkippedFile(shown, f"same file as {kept}"))
+            continue
+        seen[resolved] = shown
+        anchor = base if relative_to == "base" else (root.parent if root == path else root)
+        found.append((path, _joined(prefix, _rel(path, anchor)), explicit, shown))
     return found, skipped
+
+
+def _rel(path: Path, anchor: Path) -> str:
+    """The id path of ``path`` below ``anchor``: its own place (a symlink is named by where
+    the link is, not by its target), with the directories on the way resolved on both
+    sides; the absolute path when it is not below ``anchor``."""
+    own = Path(os.path.realpath(path.parent)) / path.name
+    for candidate, top in ((own, Path(os.path.realpath(anchor))), (Path(os.path.abspath(path)),
+                                                                    Path(os.path.abspath(anchor)))):
+        try:
+            return candidate.relative_to(top).as_posix()
+        except ValueError:
+            continue
+    return own.as_posix()
+
+
+def _joined(prefix: str, rel: str) -> str:
+    """``prefix`` (``""`` or ending in ``/``) in front of ``rel``, with one ``/`` between."""
+    return prefix + rel.lstrip("/") if prefix else rel
+
+
+def _cache_summary(shown_root: str, caches: list[Path]) -> SkippedFile:
+    """One record for every cache directory a pattern's walk met: the files they hold (in
+    ``files``) and which names they had, e.g. ``666 files in 45 cache directories (__pycache__)``."""
+    files = sum(len(names) for folder in caches for _, _, names in os.walk(folder))
+    kinds = ", ".join(sorted({folder.name for folder in caches}))
+    return SkippedFile(shown_root, f"{files} file{'' if files == 1 else 's'} in {len(caches)} cache "
+                                   f"director{'y' if len(caches) == 1 else 'ies'} ({kinds})", files=files)
 
 
 def _walked_dirs(matched: list[str], files: list[Path]) -> list[Path]:
@@ -109,7 +152,8 @@ def _glob_root(pattern: str) -> str:
 def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
     """Files under ``root`` in path order with None, or a path and why it is skipped
     (hidden files and directories, symlinked directories: named once, not entered;
-    directories that cannot be listed)."""
+    cache directories (:data:`CACHE_DIRS`, reason ``_CACHE``): not entered; directories
+    that cannot be listed)."""
     errors: list[OSError] = []
     for current, dirs, files in os.walk(root, onerror=errors.append):
         while errors:
@@ -120,6 +164,8 @@ def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
         for name in sorted(dirs):
             if name.startswith("."):
                 yield here / name, "hidden directory"
+            elif name in CACHE_DIRS and not os.path.islink(here / name):
+                yield here / name, _CACHE
             elif os.path.islink(here / name):
                 yield here / name, "symlinked directory (not followed)"
             else:
@@ -153,4 +199,6 @@ def _unknown_reason(path: Path) -> str:
             head = handle.read(8192)
     except OSError:
         head = b""
+    if _EXPORT_TEMP.search(path.name):
+        return "unfinished tnsrag export (the export was killed; the next export to its target removes it)"
     return "binary" if b"\x00" in head else f"unknown file type {_suffix(path.name)!r}"

@@ -182,11 +182,25 @@ class VectorWrites(VectorCore):
         todo = self._needing_vectors(batch)
         done = len(batch) - len(todo)
         if todo:
-            matrix = self._embed([e.content for e in todo], batch_size, progress, done)
+            matrix = self._embed_entries(todo, batch_size, progress, done)
             return {e.id: matrix[i] for i, e in enumerate(todo)}
         if progress is not None:
             progress(len(batch))
         return {}
+
+    def _embed_entries(self, entries: Sequence[MemoryEntry], batch_size: int,
+                       progress: Callable[[int], None] | None = None, done: int = 0) -> npt.NDArray[np.float32]:
+        """The vectors of ``entries``, row i for entry i: from the provider's
+        ``embed_entries(entries)`` when it has one (a provider whose vectors belong to entry
+        ids, such as a restore's exported vectors), validated as precomputed rows; else the
+        embedding of their texts."""
+        by_entry = getattr(self._embedding.provider, "embed_entries", None)
+        if by_entry is None:
+            return self._embed([e.content for e in entries], batch_size, progress, done)
+        matrix = self._validate_rows(by_entry(entries), len(entries))
+        if progress is not None:
+            progress(done + len(entries))
+        return matrix
 
     def _write_batch(self, batch: ValidatedBatch, vectors: dict[str, npt.NDArray[np.float32]],
                      batch_size: int, *, check: Callable[[Connection], None] | None = None,
@@ -215,7 +229,7 @@ class VectorWrites(VectorCore):
         if missing:
             # A concurrent writer changed these texts after our pre-read: embed them now.
             with embed_lock if embed_lock is not None else contextlib.nullcontext():
-                extra = self._embed([by_id[i].content for i in missing], batch_size)
+                extra = self._embed_entries([by_id[i] for i in missing], batch_size)
             vectors.update({i: extra[n] for n, i in enumerate(missing)})
         if lacking:
             copy_vectors(conn, self._store.corpus, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]),
