@@ -334,3 +334,22 @@ def test_names_in_either_unicode_form_are_one_name(store: Store) -> None:
     corpus_nfc = unicodedata.normalize("NFC", store.corpus + "-é")
     assert store.with_corpus(unicodedata.normalize("NFD", corpus_nfc)).corpus == corpus_nfc
     assert store.delete(nfc) and store.get(nfd) is None
+
+
+def test_a_closed_store_refuses_reads_and_writes(db_url: object) -> None:
+    from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.store.store import connect
+
+    with connect(db_url, corpus="closed-store") as store:  # type: ignore[arg-type]
+        store.add(MemoryEntry("a", "alpha"))
+        assert not store.closed
+    # Before: the store kept working after close() and after its with block.
+    assert store.closed
+    for call in (lambda: store.get("a"), lambda: store.add(MemoryEntry("b", "beta")), lambda: store.count(),
+                 lambda: BM25Index(store).search("alpha", 3), lambda: store.delete("a")):
+        with pytest.raises(ConfigurationError, match="closed"):
+            call()
+    store.close()  # idempotent
+    with connect(db_url, corpus="closed-store") as again:  # type: ignore[arg-type]
+        assert again.get("a") is not None
+        again.drop_corpus()

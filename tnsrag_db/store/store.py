@@ -103,8 +103,21 @@ class Store:
     # -- properties -----------------------------------------------------------------
     @property
     def session(self) -> Session:
-        """Connections, transactions, locks, timeouts and the read path of this store."""
+        """Connections, transactions, locks, timeouts and the read path of this store.
+
+        Raises :class:`ConfigurationError` once the store is closed (every read and write
+        of the store and of the indexes over it goes through here)."""
+        self._check_open()
         return self._session
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigurationError(f"this Store (corpus {self._corpus!r}) is closed; open another with connect()")
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (the store then refuses every read and write)."""
+        return self._closed
 
     @property
     def writer(self) -> Writer:
@@ -112,6 +125,7 @@ class Store:
         plumbing under :meth:`write`, for code that writes inside a transaction of its own
         (``writer.transaction(work)``, ``writer.write_in(conn, batch)``) and the statistics
         refresh after bulk writes (``writer.refresh_statistics``)."""
+        self._check_open()
         return self._writer
 
     @property
@@ -218,11 +232,11 @@ class Store:
     # -- the read path (store.session has the rest of the plumbing) ---------------------
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run one read-only statement and return its rows (see :meth:`Session.read`)."""
-        return self._session.read(sql, params)
+        return self.session.read(sql, params)
 
     def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
         """Drive a read plan on one connection (see :meth:`Session.run`)."""
-        return self._session.run(plan, snapshot=snapshot)
+        return self.session.run(plan, snapshot=snapshot)
 
     # -- writes -----------------------------------------------------------------------
     def add(self, entry: MemoryEntry) -> IngestCounts:
@@ -237,7 +251,7 @@ class Store:
         :class:`InvalidEntryError` naming it, and nothing is written. ``progress`` is
         called with the number of entries staged so far.
         """
-        return self._writer.write(entries, progress=progress).counts
+        return self.writer.write(entries, progress=progress).counts
 
     def write(self, entries: Iterable[MemoryEntry], *, extensions: Sequence[WriteExtension] = (),
               progress: Callable[[int], None] | None = None) -> WriteReport:
@@ -248,26 +262,26 @@ class Store:
         the result after them (vectors, edges, the hierarchy); any error rolls back all of
         it. Returns the entries' :class:`WriteReport` (extensions keep their own results).
         """
-        return self._writer.write(entries, extensions=extensions, progress=progress)
+        return self.writer.write(entries, extensions=extensions, progress=progress)
 
     # -- reads ------------------------------------------------------------------------
     def get(self, entry_id: str) -> MemoryEntry | None:
         """The entry with ``entry_id``, or None."""
         [entry_id] = check_ids([entry_id])
-        return self._session.run(get_plan(self._corpus, entry_id))
+        return self.session.run(get_plan(self._corpus, entry_id))
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
         """The entries with these ids that exist, by id."""
-        return self._session.run(get_many_plan(self._corpus, check_ids(entry_ids)))
+        return self.session.run(get_many_plan(self._corpus, check_ids(entry_ids)))
 
     def content_hashes(self, entry_ids: Sequence[str]) -> dict[str, bytes]:
         """The stored change hash of each existing entry among ``entry_ids`` (equal to
         :func:`content_hash` of an identical entry), by id: what a write would skip."""
-        return self._session.run(content_hashes_plan(self._corpus, entry_ids))
+        return self.session.run(content_hashes_plan(self._corpus, entry_ids))
 
     def count(self, filters: Mapping[str, str] | None = None) -> int:
         """Number of entries in the corpus matching ``filters`` (exact-match, as in retrieval)."""
-        return self._session.run(count_plan(self._corpus, filters))
+        return self.session.run(count_plan(self._corpus, filters))
 
     def iter_entries(self, *, batch_size: int = 1000) -> Iterator[MemoryEntry]:
         """Every entry of the corpus in id order, read in batches (keyset pagination).
@@ -276,7 +290,7 @@ class Store:
         """
         check_int(batch_size, "batch_size", minimum=1)
         last = ""
-        while page := self._session.run(entries_after_plan(self._corpus, last, batch_size)):
+        while page := self.session.run(entries_after_plan(self._corpus, last, batch_size)):
             yield from page
             last = page[-1].id
 
@@ -284,7 +298,7 @@ class Store:
     def delete(self, entry_id: str) -> bool:
         """Delete one entry with its postings, embeddings and edges. True when it existed."""
         [entry_id] = check_ids([entry_id])
-        return self._writer.delete("e.id = :id", {"id": entry_id}) == 1
+        return self.writer.delete("e.id = :id", {"id": entry_id}) == 1
 
     def delete_many(self, entry_ids: Sequence[str]) -> int:
         """Delete the entries with these ids (with their postings, embeddings and edges) in one
@@ -292,7 +306,7 @@ class Store:
         ids = list(dict.fromkeys(check_ids(entry_ids)))
         if not ids:
             return 0
-        return self._writer.delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
+        return self.writer.delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
 
     def delete_where(self, filters: Mapping[str, str]) -> int:
         """Delete every entry matching ``filters`` (exact-match, as in retrieval); returns how many.
@@ -302,11 +316,11 @@ class Store:
         predicate, params = filter_sql(filters)
         if not params:
             raise ConfigurationError("delete_where needs at least one filter; use clear() to empty the corpus")
-        return self._writer.delete(predicate, params)
+        return self.writer.delete(predicate, params)
 
     def clear(self) -> int:
         """Delete every entry of the corpus; returns how many."""
-        return self._writer.delete("TRUE", {})
+        return self.writer.delete("TRUE", {})
 
     def drop_corpus(self) -> None:
         """Delete the whole corpus: entries, postings, statistics, embeddings, spaces and edges.
@@ -318,7 +332,7 @@ class Store:
         key, to keep bulk writes fast): use this method.
         """
         def drop() -> None:
-            with self._session.transaction() as conn:
+            with self.session.transaction() as conn:
                 # Waits for every write and delete of the corpus in flight (see Corpus.lock);
                 # the postings are deleted after the wait, by a statement that sees what
                 # those writers committed.
