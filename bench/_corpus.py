@@ -11,6 +11,12 @@ Selectivities for filter benchmarks:
 * ``group=`` :data:`GROUP_1PCT` 1 %, :data:`GROUP_01PCT` 0.1 %, every other entry one
   of 89 ``r<nn>`` groups (≈ 1.1 % each).
 
+``generate_correlated_corpus(n)`` is a second, differently built data set for filtered
+search: isotropic Gaussian clusters (no shared topic direction, no low-dimensional
+subspace) whose tiers and ``group`` follow the clusters (most of a cluster's entries
+share one tier), so a filter selects regions of the space, not a random sample of it:
+a query from a 70 % cluster filtered to the 1 % tier has its matches in other clusters.
+
 Everything is a pure function of the seed: two runs build identical corpora.
 """
 
@@ -23,7 +29,7 @@ import numpy.typing as npt
 
 from tnsrag_db.types import MemoryEntry, MemoryTier
 
-__all__ = ["GROUP_01PCT", "GROUP_1PCT", "TIER_SHARES", "Corpus", "generate_corpus"]
+__all__ = ["GROUP_01PCT", "GROUP_1PCT", "TIER_SHARES", "Corpus", "generate_corpus", "generate_correlated_corpus"]
 
 #: Tier of each share of the corpus (fractions sum to 1).
 TIER_SHARES: tuple[tuple[MemoryTier, float], ...] = (
@@ -123,3 +129,70 @@ def generate_corpus(n: int, *, dim: int = 384, seed: int = 42, clusters: int = 1
         entries.append(MemoryEntry(f"{id_prefix}-{i:07d}", text, TIER_SHARES[tiers[i]][0], source=f"src{i % 50}",
                                    metadata={"group": group}))
     return Corpus(entries, emb, model, seed)
+
+
+@dataclass(frozen=True)
+class _Gaussian:
+    """Isotropic Gaussian clusters: ``centers`` plus per-coordinate noise ``radius / sqrt(dim)``."""
+
+    centers: npt.NDArray[np.float32]
+    radius: npt.NDArray[np.float32]
+
+    def sample(self, which: npt.NDArray[np.int64], rng: np.random.Generator) -> npt.NDArray[np.float32]:
+        dim = self.centers.shape[1]
+        x = self.centers[which] + rng.standard_normal((len(which), dim)).astype(np.float32) \
+            * (self.radius[which] / np.sqrt(dim))[:, None]
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        return x.astype(np.float32)
+
+
+@dataclass
+class CorrelatedCorpus:
+    """A corpus of :func:`generate_correlated_corpus`: entries, embeddings, each entry's cluster."""
+
+    entries: list[MemoryEntry]
+    embeddings: npt.NDArray[np.float32]
+    clusters: npt.NDArray[np.int64]
+    model: _Gaussian = field(repr=False)
+    seed: int
+
+    def query_vectors(self, m: int, *, seed: int | None = None) -> npt.NDArray[np.float32]:
+        """``m`` unit query vectors drawn like the corpus (``seed`` defaults to the corpus seed + 1)."""
+        rng = np.random.default_rng(self.seed + 1 if seed is None else seed)
+        return self.model.sample(rng.integers(0, self.model.centers.shape[0], size=m), rng)
+
+
+def generate_correlated_corpus(n: int, *, dim: int = 384, seed: int = 7, clusters: int = 50,
+                               radius: tuple[float, float] = (0.6, 1.2), mixing: float = 0.05,
+                               id_prefix: str = "cor") -> CorrelatedCorpus:
+    """Generate ``n`` entries in ``clusters`` isotropic Gaussian clusters of ``dim``-d unit
+    vectors (random unit centers; each cluster's noise has norm about a radius drawn from
+    ``radius``, so in-cluster cosines are about 1 / (1 + radius²)). Tiers follow the
+    clusters: the clusters are ranked at random and an entry's position in that ranking
+    (its cluster's rank plus a uniform offset) picks the tier at 70/20/9/1 %; a share
+    ``mixing`` of the entries takes a tier drawn independently instead. ``group`` is
+    :data:`GROUP_1PCT` for 1 % and :data:`GROUP_01PCT` for 0.1 % of the entries, placed
+    the same way along a second ranking of the clusters. Texts are short and carry the
+    cluster number, so keyword search has something to find.
+    """
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((clusters, dim)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    radii = rng.uniform(radius[0], radius[1], size=clusters).astype(np.float32)
+    model = _Gaussian(centers, radii)
+    which = rng.integers(0, clusters, size=n)
+    emb = model.sample(which, rng)
+    shares = np.cumsum([s for _, s in TIER_SHARES])
+    by_rank = rng.permutation(clusters)
+    position = (by_rank[which] + rng.random(n)) / clusters
+    tier_index = np.minimum(np.searchsorted(shares, position, side="right"), len(TIER_SHARES) - 1)
+    mixed = rng.random(n) < mixing
+    tier_index[mixed] = rng.choice(len(TIER_SHARES), size=int(mixed.sum()), p=[s for _, s in TIER_SHARES])
+    group_rank = rng.permutation(clusters)
+    g = (group_rank[which] + rng.random(n)) / clusters
+    entries = []
+    for i in range(n):
+        group = GROUP_01PCT if g[i] >= 0.999 else GROUP_1PCT if g[i] >= 0.989 else f"r{int(g[i] * 89):02d}"
+        entries.append(MemoryEntry(f"{id_prefix}-{i:07d}", f"Entry {i} of cluster c{which[i]}.",
+                                   TIER_SHARES[tier_index[i]][0], source=f"src{i % 50}", metadata={"group": group}))
+    return CorrelatedCorpus(entries, emb, which, model, seed)

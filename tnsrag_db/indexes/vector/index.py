@@ -25,10 +25,15 @@ one-time filters on InitPlans, so Hybrid can embed it as a CTE without a separat
 * filtered, index present: the statement first collects the matching entry ids, stopping
   at ``exact_threshold + 1`` (through the entries indexes). At most ``exact_threshold``
   matches: exact scan of exactly those ids (recall 1.0). More: HNSW with strict-order
-  iterative scan and a larger ``ef_search`` (``max(ef_search, 2 k, 200)``); when that
-  returns fewer than ``k`` rows (``hnsw.max_scan_tuples`` reached, or zero vectors could
-  belong in the result) the exact scan runs instead. A filtered query therefore always
-  returns min(k, entries that match and score ≥ min_score) rows in score order.
+  iterative scan, which looks for the ``k`` matches among a budget of nearest vectors
+  sized from the corpus's own statistics: ``(3 k + 20) * N / (exact_threshold + 1)``
+  (N its entries, from the BM25 statistics), between 200 and 1,000, with ``ef_search``
+  raised to the budget. A filter independent of the vectors has its ``k`` matches there
+  all but always; when the scan ends with fewer (the matches near the query are rarer
+  than the filter is overall, as when it follows the clusters of the vectors, or zero
+  vectors could belong in the result) the exact scan of every match answers instead. A
+  filtered query therefore always returns min(k, entries that match and score ≥
+  min_score) rows in score order.
 
 ``min_score`` is applied after the top-K by distance, which gives the same set as
 filtering first (the order is by score) without letting an iterative scan run on past

@@ -40,6 +40,17 @@ WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = ANY(:ids)"""
 
 #: ``hnsw.max_scan_tuples`` of the iterative scans: the bound on one query's graph visits.
 MAX_SCAN_TUPLES = 20_000
+#: A filtered HNSW scan looks for its k matches among the nearest ``(3 k + 20) * N / (t + 1)``
+#: vectors (N the corpus's entries, t the exact threshold, so that more than t matches means
+#: a share above (t + 1) / N): a filter independent of the vectors has 3 k + 20 matches
+#: there on average, and fewer than k with a probability below 1e-4 (Poisson).
+BUDGET_PER_MATCH = (3, 20)
+#: pgvector's largest ``hnsw.ef_search``.
+MAX_EF = 1000
+#: The bounds of that budget (vectors read by the HNSW scan before it gives up). The scan's
+#: candidate list covers the budget, so the budget stops at the largest list: past it the
+#: rows of an iterative scan are a graph walk's, no longer the nearest in order.
+MIN_BUDGET, MAX_BUDGET = 200, MAX_EF
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +124,7 @@ ORDER BY score DESC, entry_id"""
 # before the index scan starts, so the settings hold for it (is_local: for the rest of
 # the caller's transaction, or of this statement in autocommit) without a separate SET.
 _QUERY_VECTOR = """\
-(SELECT CASE WHEN set_config('hnsw.ef_search', '{ef}', true) IS NULL
+(SELECT CASE WHEN set_config('hnsw.ef_search', {ef}, true) IS NULL
     OR set_config('hnsw.iterative_scan', '{order}', true) IS NULL
     OR set_config('hnsw.max_scan_tuples', '{max_scan}', true) IS NULL
     THEN NULL ELSE CAST(:{p}_q AS vector({dim})) END)"""
@@ -157,8 +168,35 @@ _HNSW = """\
 {p}_h AS MATERIALIZED (
     SELECT {p}_x.entry_id, ({p}_x.embedding::vector({dim}) <=> {qv}) AS d
     FROM embeddings {p}_x
-    WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}{check}{gate}
+    WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}{gate}
     ORDER BY {p}_x.embedding::vector({dim}) <=> {qv}
+    LIMIT {k}
+)"""
+
+# {p}_h of a filtered query: the first k matches among the first {p}_b.r rows of the
+# unfiltered scan (the nearest vectors, in order), each checked by a per-row subquery on the
+# entry's primary key (PostgreSQL cannot turn it into a join, so the ordered index scan
+# stays the plan and stops at the k-th match). The budget is the number of nearest vectors
+# among which a filter as frequent as the counted matches (more than the exact threshold)
+# has its first k matches with near certainty; a filter whose matches near the query are
+# rarer than that (one that follows the clusters of the vectors) ends the scan short, and
+# the exact scan answers: matches found far away by a graph walk through non-matching
+# neighbours are not the nearest ones.
+_HNSW_FILTERED = """\
+{p}_b AS MATERIALIZED (
+    SELECT least({max_budget}::bigint, greatest({min_budget}::bigint,
+        ceil({per_match} * coalesce((SELECT sum(s.n_docs) FROM bm25_stats s WHERE s.corpus = :{p}_c), 0)
+             / {t1})::bigint)) AS r
+),
+{p}_h AS MATERIALIZED (
+    SELECT {p}_x.entry_id, {p}_x.d FROM (
+        SELECT {p}_x.corpus, {p}_x.entry_id, ({p}_x.embedding::vector({dim}) <=> {qv}) AS d
+        FROM embeddings {p}_x
+        WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}{gate}
+        ORDER BY {p}_x.embedding::vector({dim}) <=> {qv}
+        LIMIT (SELECT r FROM {p}_b)
+    ) {p}_x
+    WHERE TRUE{check}
     LIMIT {k}
 )"""
 
@@ -186,6 +224,19 @@ WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid}
   AND (SELECT n FROM {p}_n) <= {t}
 ORDER BY score DESC, {p}_y.entry_id
 LIMIT {k}"""
+
+# The exact top k of every match, when the filtered HNSW scan ended short: the matching ids
+# as one array, their vectors through the primary key (one walk of its leaf pages, not a
+# probe per match).
+_ALL_MATCHES = """\
+SELECT {p}_y.entry_id, {score} AS score
+FROM embeddings {p}_y
+WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid}
+  AND {p}_y.entry_id = ANY(ARRAY({ids}))
+ORDER BY score DESC, {p}_y.entry_id
+LIMIT {k}"""
+
+_MATCH_IDS = "SELECT {p}_e.id FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c AND {predicate}"
 
 # Exactly one branch yields rows: the HNSW rows (enough of them), the full exact scan
 # (HNSW fell short), or the small exact scan (few matches).
@@ -275,7 +326,10 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
     exact = _EXACT.format(base=base, score=score(f"{p}_x.embedding <=> CAST(:{p}_q AS vector)"), **names)
     if not indexed:
         return _UNINDEXED.format(exact=_indent(exact, 1), **names)
-    qv = _QUERY_VECTOR.format(ef=ef, order=_iterative_order(filtered), max_scan=MAX_SCAN_TUPLES, **names)
+    # A filtered scan's candidate list covers its budget (up to pgvector's 1,000): the
+    # first r rows of the scan are then the nearest r vectors, not a graph walk's guess.
+    ef_sql = (f"greatest({ef}, least({MAX_EF}, (SELECT r FROM {p}_b)))::text" if filtered else f"'{ef}'")
+    qv = _QUERY_VECTOR.format(ef=ef_sql, order=_iterative_order(filtered), max_scan=MAX_SCAN_TUPLES, **names)
     ctes: list[str] = []
     gate = small = ""
     if filtered:
@@ -286,12 +340,20 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
         small = _SMALL.format(score=score(f"{p}_y.embedding <=> CAST(:{p}_q AS vector)"), t=t, **names)
     check = (_PAIRS_CHECK.format(probe=probe) if probe else _ROW_CHECK.format(**{**names, "predicate": row_predicate})) \
         if filtered else ""
-    ctes.append(_HNSW.format(qv=qv, check=check, gate=gate, **names))
+    if filtered:
+        per_match = f"{BUDGET_PER_MATCH[0] * k + BUDGET_PER_MATCH[1]}::float8"
+        ctes.append(_HNSW_FILTERED.format(qv=qv, check=check, gate=gate, per_match=per_match, t1=t + 1,
+                                          min_budget=max(MIN_BUDGET, k), max_budget=max(MAX_BUDGET, k), **names))
+    else:
+        ctes.append(_HNSW.format(qv=qv, gate=gate, **names))
     ok = _ENOUGH.format(**names)
     if path:
         counted = f"(SELECT n FROM {p}_n)" if filtered else "NULL::bigint"
         return _PATH.format(ctes=", ".join(ctes), counted=counted, ok=ok)
     small_branch = _SMALL_BRANCH.format(small=_indent(small, 2), **names) if small else ""
+    if filtered:
+        exact = _ALL_MATCHES.format(score=score(f"{p}_y.embedding <=> CAST(:{p}_q AS vector)"),
+                                    ids=ids or _MATCH_IDS.format(**names), **names)
     return _HNSW_RANKING.format(ctes=", ".join(ctes), hnsw_score=score("d"), ok=ok, exact=_indent(exact, 2),
                                 gate=gate, small=small_branch, **names)
 
