@@ -118,6 +118,7 @@ def test_the_cli_starts_the_server_on_first_use_and_leaves_it_running(stopped: P
 
     stopped_now = json.loads(_tnsrag(home, "server", "stop", "--json").stdout)
     assert stopped_now["running"] is False
+    assert stopped_now["stopped"] is True and stopped_now["stopped_pid"] == first["pid"]
     assert not _alive(first["keeper_pid"]) and not _alive(first["pid"])
     # The data stays: the next call starts the server again and finds the sample corpus.
     again = json.loads(_tnsrag(home, "query", "agents share memory", "--strategy", "keyword", "--json").stdout)
@@ -162,7 +163,9 @@ def test_a_plain_script_stops_its_own_server_but_not_a_kept_one(stopped: Path) -
 
 def test_server_stop_and_status_when_nothing_runs(stopped: Path) -> None:
     out = json.loads(_tnsrag(stopped, "server", "stop", "--json").stdout)
-    assert out["running"] is False and out["keeper_pid"] is None
+    assert out["running"] is False and out["keeper_pid"] is None and out["stopped"] is False
+    # the text says what happened (before: only the status afterwards)
+    assert _tnsrag(stopped, "server", "stop").stdout.startswith("no server was running in ")
     assert "not running" in _tnsrag(stopped, "server", "status").stdout
 
 

@@ -88,10 +88,19 @@ def stop(force: bool, data_dir: Path | None, as_json: bool) -> None:
 
     Example: tnsrag server stop
     """
+    before = kept.status(data_dir)
     st = kept.stop(data_dir, force=force)
-    emit({**st.as_dict(), "tnsrag_version": _version()}, as_json,
-         _describe(st) + ("\n  still in use by a script; it stops when the script exits (or use --force)"
-                          if st.running else ""))
+    if not before.running:
+        said = f"no server was running in {before.data_dir}"
+    elif st.running:
+        said = (f"the server in {before.data_dir} (pid {before.pid}) is still in use by a script; it stops when "
+                "the script exits (or use --force)")
+    else:
+        version = f", PostgreSQL {before.postgres_version}" if before.postgres_version else ""
+        keeper = f" and its keeper (pid {before.keeper_pid})" if before.keeper_pid else ""
+        said = f"stopped the server in {before.data_dir} (pid {before.pid}{version}){keeper}; the data stays there"
+    emit({**st.as_dict(), "tnsrag_version": _version(), "stopped": bool(before.running and not st.running),
+          "stopped_pid": before.pid if before.running and not st.running else None}, as_json, said)
     if st.running:
         sys.exit(1)
 
