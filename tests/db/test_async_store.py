@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
@@ -236,3 +237,55 @@ def test_a_pooled_connection_whose_server_went_away_is_replaced(store: Store, en
 
     first, again = asyncio.run(scenario())
     assert again != first
+
+
+_APP_NAME = Statement("SELECT current_setting('application_name') AS name")
+
+
+def test_hooks_registered_after_the_async_engine_exists_reach_its_new_connections(store: Store) -> None:
+    """Connection hooks are given once for sync and async connections: the async engine
+    reads the registry at each connection event, as the sync engine does."""
+    from tnsrag_db.db.engine import ConnectionHooks, register_connection_hooks, unregister_connection_hooks
+
+    seen: list[tuple[str, str]] = []
+
+    def configure(driver: Any, info: Any) -> Any:
+        seen.append(("configure", type(driver).__name__))
+        if isinstance(driver, psycopg.AsyncConnection):
+            return driver.execute("SET application_name = 'hooked_async'")  # awaited by the engine
+        driver.execute("SET application_name = 'hooked_sync'")
+        return None
+
+    def check(driver: Any, info: Any) -> None:
+        seen.append(("check", type(driver).__name__))
+
+    async def scenario() -> tuple[str, str]:
+        before = (await aio.arun(store, one(_APP_NAME)))[0].name  # the async engine and a connection exist
+        register_connection_hooks(ConnectionHooks("test.late_hook", configure=configure, check=check))
+        await aio.async_engine(store).dispose()  # its next connection is a new one
+        return before, (await aio.arun(store, one(_APP_NAME)))[0].name
+
+    try:
+        before, after = asyncio.run(scenario())
+        store.engine.dispose()
+        sync_after = store.read(_APP_NAME.sql, {})[0].name
+    finally:
+        unregister_connection_hooks("test.late_hook")
+    assert before != "hooked_async"
+    assert after == "hooked_async"
+    assert ("configure", "AsyncConnection") in seen and ("check", "AsyncConnection") in seen
+    assert sync_after == "hooked_sync"  # the same hooks, given once, on the sync engine
+
+
+def test_a_hook_returning_an_awaitable_for_a_sync_connection_is_a_configuration_error(store: Store) -> None:
+    from tnsrag_db.db.engine import ConnectionHooks, register_connection_hooks, unregister_connection_hooks
+
+    async def only_async(driver: Any, info: Any) -> None:
+        return None
+
+    register_connection_hooks(ConnectionHooks("test.async_only", check=only_async))
+    try:
+        with pytest.raises(ConfigurationError, match="test.async_only"):
+            store.read("SELECT 1", {})
+    finally:
+        unregister_connection_hooks("test.async_only")

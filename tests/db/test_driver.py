@@ -196,5 +196,5 @@ def test_driver_errors_are_the_librarys(lean: DriverStore, db_url: URL) -> None:
         assert exc.value.sqlstate == "57014"
     unreachable = db_url.set(host="127.0.0.1", port=1).render_as_string(hide_password=False)
     with DriverStore(libpq_url(unreachable) or "", corpus="c", schema="tnsrag", max_query_terms=8) as gone:
-        with pytest.raises(DatabaseError, match="database error in corpus 'c'"):
+        with pytest.raises(DatabaseError, match="^could not connect: "):  # connect()'s words
             gone.at_head()

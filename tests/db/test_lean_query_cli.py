@@ -102,6 +102,32 @@ def test_the_database_url_comes_from_the_environment_too(db_url: URL, corpus: St
     assert full_path_calls == []
 
 
+EMPTY_ANSWERS = [
+    ["memory", "--corpus", "no_such_corpus_lean"],  # an error naming the corpora
+    ["memory", "--filter", "tier=semantic"],  # a filter note naming the tiers
+    ["memory", "--filter", "topic=nothing", "--filter", "tier=SEMANTIC"],
+    ["memory", "--filter", "colour=red"],  # a key no entry has
+    ["zzyzx"],  # no match, no filter: no note
+]
+
+
+@pytest.mark.parametrize("args", EMPTY_ANSWERS)
+def test_empty_answers_and_their_errors_are_the_full_paths_on_the_lean_path(
+        db_url: URL, corpus: Store, args: list[str], full_path_calls: list[object],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    where = [*args] if "--corpus" in args else [*args, "--corpus", corpus.corpus]
+    lean = [_query(_url(db_url), *where, *flag) for flag in ([], ["--json"])]
+    assert full_path_calls == []  # answered, notes and errors included, without the store
+    monkeypatch.setattr(retrieve, "lean_keyword_query", lambda *a, **k: None)
+    full = [_query(_url(db_url), *where, *flag) for flag in ([], ["--json"])]
+    assert len(full_path_calls) == 2
+    header = re.compile(r"in [0-9.]+ ms|\"milliseconds\": [0-9.]+")
+    for got, want in zip(lean, full):
+        assert (got.exit_code, header.sub("", got.stdout), got.stderr) == \
+            (want.exit_code, header.sub("", want.stdout), want.stderr)
+    assert "Traceback" not in lean[0].output
+
+
 def test_a_missing_corpus_and_an_empty_filter_answer_as_the_full_path_does(db_url: URL, corpus: Store,
                                                                             full_path_calls: list[object]) -> None:
     res = _query(_url(db_url), "memory", "--corpus", "no_such_corpus_lean")
@@ -113,7 +139,55 @@ def test_a_missing_corpus_and_an_empty_filter_answer_as_the_full_path_does(db_ur
     assert res.exit_code == 0, res.output
     assert "0 result(s)" in res.stdout
     assert "note: tier=semantic matches no entry; tiers here: EPISODIC, SEMANTIC, WORKING" in res.stderr
-    assert len(full_path_calls) == 2  # both went to the full path
+    assert full_path_calls == []  # both answered on the lean path
+
+
+def test_an_empty_corpus_gets_its_note_on_the_lean_path(db_url: URL, make_store: Callable[..., Store],
+                                                        full_path_calls: list[object]) -> None:
+    empty = make_store()
+    empty.add(ENTRIES[0])
+    empty.delete(ENTRIES[0].id)  # the corpus exists and holds nothing
+    res = _query(_url(db_url), "memory", "--corpus", empty.corpus)
+    assert res.exit_code == 0, res.output
+    assert f"note: corpus {empty.corpus!r} holds no entries yet" in res.stderr
+    assert full_path_calls == []
+
+
+_PROBE = """
+import json, sys
+from tnsrag_db.db.runner import add_statement_listener
+sent = []
+add_statement_listener(lambda text, values: sent.append([text, [repr(v) for v in values]]))
+from tnsrag_db.cli import main_group
+try:
+    main_group(sys.argv[2:], standalone_mode=False)
+finally:
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("sqlalchemy", "alembic"))
+    with open(sys.argv[1], "w") as out:
+        json.dump({"sent": sent, "loaded": loaded}, out)
+"""
+
+
+@pytest.mark.parametrize("args", [["zzyzx quux"], ["memory", "--filter", "tier=semantic"]])
+def test_a_query_with_no_match_sends_each_statement_once_without_sqlalchemy(
+        db_url: URL, corpus: Store, args: list[str], tmp_path: Any) -> None:
+    """A separate process, as the command runs: the answer's statements and those that
+    explain an empty answer are each sent once, and neither SQLAlchemy nor alembic is
+    imported."""
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(report), "query", *args, "--strategy", "keyword",
+                           "--corpus", corpus.corpus, "--url", _url(db_url), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["results"] == []
+    seen = json.loads(report.read_text())
+    assert seen["loaded"] == []
+    texts = [text for text, _values in seen["sent"]]
+    assert any("bm25" in text for text in texts)  # the query's own statements were sent...
+    assert len(seen["sent"]) == len({json.dumps(sent) for sent in seen["sent"]})  # ...each once
 
 
 def test_an_unmigrated_schema_and_bad_urls_are_the_full_paths_errors(fresh_db_url: URL, db_url: URL) -> None:

@@ -23,28 +23,57 @@ embedding provider in use (with a real model, nearly all of its time).
 
 The modules: :mod:`.reports` (the value types), :mod:`.corpora` (listing and describing
 corpora), :mod:`.filter_notes` (why a filter matched nothing), :mod:`.export` and
-:mod:`.restore`.
+:mod:`.restore`. The names below are imported on first use, so
+that a process importing only the plans of :mod:`.corpora` and :mod:`.filter_notes`
+(the command line's keyword query) does not import the full store that export and
+restore need.
 """
 
 from __future__ import annotations
 
-from tnsrag_db.admin.corpora import (
-    corpus_exists,
-    corpus_names,
-    corpus_stats,
-    list_corpora,
-    require_corpus,
-)
-from tnsrag_db.admin.export import entry_record, export_corpus
-from tnsrag_db.admin.filter_notes import empty_filter_notes
-from tnsrag_db.admin.reports import (
-    CorpusInfo,
-    CorpusStats,
-    ExportCounts,
-    RestoreCounts,
-    SpaceInfo,
-)
-from tnsrag_db.admin.restore import restore_corpus
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tnsrag_db.admin.corpora import (
+        corpus_exists,
+        corpus_names,
+        corpus_stats,
+        list_corpora,
+        require_corpus,
+    )
+    from tnsrag_db.admin.export import entry_record, export_corpus
+    from tnsrag_db.admin.filter_notes import empty_filter_notes
+    from tnsrag_db.admin.reports import (
+        CorpusInfo,
+        CorpusStats,
+        ExportCounts,
+        RestoreCounts,
+        SpaceInfo,
+    )
+    from tnsrag_db.admin.restore import restore_corpus
+
+#: The module of this package that defines each public name.
+_HOMES = {
+    "CorpusInfo": "reports", "CorpusStats": "reports", "ExportCounts": "reports", "RestoreCounts": "reports",
+    "SpaceInfo": "reports", "corpus_exists": "corpora", "corpus_names": "corpora", "corpus_stats": "corpora",
+    "list_corpora": "corpora", "require_corpus": "corpora", "empty_filter_notes": "filter_notes",
+    "entry_record": "export", "export_corpus": "export", "restore_corpus": "restore",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "CorpusInfo",

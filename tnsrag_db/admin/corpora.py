@@ -1,34 +1,66 @@
-"""Listing and describing corpora: which exist, what each holds, their embedding spaces and sizes."""
+"""Listing and describing corpora: which exist, what each holds, their embedding spaces and sizes.
+
+Whether a corpus exists and which do are also plans (:func:`require_corpus_plan`,
+:func:`corpus_names_plan`, :func:`corpus_exists_plan`), so any read runner answers them:
+the command line's keyword query runs them without SQLAlchemy, which this module imports
+only when a function of the full store needs it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
+from tnsrag_db.db.statement import Plan, Statement
 from tnsrag_db.errors import ConfigurationError, CorpusNotFoundError
-from tnsrag_db.db.schema import TIERS
-from tnsrag_db.store.store import Store
+from tnsrag_db.types import MemoryTier
 
-__all__ = ["corpus_exists", "corpus_names", "corpus_stats", "list_corpora", "require_corpus"]
+if TYPE_CHECKING:
+    from tnsrag_db.store.store import Store
+
+__all__ = ["corpus_exists", "corpus_exists_plan", "corpus_names", "corpus_names_plan", "corpus_stats",
+           "list_corpora", "require_corpus", "require_corpus_plan"]
+
+#: The tiers in the order reports list them.
+_TIERS = tuple(tier.name for tier in MemoryTier)
 
 
 def _rows(store: Store, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+    import sqlalchemy as sa
+
     with store.session.transaction() as conn:
         return list(conn.execute(sa.text(sql), dict(params or {})).all())
 
 
+def corpus_names_plan() -> Plan[list[str]]:
+    """The corpora of the schema, sorted (one statement)."""
+    rows = yield Statement("SELECT corpus FROM corpora ORDER BY corpus", {}, ("corpus",))
+    return [str(r.corpus) for r in rows]
+
+
+def corpus_exists_plan(corpus: str) -> Plan[bool]:
+    """Whether ``corpus`` exists (one statement)."""
+    rows = yield Statement("SELECT 1 AS found FROM corpora WHERE corpus = :c", {"c": corpus}, ("found",))
+    return bool(rows)
+
+
+def require_corpus_plan(corpus: str) -> Plan[None]:
+    """Raise :class:`CorpusNotFoundError` naming the existing corpora unless ``corpus``
+    exists (one statement when it does, two when not). Reads only."""
+    if not (yield from corpus_exists_plan(corpus)):
+        raise _not_found(corpus, (yield from corpus_names_plan()))
+
+
 def corpus_names(store: Store) -> list[str]:
     """The corpora of the store's schema, sorted."""
-    return [r.corpus for r in _rows(store, "SELECT corpus FROM corpora ORDER BY corpus")]
+    return store.run(corpus_names_plan())
 
 
 def corpus_exists(store: Store) -> bool:
     """Whether the store's corpus exists (a corpus comes into being with its first write)."""
-    return bool(_rows(store, "SELECT 1 FROM corpora WHERE corpus = :c", {"c": store.corpus}))
+    return store.run(corpus_exists_plan(store.corpus))
 
 
 def _not_found(corpus: str, existing: Sequence[str]) -> CorpusNotFoundError:
@@ -42,8 +74,7 @@ def require_corpus(store: Store) -> None:
 
     Reads only: nothing is created.
     """
-    if not corpus_exists(store):
-        raise _not_found(store.corpus, corpus_names(store))
+    store.run(require_corpus_plan(store.corpus))
 
 
 _SPACES_SQL = """
@@ -124,7 +155,7 @@ def list_corpora(store: Store) -> list[CorpusInfo]:
         share = sum(sizes.get(t, 0) * per.get(name, 0) / totals[t] for t, per in counted.items() if totals[t])
         own = spaces.get(name, [])
         out.append(CorpusInfo(
-            name, counted["entries"].get(name, 0), {t: tiers[name][t] for t in TIERS if t in tiers.get(name, {})},
+            name, counted["entries"].get(name, 0), {t: tiers[name][t] for t in _TIERS if t in tiers.get(name, {})},
             tuple(own), counted["edges"].get(name, 0), int(share) + sum(s.index_bytes for s in own), r.created_at))
     return out
 
@@ -158,7 +189,7 @@ def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
                         "(SELECT max(created_at) FROM edges WHERE corpus = :c)) AS at", c)[0].at
     docs = int(bm25.docs)
     return CorpusStats(
-        corpus=store.corpus, entries=sum(by_tier.values()), by_tier={t: by_tier[t] for t in TIERS if t in by_tier},
+        corpus=store.corpus, entries=sum(by_tier.values()), by_tier={t: by_tier[t] for t in _TIERS if t in by_tier},
         by_source=[(r.source, int(r.n)) for r in sources], sources=int(sources[0].distinct_sources) if sources else 0,
         spaces=tuple(_spaces(store, store.corpus).get(store.corpus, [])), bm25_documents=docs,
         bm25_average_length=round(int(bm25.len) / docs, 3) if docs else 0.0, bm25_terms=int(terms),

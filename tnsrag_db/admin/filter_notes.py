@@ -1,15 +1,22 @@
-"""Why a metadata filter matched nothing: the values its key does take, or the keys that exist."""
+"""Why a metadata filter matched nothing: the values its key does take, or the keys that exist.
+
+The reads are a plan (:func:`empty_filter_notes_plan`), so any read runner answers them
+(the command line's keyword query runs it without SQLAlchemy)."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from tnsrag_db.admin.corpora import _rows
-from tnsrag_db.store.store import Store
+from tnsrag_db.db.statement import Plan, Statement
+from tnsrag_db.store.reads import count_plan
 from tnsrag_db.types import validate_filters
 
-__all__ = ["empty_filter_notes"]
+if TYPE_CHECKING:
+    from tnsrag_db.store.store import Store
+
+__all__ = ["empty_filter_notes", "empty_filter_notes_plan"]
 
 #: Distinct values read per metadata key when explaining a filter that matched nothing.
 _VALUE_SAMPLE = 10_000
@@ -33,8 +40,19 @@ def _nearest(value: str, values: Sequence[str]) -> list[str]:
     return [folded[v] for v in close] or list(values[:_NAMED_VALUES])
 
 
+def _values(sql: str, params: Mapping[str, Any]) -> Plan[list[Any]]:
+    rows = yield Statement(sql, params)
+    return [r[0] for r in rows]
+
+
 def empty_filter_notes(store: Store, filters: Mapping[str, str] | None) -> list[str]:
-    """Why ``filters`` match no entry of the store's corpus: one note per cause, none when
+    """Why ``filters`` match no entry of the store's corpus (see
+    :func:`empty_filter_notes_plan`), read on the store's read path."""
+    return store.run(empty_filter_notes_plan(store.corpus, filters))
+
+
+def empty_filter_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> Plan[list[str]]:
+    """Why ``filters`` match no entry of ``corpus``: one note per cause, none when
     some entry matches them all.
 
     A filter that matches nothing on its own is named with the values its key does take
@@ -44,25 +62,25 @@ def empty_filter_notes(store: Store, filters: Mapping[str, str] | None) -> list[
     Raises :class:`InvalidFilterError` for a malformed filter.
     """
     checked = validate_filters(filters)
-    if not checked or store.count(checked) > 0:
+    if not checked or (yield from count_plan(corpus, checked)) > 0:
         return []
-    c = {"c": store.corpus, "n": _VALUE_SAMPLE}
+    c = {"c": corpus, "n": _VALUE_SAMPLE}
     notes: list[str] = []
     for key, value in checked.items():
-        if store.count({key: value}) > 0:
+        # One filter alone is the whole filter, counted above: not counted again.
+        if len(checked) > 1 and (yield from count_plan(corpus, {key: value})) > 0:
             continue
         shown = f"{key}={value}"
         if key in _COLUMN_VALUES:
             plural, sql = _COLUMN_VALUES[key]
-            values = [r.v for r in _rows(store, sql, c)]
+            values = yield from _values(sql, c)
         else:
-            values = [r.v for r in _rows(store, "SELECT DISTINCT e.metadata ->> :k AS v FROM entries e "
-                                                "WHERE e.corpus = :c AND e.metadata ? :k ORDER BY 1 LIMIT :n",
-                                         {**c, "k": key})]
+            values = yield from _values("SELECT DISTINCT e.metadata ->> :k AS v FROM entries e "
+                                        "WHERE e.corpus = :c AND e.metadata ? :k ORDER BY 1 LIMIT :n", {**c, "k": key})
             plural = f"values of {key} here"
             if not values:
-                keys = [r.k for r in _rows(store, "SELECT DISTINCT jsonb_object_keys(e.metadata) AS k FROM entries e "
-                                                  "WHERE e.corpus = :c ORDER BY 1 LIMIT :n", c)]
+                keys = yield from _values("SELECT DISTINCT jsonb_object_keys(e.metadata) AS k FROM entries e "
+                                          "WHERE e.corpus = :c ORDER BY 1 LIMIT :n", c)
                 extra = ["tier", "entryId", "source"]
                 notes.append(f"{shown} matches no entry; no entry has the metadata key {key!r}; keys here: "
                              f"{', '.join(_nearest(key, extra + keys))}")

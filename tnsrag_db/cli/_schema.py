@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tnsrag_db.db.statement import Plan, Statement
+from tnsrag_db.errors import SchemaNotReadyError
+
 if TYPE_CHECKING:
     from tnsrag_db.store.store import Store
 
-__all__ = ["open_existing", "tnsrag_schemas"]
+__all__ = ["missing_schema_error", "open_existing", "tnsrag_schemas", "tnsrag_schemas_plan"]
 
 #: Schemas holding the library's tables: its alembic version table and ``entries``.
 _SCHEMAS_SQL = """
@@ -27,6 +30,23 @@ ORDER BY n.nspname
 """
 
 
+def tnsrag_schemas_plan() -> Plan[list[str]]:
+    """The names of the schemas of the database holding tnsrag_db's tables, sorted
+    (one catalog statement, any runner)."""
+    rows = yield Statement(_SCHEMAS_SQL, {}, ("nspname",))
+    return [str(r.nspname) for r in rows]
+
+
+def missing_schema_error(schema: str, existing: Sequence[str], *, embedded: bool) -> SchemaNotReadyError:
+    """The error for a read naming ``schema``, which is not among the tnsrag schemas
+    ``existing`` of the database (``embedded``: the embedded server's, where ``tnsrag
+    ingest`` creates one; else a URL's)."""
+    return SchemaNotReadyError(
+        f"schema {schema!r} does not exist in this database (a read creates none); tnsrag schemas here: "
+        + (", ".join(existing) if existing else "none yet (" + (
+            "tnsrag ingest creates one)" if embedded else "tnsrag db upgrade --url ... creates one)")))
+
+
 def tnsrag_schemas(url: str | None) -> list[str]:
     """Names of the schemas of ``url``'s database (None: the embedded server) that hold
     tnsrag_db's tables, sorted. Raises :class:`~tnsrag_db.errors.DatabaseError` when the
@@ -34,13 +54,14 @@ def tnsrag_schemas(url: str | None) -> list[str]:
     import sqlalchemy as sa
 
     from tnsrag_db.db.engine import create_engine
+    from tnsrag_db.db.statement import run_plan
     from tnsrag_db.errors import DatabaseError
     from tnsrag_db.store.embedded.resolve import embedded_url
 
     engine = create_engine(embedded_url() if url is None else url, schema="public", pool_size=1, max_overflow=0)
     try:
         with engine.connect() as conn:
-            return [str(name) for name in conn.execute(sa.text(_SCHEMAS_SQL)).scalars()]
+            return run_plan(tnsrag_schemas_plan(), lambda st: conn.execute(sa.text(st.sql), dict(st.params)).all())
     except sa.exc.SQLAlchemyError as exc:
         raise DatabaseError(f"could not list the schemas: {exc}") from exc
     finally:
@@ -58,7 +79,6 @@ def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Seque
     does). Other connection failures raise :class:`~tnsrag_db.errors.DatabaseError`.
     """
     from tnsrag_db.cli._common import DEFAULT_SCHEMA
-    from tnsrag_db.errors import SchemaNotReadyError
     from tnsrag_db.store.store import connect
 
     if url is None and schema == DEFAULT_SCHEMA:
@@ -70,11 +90,7 @@ def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Seque
     except SchemaNotReadyError:
         existing = tnsrag_schemas(url)
         if schema not in existing:
-            raise SchemaNotReadyError(
-                f"schema {schema!r} does not exist in this database (a read creates none); tnsrag schemas here: "
-                + (", ".join(existing) if existing else "none yet (" + (
-                    "tnsrag ingest creates one)" if url is None else "tnsrag db upgrade --url ... creates one)"))
-            ) from None
+            raise missing_schema_error(schema, existing, embedded=url is None) from None
         if url is not None:
             raise
     # The embedded server's schema exists at an older revision: brought to head, as always.

@@ -3,53 +3,82 @@
 What only the strategies that embed the query need (the embedding provider, which loads
 numpy) is imported inside the command, so a keyword query process does not pay for it.
 
-A keyword query takes a lean path first (:func:`lean_keyword_query`): the same
+A keyword query runs on the lean path (:func:`lean_keyword_query`): the same
 :meth:`KeywordRAGStrategy.plan <tnsrag_db.strategies.keyword.KeywordRAGStrategy.plan>`
-and statements, run on one psycopg connection by a
-:class:`~tnsrag_db.db.driver.DriverStore`, so the process imports neither SQLAlchemy
-nor alembic (~0.5 s of a ~1 s call). Whatever that path does not answer goes to the full
-path (:func:`tnsrag_db.store.store.connect`), which then answers exactly as it always
-has: no results (a missing corpus is an error there, and an empty answer gets its filter
-notes), any error (its messages are the full path's own), a schema not at head (an
-existing embedded one is migrated there; a missing one, or a URL's, is an error), ``--explain``, standbys
-(``--read-url`` / ``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, and
-the embedded server when the command runs outside ``tnsrag`` (no kept-running server).
+and statements as a full store's, run by the library's read runner on one psycopg
+connection (a :class:`~tnsrag_db.db.driver.DriverStore`), so the process imports
+neither SQLAlchemy nor alembic. Everything the command says about an answer is a plan
+too, run on that connection: the schema check (:func:`~tnsrag_db.db.driver.schema_revisions_plan`,
+and the tnsrag schemas named when it is missing), and for an empty answer the missing
+corpus's error (:func:`~tnsrag_db.admin.corpora.require_corpus_plan`), the filter notes
+(:func:`~tnsrag_db.admin.filter_notes.empty_filter_notes_plan`) and the empty-corpus
+note; so every statement runs once and errors are raised where they arise. The full
+path (:func:`tnsrag_db.store.store.connect`) takes what the lean one cannot do, before
+any query statement is sent: a schema to migrate or set up (the embedded server's),
+``--explain``, ``--distinct``, standbys (``--read-url`` / ``TNSRAG_READ_URLS``), a URL
+not of the ``postgresql://`` shape, the embedded server when the command runs outside
+``tnsrag`` (no kept-running server), and every strategy but keyword.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from tnsrag_db.cli._common import db_options, emit, handle_errors, parse_pairs
-from tnsrag_db.errors import TnsragError
 from tnsrag_db.strategies.compose import STRATEGY_NAMES
 from tnsrag_db.types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from tnsrag_db.db.statement import Plan
     from tnsrag_db.explain import Explanation
 
-__all__ = ["lean_keyword_query", "query"]
+__all__ = ["empty_answer_notes_plan", "lean_keyword_query", "query"]
+
+
+def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> Plan[list[str]]:
+    """The notes printed with an empty answer from ``corpus``: why ``filters`` match
+    nothing, or, without filters, that the corpus holds no entries yet (if so)."""
+    from tnsrag_db.admin.filter_notes import empty_filter_notes_plan
+    from tnsrag_db.store.reads import count_plan
+
+    notes = yield from empty_filter_notes_plan(corpus, filters)
+    if not filters and (yield from count_plan(corpus)) == 0:
+        notes.append(f"corpus {corpus!r} holds no entries yet: add some with tnsrag ingest PATH --corpus {corpus}")
+    return notes
 
 
 def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
-                       context: RAGContext) -> tuple[list[RetrievedDocument], float] | None:
-    """``text``'s keyword results on ``url`` (None: the kept-running embedded server) and the
-    milliseconds they took, by the lean path (see the module docstring); None when the
-    full path must answer instead. Raises only what starting the embedded server raises
-    (the full path would raise the same)."""
-    from tnsrag_db.db.driver import DriverStore, libpq_url
+                       context: RAGContext) -> tuple[list[RetrievedDocument], float, list[str]] | None:
+    """``text``'s keyword results on ``url`` (None: the kept-running embedded server), the
+    milliseconds they took and the notes to print with them, by the lean path (see the
+    module docstring); None when the full path must answer instead (decided before any
+    query statement is sent).
+
+    Raises :class:`~tnsrag_db.errors.CorpusNotFoundError` naming the corpora that exist
+    when ``corpus`` does not, :class:`~tnsrag_db.errors.SchemaNotReadyError` naming the
+    tnsrag schemas when ``schema`` does not exist, :class:`~tnsrag_db.errors.DatabaseError`
+    (``could not connect: ...``) when the server cannot be reached, and what starting the
+    embedded server raises."""
+    from tnsrag_db.admin.corpora import require_corpus_plan
+    from tnsrag_db.cli._common import DEFAULT_SCHEMA
+    from tnsrag_db.cli._schema import missing_schema_error, tnsrag_schemas_plan
+    from tnsrag_db.db.driver import DriverStore, libpq_url, schema_revisions_plan, shipped_head
     from tnsrag_db.indexes.bm25 import BM25Index
+    from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
     from tnsrag_db.store.embedded.keeper import ensure_running
     from tnsrag_db.store.embedded.resolve import kept_running_timeout
-    from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
     from tnsrag_db.strategies.keyword import KeywordRAGStrategy
 
+    head = shipped_head()
+    if head is None:
+        return None  # the head cannot be read without alembic: the full path's check
     if url is None:
         idle_timeout = kept_running_timeout()
         if idle_timeout is None:
@@ -60,17 +89,24 @@ def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
         if found is None:
             return None
         target = found
-    try:
-        with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS) as store:
-            if not store.at_head():
-                return None
-            chosen = KeywordRAGStrategy(BM25Index(store))
-            started = time.perf_counter()
-            documents = chosen.retrieve(text, context)
-            elapsed_ms = (time.perf_counter() - started) * 1000
-    except TnsragError:
-        return None  # the full path says what is wrong, in its own words
-    return (documents, elapsed_ms) if documents else None
+    with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS) as store:
+        revisions = store.run(schema_revisions_plan(schema))
+        if revisions is None:
+            existing = store.run(tnsrag_schemas_plan())
+            if schema not in existing and not (url is None and schema == DEFAULT_SCHEMA):
+                raise missing_schema_error(schema, existing, embedded=url is None)
+            return None  # the embedded server's own schema is set up, an old one migrated, by the full path
+        if revisions != [head]:
+            return None  # migrated by the full path (embedded), or its error (a URL's)
+        chosen = KeywordRAGStrategy(BM25Index(store))
+        started = time.perf_counter()
+        documents = chosen.retrieve(text, context)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        notes: list[str] = []
+        if not documents:
+            store.run(require_corpus_plan(corpus))
+            notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters))
+    return documents, elapsed_ms, notes
 
 
 def _print_results(text: str, strategy: str, documents: Sequence[RetrievedDocument], elapsed_ms: float,
@@ -156,14 +192,15 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     if strategy == "keyword" and not explain and not standbys and not distinct:
         answered = lean_keyword_query(text, url, schema=schema, corpus=corpus, context=context)
         if answered is not None:
-            _print_results(text, "keyword", answered[0], answered[1], [], as_json)
+            _print_results(text, "keyword", *answered, as_json)
             return
 
     if url is None:  # the kept-running server's keeper embeds the query with its warm model
         from tnsrag_db.store.embedded.keeper import use_keeper_model
 
         click.get_current_context().call_on_close(use_keeper_model())  # undone after the command
-    from tnsrag_db.admin import empty_filter_notes, require_corpus
+    from tnsrag_db.admin.corpora import require_corpus
+    from tnsrag_db.admin.filter_notes import empty_filter_notes
     from tnsrag_db.cli._schema import open_existing
     from tnsrag_db.strategies.explain import explain_with
     from tnsrag_db.strategies.registry import build_strategy
@@ -189,9 +226,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             return
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
-        notes = empty_filter_notes(store, context.metadata_filters) if not documents else []
-        if not documents and not context.metadata_filters and store.count() == 0:
-            notes.append(f"corpus {corpus!r} holds no entries yet: add some with tnsrag ingest PATH --corpus {corpus}")
+        notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters)) if not documents else []
         if chosen.name == "graph":
             from tnsrag_db.indexes.graph import GraphStore
 

@@ -5,7 +5,9 @@ database, with the same statements :meth:`Store.run` sends.
 The connections come from a SQLAlchemy asyncio engine over psycopg 3's
 ``AsyncConnection`` (a real async driver: no thread per call), created lazily for the
 store's engine and the running event loop, with the sync engine's set-up: the same
-URL, ``search_path``, pool limits, pgvector types and ping-after-idle rule. Statements
+URL, ``search_path`` and pool limits, and the same registered connection hooks
+(:class:`~tnsrag_db.db.engine.ConnectionHooks`: pgvector types, the ping-after-idle
+rule, any registered later), read at each connection event. Statements
 are compiled to the driver's form exactly as the sync fast lane compiles them, and they
 pass through SQLAlchemy's engine events (``before_cursor_execute`` and friends) as the
 sync ones do. The async engines of a sync engine are closed when it is disposed
@@ -22,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
 import sqlalchemy as sa
 
-from tnsrag_db.db.engine import libpq_options, pool_limits
+from tnsrag_db.db.engine import HookKind, libpq_options, pool_limits, run_hooks
 from tnsrag_db.db.runner import AsyncPlanRunner
 from tnsrag_db.errors import ConfigurationError
 
@@ -65,9 +66,6 @@ class AsyncRunTarget(Protocol):
     def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T: ...
 
 _T = TypeVar("_T")
-
-_IDLE_SINCE = "tnsrag_idle_since"
-
 
 class _Engines:
     """The async engines of one sync engine: one per (event loop, schema)."""
@@ -160,45 +158,30 @@ def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> Asyn
     )
     sync = created.sync_engine
 
+    # The registered ConnectionHooks, read at each event as the sync engine's are (so hooks
+    # registered after this engine exists reach its next connections). SQLAlchemy calls
+    # these listeners in its greenlet bridge; run_async awaits what a hook returns there.
+    def hooks(kind: HookKind, dbapi_conn: Any, info: Any) -> None:
+        run_hooks(kind, dbapi_conn.driver_connection, info,
+                  wait=lambda awaitable: dbapi_conn.run_async(lambda _driver: awaitable))
+
     @sa.event.listens_for(sync, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
-        try:
-            dbapi_conn.run_async(_register_vector)
-        except Exception:
-            # No vector extension yet (an unmigrated database): vectors travel as text.
-            dbapi_conn.run_async(lambda conn: conn.rollback())
-        dbapi_conn.run_async(lambda conn: conn.commit())
+        hooks("configure", dbapi_conn, record.info)
+        dbapi_conn.run_async(lambda driver: driver.commit())
 
     @sa.event.listens_for(sync, "checkin")
     def _on_checkin(dbapi_conn: Any, record: Any) -> None:
-        record.info[_IDLE_SINCE] = time.monotonic()
         if dbapi_conn is not None:
+            hooks("reset", dbapi_conn, record.info)
             engines.idle[dbapi_conn.driver_connection] = created
 
     @sa.event.listens_for(sync, "checkout")
     def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         engines.idle.pop(dbapi_conn.driver_connection, None)
-        since = record.info.get(_IDLE_SINCE)
-        if since is None or time.monotonic() - since <= _ping_after():
-            return
-        try:
-            sync.dialect.do_ping(dbapi_conn)  # SQLAlchemy's own pre-ping, only when due (as the sync engine)
-        except Exception as exc:
-            raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
+        hooks("check", dbapi_conn, record.info)
 
     return created
-
-
-def _ping_after() -> float:
-    from tnsrag_db.db import engine  # read at each use: tests change it
-
-    return engine.PING_AFTER_IDLE_SECONDS
-
-
-async def _register_vector(conn: psycopg.AsyncConnection[Any]) -> None:
-    from pgvector.psycopg import register_vector_async
-
-    await register_vector_async(conn)
 
 
 async def aclose_engines(engine: Engine) -> None:

@@ -30,10 +30,10 @@ from tnsrag_db._validate import is_number
 from tnsrag_db.db.driver_errors import map_db_errors
 from tnsrag_db.db.runner import TIMEOUT_SET, PlanRunner
 from tnsrag_db.db.statement import Plan, Statement, one
-from tnsrag_db.errors import ConfigurationError
+from tnsrag_db.errors import ConfigurationError, DatabaseError
 
 __all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "DriverStore", "ReadStore", "check_timeout", "libpq_url",
-           "migrations_dir", "shipped_head", "validate_schema_name"]
+           "migrations_dir", "schema_revisions_plan", "shipped_head", "validate_schema_name"]
 
 _T = TypeVar("_T")
 
@@ -136,6 +136,25 @@ def shipped_head() -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
+#: SQLSTATE undefined_table.
+_UNDEFINED_TABLE = "42P01"
+
+
+def schema_revisions_plan(schema: str) -> Plan[list[str] | None]:
+    """The alembic revisions recorded in ``schema`` (this release's head alone: migrated
+    to head), or None when it has no version table (schema missing or never migrated).
+    One statement; raises :class:`ConfigurationError` for a bad schema name."""
+    validate_schema_name(schema)
+    try:
+        # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
+        rows = yield Statement(f"SELECT version_num FROM {schema}.alembic_version", {}, ("version_num",))
+    except DatabaseError as exc:
+        if exc.sqlstate != _UNDEFINED_TABLE:
+            raise
+        return None  # run in autocommit (every runner's reads): the connection stays usable
+    return [str(r.version_num) for r in rows]
+
+
 def validate_schema_name(schema: str) -> str:
     """Return ``schema`` if it is a plain lower-case identifier (``[a-z_][a-z0-9_]*``, ≤ 63 chars).
 
@@ -165,9 +184,11 @@ class DriverStore:
 
     Its connection searches ``<schema>, public`` and runs in autocommit, like the store's
     read fast lane; ``statement_timeout`` (seconds, None: the server's) bounds every
-    statement; ``max_query_terms`` as in :class:`~tnsrag_db.store.store.Store`. Driver
-    errors, a failed connection included, leave as :class:`~tnsrag_db.errors.DatabaseError`
-    subclasses whose message starts ``database error in corpus '<corpus>'``. Not
+    statement; ``max_query_terms`` as in :class:`~tnsrag_db.store.store.Store`. A
+    connection that cannot be opened raises :class:`~tnsrag_db.errors.DatabaseError`
+    starting ``could not connect:`` (the words of :func:`~tnsrag_db.store.store.connect`);
+    other driver errors leave as :class:`~tnsrag_db.errors.DatabaseError` subclasses whose
+    message starts ``database error in corpus '<corpus>'``. Not
     thread-safe (one connection). Raises :class:`ConfigurationError` for a bad option.
     Use as a context manager or call :meth:`close`.
     """
@@ -219,7 +240,13 @@ class DriverStore:
             options = f"-c search_path={self._schema},public"
             if self._timeout_ms is not None:
                 options += f" -c statement_timeout={self._timeout_ms}"
-            self._conn = psycopg.connect(self._conninfo, autocommit=True, options=options)
+            try:
+                self._conn = psycopg.connect(self._conninfo, autocommit=True, options=options)
+            except psycopg.Error as exc:
+                # The words of the full store's connect(): nothing of the plan ran.
+                error = DatabaseError(f"could not connect: {exc}")
+                error.sqlstate = exc.sqlstate
+                raise error from exc
             self._info = {} if self._timeout_ms is None else {TIMEOUT_SET: self._timeout_ms}
         return self._conn
 
@@ -257,21 +284,11 @@ class DriverStore:
         return list(self.run(one(Statement(sql, params))))
 
     def at_head(self) -> bool:
-        """True when the schema is migrated to this release's head (one statement); False also
-        when that cannot be told without alembic. Raises :class:`DatabaseError` when the
-        server cannot be reached."""
+        """True when the schema is migrated to this release's head (one statement,
+        :func:`schema_revisions_plan`); False also when that cannot be told without
+        alembic. Raises :class:`DatabaseError` when the server cannot be reached."""
         head = shipped_head()
-        if head is None:
-            return False
-        with map_db_errors(self._what):
-            conn = self._connection()
-            conn.autocommit = True  # the runner hands it back with autocommit off
-            try:
-                # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
-                versions = conn.execute(f"SELECT version_num FROM {self._schema}.alembic_version").fetchall()
-            except psycopg.errors.UndefinedTable:
-                return False  # not migrated (autocommit: the connection stays usable)
-        return [v[0] for v in versions] == [head]
+        return head is not None and self.run(schema_revisions_plan(self._schema)) == [head]
 
     def close(self) -> None:
         """Close the connection (a no-op when none is open)."""

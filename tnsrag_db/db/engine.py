@@ -3,7 +3,11 @@
 The engine knows nothing of the layers above it. A layer that needs something of every
 pooled connection registers :class:`ConnectionHooks` (psycopg_pool's ``configure`` /
 ``check`` / ``reset`` are the model): ``configure`` runs once on each new connection,
-``check`` when the pool hands one out, ``reset`` when it comes back. Registered today:
+``check`` when the pool hands one out, ``reset`` when it comes back. Hooks are given
+once, for sync and async connections alike: the sync engines of :func:`create_engine`
+and the async engines of :mod:`tnsrag_db.db.aio` both read the registry at every
+connection event (:func:`run_hooks`), so hooks registered after an engine exists reach
+its next connections too. Registered today:
 this module's idle-connection ping (``check`` + ``reset``) and the pgvector type
 adaptation of :mod:`tnsrag_db.db.schema` (``configure``). The write path's stage tables
 need none: they are created on a connection's first write (see
@@ -21,10 +25,12 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, MutableMapping
+import inspect
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
@@ -41,6 +47,8 @@ __all__ = [
     "redact_url",
     "register_connection_hooks",
     "registered_connection_hooks",
+    "run_hooks",
+    "unregister_connection_hooks",
     "validate_schema_name",
 ]
 
@@ -49,9 +57,12 @@ PING_AFTER_IDLE_SECONDS = 1.0
 _IDLE_SINCE = "tnsrag_idle_since"
 
 
-#: ``hook(dbapi_connection, info)``: the psycopg connection and the pooled connection's
-#: ``info`` dict (kept while the connection lives, shared with ``Connection.info``).
-Hook = Callable[[Any, MutableMapping[Any, Any]], None]
+#: ``hook(connection, info)``: the psycopg connection (a ``psycopg.Connection`` or, for the
+#: async engines, a ``psycopg.AsyncConnection``) and the pooled connection's ``info`` dict
+#: (kept while the connection lives, shared with ``Connection.info``). Given an async
+#: connection, a hook returns an awaitable (or None when it has nothing to do), which is
+#: awaited; given a sync one, it returns None.
+Hook = Callable[[Any, MutableMapping[Any, Any]], "Awaitable[None] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +103,40 @@ def registered_connection_hooks() -> tuple[ConnectionHooks, ...]:
         return tuple(_hooks.values())
 
 
+def unregister_connection_hooks(name: str) -> None:
+    """Stop running the hooks registered as ``name`` on connection events from now on (no
+    error when none are)."""
+    with _hooks_lock:
+        _hooks.pop(name, None)
+
+
+HookKind = Literal["configure", "check", "reset"]
+
+
+def run_hooks(kind: HookKind, driver: Any, info: MutableMapping[Any, Any], *,
+              wait: Callable[[Awaitable[None]], None] | None = None) -> None:
+    """Run the ``kind`` hook of every registered :class:`ConnectionHooks`, in registration
+    order, on the psycopg connection ``driver`` with the pooled connection's ``info``.
+
+    For an async connection, ``wait`` awaits what a hook returns before the next one runs
+    (a hook with nothing to await returns None and runs without it). Raises
+    :class:`ConfigurationError` for a hook that returned an awaitable without a ``wait``
+    (a sync connection)."""
+    for hooks in registered_connection_hooks():
+        hook = getattr(hooks, kind)
+        if hook is None:
+            continue
+        result = hook(driver, info)
+        if result is None:
+            continue
+        if wait is None or not inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()  # never to be awaited
+            raise ConfigurationError(f"connection hook {hooks.name!r} ({kind}) returned {type(result).__name__} "
+                                     "for a sync connection: it must return None there")
+        wait(result)
+
+
 def normalize_url(url: str | URL) -> URL:
     """Turn a libpq URL (``postgresql://user@/db?host=/socket/dir``, ``postgres://...``) or a
     SQLAlchemy URL into a SQLAlchemy URL that uses the psycopg 3 driver.
@@ -126,10 +171,12 @@ def _mark_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
     info[_IDLE_SINCE] = time.monotonic()
 
 
-def _ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
+def _ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
     since = info.get(_IDLE_SINCE)
     if since is None or time.monotonic() - since <= PING_AFTER_IDLE_SECONDS:
-        return
+        return None
+    if isinstance(dbapi_conn, psycopg.AsyncConnection):
+        return _aping(dbapi_conn)
     autocommit = dbapi_conn.autocommit
     try:
         # What SQLAlchemy's own pre-ping does (only when due): SELECT 1 outside a transaction.
@@ -141,6 +188,20 @@ def _ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
                 dbapi_conn.autocommit = autocommit
     except Exception as exc:
         # The pool discards this connection and checks out a fresh one.
+        raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
+    return None
+
+
+async def _aping(driver: psycopg.AsyncConnection[Any]) -> None:
+    autocommit = driver.autocommit
+    try:
+        await driver.set_autocommit(True)
+        try:
+            await driver.execute("SELECT 1")
+        finally:
+            if not driver.closed:
+                await driver.set_autocommit(autocommit)
+    except Exception as exc:
         raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
 
 
@@ -210,21 +271,15 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
-        for hooks in registered_connection_hooks():
-            if hooks.configure is not None:
-                hooks.configure(dbapi_conn, record.info)
+        run_hooks("configure", dbapi_conn, record.info)
         dbapi_conn.commit()
 
     @sa.event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        for hooks in registered_connection_hooks():
-            if hooks.check is not None:
-                hooks.check(dbapi_conn, record.info)
+        run_hooks("check", dbapi_conn, record.info)
 
     @sa.event.listens_for(engine, "checkin")
     def _on_checkin(dbapi_conn: Any, record: Any) -> None:
-        for hooks in registered_connection_hooks():
-            if hooks.reset is not None:
-                hooks.reset(dbapi_conn, record.info)
+        run_hooks("reset", dbapi_conn, record.info)
 
     return engine

@@ -13,9 +13,10 @@ new connection.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, MutableMapping
 from typing import Any
 
+import psycopg
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
@@ -58,7 +59,9 @@ __all__ = [
     "tenant_grants",
 ]
 
-def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
+def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
+    if isinstance(dbapi_conn, psycopg.AsyncConnection):
+        return _aregister_vector(dbapi_conn)
     try:
         from pgvector.psycopg import register_vector
 
@@ -67,6 +70,16 @@ def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
         # The vector extension does not exist yet (an unmigrated database); the
         # SQLAlchemy Vector type still works through its text form.
         dbapi_conn.rollback()
+    return None
+
+
+async def _aregister_vector(driver: psycopg.AsyncConnection[Any]) -> None:
+    try:
+        from pgvector.psycopg import register_vector_async
+
+        await register_vector_async(driver)
+    except Exception:
+        await driver.rollback()  # no vector extension yet: vectors travel as text
 
 
 # Nothing that writes: a read-only role or a hot standby must be able to connect.
