@@ -69,13 +69,20 @@ def parse_size(text: str, *, option: str = "--memory") -> int | None:
     value = text.strip().lower()
     if value == "auto":
         return None
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", value)
-    if match is None or match.group(2) not in _UNITS:
+    size = _size(value)
+    if size is None:
         raise ValidationError(f"{option}: expected a size such as 4GB, 512MB or auto, got {text!r}")
-    size = int(float(match.group(1)) * _UNITS[match.group(2)])
     if size < MIN_BUDGET:
         raise ValidationError(f"{option}: {text!r} is below the smallest budget of {format_size(MIN_BUDGET)}")
     return size
+
+
+def _size(text: str) -> int | None:
+    """Bytes of a size such as ``"4gb"`` or ``"512"`` (lower case), None when it is not one."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", text)
+    if match is None or match.group(2) not in _UNITS:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def format_size(size: int) -> str:
@@ -256,12 +263,13 @@ def write_config(data_dir: Path, chosen: MemoryPlan) -> bool:
     new = "\n".join(lines) + "\n"
     conf = data_dir / CONF_FILE
     try:
-        if conf.read_text() == new:
-            return False
+        old = conf.read_text()
     except OSError:
-        pass
-    _write(conf, new)
-    return True
+        old = ""
+    if old != new:
+        _write(conf, new)
+    # Changed only when a setting did (the header also names where the budget came from).
+    return [x for x in old.splitlines() if not x.startswith("#")] != lines[3:]
 
 
 def _bytes(setting: str, unit: str | None) -> int | None:
@@ -274,10 +282,7 @@ def _bytes(setting: str, unit: str | None) -> int | None:
         return None
     if text.lstrip("-").isdigit():
         return int(text) * base
-    try:
-        return parse_size(text, option="setting")
-    except ValidationError:
-        return None
+    return _size(text)
 
 
 def effective(url: str, names: list[str] | None = None) -> list[dict[str, Any]]:
