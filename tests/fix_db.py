@@ -70,6 +70,11 @@ def pytest_configure(config: pytest.Config) -> None:
     (_SESSION_HOME / "share").mkdir()
     os.environ["XDG_DATA_HOME"] = str(_SESSION_HOME / "share")
     os.environ["HOME"] = str(_SESSION_HOME)
+    # Embedded servers that tests start through the library or the CLI (each in its own
+    # temporary data directory) are sized from this small budget, not from a quarter of the
+    # machine's RAM: several test sessions run at once. (The session's own server below is
+    # started by the wheel with PostgreSQL's stock settings.)
+    os.environ["TNSRAG_SERVER_MEMORY"] = "128MB"
     assert _real_data_dir() != REAL_DATA_DIR
 
 

@@ -47,15 +47,20 @@ def _data_dir(home: Path) -> Path:
     return home / "tnsrag_db" / "pg18"
 
 
-def _env(home: Path) -> dict[str, str]:
+def _env(home: Path, memory: str | None = "") -> dict[str, str]:
+    """The environment of a CLI child: no TNSRAG_ variables but the test plugin's small
+    TNSRAG_SERVER_MEMORY (``memory`` replaces it; None leaves it out)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TNSRAG_")}
     env["XDG_DATA_HOME"] = str(home)
+    value = os.environ.get("TNSRAG_SERVER_MEMORY", "") if memory == "" else memory
+    if value:
+        env["TNSRAG_SERVER_MEMORY"] = value
     return env
 
 
-def _tnsrag(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    run = subprocess.run([sys.executable, "-c", _CLI, *args], env=_env(home), capture_output=True, text=True,
-                         timeout=300)
+def _tnsrag(home: Path, *args: str, check: bool = True, memory: str | None = "") -> subprocess.CompletedProcess[str]:
+    run = subprocess.run([sys.executable, "-c", _CLI, *args], env=_env(home, memory), capture_output=True,
+                         text=True, timeout=300)
     if check:
         assert run.returncode == 0, f"tnsrag {' '.join(args)}: {run.stdout}\n{run.stderr}"
     return run
@@ -285,3 +290,65 @@ def test_queries_embed_with_the_keepers_warm_model_and_fall_back_to_their_own(ow
     socket_path.unlink()  # the keeper no longer answers: each query loads the model itself, same answers
     assert _query_probed(home, "vector") == (warm_vector, True)
     assert _query_probed(home, "hybrid") == (warm_hybrid, True)
+
+
+def _show(url: str, name: str) -> str:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _settings(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in status["settings"]}
+
+
+def test_the_server_starts_with_memory_settings_sized_from_its_budget(own_home: Path) -> None:
+    home = own_home
+    # A fresh data directory: initialised with stock settings, then restarted once with ours.
+    first = json.loads(_tnsrag(home, "server", "start", "--memory", "256MB", "--json").stdout)
+    assert first["memory"]["budget"] == 256 * 2**20 and first["memory"]["budget_from"] == "--memory"
+    assert _show(first["url"], "shared_buffers") == "256MB"
+    assert _show(first["url"], "max_wal_size") == "1GB" and _show(first["url"], "checkpoint_timeout") == "15min"
+    settings = _settings(first)
+    assert settings["shared_buffers"] == {"name": "shared_buffers", "value": "256MB", "source": "tnsrag.conf",
+                                          "file_value": "256MB", "restart_needed": False}
+    assert first["restart_needed"] == []
+
+    # A new budget reaches the running server at once, but shared_buffers waits for a restart.
+    changed = json.loads(_tnsrag(home, "server", "start", "--memory", "1GB", "--json").stdout)
+    assert changed["pid"] == first["pid"] and changed["restart_needed"] == ["shared_buffers"]
+    assert _show(changed["url"], "maintenance_work_mem") == "128MB" and _show(changed["url"], "work_mem") == "8MB"
+    assert _show(changed["url"], "shared_buffers") == "256MB"
+    text = _tnsrag(home, "server", "status").stdout
+    assert "files ask 1GB: restart needed" in text and "tnsrag server stop && tnsrag server start" in text
+
+    # A setting of the user's own (ALTER SYSTEM) wins over the generated one, also after a restart.
+    import psycopg
+
+    with psycopg.connect(changed["url"], autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET work_mem = '20MB'")
+    _tnsrag(home, "server", "stop")
+    # The budget is remembered (no TNSRAG_SERVER_MEMORY here: it would win over it).
+    again = json.loads(_tnsrag(home, "server", "start", "--json", memory=None).stdout)
+    assert again["memory"]["budget_from"] == "tnsrag.json" and again["restart_needed"] == []
+    assert _show(again["url"], "shared_buffers") == "1GB"
+    assert _settings(again)["work_mem"]["source"] == "ALTER SYSTEM" and _show(again["url"], "work_mem") == "20MB"
+
+    # The environment variable sizes a server that a plain script starts, too.
+    _tnsrag(home, "server", "stop")
+    script = ("import tnsrag_db\n"
+              "with tnsrag_db.connect(corpus='script') as store:\n"
+              "    print(store.engine.connect().exec_driver_sql('SHOW shared_buffers').scalar())\n")
+    run = subprocess.run([sys.executable, "-c", script], env=_env(home, "192MB"), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and run.stdout.split() == ["192MB"], run.stderr
+
+
+def test_a_malformed_memory_budget_is_an_error_naming_it(own_home: Path) -> None:
+    run = _tnsrag(own_home, "server", "start", "--memory", "lots", check=False)
+    assert run.returncode == 1 and "--memory: expected a size such as 4GB" in run.stderr
+    assert not _data_dir(own_home).exists()  # nothing was started

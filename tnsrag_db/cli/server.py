@@ -34,6 +34,17 @@ def _describe(st: kept.ServerStatus) -> str:
         lines.append(f"  kept running by pid {st.keeper_pid}: {when} (last use {last})")
     elif st.running:
         lines.append("  not kept running: it stops when the processes using it exit")
+    if st.memory:
+        from tnsrag_db.store.embedded.memory import human
+
+        m = st.memory
+        lines.append(f"  memory:     budget {human(m['budget'])} from {m['budget_from']} "
+                     f"(machine: {human(m['ram'])} RAM, {m['cpus']} CPUs); settings, and where each came from:")
+    for item in st.settings or ():
+        asked = f" (files ask {item['file_value']}: restart needed)" if item["restart_needed"] else ""
+        lines.append(f"    {item['name']:<33} {item['value']:>7}  {item['source']}{asked}")
+    if any(item["restart_needed"] for item in st.settings or ()):
+        lines.append("  restart needed for the settings marked: tnsrag server stop && tnsrag server start")
     return "\n".join(lines)
 
 
@@ -60,17 +71,23 @@ def server() -> None:
               help="Stop after this many seconds without a client or command (0: never).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Data directory (default: the user data directory's tnsrag_db/pg18).")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="Memory budget the server's settings are sized from, e.g. 4GB, 512MB or auto (25 % of RAM, "
+                   "at most 8GB); remembered for later starts. Default: TNSRAG_SERVER_MEMORY, else the "
+                   "remembered budget, else auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @handle_errors
-def start(idle_timeout: float, data_dir: Path | None, as_json: bool) -> None:
+def start(idle_timeout: float, data_dir: Path | None, memory: str | None, as_json: bool) -> None:
     """Start the embedded server (initialising its data directory on first use) and keep it running.
 
-    A server already kept running keeps its own idle timeout.
+    A server already kept running keeps its own idle timeout. Its memory and WAL settings
+    are sized from the budget; a running server takes a new --memory at once except for
+    shared_buffers, which needs a restart (the output says so).
 
-    Example: tnsrag server start --idle-timeout 3600
+    Example: tnsrag server start --idle-timeout 3600 --memory 2GB
     """
-    kept.ensure_running(data_dir, idle_timeout=idle_timeout)
-    st = kept.status(data_dir)
+    kept.ensure_running(data_dir, idle_timeout=idle_timeout, memory=memory)
+    st = kept.status(data_dir, settings=True)
     emit({**st.as_dict(), "tnsrag_version": _version()}, as_json, _describe(st))
 
 
@@ -109,12 +126,14 @@ def stop(force: bool, data_dir: Path | None, as_json: bool) -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Data directory (default: the user data directory's tnsrag_db/pg18).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@handle_errors
 def status(data_dir: Path | None, as_json: bool) -> None:
-    """Show whether the embedded server runs, where its data lives, its socket or port and versions.
+    """Show whether the embedded server runs, where its data lives, its socket or port and versions,
+    and its memory settings with where each came from.
 
     Starts nothing; exits 0 whether or not the server runs (see "running" in --json).
 
     Example: tnsrag server status --json
     """
-    st = kept.status(data_dir)
+    st = kept.status(data_dir, settings=True)
     emit({**st.as_dict(), "tnsrag_version": _version()}, as_json, _describe(st) + f"\n  tnsrag_db:  {_version()}")

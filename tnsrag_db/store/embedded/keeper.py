@@ -96,6 +96,11 @@ class ServerStatus:
     says whose it is: ``"this"``, ``"other"`` (another installation's) or ``"gone"``
     (deleted since the server started: the next command restarts the server); None when
     nothing runs or it cannot be told.
+
+    ``memory`` is what ``tnsrag.conf`` was written from (budget in bytes, its origin, the
+    machine's RAM and CPUs), ``settings`` the running server's memory and WAL settings with
+    where each came from (:func:`tnsrag_db.store.embedded.memory.effective`; only when
+    asked for, and only of a running server).
     """
 
     running: bool
@@ -110,6 +115,8 @@ class ServerStatus:
     last_use: datetime | None = None
     binaries: str | None = None
     installation: str | None = None
+    memory: dict[str, Any] | None = None
+    settings: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields (paths and times as strings)."""
@@ -118,11 +125,16 @@ class ServerStatus:
                 "postgres_version": self.postgres_version, "kept_running": self.keeper_pid is not None,
                 "keeper_pid": self.keeper_pid, "idle_timeout": self.idle_timeout,
                 "last_use": self.last_use.isoformat() if self.last_use else None,
-                "binaries": self.binaries, "installation": self.installation}
+                "binaries": self.binaries, "installation": self.installation, "memory": self.memory,
+                "settings": self.settings,
+                "restart_needed": [s["name"] for s in self.settings or () if s["restart_needed"]]}
 
 
-def status(data_dir: Path | None = None) -> ServerStatus:
-    """The embedded server's state in ``data_dir`` (default: the user data directory); starts nothing."""
+def status(data_dir: Path | None = None, *, settings: bool = False) -> ServerStatus:
+    """The embedded server's state in ``data_dir`` (default: the user data directory); starts
+    nothing. ``settings``: also read the running server's memory settings (a connection).
+    Raises :class:`DatabaseError` when those cannot be read."""
+    from tnsrag_db.store.embedded import memory as sizing
     from tnsrag_db.store.embedded.server import running_binaries
 
     target = _resolved(data_dir)
@@ -136,17 +148,20 @@ def status(data_dir: Path | None = None) -> ServerStatus:
     keeper: dict[str, Any] = dict(
         keeper_pid=int(state["pid"]), idle_timeout=float(state["idle_timeout"]),
         last_use=datetime.fromtimestamp(state_file.stat().st_mtime, timezone.utc)) if state else {}
+    budget = sizing.configured(target)
     if pm is None or not pm.ready:
-        return ServerStatus(False, target, postgres_version=version, **keeper)
+        return ServerStatus(False, target, postgres_version=version, memory=budget, **keeper)
     running = running_binaries(pm.pid)
     foreign = foreign_binaries(pm)
     installation = None if running is None else "this" if foreign is None else "gone" if foreign[1] else "other"
+    effective = sizing.effective(server_url(pm, "postgres")) if settings else None
     return ServerStatus(True, target, pm.pid, pm.socket_dir, pm.port, server_url(pm, EMBEDDED_DATABASE), version,
-                        binaries=running[0] if running else None, installation=installation, **keeper)
+                        binaries=running[0] if running else None, installation=installation, memory=budget,
+                        settings=effective, **keeper)
 
 
 def ensure_running(data_dir: Path | None = None, *, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-                   timeout: float = _START_TIMEOUT) -> str:
+                   timeout: float = _START_TIMEOUT, memory: str | None = None) -> str:
     """Return a libpq URL of the ``tnsrag`` database on the kept-running server, starting the
     server and its keeper first if needed, and count this call as a use (it resets the idle clock).
 
@@ -155,8 +170,18 @@ def ensure_running(data_dir: Path | None = None, *, idle_timeout: float = DEFAUL
     on another installation's binaries too, once no client is connected (while one is, it
     is used as it is). Raises :class:`DatabaseError` when the server does not become ready
     within ``timeout`` seconds (naming the keeper log).
+
+    ``memory`` (a size such as ``"4GB"``, or ``"auto"``) sets the budget the server's memory
+    settings are sized from and is remembered for later starts
+    (:mod:`~tnsrag_db.store.embedded.memory`); a running server rereads them at once, but
+    keeps its ``shared_buffers`` until it restarts. Raises
+    :class:`~tnsrag_db.errors.ValidationError` for a malformed ``memory``.
     """
+    from tnsrag_db.store.embedded import memory as sizing
+
     target = _resolved(data_dir)
+    if memory is not None:
+        sizing.plan(target, memory)  # a malformed budget fails before anything starts
     files = keeper_files(target)
     deadline = time.monotonic() + timeout
     keeper: subprocess.Popen[bytes] | None = None
@@ -171,13 +196,15 @@ def ensure_running(data_dir: Path | None = None, *, idle_timeout: float = DEFAUL
                     continue
             with contextlib.suppress(OSError):
                 os.utime(files.state)  # this use resets the keeper's idle clock
+            if memory is not None:  # unchanged when the keeper just started the server with it
+                sizing.apply(target, server_url(pm, "postgres"), sizing.plan(target, memory))
             return server_url(pm, EMBEDDED_DATABASE)
         if keeper is None or (keeper.poll() is not None and _read_state(files.state) is None
                               and not _lock_held(files.lock)):
             if keeper is not None and keeper.returncode != 0:
                 raise DatabaseError(f"could not start the embedded PostgreSQL server in {target} "
                                     f"(exit status {keeper.returncode}); see {files.log}:\n{_tail(files.log)}")
-            keeper = _spawn_keeper(target, idle_timeout, files.log)
+            keeper = _spawn_keeper(target, idle_timeout, files.log, memory)
         if time.monotonic() > deadline:
             raise DatabaseError(f"the embedded PostgreSQL server in {target} did not become ready within "
                                 f"{timeout:g} s; see {files.log}")
@@ -229,7 +256,8 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _spawn_keeper(target: Path, idle_timeout: float, log_file: Path) -> subprocess.Popen[bytes]:
+def _spawn_keeper(target: Path, idle_timeout: float, log_file: Path,
+                  memory: str | None = None) -> subprocess.Popen[bytes]:
     target.parent.mkdir(parents=True, exist_ok=True)
     options: dict[str, Any] = {}
     if sys.platform == "win32":
@@ -238,7 +266,7 @@ def _spawn_keeper(target: Path, idle_timeout: float, log_file: Path) -> subproce
         options["start_new_session"] = True  # a Ctrl-C in the terminal does not reach it
     with log_file.open("ab") as log:
         return subprocess.Popen([sys.executable, "-m", "tnsrag_db.store.embedded.keeper", str(target),
-                                 str(idle_timeout)],
+                                 str(idle_timeout), *([memory] if memory is not None else [])],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True, **options)
 
 
@@ -260,8 +288,9 @@ def stop(data_dir: Path | None = None, *, force: bool = False, timeout: float = 
     return status(target)
 
 
-def serve(data_dir: Path, idle_timeout: float) -> int:
-    """The keeper's main loop (``python -m tnsrag_db.store.embedded.keeper DATA_DIR IDLE_TIMEOUT``).
+def serve(data_dir: Path, idle_timeout: float, memory: str | None = None) -> int:
+    """The keeper's main loop (``python -m tnsrag_db.store.embedded.keeper DATA_DIR IDLE_TIMEOUT
+    [MEMORY]``; ``memory`` as for :func:`ensure_running`).
 
     Holds one handle of the wheel's server (starting it if needed), writes the state file,
     serves the warm embedding model, and returns once the server has been idle for
@@ -285,7 +314,7 @@ def serve(data_dir: Path, idle_timeout: float) -> int:
     handle: Any = None
     service: Any = None
     try:
-        handle, _url = start_with_wheel(data_dir)  # starts or joins the server, creates the tnsrag database
+        handle, _url = start_with_wheel(data_dir, memory)  # starts or joins the server, creates the tnsrag database
         kept = postmaster(data_dir)
         files.state.write_text(json.dumps({"pid": os.getpid(), "idle_timeout": idle_timeout,
                                            "data_dir": str(data_dir),
@@ -375,7 +404,7 @@ def _wait_until_idle(data_dir: Path, state_file: Path, idle_timeout: float, kept
 
 
 if __name__ == "__main__":  # pragma: no cover - run as the keeper process
-    sys.exit(serve(Path(sys.argv[1]), float(sys.argv[2])))
+    sys.exit(serve(Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None))
 
 
 def use_keeper_model(data_dir: Path | None = None) -> Callable[[], None]:

