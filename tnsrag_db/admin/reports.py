@@ -70,7 +70,8 @@ class CorpusStats:
     * ``by_tier``: entries per tier; ``by_source``: entries per source, most first, at
       most ``max_sources`` of them (``sources`` is how many distinct sources there are;
       entries without a source count under ``None``, shown as ``null`` in JSON);
-    * ``spaces``: the embedding spaces with their index state (:class:`SpaceInfo`);
+    * ``spaces``: the embedding spaces with their index state (:class:`SpaceInfo`); the
+      JSON adds each one's ``missing``, the entries without a vector in it (:meth:`missing`);
     * ``bm25_documents``, ``bm25_average_length`` (terms per document) and
       ``bm25_terms`` (distinct terms): the BM25 corpus statistics queries score with;
     * ``edges`` and ``edges_by_relation``;
@@ -93,12 +94,17 @@ class CorpusStats:
     created_at: datetime
     last_write: datetime | None
 
+    def missing(self, space: SpaceInfo) -> int:
+        """Entries of the corpus without a vector in ``space`` (0 when it is complete; more
+        while an ingest or ``tnsrag embed`` is filling it, or after one was interrupted)."""
+        return max(0, self.entries - space.vectors)
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-able dict (``by_source`` as a list of ``{"source", "entries"}``)."""
         return {
             "corpus": self.corpus, "entries": self.entries, "by_tier": dict(self.by_tier),
             "by_source": [{"source": s, "entries": n} for s, n in self.by_source], "sources": self.sources,
-            "spaces": [s.to_dict() for s in self.spaces],
+            "spaces": [{**s.to_dict(), "missing": self.missing(s)} for s in self.spaces],
             "bm25": {"documents": self.bm25_documents, "average_length": self.bm25_average_length,
                      "terms": self.bm25_terms},
             "edges": self.edges, "edges_by_relation": dict(self.edges_by_relation),

@@ -189,8 +189,8 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def ingest_progress(stream: TextIO, *, quiet: bool, clock: Callable[[], float] = time.monotonic) -> PhaseProgress:
-    """The progress of ``tnsrag ingest`` on ``stream``: read, embed, write and (once an HNSW
-    build reports) index; redrawn on a terminal, plain lines every :data:`PLAIN_INTERVAL`
+    """The progress of ``tnsrag ingest`` on ``stream``: read (files), write (entries written,
+    keyword-searchable), embed (entries with their vectors) and (once an HNSW build reports) index; redrawn on a terminal, plain lines every :data:`PLAIN_INTERVAL`
     seconds elsewhere, nothing with ``quiet``."""
-    return PhaseProgress(stream, {"read": "files", "embed": "entries", "write": "entries", "index": "blocks"},
+    return PhaseProgress(stream, {"read": "files", "write": "entries", "embed": "entries", "index": "blocks"},
                          enabled=not quiet, plain=not _isatty(stream), clock=clock, optional={"index"})

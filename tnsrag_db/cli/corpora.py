@@ -110,7 +110,10 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
     shown = ", ".join(f"{src if src is not None else '(none)'} {n}" for src, n in s.by_source)
     more = f" (and {s.sources - len(s.by_source)} more)" if s.sources > len(s.by_source) else ""
     lines.append(f"sources:  {s.sources}" + (f": {shown}{more}" if shown else ""))
-    lines.append("spaces:   " + ("; ".join(_space_text(sp) for sp in s.spaces) or "none (nothing embedded)"))
+    lines.append("spaces:   " + ("; ".join(_space_text(sp) + (f" ({s.missing(sp)} entries without a vector: "
+                                                                  "embedding in progress or interrupted)"
+                                                                  if s.missing(sp) else "") for sp in s.spaces)
+                                 or "none (nothing embedded)"))
     lines.append(f"bm25:     {s.bm25_documents} documents, average length {s.bm25_average_length:g} terms, "
                  f"{s.bm25_terms} distinct terms ({s.text_config})")
     lines.append(f"edges:    {s.edges}" + (": " + ", ".join(f"{r} {n}" for r, n in s.edges_by_relation.items())

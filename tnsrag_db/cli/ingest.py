@@ -2,8 +2,9 @@
 
 The steps: pick the embedding (:func:`choose_embedding`), read every file (skips are
 collected, ``--strict`` refuses them before anything is written), validate every entry,
-then :meth:`VectorMemoryStore.ingest` (embedding overlaps the writes, each batch commits
-on its own), then ``--prune``, then the summary. What PATHs are and the ids they give:
+then :meth:`VectorMemoryStore.ingest` twice: the entries without vectors (each batch
+commits on its own and is keyword-searchable at once), then their vectors (embedding
+overlaps the writes), then ``--prune``, then the summary. What PATHs are and the ids they give:
 :mod:`tnsrag_db.cli._roots`.
 """
 
@@ -89,7 +90,10 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
         if len(ids) > _SHOWN_PRUNE_IDS:
             head += f"\n  ... and {len(ids) - _SHOWN_PRUNE_IDS} more (--json lists every id)"
     else:
-        head += f", embedded with {result['embedding']} ({result['seconds']:.1f} s)"
+        head += f", embedded with {result['embedding']} ({result['seconds']:.1f} s"
+        if "searchable_seconds" in result:
+            head += f"; keyword-searchable after {result['searchable_seconds']:.1f} s"
+        head += ")"
     skipped = result["skipped"]
     if not skipped:
         return head
@@ -158,10 +162,13 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     Entries are embedded with --embedding (default: the shipped model of the embed
     extra, else the offline 128-dimensional hash fallback, with a notice); texts beyond
     the model's window are truncated and counted. Chunks fit the embedding model's
-    window (--chunk-tokens). Batches commit one at a
-    time while the next one embeds; re-running is idempotent (unchanged entries are
-    reported, not rewritten), so an interrupted ingest (Ctrl-C: exit 130) continues
-    where it stopped. A note says when new entries repeat texts the corpus already
+    window (--chunk-tokens). The entries are written first, batch by batch without
+    vectors, so keyword search answers within seconds; then their vectors are filled
+    (each batch embeds while the previous one's vectors are written), and vector and
+    hybrid queries meanwhile search the entries embedded so far, with a note saying how
+    many. Re-running is idempotent (unchanged entries are reported, not rewritten, and
+    only missing vectors are embedded), so an interrupted ingest (Ctrl-C: exit 130)
+    continues where it stopped. A note says when new entries repeat texts the corpus already
     holds under other ids. Progress goes to stderr: redrawn lines on a terminal, else a
     plain line every few seconds.
 
@@ -201,7 +208,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     progress = ingest_progress(sys.stderr, quiet=quiet)
-    committed = IngestCounts()
+    ledger = _Ledger(IngestCounts())
     try:
         with progress:
             progress.start("read")
@@ -231,15 +238,14 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                           else provider)
             plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
-            counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress)
-            committed = counts
+            counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger)
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
             click.echo(str(exc), err=True)
             sys.exit(EXIT_INTERRUPTED)
         raise
     except KeyboardInterrupt:
-        click.echo(_INTERRUPTED.format(n=committed.total), err=True)
+        click.echo(_INTERRUPTED.format(n=ledger.committed.total), err=True)
         sys.exit(EXIT_INTERRUPTED)
     elapsed = time.perf_counter() - started
     result = {"corpus": corpus, "files": reading.files_read, "entries": len(entries), "edges": len(reading.edges),
@@ -251,6 +257,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
               "embedding": ", ".join(provider_name(p) for p in providers),
               "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
+    if "searchable_at" in outcome:  # when every entry was written: keyword-searchable from then on
+        result["searchable_seconds"] = round(outcome["searchable_at"] - started, 3)
     if dry_run:
         result["prune_ids"] = outcome.get("prune_ids", [])
     duplicates = result["duplicates"]
@@ -294,13 +302,15 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
 
 
 def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan: _Plan, embeddings: list[Any],
-           progress: Any) -> tuple[Any, dict[str, Any]]:
+           progress: Any, ledger: _Ledger) -> tuple[Any, dict[str, Any]]:
     """Connect, find what ``--prune`` removes (asking first when that is more than the run
-    writes), ingest ``entries`` batch by batch (a pass per provider of ``embeddings``: the
-    first writes the entries, the others add their spaces' vectors), then prune. A dry
-    run classifies the entries against the stored ones instead and writes nothing.
-    Returns the first pass's counts and ``pruned``, ``duplicates`` (new entries whose text
-    is stored under another id) and, for a dry run, ``prune_ids``."""
+    writes), write ``entries`` batch by batch without vectors (keyword-searchable as each
+    batch commits; their counts go to ``ledger``), then fill their vectors
+    (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then prune. A dry run
+    classifies the entries against the stored ones instead and writes nothing. Returns
+    the entry counts and ``pruned``, ``duplicates`` (new entries whose text is stored
+    under another id), ``searchable_at`` (the ``time.perf_counter()`` when every entry
+    was written) and, for a dry run, ``prune_ids``."""
     from tnsrag_db.cli._roots import stale_ids
     from tnsrag_db.cli._schema import open_existing
     from tnsrag_db.indexes.vector.spaces import bind_embedding
@@ -339,18 +349,17 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         views = [VectorMemoryStore(store, bind_embedding(store, embedding)) for embedding in embeddings]
 
         def advance(phase: str, done: int, total: int | None) -> None:
-            if phase != "read":  # the read line counts files, done by now
+            if phase == "write":  # the read line counts files, done by now; nothing embeds
                 progress.update(phase, done, total)
 
         def index_advance(phase: str, done: int, total: int) -> None:
             progress.update("index", done, total, note=phase)
 
-        counts: Any = None
-        for vectors in views:
-            progress.start("embed")
-            written = vectors.ingest(entries, batch_size=plan.batch_size, progress=advance,
-                                     index_progress=index_advance)
-            counts = written if counts is None else counts
+        progress.start("write")
+        counts = views[0].ingest(entries, batch_size=plan.batch_size, progress=advance, vectors=False)
+        ledger.committed = counts
+        outcome["searchable_at"] = time.perf_counter()
+        _fill_vectors(store, views, entries, plan, progress, index_advance)
         if edges:
             from tnsrag_db.indexes.graph import GraphStore
 
@@ -361,6 +370,46 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         if plan.prune:
             outcome["pruned"] = store.delete_many(stale)
         return counts, outcome
+
+
+@dataclasses.dataclass
+class _Ledger:
+    """What an ingest has committed so far (for the line an interrupt prints)."""
+
+    committed: Any = None
+
+
+#: The interrupt line once every entry is written and vectors are being filled.
+_INTERRUPTED_VECTORS = ("interrupted: {n} entries committed, {v} with vectors of {provider}, the batch in progress "
+                        "was rolled back; the same ingest run again (or tnsrag embed --corpus {corpus} --embedding "
+                        "{provider}) embeds the rest")
+
+
+def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan: _Plan, progress: Any,
+                  index_advance: Any) -> None:
+    """The second phase of an ingest: embed the entries lacking a vector in each view's space
+    (the entries are all written and unchanged by now, so only vectors are written; a
+    rerun after an interrupt embeds only what is still missing), embedding each batch on
+    a worker while the previous one's vectors are written. An interrupt raises
+    :class:`IngestInterrupted` saying how many of the entries have vectors."""
+    from tnsrag_db.indexes.vector.spaces import count_with_vectors
+
+    def advance(phase: str, done: int, total: int | None) -> None:
+        if phase == "embed":  # the write line counted the entries; this pass writes vectors only
+            progress.update(phase, done, total)
+
+    for vectors in views:
+        progress.start("embed")
+        try:
+            vectors.ingest(entries, batch_size=plan.batch_size, progress=advance, index_progress=index_advance)
+        except IngestInterrupted as exc:
+            if exc.__cause__ is not None:
+                raise
+            name = vectors.embedding.name
+            have = count_with_vectors(store, name, [e.id for e in entries])
+            raise IngestInterrupted(_INTERRUPTED_VECTORS.format(n=len(entries), v=have, provider=name,
+                                                                corpus=plan.corpus),
+                                    committed=exc.committed) from None
 
 
 def _roots_text(roots: list[Any]) -> str:

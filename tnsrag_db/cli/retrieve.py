@@ -139,6 +139,19 @@ def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes:
             "plans": [p.to_dict() for p in explained.plans]}
 
 
+def _space_notes(store: Any, strategy: str, embedding: str | None) -> list[str]:
+    """The note of a strategy that embeds the query when its space lacks vectors for some
+    entries (:func:`~tnsrag_db.indexes.vector.spaces.space_fill_note`)."""
+    from tnsrag_db.strategies.compose import EMBEDDING_STRATEGIES
+
+    if strategy not in EMBEDDING_STRATEGIES:
+        return []
+    from tnsrag_db.indexes.vector.spaces import space_fill_note
+
+    note = space_fill_note(store, embedding)
+    return [note] if note else []
+
+
 @click.command()
 @click.argument("text")
 @db_options
@@ -219,6 +232,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
             notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
+            notes += _space_notes(store, strategy, embedding)
             if not as_json:
                 for note in notes:
                     click.echo(f"note: {note}", err=True)
@@ -227,6 +241,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
         notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters)) if not documents else []
+        notes += _space_notes(store, strategy, embedding)
         if chosen.name == "graph":
             from tnsrag_db.indexes.graph import GraphStore
 

@@ -32,7 +32,8 @@ from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding, embeddi
 from tnsrag_db.errors import EmbeddingValidationError, ProviderConfigurationError
 from tnsrag_db.store.store import Store
 
-__all__ = ["EmbeddingSpace", "bind_embedding", "count_with_vectors", "list_spaces", "query_embedding", "query_space"]
+__all__ = ["EmbeddingSpace", "bind_embedding", "count_with_vectors", "list_spaces", "query_embedding", "query_space",
+           "space_fill_note"]
 
 #: A space row's id and index name (alias ``s``; binds ``:schema``). The name is the recorded
 #: one, else that of a valid index the catalog holds under the space's index name: a build
@@ -169,6 +170,33 @@ def query_space(store: Store, provider: str | None = None) -> EmbeddingSpace | N
     if not spaces:
         return None
     return max(reversed(spaces), key=lambda s: s.vectors)
+
+
+def space_fill_note(store: Store, name: str | None = None) -> str | None:
+    """A note for a vector query of ``store``'s corpus whose space lacks vectors for some
+    entries (an ingest still embedding, or one interrupted), saying how many it holds and
+    how to fill the rest; None when the space is complete or the corpus has no entries.
+
+    The space is the one a query uses: :func:`query_space`'s, or with ``name`` (a provider
+    name as :func:`~tnsrag_db.embeddings.resolve_embedding` takes it) that provider's.
+    """
+    provider = None if name is None else ValidatingEmbedding(resolve_embedding(name)).name
+    space = query_space(store, provider)
+    shown = name or (space.provider if space is not None else None)
+    fill = (f"tnsrag embed --corpus {store.corpus} --embedding {shown}" if shown
+            else f"tnsrag embed --corpus {store.corpus} --embedding NAME")
+    if space is None:
+        entries = store.count()
+        if entries == 0:
+            return None
+        return (f"corpus {store.corpus!r} holds no vectors{f' of {provider}' if provider else ''} yet for its "
+                f"{entries} entries: vector search finds none of them (embedding in progress, or interrupted: "
+                f"run the ingest again, or {fill})")
+    if space.complete:
+        return None
+    return (f"embedding space {space.provider} ({space.dimension}-d) holds vectors for {space.vectors} of "
+            f"{space.entries} entries of corpus {store.corpus!r}: vector search sees only those (embedding in "
+            f"progress, or interrupted: run the ingest again, or {fill})")
 
 
 def _declared_dimension(fn: object) -> int | None:

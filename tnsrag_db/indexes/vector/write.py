@@ -125,7 +125,7 @@ class VectorWrites(VectorCore):
 
     def ingest(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
                progress: IngestProgress | None = None,
-               index_progress: IndexProgress | None = None) -> IngestCounts:
+               index_progress: IndexProgress | None = None, vectors: bool = True) -> IngestCounts:
         """Write a stream of entries batch by batch, embedding the next batch while the previous one is written.
 
         Unlike :meth:`add_all` (one transaction), every batch of ``batch_size`` entries
@@ -154,17 +154,28 @@ class VectorWrites(VectorCore):
         bad vector, a database error; ``committed`` is empty when it was in the first
         batch). A batch still being embedded stops after the embedding call in progress
         and is waited for, so no worker thread outlives the call. A bad ``batch_size`` raises :class:`ValidationError` before anything.
+
+        ``vectors=False`` (default True) writes the entries only: content, metadata and
+        BM25 postings, batch by batch as above but embedding nothing, so each batch is
+        keyword-searchable as soon as it commits (a changed text still loses its stale
+        vector). A second call with the default then finds those entries unchanged and
+        embeds only the ones lacking a vector in this space: the two calls are the
+        keyword-first ingest of ``tnsrag ingest``, and an interrupted second call resumes
+        by running again.
         """
         check_int(batch_size, "batch_size", minimum=1)
         embed_lock = threading.Lock()
 
         def prepare(batch: ValidatedBatch, embedded: Callable[[int], None]) -> dict[str, npt.NDArray[np.float32]]:
+            if not vectors:
+                return {}
             with embed_lock:
                 return self._prepare(batch, batch_size, embedded)
 
-        def write(batch: ValidatedBatch, vectors: dict[str, npt.NDArray[np.float32]],
+        def write(batch: ValidatedBatch, batch_vectors: dict[str, npt.NDArray[np.float32]],
                   stop: threading.Event) -> tuple[WriteReport, Space | None]:
-            return self._write_batch(batch, vectors, batch_size, stop=stop, embed_lock=embed_lock)
+            return self._write_batch(batch, batch_vectors, batch_size, stop=stop, embed_lock=embed_lock,
+                                     with_vectors=vectors)
 
         def build(space: Space, advance: Callable[[str, int, int], None]) -> None:
             def index_advance(phase: str, done: int, of: int) -> None:
@@ -204,11 +215,12 @@ class VectorWrites(VectorCore):
 
     def _write_batch(self, batch: ValidatedBatch, vectors: dict[str, npt.NDArray[np.float32]],
                      batch_size: int, *, check: Callable[[Connection], None] | None = None,
-                     stop: threading.Event | None = None,
-                     embed_lock: threading.Lock | None = None) -> tuple[WriteReport, Space | None]:
+                     stop: threading.Event | None = None, embed_lock: threading.Lock | None = None,
+                     with_vectors: bool = True) -> tuple[WriteReport, Space | None]:
         """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
-        meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement."""
-        extension = _VectorWrite(self, vectors, batch_size, check, stop, embed_lock)
+        meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement.
+        ``with_vectors=False`` writes the entries only (no space: None)."""
+        extension = _VectorWrite(self, vectors, batch_size, check, stop, embed_lock, with_vectors)
         report = self._store.write(batch, extensions=[extension])
         return report, extension.space
 
@@ -331,14 +343,16 @@ class VectorWrites(VectorCore):
 
 class _VectorWrite(WriteExtension):
     """A batch's vectors joining its entry write: ``check`` and the vectors after the
-    entries; with ``stop``, a check after every statement that aborts the write once set."""
+    entries (none when ``with_vectors`` is False); with ``stop``, a check after every
+    statement that aborts the write once set."""
 
     analyze = ("embeddings",)
 
     def __init__(self, view: VectorWrites, vectors: dict[str, npt.NDArray[np.float32]], batch_size: int,
                  check: Callable[[Connection], None] | None, stop: threading.Event | None,
-                 embed_lock: threading.Lock | None) -> None:
+                 embed_lock: threading.Lock | None, with_vectors: bool = True) -> None:
         self._view = view
+        self._with_vectors = with_vectors
         self._vectors = vectors
         self._batch_size = batch_size
         self._check = check
@@ -357,6 +371,8 @@ class _VectorWrite(WriteExtension):
     def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
         if self._check is not None:
             self._check(conn)
+        if not self._with_vectors:
+            return
         self.space = self._view._vectors_after(conn, batch, self._vectors, self._batch_size, self._embed_lock)
         if self.space is not None:
             self._stop_check()
