@@ -41,6 +41,16 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
         full = pattern if os.path.isabs(pattern) else str(base / pattern)
         matches: list[tuple[Path, Path, bool]] = []  # (file, root, explicit)
         shown_root = pattern  # what stands for the root in messages
+
+        def take_tree(folder: Path, root: Path) -> None:
+            """Walk ``folder`` (below ``root``): its files are matches, caches summarised, the rest skipped."""
+            for path, reason in _walk(folder):
+                if reason is None:
+                    matches.append((path, root, False))
+                elif reason == _CACHE:
+                    caches.append(path)
+                else:
+                    skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
         if _GLOB_CHARS.search(pattern):
             root = Path(_glob_root(full))
             shown_root = _glob_root(pattern)
@@ -52,22 +62,10 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
             skipped += [SkippedFile(_shown(shown_root, root, Path(m)), "symlinked directory (not followed)")
                         for m in matched if os.path.isdir(m) and os.path.islink(m)]
             for folder in _walked_dirs(matched, [m for m, _, _ in matches]):
-                for path, reason in _walk(folder):
-                    if reason is None:
-                        matches.append((path, root, False))
-                    elif reason == _CACHE:
-                        caches.append(path)
-                    else:
-                        skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
+                take_tree(folder, root)
         elif os.path.isdir(full):
             root = Path(full)
-            for path, reason in _walk(root):
-                if reason is None:
-                    matches.append((path, root, False))
-                elif reason == _CACHE:
-                    caches.append(path)
-                else:
-                    skipped.append(SkippedFile(_shown(shown_root, root, path), reason))
+            take_tree(root, root)
         elif os.path.isfile(full):
             matches = [(Path(full), Path(full), True)]
         if caches:
