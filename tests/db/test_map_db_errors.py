@@ -177,3 +177,16 @@ def test_retry_on_deadlock_retries_deadlocks_only(store: Store) -> None:
 ])
 def test_each_class_says_whether_it_is_a_runtime_failure(error: TnsragError, runtime: bool) -> None:
     assert error.runtime_failure is runtime
+
+
+def test_a_write_error_is_one_line_without_sqlalchemy_s_statement_and_link(store: Store) -> None:
+    # Before: the message carried SQLAlchemy's "[SQL: ...]", "[parameters: ...]" and its
+    # "Background on this error" link; they stay on the cause for whoever debugs.
+    with pytest.raises(DatabaseError) as info:
+        with store.session.transaction() as conn:
+            conn.execute(sa.text("SELECT 1 / CAST(:zero AS int)"), {"zero": 0})
+    message = str(info.value)
+    assert message == f"database error in corpus {store.corpus!r}: division by zero", message
+    assert "[SQL:" not in message and "[parameters:" not in message and "sqlalche.me" not in message
+    assert "[SQL:" in str(info.value.__cause__)  # SQLAlchemy's wrapper, for debugging
+    assert info.value.sqlstate == "22012"

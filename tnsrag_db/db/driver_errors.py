@@ -85,16 +85,25 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
+def _driver_message(exc: BaseException) -> str:
+    """The driver's own message: a SQLAlchemy wrapper's adds the statement, its parameters
+    and a link to SQLAlchemy's documentation, which a user reading one line does not need
+    (they stay on the error's ``__cause__``)."""
+    orig = getattr(exc, "orig", None)
+    return str(orig if isinstance(orig, BaseException) else exc).strip()
+
+
 def db_error(exc: BaseException, what: str) -> DatabaseError:
     """The library error for driver error ``exc`` (raise it ``from exc``); ``what`` says where."""
     code = sqlstate_of(exc)
+    message = _driver_message(exc)
     error: DatabaseError | None = None
     for cls, matches, template in _RULES:
         if matches(exc, code):
-            error = cls(template.format(what=what, code=code, exc=exc))
+            error = cls(template.format(what=what, code=code, exc=message))
             break
     if error is None:
-        error = DatabaseError(f"{what}: {exc}")
+        error = DatabaseError(f"{what}: {message}")
     error.sqlstate = code
     return error
 
