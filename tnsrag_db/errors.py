@@ -33,7 +33,7 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
         └── StrategyUnavailableError a requested strategy or mode is not available
 
 Driver errors (psycopg, SQLAlchemy) are mapped to the :class:`DatabaseError` subclass
-their SQLSTATE names, in one place (:func:`tnsrag_db.db.session.map_db_errors`), with
+their SQLSTATE names, in one place (:func:`tnsrag_db.db.driver_errors.map_db_errors`), with
 ``raise ... from exc``; the SQLSTATE is kept as :attr:`DatabaseError.sqlstate`.
 
 Each class says whether it is a *run-time failure* (:attr:`TnsragError.runtime_failure`):

@@ -29,9 +29,9 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from tnsrag_db.db.driver import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
+from tnsrag_db.db.read_store import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
 from tnsrag_db.db.driver_errors import db_error
-from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.settings import validate_schema_name
 from tnsrag_db.errors import ConfigurationError, TnsragError
 from tnsrag_db.db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
@@ -213,7 +213,7 @@ def is_enabled(engine: Engine, *, schema: str) -> bool:
 def _has_pairs(conn: Connection, schema: str, *, maintained: bool = True) -> bool:
     """Whether ``schema`` has the filter pairs table of migration 0007 (``maintained``: and
     they are in use, row-level security on with every pair trigger attached and enabled:
-    :data:`~tnsrag_db.db.driver.FILTER_PAIRS_SQL`, the stores' own test)."""
+    :data:`~tnsrag_db.db.read_store.FILTER_PAIRS_SQL`, the stores' own test)."""
     if not conn.execute(sa.text("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL"),
                         {"s": schema, "t": PAIRS_TABLE}).scalar_one():
         return False

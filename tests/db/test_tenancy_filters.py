@@ -31,7 +31,7 @@ from tnsrag_db import (
     connect,
 )
 from tnsrag_db import tenancy
-from tnsrag_db.db.driver import FILTER_PAIRS_TRIGGERS
+from tnsrag_db.db.read_store import FILTER_PAIRS_TRIGGERS
 from tnsrag_db.db import migrate
 from tnsrag_db.db.engine import create_engine
 from tnsrag_db.store.filters import filter_sql
@@ -271,7 +271,8 @@ def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(f
         assert "entry_filter_pairs" in late.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
         assert late.search("refund", 10, filters={"shelf": "s1"}) == before
         # The lean CLI store makes the same choice on its own connection.
-        from tnsrag_db.db.driver import DriverStore, libpq_url
+        from tnsrag_db.db.driver import DriverStore
+        from tnsrag_db.db.settings import libpq_url
         url = libpq_url(fresh_db_url.render_as_string(hide_password=False))
         assert url is not None
         with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:

@@ -8,7 +8,7 @@ A keyword query runs on the lean path (:func:`lean_keyword_query`): the same
 and statements as a full store's, run by the library's read runner on one psycopg
 connection (a :class:`~tnsrag_db.db.driver.DriverStore`), so the process imports
 neither SQLAlchemy nor alembic. Everything the command says about an answer is a plan
-too, run on that connection: the schema check (:func:`~tnsrag_db.db.driver.schema_revisions_plan`,
+too, run on that connection: the schema check (:func:`~tnsrag_db.db.revisions.schema_revisions_plan`,
 and the tnsrag schemas named when it is missing), and for an empty answer the missing
 corpus's error (:func:`~tnsrag_db.admin.corpora.require_corpus_plan`), the filter notes
 (:func:`~tnsrag_db.admin.filter_notes.empty_filter_notes_plan`) and the empty-corpus
@@ -69,7 +69,9 @@ def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
     from tnsrag_db.admin.corpora import require_corpus_plan
     from tnsrag_db.cli._common import DEFAULT_SCHEMA
     from tnsrag_db.cli._schema import missing_schema_error, tnsrag_schemas_plan
-    from tnsrag_db.db.driver import DriverStore, libpq_url, schema_revisions_plan, shipped_head
+    from tnsrag_db.db.driver import DriverStore
+    from tnsrag_db.db.revisions import schema_revisions_plan, shipped_head
+    from tnsrag_db.db.settings import libpq_url
     from tnsrag_db.indexes.bm25 import BM25Index
     from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
     from tnsrag_db.store.embedded.keeper import ensure_running

@@ -6,10 +6,8 @@ SQLAlchemy takes ~0.4 s to import. A short process that only reads (``tnsrag que
 --strategy keyword``) runs the very same plans on the same runner here, on one psycopg
 connection opened without SQLAlchemy:
 
-- :class:`ReadStore`: what the read side of an index needs of a store (corpus, schema,
-  ``max_query_terms``, :meth:`~ReadStore.run`, :meth:`~ReadStore.read`); a
-  :class:`~tnsrag_db.store.store.Store` is one, and so is
-- :class:`DriverStore`: a read-only store on one psycopg connection (the search path
+- :class:`DriverStore` (a :class:`~tnsrag_db.db.read_store.ReadStore`, as a full
+  :class:`~tnsrag_db.store.store.Store` is): a read-only store on one psycopg connection (the search path
   and ``statement_timeout`` a store's connections get), whose plans run on the library's
   one read runner (:class:`~tnsrag_db.db.runner.PlanRunner`), as a full store's do. It
   writes nothing, migrates nothing and has no replicas: :meth:`DriverStore.at_head`
@@ -18,165 +16,22 @@ connection opened without SQLAlchemy:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from functools import lru_cache
-from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 import psycopg
 
-from tnsrag_db._validate import is_number
 from tnsrag_db.db.driver_errors import map_db_errors
+from tnsrag_db.db.read_store import FILTER_PAIRS_SQL
+from tnsrag_db.db.revisions import schema_revisions_plan, shipped_head
 from tnsrag_db.db.runner import TIMEOUT_SET, PlanRunner
+from tnsrag_db.db.settings import check_timeout, validate_schema_name
 from tnsrag_db.db.statement import Plan, Statement, one
 from tnsrag_db.errors import ConfigurationError, DatabaseError
 
-__all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "DriverStore", "ReadStore", "check_timeout", "libpq_url",
-           "migrations_dir", "schema_revisions_plan", "shipped_head", "validate_schema_name"]
+__all__ = ["DriverStore"]
 
 _T = TypeVar("_T")
-
-#: The triggers on ``entries`` that keep the metadata filter pairs (revision 0007) while
-#: tenancy is on (attached by :func:`tnsrag_db.tenancy.enable`).
-FILTER_PAIRS_TRIGGERS = ("tnsrag_filter_pairs_insert", "tnsrag_filter_pairs_update", "tnsrag_filter_pairs_delete")
-#: Whether schema ``:s`` matches metadata filters through the filter pairs: tenancy is on
-#: (row-level security on ``entries``) and every pair trigger is attached and enabled. One
-#: catalog query, sent once per store by its first filtered retrieval
-#: (:meth:`ReadStore.uses_filter_pairs`).
-FILTER_PAIRS_SQL = (
-    "SELECT coalesce((SELECT c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = :s AND c.relname = 'entries'), false) "
-    "AND (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
-    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
-    "AND tg.tgenabled <> 'D' AND tg.tgname IN ("
-    + ", ".join(f"'{name}'" for name in FILTER_PAIRS_TRIGGERS) + f")) = {len(FILTER_PAIRS_TRIGGERS)} AS pairs"
-)
-
-
-@runtime_checkable
-class ReadStore(Protocol):
-    """The read side of a store, as an index's read methods use it: one corpus of one schema."""
-
-    @property
-    def corpus(self) -> str:
-        """The corpus every statement is confined to."""
-        ...
-
-    @property
-    def schema(self) -> str:
-        """The PostgreSQL schema holding the library's tables."""
-        ...
-
-    @property
-    def max_query_terms(self) -> int:
-        """How many words of a query are analysed."""
-        ...
-
-    def uses_filter_pairs(self) -> bool:
-        """Whether metadata filters go through the filter pairs (tenancy on for the schema:
-        :data:`FILTER_PAIRS_SQL`, asked once and remembered); False: ``metadata @>``."""
-        ...
-
-    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
-        """Run one read-only statement (``:name`` parameters) and return its rows."""
-        ...
-
-    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
-        """Drive a read plan on one connection and return its result."""
-        ...
-
-
-def libpq_url(url: str) -> str | None:
-    """``url`` (libpq or SQLAlchemy form: ``postgresql://``, ``postgres://``,
-    ``postgresql+psycopg://``) as a libpq URL, or None when it is no PostgreSQL URL of
-    that shape (the caller then leaves it to :func:`tnsrag_db.db.engine.normalize_url`,
-    which says what is wrong with it)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.partition("+")[0] not in ("postgresql", "postgres"):
-        return None
-    return f"postgresql://{rest}"
-
-
-# The schema-name rule, the timeout check, the migrations folder and the head revision live
-# here, since this module imports neither SQLAlchemy nor alembic (the CLI's fast path needs
-# them); tnsrag_db.db.engine, .session and .migrate re-export them.
-_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", re.M)
-_DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
-
-
-def migrations_dir() -> Path:
-    """The folder holding ``env.py`` and ``versions/``: the packaged copy, else the source tree's."""
-    try:
-        import tnsrag_db._migrations as packaged  # type: ignore[import-not-found]
-
-        return Path(packaged.__file__).parent
-    except ImportError:
-        return Path(__file__).resolve().parents[2] / "migrations"
-
-
-@lru_cache(maxsize=1)
-def shipped_head() -> str | None:
-    """This installation's head revision read from the revision files (no alembic), or None
-    when they are not a plain linear chain of literal ``revision``/``down_revision`` strings."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for path in (migrations_dir() / "versions").glob("*.py"):
-        source = path.read_text(encoding="utf-8")
-        rev, down = _REVISION_RE.search(source), _DOWN_REVISION_RE.search(source)
-        if rev is None and down is None:
-            continue  # __init__.py and helpers
-        if rev is None or down is None:
-            return None
-        revisions.add(rev.group(1))
-        if down.group(2) is not None:
-            parents.add(down.group(2))
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
-
-
-#: SQLSTATE undefined_table.
-_UNDEFINED_TABLE = "42P01"
-
-
-def schema_revisions_plan(schema: str) -> Plan[list[str] | None]:
-    """The alembic revisions recorded in ``schema`` (this release's head alone: migrated
-    to head), or None when it has no version table (schema missing or never migrated).
-    One statement; raises :class:`ConfigurationError` for a bad schema name."""
-    validate_schema_name(schema)
-    try:
-        # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
-        rows = yield Statement(f"SELECT version_num FROM {schema}.alembic_version", {}, ("version_num",))
-    except DatabaseError as exc:
-        if exc.sqlstate != _UNDEFINED_TABLE:
-            raise
-        return None  # run in autocommit (every runner's reads): the connection stays usable
-    return [str(r.version_num) for r in rows]
-
-
-def validate_schema_name(schema: str) -> str:
-    """Return ``schema`` if it is a plain lower-case identifier (``[a-z_][a-z0-9_]*``, ≤ 63 chars).
-
-    Raises :class:`ConfigurationError` otherwise. Only such names are accepted, so the
-    schema can be quoted safely wherever PostgreSQL needs an identifier.
-    """
-    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
-        raise ConfigurationError(
-            f"schema name must match [a-z_][a-z0-9_]* and be at most 63 characters, got {schema!r}"
-        )
-    return schema
-
-
-def check_timeout(seconds: object, what: str = "statement_timeout") -> int | None:
-    """``seconds`` (None, or a positive finite number) as whole milliseconds (at least 1)."""
-    if seconds is None:
-        return None
-    if not is_number(seconds) or not 0 < seconds < 86_400 * 24:  # type: ignore[operator]
-        raise ConfigurationError(f"{what} must be None or a positive number of seconds (under 24 days), "
-                                 f"got {seconds!r}")
-    return max(1, round(float(seconds) * 1000))  # type: ignore[arg-type]
-
 
 class DriverStore:
     """A read-only view of corpus ``corpus`` of ``schema`` on one psycopg connection to

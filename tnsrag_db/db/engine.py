@@ -34,7 +34,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
-from tnsrag_db.db.driver import validate_schema_name  # there (no SQLAlchemy); re-exported
+from tnsrag_db.db.settings import validate_schema_name
 from tnsrag_db.errors import ConfigurationError
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "registered_connection_hooks",
     "run_hooks",
     "unregister_connection_hooks",
-    "validate_schema_name",
 ]
 
 #: A pooled connection idle for longer than this is pinged before use (see create_engine).

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from tnsrag_db.db.driver import migrations_dir, shipped_head  # no alembic: the CLI's fast path reads them too
-from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.revisions import migrations_dir, shipped_head  # no alembic: the CLI reads them too
+from tnsrag_db.db.settings import validate_schema_name
 from tnsrag_db.db.partition import PARTITION_NAME
 from tnsrag_db.errors import MigrationError, SchemaNotReadyError
 
@@ -39,9 +39,7 @@ __all__ = [
     "head_revision",
     "include_object",
     "is_at_head",
-    "migrations_dir",
     "offline_sql",
-    "shipped_head",
     "upgrade",
 ]
 

@@ -25,16 +25,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from tnsrag_db.db.driver import check_timeout  # there (no SQLAlchemy); re-exported
+from tnsrag_db.db.settings import check_timeout
 from tnsrag_db.db.driver_errors import map_db_errors
-from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.settings import validate_schema_name
 from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token
 from tnsrag_db.db.runner import Checkout, PlanRunner, set_statement_timeout
 from tnsrag_db.db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db.errors import ConfigurationError, DatabaseError, DeadlockError
 
-__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "check_timeout", "map_db_errors",
-           "retry_on_deadlock"]
+__all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "retry_on_deadlock"]
 
 #: How often a whole write runs again after PostgreSQL aborted it to break a deadlock.
 DEADLOCK_RETRIES = 3

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from sqlalchemy import ForeignKeyConstraint, PrimaryKeyConstraint, Table, UniqueConstraint
 
-from tnsrag_db.db.engine import validate_schema_name
+from tnsrag_db.db.settings import validate_schema_name
 from tnsrag_db.db.schema import metadata
 
 __all__ = ["DISTRIBUTION_COLUMN", "citus_problems", "citus_script"]

@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL, Engine
 
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.db import migrate
-from tnsrag_db.db.driver import FILTER_PAIRS_SQL
+from tnsrag_db.db.read_store import FILTER_PAIRS_SQL
 from tnsrag_db.db.engine import create_engine
 from tnsrag_db.db.replicas import (
     DEFAULT_MAX_LAG,

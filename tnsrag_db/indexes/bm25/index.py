@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
-from tnsrag_db.db.driver import ReadStore
+from tnsrag_db.db.read_store import ReadStore
 from tnsrag_db.db.statement import Plan, Rows, Statement
 from tnsrag_db.errors import ConfigurationError, ValidationError
 from tnsrag_db.indexes.bm25 import scoring, sql
@@ -80,7 +80,7 @@ class BM25Index:
     pseudo-relevance feedback. Raises :class:`ConfigurationError` when ``store`` is
     not a Store, ``k1`` is negative or not finite, or ``b`` is outside [0, 1].
 
-    ``store`` may also be any :class:`~tnsrag_db.db.driver.ReadStore` (the CLI's
+    ``store`` may also be any :class:`~tnsrag_db.db.read_store.ReadStore` (the CLI's
     :class:`~tnsrag_db.db.driver.DriverStore`): the searches, plans and term statistics
     need nothing more; writes and :meth:`explain_scores` need a :class:`Store`.
     """
