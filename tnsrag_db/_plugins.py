@@ -45,6 +45,24 @@ def is_missing(exc: ImportError, modules: Collection[str]) -> bool:
     return name is not None and any(name in _packages(module) for module in modules)
 
 
+def reraise_interrupt(exc: BaseException) -> None:
+    """Raise :class:`KeyboardInterrupt` when ``exc`` (an import's error) hides one.
+
+    A Ctrl-C while a C extension initialises (numpy's, onnxruntime's) comes back as
+    ``ImportError('initialization failed')`` whose context is the KeyboardInterrupt: taken
+    for a missing package, it made ``tnsrag ingest`` fall back to the hash embedding and
+    go on, the Ctrl-C lost. Every place that turns an ImportError into "not installed"
+    calls this first.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+
+
 def _install_hint(extra: str | None) -> str:
     return f"; install it with: pip install 'tnsrag-db[{extra}]'" if extra else ""
 
@@ -61,6 +79,7 @@ def unavailable_unless_installed(what: str, modules: Collection[str], *, extra: 
     try:
         yield
     except ImportError as exc:
+        reraise_interrupt(exc)
         if not is_missing(exc, modules):
             raise
         raise error(f"{what} is not available in this installation (cannot import {exc.name})"

@@ -82,3 +82,45 @@ def test_is_missing_reads_the_module_name_of_the_error(name: str | None, missing
     assert is_missing(ModuleNotFoundError("x", name=name), ("mcp", "tnsrag_db.strategies.reasoning")) is missing
     # "cannot import name X from mcp": mcp is installed, X is not in it.
     assert not is_missing(ImportError("cannot import name 'X'", name=name), ("mcp", "tnsrag_db.strategies.reasoning"))
+
+
+def _hidden_interrupt() -> ImportError:
+    """What numpy's extension initialisation raises when Ctrl-C lands during the import."""
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed")
+    except ImportError as exc:
+        return exc
+
+
+def test_an_interrupt_hidden_in_an_import_error_is_raised_again() -> None:
+    from tnsrag_db._plugins import reraise_interrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reraise_interrupt(_hidden_interrupt())
+    reraise_interrupt(ImportError("No module named 'x'"))  # a real missing package: nothing
+
+
+def test_a_ctrl_c_during_the_model_s_import_is_not_a_missing_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: shipped_model_available() said False, and tnsrag ingest went on with the hash
+    # fallback, the Ctrl-C lost (exit 0 in the real-SIGINT test).
+    from tnsrag_db.embeddings import _shipped
+
+    def interrupted(name: str) -> object:
+        raise _hidden_interrupt()
+
+    monkeypatch.setattr(_shipped, "import_module", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _shipped.shipped_model_available()
+    with pytest.raises(KeyboardInterrupt):
+        _shipped._load_shipped()
+
+
+def test_unavailable_unless_installed_lets_an_interrupt_through() -> None:
+    from tnsrag_db._plugins import unavailable_unless_installed
+
+    with pytest.raises(KeyboardInterrupt):
+        with unavailable_unless_installed("x", ("numpy",)):
+            raise _hidden_interrupt()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tnsrag_db._plugins import is_missing
+from tnsrag_db._plugins import is_missing, reraise_interrupt
 from tnsrag_db.cli._common import db_options, handle_errors
 from tnsrag_db.store.store import Store, connect
 
@@ -106,6 +106,7 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
     try:
         from tnsrag_db.integrations.mcp import create_server, serve_stdio
     except ImportError as exc:
+        reraise_interrupt(exc)
         if not is_missing(exc, ("mcp",)):  # a broken import inside the integration is a bug: show it
             raise
         raise click.ClickException(f"the MCP server needs the [mcp] extra (pip install 'tnsrag-db[mcp]'): {exc}") \

@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tnsrag_db._plugins import is_missing, unavailable_unless_installed
+from tnsrag_db._plugins import is_missing, reraise_interrupt, unavailable_unless_installed
 from tnsrag_db.declarative._config import RetrievalStrategy
 from tnsrag_db.declarative._sources import KnowledgeSource, collect_sources
 from tnsrag_db.store.store import Store
@@ -237,6 +237,7 @@ def validate_hierarchy(once: Once, role: object, store: Store) -> None:
         try:
             from tnsrag_db.indexes.hierarchy import HierarchyIndex
         except ImportError as exc:
+            reraise_interrupt(exc)
             if not is_missing(exc, ("tnsrag_db.indexes.hierarchy",)):
                 raise
             return IngestCounts()  # not installed: the composition reports it

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db._validate import is_int
 from tnsrag_db.errors import ConfigurationError, ProviderConfigurationError
 
@@ -59,6 +60,7 @@ def _import(module: str) -> Any:
     try:
         return import_module(module)
     except ImportError as exc:
+        reraise_interrupt(exc)
         raise ProviderConfigurationError(
             f"the ONNX embedding provider needs the {module} package: {_EMBED_EXTRA}") from exc
 

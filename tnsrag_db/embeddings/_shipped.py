@@ -24,6 +24,7 @@ from collections.abc import Callable
 from importlib import import_module, resources
 from pathlib import Path
 
+from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db.embeddings._discovery import ENTRY_POINT_GROUP, _build, discover_embedding_providers
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
 from tnsrag_db.embeddings._onnx import OnnxEmbedding
@@ -66,7 +67,8 @@ def shipped_model_available() -> bool:
     for module in ("onnxruntime", "tokenizers", _ONNX_PACKAGE):
         try:
             import_module(module)
-        except ImportError:
+        except ImportError as exc:
+            reraise_interrupt(exc)
             return False
     return True
 
@@ -76,7 +78,8 @@ def _load_shipped() -> OnnxEmbedding:
     for module in ("onnxruntime", "tokenizers", _ONNX_PACKAGE):
         try:
             import_module(module)
-        except ImportError:
+        except ImportError as exc:
+            reraise_interrupt(exc)
             missing.append(module)
     if missing:
         raise ProviderConfigurationError(

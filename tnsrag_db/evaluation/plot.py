@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.evaluation.report import EvaluationReport
 
@@ -15,6 +16,7 @@ def require_plotting() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
+        reraise_interrupt(exc)
         raise ConfigurationError(f"plotting needs matplotlib: pip install 'tnsrag-db[plot]' ({exc})") from None
 
 
