@@ -182,7 +182,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
 
     Vector and hybrid search embed TEXT with the provider that filled the embedding
     space they search: the corpus's newest complete space, or --embedding NAME's; so
-    do hierarchical, temporal and multi_query, whose child is vector search.
+    do hierarchical and temporal (over vector search) and multi_query (over hybrid).
 
     TEXT must not be blank. A corpus that does not exist is an error (exit 1) naming
     the corpora that do; when a --filter matches no entry, a note on stderr says which
