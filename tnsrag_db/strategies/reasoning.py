@@ -365,8 +365,11 @@ class ReasoningRAGStrategy:
         """One statement: up to ``limit`` children of ``parent_id`` (roots for None): those of
         ``among`` first, in its order (the seeds' branches), then (unless the navigator follows
         the seeds) the others in id order; without ``among`` in id order."""
-        wants_text = getattr(self._navigator, "wants_subtree_text", False) is True
         follows = getattr(self._navigator, "follows_seeds", False) is True
+        # A navigator that follows the seeds scores these children by their seed scores: the
+        # subtree texts (up to subtree_rows rows per expansion) would be read for nothing.
+        wants_text = getattr(self._navigator, "wants_subtree_text", False) is True and not (
+            follows and among is not None)
         return self._hierarchy.children_statement(
             parent_id, limit, fence=self._fence, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES,
             subtree=(self._subtree_chars, self._subtree_rows) if wants_text else None, among=among,
