@@ -141,16 +141,29 @@ def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes:
             "plans": [p.to_dict() for p in explained.plans]}
 
 
-def _space_notes(store: Any, strategy: str, embedding: str | None) -> list[str]:
-    """The note of a strategy that embeds the query when its space lacks vectors for some
-    entries (:func:`~tnsrag_db.indexes.vector.spaces.space_fill_note`)."""
+def _query_embedding(store: Any, strategy: str, name: str | None) -> tuple[list[Any] | None, Any]:
+    """The corpus's spaces (listed once, with their counts) and what embeds the query of
+    ``strategy``: the provider of the corpus's space (or ``--embedding``'s) for the
+    strategies that embed, else ``name`` as given (never resolved)."""
     from tnsrag_db.strategies.compose import EMBEDDING_STRATEGIES
 
     if strategy not in EMBEDDING_STRATEGIES:
+        return None, name
+    from tnsrag_db.indexes.vector.spaces import list_spaces, query_embedding
+
+    spaces = list_spaces(store)
+    return spaces, query_embedding(store, name, spaces=spaces)
+
+
+def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[Any] | None) -> list[str]:
+    """The note of a strategy that embeds the query when its space lacks vectors for some
+    entries (:func:`~tnsrag_db.indexes.vector.spaces.space_fill_note`), from the spaces
+    :func:`_query_embedding` listed."""
+    if spaces is None:
         return []
     from tnsrag_db.indexes.vector.spaces import space_fill_note
 
-    note = space_fill_note(store, embedding)
+    note = space_fill_note(store, embedding, spaces=spaces)
     return [note] if note else []
 
 
@@ -224,7 +237,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         require_corpus(store)  # reads only: a query never creates a corpus
         # Only the strategies that embed the query load a model (keyword, graph, reasoning never
         # do); they embed with the corpus's own space's provider, or --embedding's.
-        chosen = build_strategy(strategy, store, embedding=embedding)
+        spaces, embedder = _query_embedding(store, strategy, embedding)
+        chosen = build_strategy(strategy, store, embedding=embedder)
         if distinct:
             from tnsrag_db.strategies.distinct import DistinctContentRAGStrategy
 
@@ -234,7 +248,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
             notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
-            notes += _space_notes(store, strategy, embedding)
+            notes += _space_notes(store, strategy, embedding, spaces)
             if not as_json:
                 for note in notes:
                     click.echo(f"note: {note}", err=True)
@@ -243,7 +257,7 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         documents = chosen.retrieve(text, context)
         elapsed_ms = (time.perf_counter() - started) * 1000
         notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters)) if not documents else []
-        notes += _space_notes(store, strategy, embedding)
+        notes += _space_notes(store, strategy, embedding, spaces)
         if chosen.name == "graph":
             from tnsrag_db.indexes.graph import GraphStore
 

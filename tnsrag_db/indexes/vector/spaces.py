@@ -154,13 +154,16 @@ def list_spaces(store: Store) -> list[EmbeddingSpace]:
                            r.index_name) for r in rows]
 
 
-def query_space(store: Store, provider: str | None = None) -> EmbeddingSpace | None:
+def query_space(store: Store, provider: str | None = None, *,
+                spaces: Sequence[EmbeddingSpace] | None = None) -> EmbeddingSpace | None:
     """The space a query of ``store``'s corpus uses (see the module doc); None when it has none.
 
     With ``provider``, the space of that provider name (the newest, should it have spaces
-    of several dimensions), or None when it has none.
+    of several dimensions), or None when it has none. ``spaces`` (keyword-only) are the
+    corpus's spaces as :func:`list_spaces` gave them, for a caller that needs them for
+    more than one answer (each listing counts the corpus's vectors); None lists them.
     """
-    spaces = list_spaces(store)
+    spaces = list_spaces(store) if spaces is None else spaces
     if provider is not None:
         named = [s for s in spaces if s.provider == provider]
         return named[-1] if named else None
@@ -172,16 +175,18 @@ def query_space(store: Store, provider: str | None = None) -> EmbeddingSpace | N
     return max(reversed(spaces), key=lambda s: s.vectors)
 
 
-def space_fill_note(store: Store, name: str | None = None) -> str | None:
+def space_fill_note(store: Store, name: str | None = None, *,
+                    spaces: Sequence[EmbeddingSpace] | None = None) -> str | None:
     """A note for a vector query of ``store``'s corpus whose space lacks vectors for some
     entries (an ingest still embedding, or one interrupted), saying how many it holds and
     how to fill the rest; None when the space is complete or the corpus has no entries.
 
     The space is the one a query uses: :func:`query_space`'s, or with ``name`` (a provider
     name as :func:`~tnsrag_db.embeddings.resolve_embedding` takes it) that provider's.
+    ``spaces`` as :func:`query_space` takes them.
     """
     provider = None if name is None else ValidatingEmbedding(resolve_embedding(name)).name
-    space = query_space(store, provider)
+    space = query_space(store, provider, spaces=spaces)
     shown = name or (space.provider if space is not None else None)
     fill = (f"tnsrag embed --corpus {store.corpus} --embedding {shown}" if shown
             else f"tnsrag embed --corpus {store.corpus} --embedding NAME")
@@ -204,19 +209,22 @@ def _declared_dimension(fn: object) -> int | None:
     return value if is_int(value) and value >= 1 else None
 
 
-def bind_embedding(store: Store, embedding: EmbeddingFunction | Callable[[str], object]) -> ValidatingEmbedding:
+def bind_embedding(store: Store, embedding: EmbeddingFunction | Callable[[str], object], *,
+                   spaces: Sequence[EmbeddingSpace] | None = None) -> ValidatingEmbedding:
     """``embedding`` wrapped with its dimension fixed, checked against ``store``'s spaces.
 
     Raises :class:`EmbeddingValidationError` when the corpus already has a space for the
     provider's name with another dimension (a provider must give a new model a new
-    name), and whatever the provider raises on its probe embedding.
+    name), and whatever the provider raises on its probe embedding. ``spaces`` as
+    :func:`query_space` takes them.
     """
     wrapped = ValidatingEmbedding(embedding, dimension=_declared_dimension(embedding))
     if wrapped.dimension is None:
         wrapped("dimension probe")
     dimension = wrapped.dimension
     assert dimension is not None
-    others = sorted({s.dimension for s in list_spaces(store) if s.provider == wrapped.name} - {dimension})
+    known = list_spaces(store) if spaces is None else spaces
+    others = sorted({s.dimension for s in known if s.provider == wrapped.name} - {dimension})
     if others:
         raise EmbeddingValidationError(
             f"embedding provider {wrapped.name} returns {dimension}-dimensional vectors, but corpus "
@@ -225,7 +233,8 @@ def bind_embedding(store: Store, embedding: EmbeddingFunction | Callable[[str], 
     return wrapped
 
 
-def query_embedding(store: Store, name: str | None = None) -> ValidatingEmbedding:
+def query_embedding(store: Store, name: str | None = None, *,
+                    spaces: Sequence[EmbeddingSpace] | None = None) -> ValidatingEmbedding:
     """The provider that embeds queries of ``store``'s corpus, bound to the space it searches.
 
     ``name`` (a provider name as :func:`~tnsrag_db.embeddings.resolve_embedding` takes
@@ -235,28 +244,30 @@ def query_embedding(store: Store, name: str | None = None) -> ValidatingEmbeddin
 
     Raises :class:`ProviderConfigurationError` naming the provider and what to install
     when the space's provider is not installed, or when ``name`` has no space in the
-    corpus; :class:`EmbeddingValidationError` as :func:`bind_embedding` does.
+    corpus; :class:`EmbeddingValidationError` as :func:`bind_embedding` does. ``spaces``
+    as :func:`query_space` takes them (the corpus's spaces are listed once per call).
     """
+    spaces = list_spaces(store) if spaces is None else spaces  # one count per call, shared below
     if name is not None:
         provider = resolve_embedding(name)
-        wrapped = bind_embedding(store, provider)
-        space = query_space(store, wrapped.name)
+        wrapped = bind_embedding(store, provider, spaces=spaces)
+        space = query_space(store, wrapped.name, spaces=spaces)
         if space is None:
-            have = ", ".join(sorted({s.provider for s in list_spaces(store)})) or "none"
+            have = ", ".join(sorted({s.provider for s in spaces})) or "none"
             raise ProviderConfigurationError(
                 f"corpus {store.corpus!r} has no embedding space for provider {wrapped.name} (spaces: {have}); "
                 f"fill one with: tnsrag embed --corpus {store.corpus} --embedding {name}")
         return wrapped
-    space = query_space(store)
+    space = query_space(store, spaces=spaces)
     if space is None:
-        return bind_embedding(store, resolve_embedding(None))
+        return bind_embedding(store, resolve_embedding(None), spaces=spaces)
     try:
         provider = resolve_embedding(space.provider)
     except ProviderConfigurationError as exc:
         raise ProviderConfigurationError(
             f"corpus {store.corpus!r} was embedded with provider {space.provider}, which is not installed here; "
             f"install {embedding_install_hint(space.provider)}") from exc
-    wrapped = bind_embedding(store, provider)
+    wrapped = bind_embedding(store, provider, spaces=spaces)
     if wrapped.dimension != space.dimension:  # pragma: no cover - bind_embedding rejects it first
         raise EmbeddingValidationError(
             f"embedding provider {wrapped.name} returns {wrapped.dimension}-dimensional vectors; the space "
