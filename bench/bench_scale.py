@@ -38,11 +38,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
 import sqlalchemy as sa
 
 from bench._common import database_url
 from bench._corpus import GROUP_1PCT, Corpus, generate_corpus
 from bench.bench_vector import Lookup, exact_top, ms
+from tnsrag_db.db.runner import add_statement_listener, remove_statement_listener
 from tnsrag_db.indexes.bm25 import BM25Index
 from tnsrag_db.indexes.graph import Edge, GraphStore
 from tnsrag_db.indexes.vector import VectorMemoryStore
@@ -177,21 +179,28 @@ def measure(store: Store, corpus: Corpus, queries: int, seed: int, result: SizeR
 
 
 def explain_last(store: Store, run: Callable[[], object]) -> list[str]:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of the last statement ``run()`` sends, with its parameters."""
-    sent: list[tuple[str, object]] = []
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of the last read statement ``run()`` sends, with its
+    parameters (as the plan runner sent them: ``$n`` text and positional values)."""
+    sent: list[tuple[str, Sequence[object]]] = []
 
-    def capture(conn: object, cursor: object, statement: str, parameters: object, context: object,
-                executemany: bool) -> None:
-        sent.append((statement, parameters))
+    def capture(text: str, values: Sequence[object]) -> None:
+        sent.append((text, values))
 
-    sa.event.listen(store.engine, "before_cursor_execute", capture)
+    add_statement_listener(capture)
     try:
         run()
     finally:
-        sa.event.remove(store.engine, "before_cursor_execute", capture)
-    statement, parameters = next((s, p) for s, p in reversed(sent) if s.lstrip().upper().startswith(("WITH", "SELECT")))
-    with store.session.autocommit() as conn:
-        return [row[0] for row in conn.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS) {statement}", parameters)]
+        remove_statement_listener(capture)
+    text, values = next((t, v) for t, v in reversed(sent) if t.lstrip().upper().startswith(("WITH", "SELECT")))
+    raw = store.engine.raw_connection()
+    try:
+        with psycopg.RawCursor(raw.driver_connection) as cursor:  # type: ignore[arg-type]
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {text}", values)
+            lines = [row[0] for row in cursor.fetchall()]
+        raw.driver_connection.rollback()  # type: ignore[union-attr]
+        return lines
+    finally:
+        raw.close()
 
 
 def report(results: Sequence[SizeResult]) -> list[str]:
