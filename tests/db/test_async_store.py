@@ -227,7 +227,7 @@ def _terminate(engine: Engine, pid: int) -> None:
 @pytest.mark.parametrize("idle", [0.0, 1.2])
 def test_a_pooled_connection_whose_server_went_away_is_replaced(store: Store, engine: Engine, idle: float) -> None:
     # Reused at once: the statement fails as a disconnect and runs again once on a fresh
-    # connection; idle for longer than PING_AFTER_IDLE_SECONDS: the checkout's ping finds it.
+    # connection; idle for longer than ping_after_idle (1 s): the checkout's ping finds it.
     async def scenario() -> tuple[int, int]:
         first = (await aio.arun(store, one(_PID)))[0].pid
         await asyncio.to_thread(_terminate, engine, first)
@@ -242,10 +242,18 @@ def test_a_pooled_connection_whose_server_went_away_is_replaced(store: Store, en
 _APP_NAME = Statement("SELECT current_setting('application_name') AS name")
 
 
-def test_hooks_registered_after_the_async_engine_exists_reach_its_new_connections(store: Store) -> None:
-    """Connection hooks are given once for sync and async connections: the async engine
-    reads the registry at each connection event, as the sync engine does."""
-    from tnsrag_db.db.engine import ConnectionHooks, register_connection_hooks, unregister_connection_hooks
+def _hooked_store(db_url: Any, corpus: str, hooks: Any) -> Store:
+    from tests.fix_db import SCHEMA
+    from tnsrag_db.db.engine import create_engine
+
+    return Store(create_engine(db_url, schema=SCHEMA, pool_size=2, max_overflow=0, hooks=hooks),
+                 corpus=corpus, schema=SCHEMA, owns_engine=True)
+
+
+def test_hooks_given_to_an_engine_reach_its_sync_and_async_connections(db_url: Any, store: Store) -> None:
+    """Connection hooks are given once, to the engine, for sync and async connections; a
+    store on another engine of the same process does not run them (no process-wide registry)."""
+    from tnsrag_db.db.engine import ConnectionHooks
 
     seen: list[tuple[str, str]] = []
 
@@ -259,33 +267,43 @@ def test_hooks_registered_after_the_async_engine_exists_reach_its_new_connection
     def check(driver: Any, info: Any) -> None:
         seen.append(("check", type(driver).__name__))
 
-    async def scenario() -> tuple[str, str]:
-        before = (await aio.arun(store, one(_APP_NAME)))[0].name  # the async engine and a connection exist
-        register_connection_hooks(ConnectionHooks("test.late_hook", configure=configure, check=check))
-        await aio.async_engine(store).dispose()  # its next connection is a new one
-        return before, (await aio.arun(store, one(_APP_NAME)))[0].name
-
+    hooked = _hooked_store(db_url, store.corpus, [ConnectionHooks("test.hook", configure=configure, check=check)])
     try:
-        before, after = asyncio.run(scenario())
-        store.engine.dispose()
-        sync_after = store.read(_APP_NAME.sql, {})[0].name
+        async def scenario() -> tuple[str, str]:
+            return ((await aio.arun(hooked, one(_APP_NAME)))[0].name,
+                    (await aio.arun(store, one(_APP_NAME)))[0].name)
+
+        hooked_async, plain_async = asyncio.run(scenario())
+        hooked_sync = hooked.read(_APP_NAME.sql, {})[0].name
+        plain_sync = store.read(_APP_NAME.sql, {})[0].name
     finally:
-        unregister_connection_hooks("test.late_hook")
-    assert before != "hooked_async"
-    assert after == "hooked_async"
+        hooked.close()
+    assert hooked_async == "hooked_async"
     assert ("configure", "AsyncConnection") in seen and ("check", "AsyncConnection") in seen
-    assert sync_after == "hooked_sync"  # the same hooks, given once, on the sync engine
+    assert hooked_sync == "hooked_sync"  # the same hooks, given once, on the sync engine
+    assert {plain_async, plain_sync}.isdisjoint({"hooked_async", "hooked_sync"})
 
 
-def test_a_hook_returning_an_awaitable_for_a_sync_connection_is_a_configuration_error(store: Store) -> None:
-    from tnsrag_db.db.engine import ConnectionHooks, register_connection_hooks, unregister_connection_hooks
+def test_a_hook_returning_an_awaitable_for_a_sync_connection_is_a_configuration_error(db_url: Any,
+                                                                                     store: Store) -> None:
+    from tnsrag_db.db.engine import ConnectionHooks
 
     async def only_async(driver: Any, info: Any) -> None:
         return None
 
-    register_connection_hooks(ConnectionHooks("test.async_only", check=only_async))
+    hooked = _hooked_store(db_url, store.corpus, [ConnectionHooks("test.async_only", check=only_async)])
     try:
         with pytest.raises(ConfigurationError, match="test.async_only"):
-            store.read("SELECT 1", {})
+            hooked.read("SELECT 1", {})
     finally:
-        unregister_connection_hooks("test.async_only")
+        hooked.close()
+
+
+def test_a_hook_that_is_not_connection_hooks_is_refused(db_url: Any) -> None:
+    from tests.fix_db import SCHEMA
+    from tnsrag_db.db.engine import create_engine
+
+    with pytest.raises(ConfigurationError, match="hooks must be ConnectionHooks, got function"):
+        create_engine(db_url, schema=SCHEMA, hooks=[lambda driver, info: None])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match="ping_after_idle must be a finite number"):
+        create_engine(db_url, schema=SCHEMA, ping_after_idle=-1)

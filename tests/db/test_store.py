@@ -109,17 +109,15 @@ def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
 def test_a_bulk_write_refreshes_planner_statistics(fresh_db_url: object, monkeypatch: pytest.MonkeyPatch) -> None:
     # A database of its own: in the shared one other tests' rows (and autovacuum analysing
     # them, which the refresh skips rather than waits for) made the comparison flaky.
-    import tnsrag_db.store.corpus as store_module
     from tnsrag_db.store.store import connect
 
-    store = connect(fresh_db_url, corpus="stats", auto_migrate=True)  # type: ignore[arg-type]
+    store = connect(fresh_db_url, corpus="stats", auto_migrate=True, analyze_after_rows=30)  # type: ignore[arg-type]
 
     def reltuples_and_rows() -> tuple[float, int]:
         with store.session.transaction() as conn:
             return (conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one(),
                     conn.execute(sa.text("SELECT count(*) FROM entries")).scalar_one())
 
-    monkeypatch.setattr(store_module, "ANALYZE_AFTER_ROWS", 30)
     store.add_all([MemoryEntry(f"small-{i}", "a few words") for i in range(10)])  # below the threshold
     store.add_all([MemoryEntry(f"bulk-{i}", f"bulk entry {i}") for i in range(40)])
     estimated, rows = reltuples_and_rows()
@@ -135,23 +133,21 @@ def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Stor
     # A concurrent index build holds SHARE UPDATE EXCLUSIVE on embeddings and waits for
     # older snapshots: the refresh must not queue behind it (a deadlock), but analyse
     # the other tables and skip that one.
-    import tnsrag_db.store.corpus as store_module
+    def with_threshold(rows: int) -> Store:
+        return Store(store.engine, corpus=store.corpus, schema=store.schema, analyze_after_rows=rows)
 
     def reltuples_and_rows() -> tuple[float, int]:
         with store.session.transaction() as conn:
             return (conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one(),
                     conn.execute(sa.text("SELECT count(*) FROM entries")).scalar_one())
 
-    monkeypatch.setattr(store_module, "ANALYZE_AFTER_ROWS", 30)
-    store.add_all([MemoryEntry(f"x-{i}", f"entry {i}") for i in range(40)])  # analysed
-    monkeypatch.setattr(store_module, "ANALYZE_AFTER_ROWS", 10**9)
-    store.add_all([MemoryEntry(f"y-{i}", f"entry {i}") for i in range(25)])  # not analysed
+    with_threshold(30).add_all([MemoryEntry(f"x-{i}", f"entry {i}") for i in range(40)])  # analysed
+    with_threshold(10**9).add_all([MemoryEntry(f"y-{i}", f"entry {i}") for i in range(25)])  # not analysed
     estimated, rows = reltuples_and_rows()
     assert estimated != rows
     with engine.connect() as holder:
         holder.execute(sa.text(f"LOCK TABLE {store.schema}.embeddings IN SHARE UPDATE EXCLUSIVE MODE"))
-        monkeypatch.setattr(store_module, "ANALYZE_AFTER_ROWS", 30)
-        assert store.writer.refresh_statistics(10**9, ("embeddings",)) is True  # no wait, no lock timeout
+        assert with_threshold(30).writer.refresh_statistics(10**9, ("embeddings",)) is True  # no wait, no lock timeout
         estimated, rows = reltuples_and_rows()
         assert estimated == rows  # entries analysed although embeddings was held
         holder.rollback()
@@ -224,12 +220,12 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
     assert worst[0] <= 100, worst
 
 
-def _one_connection_store(db_url: Any, corpus: str) -> Store:
+def _one_connection_store(db_url: Any, corpus: str, *, ping_after_idle: float = 1.0) -> Store:
     from tests.fix_db import SCHEMA
     from tnsrag_db.db.engine import create_engine
 
-    return Store(create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0), corpus=corpus,
-                 schema=SCHEMA, owns_engine=True)
+    return Store(create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, ping_after_idle=ping_after_idle),
+                 corpus=corpus, schema=SCHEMA, owns_engine=True)
 
 
 def _kill_pooled_connection(store: Store, engine: sa.Engine) -> None:
@@ -238,40 +234,41 @@ def _kill_pooled_connection(store: Store, engine: sa.Engine) -> None:
         conn.execute(sa.text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid})
 
 
-def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engine: sa.Engine,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import tnsrag_db.db.engine as engine_module
+def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engine: sa.Engine) -> None:
     from tnsrag_db.errors import DatabaseError
 
+    def in_transaction(store: Store) -> int:
+        with store.session.transaction() as conn:
+            return int(conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"),
+                                    {"c": store.corpus}).scalar_one())
+
     store = _one_connection_store(db_url, "test_dead_connection")
+    pinged = _one_connection_store(db_url, "test_dead_connection", ping_after_idle=0.0)
+    never = _one_connection_store(db_url, "test_dead_connection", ping_after_idle=3600.0)
     try:
         store.add(MemoryEntry("a", "alpha"))
         # Reused at once (no ping is due): a read notices the disconnect and runs again.
         _kill_pooled_connection(store, engine)
         assert store.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": store.corpus})[0].n == 1
         # Idle long enough to be pinged: the checkout replaces it before a transaction uses it.
-        monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 0.0)
-        _kill_pooled_connection(store, engine)
-        assert store.get("a") is not None
+        assert pinged.get("a") is not None
+        _kill_pooled_connection(pinged, engine)
+        assert in_transaction(pinged) == 1
+        assert pinged.get("a") is not None
         # Neither: a transaction fails once as a DatabaseError, and the pool has recovered.
         # (get() reads through the read path, which runs a read again: a transaction here.)
-        monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 3600.0)
-        _kill_pooled_connection(store, engine)
-
-        def in_transaction() -> int:
-            with store.session.transaction() as conn:
-                return int(conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"),
-                                        {"c": store.corpus}).scalar_one())
-
+        assert never.get("a") is not None
+        _kill_pooled_connection(never, engine)
         with pytest.raises(DatabaseError):
-            in_transaction()
-        assert in_transaction() == 1 and store.get("a") is not None
+            in_transaction(never)
+        assert in_transaction(never) == 1 and never.get("a") is not None
         # And get() itself survives a dead pooled connection now.
-        _kill_pooled_connection(store, engine)
-        assert store.get("a") is not None
+        _kill_pooled_connection(never, engine)
+        assert never.get("a") is not None
     finally:
         store.drop_corpus()
-        store.close()
+        for each in (store, pinged, never):
+            each.close()
 
 
 def test_run_drives_a_plan_on_one_connection(store: Store) -> None:
@@ -359,3 +356,16 @@ def test_a_closed_store_refuses_reads_and_writes(db_url: object) -> None:
     with connect(db_url, corpus="closed-store") as again:  # type: ignore[arg-type]
         assert again.get("a") is not None
         again.drop_corpus()
+
+
+def test_tuning_options_of_connect_are_checked(db_url: Any) -> None:
+    from tests.fix_db import SCHEMA
+    from tnsrag_db.store.store import connect
+
+    with pytest.raises(ConfigurationError, match="analyze_after_rows must be an int >= 1, got 0"):
+        connect(db_url, schema=SCHEMA, analyze_after_rows=0)
+    with pytest.raises(ConfigurationError, match="ping_after_idle must be a finite number of seconds >= 0, got nan"):
+        connect(db_url, schema=SCHEMA, ping_after_idle=float("nan"))
+    with connect(db_url, schema=SCHEMA, corpus="tuned", analyze_after_rows=7) as tuned:
+        assert tuned.writer.analyze_after_rows == 7
+        assert tuned.with_corpus("other").writer.analyze_after_rows == 7

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import psycopg
 import sqlalchemy as sa
 
-from tnsrag_db.db.engine import HookKind, libpq_options, pool_limits, run_hooks
+from tnsrag_db.db.engine import HookKind, engine_hooks, libpq_options, pool_limits, run_hooks
 from tnsrag_db.db.runner import AsyncPlanRunner
 from tnsrag_db.errors import ConfigurationError
 
@@ -158,11 +158,12 @@ def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> Asyn
     )
     sync = created.sync_engine
 
-    # The registered ConnectionHooks, read at each event as the sync engine's are (so hooks
-    # registered after this engine exists reach its next connections). SQLAlchemy calls
-    # these listeners in its greenlet bridge; run_async awaits what a hook returns there.
+    # The sync engine's ConnectionHooks, given once for both. SQLAlchemy calls these
+    # listeners in its greenlet bridge; run_async awaits what a hook returns there.
+    given = engine_hooks(engine)
+
     def hooks(kind: HookKind, dbapi_conn: Any, info: Any) -> None:
-        run_hooks(kind, dbapi_conn.driver_connection, info,
+        run_hooks(kind, given, dbapi_conn.driver_connection, info,
                   wait=lambda awaitable: dbapi_conn.run_async(lambda _driver: awaitable))
 
     @sa.event.listens_for(sync, "connect")

@@ -1,18 +1,17 @@
 """Engines: URL normalisation, pooled engines, and connection hooks.
 
-The engine knows nothing of the layers above it. A layer that needs something of every
-pooled connection registers :class:`ConnectionHooks` (psycopg_pool's ``configure`` /
-``check`` / ``reset`` are the model): ``configure`` runs once on each new connection,
-``check`` when the pool hands one out, ``reset`` when it comes back. Hooks are given
-once, for sync and async connections alike: the sync engines of :func:`create_engine`
-and the async engines of :mod:`tnsrag_db.db.aio` both read the registry at every
-connection event (:func:`run_hooks`), so hooks registered after an engine exists reach
-its next connections too. Registered today:
-this module's idle-connection ping (``check`` + ``reset``) and the pgvector type
-adaptation of :mod:`tnsrag_db.db.schema` (``configure``). The write path's stage tables
-need none: they are created on a connection's first write (see
-:mod:`tnsrag_db.store.staging`) and their flag lives in the pooled connection's ``info``,
-which goes away with the connection.
+The engine knows nothing of the layers above it. What every pooled connection needs is
+given to the engine as :class:`ConnectionHooks` (psycopg_pool's ``configure`` / ``check``
+/ ``reset`` are the model): ``configure`` runs once on each new connection, ``check``
+when the pool hands one out, ``reset`` when it comes back. Each engine of
+:func:`create_engine` runs the library's own hooks (the pgvector type adaptation and the
+idle-connection ping, :func:`library_hooks`) and then the ``hooks`` its caller gave; the
+async engines of :mod:`tnsrag_db.db.aio` run the same tuple (:func:`engine_hooks`), so
+hooks are given once for sync and async connections. There is no process-wide registry:
+two stores in one process can run different hooks. The write path's stage tables need
+none: they are created on a connection's first write (see :mod:`tnsrag_db.store.staging`)
+and their flag lives in the pooled connection's ``info``, which goes away with the
+connection.
 
 Database resolution: an explicit URL wins; with none, the embedded server
 (:func:`tnsrag_db.store.embedded.resolve.embedded_url`). Environment variables are read only by the
@@ -21,12 +20,12 @@ CLI and the test plugin, never here.
 
 from __future__ import annotations
 
+import inspect
+import math
 import re
-import threading
 import time
 import weakref
-import inspect
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,21 +37,21 @@ from tnsrag_db.db.settings import validate_schema_name
 from tnsrag_db.errors import ConfigurationError
 
 __all__ = [
-    "PING_AFTER_IDLE_SECONDS",
+    "DEFAULT_PING_AFTER_IDLE",
     "ConnectionHooks",
     "create_engine",
+    "engine_hooks",
     "libpq_options",
+    "library_hooks",
     "normalize_url",
     "pool_limits",
     "redact_url",
-    "register_connection_hooks",
-    "registered_connection_hooks",
     "run_hooks",
-    "unregister_connection_hooks",
 ]
 
-#: A pooled connection idle for longer than this is pinged before use (see create_engine).
-PING_AFTER_IDLE_SECONDS = 1.0
+#: Seconds a pooled connection may sit idle before it is pinged at its next checkout
+#: (``create_engine(ping_after_idle=...)``).
+DEFAULT_PING_AFTER_IDLE = 1.0
 _IDLE_SINCE = "tnsrag_idle_since"
 
 
@@ -83,46 +82,20 @@ class ConnectionHooks:
     reset: Hook | None = None
 
 
-_hooks: dict[str, ConnectionHooks] = {}
-_hooks_lock = threading.Lock()
-
-
-def register_connection_hooks(hooks: ConnectionHooks) -> None:
-    """Add ``hooks`` for every engine of this process (engines made earlier included),
-    run in registration order."""
-    if not isinstance(hooks, ConnectionHooks):
-        raise ConfigurationError(f"expected ConnectionHooks, got {type(hooks).__name__}")
-    with _hooks_lock:
-        _hooks[hooks.name] = hooks
-
-
-def registered_connection_hooks() -> tuple[ConnectionHooks, ...]:
-    """The registered hooks, in registration order."""
-    with _hooks_lock:
-        return tuple(_hooks.values())
-
-
-def unregister_connection_hooks(name: str) -> None:
-    """Stop running the hooks registered as ``name`` on connection events from now on (no
-    error when none are)."""
-    with _hooks_lock:
-        _hooks.pop(name, None)
-
-
 HookKind = Literal["configure", "check", "reset"]
 
 
-def run_hooks(kind: HookKind, driver: Any, info: MutableMapping[Any, Any], *,
+def run_hooks(kind: HookKind, hooks: Sequence[ConnectionHooks], driver: Any, info: MutableMapping[Any, Any], *,
               wait: Callable[[Awaitable[None]], None] | None = None) -> None:
-    """Run the ``kind`` hook of every registered :class:`ConnectionHooks`, in registration
-    order, on the psycopg connection ``driver`` with the pooled connection's ``info``.
+    """Run the ``kind`` hook of each of ``hooks``, in order, on the psycopg connection
+    ``driver`` with the pooled connection's ``info``.
 
     For an async connection, ``wait`` awaits what a hook returns before the next one runs
     (a hook with nothing to await returns None and runs without it). Raises
     :class:`ConfigurationError` for a hook that returned an awaitable without a ``wait``
     (a sync connection)."""
-    for hooks in registered_connection_hooks():
-        hook = getattr(hooks, kind)
+    for given in hooks:
+        hook = getattr(given, kind)
         if hook is None:
             continue
         result = hook(driver, info)
@@ -131,7 +104,7 @@ def run_hooks(kind: HookKind, driver: Any, info: MutableMapping[Any, Any], *,
         if wait is None or not inspect.isawaitable(result):
             if inspect.iscoroutine(result):
                 result.close()  # never to be awaited
-            raise ConfigurationError(f"connection hook {hooks.name!r} ({kind}) returned {type(result).__name__} "
+            raise ConfigurationError(f"connection hook {given.name!r} ({kind}) returned {type(result).__name__} "
                                      "for a sync connection: it must return None there")
         wait(result)
 
@@ -163,19 +136,27 @@ def redact_url(url: str | URL) -> str:
 
 # Pessimistic disconnect handling, but only for connections that sat idle in the pool:
 # SQLAlchemy's pool_pre_ping spends a round trip on every checkout, which costs a search
-# on a warm index ~10 %. A connection reused within PING_AFTER_IDLE_SECONDS is not
-# pinged; if its server went away meanwhile, the statement fails as a disconnect,
-# SQLAlchemy invalidates the pool, and Session.run retries once.
+# on a warm index noticeably. A connection reused within ``ping_after_idle`` seconds is
+# not pinged; if its server went away meanwhile, the statement fails as a disconnect,
+# SQLAlchemy invalidates the pool, and the read runner retries once.
 def _mark_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> None:
     info[_IDLE_SINCE] = time.monotonic()
 
 
-def _ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
-    since = info.get(_IDLE_SINCE)
-    if since is None or time.monotonic() - since <= PING_AFTER_IDLE_SECONDS:
+def _idle_ping(after_seconds: float) -> Hook:
+    def ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
+        since = info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since <= after_seconds:
+            return None
+        if isinstance(dbapi_conn, psycopg.AsyncConnection):
+            return _aping(dbapi_conn)
+        _ping(dbapi_conn)
         return None
-    if isinstance(dbapi_conn, psycopg.AsyncConnection):
-        return _aping(dbapi_conn)
+
+    return ping_if_idle
+
+
+def _ping(dbapi_conn: Any) -> None:
     autocommit = dbapi_conn.autocommit
     try:
         # What SQLAlchemy's own pre-ping does (only when due): SELECT 1 outside a transaction.
@@ -188,7 +169,6 @@ def _ping_if_idle(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[
     except Exception as exc:
         # The pool discards this connection and checks out a fresh one.
         raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
-    return None
 
 
 async def _aping(driver: psycopg.AsyncConnection[Any]) -> None:
@@ -204,7 +184,58 @@ async def _aping(driver: psycopg.AsyncConnection[Any]) -> None:
         raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
 
 
-register_connection_hooks(ConnectionHooks("tnsrag_db.idle_ping", check=_ping_if_idle, reset=_mark_idle))
+def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
+    if isinstance(dbapi_conn, psycopg.AsyncConnection):
+        return _aregister_vector(dbapi_conn)
+    try:
+        from pgvector.psycopg import register_vector
+
+        register_vector(dbapi_conn)
+    except Exception:
+        # The vector extension does not exist yet (an unmigrated database); the
+        # SQLAlchemy Vector type still works through its text form.
+        dbapi_conn.rollback()
+    return None
+
+
+async def _aregister_vector(driver: psycopg.AsyncConnection[Any]) -> None:
+    try:
+        from pgvector.psycopg import register_vector_async
+
+        await register_vector_async(driver)
+    except Exception:
+        await driver.rollback()  # no vector extension yet: vectors travel as text
+
+
+#: Nothing here writes: a read-only role or a hot standby must be able to connect.
+_PGVECTOR = ConnectionHooks("tnsrag_db.pgvector", configure=_register_vector)
+
+
+def _check_ping_after_idle(value: object) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value < 0):
+        raise ConfigurationError(f"ping_after_idle must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def library_hooks(ping_after_idle: float = DEFAULT_PING_AFTER_IDLE) -> tuple[ConnectionHooks, ...]:
+    """The hooks every engine of the library runs first: pgvector's type adaptation
+    (``configure``) and the ping of a connection idle for more than ``ping_after_idle``
+    seconds (``check``, with ``reset`` noting when it went idle). Raises
+    :class:`ConfigurationError` for a negative or non-finite ``ping_after_idle``."""
+    seconds = _check_ping_after_idle(ping_after_idle)
+    return (_PGVECTOR, ConnectionHooks("tnsrag_db.idle_ping", check=_idle_ping(seconds), reset=_mark_idle))
+
+
+#: The hooks each engine of :func:`create_engine` runs, for the async engines made from it.
+_HOOKS: weakref.WeakKeyDictionary[Engine, tuple[ConnectionHooks, ...]] = weakref.WeakKeyDictionary()
+
+
+def engine_hooks(engine: Engine) -> tuple[ConnectionHooks, ...]:
+    """The hooks ``engine`` runs on its connections (an engine not made by
+    :func:`create_engine`: :func:`library_hooks` with their defaults)."""
+    found = _HOOKS.get(engine)
+    return found if found is not None else library_hooks()
 
 
 def libpq_options(url: URL, *, schema: str, read_only: bool = False) -> str:
@@ -236,9 +267,15 @@ def pool_limits(engine: Engine) -> tuple[int, int]:
 
 
 def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overflow: int = 10,
-                  read_only: bool = False, **engine_options: Any) -> Engine:
+                  read_only: bool = False, hooks: Sequence[ConnectionHooks] = (),
+                  ping_after_idle: float = DEFAULT_PING_AFTER_IDLE, **engine_options: Any) -> Engine:
     """Create a pooled SQLAlchemy engine whose connections search ``<schema>, public``
-    and run the registered :class:`ConnectionHooks`.
+    and run :func:`library_hooks` then ``hooks`` (:class:`ConnectionHooks`, in order).
+
+    ``ping_after_idle``: seconds a pooled connection may sit idle before its next checkout
+    pings it (a round trip) and replaces it if its server went away (default
+    :data:`DEFAULT_PING_AFTER_IDLE`). Raises :class:`ConfigurationError` for a hook that is
+    not a :class:`ConnectionHooks` or a negative ``ping_after_idle``.
 
     ``pool_size`` and ``max_overflow`` are the pool's limits; ``read_only`` opens every
     session with ``default_transaction_read_only=on`` (read replicas: no write can go
@@ -249,12 +286,17 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
     The pool hands out the connection returned last (``pool_use_lifo=True``; pass
     ``pool_use_lifo=False`` for SQLAlchemy's default, the one idle longest): after a burst
     of concurrent use, calls one after another keep reusing one warm connection, which
-    stays under :data:`PING_AFTER_IDLE_SECONDS` idle, instead of cycling through every
+    stays under ``ping_after_idle`` seconds idle, instead of cycling through every
     idle one, each idle that many times as long (so pinged sooner) and its server
     process cold; the surplus connections stay idle, for a server-side idle timeout to
     close.
     """
     validate_schema_name(schema)
+    given = tuple(hooks)
+    for hook in given:
+        if not isinstance(hook, ConnectionHooks):
+            raise ConfigurationError(f"hooks must be ConnectionHooks, got {type(hook).__name__}")
+    runs = (*library_hooks(ping_after_idle), *given)
     engine_options.setdefault("pool_use_lifo", True)
     target = normalize_url(url)
     engine = sa.create_engine(
@@ -267,18 +309,19 @@ def create_engine(url: str | URL, *, schema: str, pool_size: int = 5, max_overfl
         **engine_options,
     )
     _LIMITS[engine] = (pool_size, max(0, max_overflow))
+    _HOOKS[engine] = runs
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
-        run_hooks("configure", dbapi_conn, record.info)
+        run_hooks("configure", runs, dbapi_conn, record.info)
         dbapi_conn.commit()
 
     @sa.event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        run_hooks("check", dbapi_conn, record.info)
+        run_hooks("check", runs, dbapi_conn, record.info)
 
     @sa.event.listens_for(engine, "checkin")
     def _on_checkin(dbapi_conn: Any, record: Any) -> None:
-        run_hooks("reset", dbapi_conn, record.info)
+        run_hooks("reset", runs, dbapi_conn, record.info)
 
     return engine

@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from tnsrag_db.db.engine import create_engine, redact_url
+from tnsrag_db.db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine, redact_url
 from tnsrag_db.errors import ConfigurationError, ValidationError
 
 __all__ = ["CONSISTENCY", "DEFAULT_MAX_LAG", "DEFAULT_WAIT_TIMEOUT", "ReadReplicas", "Replica", "WriteClock", "WriteToken",
@@ -283,9 +283,12 @@ class ReadReplicas:
 
 
 def open_replicas(primary: Engine, urls: Sequence[str | URL], *, schema: str, pool_size: int, max_overflow: int,
-                  optional: bool, max_lag: float | None, wait_timeout: float) -> ReadReplicas:
+                  optional: bool, max_lag: float | None, wait_timeout: float,
+                  hooks: Sequence[ConnectionHooks] = (),
+                  ping_after_idle: float = DEFAULT_PING_AFTER_IDLE) -> ReadReplicas:
     """Engines for the standbys at ``urls``, each checked to be a standby of ``primary``
-    (an unreachable one is an error unless ``optional``: then it is tried at the first read)."""
+    (an unreachable one is an error unless ``optional``: then it is tried at the first read).
+    ``hooks`` and ``ping_after_idle`` as for the primary's engine (:func:`create_engine`)."""
     if isinstance(urls, (str, URL)):
         raise ConfigurationError("read_urls must be a list of URLs, not a single URL")
     replicas: list[Replica] = []
@@ -294,7 +297,8 @@ def open_replicas(primary: Engine, urls: Sequence[str | URL], *, schema: str, po
             ident = int(conn.exec_driver_sql("SELECT system_identifier FROM pg_control_system()").scalar_one())
         for url in urls:
             name = redact_url(url)
-            engine = create_engine(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow, read_only=True)
+            engine = create_engine(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow, read_only=True,
+                                   hooks=hooks, ping_after_idle=ping_after_idle)
             replica = Replica(name, engine)
             replicas.append(replica)
             try:

@@ -6,17 +6,12 @@ Tables carry no schema name: every connection the library opens sets
 Every table is keyed by ``corpus`` first: it is the isolation unit and the
 distribution key, and no query joins across corpora.
 
-The ``embeddings`` table stores pgvector values, so this module registers the connection
-hook (:class:`~tnsrag_db.db.engine.ConnectionHooks`) that adapts the vector type on every
-new connection.
+The ``embeddings`` table stores pgvector values; every engine adapts the vector type on
+its new connections (:func:`tnsrag_db.db.engine.library_hooks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, MutableMapping
-from typing import Any
-
-import psycopg
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
@@ -40,7 +35,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from tnsrag_db.db.engine import ConnectionHooks, register_connection_hooks
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -58,32 +52,6 @@ __all__ = [
     "metadata",
     "tenant_grants",
 ]
-
-def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
-    if isinstance(dbapi_conn, psycopg.AsyncConnection):
-        return _aregister_vector(dbapi_conn)
-    try:
-        from pgvector.psycopg import register_vector
-
-        register_vector(dbapi_conn)
-    except Exception:
-        # The vector extension does not exist yet (an unmigrated database); the
-        # SQLAlchemy Vector type still works through its text form.
-        dbapi_conn.rollback()
-    return None
-
-
-async def _aregister_vector(driver: psycopg.AsyncConnection[Any]) -> None:
-    try:
-        from pgvector.psycopg import register_vector_async
-
-        await register_vector_async(driver)
-    except Exception:
-        await driver.rollback()  # no vector extension yet: vectors travel as text
-
-
-# Nothing that writes: a read-only role or a hot standby must be able to connect.
-register_connection_hooks(ConnectionHooks("tnsrag_db.pgvector", configure=_register_vector))
 
 #: The PostgreSQL schema that holds the library's tables unless configured otherwise.
 DEFAULT_SCHEMA = "tnsrag"

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._validate import is_int
 from tnsrag_db.db.session import Session
 from tnsrag_db.errors import ConfigurationError
 from tnsrag_db.store import sql
@@ -23,17 +24,24 @@ from tnsrag_db.store.staging import prepare_stage_tables
 from tnsrag_db.store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, run_write, write_entries
 from tnsrag_db.types import MemoryEntry, is_unicode_text, name_form
 
-__all__ = ["ANALYZE_AFTER_ROWS", "Corpus", "Writer"]
+__all__ = ["DEFAULT_ANALYZE_AFTER_ROWS", "Corpus", "Writer", "check_analyze_after_rows"]
 
 _T = TypeVar("_T")
 
 #: Bulk writes of at least this many entries refresh the planner statistics (see
-#: :meth:`Writer.refresh_statistics`).
-ANALYZE_AFTER_ROWS = 5000
+#: :meth:`Writer.refresh_statistics`; ``connect(analyze_after_rows=...)``).
+DEFAULT_ANALYZE_AFTER_ROWS = 5000
 _ANALYZABLE = frozenset({"embeddings", "edges", "bm25_df", "bm25_stats"})
 
 
 _MAX_CORPUS = 200
+
+
+def check_analyze_after_rows(value: object) -> int:
+    """``value`` if it is an int >= 1, else :class:`ConfigurationError` naming the option."""
+    if not is_int(value) or value < 1:
+        raise ConfigurationError(f"analyze_after_rows must be an int >= 1, got {value!r}")
+    return value
 
 
 def check_corpus_name(corpus: object) -> str:
@@ -103,9 +111,16 @@ class Corpus:
 class Writer:
     """The write transactions of ``corpus`` in ``session``."""
 
-    def __init__(self, session: Session, corpus: Corpus) -> None:
+    def __init__(self, session: Session, corpus: Corpus, *,
+                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS) -> None:
         self._session = session
         self._corpus = corpus
+        self._analyze_after_rows = check_analyze_after_rows(analyze_after_rows)
+
+    @property
+    def analyze_after_rows(self) -> int:
+        """The fewest entries a bulk write must write to refresh the planner statistics."""
+        return self._analyze_after_rows
 
     @property
     def corpus(self) -> Corpus:
@@ -174,7 +189,7 @@ class Writer:
         ``entries`` table (autovacuum's rule, but now rather than a minute later: until then
         the planner sizes a freshly loaded corpus from stale statistics and picks slow plans).
 
-        Skipped below :data:`ANALYZE_AFTER_ROWS` rows. Runs in a transaction of its own after
+        Skipped below :attr:`analyze_after_rows` rows. Runs in a transaction of its own after
         the write committed and never waits for a table lock (``SKIP_LOCKED``): a table that
         another session is analysing, vacuuming or indexing concurrently is left to it.
         Waiting there could deadlock with a ``CREATE INDEX CONCURRENTLY``, which waits for
@@ -184,7 +199,7 @@ class Writer:
         if unknown:
             raise ConfigurationError(f"cannot analyse {', '.join(map(repr, unknown))}; "
                                      f"choose from {', '.join(sorted(_ANALYZABLE))}")
-        if written < ANALYZE_AFTER_ROWS:
+        if written < self._analyze_after_rows:
             return False
         with self._session.transaction(limited=False) as conn:
             rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()

@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, Engine
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.db import migrate
 from tnsrag_db.db.read_store import FILTER_PAIRS_SQL
-from tnsrag_db.db.engine import create_engine
+from tnsrag_db.db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
 from tnsrag_db.db.replicas import (
     DEFAULT_MAX_LAG,
     DEFAULT_WAIT_TIMEOUT,
@@ -36,7 +36,7 @@ from tnsrag_db.db.session import DEADLOCK_RETRIES, SESSION_LOCK_POLL_SECONDS, Se
 from tnsrag_db.db.statement import Plan
 from tnsrag_db.errors import ConfigurationError, DatabaseError, TnsragError
 from tnsrag_db.store.analysis import DEFAULT_MAX_QUERY_TERMS
-from tnsrag_db.store.corpus import ANALYZE_AFTER_ROWS, Corpus, Writer, check_corpus_name
+from tnsrag_db.store.corpus import DEFAULT_ANALYZE_AFTER_ROWS, Corpus, Writer, check_corpus_name
 from tnsrag_db.store.filters import filter_sql
 from tnsrag_db.store.reads import check_ids, content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
 from tnsrag_db.store.maintenance import drop_orphan_hnsw_indexes
@@ -71,15 +71,17 @@ class Store:
     default None: the server's setting) cancels any statement of this store that runs
     longer, with :class:`StatementTimeoutError` (a write is rolled back whole).
     :meth:`timeout` sets it for the calls of one block. Index builds and the statistics
-    refresh after bulk writes are not limited. Raises :class:`ConfigurationError` for a
-    bad option.
+    refresh after bulk writes are not limited. ``analyze_after_rows`` (default 5,000, at
+    least 1): a bulk write of at least this many entries refreshes the planner statistics
+    right after it commits (see :meth:`~tnsrag_db.store.corpus.Writer.refresh_statistics`).
+    Raises :class:`ConfigurationError` for a bad option.
     """
 
     def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
                  text_config: str = "english", owns_engine: bool = False,
                  max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None,
                  read_replicas: ReadReplicas | None = None, consistency: str = "eventual",
-                 _clock: WriteClock | None = None, _after: WriteToken | None = None,
+                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS, _clock: WriteClock | None = None, _after: WriteToken | None = None,
                  _pairs: bool | None = None) -> None:
         check_replica_options(read_replicas, consistency)
         corpus = check_corpus_name(corpus)
@@ -96,7 +98,7 @@ class Store:
         self._owns_engine = owns_engine
         self._max_query_terms = max_query_terms
         self._corpus_row = Corpus(corpus, schema=schema, text_config=text_config)
-        self._writer = Writer(self._session, self._corpus_row)
+        self._writer = Writer(self._session, self._corpus_row, analyze_after_rows=analyze_after_rows)
         self._closed = False
         self._pairs = _pairs
 
@@ -168,7 +170,7 @@ class Store:
         return Store(self.engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
                      max_query_terms=self._max_query_terms, statement_timeout=self._session.default_timeout,
                      read_replicas=self._session.read_replicas, consistency=self._consistency,
-                     _clock=self._session.clock, _after=after, _pairs=self._pairs)
+                     analyze_after_rows=self._writer.analyze_after_rows, _clock=self._session.clock, _after=after, _pairs=self._pairs)
 
     # -- read replicas ----------------------------------------------------------------
     @property
@@ -362,7 +364,9 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
             max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
             statement_timeout: float | None = None, read_urls: Sequence[str | URL] = (),
             replicas_optional: bool = False, max_replica_lag: float | None = DEFAULT_MAX_LAG,
-            replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT, consistency: str = "eventual") -> Store:
+            replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT, consistency: str = "eventual",
+            analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS, hooks: Sequence[ConnectionHooks] = (),
+            ping_after_idle: float = DEFAULT_PING_AFTER_IDLE) -> Store:
     """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
 
     The embedded server is migrated to head automatically. A URL names a shared server
@@ -373,20 +377,25 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
     ``read_urls``: hot standbys for retrieval reads (writes, locks, migrations: ``url``),
     each checked to be one of the primary, with ``replicas_optional``, ``max_replica_lag``,
     ``replica_wait_timeout`` and ``consistency`` as in :mod:`tnsrag_db.db.replicas`.
+    ``analyze_after_rows`` as in :class:`Store`. ``hooks`` (:class:`~tnsrag_db.db.engine.ConnectionHooks`)
+    run on every connection of the store's engines, sync, async and replicas alike, after
+    the library's own; ``ping_after_idle`` is how many seconds a pooled connection may sit
+    idle before its next use pings it (default 1.0; see :func:`~tnsrag_db.db.engine.create_engine`).
     """
     embedded = url is None
     target = embedded_url() if embedded else url
     assert target is not None
-    engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
+    engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow,
+                           hooks=hooks, ping_after_idle=ping_after_idle)
     replicas: ReadReplicas | None = None
     try:
         if read_urls or isinstance(read_urls, str):
             replicas = open_replicas(engine, read_urls, schema=schema, pool_size=pool_size, max_overflow=max_overflow,
                                      optional=replicas_optional, max_lag=max_replica_lag,
-                                     wait_timeout=replica_wait_timeout)
+                                     wait_timeout=replica_wait_timeout, hooks=hooks, ping_after_idle=ping_after_idle)
         store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
                       max_query_terms=max_query_terms, statement_timeout=statement_timeout,
-                      read_replicas=replicas, consistency=consistency)
+                      read_replicas=replicas, consistency=consistency, analyze_after_rows=analyze_after_rows)
         if auto_migrate or (auto_migrate is None and embedded):
             if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
                 migrate.upgrade(engine, schema=schema)
