@@ -49,7 +49,7 @@ def scratch_database(url: str | None, prefix: str, *, role_password: str | None 
     import psycopg
     from psycopg import sql
 
-    from tnsrag_db.db.engine import normalize_url
+    from tnsrag_db._db.engine import normalize_url
 
     with database_url(url) as server:
         base = normalize_url(server)

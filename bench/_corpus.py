@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 __all__ = ["GROUP_01PCT", "GROUP_1PCT", "TIER_SHARES", "Corpus", "generate_corpus", "generate_correlated_corpus"]
 

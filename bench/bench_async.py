@@ -12,7 +12,7 @@ generator of ``bench/_corpus.py``), then per repetition, in alternating order:
 
 * **async**: one event loop, ``--concurrency`` tasks, each awaiting
   ``strategy.aretrieve`` for its share of ``--calls`` queries one after the other
-  (psycopg async connections, :mod:`tnsrag_db.db.aio`);
+  (psycopg async connections, :mod:`tnsrag_db._db.aio`);
 * **threads**: ``--concurrency`` threads, each calling ``strategy.retrieve`` for the
   same share of the same queries (the sync pool).
 
@@ -38,10 +38,10 @@ import numpy as np
 
 from bench._common import database_url
 from bench._corpus import generate_corpus
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.registry import build_strategy
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.registry import build_strategy
 from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db.types import MemoryEntry, RAGContext
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 CONTEXT = RAGContext(10)
 

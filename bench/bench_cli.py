@@ -6,7 +6,7 @@ Usage::
 
 Every figure is the wall time of a whole ``tnsrag`` process (interpreter start, imports,
 work, exit), median and p90 over ``--runs`` runs; the command is run the way the console
-script runs it (``from tnsrag_db.cli import main; main()``). The query is
+script runs it (``from tnsrag_db._cli import main; main()``). The query is
 ``tnsrag query "agents share memory" --strategy keyword`` on the sample corpus, timed
 
 * against a running embedded server (``tnsrag server start`` first), and
@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_CLI = "from tnsrag_db.cli import main; main()"
+_CLI = "from tnsrag_db._cli import main; main()"
 QUERY = ["query", "agents share memory", "--strategy", "keyword", "--top-k", "3"]
 VECTOR_QUERY = [*QUERY[:3], "vector", *QUERY[4:]]
 HYBRID_QUERY = [*QUERY[:3], "hybrid", *QUERY[4:]]

@@ -36,7 +36,7 @@ from tnsrag_db import (
     VectorMemoryStore,
     VectorRAGStrategy,
 )
-from tnsrag_db.store.store import connect
+from tnsrag_db._store.store import connect
 
 
 def _ms(fn: Callable[[], object]) -> float:

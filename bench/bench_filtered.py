@@ -20,8 +20,8 @@ Queries are drawn like the corpus (most of them therefore land in 70 % clusters)
 each filter (``tier`` at 1 %, 9 % and 70 %, ``group`` at 1 %) it prints the median and p99
 of ``VectorRAGStrategy.retrieve`` (top 10), recall@10 against exact filtered search in
 numpy, whether every query returned min(10, matches) rows and the path taken. With
-``--baseline`` (the path of another version's ``tnsrag_db/indexes/vector/sql.py``, e.g.
-from ``git show main:tnsrag_db/indexes/vector/sql.py > /tmp/old_sql.py``) the same
+``--baseline`` (the path of another version's ``tnsrag_db/_indexes/vector/sql.py``, e.g.
+from ``git show main:tnsrag_db/_indexes/vector/sql.py > /tmp/old_sql.py``) the same
 queries also run that version's statement (exact threshold 5,000, ``ef_search`` 200),
 alternating query by query with this version's, both through ``Store.read``: the ratio
 column is this version's median over that one. ``--explain`` prints ``EXPLAIN (ANALYZE,
@@ -45,10 +45,10 @@ import sqlalchemy as sa
 
 from bench._corpus import GROUP_1PCT, generate_correlated_corpus, generate_corpus
 from bench.bench_vector import Lookup, exact_top
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 K = 10
 PROVIDER = "bench-filtered"
@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--data", default="uniform,correlated")
     ap.add_argument("--filters", default="", help="comma-separated labels of FILTERS to run (default all)")
-    ap.add_argument("--baseline", help="path of another version's tnsrag_db/indexes/vector/sql.py")
+    ap.add_argument("--baseline", help="path of another version's tnsrag_db/_indexes/vector/sql.py")
     ap.add_argument("--queries-only", action="store_true")
     ap.add_argument("--explain", action="store_true")
     args = ap.parse_args()

@@ -34,10 +34,10 @@ import numpy as np
 import sqlalchemy as sa
 
 from bench._common import database_url
-from tnsrag_db.indexes.graph import Edge, GraphStore
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.graph import GraphRAGStrategy
-from tnsrag_db.types import RAGContext
+from tnsrag_db._indexes.graph import Edge, GraphStore
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.graph import GraphRAGStrategy
+from tnsrag_db._types import RAGContext
 
 N_ENTRIES = 100_000
 N_HUBS = 50

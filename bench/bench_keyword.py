@@ -39,13 +39,13 @@ import sqlalchemy as sa
 from bench._common import database_url
 from bench._corpus import generate_corpus
 try:
-    from tnsrag_db.indexes.bm25 import sql as bm25_module  # where the pruning constants live
+    from tnsrag_db._indexes.bm25 import sql as bm25_module  # where the pruning constants live
 except ImportError:  # the single-module bm25 before the package (for before/after runs)
-    from tnsrag_db.indexes import bm25 as bm25_module  # type: ignore[no-redef]
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext
+    from tnsrag_db._indexes import bm25 as bm25_module  # type: ignore[no-redef]
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 K = 10
 #: Document frequencies of the "rare terms" query mix.

@@ -24,10 +24,10 @@ from psycopg import sql
 
 from bench._common import database_url
 from tnsrag_db import tenancy
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine, normalize_url
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine, normalize_url
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 SCHEMA = "tnsrag"
 TRIGGERS = ("tnsrag_filter_pairs_insert", "tnsrag_filter_pairs_update", "tnsrag_filter_pairs_delete")

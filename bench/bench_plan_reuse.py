@@ -6,7 +6,7 @@ Usage::
 
 The BM25 and hybrid statements (and, with tenancy, the filter pairs' lookups) hide the
 values that only move the planner's estimates in scalar subqueries
-(:func:`tnsrag_db.db.statement.hidden`), so that PostgreSQL keeps a prepared
+(:func:`tnsrag_db._db.statement.hidden`), so that PostgreSQL keeps a prepared
 statement's generic plan instead of planning every execution. This script writes a
 corpus of ``n`` entries (dim 128, 1 % of them in one metadata group, 1 % with tier
 PROCEDURAL), takes each kind of query's statements as the library builds them, and runs
@@ -39,22 +39,22 @@ from bench._common import scratch_database
 from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
-from tnsrag_db.db.runner import bind as native_sql
-from tnsrag_db.db.statement import Plan, Statement, run_plan
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.hybrid import HybridRAGStrategy
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryTier, RAGContext
+from tnsrag_db._db.runner import bind as native_sql
+from tnsrag_db._db.statement import Plan, Statement, run_plan
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryTier, RAGContext
 
 SCHEMA = "tnsrag"
 PASSWORD = "bench-plan-reuse"
 CORPUS = "bench_plan_reuse"
-#: What :func:`tnsrag_db.db.statement.hidden` wraps around a bound value.
+#: What :func:`tnsrag_db._db.statement.hidden` wraps around a bound value.
 _HIDDEN = re.compile(r"\(SELECT (CAST\(:\w+ AS [\w\[\]]+\))\)")
 
 

@@ -44,16 +44,16 @@ import sqlalchemy as sa
 from bench._common import database_url
 from bench._corpus import GROUP_1PCT, Corpus, generate_corpus
 from bench.bench_vector import Lookup, exact_top, ms
-from tnsrag_db.db.runner import add_statement_listener, remove_statement_listener
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.graph import Edge, GraphStore
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.graph import GraphRAGStrategy
-from tnsrag_db.strategies.hybrid import HybridRAGStrategy
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryTier, RAGContext
+from tnsrag_db._db.runner import add_statement_listener, remove_statement_listener
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.graph import Edge, GraphStore
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.graph import GraphRAGStrategy
+from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryTier, RAGContext
 
 K = 10
 BATCH = 100_000

@@ -40,15 +40,15 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, Corpus, generate_corpus
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
-from tnsrag_db.db.statement import one
-from tnsrag_db.store.store import connect
-from tnsrag_db.store import write as write_steps
-from tnsrag_db.strategies.hybrid import HybridRAGStrategy
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import RAGContext
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
+from tnsrag_db._db.statement import one
+from tnsrag_db._store.store import connect
+from tnsrag_db._store import write as write_steps
+from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import RAGContext
 
 K = 10
 

@@ -1,7 +1,7 @@
 """Retrieval quality of every strategy *by name*, as users get them, on two judged collections.
 
 Users build strategies by name (``tnsrag query --strategy NAME``, MCP ``search``,
-``TnsragRetriever(store, strategy=NAME)``): :func:`tnsrag_db.strategies.registry.build_strategy`.
+``TnsragRetriever(store, strategy=NAME)``): :func:`tnsrag_db._strategies.registry.build_strategy`.
 This benchmark evaluates each of the eight that way, next to the parts they are
 assembled from (BM25 alone and the two-stream hybrid of BM25 and vector search), with
 the shipped embedding model.
@@ -12,7 +12,7 @@ Collections:
   graded judgements), each abstract one flat entry (title and text);
 * ``stdlib``: a known-item collection over real source files nobody here wrote: the
   Python standard library's ``json``, ``email``, ``asyncio``, ``http``, ``logging`` and
-  ``urllib`` packages, ingested as a user would (:class:`~tnsrag_db.loaders.FileLoader`,
+  ``urllib`` packages, ingested as a user would (:class:`~tnsrag_db._loaders.FileLoader`,
   one folder tree). Each query is the first sentence of a public function's or class's
   docstring; the relevant entry is the chunk holding its ``def`` / ``class`` line (the
   name itself is removed from the query). 200 queries, chosen deterministically.
@@ -55,15 +55,15 @@ import sqlalchemy as sa
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries, shipped_model
 from tnsrag_db import evaluation
 from tnsrag_db.evaluation import Query
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.loaders import FileLoader
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.base import RAGStrategy
-from tnsrag_db.strategies.compose import STRATEGY_NAMES
-from tnsrag_db.strategies.hybrid import HybridRAGStrategy
-from tnsrag_db.strategies.registry import build_strategy
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._loaders import FileLoader
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._strategies.compose import STRATEGY_NAMES
+from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+from tnsrag_db._strategies.registry import build_strategy
+from tnsrag_db._types import MemoryEntry
 
 STDLIB_PACKAGES = ("json", "email", "asyncio", "http", "logging", "urllib")
 DPKG_STATUS = "/var/lib/dpkg/status"
@@ -221,8 +221,8 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
             if strategy != "keyword" and (not args.only or strategy in args.only):
                 strategies[strategy] = build_strategy(strategy, store)
         if args.multi_query_bases:  # the choice of multi_query's base, measured
-            from tnsrag_db.strategies.expansion import QueryExpansion, load_expander
-            from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
+            from tnsrag_db._strategies.expansion import QueryExpansion, load_expander
+            from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy
 
             for base in ("vector", "keyword"):
                 strategies[f"multi_query over {base}"] = MultiQueryRAGStrategy(

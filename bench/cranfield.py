@@ -35,16 +35,16 @@ import sqlalchemy as sa
 
 from tnsrag_db import evaluation
 from tnsrag_db.embeddings import EmbeddingFunction, HashingEmbedding
-from tnsrag_db.errors import ConfigurationError
+from tnsrag_db._errors import ConfigurationError
 from tnsrag_db.evaluation import Query
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.base import RAGStrategy
-from tnsrag_db.strategies.hybrid import HybridRAGStrategy
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryEntry
 
 CORPUS = "bench_cranfield_core"
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cranfield"

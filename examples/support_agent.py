@@ -30,7 +30,7 @@ from tnsrag_db.declarative import (
     retrieval,
     retrieval_filters,
 )
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 #: The example's own corpus (see the module docstring).
 CORPUS = "support-agent-example"

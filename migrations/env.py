@@ -15,7 +15,7 @@
   would block every writer of the table behind it), and the revision is tried again
   (``tnsrag_lock_retries`` / ``-x lock_retries=N`` more times, default 5) before the upgrade fails. A revision
   may leave its transaction for ``CREATE INDEX CONCURRENTLY`` (alembic's
-  ``autocommit_block()``, see :mod:`tnsrag_db.db.migration_ops`).
+  ``autocommit_block()``, see :mod:`tnsrag_db._db.migration_ops`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from tnsrag_db.db.engine import create_engine, validate_schema_name
-from tnsrag_db.db.migrate import advisory_lock_key, bootstrap_statements, include_object
-from tnsrag_db.db.schema import DEFAULT_SCHEMA, metadata
-from tnsrag_db.db.migration_ops import (
+from tnsrag_db._db.engine import create_engine, validate_schema_name
+from tnsrag_db._db.migrate import advisory_lock_key, bootstrap_statements, include_object
+from tnsrag_db._db.schema import DEFAULT_SCHEMA, metadata
+from tnsrag_db._db.migration_ops import (
     DEFAULT_LOCK_RETRIES,
     DEFAULT_LOCK_TIMEOUT,
     hold_migration_lock,
@@ -133,7 +133,7 @@ def _run_with(connection: Connection) -> None:
             for statement in bootstrap_statements(schema):
                 connection.execute(text(statement))
         # Session-wide: the revisions' transactions come and go. The connection is
-        # discarded after the migration (see tnsrag_db.db.migrate.upgrade).
+        # discarded after the migration (see tnsrag_db._db.migrate.upgrade).
         connection.execute(text(f"SET search_path TO {schema}, public"))
         connection.commit()
         _configure(connection=connection)

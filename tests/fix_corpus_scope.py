@@ -8,7 +8,7 @@ library's). Recording at the driver sees the read path's statements, which run o
 driver connection without SQLAlchemy's execution events (see ``Session.run``), as well as
 every statement SQLAlchemy executes; and it registers no SQLAlchemy execution listener,
 which would send the read path through SQLAlchemy instead. The SQLAlchemy-free
-:class:`~tnsrag_db.db.driver.DriverStore` (the CLI's keyword query) has a statement
+:class:`~tnsrag_db._db.driver.DriverStore` (the CLI's keyword query) has a statement
 listener of its own, which records the same way.
 At the end of the session each distinct statement is checked with
 :func:`tests._corpus_scope.corpus_violations`, and the session fails, listing the
@@ -36,7 +36,7 @@ from sqlalchemy.pool import Pool
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
-from tnsrag_db.db import runner
+from tnsrag_db._db import runner
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")

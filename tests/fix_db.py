@@ -31,9 +31,9 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import URL, Engine
 
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine, normalize_url
-from tnsrag_db.store.store import Store
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine, normalize_url
+from tnsrag_db._store.store import Store
 
 SCHEMA = "tnsrag"
 
@@ -101,7 +101,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop whatever the run left running in its temporary user data directory, and fail
     the run when anything reached the real one."""
     if _SESSION_HOME is not None:
-        from tnsrag_db.store.embedded import keeper
+        from tnsrag_db._store.embedded import keeper
 
         keeper.stop(_SESSION_HOME / "share" / "tnsrag_db" / "pg18")  # a server this process holds stops at exit
     reached = reached_real_data_dir()

@@ -5,25 +5,27 @@ pgvector, true Okapi BM25 over tsvector-derived term statistics, graph and hiera
 walks as recursive CTEs, exact metadata filters in SQL before top-K. ``connect()``
 with no URL uses an embedded PostgreSQL 18 + pgvector.
 
+Public: this top level, which holds what a user writes daily (``connect``, the entry and
+context types, the indexes, the eight strategies and their wrappers, fusion, expansion and
+navigation, the pipeline, loading files, the declarative decorators and every error), and
+the documented subpackages :mod:`.admin`, :mod:`.evaluation`, :mod:`.explain` (explained
+rankings), :mod:`.embeddings`, :mod:`.tenancy`, :mod:`.declarative` and
+:mod:`.integrations`. Every other module's name starts with ``_``: it may change in any
+release.
+
 Layers, bottom up (each imports only from the layers below it, deferred imports and
 annotations included; ``tests/unit/test_structure.py`` holds the same order):
 
-1. ``_validate``, ``_plugins``, ``errors``, ``types``: checks, errors, value types;
+1. ``_validate``, ``_plugins``, ``_errors``, ``_types``: checks, errors, value types;
 2. ``explain``: the explained-ranking values the indexes and strategies build;
-3. ``db``: engines, the one read runner, sessions and writes, migrations, tenancy DDL;
-4. ``store``, ``embeddings``, ``chunking``: a corpus and its writes, the embedded server,
+3. ``_db``: engines, the one read runner, sessions and writes, migrations, tenancy DDL;
+4. ``_store``, ``embeddings``, ``_chunking``: a corpus and its writes, the embedded server,
    embedding providers, text chunks;
-5. ``indexes``: BM25, vector, graph, hierarchy, temporal, each owning its SQL;
-6. ``strategies``: the eight, composition, fusion, expansion, navigation, explanations;
-7. ``pipeline``, ``declarative``, ``admin``, ``loaders``, ``evaluation``,
+5. ``_indexes``: BM25, vector, graph, hierarchy, temporal, each owning its SQL;
+6. ``_strategies``: the eight, composition, fusion, expansion, navigation, explanations;
+7. ``_pipeline``, ``declarative``, ``admin``, ``_loaders``, ``evaluation``,
    ``integrations``, ``tenancy``: what applications use;
-8. ``cli``: the ``tnsrag`` command.
-
-The top level holds what a user writes daily: ``connect``, the entry and context types,
-the indexes, the eight strategies, fusion, expansion and navigation, the pipeline, the
-declarative decorators and every error. The public subpackages are :mod:`.admin`,
-:mod:`.evaluation`, :mod:`.explain` (explained rankings), :mod:`.embeddings`,
-:mod:`.tenancy` and :mod:`.integrations`.
+8. ``_cli``: the ``tnsrag`` command.
 
 Names are imported on first use (PEP 562), so ``import tnsrag_db`` and the ``tnsrag``
 command line stay fast: a keyword query never loads alembic, numpy-heavy providers or
@@ -36,257 +38,138 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    # The one list of the top level: each name as ``X as X`` (an explicit re-export for
+    # type checkers); at run time __getattr__ reads this block to find a name's module.
+    from tnsrag_db._chunking import chunker_for as chunker_for
+    from tnsrag_db._db.engine import ConnectionHooks as ConnectionHooks
+    from tnsrag_db._errors import (
+        ConfigurationError as ConfigurationError,
+        ConnectionLostError as ConnectionLostError,
+        ConstraintViolationError as ConstraintViolationError,
+        CorpusNotFoundError as CorpusNotFoundError,
+        DanglingReferenceError as DanglingReferenceError,
+        DatabaseError as DatabaseError,
+        DeadlockError as DeadlockError,
+        EmbeddingValidationError as EmbeddingValidationError,
+        EvaluationDataError as EvaluationDataError,
+        ExecutionError as ExecutionError,
+        HierarchyError as HierarchyError,
+        IngestInterrupted as IngestInterrupted,
+        InvalidContextError as InvalidContextError,
+        InvalidEntryError as InvalidEntryError,
+        InvalidFilterError as InvalidFilterError,
+        InvalidTimestampError as InvalidTimestampError,
+        MigrationError as MigrationError,
+        PermissionDeniedError as PermissionDeniedError,
+        ProviderBusyError as ProviderBusyError,
+        ProviderConfigurationError as ProviderConfigurationError,
+        ProviderTransportError as ProviderTransportError,
+        RetrievalCancelledError as RetrievalCancelledError,
+        RetrievalError as RetrievalError,
+        SchemaNotReadyError as SchemaNotReadyError,
+        StatementTimeoutError as StatementTimeoutError,
+        StrategyUnavailableError as StrategyUnavailableError,
+        TemporalValidationError as TemporalValidationError,
+        TnsragError as TnsragError,
+        ValidationError as ValidationError,
+    )
+    from tnsrag_db._indexes.bm25 import BM25Index as BM25Index
+    from tnsrag_db._indexes.graph import Edge as Edge, GraphStore as GraphStore
+    from tnsrag_db._indexes.hierarchy import HierarchyIndex as HierarchyIndex
+    from tnsrag_db._indexes.temporal import TemporalIndex as TemporalIndex
+    from tnsrag_db._indexes.vector import VectorMemoryStore as VectorMemoryStore
+    from tnsrag_db._indexes.vector.hnsw import IndexBuildDeferred as IndexBuildDeferred
+    from tnsrag_db._loaders.files import FileLoader as FileLoader
+    from tnsrag_db._pipeline import RAGPipeline as RAGPipeline
+    from tnsrag_db._store.aio import AsyncStore as AsyncStore, connect_async as connect_async
+    from tnsrag_db._store.store import Store as Store, connect as connect
+    from tnsrag_db._strategies.base import RAGStrategy as RAGStrategy
+    from tnsrag_db._strategies.distinct import DistinctContentRAGStrategy as DistinctContentRAGStrategy
+    from tnsrag_db._strategies.expansion import (
+        CancellationToken as CancellationToken,
+        QueryExpander as QueryExpander,
+        QueryExpansion as QueryExpansion,
+        RM3QueryExpander as RM3QueryExpander,
+    )
+    from tnsrag_db._strategies.fusion import (
+        FusedDocument as FusedDocument,
+        RankShare as RankShare,
+        fuse as fuse,
+        reciprocal_rank_fusion as reciprocal_rank_fusion,
+    )
+    from tnsrag_db._strategies.graph import GraphRAGStrategy as GraphRAGStrategy
+    from tnsrag_db._strategies.hierarchical import HierarchicalRAGStrategy as HierarchicalRAGStrategy
+    from tnsrag_db._strategies.hybrid import (
+        HybridMemoryRetriever as HybridMemoryRetriever,
+        HybridRAGStrategy as HybridRAGStrategy,
+    )
+    from tnsrag_db._strategies.keyword import KeywordRAGStrategy as KeywordRAGStrategy
+    from tnsrag_db._strategies.mmr import MMRRAGStrategy as MMRRAGStrategy
+    from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy as MultiQueryRAGStrategy
+    from tnsrag_db._strategies.navigation import (
+        LexicalTreeNavigator as LexicalTreeNavigator,
+        NavNode as NavNode,
+        TreeNavigator as TreeNavigator,
+    )
+    from tnsrag_db._strategies.reasoning import ReasoningRAGStrategy as ReasoningRAGStrategy
+    from tnsrag_db._strategies.registry import build_strategy as build_strategy
+    from tnsrag_db._strategies.temporal import TemporalRAGStrategy as TemporalRAGStrategy
+    from tnsrag_db._strategies.vector import VectorRAGStrategy as VectorRAGStrategy
+    from tnsrag_db._types import (
+        HierarchyMetadata as HierarchyMetadata,
+        IngestCounts as IngestCounts,
+        MemoryEntry as MemoryEntry,
+        MemoryTier as MemoryTier,
+        RAGContext as RAGContext,
+        RetrievedDocument as RetrievedDocument,
+        TemporalMetadata as TemporalMetadata,
+    )
     from tnsrag_db.declarative import (
-        OnFailure,
-        RetrievalResult,
-        RetrievalStrategy,
-        SourceLoader,
-        knowledge_source,
-        retrieval,
+        OnFailure as OnFailure,
+        RetrievalResult as RetrievalResult,
+        RetrievalStrategy as RetrievalStrategy,
+        SourceLoader as SourceLoader,
+        knowledge_source as knowledge_source,
+        retrieval as retrieval,
     )
     from tnsrag_db.embeddings import (
-        EmbeddingFunction,
-        HashingEmbedding,
-        OnnxEmbedding,
-        ValidatingEmbedding,
-        default_model,
-    )
-    from tnsrag_db.errors import (
-        ConfigurationError,
-        ConnectionLostError,
-        ConstraintViolationError,
-        CorpusNotFoundError,
-        DanglingReferenceError,
-        DatabaseError,
-        DeadlockError,
-        EmbeddingValidationError,
-        EvaluationDataError,
-        ExecutionError,
-        HierarchyError,
-        IngestInterrupted,
-        InvalidContextError,
-        InvalidEntryError,
-        InvalidFilterError,
-        InvalidTimestampError,
-        MigrationError,
-        PermissionDeniedError,
-        ProviderBusyError,
-        ProviderConfigurationError,
-        ProviderTransportError,
-        RetrievalCancelledError,
-        RetrievalError,
-        SchemaNotReadyError,
-        StatementTimeoutError,
-        StrategyUnavailableError,
-        TemporalValidationError,
-        TnsragError,
-        ValidationError,
-    )
-    from tnsrag_db.strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, RM3QueryExpander
-    from tnsrag_db.strategies.fusion import FusedDocument, RankShare, fuse, reciprocal_rank_fusion
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.indexes.graph import Edge, GraphStore
-    from tnsrag_db.indexes.hierarchy import HierarchyIndex
-    from tnsrag_db.indexes.temporal import TemporalIndex
-    from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.strategies.navigation import LexicalTreeNavigator, NavNode, TreeNavigator
-    from tnsrag_db.pipeline import RAGPipeline
-    from tnsrag_db.store.aio import AsyncStore, connect_async
-    from tnsrag_db.store.store import Store, connect
-    from tnsrag_db.types import IngestCounts
-    from tnsrag_db.strategies.base import RAGStrategy
-    from tnsrag_db.strategies.graph import GraphRAGStrategy
-    from tnsrag_db.strategies.hierarchical import HierarchicalRAGStrategy
-    from tnsrag_db.strategies.hybrid import HybridMemoryRetriever, HybridRAGStrategy
-    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-    from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
-    from tnsrag_db.strategies.reasoning import ReasoningRAGStrategy
-    from tnsrag_db.strategies.temporal import TemporalRAGStrategy
-    from tnsrag_db.strategies.vector import VectorRAGStrategy
-    from tnsrag_db.types import (
-        HierarchyMetadata,
-        MemoryEntry,
-        MemoryTier,
-        RAGContext,
-        RetrievedDocument,
-        TemporalMetadata,
+        EmbeddingFunction as EmbeddingFunction,
+        HashingEmbedding as HashingEmbedding,
+        OnnxEmbedding as OnnxEmbedding,
+        ValidatingEmbedding as ValidatingEmbedding,
+        default_model as default_model,
     )
 
-#: Public name -> module defining it; ``__getattr__`` imports the module on first access.
-_EXPORTS: dict[str, str] = {
-    "AsyncStore": "tnsrag_db.store.aio",
-    "BM25Index": "tnsrag_db.indexes.bm25",
-    "CancellationToken": "tnsrag_db.strategies.expansion",
-    "ConfigurationError": "tnsrag_db.errors",
-    "ConnectionLostError": "tnsrag_db.errors",
-    "ConstraintViolationError": "tnsrag_db.errors",
-    "CorpusNotFoundError": "tnsrag_db.errors",
-    "DanglingReferenceError": "tnsrag_db.errors",
-    "DatabaseError": "tnsrag_db.errors",
-    "DeadlockError": "tnsrag_db.errors",
-    "Edge": "tnsrag_db.indexes.graph",
-    "EmbeddingFunction": "tnsrag_db.embeddings",
-    "EmbeddingValidationError": "tnsrag_db.errors",
-    "EvaluationDataError": "tnsrag_db.errors",
-    "ExecutionError": "tnsrag_db.errors",
-    "FusedDocument": "tnsrag_db.strategies.fusion",
-    "GraphRAGStrategy": "tnsrag_db.strategies.graph",
-    "GraphStore": "tnsrag_db.indexes.graph",
-    "HashingEmbedding": "tnsrag_db.embeddings",
-    "HierarchicalRAGStrategy": "tnsrag_db.strategies.hierarchical",
-    "HierarchyError": "tnsrag_db.errors",
-    "HierarchyIndex": "tnsrag_db.indexes.hierarchy",
-    "HierarchyMetadata": "tnsrag_db.types",
-    "HybridMemoryRetriever": "tnsrag_db.strategies.hybrid",
-    "HybridRAGStrategy": "tnsrag_db.strategies.hybrid",
-    "IngestCounts": "tnsrag_db.types",
-    "IngestInterrupted": "tnsrag_db.errors",
-    "InvalidContextError": "tnsrag_db.errors",
-    "InvalidEntryError": "tnsrag_db.errors",
-    "InvalidFilterError": "tnsrag_db.errors",
-    "InvalidTimestampError": "tnsrag_db.errors",
-    "KeywordRAGStrategy": "tnsrag_db.strategies.keyword",
-    "LexicalTreeNavigator": "tnsrag_db.strategies.navigation",
-    "MemoryEntry": "tnsrag_db.types",
-    "MemoryTier": "tnsrag_db.types",
-    "MigrationError": "tnsrag_db.errors",
-    "MultiQueryRAGStrategy": "tnsrag_db.strategies.multi_query",
-    "NavNode": "tnsrag_db.strategies.navigation",
-    "OnFailure": "tnsrag_db.declarative",
-    "OnnxEmbedding": "tnsrag_db.embeddings",
-    "PermissionDeniedError": "tnsrag_db.errors",
-    "ProviderBusyError": "tnsrag_db.errors",
-    "ProviderConfigurationError": "tnsrag_db.errors",
-    "ProviderTransportError": "tnsrag_db.errors",
-    "QueryExpander": "tnsrag_db.strategies.expansion",
-    "QueryExpansion": "tnsrag_db.strategies.expansion",
-    "RAGContext": "tnsrag_db.types",
-    "RAGPipeline": "tnsrag_db.pipeline",
-    "RAGStrategy": "tnsrag_db.strategies.base",
-    "RM3QueryExpander": "tnsrag_db.strategies.expansion",
-    "RankShare": "tnsrag_db.strategies.fusion",
-    "ReasoningRAGStrategy": "tnsrag_db.strategies.reasoning",
-    "RetrievalCancelledError": "tnsrag_db.errors",
-    "RetrievalError": "tnsrag_db.errors",
-    "RetrievalResult": "tnsrag_db.declarative",
-    "RetrievalStrategy": "tnsrag_db.declarative",
-    "RetrievedDocument": "tnsrag_db.types",
-    "SchemaNotReadyError": "tnsrag_db.errors",
-    "SourceLoader": "tnsrag_db.declarative",
-    "StatementTimeoutError": "tnsrag_db.errors",
-    "Store": "tnsrag_db.store.store",
-    "StrategyUnavailableError": "tnsrag_db.errors",
-    "TemporalIndex": "tnsrag_db.indexes.temporal",
-    "TemporalMetadata": "tnsrag_db.types",
-    "TemporalRAGStrategy": "tnsrag_db.strategies.temporal",
-    "TemporalValidationError": "tnsrag_db.errors",
-    "TnsragError": "tnsrag_db.errors",
-    "TreeNavigator": "tnsrag_db.strategies.navigation",
-    "ValidatingEmbedding": "tnsrag_db.embeddings",
-    "ValidationError": "tnsrag_db.errors",
-    "VectorMemoryStore": "tnsrag_db.indexes.vector",
-    "VectorRAGStrategy": "tnsrag_db.strategies.vector",
-    "connect": "tnsrag_db.store.store",
-    "connect_async": "tnsrag_db.store.aio",
-    "default_model": "tnsrag_db.embeddings",
-    "fuse": "tnsrag_db.strategies.fusion",
-    "knowledge_source": "tnsrag_db.declarative",
-    "reciprocal_rank_fusion": "tnsrag_db.strategies.fusion",
-    "retrieval": "tnsrag_db.declarative",
-}
 
-__all__ = [
-    "AsyncStore",
-    "BM25Index",
-    "CancellationToken",
-    "ConfigurationError",
-    "ConnectionLostError",
-    "ConstraintViolationError",
-    "CorpusNotFoundError",
-    "DanglingReferenceError",
-    "DatabaseError",
-    "DeadlockError",
-    "Edge",
-    "EmbeddingFunction",
-    "EmbeddingValidationError",
-    "EvaluationDataError",
-    "ExecutionError",
-    "FusedDocument",
-    "GraphRAGStrategy",
-    "GraphStore",
-    "HashingEmbedding",
-    "HierarchicalRAGStrategy",
-    "HierarchyError",
-    "HierarchyIndex",
-    "HierarchyMetadata",
-    "HybridMemoryRetriever",
-    "HybridRAGStrategy",
-    "IngestCounts",
-    "IngestInterrupted",
-    "InvalidContextError",
-    "InvalidEntryError",
-    "InvalidFilterError",
-    "InvalidTimestampError",
-    "KeywordRAGStrategy",
-    "LexicalTreeNavigator",
-    "MemoryEntry",
-    "MemoryTier",
-    "MigrationError",
-    "MultiQueryRAGStrategy",
-    "NavNode",
-    "OnFailure",
-    "OnnxEmbedding",
-    "PermissionDeniedError",
-    "ProviderBusyError",
-    "ProviderConfigurationError",
-    "ProviderTransportError",
-    "QueryExpander",
-    "QueryExpansion",
-    "RAGContext",
-    "RAGPipeline",
-    "RAGStrategy",
-    "RM3QueryExpander",
-    "RankShare",
-    "ReasoningRAGStrategy",
-    "RetrievalCancelledError",
-    "RetrievalError",
-    "RetrievalResult",
-    "RetrievalStrategy",
-    "RetrievedDocument",
-    "SchemaNotReadyError",
-    "SourceLoader",
-    "StatementTimeoutError",
-    "Store",
-    "StrategyUnavailableError",
-    "TemporalIndex",
-    "TemporalMetadata",
-    "TemporalRAGStrategy",
-    "TemporalValidationError",
-    "TnsragError",
-    "TreeNavigator",
-    "ValidatingEmbedding",
-    "ValidationError",
-    "VectorMemoryStore",
-    "VectorRAGStrategy",
-    "connect",
-    "connect_async",
-    "default_model",
-    "fuse",
-    "knowledge_source",
-    "reciprocal_rank_fusion",
-    "retrieval",
-]
+def _read_exports() -> dict[str, str]:
+    """Public name -> defining module, read from the ``TYPE_CHECKING`` block above (parsed
+    once, on the first lookup of a lazy name, never at ``import tnsrag_db``)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and ast.unparse(node.test) == "_typing.TYPE_CHECKING")
+    return {alias.asname or alias.name: node.module for node in block.body
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
 
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above; at run time names load lazily
+    _exports: dict[str, str] | None = None
 
     def __getattr__(name: str) -> _typing.Any:
-        module = _EXPORTS.get(name)
-        if module is None:
+        global _exports
+        if _exports is None:
+            _exports = _read_exports()
+        if name in ("__all__", "_EXPORTS"):
+            value: _typing.Any = (sorted(_exports, key=lambda n: (n[0].islower(), n)) if name == "__all__"
+                                  else dict(_exports))
+        elif name in _exports:
+            value = getattr(_importlib.import_module(_exports[name]), name)
+        else:
             raise AttributeError(f"module 'tnsrag_db' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(module), name)
         globals()[name] = value  # later lookups skip __getattr__
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(_EXPORTS))
+        return sorted(set(globals()) | set(__getattr__("_EXPORTS")))

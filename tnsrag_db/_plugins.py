@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection, Iterator
 
-from tnsrag_db.errors import StrategyUnavailableError, TnsragError
+from tnsrag_db._errors import StrategyUnavailableError, TnsragError
 
 __all__ = ["is_missing", "unavailable_unless_installed"]
 

@@ -12,7 +12,7 @@ import math
 import numbers
 from typing import NoReturn, TypeGuard
 
-from tnsrag_db.errors import TnsragError, ValidationError
+from tnsrag_db._errors import TnsragError, ValidationError
 
 __all__ = ["check_int", "check_number", "check_prefix", "check_query_text", "is_int", "is_number"]
 

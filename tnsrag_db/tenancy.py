@@ -14,8 +14,8 @@ run migrations, ``tnsrag db build-indexes`` and these grants. Only the owner can
 change ``tenant_grants``; a tenant role sees its own grants and nothing else.
 
 Every function takes an engine connected as the schema's owner and raises
-:class:`~tnsrag_db.errors.ConfigurationError` for a bad role or corpus name and
-:class:`~tnsrag_db.errors.DatabaseError` subclasses for database failures.
+:class:`~tnsrag_db._errors.ConfigurationError` for a bad role or corpus name and
+:class:`~tnsrag_db._errors.DatabaseError` subclasses for database failures.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from tnsrag_db.db.read_store import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
-from tnsrag_db.db.driver_errors import db_error
-from tnsrag_db.db.settings import validate_schema_name
-from tnsrag_db.errors import ConfigurationError, TnsragError
-from tnsrag_db.db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
+from tnsrag_db._db.read_store import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
+from tnsrag_db._db.driver_errors import db_error
+from tnsrag_db._db.settings import validate_schema_name
+from tnsrag_db._errors import ConfigurationError, TnsragError
+from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
 __all__ = ["PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES", "TenantGrant", "disable", "enable",
            "filters_use_indexes", "grant", "grants", "is_enabled", "pair_triggers_attached", "revoke", "status"]
@@ -175,7 +175,7 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
 
     From then on a role that neither owns the tables nor is a superuser (nor has
     BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing
-    without a grant. Raises :class:`~tnsrag_db.db.migration_ops.LockRetriesExhausted` when a
+    without a grant. Raises :class:`~tnsrag_db._db.migration_ops.LockRetriesExhausted` when a
     long transaction keeps a table locked through every retry.
     """
     _set_security(engine, schema, True, lock_timeout, lock_retries)
@@ -213,7 +213,7 @@ def is_enabled(engine: Engine, *, schema: str) -> bool:
 def _has_pairs(conn: Connection, schema: str, *, maintained: bool = True) -> bool:
     """Whether ``schema`` has the filter pairs table of migration 0007 (``maintained``: and
     they are in use, row-level security on with every pair trigger attached and enabled:
-    :data:`~tnsrag_db.db.read_store.FILTER_PAIRS_SQL`, the stores' own test)."""
+    :data:`~tnsrag_db._db.read_store.FILTER_PAIRS_SQL`, the stores' own test)."""
     if not conn.execute(sa.text("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL"),
                         {"s": schema, "t": PAIRS_TABLE}).scalar_one():
         return False
@@ -310,7 +310,7 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
     row-level security (a superuser, a BYPASSRLS role, the owner).
     """
     validate_schema_name(schema)
-    from tnsrag_db.store.store import Store
+    from tnsrag_db._store.store import Store
 
     Store(engine, corpus=corpus, schema=schema)  # the corpus-name rules, checked without I/O
     with _connection(engine, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():

@@ -12,9 +12,9 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from bench._common import database_url
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine, normalize_url
-from tnsrag_db.store.store import Store
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine, normalize_url
+from tnsrag_db._store.store import Store
 
 __all__ = ["SCHEMA", "arguments", "inconsistencies", "migrated_database", "print_table"]
 

@@ -14,7 +14,7 @@ import time
 
 from bench.attack._support import SCHEMA, arguments, engine_for, inconsistencies, migrated_database, print_table
 from tnsrag_db import MemoryEntry
-from tnsrag_db.store.store import Store
+from tnsrag_db._store.store import Store
 
 IDS = [f"d{i}" for i in range(30)]
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from bench.attack._support import SCHEMA, arguments, engine_for, migrated_database, print_table
 from tnsrag_db import BM25Index, HashingEmbedding, KeywordRAGStrategy, MemoryEntry, RAGContext, VectorMemoryStore
-from tnsrag_db.errors import TnsragError
-from tnsrag_db.store.store import Store
+from tnsrag_db._errors import TnsragError
+from tnsrag_db._store.store import Store
 
 TEXT = st.text(st.characters(codec=None), max_size=60) | st.sampled_from(
     ["", " ", "\x00", "\ud800", "a\udfffb", "'; DROP TABLE entries; --", "漢" * 400, "x" * 5000, "TAN-5326"])

@@ -23,8 +23,8 @@ import psycopg
 
 from bench.attack._support import SCHEMA, arguments, engine_for, inconsistencies, migrated_database, print_table
 from tnsrag_db import MemoryEntry
-from tnsrag_db.errors import TnsragError
-from tnsrag_db.store.store import Store
+from tnsrag_db._errors import TnsragError
+from tnsrag_db._store.store import Store
 
 CORPUS = "kill_writers"
 

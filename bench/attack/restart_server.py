@@ -27,8 +27,8 @@ from collections import Counter
 
 from bench.attack._support import SCHEMA, engine_for, inconsistencies, migrated_database, print_table
 from tnsrag_db import MemoryEntry
-from tnsrag_db.errors import TnsragError
-from tnsrag_db.store.store import Store
+from tnsrag_db._errors import TnsragError
+from tnsrag_db._store.store import Store
 
 CORPUS = "restart_server"
 WRITERS = 3

@@ -20,9 +20,9 @@ from sqlalchemy.engine import make_url
 
 from bench.attack._support import SCHEMA, arguments, migrated_database, print_table
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, MemoryEntry, VectorMemoryStore, connect
-from tnsrag_db.cli.db import db
-from tnsrag_db.errors import PermissionDeniedError
-from tnsrag_db.indexes.vector.hnsw import IndexBuildDeferred
+from tnsrag_db._cli.db import db
+from tnsrag_db._errors import PermissionDeniedError
+from tnsrag_db._indexes.vector.hnsw import IndexBuildDeferred
 
 PASSWORD = "attack-role"
 

@@ -37,8 +37,8 @@ from sqlalchemy.engine import make_url
 from bench.attack._support import SCHEMA, arguments, engine_for, migrated_database, print_table
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect
 from tnsrag_db import tenancy
-from tnsrag_db.cli import main_group
-from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db._cli import main_group
+from tnsrag_db._indexes.vector import VectorMemoryStore
 
 PASSWORD = "attack-tenant"
 SEQ = f"{SCHEMA}.embedding_spaces_space_id_seq"

@@ -3,7 +3,7 @@
 ``tnsrag db tenant list --corpus C`` and an operator's audit read ``tenant_grants`` by
 corpus, which its primary key ``(role_name, corpus)`` does not serve. The index is built
 with ``CREATE INDEX CONCURRENTLY`` outside the revision's transaction
-(:func:`tnsrag_db.db.migration_ops.create_index_concurrently`), the pattern every revision
+(:func:`tnsrag_db._db.migration_ops.create_index_concurrently`), the pattern every revision
 that indexes a populated table follows: writers are never blocked by the build. A
 concurrent build commits on its own, so it sits in a revision of its own: if it fails,
 the revision stays unapplied and running the upgrade again only retries the build (an
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from alembic import context
 
-from tnsrag_db.db.migration_ops import create_index_concurrently, drop_index_concurrently
+from tnsrag_db._db.migration_ops import create_index_concurrently, drop_index_concurrently
 
 revision: str = "0006"
 down_revision: str | None = "0005"

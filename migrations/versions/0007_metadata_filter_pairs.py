@@ -6,7 +6,7 @@ policy, so a tenant role's filtered query reads its whole corpus and filters aft
 (4-8x slower at 1 % selectivity, ``bench/bench_tenancy.py``). ``entry_filter_pairs``
 holds one row ``(corpus, key, value, entry_id)`` per top-level string value of an
 entry's metadata (filter values are strings, so these are exactly the pairs ``@>`` can
-match); :func:`tnsrag_db.store.filters.filter_sql` looks the ids up with text equality
+match); :func:`tnsrag_db._store.filters.filter_sql` looks the ids up with text equality
 (``texteq``, LEAKPROOF), which stays an index condition below the policy.
 
 The pairs are a tenancy-only mechanism: this revision creates the table, its index, its

@@ -10,11 +10,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import resolve_context
-from tnsrag_db.store.reads import ENTRY_COLUMNS, document_from_row
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.base import resolve_context
+from tnsrag_db._store.reads import ENTRY_COLUMNS, document_from_row
+from tnsrag_db._types import RAGContext, RetrievedDocument
 
 __all__ = ["FixedScores", "ids_of", "read_statements", "run_processes"]
 
@@ -23,7 +23,7 @@ __all__ = ["FixedScores", "ids_of", "read_statements", "run_processes"]
 def read_statements() -> Iterator[list[tuple[bool, str, tuple[Any, ...]]]]:
     """The read statements the library's read runner sends inside the block, in order:
     ``(sent from a coroutine, text with $n parameters, values)``."""
-    from tnsrag_db.db import runner
+    from tnsrag_db._db import runner
 
     seen: list[tuple[bool, str, tuple[Any, ...]]] = []
 

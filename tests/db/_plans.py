@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from tnsrag_db.db.statement import Plan, Rows, Statement, run_plan
-from tnsrag_db.store.store import Store
+from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
+from tnsrag_db._store.store import Store
 
 __all__ = ["drive"]
 

@@ -21,13 +21,13 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tnsrag_db.admin import corpus_exists, corpus_stats, empty_filter_notes, export_corpus, list_corpora, restore_corpus
-from tnsrag_db.cli import main_group
+from tnsrag_db._cli import main_group
 from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db.errors import CorpusNotFoundError, DanglingReferenceError
-from tnsrag_db.indexes.graph import Edge, GraphStore
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._errors import CorpusNotFoundError, DanglingReferenceError
+from tnsrag_db._indexes.graph import Edge, GraphStore
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 UTC = timezone.utc
 
@@ -194,7 +194,7 @@ def test_cli_drop_refuses_without_yes_off_a_terminal(db_url: URL, make_store: Ca
 def _on_a_terminal(args: list[str], answer: str) -> tuple[int, str]:
     """Run ``tnsrag ARGS`` with a pseudo-terminal as stdin and stderr; answer the prompt."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", "from tnsrag_db.cli import main; main()", *args],
+    proc = subprocess.Popen([sys.executable, "-c", "from tnsrag_db._cli import main; main()", *args],
                             stdin=slave, stderr=slave, stdout=subprocess.PIPE, close_fds=True)
     os.close(slave)
     seen = b""
@@ -331,7 +331,7 @@ def test_filter_notes_name_the_filter_and_the_nearest_values(make_store: Callabl
 def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> list[dict[str, Any]]:
     """The plan nodes reading ``entries`` when edge writing locks the ends of ``edges``, after
     writing ``write`` in the same transaction (rolled back)."""
-    from tnsrag_db.indexes import graph as graph_module
+    from tnsrag_db._indexes import graph as graph_module
 
     class _Rollback(Exception):
         pass
@@ -390,7 +390,7 @@ def test_a_killed_export_leaves_a_named_temp_that_the_next_export_removes(
     store = make_store()
     _fill(store)
     target = tmp_path / "dump.jsonl"
-    cmd = [sys.executable, "-c", "from tnsrag_db.cli import main; main()", "export", "--corpus", store.corpus,
+    cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "export", "--corpus", store.corpus,
            "-o", str(target), "--url", _url(db_url)]
     # The export is held at its first edge read (the table locked here), after its
     # temporary file exists, and killed there with SIGKILL: no handler, no clean-up.

@@ -30,11 +30,11 @@ from tnsrag_db import (
     TemporalIndex,
     TemporalRAGStrategy,
 )
-from tnsrag_db.db import aio
-from tnsrag_db.db.statement import Plan, Rows, Statement
-from tnsrag_db.errors import DatabaseError, InvalidFilterError, ValidationError
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db._db import aio
+from tnsrag_db._db.statement import Plan, Rows, Statement
+from tnsrag_db._errors import DatabaseError, InvalidFilterError, ValidationError
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
 
 FIXED_NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 CONTEXTS = [RAGContext(5), RAGContext(3, 0.0, {"tier": "SEMANTIC"}), RAGContext(10, 0.01)]
@@ -238,7 +238,7 @@ def test_integrations_await_aretrieve(store: Store) -> None:
 
 
 def test_a_store_with_read_replicas_routes_async_reads_as_sync_ones(engine: Engine, store: Store) -> None:
-    from tnsrag_db.db.replicas import ReadReplicas, Replica
+    from tnsrag_db._db.replicas import ReadReplicas, Replica
 
     _corpus(store)
     # A "replica" that is no standby (the primary itself): never usable, every read falls

@@ -16,10 +16,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from tnsrag_db import AsyncStore, BM25Index, KeywordRAGStrategy, MemoryEntry, MemoryTier, connect, connect_async
-from tnsrag_db.db import aio
-from tnsrag_db.db.statement import Plan, Rows, Statement, one
-from tnsrag_db.errors import ConfigurationError, InvalidEntryError, InvalidFilterError
-from tnsrag_db.store.store import Store
+from tnsrag_db._db import aio
+from tnsrag_db._db.statement import Plan, Rows, Statement, one
+from tnsrag_db._errors import ConfigurationError, InvalidEntryError, InvalidFilterError
+from tnsrag_db._store.store import Store
 
 SCHEMA = "tnsrag"
 
@@ -244,7 +244,7 @@ _APP_NAME = Statement("SELECT current_setting('application_name') AS name")
 
 def _hooked_store(db_url: Any, corpus: str, hooks: Any) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     return Store(create_engine(db_url, schema=SCHEMA, pool_size=2, max_overflow=0, hooks=hooks),
                  corpus=corpus, schema=SCHEMA, owns_engine=True)
@@ -253,7 +253,7 @@ def _hooked_store(db_url: Any, corpus: str, hooks: Any) -> Store:
 def test_hooks_given_to_an_engine_reach_its_sync_and_async_connections(db_url: Any, store: Store) -> None:
     """Connection hooks are given once, to the engine, for sync and async connections; a
     store on another engine of the same process does not run them (no process-wide registry)."""
-    from tnsrag_db.db.engine import ConnectionHooks
+    from tnsrag_db._db.engine import ConnectionHooks
 
     seen: list[tuple[str, str]] = []
 
@@ -286,7 +286,7 @@ def test_hooks_given_to_an_engine_reach_its_sync_and_async_connections(db_url: A
 
 def test_a_hook_returning_an_awaitable_for_a_sync_connection_is_a_configuration_error(db_url: Any,
                                                                                      store: Store) -> None:
-    from tnsrag_db.db.engine import ConnectionHooks
+    from tnsrag_db._db.engine import ConnectionHooks
 
     async def only_async(driver: Any, info: Any) -> None:
         return None
@@ -301,7 +301,7 @@ def test_a_hook_returning_an_awaitable_for_a_sync_connection_is_a_configuration_
 
 def test_a_hook_that_is_not_connection_hooks_is_refused(db_url: Any) -> None:
     from tests.fix_db import SCHEMA
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     with pytest.raises(ConfigurationError, match="hooks must be ConnectionHooks, got function"):
         create_engine(db_url, schema=SCHEMA, hooks=[lambda driver, info: None])  # type: ignore[list-item]

@@ -6,9 +6,9 @@ from datetime import datetime
 
 import pytest
 
-from tnsrag_db.errors import ConfigurationError, InvalidEntryError, InvalidFilterError, TemporalValidationError
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._errors import ConfigurationError, InvalidEntryError, InvalidFilterError, TemporalValidationError
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 NASTY = ["'; DROP TABLE entries; --", 'a"b', "x') OR 1=1 --", "$1", "%(c)s", ":c", "\\", "ü🙂"]
 

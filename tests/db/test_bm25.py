@@ -12,14 +12,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
-from tnsrag_db.errors import ConfigurationError, InvalidFilterError, ValidationError
-from tnsrag_db.indexes.bm25 import sql as bm25  # the pruning constants live there
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.store.analysis import analyze
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._errors import ConfigurationError, InvalidFilterError, ValidationError
+from tnsrag_db._indexes.bm25 import sql as bm25  # the pruning constants live there
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._store.analysis import analyze
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
 # -- an independent BM25 ------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ def test_statistics_for_feedback(store: Store) -> None:
 # -- concurrent writers -------------------------------------------------------------------
 
 def _writer(url: str, corpus: str, seed: int, ops: int) -> None:
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     engine = create_engine(url, schema="tnsrag", pool_size=1)
     store = Store(engine, corpus=corpus)

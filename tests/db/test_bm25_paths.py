@@ -11,13 +11,13 @@ import pytest
 
 from tests.db._helpers import read_statements
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
-from tnsrag_db.strategies.fusion import reciprocal_rank_fusion
+from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db import HybridMemoryRetriever, HybridRAGStrategy, VectorMemoryStore
-from tnsrag_db.indexes.bm25 import BM25Index, scoring
-from tnsrag_db.indexes.bm25 import sql as bm25_sql
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import RAGContext
+from tnsrag_db._indexes.bm25 import BM25Index, scoring
+from tnsrag_db._indexes.bm25 import sql as bm25_sql
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import RAGContext
 
 CASES = [(q, k, f, m) for q in PRUNE_QUERIES for k in (1, 3, 10, 200)
          for f in ({}, {"tier": "WORKING"}) for m in (0.0, 2.5)]

@@ -18,9 +18,9 @@ from tnsrag_db import (
     TemporalRAGStrategy,
     VectorMemoryStore,
 )
-from tnsrag_db.errors import ConfigurationError, InvalidContextError, StatementTimeoutError, ValidationError
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MAX_RESULTS
+from tnsrag_db._errors import ConfigurationError, InvalidContextError, StatementTimeoutError, ValidationError
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MAX_RESULTS
 
 def _word(i: int) -> str:
     return "q" + "".join(chr(97 + (i // 26**n) % 26) for n in range(4))  # letters only: one term each

@@ -9,8 +9,8 @@ import uuid
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.cli import main_group
-from tnsrag_db.strategies.registry import STRATEGY_NAMES
+from tnsrag_db._cli import main_group
+from tnsrag_db._strategies.registry import STRATEGY_NAMES
 
 
 def test_query_explain_json_and_text(db_url: URL) -> None:

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
-from tnsrag_db.cli import main_group
-from tnsrag_db.store.embedded import keeper
+from tnsrag_db._cli import main_group
+from tnsrag_db._store.embedded import keeper
 
 READ_COMMANDS = [["stats"], ["corpora"], ["export"], ["query", "memory", "--strategy", "keyword"],
                  ["query", "memory", "--strategy", "hybrid", "--explain"], ["delete", "x"], ["drop", "--yes", "--corpus", "c"],
@@ -57,7 +57,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.mark.slow
 def test_the_embedded_server_creates_no_schema_for_a_read(home: Path) -> None:
     def tnsrag(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", "from tnsrag_db.cli import main; main()", *args],
+        return subprocess.run([sys.executable, "-c", "from tnsrag_db._cli import main; main()", *args],
                               env=_env(home), capture_output=True, text=True, timeout=300)
 
     # The default schema is set up by any first command, so a new installation answers "none yet".

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from tnsrag_db.declarative import RetrievalConfig, RetrievalStrategy, build_strategy as declarative_build
-from tnsrag_db.errors import StrategyUnavailableError
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.compose import BUILDERS, EMBEDDING_STRATEGIES, STRATEGY_NAMES
-from tnsrag_db.strategies.hybrid import HybridRAGStrategy
-from tnsrag_db.strategies.registry import build_strategy
-from tnsrag_db.types import MemoryEntry, RAGContext
+from tnsrag_db._errors import StrategyUnavailableError
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.compose import BUILDERS, EMBEDDING_STRATEGIES, STRATEGY_NAMES
+from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+from tnsrag_db._strategies.registry import build_strategy
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 DECLARATIVE_OPTIONS: dict[RetrievalStrategy, dict[str, Any]] = {
     RetrievalStrategy.MULTI_QUERY: {"expansion_mode": "RM3", "expansion_model": "rm3"},
@@ -41,7 +41,7 @@ def _process(fn: Any) -> Any:
 
 @pytest.fixture
 def corpus(store: Store) -> Store:
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
     VectorMemoryStore(store, _embed).add_all([
         MemoryEntry("doc", "Animals of the plains."),
@@ -92,11 +92,11 @@ def test_declarative_hybrid_fuses_the_graph_stream_without_edges(corpus: Store) 
 
 
 def test_hybrid_without_the_graph_modules_keeps_two_streams(corpus: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "tnsrag_db.strategies.graph", None)  # "import" raises ImportError
+    monkeypatch.setitem(sys.modules, "tnsrag_db._strategies.graph", None)  # "import" raises ImportError
     hybrid = build_strategy("hybrid", corpus, embedding=_embed)
     assert isinstance(hybrid, HybridRAGStrategy) and hybrid.graph is None
     with pytest.raises(StrategyUnavailableError, match=r"^strategy 'graph' is not available in this installation "
-                                                       r"\(cannot import tnsrag_db.strategies.graph\)$"):
+                                                       r"\(cannot import tnsrag_db._strategies.graph\)$"):
         build_strategy("graph", corpus)
 
 
@@ -137,14 +137,14 @@ class _Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 @pytest.fixture
 def broken_reasoning(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delitem(sys.modules, "tnsrag_db.strategies.reasoning")
-    finder = _Broken("tnsrag_db.strategies.reasoning")
+    monkeypatch.delitem(sys.modules, "tnsrag_db._strategies.reasoning")
+    finder = _Broken("tnsrag_db._strategies.reasoning")
     sys.meta_path.insert(0, finder)
     try:
         yield
     finally:
         sys.meta_path.remove(finder)
-        sys.modules.pop("tnsrag_db.strategies.reasoning", None)
+        sys.modules.pop("tnsrag_db._strategies.reasoning", None)
 
 
 def test_an_import_bug_inside_a_strategy_module_is_never_unavailable(store: Store, broken_reasoning: None) -> None:
@@ -159,7 +159,7 @@ def test_an_import_bug_inside_a_strategy_module_is_never_unavailable(store: Stor
 
 def test_a_missing_strategy_module_is_unavailable_in_the_registry(store: Store,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "tnsrag_db.strategies.reasoning", None)
+    monkeypatch.setitem(sys.modules, "tnsrag_db._strategies.reasoning", None)
     with pytest.raises(StrategyUnavailableError, match=r"strategy 'reasoning' is not available in this installation"):
         build_strategy("reasoning", store)
 
@@ -168,15 +168,15 @@ def test_a_missing_strategy_module_is_unavailable_in_the_registry(store: Store,
 
 
 def _two_streams(store: Store, embedding: Any) -> HybridRAGStrategy:
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
     return HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, embedding))
 
 
 def test_hybrid_by_name_on_a_corpus_without_edges_ranks_as_the_two_streams(store: Store) -> None:
     from tnsrag_db.embeddings import HashingEmbedding
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
     words = ["engine", "wing", "flap", "rudder", "fuel", "pump", "blade", "crack", "oil", "filter"]
     VectorMemoryStore(store, HashingEmbedding()).add_all(
@@ -191,8 +191,8 @@ def test_hybrid_by_name_on_a_corpus_without_edges_ranks_as_the_two_streams(store
 
 def test_hybrid_by_name_fuses_only_what_edges_reach(store: Store) -> None:
     from tnsrag_db.embeddings import HashingEmbedding
-    from tnsrag_db.indexes.graph import Edge, GraphStore
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.graph import Edge, GraphStore
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
     VectorMemoryStore(store, HashingEmbedding()).add_all([
         MemoryEntry("seed", "turbine blade inspection"),
@@ -217,8 +217,8 @@ def test_graph_by_name_on_a_corpus_without_edges_says_so(store: Store) -> None:
 
 def test_strategies_by_name_search_the_corpus_space_not_the_process_default(store: Store) -> None:
     from tnsrag_db.embeddings import HashingEmbedding
-    from tnsrag_db.errors import ProviderConfigurationError
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._errors import ProviderConfigurationError
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
     corpus_model = HashingEmbedding(dimension=32)  # tnsrag-hash-32: not the process default
     VectorMemoryStore(store, corpus_model).add_all([MemoryEntry("a", "turbine blade"),
@@ -232,8 +232,8 @@ def test_strategies_by_name_search_the_corpus_space_not_the_process_default(stor
 
 
 def test_multi_query_by_name_expands_hybrid_with_the_original_query_weighted(corpus: Store) -> None:
-    from tnsrag_db.strategies.compose import MULTI_QUERY_ORIGINAL_WEIGHT
-    from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
+    from tnsrag_db._strategies.compose import MULTI_QUERY_ORIGINAL_WEIGHT
+    from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy
 
     strategy = build_strategy("multi_query", corpus, embedding=_embed)
     assert isinstance(strategy, MultiQueryRAGStrategy)

@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 
 def _writer(url: str, corpus: str, worker: int, barrier: mp.synchronize.Barrier) -> None:  # type: ignore[name-defined]
@@ -70,9 +70,9 @@ def _contender(url: str, corpus: str, seed: int, ops: int) -> None:
     import random
 
     from tnsrag_db.embeddings import HashingEmbedding
-    from tnsrag_db.errors import DanglingReferenceError
-    from tnsrag_db.indexes.graph import Edge, GraphStore
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._errors import DanglingReferenceError
+    from tnsrag_db._indexes.graph import Edge, GraphStore
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
     engine = create_engine(url, schema="tnsrag", pool_size=1)
     store = Store(engine, corpus=corpus)

@@ -6,13 +6,13 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.cli import main_group
+from tnsrag_db._cli import main_group
 from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 
 def _check(url: URL, *extra: str) -> object:

@@ -36,7 +36,7 @@ from tnsrag_db.declarative import (
     retrieval_filters,
 )
 from tnsrag_db.embeddings import get_process_embedding, reset_process_embedding
-from tnsrag_db.errors import (
+from tnsrag_db._errors import (
     ConfigurationError,
     DatabaseError,
     EmbeddingValidationError,
@@ -48,13 +48,13 @@ from tnsrag_db.errors import (
     StrategyUnavailableError,
     TemporalValidationError,
 )
-from tnsrag_db.strategies.expansion import EXPANDER_ENTRY_POINT_GROUP
-from tnsrag_db.indexes.graph import GraphStore
-from tnsrag_db.strategies.navigation import NAVIGATOR_ENTRY_POINT_GROUP
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.types import MemoryEntry, RetrievedDocument
+from tnsrag_db._strategies.expansion import EXPANDER_ENTRY_POINT_GROUP
+from tnsrag_db._indexes.graph import GraphStore
+from tnsrag_db._strategies.navigation import NAVIGATOR_ENTRY_POINT_GROUP
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._types import MemoryEntry, RetrievedDocument
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support_agent.py"
 
@@ -273,9 +273,9 @@ def test_a_temporal_action_checks_the_ingestion_of_the_whole_role(store: Store) 
 
 
 @pytest.mark.parametrize(("mode", "module", "options"), [
-    (RetrievalStrategy.REASONING, "tnsrag_db.strategies.reasoning", {"navigator_model": "m"}),
-    (RetrievalStrategy.SEMANTIC, "tnsrag_db.indexes.vector", {}),
-    (RetrievalStrategy.GRAPH, "tnsrag_db.strategies.graph", {}),
+    (RetrievalStrategy.REASONING, "tnsrag_db._strategies.reasoning", {"navigator_model": "m"}),
+    (RetrievalStrategy.SEMANTIC, "tnsrag_db._indexes.vector", {}),
+    (RetrievalStrategy.GRAPH, "tnsrag_db._strategies.graph", {}),
 ])
 def test_a_missing_strategy_module_is_not_available_never_a_fallback(
         store: Store, monkeypatch: pytest.MonkeyPatch, mode: RetrievalStrategy, module: str,
@@ -506,7 +506,7 @@ PROVIDER = """
     import math
     import threading
 
-    from tnsrag_db.errors import ProviderTransportError
+    from tnsrag_db._errors import ProviderTransportError
 
     entered = threading.Event()
     release = threading.Event()
@@ -754,7 +754,7 @@ def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(
     import numpy as np
 
     from tnsrag_db.declarative._ingest import lock_key as _lock_key, write_once as _write_once
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
     vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0, 0.0], index_threshold=None)
     vectors.add_all([MemoryEntry(f"v{i}", f"vector {i}") for i in range(2000)],

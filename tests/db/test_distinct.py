@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.cli import main_group
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.distinct import DUPLICATES_KEY, DistinctContentRAGStrategy, collapse_duplicates
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext
+from tnsrag_db._cli import main_group
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.distinct import DUPLICATES_KEY, DistinctContentRAGStrategy, collapse_duplicates
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 CHANGELOG = "Version 2.1: fixed the parser crash on empty input; faster changelog rendering."
 

@@ -1,4 +1,4 @@
-"""The SQLAlchemy-free read path (tnsrag_db.db.driver): the same SQL in the driver's form,
+"""The SQLAlchemy-free read path (tnsrag_db._db.driver): the same SQL in the driver's form,
 the same rows, scores and errors as a Store, on a real corpus."""
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL
 
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
-from tnsrag_db.db import revisions
-from tnsrag_db.cli._common import DEFAULT_SCHEMA as CLI_DEFAULT_SCHEMA
-from tnsrag_db.db import driver, migrate, runner
-from tnsrag_db.db.driver import DriverStore
-from tnsrag_db.db.read_store import ReadStore
-from tnsrag_db.db.settings import libpq_url
-from tnsrag_db.db.settings import validate_schema_name
-from tnsrag_db.db.runner import bind
-from tnsrag_db.db.schema import DEFAULT_SCHEMA
-from tnsrag_db.db.settings import check_timeout
-from tnsrag_db.errors import ConfigurationError, DatabaseError, StatementTimeoutError, ValidationError
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.bm25 import sql as bm25_sql
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext
+from tnsrag_db._db import revisions
+from tnsrag_db._cli._common import DEFAULT_SCHEMA as CLI_DEFAULT_SCHEMA
+from tnsrag_db._db import driver, migrate, runner
+from tnsrag_db._db.driver import DriverStore
+from tnsrag_db._db.read_store import ReadStore
+from tnsrag_db._db.settings import libpq_url
+from tnsrag_db._db.settings import validate_schema_name
+from tnsrag_db._db.runner import bind
+from tnsrag_db._db.schema import DEFAULT_SCHEMA
+from tnsrag_db._db.settings import check_timeout
+from tnsrag_db._errors import ConfigurationError, DatabaseError, StatementTimeoutError, ValidationError
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.bm25 import sql as bm25_sql
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 #: The psycopg dialect rendering PostgreSQL's own ``$n`` parameters.
 _DIALECT = psycopg_dialect.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]

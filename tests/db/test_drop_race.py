@@ -8,8 +8,8 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 
 def _wait_for_lock_wait(store: Store, timeout: float = 10.0) -> bool:

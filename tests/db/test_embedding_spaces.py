@@ -14,13 +14,13 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests._entrypoints import Installer, installer
-from tnsrag_db.cli import main_group
+from tnsrag_db._cli import main_group
 from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, HashingEmbedding, default_model
-from tnsrag_db.errors import EmbeddingValidationError
-from tnsrag_db.indexes.vector.spaces import bind_embedding, list_spaces, query_embedding, query_space
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._errors import EmbeddingValidationError
+from tnsrag_db._indexes.vector.spaces import bind_embedding, list_spaces, query_embedding, query_space
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 DOCS = [
     ("cat", "A kitten is asleep on the sofa."),

@@ -14,14 +14,14 @@ from sqlalchemy.engine import URL
 
 from tnsrag_db import evaluation
 from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db.errors import EvaluationDataError
+from tnsrag_db._errors import EvaluationDataError
 from tnsrag_db.evaluation import Query, ndcg_at, recall_at, reciprocal_rank_at
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 # A tiny synthetic collection: six documents, four queries, graded judgements.
 DOCS = {
@@ -82,7 +82,7 @@ def test_a_corpus_without_the_judged_documents_is_an_error(store: Store, tmp_pat
 # -- the command --------------------------------------------------------------------------------
 
 def _cli(db_url: URL, *args: str) -> tuple[int, str, str]:
-    from tnsrag_db.cli import main_group
+    from tnsrag_db._cli import main_group
 
     result = CliRunner().invoke(main_group, [*args, "--url", db_url.render_as_string(hide_password=False)])
     return result.exit_code, result.stdout, result.stderr

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import URL
 
-from tnsrag_db.errors import StatementTimeoutError
+from tnsrag_db._errors import StatementTimeoutError
 from tnsrag_db import (
     BM25Index,
     Edge,
@@ -39,9 +39,9 @@ from tnsrag_db import (
     VectorRAGStrategy,
 )
 from tnsrag_db.explain import BM25Explanation, CosineExplanation, ExplainableStrategy, Explanation, FusionExplanation, GraphExplanation, HierarchyExplanation, ReasoningExplanation, TemporalExplanation, UnexplainedScore
-from tnsrag_db.loaders import FileLoader
-from tnsrag_db.strategies.registry import STRATEGY_NAMES, build_strategy
-from tnsrag_db.store.store import Store
+from tnsrag_db._loaders import FileLoader
+from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db._store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 # Timestamps in the past of the real clock (the registry's temporal strategy uses it).

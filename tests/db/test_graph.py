@@ -11,13 +11,13 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.cli.graph import graph, graph_strategy
-from tnsrag_db.errors import ConfigurationError, DanglingReferenceError, ValidationError
-from tnsrag_db.indexes.graph import Edge, GraphStore
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.strategies.graph import GraphRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext, RetrievedDocument
+from tnsrag_db._cli.graph import graph, graph_strategy
+from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, ValidationError
+from tnsrag_db._indexes.graph import Edge, GraphStore
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._strategies.graph import GraphRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext, RetrievedDocument
 
 D = 0.85
 
@@ -313,8 +313,8 @@ def test_cli_add_edge_import_and_query(make_store: Callable[..., Store], db_url:
 
 def test_plan_driven_by_run_plan_is_retrieve(demo: GraphStore) -> None:
     from tests.db._plans import drive
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 
     ctx = RAGContext(max_results=100)
     for seed_strategy in (None, KeywordRAGStrategy(BM25Index(demo.store))):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.db._helpers import FixedScores, ids_of
-from tnsrag_db.errors import ConfigurationError, HierarchyError, InvalidEntryError
-from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.strategies.hierarchical import HierarchicalRAGStrategy
-from tnsrag_db.types import HierarchyMetadata, MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
+from tnsrag_db._errors import ConfigurationError, HierarchyError, InvalidEntryError
+from tnsrag_db._indexes.hierarchy import HierarchyIndex
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._strategies.hierarchical import HierarchicalRAGStrategy
+from tnsrag_db._types import HierarchyMetadata, MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 
 
 def entry(eid: str, parent: str | None = None, source: str | None = None, **metadata: str) -> MemoryEntry:
@@ -255,8 +255,8 @@ def test_bad_configuration_is_rejected(tree: HierarchyIndex) -> None:
 
 
 def test_with_the_real_keyword_strategy(store: Store) -> None:
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 
     index = HierarchyIndex(store)
     index.add_all([
@@ -283,8 +283,8 @@ def test_with_the_real_keyword_strategy(store: Store) -> None:
 
 def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
     from tests.db._plans import drive
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 
     index = HierarchyIndex(store)
     index.add_all([MemoryEntry("root", "fan manual"), MemoryEntry("ch", "fan chapter", parent_id="root"),

@@ -22,7 +22,7 @@ from tnsrag_db import (
     VectorMemoryStore,
     VectorRAGStrategy,
 )
-from tnsrag_db.store.store import Store
+from tnsrag_db._store.store import Store
 
 WORDS = ["agent", "memory", "vector", "keyword", "graph", "time", "tree", "query"]
 
@@ -139,7 +139,7 @@ def test_retriever_form_and_validation(make_store: Callable[..., Store], store: 
 
 
 def test_sql_fusion_equals_python_fusion(store: Store) -> None:
-    from tnsrag_db.strategies.fusion import reciprocal_rank_fusion
+    from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 
     keywords, vectors = _corpus(store)
     retriever = HybridMemoryRetriever(keywords, vectors)

@@ -13,8 +13,8 @@ from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db import HashingEmbedding, MemoryEntry, VectorMemoryStore
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
 
 
 def _build(url: str, corpus: str) -> None:

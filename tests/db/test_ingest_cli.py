@@ -18,8 +18,8 @@ from sqlalchemy.engine import URL
 
 from tests._trees import messy_tree
 from tests.fix_db import SCHEMA
-from tnsrag_db.cli import main_group
-from tnsrag_db.store.store import Store
+from tnsrag_db._cli import main_group
+from tnsrag_db._store.store import Store
 
 
 def run(args: list[str], cwd: Path | None = None) -> Any:
@@ -160,7 +160,7 @@ def test_ctrl_c_rolls_back_the_open_batch_and_a_rerun_continues(tmp_path: Path,
     for i in range(120):
         (docs / f"n{i:03d}.txt").write_text(f"note {i} about subject {i % 9}\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-c", "from tnsrag_db.cli import main; main()", "ingest", str(docs), *args,
+    cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "ingest", str(docs), *args,
            "--batch-size", "5", "--embedding", "slow"]
     # The child must take SIGINT as Python's KeyboardInterrupt even when this runner ignores
     # it (a runner in the background of a non-interactive shell): Python installs its own

@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.cli import main_group
-from tnsrag_db.store.store import Store
+from tnsrag_db._cli import main_group
+from tnsrag_db._store.store import Store
 
 pytestmark = pytest.mark.slow  # twenty ingest processes, each loading the model
 
@@ -63,7 +63,7 @@ def test_sigint_at_random_moments_exits_130_with_one_line(tmp_path: Path, db_url
     outcomes = []
     for n in range(INTERRUPTS):
         corpus = make_store().corpus  # dropped after the test
-        cmd = [sys.executable, "-c", "from tnsrag_db.cli import main; main()", "ingest", str(docs), "--url", url,
+        cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "ingest", str(docs), "--url", url,
                "--corpus", corpus, "--batch-size", "32"]
         # SIGINT must reach the child as Python's KeyboardInterrupt even when this runner ignores it.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -27,8 +27,8 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
-from tnsrag_db.cli import main_group
-from tnsrag_db.store.store import Store
+from tnsrag_db._cli import main_group
+from tnsrag_db._store.store import Store
 
 FILES = 40
 BATCH = 5
@@ -108,7 +108,7 @@ def _wait(what: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
 
 
 def _ingest(docs: Path, db: list[str], env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-c", "from tnsrag_db.cli import main; main()", "ingest", str(docs), *db,
+    cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "ingest", str(docs), *db,
            "--batch-size", str(BATCH), "--embedding", "gated", *extra]
     # SIGINT must reach the child as Python's KeyboardInterrupt even when this runner ignores it.
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -13,11 +13,11 @@ import pytest
 import sqlalchemy as sa
 
 from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db.errors import ExecutionError, IngestInterrupted, InvalidEntryError
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._errors import ExecutionError, IngestInterrupted, InvalidEntryError
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._types import MemoryEntry
 
 
 def entries(n: int, prefix: str = "e") -> list[MemoryEntry]:

@@ -1,4 +1,4 @@
-"""``tnsrag query --strategy keyword`` on the lean path (tnsrag_db.db.driver): the same output as
+"""``tnsrag query --strategy keyword`` on the lean path (tnsrag_db._db.driver): the same output as
 the full path, the full path's errors and notes, and the full path wherever the lean one
 does not answer."""
 
@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy.engine import URL
 
-import tnsrag_db.store.store as store_module
-from tnsrag_db.cli import main_group
-from tnsrag_db.cli import retrieve
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+import tnsrag_db._store.store as store_module
+from tnsrag_db._cli import main_group
+from tnsrag_db._cli import retrieve
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 ENTRIES = [
     MemoryEntry("memory-guide", "Agents persist semantic memory in PostgreSQL so facts survive restarts "
@@ -155,10 +155,10 @@ def test_an_empty_corpus_gets_its_note_on_the_lean_path(db_url: URL, make_store:
 
 _PROBE = """
 import json, sys
-from tnsrag_db.db.runner import add_statement_listener
+from tnsrag_db._db.runner import add_statement_listener
 sent = []
 add_statement_listener(lambda text, values: sent.append([text, [repr(v) for v in values]]))
-from tnsrag_db.cli import main_group
+from tnsrag_db._cli import main_group
 try:
     main_group(sys.argv[2:], standalone_mode=False)
 finally:

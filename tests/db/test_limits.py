@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tnsrag_db import Edge, GraphStore, HashingEmbedding, MemoryEntry, VectorMemoryStore
-from tnsrag_db.errors import EmbeddingValidationError, InvalidEntryError, TemporalValidationError, ValidationError
-from tnsrag_db.store.store import Store
+from tnsrag_db._errors import EmbeddingValidationError, InvalidEntryError, TemporalValidationError, ValidationError
+from tnsrag_db._store.store import Store
 
 
 def test_vectors_over_16000_values_are_rejected_before_the_write(store: Store) -> None:

@@ -10,9 +10,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from tnsrag_db.db.driver_errors import map_db_errors
-from tnsrag_db.db.session import retry_on_deadlock
-from tnsrag_db.errors import (
+from tnsrag_db._db.driver_errors import map_db_errors
+from tnsrag_db._db.session import retry_on_deadlock
+from tnsrag_db._errors import (
     ConfigurationError,
     ConnectionLostError,
     ConstraintViolationError,
@@ -27,8 +27,8 @@ from tnsrag_db.errors import (
     TnsragError,
     ValidationError,
 )
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 # SQLSTATE -> the class it maps to (exactly, not a subclass of it).
 RAISED = [

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
 
 
 def _upgrade_schema(url: str, schema: str, barrier: mp.synchronize.Barrier) -> None:  # type: ignore[name-defined]

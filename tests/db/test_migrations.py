@@ -10,11 +10,11 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
-from tnsrag_db.cli import main_group
-from tnsrag_db.errors import SchemaNotReadyError
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import connect
+from tnsrag_db._cli import main_group
+from tnsrag_db._errors import SchemaNotReadyError
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import connect
 
 EXPECTED_TABLES = {"alembic_version", "bm25_df", "bm25_postings", "bm25_stats", "corpora", "edges", "embedding_spaces",
                    "embeddings", "entries", "entry_filter_pairs", "tenant_grants"}
@@ -153,8 +153,8 @@ def test_alembic_cli_from_the_source_checkout(fresh_db_url: URL) -> None:
 
 
 def test_0002_keeps_data_and_keys_the_metadata_index_by_corpus(fresh_db_url: URL) -> None:
-    from tnsrag_db.store.store import Store
-    from tnsrag_db.types import MemoryEntry
+    from tnsrag_db._store.store import Store
+    from tnsrag_db._types import MemoryEntry
 
     engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
 
@@ -185,9 +185,9 @@ def test_0002_keeps_data_and_keys_the_metadata_index_by_corpus(fresh_db_url: URL
 
 def test_0003_drops_the_unique_key_without_corpus_and_keeps_spaces(fresh_db_url: URL) -> None:
     from tnsrag_db.embeddings import HashingEmbedding
-    from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.store.store import Store
-    from tnsrag_db.types import MemoryEntry
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._store.store import Store
+    from tnsrag_db._types import MemoryEntry
 
     engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
 
@@ -216,9 +216,9 @@ def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL
     # The upgrade's connection was opened before the vector extension existed, so it
     # lacks the vector type adaptation; it must not go back to the pool.
     from tnsrag_db.embeddings import HashingEmbedding
-    from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.store.store import Store
-    from tnsrag_db.types import MemoryEntry
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._store.store import Store
+    from tnsrag_db._types import MemoryEntry
 
     engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1, max_overflow=0)
     try:
@@ -231,9 +231,9 @@ def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL
 
 
 def test_0004_keys_edges_by_destination_and_keeps_them(fresh_db_url: URL) -> None:
-    from tnsrag_db.indexes.graph import Edge, GraphStore
-    from tnsrag_db.store.store import Store
-    from tnsrag_db.types import MemoryEntry
+    from tnsrag_db._indexes.graph import Edge, GraphStore
+    from tnsrag_db._store.store import Store
+    from tnsrag_db._types import MemoryEntry
 
     engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
 

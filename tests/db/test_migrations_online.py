@@ -20,10 +20,10 @@ from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db import MemoryEntry
-from tnsrag_db.errors import MigrationError
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
+from tnsrag_db._errors import MigrationError
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
 
 WRITERS = 4
 
@@ -173,7 +173,7 @@ def test_a_concurrent_index_build_left_invalid_is_rebuilt(fresh_db_url: URL) -> 
 def test_lock_options_on_the_command_line(fresh_db_url: URL) -> None:
     from click.testing import CliRunner
 
-    from tnsrag_db.cli import main_group
+    from tnsrag_db._cli import main_group
 
     result = CliRunner().invoke(main_group, ["db", "upgrade", "--url", _conninfo(fresh_db_url), "--lock-timeout", "1.5",
                                              "--lock-retries", "0", "--json"])

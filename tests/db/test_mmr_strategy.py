@@ -7,14 +7,14 @@ import asyncio
 import pytest
 
 from tests.db.test_vector import TableEmbedding
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.mmr import MMRRAGStrategy
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.mmr import MMRRAGStrategy
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext
 
 # The vectors of tests/unit/test_mmr.py's hand-computed example (query q; MMR at 0.5: d, a, b, c).
 TABLE = {"q": [0.8, 0.6], "alpha": [1.0, 0.0], "beta": [0.96, 0.28], "gamma": [0.0, 1.0], "delta": [0.6, 0.8]}

@@ -7,17 +7,17 @@ from collections.abc import Sequence
 
 import pytest
 
-from tnsrag_db.errors import ConfigurationError, RetrievalCancelledError
-from tnsrag_db.strategies.expansion import CancellationToken, QueryExpansion, RM3QueryExpander, load_expander
-from tnsrag_db.strategies.fusion import reciprocal_rank_fusion
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.strategies.navigation import LexicalTreeNavigator
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
-from tnsrag_db.strategies.reasoning import ReasoningRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
+from tnsrag_db._errors import ConfigurationError, RetrievalCancelledError
+from tnsrag_db._strategies.expansion import CancellationToken, QueryExpansion, RM3QueryExpander, load_expander
+from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.hierarchy import HierarchyIndex
+from tnsrag_db._strategies.navigation import LexicalTreeNavigator
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy
+from tnsrag_db._strategies.reasoning import ReasoningRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 
 
 class Counting:
@@ -257,7 +257,7 @@ def test_plan_driven_by_run_plan_is_retrieve(keyword: KeywordRAGStrategy, store:
 
 
 def test_the_library_s_typed_errors_pass_through_the_expander_unchanged(keyword: KeywordRAGStrategy) -> None:
-    from tnsrag_db.errors import ExecutionError, StatementTimeoutError
+    from tnsrag_db._errors import ExecutionError, StatementTimeoutError
 
     class TimingOut:
         def expand(self, query: str, mode: QueryExpansion, model: str, max_expansions: int) -> list[str]:
@@ -281,8 +281,8 @@ def test_rm3_document_terms_probe_postings_by_key_on_fresh_tables(fresh_db_url: 
 
     import sqlalchemy as sa
 
-    from tnsrag_db.indexes.bm25 import sql as bm25_sql
-    from tnsrag_db.store.store import connect
+    from tnsrag_db._indexes.bm25 import sql as bm25_sql
+    from tnsrag_db._store.store import connect
 
     def letters(n: int) -> str:  # plain words (no digits: identifiers would add their parts)
         out = "zq"

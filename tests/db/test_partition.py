@@ -1,4 +1,4 @@
-"""Hash-partitioning by corpus (tnsrag_db.db.partition): the script keeps data and behaviour."""
+"""Hash-partitioning by corpus (tnsrag_db._db.partition): the script keeps data and behaviour."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
-from tnsrag_db.db.partition import PARTITIONED_TABLES, partition_script
+from tnsrag_db._db.partition import PARTITIONED_TABLES, partition_script
 from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.graph import Edge, GraphStore
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.db import migrate
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.graph import GraphRAGStrategy
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.graph import Edge, GraphStore
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._db import migrate
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.graph import GraphRAGStrategy
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
 WORDS = "harbor lighthouse keeper storm ledger beacon cliff tide lantern rope".split()
 
@@ -103,7 +103,7 @@ def test_bad_partition_counts_and_unmigrated_schemas(store: Store, fresh_db_url:
 def test_cli_prints_the_script_without_changing_anything(fresh_db_url: URL) -> None:
     from click.testing import CliRunner
 
-    from tnsrag_db.cli import main_group as main
+    from tnsrag_db._cli import main_group as main
 
     connect(fresh_db_url, corpus="c", schema=SCHEMA, auto_migrate=True).close()
     url = fresh_db_url.render_as_string(hide_password=False)

@@ -4,7 +4,7 @@ The driver prepares a statement from its fifth execution on; PostgreSQL's plan c
 then compares the generic plan's cost with the custom plans' and keeps the generic one
 unless a custom plan is cheaper. The BM25 and hybrid statements hide from the planner
 the values that only move its estimates (the query's terms:
-:func:`tnsrag_db.db.statement.hidden`; limits are integer literals), so their custom
+:func:`tnsrag_db._db.statement.hidden`; limits are integer literals), so their custom
 plans cost what the generic plan costs and the generic plan is kept. A rare filter value stays visible and may still
 plan better by itself.
 
@@ -32,9 +32,9 @@ from tnsrag_db import (
     VectorRAGStrategy,
     connect,
 )
-from tnsrag_db.db.runner import bind
-from tnsrag_db.db.statement import Statement, run_plan
-from tnsrag_db.store.store import Store
+from tnsrag_db._db.runner import bind
+from tnsrag_db._db.statement import Statement, run_plan
+from tnsrag_db._store.store import Store
 
 WORDS = ("parcel", "refund", "damaged", "courier", "invoice", "warehouse", "label", "return")
 

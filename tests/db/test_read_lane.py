@@ -1,4 +1,4 @@
-"""Session.run on the read runner (tnsrag_db.db.runner): statements run on the pooled
+"""Session.run on the read runner (tnsrag_db._db.runner): statements run on the pooled
 psycopg connection without SQLAlchemy's execution machinery, with the rows SQLAlchemy
 would give, and errors mapped by the one driver-error mapping."""
 
@@ -16,12 +16,12 @@ from sqlalchemy.engine import URL
 
 from tests import fix_corpus_scope
 from tests.fix_db import SCHEMA
-from tnsrag_db.db import runner
-from tnsrag_db.db.runner import bind
-from tnsrag_db.db.statement import Statement
-from tnsrag_db.errors import DatabaseError, StatementTimeoutError, ValidationError
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._db import runner
+from tnsrag_db._db.runner import bind
+from tnsrag_db._db.statement import Statement
+from tnsrag_db._errors import DatabaseError, StatementTimeoutError, ValidationError
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 # Every kind of value the plans read, a duplicate column name and an unnamed one.
 _ROWS_SQL = ("SELECT e.id AS entry_id, e.content, e.tier, e.source, e.metadata, 1.5::float8 AS score, "
@@ -120,7 +120,7 @@ def test_a_snapshot_runs_its_statements_in_one_read_only_transaction(filled: Sto
 
 
 def _statement(sql: str) -> Any:
-    from tnsrag_db.db.statement import Statement
+    from tnsrag_db._db.statement import Statement
 
     return Statement(sql, {})
 
@@ -149,7 +149,7 @@ def test_a_missing_parameter_is_a_database_error(filled: Store) -> None:
 
 def _one_connection(store: Store) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     engine = create_engine(store.engine.url, schema=SCHEMA, pool_size=1, max_overflow=0)
     return Store(engine, corpus=store.corpus, schema=SCHEMA, owns_engine=True)
@@ -228,8 +228,8 @@ def test_a_read_made_while_a_plan_runs_uses_the_plans_connection(db_url: URL) ->
     connection the plan holds (the first filtered vector search and hybrid retrieval
     of a fresh store timed out so)."""
     from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, RAGContext, VectorMemoryStore
-    from tnsrag_db.db.statement import Statement
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.statement import Statement
+    from tnsrag_db._db.engine import create_engine
 
     with connect(db_url, corpus="one_connection", schema=SCHEMA) as writer:
         VectorMemoryStore(writer, HashingEmbedding(32), index_threshold=None).add_all(
@@ -262,7 +262,7 @@ def test_calls_after_a_burst_reuse_the_connection_returned_last(db_url: Any) -> 
     """After three connections were in use at once, reads one after another all run on one
     connection, the one returned last (a FIFO pool would cycle through all three, each
     idle three times as long, so pinged sooner, and its server process cold)."""
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     store = Store(create_engine(db_url, schema=SCHEMA, pool_size=3, max_overflow=0), corpus="test_lifo",
                   schema=SCHEMA, owns_engine=True)
@@ -282,7 +282,7 @@ def test_a_urls_own_libpq_options_reach_the_connections(db_url: URL) -> None:
     """``?options=-c ...`` in the URL sets those settings on every pooled connection, beside
     the library's ``search_path`` (they were dropped: the library's own ``options`` replaced
     them)."""
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     url = db_url.update_query_dict({"options": "-c statement_timeout=4321 -c plan_cache_mode=force_custom_plan"})
     engine = create_engine(url, schema=SCHEMA, pool_size=1, max_overflow=0)
@@ -294,8 +294,8 @@ def test_a_urls_own_libpq_options_reach_the_connections(db_url: URL) -> None:
         # The async API's pool (made from this engine) connects with the same options.
         import asyncio
 
-        from tnsrag_db.db.aio import arun
-        from tnsrag_db.db.statement import one
+        from tnsrag_db._db.aio import arun
+        from tnsrag_db._db.statement import one
 
         store = Store(engine, corpus="test_libpq_options", schema=SCHEMA)
         shown = asyncio.run(arun(store, one(Statement("SELECT current_setting('statement_timeout') AS timeout, "

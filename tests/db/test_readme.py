@@ -57,7 +57,7 @@ def data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A user data directory of its own; any server left in it is stopped afterwards."""
     home = tmp_path_factory.mktemp("xdg-data")
     yield home
-    from tnsrag_db.store.embedded import keeper
+    from tnsrag_db._store.embedded import keeper
 
     keeper.stop(home / "tnsrag_db" / "pg18", force=True)
 
@@ -69,7 +69,7 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _assert_no_server_left(home: Path) -> None:
-    from tnsrag_db.store.embedded import keeper
+    from tnsrag_db._store.embedded import keeper
 
     st = keeper.status(home / "tnsrag_db" / "pg18")
     assert not st.running, f"a plain script left the embedded server running: {st}"
@@ -129,7 +129,7 @@ _LONG_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
 def _check_command_line(args: list[str]) -> None:
-    from tnsrag_db.cli import main_group
+    from tnsrag_db._cli import main_group
 
     root_opts = _options(main_group) | {"--version"}
     cmd: click.Command = main_group

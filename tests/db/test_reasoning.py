@@ -10,15 +10,15 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from tests.db._helpers import read_statements
-from tnsrag_db.errors import (
+from tnsrag_db._errors import (
     ConfigurationError,
     ExecutionError,
     ProviderConfigurationError,
     ProviderTransportError,
     StrategyUnavailableError,
 )
-from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.strategies.navigation import (
+from tnsrag_db._indexes.hierarchy import HierarchyIndex
+from tnsrag_db._strategies.navigation import (
     NAVIGATOR_ENTRY_POINT_GROUP,
     LexicalTreeNavigator,
     NavNode,
@@ -26,9 +26,9 @@ from tnsrag_db.strategies.navigation import (
     installed_navigators,
     load_navigator,
 )
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.reasoning import ReasoningRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.reasoning import ReasoningRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
 
 class ScriptedNavigator:
@@ -428,11 +428,11 @@ def test_load_navigator_from_entry_points(monkeypatch: pytest.MonkeyPatch) -> No
     def fake(group: str) -> list[importlib.metadata.EntryPoint]:
         assert group == NAVIGATOR_ENTRY_POINT_GROUP
         return [
-            importlib.metadata.EntryPoint("mine", "tnsrag_db.strategies.navigation:LexicalTreeNavigator", group),
-            importlib.metadata.EntryPoint("twice", "tnsrag_db.strategies.navigation:LexicalTreeNavigator", group),
-            importlib.metadata.EntryPoint("twice", "tnsrag_db.strategies.navigation:NavNode", group),
+            importlib.metadata.EntryPoint("mine", "tnsrag_db._strategies.navigation:LexicalTreeNavigator", group),
+            importlib.metadata.EntryPoint("twice", "tnsrag_db._strategies.navigation:LexicalTreeNavigator", group),
+            importlib.metadata.EntryPoint("twice", "tnsrag_db._strategies.navigation:NavNode", group),
             importlib.metadata.EntryPoint("broken", "tnsrag_db.no_such_module:X", group),
-            importlib.metadata.EntryPoint("wrong", "tnsrag_db.strategies.navigation:available_navigators", group),
+            importlib.metadata.EntryPoint("wrong", "tnsrag_db._strategies.navigation:available_navigators", group),
         ]
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: fake(group))

@@ -12,14 +12,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests._standby import PrimaryWithStandby
-from tnsrag_db.db.replicas import ReadReplicas, Replica, WriteToken, verify_standby
-from tnsrag_db.db.statement import Statement, one
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteToken, verify_standby
+from tnsrag_db._db.statement import Statement, one
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry
 
 DB = "tnsrag_replicas"
 SCHEMA = "tnsrag"
@@ -90,7 +90,7 @@ def test_reads_go_to_the_standby_and_writes_to_the_primary(pair: PrimaryWithStan
 
 
 def test_a_write_takes_one_primary_checkout_and_every_write_advances_the_token(pair: PrimaryWithStandby) -> None:
-    from tnsrag_db.indexes.graph import GraphStore
+    from tnsrag_db._indexes.graph import GraphStore
 
     with _store(pair, "one_checkout") as store:
         checkouts: list[object] = []
@@ -232,7 +232,7 @@ def test_a_standby_rejects_writes_even_through_its_engine(pair: PrimaryWithStand
 def test_cli_query_reads_from_the_standby(pair: PrimaryWithStandby, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from tnsrag_db.cli import main_group
+    from tnsrag_db._cli import main_group
 
     with _store(pair, "cli") as store:
         store.add(MemoryEntry("c1", "the lighthouse keeper's ledger"))

@@ -7,10 +7,10 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from tnsrag_db.errors import DatabaseError
-from tnsrag_db.store.store import Store
-from tnsrag_db.db.session import retry_on_deadlock
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._errors import DatabaseError
+from tnsrag_db._store.store import Store
+from tnsrag_db._db.session import retry_on_deadlock
+from tnsrag_db._types import MemoryEntry
 
 
 def test_a_real_deadlock_is_retried_and_both_sides_commit(store: Store) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from tnsrag_db.store.embedded import keeper
+from tnsrag_db._store.embedded import keeper
 
 pytestmark = pytest.mark.slow  # child processes starting embedded servers
 
-_CLI = "from tnsrag_db.cli import main; main()"
+_CLI = "from tnsrag_db._cli import main; main()"
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def _keepers(data_dir: Path) -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.process_iter(["cmdline"])
-            if p.info["cmdline"] and "tnsrag_db.store.embedded.keeper" in p.info["cmdline"]
+            if p.info["cmdline"] and "tnsrag_db._store.embedded.keeper" in p.info["cmdline"]
             and str(data_dir) in p.info["cmdline"]]
 
 
@@ -250,7 +250,7 @@ def test_an_idle_keeper_stops_its_server_after_its_installation_is_gone(stopped:
 
 _PROBE = ("import atexit, sys\n"
           "atexit.register(lambda: print('onnxruntime loaded:', 'onnxruntime' in sys.modules, file=sys.stderr))\n"
-          "from tnsrag_db.cli import main; main()")
+          "from tnsrag_db._cli import main; main()")
 
 
 def _query_probed(home: Path, strategy: str) -> tuple[list[tuple[str, float]], bool]:
@@ -272,7 +272,7 @@ def own_home(tmp_path: Path) -> Iterator[Path]:
 
 def test_queries_embed_with_the_keepers_warm_model_and_fall_back_to_their_own(own_home: Path) -> None:
     from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, default_model
-    from tnsrag_db.store.embedded.warm_model import served_model
+    from tnsrag_db._store.embedded.warm_model import served_model
 
     home = own_home
     ingested = json.loads(_tnsrag(home, "ingest", "--sample", "--json").stdout)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tnsrag_db
-from tnsrag_db.store.store import Store
+from tnsrag_db._store.store import Store
 
 from tests._docs import find_example
 

@@ -10,11 +10,11 @@ import pytest
 
 import sqlalchemy as sa
 
-from tnsrag_db.db.statement import Plan, Statement
-from tnsrag_db.errors import ConfigurationError, InvalidEntryError
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._errors import ConfigurationError, InvalidEntryError
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 
 def test_add_get_roundtrip(store: Store) -> None:
@@ -66,8 +66,8 @@ def test_cli_ingest_and_query_every_strategy(db_url: object, tmp_path: object) -
 
     from click.testing import CliRunner
 
-    from tnsrag_db.cli import main_group
-    from tnsrag_db.strategies.registry import STRATEGY_NAMES
+    from tnsrag_db._cli import main_group
+    from tnsrag_db._strategies.registry import STRATEGY_NAMES
 
     url = db_url.render_as_string(hide_password=False)  # type: ignore[attr-defined]
     corpus = f"cli_{uuid.uuid4().hex[:8]}"
@@ -109,7 +109,7 @@ def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
 def test_a_bulk_write_refreshes_planner_statistics(fresh_db_url: object, monkeypatch: pytest.MonkeyPatch) -> None:
     # A database of its own: in the shared one other tests' rows (and autovacuum analysing
     # them, which the refresh skips rather than waits for) made the comparison flaky.
-    from tnsrag_db.store.store import connect
+    from tnsrag_db._store.store import connect
 
     store = connect(fresh_db_url, corpus="stats", auto_migrate=True, analyze_after_rows=30)  # type: ignore[arg-type]
 
@@ -191,7 +191,7 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
         raw.commit()
     # A fresh engine whose connections load auto_explain at NOTICE level.
     from tests.fix_db import SCHEMA
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     probe_engine = create_engine(engine.url, schema=SCHEMA, pool_size=1)
 
@@ -210,7 +210,7 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
         probe.add(MemoryEntry("e0007", "entry 7 rewritten with other words"))  # content changed
         probe.add(MemoryEntry("e0008", "entry 8 with some shared words", metadata={"k": "v"}))  # metadata only
         probe.delete("e0009")
-        from tnsrag_db.indexes.graph import Edge, GraphStore
+        from tnsrag_db._indexes.graph import Edge, GraphStore
         GraphStore(probe).add_edges([Edge("e0010", "e0011")])
     finally:
         probe_engine.dispose()
@@ -222,7 +222,7 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
 
 def _one_connection_store(db_url: Any, corpus: str, *, ping_after_idle: float = 1.0) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db.db.engine import create_engine
+    from tnsrag_db._db.engine import create_engine
 
     return Store(create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, ping_after_idle=ping_after_idle),
                  corpus=corpus, schema=SCHEMA, owns_engine=True)
@@ -235,7 +235,7 @@ def _kill_pooled_connection(store: Store, engine: sa.Engine) -> None:
 
 
 def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engine: sa.Engine) -> None:
-    from tnsrag_db.errors import DatabaseError
+    from tnsrag_db._errors import DatabaseError
 
     def in_transaction(store: Store) -> int:
         with store.session.transaction() as conn:
@@ -299,7 +299,7 @@ def test_run_with_snapshot_sees_one_committed_state(store: Store) -> None:
 
 @pytest.mark.parametrize("batch_size", [0, -1, True, 2.5, "10"])
 def test_iter_entries_refuses_a_bad_batch_size(store: Store, batch_size: object) -> None:
-    from tnsrag_db.errors import ValidationError
+    from tnsrag_db._errors import ValidationError
 
     store.add(MemoryEntry("a", "alpha"))
     with pytest.raises(ValidationError, match="batch_size"):
@@ -307,7 +307,7 @@ def test_iter_entries_refuses_a_bad_batch_size(store: Store, batch_size: object)
 
 
 def test_content_hashes_are_what_a_write_would_skip(store: Store) -> None:
-    from tnsrag_db.store.write import content_hash
+    from tnsrag_db._store.write import content_hash
 
     a, b = MemoryEntry("h1", "one"), MemoryEntry("h2", "two", metadata={"k": "v"})
     store.add_all([a, b])
@@ -320,7 +320,7 @@ def test_content_hashes_are_what_a_write_would_skip(store: Store) -> None:
 def test_names_in_either_unicode_form_are_one_name(store: Store) -> None:
     import unicodedata
 
-    from tnsrag_db.indexes.graph import Edge, GraphStore
+    from tnsrag_db._indexes.graph import Edge, GraphStore
 
     nfc, nfd = unicodedata.normalize("NFC", "café-notes"), unicodedata.normalize("NFD", "café-notes")
     assert nfc != nfd
@@ -340,8 +340,8 @@ def test_names_in_either_unicode_form_are_one_name(store: Store) -> None:
 
 
 def test_a_closed_store_refuses_reads_and_writes(db_url: object) -> None:
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.store.store import connect
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._store.store import connect
 
     with connect(db_url, corpus="closed-store") as store:  # type: ignore[arg-type]
         store.add(MemoryEntry("a", "alpha"))
@@ -360,7 +360,7 @@ def test_a_closed_store_refuses_reads_and_writes(db_url: object) -> None:
 
 def test_tuning_options_of_connect_are_checked(db_url: Any) -> None:
     from tests.fix_db import SCHEMA
-    from tnsrag_db.store.store import connect
+    from tnsrag_db._store.store import connect
 
     with pytest.raises(ConfigurationError, match="analyze_after_rows must be an int >= 1, got 0"):
         connect(db_url, schema=SCHEMA, analyze_after_rows=0)

@@ -7,12 +7,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.db._helpers import FixedScores, ids_of
-from tnsrag_db.errors import ConfigurationError, TemporalValidationError
-from tnsrag_db.indexes.temporal import TemporalIndex
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.strategies.temporal import TemporalRAGStrategy
-from tnsrag_db.types import MemoryEntry, RAGContext, TemporalMetadata
+from tnsrag_db._errors import ConfigurationError, TemporalValidationError
+from tnsrag_db._indexes.temporal import TemporalIndex
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._strategies.temporal import TemporalRAGStrategy
+from tnsrag_db._types import MemoryEntry, RAGContext, TemporalMetadata
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
@@ -203,8 +203,8 @@ def test_bad_strategy_configuration(dated: TemporalIndex) -> None:
 
 
 def test_with_the_real_keyword_strategy(store: Store) -> None:
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 
     index = TemporalIndex(store)
     index.add_all([
@@ -227,8 +227,8 @@ def test_with_the_real_keyword_strategy(store: Store) -> None:
 
 def test_plan_driven_by_run_plan_is_retrieve(store: Store) -> None:
     from tests.db._plans import drive
-    from tnsrag_db.indexes.bm25 import BM25Index
-    from tnsrag_db.strategies.keyword import KeywordRAGStrategy
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 
     index = TemporalIndex(store)
     index.add_all([MemoryEntry("old", "database failover", timestamp=NOW - 30 * DAY),

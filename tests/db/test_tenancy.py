@@ -33,11 +33,11 @@ from tnsrag_db import (
     connect,
 )
 from tnsrag_db import tenancy
-from tnsrag_db.cli import main_group
-from tnsrag_db.errors import ConfigurationError, DanglingReferenceError, PermissionDeniedError
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
+from tnsrag_db._cli import main_group
+from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, PermissionDeniedError
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
 
 PASSWORD = "tnsrag-test-tenant"
 TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df", "edges")
@@ -341,7 +341,7 @@ def test_upgrade_downgrade_and_switching_off(fresh_db_url: URL) -> None:
 
 def test_partitioned_tables_keep_the_policies(make_database: Callable[[], URL]) -> None:
     """`tnsrag db partition-sql` swaps in new tables: they carry row-level security over."""
-    from tnsrag_db.db.partition import PARTITIONED_TABLES, partition_script
+    from tnsrag_db._db.partition import PARTITIONED_TABLES, partition_script
 
     t = _make_tenants(make_database)
     try:

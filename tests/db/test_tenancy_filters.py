@@ -31,11 +31,11 @@ from tnsrag_db import (
     connect,
 )
 from tnsrag_db import tenancy
-from tnsrag_db.db.read_store import FILTER_PAIRS_TRIGGERS
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.filters import filter_sql
-from tnsrag_db.store.store import Store
+from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.store import Store
 
 PAIRS_OF_ENTRIES = ("SELECT e.corpus, m.key, m.value #>> '{}', e.id FROM {s}.entries e, jsonb_each(e.metadata) m "
                     "WHERE jsonb_typeof(m.value) = 'string' ORDER BY 1, 2, 3, 4")
@@ -271,8 +271,8 @@ def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(f
         assert "entry_filter_pairs" in late.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
         assert late.search("refund", 10, filters={"shelf": "s1"}) == before
         # The lean CLI store makes the same choice on its own connection.
-        from tnsrag_db.db.driver import DriverStore
-        from tnsrag_db.db.settings import libpq_url
+        from tnsrag_db._db.driver import DriverStore
+        from tnsrag_db._db.settings import libpq_url
         url = libpq_url(fresh_db_url.render_as_string(hide_password=False))
         assert url is not None
         with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
@@ -303,7 +303,7 @@ def _leakproof(engine: sa.engine.Engine) -> bool:
 def test_partitioning_keeps_the_pair_triggers(make_database: Callable[[], URL]) -> None:
     """`tnsrag db partition-sql` swaps in a new `entries`: its pair triggers come along, so
     a tenant store's filters (through the pairs) still see every new write and delete."""
-    from tnsrag_db.db.partition import partition_script
+    from tnsrag_db._db.partition import partition_script
 
     t = _make_tenants(make_database)
     try:
@@ -373,7 +373,7 @@ def test_tenancy_off_on_the_cli_says_the_pair_triggers_stay(fresh_db_url: URL) -
 
     from click.testing import CliRunner
 
-    from tnsrag_db.cli import main_group
+    from tnsrag_db._cli import main_group
 
     url = fresh_db_url.render_as_string(hide_password=False)
     never = CliRunner().invoke(main_group, ["db", "upgrade", "--url", url, "--json"])

@@ -27,14 +27,14 @@ from tests.db.test_tenancy import PASSWORD, Tenants, _conninfo, _drop, _make_ten
 from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect
 from tnsrag_db import tenancy
-from tnsrag_db.cli import main_group
-from tnsrag_db.errors import ConfigurationError, DatabaseError
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.indexes.vector.hnsw import drop_space_index
-from tnsrag_db.indexes.vector.spaces import Space
-from tnsrag_db.db import migrate
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
+from tnsrag_db._cli import main_group
+from tnsrag_db._errors import ConfigurationError, DatabaseError
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._indexes.vector.hnsw import drop_space_index
+from tnsrag_db._indexes.vector.spaces import Space
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
 
 SEQ = f"{SCHEMA}.embedding_spaces_space_id_seq"
 

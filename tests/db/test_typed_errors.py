@@ -18,7 +18,7 @@ from tnsrag_db import (
     RAGContext,
     VectorMemoryStore,
 )
-from tnsrag_db.errors import (
+from tnsrag_db._errors import (
     ConfigurationError,
     ConnectionLostError,
     InvalidEntryError,
@@ -26,8 +26,8 @@ from tnsrag_db.errors import (
     StatementTimeoutError,
     ValidationError,
 )
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
 
 LONE = "bad \ud800 text"
 

@@ -12,13 +12,13 @@ from sqlalchemy.engine import URL
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, generate_corpus
 from tests.fix_db import SCHEMA
-from tnsrag_db.errors import EmbeddingValidationError, InvalidFilterError
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._errors import EmbeddingValidationError, InvalidFilterError
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
 
 class TableEmbedding:
@@ -343,9 +343,9 @@ def test_batches_count_outcomes_and_a_bad_vector_rejects_the_whole_batch(store: 
 def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: ignore[no-untyped-def]
     import sqlalchemy as sa
 
-    from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.db.schema import hnsw_index_name
-    from tnsrag_db.types import MemoryEntry
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._db.schema import hnsw_index_name
+    from tnsrag_db._types import MemoryEntry
 
     store = make_store()
     vectors = VectorMemoryStore(store, lambda text: [1.0, float(len(text))], index_threshold=None)
@@ -402,7 +402,7 @@ def test_add_all_hands_index_progress_to_the_build_it_triggers(store: Store) -> 
 
 def test_build_index_progress_arguments_errors_and_empty_space(store: Store,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from tnsrag_db.errors import DatabaseError, ValidationError
+    from tnsrag_db._errors import DatabaseError, ValidationError
 
     vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0], index_threshold=None)
     with pytest.raises(ValidationError, match="poll_seconds"):

@@ -11,16 +11,16 @@ import pytest
 import sqlalchemy as sa
 from pgvector import Vector
 
-import tnsrag_db.strategies.vector as vector_strategy
-from tnsrag_db.db.statement import Plan, Rows, Statement, arun_plan, run_plan
-from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.indexes.vector.sql import DOCUMENT_COLUMNS
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.store.reads import ENTRY_COLUMNS, document_from_row
-from tnsrag_db.strategies.vector import VectorRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
+import tnsrag_db._strategies.vector as vector_strategy
+from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
+from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._indexes.vector.sql import DOCUMENT_COLUMNS
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._store.reads import ENTRY_COLUMNS, document_from_row
+from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 
 
 class Counting:

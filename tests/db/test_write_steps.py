@@ -9,13 +9,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tnsrag_db.errors import InvalidEntryError, ValidationError
-from tnsrag_db.store import write
-from tnsrag_db.store.corpus import Corpus
-from tnsrag_db.store.staging import prepare_stage_tables
-from tnsrag_db.store.store import Store
-from tnsrag_db.store.write import WriteExtension, WriteReport
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._errors import InvalidEntryError, ValidationError
+from tnsrag_db._store import write
+from tnsrag_db._store.corpus import Corpus
+from tnsrag_db._store.staging import prepare_stage_tables
+from tnsrag_db._store.store import Store
+from tnsrag_db._store.write import WriteExtension, WriteReport
+from tnsrag_db._types import MemoryEntry
 
 
 class _Rollback(Exception):
@@ -173,8 +173,8 @@ class _HierarchyCheck(WriteExtension):
 
 
 def test_a_hierarchy_check_joins_the_write_as_an_extension(store: Store) -> None:
-    from tnsrag_db.errors import HierarchyError
-    from tnsrag_db.indexes.hierarchy import HierarchyIndex
+    from tnsrag_db._errors import HierarchyError
+    from tnsrag_db._indexes.hierarchy import HierarchyIndex
 
     check = _HierarchyCheck(HierarchyIndex(store))
     store.write([MemoryEntry("root", "the root"), MemoryEntry("leaf", "a leaf", parent_id="root")], extensions=[check])

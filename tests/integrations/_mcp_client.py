@@ -25,7 +25,7 @@ def server_parameters(url: str, corpus: str, *extra: str) -> StdioServerParamete
     """``tnsrag mcp`` on ``url``/``corpus`` as a subprocess of this interpreter."""
     return StdioServerParameters(
         command=sys.executable,
-        args=["-c", "from tnsrag_db.cli import main; main()", "mcp", "--url", url, "--corpus", corpus, *extra],
+        args=["-c", "from tnsrag_db._cli import main; main()", "mcp", "--url", url, "--corpus", corpus, *extra],
         env=dict(os.environ))
 
 

@@ -12,9 +12,9 @@ import asyncio
 from typing import Any
 
 from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 QUERY = "turbine blade inspection"
 

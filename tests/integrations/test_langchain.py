@@ -13,17 +13,17 @@ from langchain_core.vectorstores import VectorStore
 from langchain_tests.integration_tests import RetrieversIntegrationTests, VectorStoreIntegrationTests
 from pydantic import ValidationError as PydanticValidationError
 
-from tnsrag_db.errors import InvalidEntryError, InvalidFilterError, ValidationError
-from tnsrag_db.indexes.bm25 import BM25Index
+from tnsrag_db._errors import InvalidEntryError, InvalidFilterError, ValidationError
+from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db.integrations.langchain import (
     NON_STRING_METADATA_KEY,
     TnsragRetriever,
     TnsragVectorStore,
     to_library_filters,
 )
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 # The standard suites' async tests carry no asyncio mark (pytest-asyncio runs in strict
 # mode): the classes get it, and its warning for their sync tests is silenced.

@@ -16,14 +16,14 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, QueryBundle
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
-from tnsrag_db.errors import InvalidFilterError, ValidationError
-from tnsrag_db.indexes.bm25 import BM25Index
-from tnsrag_db.indexes.hierarchy import HierarchyIndex
-from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db._errors import InvalidFilterError, ValidationError
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.hierarchy import HierarchyIndex
+from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db.integrations.llama_index import LlamaIndexEmbedding, TnsragRetriever, to_library_filters
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.keyword import KeywordRAGStrategy
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 
 class HashEmbedding(BaseEmbedding):
@@ -177,7 +177,7 @@ def test_base_retriever_arguments_are_accepted(notes: Store) -> None:
 
 
 def test_ingest_and_collapse_keys_stay_out_of_the_llm_view(store: Store) -> None:
-    from tnsrag_db.strategies.distinct import DistinctContentRAGStrategy
+    from tnsrag_db._strategies.distinct import DistinctContentRAGStrategy
 
     store.add_all([MemoryEntry("a", "Same changelog text.", metadata={"root": "/usr/share/doc/pkg-a"}),
                    MemoryEntry("b", "Same changelog text.", metadata={"root": "/usr/share/doc/pkg-b"})])

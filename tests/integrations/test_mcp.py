@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL
 
 from tests.integrations._mcp_client import conforms, server_parameters
 from tnsrag_db.integrations.mcp import READ_TOOLS, WRITE_TOOLS, create_server
-from tnsrag_db.store.store import Store
+from tnsrag_db._store.store import Store
 
 T = TypeVar("T")
 ALL_TOOLS = set(READ_TOOLS) | set(WRITE_TOOLS)
@@ -446,7 +446,7 @@ def test_stdio_answers_an_unparsable_line_with_a_parse_error(store: Store, db_ur
 
 def test_stdio_first_stderr_line_names_database_and_corpus(store: Store, db_url: URL,
                                                             monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from tnsrag_db.cli.mcp import database_line
+    from tnsrag_db._cli.mcp import database_line
 
     secret = db_url.set(password="s3cret-pw")
     server = _spawn(secret.render_as_string(hide_password=False), store.corpus, "--read-only")
@@ -469,7 +469,7 @@ def test_stdio_first_stderr_line_names_database_and_corpus(store: Store, db_url:
 def test_stdio_embedding_on_a_new_corpus_creates_its_space(make_store: Callable[..., Store], db_url: URL) -> None:
     """`tnsrag mcp --embedding hash` on a corpus that does not exist yet: the server starts, creates
     the corpus and the hash space, and a later server without --embedding uses that space."""
-    from tnsrag_db.indexes.vector.spaces import list_spaces
+    from tnsrag_db._indexes.vector.spaces import list_spaces
 
     fresh = make_store()
     url = db_url.render_as_string(hide_password=False)

@@ -37,7 +37,7 @@ from tnsrag_db.declarative import (
     strip_reserved,
 )
 from tnsrag_db.declarative._decorators import effective_filters
-from tnsrag_db.errors import (
+from tnsrag_db._errors import (
     ConfigurationError,
     DatabaseError,
     EmbeddingValidationError,
@@ -50,9 +50,9 @@ from tnsrag_db.errors import (
     StrategyUnavailableError,
     ValidationError,
 )
-from tnsrag_db.db.engine import create_engine
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry, RAGContext, RetrievedDocument
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry, RAGContext, RetrievedDocument
 
 
 def test_all_is_sorted_and_complete() -> None:

@@ -1,4 +1,4 @@
-"""tnsrag_db.indexes.bm25.scoring against a textbook Okapi BM25 written independently."""
+"""tnsrag_db._indexes.bm25.scoring against a textbook Okapi BM25 written independently."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.indexes.bm25 import check_bm25_parameters, scoring
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._indexes.bm25 import check_bm25_parameters, scoring
 
 
 def textbook_bm25(docs: dict[str, Counter[str]], query: set[str], k1: float, b: float) -> dict[str, float]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tnsrag_db.cli import main_group
+from tnsrag_db._cli import main_group
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -37,7 +37,7 @@ def test_every_command_has_an_example_and_readme_mention() -> None:
 def test_root_help_lists_every_command_with_its_registered_help() -> None:
     from click.testing import CliRunner
 
-    from tnsrag_db.cli import COMMANDS
+    from tnsrag_db._cli import COMMANDS
 
     out = CliRunner().invoke(main_group, ["--help"]).output
     for name, (_target, short) in COMMANDS.items():
@@ -48,7 +48,7 @@ def test_version_and_help_import_no_database_stack() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from tnsrag_db.cli import main_group\n"
+    code = ("import sys; from tnsrag_db._cli import main_group\n"
             "for args in (['--version'], ['--help']):\n"
             "    try: main_group(args, prog_name='tnsrag')\n"
             "    except SystemExit as exc: assert exc.code == 0, exc\n"

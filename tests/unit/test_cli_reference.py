@@ -7,15 +7,15 @@ from pathlib import Path
 import click
 import pytest
 
-from tnsrag_db.cli import main_group
-from tnsrag_db.cli._reference import render
+from tnsrag_db._cli import main_group
+from tnsrag_db._cli._reference import render
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def test_docs_cli_md_is_what_the_commands_generate() -> None:
     assert REFERENCE.read_text(encoding="utf-8") == render(), (
-        "docs/cli.md differs from the commands: run `python -m tnsrag_db.cli._reference` and commit docs/cli.md")
+        "docs/cli.md differs from the commands: run `python -m tnsrag_db._cli._reference` and commit docs/cli.md")
 
 
 def test_the_reference_names_every_command_and_option_with_its_default() -> None:

@@ -36,7 +36,7 @@ from tnsrag_db.embeddings import (
     load_process_embedding,
     provider_name,
 )
-from tnsrag_db.errors import (
+from tnsrag_db._errors import (
     ConfigurationError,
     EmbeddingValidationError,
     ExecutionError,
@@ -665,7 +665,7 @@ PROVIDERS = """
     import math
     import threading
 
-    from tnsrag_db.errors import ProviderTransportError
+    from tnsrag_db._errors import ProviderTransportError
 
     TRANSPORT = ProviderTransportError("provider endpoint unreachable")
     entered = threading.Event()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tnsrag_db import evaluation
-from tnsrag_db.errors import ConfigurationError, EvaluationDataError, ValidationError
+from tnsrag_db._errors import ConfigurationError, EvaluationDataError, ValidationError
 from tnsrag_db.evaluation import (
     DEFAULT_METRICS,
     Metric,

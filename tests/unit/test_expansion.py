@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tnsrag_db.errors import (
+from tnsrag_db._errors import (
     ConfigurationError,
     ExecutionError,
     ProviderConfigurationError,
@@ -16,7 +16,7 @@ from tnsrag_db.errors import (
     RetrievalCancelledError,
     StrategyUnavailableError,
 )
-from tnsrag_db.strategies.expansion import (
+from tnsrag_db._strategies.expansion import (
     EXPANDER_ENTRY_POINT_GROUP,
     CancellationToken,
     QueryExpansion,
@@ -25,8 +25,8 @@ from tnsrag_db.strategies.expansion import (
     normalize_variant,
     normalize_variants,
 )
-from tnsrag_db.strategies.multi_query import MultiQueryRAGStrategy
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy
+from tnsrag_db._types import RAGContext, RetrievedDocument
 
 
 def doc(entry_id: str, score: float = 1.0, **metadata: str) -> RetrievedDocument:
@@ -273,7 +273,7 @@ def test_load_expander(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_installed_expanders_lists_entry_points_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tnsrag_db.strategies.expansion import installed_expanders
+    from tnsrag_db._strategies.expansion import installed_expanders
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [
         importlib.metadata.EntryPoint("upper", f"{__name__}:NoArgExpander", group)])

@@ -41,7 +41,7 @@ def test_import_loads_no_database_stack() -> None:
 def test_every_error_class_is_exported() -> None:
     import inspect
 
-    from tnsrag_db import errors
+    from tnsrag_db import _errors as errors
 
     classes = {name for name, value in vars(errors).items()
                if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == errors.__name__}

@@ -1,12 +1,12 @@
-"""Unit tests of tnsrag_db.strategies.fusion (no database)."""
+"""Unit tests of tnsrag_db._strategies.fusion (no database)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.strategies.fusion import DEFAULT_RRF_K, document_key, reciprocal_rank_fusion
-from tnsrag_db.types import RetrievedDocument
+from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, document_key, reciprocal_rank_fusion
+from tnsrag_db._types import RetrievedDocument
 
 
 def doc(entry_id: str, score: float = 0.0, **metadata: str) -> RetrievedDocument:

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from tnsrag_db import ConfigurationError, FusedDocument, fuse, reciprocal_rank_fusion
-from tnsrag_db.strategies.fusion import check_weights
-from tnsrag_db.types import RetrievedDocument
+from tnsrag_db._strategies.fusion import check_weights
+from tnsrag_db._types import RetrievedDocument
 
 
 def doc(entry_id: str) -> RetrievedDocument:

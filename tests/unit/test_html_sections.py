@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tnsrag_db.chunking import Chunker
-from tnsrag_db.loaders import FileLoader
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._chunking import Chunker
+from tnsrag_db._loaders import FileLoader
+from tnsrag_db._types import MemoryEntry
 
 GUIDE = """<!doctype html>
 <html><head><title>The  Guide</title><style>h1 {color: red}</style>

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tnsrag_db.errors import InvalidFilterError
+from tnsrag_db._errors import InvalidFilterError
 from tnsrag_db.integrations._core import (
     NO_SCORE_FLOOR,
     ArgumentError,
@@ -17,7 +17,7 @@ from tnsrag_db.integrations._core import (
     document_record,
     search_context,
 )
-from tnsrag_db.types import RetrievedDocument
+from tnsrag_db._types import RetrievedDocument
 
 
 @pytest.mark.parametrize("args, name, message", [

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests._trees import messy_tree
-from tnsrag_db.chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
-from tnsrag_db.cli._progress import PhaseProgress
+from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
+from tnsrag_db._cli._progress import PhaseProgress
 from tnsrag_db.embeddings import HashingEmbedding, ValidatingEmbedding
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.loaders import FileLoader, SkippedFile, file_format
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._loaders import FileLoader, SkippedFile, file_format
 
 
 def load(*patterns: str | Path, **options: object) -> tuple[dict[str, object], FileLoader]:
@@ -84,7 +84,7 @@ def test_perl_logs_and_readme_suffixes_are_known() -> None:
     assert [file_format(n) for n in ["fetch.perl", "git-p4.README", "README.Debian", "x.LICENSE.gz", "build.log",
                                      "sshd.conf", "perlpod.pod", "a.awk", "photo.jpeg", "lib.so"]] == [
         "code", "text", "text", "text", "text", "text", "text", "code", None, None]
-    from tnsrag_db.loaders.formats import _language
+    from tnsrag_db._loaders.formats import _language
 
     assert _language("fetch.perl") == "perl" and _language("a.awk") == "awk"
 

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.vectorstores.utils import maximal_marginal_relevance as langchain_mmr
 
-from tnsrag_db.errors import ValidationError
-from tnsrag_db.strategies.mmr import maximal_marginal_relevance
+from tnsrag_db._errors import ValidationError
+from tnsrag_db._strategies.mmr import maximal_marginal_relevance
 
 # Unit vectors. Similarity to the query q: d 0.96, b 0.936, a 0.8, c 0.6.
 # Between candidates: a·b 0.96, a·c 0, a·d 0.6, b·c 0.28, b·d 0.8, c·d 0.8.

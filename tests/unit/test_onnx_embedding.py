@@ -20,7 +20,7 @@ from tnsrag_db.embeddings import (
     resolve_embedding,
     shipped_model_dir,
 )
-from tnsrag_db.errors import ConfigurationError, ProviderConfigurationError
+from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError
 
 
 @pytest.fixture(scope="module")

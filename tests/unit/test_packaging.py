@@ -48,7 +48,7 @@ def test_the_built_wheel_holds_the_migrations_and_data(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("tnsrag_db/_migrations/env.py", "tnsrag_db/_migrations/script.py.mako",
                      "tnsrag_db/_migrations/versions/0001_initial.py", "tnsrag_db/data/sample_corpus.jsonl",
-                     "tnsrag_db/py.typed", "tnsrag_db/store/store.py",
+                     "tnsrag_db/py.typed", "tnsrag_db/_store/store.py",
                      "tnsrag_db/data/models/all-MiniLM-L6-v2/tokenizer.json",
                      "tnsrag_db/data/models/all-MiniLM-L6-v2/1_Pooling/config.json",
                      "tnsrag_db/data/models/all-MiniLM-L6-v2/modules.json",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tnsrag_db.errors import ConfigurationError, ValidationError
-from tnsrag_db.pipeline import RAGPipeline, format_context
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._pipeline import RAGPipeline, format_context
+from tnsrag_db._types import RAGContext, RetrievedDocument
 
 
 class Recorder:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tnsrag_db._plugins import is_missing, unavailable_unless_installed
-from tnsrag_db.errors import StrategyUnavailableError
+from tnsrag_db._errors import StrategyUnavailableError
 
 
 class _Block(importlib.abc.MetaPathFinder):
@@ -51,7 +51,7 @@ def test_a_missing_optional_package_is_unavailable_and_names_the_extra(no_mcp: N
 
 
 def test_the_mcp_command_names_the_extra_when_mcp_is_missing(no_mcp: None) -> None:
-    from tnsrag_db.cli import main_group
+    from tnsrag_db._cli import main_group
 
     res = CliRunner().invoke(main_group, ["mcp", "--corpus", "x"])
     assert res.exit_code == 1 and "the MCP server needs the [mcp] extra" in res.output, res.output
@@ -61,27 +61,27 @@ def test_an_import_error_inside_a_module_that_is_there_propagates() -> None:
     # The optional module is installed; something it imports is not (a bug, or a broken
     # dependency): the traceback must show that, never "not available".
     with pytest.raises(ModuleNotFoundError) as info:
-        with unavailable_unless_installed("strategy 'x'", ("tnsrag_db.strategies.keyword",)):
+        with unavailable_unless_installed("strategy 'x'", ("tnsrag_db._strategies.keyword",)):
             raise ModuleNotFoundError("No module named 'tnsrag_db_no_such_dependency'",
                                       name="tnsrag_db_no_such_dependency")
     assert info.value.name == "tnsrag_db_no_such_dependency"
     with pytest.raises(ImportError, match="cannot import name"):  # a renamed function
-        with unavailable_unless_installed("strategy 'x'", ("tnsrag_db.strategies.keyword",)):
-            from tnsrag_db.strategies.keyword import no_such_function  # type: ignore[attr-defined]  # noqa: F401
+        with unavailable_unless_installed("strategy 'x'", ("tnsrag_db._strategies.keyword",)):
+            from tnsrag_db._strategies.keyword import no_such_function  # type: ignore[attr-defined]  # noqa: F401
 
 
 @pytest.mark.parametrize(("name", "missing"), [
     ("mcp", True),                                 # the package itself
-    ("tnsrag_db.strategies.reasoning", True),      # one of ours left out of the installation
-    ("tnsrag_db.strategies", True),                # the package that would hold it
+    ("tnsrag_db._strategies.reasoning", True),      # one of ours left out of the installation
+    ("tnsrag_db._strategies", True),                # the package that would hold it
     ("mcp.server", False),                         # below it: mcp is there, something in it failed
     ("numpy", False),                              # something else
     (None, False),                                 # an error that names no module
 ])
 def test_is_missing_reads_the_module_name_of_the_error(name: str | None, missing: bool) -> None:
-    assert is_missing(ModuleNotFoundError("x", name=name), ("mcp", "tnsrag_db.strategies.reasoning")) is missing
+    assert is_missing(ModuleNotFoundError("x", name=name), ("mcp", "tnsrag_db._strategies.reasoning")) is missing
     # "cannot import name X from mcp": mcp is installed, X is not in it.
-    assert not is_missing(ImportError("cannot import name 'X'", name=name), ("mcp", "tnsrag_db.strategies.reasoning"))
+    assert not is_missing(ImportError("cannot import name 'X'", name=name), ("mcp", "tnsrag_db._strategies.reasoning"))
 
 
 def _hidden_interrupt() -> ImportError:

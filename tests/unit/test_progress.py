@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from tnsrag_db.cli._progress import PLAIN_INTERVAL, PhaseProgress, ingest_progress
+from tnsrag_db._cli._progress import PLAIN_INTERVAL, PhaseProgress, ingest_progress
 
 
 class _Tty(io.StringIO):

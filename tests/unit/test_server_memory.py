@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tnsrag_db.errors import ValidationError
-from tnsrag_db.store.embedded import memory
-from tnsrag_db.store.embedded.memory import GiB, MiB, parse_size, plan, server_settings, write_config
+from tnsrag_db._errors import ValidationError
+from tnsrag_db._store.embedded import memory
+from tnsrag_db._store.embedded.memory import GiB, MiB, parse_size, plan, server_settings, write_config
 
 
 def _bytes(value: str) -> int:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tnsrag_db.db.statement import Plan, Rows, Statement, arun_plan, one, run_plan
+from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, one, run_plan
 
 
 def _two_rounds(seed: int) -> Plan[list[int]]:

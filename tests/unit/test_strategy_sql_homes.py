@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import tnsrag_db
-from tnsrag_db.db.schema import metadata
+from tnsrag_db._db.schema import metadata
 
-STRATEGIES = Path(tnsrag_db.__file__).parent / "strategies"
+STRATEGIES = Path(tnsrag_db.__file__).parent / "_strategies"
 # GraphRAGStrategy.explain still reads its BM25 seeds with their term figures on one snapshot
 # connection (BM25Index.explain_scores takes the connection).
 EXPLAIN_ONLY = {"graph": {".execute(", "sa.text("}}

@@ -33,20 +33,20 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 #: The layers, bottom up: each module prefix with the layers below it that it may import
 #: (the longest matching prefix places a module; the package's own ``__init__`` is outside).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("tnsrag_db._validate", "tnsrag_db._plugins", "tnsrag_db.errors", "tnsrag_db.types"),
+    ("tnsrag_db._validate", "tnsrag_db._plugins", "tnsrag_db._errors", "tnsrag_db._types"),
     ("tnsrag_db.explain",),
-    ("tnsrag_db.db",),
-    ("tnsrag_db.store", "tnsrag_db.embeddings", "tnsrag_db.chunking"),
-    ("tnsrag_db.indexes",),
-    ("tnsrag_db.strategies",),
-    ("tnsrag_db.pipeline", "tnsrag_db.declarative", "tnsrag_db.admin", "tnsrag_db.loaders", "tnsrag_db.evaluation",
+    ("tnsrag_db._db",),
+    ("tnsrag_db._store", "tnsrag_db.embeddings", "tnsrag_db._chunking"),
+    ("tnsrag_db._indexes",),
+    ("tnsrag_db._strategies",),
+    ("tnsrag_db._pipeline", "tnsrag_db.declarative", "tnsrag_db.admin", "tnsrag_db._loaders", "tnsrag_db.evaluation",
      "tnsrag_db.integrations", "tnsrag_db.tenancy"),
-    ("tnsrag_db.cli",),
+    ("tnsrag_db._cli",),
 )
 #: The layers whose modules may not import each other in a circle even lazily.
-NO_LAZY_CYCLES = ("tnsrag_db.db", "tnsrag_db.store")
+NO_LAZY_CYCLES = ("tnsrag_db._db", "tnsrag_db._store")
 #: The layers that may import only public modules of other layers.
-BOUNDARY_LAYERS = ("tnsrag_db.cli", "tnsrag_db.declarative")
+BOUNDARY_LAYERS = ("tnsrag_db._cli", "tnsrag_db.declarative")
 #: Strategy modules that may mention tables (none of them runs SQL today).
 STRATEGY_EXEMPT = {"base", "compose", "registry"}
 K = TypeVar("K")
@@ -267,12 +267,12 @@ def _strings(tree: ast.Module) -> Iterator[tuple[str, int]]:
             yield node.value, node.lineno
 
 
-def strategy_tables(root: Path) -> dict[tuple[str, str], str]:
+def strategy_tables(root: Path, package: str = "_strategies") -> dict[tuple[str, str], str]:
     """``(strategy module's path, table)`` for each table a strategy module's SQL names
     (a string with an upper-case SQL keyword in which the table's name stands as a word)."""
     tables = re.compile(r"(?<![:\w])(" + "|".join(TABLES) + r")(?!\w)")
     out: dict[tuple[str, str], str] = {}
-    for path in sorted((root / "strategies").glob("*.py")):
+    for path in sorted((root / package).glob("*.py")):
         if path.stem in STRATEGY_EXEMPT:
             continue
         for text, line in _strings(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -400,7 +400,7 @@ def test_table_names_in_strategy_sql_are_found(tmp_path: Path) -> None:
                                "C = 'SELECT :entries AS n'\n"
                                "D = ('SELECT 1 '\n     'FROM bm25_df')\n"),
     })
-    assert strategy_tables(root) == {("strategies/walk.py", "edges"): "walk.py:2",
+    assert strategy_tables(root, "strategies") == {("strategies/walk.py", "edges"): "walk.py:2",
                                       ("strategies/walk.py", "bm25_df"): "walk.py:5"}
 
 

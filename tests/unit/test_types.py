@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tnsrag_db.errors import InvalidContextError, InvalidEntryError, InvalidFilterError, ValidationError
-from tnsrag_db.types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
+from tnsrag_db._errors import InvalidContextError, InvalidEntryError, InvalidFilterError, ValidationError
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 
 
 def test_context_defaults_and_with_methods() -> None:

@@ -20,7 +20,7 @@ import tests.fix_db as fix_db
 
 def test_the_run_sees_a_temporary_user_data_dir():
     assert os.environ["HOME"] != {home!r} and os.environ["XDG_DATA_HOME"] != {data!r}
-    from tnsrag_db.store.embedded.server import default_data_dir
+    from tnsrag_db._store.embedded.server import default_data_dir
 
     assert not str(default_data_dir()).startswith({data!r})
     assert fix_db.REAL_DATA_DIR == Path({data!r}) / "tnsrag_db"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pgvector import Vector
 
-from tnsrag_db.indexes.vector.copy import encode_rows, encode_vector
+from tnsrag_db._indexes.vector.copy import encode_rows, encode_vector
 
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 

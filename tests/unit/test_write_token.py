@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tnsrag_db.db.replicas import WriteToken
-from tnsrag_db.errors import ValidationError
+from tnsrag_db._db.replicas import WriteToken
+from tnsrag_db._errors import ValidationError
 
 
 @pytest.mark.parametrize("value", [None, b"0/3000148", 3000148, "", "3000148", "0/", "/5", "-1/5", "0x1/5",

@@ -1,6 +1,6 @@
 """Looking after corpora: list them, describe one, export and restore one.
 
-The functions take a :class:`~tnsrag_db.store.store.Store`; :func:`list_corpora`
+The functions take a :class:`~tnsrag_db._store.store.Store`; :func:`list_corpora`
 covers every corpus of the store's schema, the others the store's own corpus. The
 value types are frozen dataclasses whose ``to_dict()`` returns plain JSON-able dicts
 (datetimes as ISO-8601 strings), the shape ``tnsrag ... --json`` prints.
@@ -23,7 +23,8 @@ embedding provider in use (with a real model, nearly all of its time).
 
 The modules: :mod:`.reports` (the value types), :mod:`.corpora` (listing and describing
 corpora), :mod:`.filter_notes` (why a filter matched nothing), :mod:`.export` and
-:mod:`.restore`. The names below are imported on first use, so
+:mod:`.restore`; :mod:`.server` (keeping the embedded server running after a script).
+The names below are imported on first use, so
 that a process importing only the plans of :mod:`.corpora` and :mod:`.filter_notes`
 (the command line's keyword query) does not import the full store that export and
 restore need.
@@ -52,13 +53,14 @@ if TYPE_CHECKING:
         SpaceInfo,
     )
     from tnsrag_db.admin.restore import restore_corpus
+    from tnsrag_db.admin.server import keep_running
 
 #: The module of this package that defines each public name.
 _HOMES = {
     "CorpusInfo": "reports", "CorpusStats": "reports", "ExportCounts": "reports", "RestoreCounts": "reports",
     "SpaceInfo": "reports", "corpus_exists": "corpora", "corpus_names": "corpora", "corpus_stats": "corpora",
     "list_corpora": "corpora", "require_corpus": "corpora", "empty_filter_notes": "filter_notes",
-    "entry_record": "export", "export_corpus": "export", "restore_corpus": "restore",
+    "entry_record": "export", "export_corpus": "export", "restore_corpus": "restore", "keep_running": "server",
 }
 
 
@@ -87,6 +89,7 @@ __all__ = [
     "empty_filter_notes",
     "entry_record",
     "export_corpus",
+    "keep_running",
     "list_corpora",
     "require_corpus",
     "restore_corpus",

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
-from tnsrag_db.db.statement import Plan, Statement
-from tnsrag_db.errors import ConfigurationError, CorpusNotFoundError
-from tnsrag_db.types import MemoryTier
+from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._errors import ConfigurationError, CorpusNotFoundError
+from tnsrag_db._types import MemoryTier
 
 if TYPE_CHECKING:
-    from tnsrag_db.store.store import Store
+    from tnsrag_db._store.store import Store
 
 __all__ = ["corpus_exists", "corpus_exists_plan", "corpus_names", "corpus_names_plan", "corpus_stats",
            "list_corpora", "require_corpus", "require_corpus_plan"]

@@ -11,11 +11,11 @@ from typing import IO, Any
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.corpora import _not_found
 from tnsrag_db.admin.reports import ExportCounts
-from tnsrag_db.db.statement import Plan, Statement
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.store.reads import entries_after_plan
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._store.reads import entries_after_plan
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 __all__ = ["entry_record", "export_corpus"]
 

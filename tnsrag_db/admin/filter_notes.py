@@ -9,12 +9,12 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tnsrag_db.db.statement import Plan, Statement
-from tnsrag_db.store.reads import count_plan
-from tnsrag_db.types import validate_filters
+from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._store.reads import count_plan
+from tnsrag_db._types import validate_filters
 
 if TYPE_CHECKING:
-    from tnsrag_db.store.store import Store
+    from tnsrag_db._store.store import Store
 
 __all__ = ["empty_filter_notes", "empty_filter_notes_plan"]
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from tnsrag_db.admin.reports import RestoreCounts
-from tnsrag_db.errors import ProviderConfigurationError
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._errors import ProviderConfigurationError
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: the lean CLI paths import this package
     import numpy as np
@@ -86,7 +86,7 @@ def restore_providers(entries: Sequence[MemoryEntry], vectors: SpaceVectors, req
     """The embedding providers a restore of ``entries`` writes with, one pass each.
 
     One :class:`ExportedVectors` per space the file carried vectors of (``vectors``, as
-    :attr:`FileLoader.vectors <tnsrag_db.loaders.FileLoader.vectors>` returns them), in
+    :attr:`FileLoader.vectors <tnsrag_db._loaders.FileLoader.vectors>` returns them), in
     file order; ``requested`` (a provider) too, unless it is one of those spaces (then it
     embeds that space's missing texts). Without exported vectors: ``[requested]`` (the
     process embedding when None). Raises :class:`ProviderConfigurationError`, before
@@ -125,7 +125,7 @@ def restore_providers(entries: Sequence[MemoryEntry], vectors: SpaceVectors, req
 
 
 def restore_corpus(store: Store, path: str | os.PathLike[str], *, embedding: Any = None) -> RestoreCounts:
-    """Read an export (or any JSONL file :class:`~tnsrag_db.loaders.FileLoader` reads) into
+    """Read an export (or any JSONL file :class:`~tnsrag_db._loaders.FileLoader` reads) into
     the store's corpus: entries with their vectors, then their edges, in one transaction.
 
     Vectors the file carries (``export_corpus(..., vectors=True)``) are written as they
@@ -138,9 +138,9 @@ def restore_corpus(store: Store, path: str | os.PathLike[str], *, embedding: Any
     :class:`DanglingReferenceError` when an edge names an entry that is neither in the
     file nor in the corpus (nothing is written then), :class:`DatabaseError`.
     """
-    from tnsrag_db.indexes.graph import GraphStore
-    from tnsrag_db.indexes.vector import VectorMemoryStore
-    from tnsrag_db.loaders import FileLoader
+    from tnsrag_db._indexes.graph import GraphStore
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._loaders import FileLoader
 
     loader = FileLoader(Path(path))
     entries = list(loader.load())

@@ -13,7 +13,7 @@ passes a :class:`RetrievalResult` to the action as its ``retrieved`` keyword arg
 
 Vector-backed modes and de-duplication embed with the process provider
 (:func:`tnsrag_db.embeddings.get_process_embedding`). The modes are composed by
-:mod:`tnsrag_db.strategies.compose`, the composer of ``tnsrag query --strategy`` too; the
+:mod:`tnsrag_db._strategies.compose`, the composer of ``tnsrag query --strategy`` too; the
 process's state (stores, ingestion caches) is one :class:`Runtime`.
 """
 

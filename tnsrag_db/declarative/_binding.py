@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tnsrag_db.errors import ConfigurationError, ValidationError
+from tnsrag_db._errors import ConfigurationError, ValidationError
 
 __all__ = ["RESULT_PARAMETER", "QueryBinding", "is_str_annotation", "plan_binding"]
 

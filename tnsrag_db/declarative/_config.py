@@ -10,8 +10,8 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from tnsrag_db._validate import is_int, is_number
-from tnsrag_db.errors import ConfigurationError, InvalidFilterError
-from tnsrag_db.types import RetrievedDocument, validate_filters
+from tnsrag_db._errors import ConfigurationError, InvalidFilterError
+from tnsrag_db._types import RetrievedDocument, validate_filters
 
 __all__ = [
     "DEFAULT_DEDUP_THRESHOLD",

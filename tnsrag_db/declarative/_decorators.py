@@ -29,8 +29,8 @@ from tnsrag_db.declarative._binding import QueryBinding, plan_binding
 from tnsrag_db.declarative._config import OnFailure, RetrievalConfig, strip_reserved
 from tnsrag_db.declarative._result import RetrievalResult
 from tnsrag_db.declarative._runtime import retrieve_for
-from tnsrag_db.errors import ConfigurationError, TnsragError
-from tnsrag_db.types import validate_filters
+from tnsrag_db._errors import ConfigurationError, TnsragError
+from tnsrag_db._types import validate_filters
 
 __all__ = ["is_runtime_failure", "retrieval", "retrieval_config", "retrieval_filters"]
 

@@ -15,9 +15,9 @@ import numpy.typing as npt
 
 from tnsrag_db._validate import is_number
 from tnsrag_db.declarative._config import DEFAULT_DEDUP_THRESHOLD
-from tnsrag_db.errors import ConfigurationError
-from tnsrag_db.strategies.base import RAGStrategy, check_query, resolve_context
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db._types import RAGContext, RetrievedDocument
 
 __all__ = ["DeduplicatingStrategy"]
 

@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING
 from tnsrag_db._plugins import is_missing, reraise_interrupt, unavailable_unless_installed
 from tnsrag_db.declarative._config import RetrievalStrategy
 from tnsrag_db.declarative._sources import KnowledgeSource, collect_sources
-from tnsrag_db.store.store import Store
-from tnsrag_db.store.write import content_hash, validate_batch
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.strategies.compose import temporal_index
-from tnsrag_db.types import MemoryEntry
+from tnsrag_db._store.store import Store
+from tnsrag_db._store.write import content_hash, validate_batch
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._strategies.compose import temporal_index
+from tnsrag_db._types import MemoryEntry
 
 if TYPE_CHECKING:
     from tnsrag_db.embeddings import ProcessEmbedding
-    from tnsrag_db.indexes.hierarchy import HierarchyIndex
-    from tnsrag_db.indexes.temporal import TemporalIndex
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.hierarchy import HierarchyIndex
+    from tnsrag_db._indexes.temporal import TemporalIndex
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
 __all__ = [
     "HIERARCHY_MODES",
@@ -110,7 +110,7 @@ def _all_stored(store: Store, wanted: dict[str, bytes], provider: str | None) ->
         return False
     if provider is None:
         return True
-    from tnsrag_db.indexes.vector.spaces import count_with_vectors
+    from tnsrag_db._indexes.vector.spaces import count_with_vectors
 
     return count_with_vectors(store, provider, list(wanted)) == len(wanted)
 
@@ -162,12 +162,12 @@ class _Checks:
         self.hierarchy: HierarchyIndex | None = None
         if RetrievalStrategy.TEMPORAL in modes:  # never write unchecked
             with unavailable_unless_installed(mode_label(RetrievalStrategy.TEMPORAL),
-                                              ("tnsrag_db.indexes.temporal", "tnsrag_db.strategies.temporal")):
+                                              ("tnsrag_db._indexes.temporal", "tnsrag_db._strategies.temporal")):
                 self.temporal = temporal_index(store)
         hierarchical = sorted(modes & HIERARCHY_MODES, key=lambda m: m.name)
         if hierarchical:
-            with unavailable_unless_installed(mode_label(hierarchical[0]), ("tnsrag_db.indexes.hierarchy",)):
-                from tnsrag_db.indexes.hierarchy import HierarchyIndex
+            with unavailable_unless_installed(mode_label(hierarchical[0]), ("tnsrag_db._indexes.hierarchy",)):
+                from tnsrag_db._indexes.hierarchy import HierarchyIndex
             self.hierarchy = HierarchyIndex(store)
 
     @property
@@ -235,10 +235,10 @@ def validate_hierarchy(once: Once, role: object, store: Store) -> None:
 
     def work() -> IngestCounts:
         try:
-            from tnsrag_db.indexes.hierarchy import HierarchyIndex
+            from tnsrag_db._indexes.hierarchy import HierarchyIndex
         except ImportError as exc:
             reraise_interrupt(exc)
-            if not is_missing(exc, ("tnsrag_db.indexes.hierarchy",)):
+            if not is_missing(exc, ("tnsrag_db._indexes.hierarchy",)):
                 raise
             return IngestCounts()  # not installed: the composition reports it
         HierarchyIndex(store).validate()

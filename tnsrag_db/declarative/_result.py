@@ -6,9 +6,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from tnsrag_db.declarative._config import RetrievalStrategy
-from tnsrag_db.errors import TnsragError
-from tnsrag_db.pipeline import format_context as _pipeline_format
-from tnsrag_db.types import RetrievedDocument
+from tnsrag_db._errors import TnsragError
+from tnsrag_db._pipeline import format_context as _pipeline_format
+from tnsrag_db._types import RetrievedDocument
 
 __all__ = ["RetrievalResult", "format_context"]
 

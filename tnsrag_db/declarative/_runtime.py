@@ -1,6 +1,6 @@
 """The declarative runtime: which store a role uses, ingestion of its sources (once; see
 :mod:`tnsrag_db.declarative._ingest`), and the composition of each retrieval mode at
-dispatch time (by :mod:`tnsrag_db.strategies.compose`, the rule the registry uses too).
+dispatch time (by :mod:`tnsrag_db._strategies.compose`, the rule the registry uses too).
 
 Store resolution for a role (first that applies): :func:`bind_store` on the instance,
 :func:`bind_store` on its class (or a base class), the process default set with
@@ -34,15 +34,15 @@ from tnsrag_db.declarative._ingest import (
 )
 from tnsrag_db.declarative._sources import collect_sources
 from tnsrag_db.embeddings import ProcessEmbedding, get_process_embedding
-from tnsrag_db.errors import ConfigurationError, ExecutionError, TnsragError
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import IngestCounts
-from tnsrag_db.strategies.base import RAGStrategy
-from tnsrag_db.strategies.compose import GRAPH_PROVIDER_NAME, StrategyOptions, compose_strategy, ensure_installed
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db._errors import ConfigurationError, ExecutionError, TnsragError
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import IngestCounts
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._strategies.compose import GRAPH_PROVIDER_NAME, StrategyOptions, compose_strategy, ensure_installed
+from tnsrag_db._types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
-    from tnsrag_db.indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.vector import VectorMemoryStore
 
 __all__ = [
     "GRAPH_PROVIDER_NAME",
@@ -129,7 +129,7 @@ class Runtime:
                 store = self._default_store
                 if store is None:
                     if self._connected_store is None:
-                        from tnsrag_db.store.store import connect
+                        from tnsrag_db._store.store import connect
 
                         self._connected_store = connect()
                     store = self._connected_store
@@ -158,7 +158,7 @@ class Runtime:
 
     def vector_store(self, store: Store, embedding: ProcessEmbedding) -> VectorMemoryStore:
         """The ``VectorMemoryStore`` of (``store``, ``embedding``), made once."""
-        from tnsrag_db.indexes.vector import VectorMemoryStore
+        from tnsrag_db._indexes.vector import VectorMemoryStore
 
         key = (id(store), id(embedding))
         with self._lock:

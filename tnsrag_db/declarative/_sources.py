@@ -1,4 +1,4 @@
-"""Knowledge sources: ``@knowledge_source`` (``SourceLoader`` and ``FileLoader`` live in ``tnsrag_db.loaders``).
+"""Knowledge sources: ``@knowledge_source`` (``SourceLoader`` and ``FileLoader`` live in ``tnsrag_db._loaders``).
 
 A role class declares where its corpus comes from with one or more
 ``@knowledge_source(...)`` decorators: file paths, directories or globs (read by
@@ -16,9 +16,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from tnsrag_db.errors import ConfigurationError, InvalidEntryError
-from tnsrag_db.loaders import FileLoader, SourceLoader
-from tnsrag_db.types import MemoryEntry, MemoryTier
+from tnsrag_db._errors import ConfigurationError, InvalidEntryError
+from tnsrag_db._loaders import FileLoader, SourceLoader
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 __all__ = [
     "FileLoader",

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from tnsrag_db._validate import is_int
-from tnsrag_db.errors import ConfigurationError
+from tnsrag_db._errors import ConfigurationError
 
 __all__ = ["DEFAULT_HASH_DIMENSION", "HashingEmbedding"]
 

@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db._validate import is_int
-from tnsrag_db.errors import ConfigurationError, ProviderConfigurationError
+from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError
 
 __all__ = ["DEFAULT_BATCH_SIZE", "OnnxEmbedding", "POOLING_MODES"]
 

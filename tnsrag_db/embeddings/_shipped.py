@@ -29,7 +29,7 @@ from tnsrag_db.embeddings._discovery import ENTRY_POINT_GROUP, _build, discover_
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
 from tnsrag_db.embeddings._onnx import OnnxEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, provider_name
-from tnsrag_db.errors import ProviderConfigurationError
+from tnsrag_db._errors import ProviderConfigurationError
 
 __all__ = [
     "EMBED_EXTRA",

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, batch_method, provider_name
-from tnsrag_db.errors import (
+from tnsrag_db._errors import (
     ConfigurationError,
     EmbeddingValidationError,
     ExecutionError,

@@ -24,7 +24,7 @@ Results are frozen dataclasses with ``to_dict()`` (JSON-ready);
 :func:`plot_report` draws them as a bar chart with the intervals (needs the ``plot``
 extra: ``pip install 'tnsrag-db[plot]'``).
 
-Bad input raises :class:`~tnsrag_db.errors.EvaluationDataError` naming the file and
+Bad input raises :class:`~tnsrag_db._errors.EvaluationDataError` naming the file and
 line at fault.
 
 The modules: :mod:`.metrics` (per-query metrics), :mod:`.resampling` (bootstrap

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tnsrag_db._validate import is_int
-from tnsrag_db.errors import EvaluationDataError
+from tnsrag_db._errors import EvaluationDataError
 
 if TYPE_CHECKING:
-    from tnsrag_db.store.store import Store
+    from tnsrag_db._store.store import Store
 
 __all__ = ["Qrels", "Query", "check_corpus", "check_judged", "load_qrels", "load_queries"]
 

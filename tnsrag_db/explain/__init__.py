@@ -28,7 +28,7 @@ These are values only, built by the indexes and the strategies (the layer below 
 :mod:`._scores` (the scores a strategy computes itself: BM25, cosine, reasoning,
 unexplained), :mod:`._derived` (scores made from a child's: fusion, graph, hierarchy,
 temporal; and the :data:`ScoreExplanation` union), :mod:`._results` (the explained
-ranking and its search plans). :func:`tnsrag_db.strategies.explain.explain_with` explains
+ranking and its search plans). :func:`tnsrag_db._strategies.explain.explain_with` explains
 any strategy.
 """
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from tnsrag_db.explain._derived import ScoreExplanation
-from tnsrag_db.types import RAGContext, RetrievedDocument
+from tnsrag_db._types import RAGContext, RetrievedDocument
 
 __all__ = ["ExplainableStrategy", "ExplainedDocument", "Explanation", "SearchPlan"]
 
@@ -138,7 +138,7 @@ class ExplainableStrategy(Protocol):
         ...
 
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """As :class:`~tnsrag_db.strategies.base.RAGStrategy`."""
+        """As :class:`~tnsrag_db._strategies.base.RAGStrategy`."""
         ...
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:

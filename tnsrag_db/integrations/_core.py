@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding, provider_name
-from tnsrag_db.errors import TnsragError, ValidationError
-from tnsrag_db.strategies.base import RAGStrategy, check_query
-from tnsrag_db.strategies.registry import build_strategy
-from tnsrag_db.store.store import Store
-from tnsrag_db.types import RAGContext, RetrievedDocument, validate_filters
+from tnsrag_db._errors import TnsragError, ValidationError
+from tnsrag_db._strategies.base import RAGStrategy, check_query
+from tnsrag_db._strategies.registry import build_strategy
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import RAGContext, RetrievedDocument, validate_filters
 
 __all__ = ["NO_SCORE_FLOOR", "ArgumentError", "SerialEmbedding", "StrategyCache", "argument", "check_text_query",
            "document_record", "new_entry_id", "search_context"]
@@ -93,7 +93,7 @@ class SerialEmbedding:
 
     Without ``embedding``, the provider is chosen at first use (no I/O at construction):
     with ``store``, the provider of the corpus's own space, its newest complete one
-    (:func:`~tnsrag_db.indexes.vector.spaces.query_embedding`: a corpus embedded with the
+    (:func:`~tnsrag_db._indexes.vector.spaces.query_embedding`: a corpus embedded with the
     shipped model is searched and written with it, whatever the process default is; a
     corpus without vectors gets the default provider); without, the process provider.
     """
@@ -109,7 +109,7 @@ class SerialEmbedding:
             with self._lock:
                 if self._fn is None:
                     if self._store is not None:
-                        from tnsrag_db.indexes.vector.spaces import query_embedding
+                        from tnsrag_db._indexes.vector.spaces import query_embedding
 
                         self._fn = query_embedding(self._store)
                     else:

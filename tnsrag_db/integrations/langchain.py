@@ -12,7 +12,7 @@ a vector store.
   to the library's exact filters.
 
 The retriever's async form (``ainvoke``) awaits the strategy's ``aretrieve`` (psycopg's
-async connections, see :mod:`tnsrag_db.db.aio`) when the strategy has one; otherwise, and
+async connections, see :mod:`tnsrag_db._db.aio`) when the strategy has one; otherwise, and
 for the vector store's async forms (``asimilarity_search``, ...), the sync calls run in the
 event loop's default thread pool (LangChain's ``run_in_executor``): they do not block the
 loop but take a thread each.
@@ -36,9 +36,9 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from tnsrag_db._validate import check_int, is_int
-from tnsrag_db.errors import InvalidEntryError, InvalidFilterError, ValidationError
-from tnsrag_db.indexes.vector import VectorMemoryStore
-from tnsrag_db.indexes.vector.sql import documents_sql
+from tnsrag_db._errors import InvalidEntryError, InvalidFilterError, ValidationError
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._indexes.vector.sql import documents_sql
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
     StrategyCache,
@@ -48,15 +48,15 @@ from tnsrag_db.integrations._core import (
     new_entry_id,
     search_context,
 )
-from tnsrag_db.store.store import Store, connect
-from tnsrag_db.strategies.base import RAGStrategy
-from tnsrag_db.strategies.mmr import (
+from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._strategies.mmr import (
     DEFAULT_FETCH_K,
     DEFAULT_LAMBDA_MULT,
     check_lambda_mult,
     maximal_marginal_relevance,
 )
-from tnsrag_db.types import MAX_RESULTS, MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
+from tnsrag_db._types import MAX_RESULTS, MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
 
 __all__ = ["NON_STRING_METADATA_KEY", "TnsragRetriever", "TnsragVectorStore", "decode_metadata", "to_document",
            "to_library_filters"]
@@ -107,7 +107,7 @@ class TnsragRetriever(BaseRetriever):
     with negative cosine similarities). Metadata packed by :class:`TnsragVectorStore` is
     decoded as the vector store decodes it (:func:`decode_metadata`). Invalid settings raise at construction (pydantic's
     ``ValidationError`` carrying the library's message); invalid per-call overrides raise
-    the library's :class:`~tnsrag_db.errors.ValidationError`.
+    the library's :class:`~tnsrag_db._errors.ValidationError`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -175,7 +175,7 @@ def to_library_filters(filter: Mapping[str, Any] | None) -> dict[str, str]:
 
     Only ``{key: "value"}`` pairs are accepted: an operator (``{"$and": ...}``,
     ``{"k": {"$eq": ...}}``), a non-string value or a blank key or value raises
-    :class:`~tnsrag_db.errors.InvalidFilterError` saying so.
+    :class:`~tnsrag_db._errors.InvalidFilterError` saying so.
     """
     if filter is None:
         return {}
@@ -371,8 +371,8 @@ class TnsragVectorStore(VectorStore):
         similarity to those already chosen``; ``lambda_mult`` (default 0.5, in [0, 1]) 1 is
         plain similarity order, 0 the most diverse. At most ``min(k, fetch_k)`` documents
         (LangChain's rule). The candidates' stored vectors are used (not embedded again).
-        Raises :class:`~tnsrag_db.errors.ValidationError` for a bad ``k``, ``fetch_k`` or
-        ``lambda_mult``, :class:`~tnsrag_db.errors.InvalidFilterError` for a bad filter."""
+        Raises :class:`~tnsrag_db._errors.ValidationError` for a bad ``k``, ``fetch_k`` or
+        ``lambda_mult``, :class:`~tnsrag_db._errors.InvalidFilterError` for a bad filter."""
         if not isinstance(query, str):
             raise ValidationError(f"query must be a string, got {type(query).__name__}")
         self._check_mmr(k, fetch_k, lambda_mult)

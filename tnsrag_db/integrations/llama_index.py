@@ -36,11 +36,11 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import IndexNode, NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
-from tnsrag_db.db.aio import arun
-from tnsrag_db.db.statement import Plan
+from tnsrag_db._db.aio import arun
+from tnsrag_db._db.statement import Plan
 from tnsrag_db.embeddings import EmbeddingFunction
-from tnsrag_db.errors import ConfigurationError, InvalidFilterError
-from tnsrag_db.indexes.hierarchy import HierarchyIndex
+from tnsrag_db._errors import ConfigurationError, InvalidFilterError
+from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
     StrategyCache,
@@ -49,9 +49,9 @@ from tnsrag_db.integrations._core import (
     document_record,
     search_context,
 )
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.base import RAGStrategy
-from tnsrag_db.types import RAGContext, RetrievedDocument, validate_filters
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._types import RAGContext, RetrievedDocument, validate_filters
 
 __all__ = ["BOOKKEEPING_KEYS", "LlamaIndexEmbedding", "TnsragRetriever", "to_library_filters", "to_node"]
 
@@ -93,7 +93,7 @@ def to_library_filters(filters: MetadataFilters | Mapping[str, str] | None) -> d
 
     Accepted: ``MetadataFilter``\\ s with operator ``EQ`` (``==``) and a string value, under
     condition ``AND`` (``OR`` with a single filter is the same). Everything else cannot be
-    an exact match and raises :class:`~tnsrag_db.errors.InvalidFilterError` naming the
+    an exact match and raises :class:`~tnsrag_db._errors.InvalidFilterError` naming the
     filter: other operators, non-string values, ``OR`` over several filters, ``NOT``, nested
     ``MetadataFilters``, and two different values for one key (no entry could match both).
     """
@@ -161,8 +161,8 @@ class TnsragRetriever(BaseRetriever):
     :func:`to_library_filters`); ``min_score``: inclusive threshold (default None: no score
     floor, as LlamaIndex's vector retrievers have none). ``callback_manager``,
     ``object_map``, ``objects`` and ``verbose`` are ``BaseRetriever``'s. Bad settings raise
-    the library's :class:`~tnsrag_db.errors.ValidationError` (naming the argument) or
-    :class:`~tnsrag_db.errors.ConfigurationError` at construction.
+    the library's :class:`~tnsrag_db._errors.ValidationError` (naming the argument) or
+    :class:`~tnsrag_db._errors.ConfigurationError` at construction.
     """
 
     def __init__(self, store: Store | None = None, strategy: str | RAGStrategy = "hybrid", *,

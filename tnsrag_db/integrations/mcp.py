@@ -58,10 +58,10 @@ from sqlalchemy.engine import Connection
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin import corpus_names, corpus_stats, list_corpora
 from tnsrag_db.embeddings import EmbeddingFunction
-from tnsrag_db.errors import TnsragError
-from tnsrag_db.indexes.graph import DEFAULT_RELATION, GraphStore
-from tnsrag_db.indexes.temporal import TemporalIndex
-from tnsrag_db.indexes.vector import VectorMemoryStore
+from tnsrag_db._errors import TnsragError
+from tnsrag_db._indexes.graph import DEFAULT_RELATION, GraphStore
+from tnsrag_db._indexes.temporal import TemporalIndex
+from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db.integrations._core import (
     ArgumentError,
     SerialEmbedding,
@@ -71,9 +71,9 @@ from tnsrag_db.integrations._core import (
     document_record,
     search_context,
 )
-from tnsrag_db.store.store import Store
-from tnsrag_db.strategies.registry import STRATEGY_NAMES
-from tnsrag_db.types import MemoryEntry, MemoryTier, parse_instant
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.registry import STRATEGY_NAMES
+from tnsrag_db._types import MemoryEntry, MemoryTier, parse_instant
 
 __all__ = ["DEFAULT_MAX_CONTENT_CHARS", "DEFAULT_MAX_TOP_K", "READ_TOOLS", "WRITE_TOOLS", "create_server",
            "remember_id", "serve_stdio"]
@@ -82,7 +82,7 @@ __all__ = ["DEFAULT_MAX_CONTENT_CHARS", "DEFAULT_MAX_TOP_K", "READ_TOOLS", "WRIT
 DEFAULT_MAX_TOP_K = 100
 #: Characters of each document's content a ``search`` answer carries unless the server is
 #: built with another bound: about a thousand tokens, four times the largest chunk ``tnsrag
-#: ingest`` writes (:data:`tnsrag_db.chunking.DEFAULT_CHUNK_CHARS`), so ingested chunks come
+#: ingest`` writes (:data:`tnsrag_db._chunking.DEFAULT_CHUNK_CHARS`), so ingested chunks come
 #: whole and only outsized entries (a whole file remembered as one) are cut. A bound rather
 #: than None: one entry of megabytes would otherwise fill an agent's context window.
 DEFAULT_MAX_CONTENT_CHARS = 4000
@@ -265,7 +265,7 @@ def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEF
     """An MCP server whose tools work on ``store``'s corpus (the store stays the caller's to close).
 
     ``embedding`` defaults to the provider of the corpus's own space, its newest complete
-    one (:func:`tnsrag_db.indexes.vector.spaces.query_embedding`, resolved at the first
+    one (:func:`tnsrag_db._indexes.vector.spaces.query_embedding`, resolved at the first
     call that embeds; the default provider for a corpus without vectors), as ``tnsrag mcp``
     does. Its calls are serialised. ``max_top_k`` (default 100) caps ``search``'s ``top_k``.
     ``max_content_chars`` (characters, default 4000; None: no bound) cuts each document's

@@ -1,0 +1,68 @@
+"""Shared CLI plumbing: database options, JSON output, error reporting.
+
+The root group is defined in ``tnsrag_db/_cli/__init__.py`` (commands register there, in
+``COMMANDS``); ``main_group`` is re-exported here for modules that import it from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from tnsrag_db._cli import main_group  # re-exported: the root group lives in tnsrag_db/_cli/__init__.py
+from tnsrag_db._errors import TnsragError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "handle_errors", "main_group", "parse_pairs"]
+
+#: :data:`tnsrag_db._db.schema.DEFAULT_SCHEMA`, written out: that module declares the tables
+#: with SQLAlchemy, imports a keyword query does without (a test checks both agree).
+DEFAULT_SCHEMA = "tnsrag"
+
+
+def db_options(func: F) -> F:
+    """Add --url and --schema options (url from TNSRAG_DATABASE_URL)."""
+    func = click.option("--schema", default=DEFAULT_SCHEMA, show_default=True,
+                        help="PostgreSQL schema holding the library's tables.")(func)
+    func = click.option("--url", envvar="TNSRAG_DATABASE_URL", default=None,
+                        help="Database URL (libpq or SQLAlchemy form). Default: the embedded server.")(func)
+    return func
+
+
+def emit(data: Any, as_json: bool, text: str | None = None) -> None:
+    """Print ``data`` as JSON, or ``text`` for people."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+    elif text is not None:
+        click.echo(text)
+
+
+def handle_errors(func: F) -> F:
+    """Turn library errors into a one-line message and exit status 1 (no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TnsragError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a dict; a usage error (exit 2) naming ``option`` for a malformed one."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        out[key] = value
+    return out

@@ -1,0 +1,267 @@
+"""``tnsrag db``: schema migrations (upgrade, downgrade, current, check, sql)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.engine import Engine
+
+from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._confirm import confirm_destruction, yes_option
+from tnsrag_db._indexes.vector import DEFAULT_INDEX_THRESHOLD
+from tnsrag_db._indexes.vector.hnsw import build_due_indexes
+from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
+from tnsrag_db._db import migrate
+from tnsrag_db._store.embedded.resolve import embedded_url
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.store import Store
+
+__all__ = ["db"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextmanager
+def _engine(url: str | None, schema: str) -> Iterator[Engine]:
+    """A one-connection engine on ``url`` (or the embedded server), disposed afterwards."""
+    engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@click.group()
+def db() -> None:
+    """Manage the library's schema with its alembic migrations.
+
+    Example: tnsrag db upgrade --url postgresql://app@db.internal/app
+    """
+
+
+def _lock_options(func: F) -> F:
+    """--lock-timeout and --lock-retries: how DDL waits for table locks (see migration_ops)."""
+    func = click.option("--lock-retries", type=click.IntRange(min=0), default=DEFAULT_LOCK_RETRIES, show_default=True,
+                        help="Tries again after a lock timeout before giving up.")(func)
+    return click.option("--lock-timeout", type=click.FloatRange(min=0), default=DEFAULT_LOCK_TIMEOUT,
+                        show_default=True,
+                        help="Seconds DDL waits for a table lock before it gives up and retries (0: no limit); "
+                             "writers never queue behind it for longer.")(func)
+
+
+@db.command()
+@db_options
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+@click.option("--tenancy", type=click.Choice(["rls", "off"]), default=None,
+              help="Then switch tenant isolation (row-level security, see README 'Tenancy') on (rls) or off; "
+                   "left as it is by default.")
+@_lock_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lock_timeout: float,
+            lock_retries: int, as_json: bool) -> None:
+    """Migrate the schema up (safe to run from several processes at once: an advisory lock serialises them).
+
+    Each revision runs in its own transaction; DDL waits at most --lock-timeout for a table
+    lock and is retried, so an upgrade never blocks writers behind a long transaction.
+
+    Example: tnsrag db upgrade --tenancy rls --lock-timeout 2
+    """
+    from tnsrag_db import tenancy as tenants
+
+    with _engine(url, schema) as engine:
+        before = migrate.current_revision(engine, schema=schema)
+        migrate.upgrade(engine, schema=schema, revision=revision, lock_timeout=lock_timeout, lock_retries=lock_retries)
+        after = migrate.current_revision(engine, schema=schema)
+        if tenancy is not None:
+            switch = tenants.enable if tenancy == "rls" else tenants.disable
+            switch(engine, schema=schema, lock_timeout=lock_timeout, lock_retries=lock_retries)
+        rls = after is not None and tenants.is_enabled(engine, schema=schema)
+        indexed = not rls or tenants.filters_use_indexes(engine, schema=schema)
+        triggers = after is not None and tenants.pair_triggers_attached(engine, schema=schema)
+    at_head = after == migrate.head_revision()
+    state = "rls" if rls else "off"
+    note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
+                               "not as index conditions (jsonb @> is not LEAKPROOF and the schema's filter "
+                               "pairs are missing or not maintained: run tnsrag db upgrade --tenancy rls again; "
+                               "see README, 'Tenancy')")
+    if not rls and triggers:
+        note += ("\nnote: the filter pairs' triggers stay on entries (a store that chose the pairs while tenancy "
+                 "was on keeps them right), so writes keep paying them; tnsrag db downgrade --revision 0006 "
+                 "removes them (see README, 'Tenancy')")
+    emit({"schema": schema, "from": before, "to": after, "at_head": at_head, "tenancy": state,
+          "filters_use_indexes": indexed, "filter_pair_triggers": triggers}, as_json,
+         (f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
+          else f"schema {schema}: {before or 'empty'} -> {after}") + f"; tenancy {state}{note}")
+
+
+@db.command()
+@db_options
+@click.option("--revision", default="base", show_default=True, help="Target revision ('base' removes every table).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@yes_option
+@handle_errors
+def downgrade(url: str | None, schema: str, revision: str, as_json: bool, yes: bool) -> None:
+    """Migrate the schema down (default: to base, dropping the library's tables and data).
+
+    Asks for confirmation first; without a terminal it refuses unless --yes is given.
+
+    Example: tnsrag db downgrade --revision base --yes
+    """
+    with _engine(url, schema) as engine:
+        before = migrate.current_revision(engine, schema=schema)
+        if before is None:
+            emit({"schema": schema, "from": None, "to": None}, as_json, f"schema {schema}: not migrated, nothing to do")
+            return
+        where = engine.url.render_as_string(hide_password=True)
+        confirm_destruction(f"downgrade schema {schema!r} on {where} from {before} to {revision}"
+                            f"{' (drops every table and all data)' if revision == 'base' else ''}", yes=yes)
+        migrate.downgrade(engine, schema=schema, revision=revision)
+        after = migrate.current_revision(engine, schema=schema)
+    emit({"schema": schema, "from": before, "to": after}, as_json,
+         f"schema {schema}: {before} -> {after or 'base'}")
+
+
+@db.command()
+@db_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def current(url: str | None, schema: str, as_json: bool) -> None:
+    """Print the revision the schema is at and this release's head.
+
+    Example: tnsrag db current --json
+    """
+    with _engine(url, schema) as engine:
+        rev = migrate.current_revision(engine, schema=schema)
+    head = migrate.head_revision()
+    emit({"schema": schema, "current": rev, "head": head, "up_to_date": rev == head}, as_json,
+         f"schema {schema}: {rev or 'not migrated'} (head {head}){'' if rev == head else ' - run tnsrag db upgrade'}")
+
+
+@db.command()
+@db_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def check(url: str | None, schema: str, as_json: bool) -> None:
+    """Check for drift between the library's table declarations and the migrated database.
+
+    Exits 1 when the schema is not migrated, not at head, or differs from the
+    declarations. The HNSW indexes the library builds per embedding space at run time
+    are not drift.
+
+    Example: tnsrag db check
+    """
+    with _engine(url, schema) as engine:
+        rev = migrate.current_revision(engine, schema=schema)
+        diffs = migrate.check(engine, schema=schema) if rev is not None else []
+    head = migrate.head_revision()
+    ok = rev == head and not diffs
+    if rev is None:
+        state = f"schema {schema} is not migrated (head {head}): run tnsrag db upgrade"
+    elif rev != head:
+        state = f"schema {schema} is at {rev}, head is {head}: run tnsrag db upgrade"
+    else:
+        state = f"schema {schema} at {rev} differs from this release's declarations:"
+    emit({"schema": schema, "current": rev, "head": head, "differences": diffs, "ok": ok}, as_json,
+         "no drift" if ok else "\n".join([state, *(f"  {d}" for d in diffs)]))
+    if not ok:
+        sys.exit(1)
+
+
+@db.command()
+@click.option("--schema", default="tnsrag", show_default=True, help="PostgreSQL schema for the tables.")
+@click.option("--range", "revision_range", default="base:head", show_default=True,
+              help="Revisions as FROM:TO (a downgrade when TO is older).")
+@click.option("--citus", is_flag=True,
+              help="Instead: the script that distributes the migrated tables by corpus on a Citus coordinator.")
+def sql(schema: str, revision_range: str, citus: bool) -> None:
+    """Print the SQL of a migration without connecting (for review or a DBA).
+
+    With --citus, print the script an operator runs on a Citus coordinator after the
+    migrations: every table hash-distributed by corpus and co-located (see README,
+    "Scale out with Citus").
+
+    Example: tnsrag db sql --range base:head > upgrade.sql; tnsrag db sql --citus > citus.sql
+    """
+    if citus:
+        from tnsrag_db._store.citus import citus_script
+
+        click.echo(citus_script(schema=schema), nl=False)
+        return
+    click.echo(migrate.offline_sql(schema=schema, revision_range=revision_range), nl=False)
+
+
+@db.command("partition-sql")
+@db_options
+@click.option("--partitions", type=click.IntRange(2, 1024), default=8, show_default=True,
+              help="Hash partitions per table.")
+@handle_errors
+def partition_sql(url: str | None, schema: str, partitions: int) -> None:
+    """Print the script that hash-partitions the big tables by corpus (read from the live
+    catalog; nothing is changed). Review it, then run it in a maintenance window.
+
+    Example: tnsrag db partition-sql --url "$DATABASE_URL" --partitions 16 > partition.sql; psql "$DATABASE_URL" -1 -f partition.sql
+    """
+    from tnsrag_db._db.partition import partition_script
+
+    with _engine(url, schema) as engine, engine.connect() as conn:
+        click.echo(partition_script(conn, schema=schema, partitions=partitions), nl=False)
+
+
+@db.command("build-indexes")
+@db_options
+@click.option("--threshold", type=click.IntRange(min=1), default=DEFAULT_INDEX_THRESHOLD, show_default=True,
+              help="Build the index of every space holding at least this many vectors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -> None:
+    """Build the HNSW indexes that are due, in every corpus (run it as the schema's owner).
+
+    An application role that owns no table cannot build the index its writes make due;
+    its writes warn and this command, run by the owner (e.g. from cron), catches up.
+    Builds run concurrently with reads and writes. Each space is built on its own: a
+    space whose build fails is reported with its corpus and the cause, and the others
+    are still built. The exit status is the number of failed builds (at most 100), 0
+    when every due index was built.
+
+    Example: tnsrag db build-indexes --url postgresql://owner@db.internal/app
+    """
+    with _engine(url, schema) as engine:
+        store = Store(engine, schema=schema)
+        sweep = build_due_indexes(store, threshold)
+        # The sweep counts a space's vectors only up to the threshold (enough to know it is
+        # due); what was built is reported with its exact size, counted once it is built.
+        rows = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension,
+                 "vectors": _space_vectors(store.with_corpus(d.corpus), d.space_id), "index": name}
+                for d, name in sweep.built]
+    failed = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "space_id": d.space_id,
+               "error": type(exc).__name__, "message": str(exc)} for d, exc in sweep.failed]
+    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']} vectors)" for r in rows]
+    if not rows and not failed:
+        lines.append(f"schema {schema}: no index due")
+    emit({"schema": schema, "built": rows, "failed": failed}, as_json, "\n".join(lines) or None)
+    for f in failed:
+        click.echo(f"error: index of embedding space {f['space_id']} (corpus {f['corpus']!r}, {f['provider']}, "
+                   f"dimension {f['dimension']}) not built: {f['message']}", err=True)
+    if failed:
+        sys.exit(min(len(failed), 100))
+
+
+def _space_vectors(store: Store, space_id: int) -> int:
+    """The number of vectors embedding space ``space_id`` of the store's corpus holds."""
+    rows = store.read("SELECT count(*) AS n FROM embeddings WHERE corpus = :c AND space_id = :s",
+                      {"c": store.corpus, "s": space_id})
+    return int(rows[0].n)
+
+
+def _register_tenant_commands() -> None:
+    from tnsrag_db._cli.db_tenant import tenant
+
+    db.add_command(tenant)
+
+
+_register_tenant_commands()

@@ -1,0 +1,98 @@
+"""``tnsrag db tenant``: which database role may use which corpora (row-level security)."""
+
+from __future__ import annotations
+
+import click
+
+from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._store.embedded.resolve import embedded_url
+from tnsrag_db._db.engine import create_engine
+
+__all__ = ["tenant"]
+
+
+@click.group()
+def tenant() -> None:
+    """Grant database roles their corpora for tenant isolation (run as the schema's owner).
+
+    With row-level security on (tnsrag db upgrade --tenancy rls) a tenant role sees and
+    writes only the corpora granted here; see README, "Tenancy".
+
+    Example: tnsrag db tenant grant acme_app acme
+    """
+
+
+def _run(url: str | None, schema: str, action: str, role: str, corpus: str, as_json: bool) -> None:
+    from tnsrag_db import tenancy
+
+    engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+    try:
+        if action == "grant":
+            changed = tenancy.grant(engine, schema=schema, role=role, corpus=corpus)
+            enabled = tenancy.is_enabled(engine, schema=schema)
+        else:
+            changed = tenancy.revoke(engine, schema=schema, role=role, corpus=corpus)
+            enabled = tenancy.is_enabled(engine, schema=schema)
+    finally:
+        engine.dispose()
+    done = {"grant": ("granted", "already granted"), "revoke": ("revoked", "was not granted")}[action]
+    text = f"{role} / {corpus}: {done[0] if changed else done[1]}"
+    if not enabled:
+        text += " (row-level security is off: run tnsrag db upgrade --tenancy rls)"
+    emit({"schema": schema, "role": role, "corpus": corpus, action: changed, "tenancy": "rls" if enabled else "off"},
+         as_json, text)
+
+
+@tenant.command()
+@click.argument("role")
+@click.argument("corpus")
+@db_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def grant(role: str, corpus: str, url: str | None, schema: str, as_json: bool) -> None:
+    """Let database role ROLE use CORPUS (it may not exist yet), with the table privileges a tenant needs.
+
+    ROLE must exist and be a plain role: not a superuser, not BYPASSRLS, not the owner.
+
+    Example: tnsrag db tenant grant acme_app acme --url postgresql://owner@db.internal/app
+    """
+    _run(url, schema, "grant", role, corpus, as_json)
+
+
+@tenant.command()
+@click.argument("role")
+@click.argument("corpus")
+@db_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def revoke(role: str, corpus: str, url: str | None, schema: str, as_json: bool) -> None:
+    """Take CORPUS away from ROLE (its data stays; the role's sessions lose it at once).
+
+    Example: tnsrag db tenant revoke acme_app acme
+    """
+    _run(url, schema, "revoke", role, corpus, as_json)
+
+
+@tenant.command("list")
+@db_options
+@click.option("--role", default=None, help="Only this role's grants.")
+@click.option("--corpus", default=None, help="Only the grants of this corpus.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def list_grants(url: str | None, schema: str, role: str | None, corpus: str | None, as_json: bool) -> None:
+    """List the grants (as the owner: all of them; as a tenant role: its own) and whether RLS is on.
+
+    Example: tnsrag db tenant list --corpus acme --json
+    """
+    from tnsrag_db import tenancy
+
+    engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+    try:
+        found = tenancy.grants(engine, schema=schema, role=role, corpus=corpus)
+        enabled = tenancy.is_enabled(engine, schema=schema)
+    finally:
+        engine.dispose()
+    rows = [{"role": g.role, "corpus": g.corpus, "granted_at": g.created_at.isoformat()} for g in found]
+    emit({"schema": schema, "tenancy": "rls" if enabled else "off", "grants": rows}, as_json,
+         "\n".join([f"schema {schema}: tenancy {'rls' if enabled else 'off'}",
+                    *(f"  {r['role']}\t{r['corpus']}" for r in rows)]))

@@ -1,0 +1,417 @@
+"""``tnsrag ingest``: read a document tree into a corpus, batch by batch, with progress.
+
+The steps: pick the embedding (:func:`choose_embedding`), read every file (skips are
+collected, ``--strict`` refuses them before anything is written), validate every entry,
+then :meth:`VectorMemoryStore.ingest` twice: the entries without vectors (each batch
+commits on its own and is keyword-searchable at once), then their vectors (embedding
+overlaps the writes), then ``--prune``, then the summary. What PATHs are and the ids they give:
+:mod:`tnsrag_db._cli._roots`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+import time
+from collections import Counter
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db._cli._confirm import confirm_destruction, yes_option
+from tnsrag_db._cli._group import EXIT_INTERRUPTED
+from tnsrag_db._errors import ConfigurationError, IngestInterrupted, InvalidEntryError
+from tnsrag_db._types import MemoryEntry, MemoryTier
+
+__all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
+
+_INTERRUPTED = "interrupted: {n} entries committed, the batch in progress was rolled back"
+
+
+def sample_corpus_path() -> Path:
+    """The small sample corpus that ships with the package (JSONL)."""
+    return Path(str(resources.files("tnsrag_db") / "data" / "sample_corpus.jsonl"))
+
+
+def choose_embedding(name: str | None = None) -> Any:
+    """The embedding provider the ingest writes with: ``name`` (``hash``, the shipped
+    model's name or an installed entry-point provider), by default the shipped model when
+    the ``embed`` extra is installed, else the hash fallback with a one-line notice on
+    stderr (:func:`tnsrag_db.embeddings.resolve_embedding`)."""
+    from tnsrag_db.embeddings import resolve_embedding
+
+    return resolve_embedding(name, on_fallback=lambda notice: click.echo(notice, err=True))
+
+
+def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
+    """Raise :class:`DanglingReferenceError` before anything is written when an edge of the
+    files ends at an entry neither in the files nor in the corpus (batches commit one at a
+    time, so the edge write after them could no longer undo the entries)."""
+    import sqlalchemy as sa
+
+    from tnsrag_db._errors import DanglingReferenceError
+
+    ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - loaded)
+    if not ends:
+        return
+    with store.session.transaction() as conn:
+        stored = set(conn.execute(sa.text("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)"),
+                                  {"c": store.corpus, "ids": ends}).scalars())
+    missing = [end for end in ends if end not in stored]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise DanglingReferenceError(f"edges end at entries that are neither in the files nor in corpus "
+                                     f"{store.corpus!r}: {shown}; nothing was written")
+
+
+#: Ids a dry run lists in its text summary (--json lists all).
+_SHOWN_PRUNE_IDS = 50
+
+
+def _summary(corpus: str, result: dict[str, Any]) -> str:
+    if result["dry_run"]:
+        head = (f"dry run: {result['entries']} entries from {result['files']} file(s) for corpus {corpus!r} would be "
+                f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
+    else:
+        head = (f"{result['entries']} entries from {result['files']} file(s) into corpus {corpus!r}: "
+                f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
+    if result.get("pruned") is not None:
+        head += f", {result['pruned']} pruned"
+    if result.get("truncated"):
+        head += f" ({result['truncated']} truncated to the model's {result['window']}-token window)"
+    if result["dry_run"]:
+        head += "; nothing was written"
+        ids = result.get("prune_ids") or []
+        head += "".join(f"\n  would prune {i}" for i in ids[:_SHOWN_PRUNE_IDS])
+        if len(ids) > _SHOWN_PRUNE_IDS:
+            head += f"\n  ... and {len(ids) - _SHOWN_PRUNE_IDS} more (--json lists every id)"
+    else:
+        head += f", embedded with {result['embedding']} ({result['seconds']:.1f} s"
+        if "searchable_seconds" in result:
+            head += f"; keyword-searchable after {result['searchable_seconds']:.1f} s"
+        head += ")"
+    skipped = result["skipped"]
+    if not skipped:
+        return head
+    reasons: Counter[str] = Counter()
+    for s in skipped:  # a root's cache directories are one record standing for their files
+        reasons["in cache directories" if s["files"] != 1 or "cache director" in s["reason"]
+                else s["reason"]] += s["files"]
+    lines = [head, f"skipped {sum(s['files'] for s in skipped)} file(s): "
+             + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())]
+    lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+@db_options
+@click.option("--corpus", default="default", show_default=True, help="Corpus to write into.")
+@click.option("--tier", type=click.Choice([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
+              help="Tier for entries that do not set one.")
+@click.option("--source", default=None, help="Source for every entry (default: the file's path).")
+@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Metadata for every entry (repeatable).")
+@click.option("--sample", is_flag=True, help="Ingest the sample corpus that ships with tnsrag_db.")
+@click.option("--id-prefix", default="", metavar="PREFIX",
+              help="Put PREFIX/ in front of every file id and path (before the root's name when several "
+                   "roots are given), to keep several ingests apart in one corpus.")
+@click.option("--chunk-tokens", type=click.IntRange(min=16), default=None, metavar="N",
+              help="Chunk size: tokens of the embedding model (default: its window), or characters with the "
+                   "hash fallback (default 1000).")
+@click.option("--prune", is_flag=True,
+              help="Afterwards delete the entries earlier read from these same roots that this run did not "
+                   "produce: deleted files, chunks that no longer exist, ids of another --id-prefix.")
+@click.option("--dry-run", is_flag=True,
+              help="Read and compare only: say what would be inserted, updated, unchanged and pruned (listing "
+                   "the pruned ids); write and embed nothing.")
+@yes_option
+@click.option("--strict", is_flag=True, help="Fail (writing nothing) when any file would be skipped.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Entries per embedding call and per committed batch.")
+@click.option("--embedding", default=None, metavar="NAME",
+              help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model) or an installed "
+                   "entry-point provider. Default: the shipped model when installed, else hash.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@handle_errors
+def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
+           meta: tuple[str, ...], sample: bool, id_prefix: str, chunk_tokens: int | None, prune: bool,
+           dry_run: bool, yes: bool, strict: bool, batch_size: int, embedding: str | None, quiet: bool,
+           as_json: bool) -> None:
+    """Ingest document trees (or files, or globs) into a corpus.
+
+    Reads Markdown and HTML (one entry per heading section, each the child of its
+    enclosing section; HTML with its title), text and reST, PDF (per page), source code
+    (by suffix, with a "language") and JSONL (one entry per line: a tnsrag export is
+    restored exactly, with its vectors when exported with --vectors, then nothing is
+    embedded); .gz files by the name inside. Text encodings are detected. Binary, empty and unknown files are skipped and
+    listed with the reason (--strict makes any skip an error).
+
+    Ids are paths relative to the PATH given plus "#n" (docs/ gives
+    "guide/install.md#3"), the same from any directory. With several PATHs each folder's
+    ids start with its name ("docs/guide/install.md#3"; a file keeps its name), so several
+    folders go in one command. A quoted glob is expanded here ('/usr/share/doc/python3*':
+    each matching folder is read, its ids below the glob's fixed part). --id-prefix goes
+    in front of all of it. Every entry read from a file records its root (metadata
+    "root"), and --prune deletes only entries of the roots just read; it asks first (or
+    needs --yes off a terminal) when it would delete more entries than the run writes.
+    Entries are embedded with --embedding (default: the shipped model of the embed
+    extra, else the offline 128-dimensional hash fallback, with a notice); texts beyond
+    the model's window are truncated and counted. Chunks fit the embedding model's
+    window (--chunk-tokens). The entries are written first, batch by batch without
+    vectors, so keyword search answers within seconds; then their vectors are filled
+    (each batch embeds while the previous one's vectors are written), and vector and
+    hybrid queries meanwhile search the entries embedded so far, with a note saying how
+    many. Re-running is idempotent (unchanged entries are reported, not rewritten, and
+    only missing vectors are embedded), so an interrupted ingest (Ctrl-C: exit 130)
+    continues where it stopped. A note says when new entries repeat texts the corpus already
+    holds under other ids. Progress goes to stderr: redrawn lines on a terminal, else a
+    plain line every few seconds.
+
+    Example: tnsrag ingest docs/ --id-prefix docs --prune --meta tenant=acme
+    """
+    from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
+    from tnsrag_db._loaders.formats import file_format
+    from tnsrag_db._cli._progress import ingest_progress
+    from tnsrag_db._cli._roots import ROOT_KEY, find_roots, read_roots
+    from tnsrag_db.embeddings import provider_name
+    from tnsrag_db._loaders import FileLoader
+    from tnsrag_db._store.write import validate_batch
+    from tnsrag_db._types import IngestCounts
+
+    targets = list(paths) + ([str(sample_corpus_path())] if sample else [])
+    if not targets:
+        raise click.UsageError("give at least one PATH, or --sample")
+    extra = parse_pairs(meta, "--meta")
+    if ROOT_KEY in extra:
+        raise click.BadParameter(f"{ROOT_KEY!r} is set by ingest (the root each entry was read from)",
+                                 param_hint="--meta")
+    try:
+        roots = find_roots(targets, id_prefix)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    started = time.perf_counter()
+    # JSONL files are not chunked, and an export with --vectors carries its vectors: the
+    # default provider (loading the model takes seconds) is resolved only when some entry
+    # needs embedding, i.e. when the files carry no vectors or --embedding names one.
+    only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
+    provider = None if only_jsonl and embedding is None else choose_embedding(embedding)
+    truncated_before = getattr(provider, "truncated_texts", 0)
+    try:
+        chunker = Chunker(chunk_tokens or DEFAULT_CHUNK_CHARS) if provider is None else chunker_for(provider, chunk_tokens)
+        loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern", id_prefix=root.prefix)
+                   for root in roots]
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    progress = ingest_progress(sys.stderr, quiet=quiet)
+    ledger = _Ledger(IngestCounts())
+    try:
+        with progress:
+            progress.start("read")
+            try:
+                reading = read_roots(roots, lambda root: loaders[roots.index(root)],
+                                     progress=lambda done, total: progress.update("read", done, total))
+            except ConfigurationError as exc:
+                raise click.UsageError(str(exc)) from None
+            read_seconds = time.perf_counter() - started
+            skipped = reading.skipped
+            if strict and skipped:
+                listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
+                more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+                raise InvalidEntryError(f"--strict: {sum(s['files'] for s in skipped)} file(s) would be skipped: "
+                                        f"{listed}{more}; "
+                                        "nothing was written")
+            entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra})
+                       for e in reading.entries]
+            validate_batch(entries)
+            from tnsrag_db.admin.restore import restore_providers
+
+            # JSONL exports with vectors (tnsrag export --vectors) are written with them,
+            # one pass per exported space, embedding nothing else unless --embedding asks.
+            if provider is None and not reading.vectors:
+                provider = choose_embedding(None)
+                truncated_before = getattr(provider, "truncated_texts", 0)
+            providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
+                                          else provider)
+            plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
+            counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger)
+    except IngestInterrupted as exc:
+        if exc.__cause__ is None:
+            click.echo(str(exc), err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+    except KeyboardInterrupt:
+        click.echo(_INTERRUPTED.format(n=ledger.committed.total), err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    elapsed = time.perf_counter() - started
+    result = {"corpus": corpus, "files": reading.files_read, "entries": len(entries), "edges": len(reading.edges),
+              "inserted": counts.inserted,
+              "updated": counts.updated, "unchanged": counts.unchanged, "pruned": outcome.get("pruned"),
+              "duplicates": outcome.get("duplicates", 0), "dry_run": dry_run,
+              "roots": [{"path": r.key, "prefix": r.prefix} for r in roots], "skipped": skipped,
+              "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
+              "embedding": ", ".join(provider_name(p) for p in providers),
+              "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
+              "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
+    if "searchable_at" in outcome:  # when every entry was written: keyword-searchable from then on
+        result["searchable_seconds"] = round(outcome["searchable_at"] - started, 3)
+    if dry_run:
+        result["prune_ids"] = outcome.get("prune_ids", [])
+    duplicates = result["duplicates"]
+    if duplicates:
+        hint = " (re-ingested under another prefix?)" if 2 * duplicates >= counts.inserted else ""
+        click.echo(f"note: {duplicates:,} of {counts.inserted:,} "
+                   f"{'entries that would be' if dry_run else 'entries'} inserted duplicate contents already "
+                   f"stored under other ids{hint}", err=True)
+    emit(result, as_json, _summary(corpus, result))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Where and how :func:`_write` writes (the command's options)."""
+
+    url: str | None
+    schema: str
+    corpus: str
+    batch_size: int
+    prune: bool
+    dry_run: bool
+    yes: bool
+
+
+#: New entries whose text the corpus already holds under an id this run neither writes nor
+#: prunes (md5 of the UTF-8 text: a count for a note, not a guarantee).
+_DUPLICATES_SQL = """
+WITH run AS (SELECT unnest(CAST(:run AS text[])) AS id)
+SELECT count(*) AS n FROM unnest(CAST(:hashes AS text[])) AS f(h)
+WHERE f.h IN (SELECT md5(convert_to(o.content, 'UTF8')) FROM entries o
+              WHERE o.corpus = :c AND NOT EXISTS (SELECT 1 FROM run r WHERE r.id = o.id))
+"""
+
+
+def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> int:
+    if not fresh:
+        return 0
+    hashes = [hashlib.md5(e.content.encode("utf-8"), usedforsecurity=False).hexdigest() for e in fresh]
+    rows = store.read(_DUPLICATES_SQL, {"c": store.corpus, "run": excluded, "hashes": hashes})
+    return int(rows[0].n)
+
+
+def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan: _Plan, embeddings: list[Any],
+           progress: Any, ledger: _Ledger) -> tuple[Any, dict[str, Any]]:
+    """Connect, find what ``--prune`` removes (asking first when that is more than the run
+    writes), write ``entries`` batch by batch without vectors (keyword-searchable as each
+    batch commits; their counts go to ``ledger``), then fill their vectors
+    (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then prune. A dry run
+    classifies the entries against the stored ones instead and writes nothing. Returns
+    the entry counts and ``pruned``, ``duplicates`` (new entries whose text is stored
+    under another id), ``searchable_at`` (the ``time.perf_counter()`` when every entry
+    was written) and, for a dry run, ``prune_ids``."""
+    from tnsrag_db._cli._roots import stale_ids
+    from tnsrag_db._cli._schema import open_existing
+    from tnsrag_db._indexes.vector.spaces import bind_embedding
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._store.store import connect
+    from tnsrag_db._types import IngestCounts
+    from tnsrag_db._store.write import content_hash
+
+    if not entries and not plan.prune:
+        return IngestCounts(), {}
+    if plan.dry_run:
+        store = open_existing(plan.url, plan.schema, plan.corpus)  # a dry run creates no schema
+    else:
+        store = connect(plan.url, corpus=plan.corpus, schema=plan.schema,
+                        auto_migrate=None if plan.url is None else False)
+    with store:
+        if edges:
+            _check_edge_ends(store, edges, {e.id for e in entries})
+        run_ids = [e.id for e in entries]
+        stale = stale_ids(store, roots, set(run_ids)) if plan.prune else []
+        stored = store.content_hashes(run_ids) if entries else {}
+        fresh = [e for e in entries if e.id not in stored]
+        # Entries about to be pruned do not count as "stored under other ids".
+        outcome: dict[str, Any] = {"duplicates": _duplicates(store, fresh, run_ids + stale)}
+        if plan.dry_run:
+            unchanged = sum(1 for e in entries if stored.get(e.id) == content_hash(e))
+            outcome.update(prune_ids=stale, pruned=len(stale) if plan.prune else None)
+            return IngestCounts(len(fresh), len(stored) - unchanged, unchanged), outcome
+        if len(stale) > len(entries):
+            with progress.held():
+                confirm_destruction(f"prune {len(stale)} entries of corpus {plan.corpus!r} read earlier from "
+                                    f"{_roots_text(roots)}: more than the {len(entries)} this run writes "
+                                    "(--dry-run lists them)", yes=plan.yes)
+        # Bound to the corpus's spaces: a provider whose dimension differs from its own
+        # stored space is refused before anything is written.
+        views = [VectorMemoryStore(store, bind_embedding(store, embedding)) for embedding in embeddings]
+
+        def advance(phase: str, done: int, total: int | None) -> None:
+            if phase == "write":  # the read line counts files, done by now; nothing embeds
+                progress.update(phase, done, total)
+
+        def index_advance(phase: str, done: int, total: int) -> None:
+            progress.update("index", done, total, note=phase)
+
+        progress.start("write")
+        counts = views[0].ingest(entries, batch_size=plan.batch_size, progress=advance, vectors=False)
+        ledger.committed = counts
+        outcome["searchable_at"] = time.perf_counter()
+        _fill_vectors(store, views, entries, plan, progress, index_advance)
+        if edges:
+            from tnsrag_db._indexes.graph import GraphStore
+
+            # The edges of JSONL records (tnsrag export files), once every entry is
+            # committed: an edge to an entry neither in the files nor in the corpus is an
+            # error naming it, and no edge is written.
+            GraphStore(store).add_edges(edges)
+        if plan.prune:
+            outcome["pruned"] = store.delete_many(stale)
+        return counts, outcome
+
+
+@dataclasses.dataclass
+class _Ledger:
+    """What an ingest has committed so far (for the line an interrupt prints)."""
+
+    committed: Any = None
+
+
+#: The interrupt line once every entry is written and vectors are being filled.
+_INTERRUPTED_VECTORS = ("interrupted: {n} entries committed, {v} with vectors of {provider}, the batch in progress "
+                        "was rolled back; the same ingest run again (or tnsrag embed --corpus {corpus} --embedding "
+                        "{provider}) embeds the rest")
+
+
+def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan: _Plan, progress: Any,
+                  index_advance: Any) -> None:
+    """The second phase of an ingest: embed the entries lacking a vector in each view's space
+    (the entries are all written and unchanged by now, so only vectors are written; a
+    rerun after an interrupt embeds only what is still missing), embedding each batch on
+    a worker while the previous one's vectors are written. An interrupt raises
+    :class:`IngestInterrupted` saying how many of the entries have vectors."""
+    from tnsrag_db._indexes.vector.spaces import count_with_vectors
+
+    def advance(phase: str, done: int, total: int | None) -> None:
+        if phase == "embed":  # the write line counted the entries; this pass writes vectors only
+            progress.update(phase, done, total)
+
+    for vectors in views:
+        progress.start("embed")
+        try:
+            vectors.ingest(entries, batch_size=plan.batch_size, progress=advance, index_progress=index_advance)
+        except IngestInterrupted as exc:
+            if exc.__cause__ is not None:
+                raise
+            name = vectors.embedding.name
+            have = count_with_vectors(store, name, [e.id for e in entries])
+            raise IngestInterrupted(_INTERRUPTED_VECTORS.format(n=len(entries), v=have, provider=name,
+                                                                corpus=plan.corpus),
+                                    committed=exc.committed) from None
+
+
+def _roots_text(roots: list[Any]) -> str:
+    keys = [r.key for r in roots]
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more roots" if len(keys) > 3 else "")

@@ -1,0 +1,124 @@
+"""``tnsrag mcp``: serve one corpus to agents over the Model Context Protocol."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from tnsrag_db._plugins import is_missing, reraise_interrupt
+from tnsrag_db._cli._common import db_options, handle_errors
+from tnsrag_db._store.store import Store, connect
+
+if TYPE_CHECKING:
+    from tnsrag_db.embeddings import ValidatingEmbedding
+
+__all__ = ["database_line", "mcp"]
+
+
+def database_line(url: str | None, schema: str, corpus: str, read_only: bool) -> str:
+    """The server's first stderr line: which database, schema and corpus it serves.
+
+    ``url`` is shown without its password; with none, the embedded server's data
+    directory. A host that spawns the server with a bare environment (the official stdio
+    client passes only HOME, PATH and a few more) sees here which cluster it got.
+    """
+    if url is None:
+        from tnsrag_db._store.embedded.server import default_data_dir
+
+        where = f"the embedded server at {default_data_dir()}"
+    else:
+        from sqlalchemy.engine import URL
+
+        from tnsrag_db._db.engine import normalize_url
+
+        parsed = normalize_url(url)
+        # URL.set(password=None) keeps the password (None means "unchanged"): build it anew.
+        where = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database,
+                           {k: v for k, v in parsed.query.items() if k != "password"},  # libpq takes one there too
+                           ).render_as_string(hide_password=False)
+    mode = "read-only" if read_only else "read-write"
+    return f"tnsrag mcp: corpus {corpus!r} ({mode}), schema {schema!r}, database {where}"
+
+
+def _provider(store: Store, embedding: str | None, read_only: bool) -> ValidatingEmbedding:
+    """The provider the server embeds with, bound to its space.
+
+    A writable server creates its corpus and the provider's embedding space (it is going to
+    write there): searches of a new memory then answer an empty list, and a later server
+    without ``--embedding`` picks the same provider. A named provider on a corpus without
+    entries needs no ``tnsrag embed`` (there is nothing to embed), so it is taken as is.
+    """
+    from sqlalchemy.engine import Connection
+
+    from tnsrag_db.embeddings import resolve_embedding
+    from tnsrag_db._indexes.vector.spaces import bind_embedding, query_embedding
+    from tnsrag_db._indexes.vector.spaces import ensure_space
+
+    if embedding is None or store.count() > 0:
+        provider = query_embedding(store, embedding)
+    else:
+        provider = bind_embedding(store, resolve_embedding(embedding))
+    if not read_only:
+        dimension = provider.dimension
+        assert dimension is not None  # bound: its dimension is known
+
+        def create(conn: Connection) -> None:
+            store.writer.corpus.text_config(conn)  # creates the corpus row (under the corpus's write lock)
+            ensure_space(conn, store, provider.name, dimension)
+
+        store.writer.transaction(create)
+    return provider
+
+
+@click.command()
+@db_options
+@click.option("--corpus", default="default", show_default=True, help="Corpus the tools work on.")
+@click.option("--read-only", is_flag=True, help="Register only search, stats and corpora (no write tool).")
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
+              help="stdio for a client that spawns the server; http for Streamable HTTP at /mcp.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the http transport listens on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
+              help="Port of the http transport.")
+@click.option("--max-top-k", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Largest top_k a search may ask for.")
+@click.option("--max-content-chars", default=4000, show_default=True, type=click.IntRange(min=0),
+              help="Characters of each document's content a search answer carries (longer ones are cut and "
+                   "marked truncated); 0: no bound.")
+@click.option("--all-corpora", is_flag=True,
+              help="Let the corpora tool (and the missing-corpus error) name every corpus of the schema; "
+                   "default: only the served one.")
+@click.option("--embedding", default=None, metavar="NAME",
+              help="Embedding provider for searches and writes. Default: the provider of the corpus's "
+                   "newest complete space (a new corpus: the shipped model when installed, else hash).")
+@handle_errors
+def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: str, host: str, port: int,
+        max_top_k: int, max_content_chars: int, all_corpora: bool, embedding: str | None) -> None:
+    """Run an MCP server whose tools search and write one corpus.
+
+    Tools: search, stats, corpora, and unless --read-only remember, forget and link.
+    A writable server creates its corpus and embedding space at start; a read-only one
+    creates nothing. The first line on stderr names the database and corpus served.
+    Needs the optional dependency: pip install 'tnsrag-db[mcp]'.
+
+    Example: tnsrag mcp --corpus team-memory --read-only --transport http --port 8765
+    """
+    try:
+        from tnsrag_db.integrations.mcp import create_server, serve_stdio
+    except ImportError as exc:
+        reraise_interrupt(exc)
+        if not is_missing(exc, ("mcp",)):  # a broken import inside the integration is a bug: show it
+            raise
+        raise click.ClickException(f"the MCP server needs the [mcp] extra (pip install 'tnsrag-db[mcp]'): {exc}") \
+            from None
+    click.echo(database_line(url, schema, corpus, read_only), err=True)
+    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+        # The provider that filled the space searches use, so that queries and the
+        # vectors of remembered entries live in the same space.
+        server = create_server(store, read_only=read_only, max_top_k=max_top_k,
+                               max_content_chars=max_content_chars or None, all_corpora=all_corpora,
+                               embedding=_provider(store, embedding, read_only))
+        if transport == "stdio":
+            serve_stdio(server)
+        else:
+            server.run("streamable-http", host=host, port=port)

@@ -1,0 +1,267 @@
+"""``tnsrag query``: retrieve with one of the strategies (``tnsrag ingest`` lives in :mod:`tnsrag_db._cli.ingest`).
+
+What only the strategies that embed the query need (the embedding provider, which loads
+numpy) is imported inside the command, so a keyword query process does not pay for it.
+
+A keyword query runs on the lean path (:func:`lean_keyword_query`): the same
+:meth:`KeywordRAGStrategy.plan <tnsrag_db._strategies.keyword.KeywordRAGStrategy.plan>`
+and statements as a full store's, run by the library's read runner on one psycopg
+connection (a :class:`~tnsrag_db._db.driver.DriverStore`), so the process imports
+neither SQLAlchemy nor alembic. Everything the command says about an answer is a plan
+too, run on that connection: the schema check (:func:`~tnsrag_db._db.revisions.schema_revisions_plan`,
+and the tnsrag schemas named when it is missing), and for an empty answer the missing
+corpus's error (:func:`~tnsrag_db.admin.corpora.require_corpus_plan`), the filter notes
+(:func:`~tnsrag_db.admin.filter_notes.empty_filter_notes_plan`) and the empty-corpus
+note; so every statement runs once and errors are raised where they arise. The full
+path (:func:`tnsrag_db._store.store.connect`) takes what the lean one cannot do, before
+any query statement is sent: a schema to migrate or set up (the embedded server's),
+``--explain``, ``--distinct``, standbys (``--read-url`` / ``TNSRAG_READ_URLS``), a URL
+not of the ``postgresql://`` shape, the embedded server when the command runs outside
+``tnsrag`` (no kept-running server), and every strategy but keyword.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db._strategies.compose import STRATEGY_NAMES
+from tnsrag_db._types import RAGContext, RetrievedDocument
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tnsrag_db._db.statement import Plan
+    from tnsrag_db.explain import Explanation
+
+__all__ = ["empty_answer_notes_plan", "lean_keyword_query", "query"]
+
+
+def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> Plan[list[str]]:
+    """The notes printed with an empty answer from ``corpus``: why ``filters`` match
+    nothing, or, without filters, that the corpus holds no entries yet (if so)."""
+    from tnsrag_db.admin.filter_notes import empty_filter_notes_plan
+    from tnsrag_db._store.reads import count_plan
+
+    notes = yield from empty_filter_notes_plan(corpus, filters)
+    if not filters and (yield from count_plan(corpus)) == 0:
+        notes.append(f"corpus {corpus!r} holds no entries yet: add some with tnsrag ingest PATH --corpus {corpus}")
+    return notes
+
+
+def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
+                       context: RAGContext) -> tuple[list[RetrievedDocument], float, list[str]] | None:
+    """``text``'s keyword results on ``url`` (None: the kept-running embedded server), the
+    milliseconds they took and the notes to print with them, by the lean path (see the
+    module docstring); None when the full path must answer instead (decided before any
+    query statement is sent).
+
+    Raises :class:`~tnsrag_db._errors.CorpusNotFoundError` naming the corpora that exist
+    when ``corpus`` does not, :class:`~tnsrag_db._errors.SchemaNotReadyError` naming the
+    tnsrag schemas when ``schema`` does not exist, :class:`~tnsrag_db._errors.DatabaseError`
+    (``could not connect: ...``) when the server cannot be reached, and what starting the
+    embedded server raises."""
+    from tnsrag_db.admin.corpora import require_corpus_plan
+    from tnsrag_db._cli._common import DEFAULT_SCHEMA
+    from tnsrag_db._cli._schema import missing_schema_error, tnsrag_schemas_plan
+    from tnsrag_db._db.driver import DriverStore
+    from tnsrag_db._db.revisions import schema_revisions_plan, shipped_head
+    from tnsrag_db._db.settings import libpq_url
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
+    from tnsrag_db._store.embedded.keeper import ensure_running
+    from tnsrag_db._store.embedded.resolve import kept_running_timeout
+    from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+
+    head = shipped_head()
+    if head is None:
+        return None  # the head cannot be read without alembic: the full path's check
+    if url is None:
+        idle_timeout = kept_running_timeout()
+        if idle_timeout is None:
+            return None  # no `tnsrag` group around this call: the wheel's own server (full path)
+        target = ensure_running(idle_timeout=idle_timeout)
+    else:
+        found = libpq_url(url)
+        if found is None:
+            return None
+        target = found
+    with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS) as store:
+        revisions = store.run(schema_revisions_plan(schema))
+        if revisions is None:
+            existing = store.run(tnsrag_schemas_plan())
+            if schema not in existing and not (url is None and schema == DEFAULT_SCHEMA):
+                raise missing_schema_error(schema, existing, embedded=url is None)
+            return None  # the embedded server's own schema is set up, an old one migrated, by the full path
+        if revisions != [head]:
+            return None  # migrated by the full path (embedded), or its error (a URL's)
+        chosen = KeywordRAGStrategy(BM25Index(store))
+        started = time.perf_counter()
+        documents = chosen.retrieve(text, context)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        notes: list[str] = []
+        if not documents:
+            store.run(require_corpus_plan(corpus))
+            notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters))
+    return documents, elapsed_ms, notes
+
+
+def _print_results(text: str, strategy: str, documents: Sequence[RetrievedDocument], elapsed_ms: float,
+                   notes: list[str], as_json: bool) -> None:
+    from tnsrag_db._cli._render import render_text, result_json
+
+    if as_json:  # the notes are in the JSON: stderr stays quiet for scripts that merge it
+        emit({"query": text, "strategy": strategy, "milliseconds": round(elapsed_ms, 2),
+              "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
+        return
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(render_text(strategy, documents, elapsed_ms))
+
+
+def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes: list[str]) -> dict[str, Any]:
+    """The ``--json --explain`` document: the ``--json`` one (every key, same names) plus
+    ``queries``, ``plans`` and, per result, ``explanation`` (and ``entryId``, the name
+    ``--explain`` used before it kept ``id``)."""
+    from tnsrag_db._cli._render import result_json
+
+    results = []
+    for r in explained.results:
+        row = result_json(r.rank, r.document)
+        row["entryId"] = row["id"]
+        row["explanation"] = r.explanation.to_dict()
+        results.append(row)
+    return {"query": text, "strategy": explained.strategy, "milliseconds": round(elapsed_ms, 2),
+            "results": results, "notes": notes, "queries": list(explained.queries),
+            "plans": [p.to_dict() for p in explained.plans]}
+
+
+def _query_embedding(store: Any, strategy: str, name: str | None) -> tuple[list[Any] | None, Any]:
+    """The corpus's spaces (listed once, with their counts) and what embeds the query of
+    ``strategy``: the provider of the corpus's space (or ``--embedding``'s) for the
+    strategies that embed, else ``name`` as given (never resolved)."""
+    from tnsrag_db._strategies.compose import EMBEDDING_STRATEGIES
+
+    if strategy not in EMBEDDING_STRATEGIES:
+        return None, name
+    from tnsrag_db._indexes.vector.spaces import list_spaces, query_embedding
+
+    spaces = list_spaces(store)
+    return spaces, query_embedding(store, name, spaces=spaces)
+
+
+def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[Any] | None) -> list[str]:
+    """The note of a strategy that embeds the query when its space lacks vectors for some
+    entries (:func:`~tnsrag_db._indexes.vector.spaces.space_fill_note`), from the spaces
+    :func:`_query_embedding` listed."""
+    if spaces is None:
+        return []
+    from tnsrag_db._indexes.vector.spaces import space_fill_note
+
+    note = space_fill_note(store, embedding, spaces=spaces)
+    return [note] if note else []
+
+
+@click.command()
+@click.argument("text")
+@db_options
+@click.option("--corpus", default="default", show_default=True, help="Corpus to search.")
+@click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default="hybrid", show_default=True)
+@click.option("--top-k", "top_k", default=5, show_default=True, type=click.IntRange(min=1), help="Results to return.")
+@click.option("--min-score", default=0.0, show_default=True, type=float, help="Inclusive score threshold.")
+@click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
+              help="Exact metadata filter, e.g. tier=SEMANTIC (repeatable; all must match).")
+@click.option("--embedding", default=None, metavar="NAME",
+              help="Search the corpus's embedding space of this provider. Default: its newest complete space.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--explain", "explain", is_flag=True,
+              help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")
+@click.option("--read-url", "read_urls", multiple=True, metavar="URL",
+              help="A hot standby of --url's server to read from (repeatable; default: TNSRAG_READ_URLS, "
+                   "space-separated). The primary answers while no standby can.")
+@click.option("--distinct", is_flag=True,
+              help="Collapse results with identical content into the best-scored one (its metadata lists the "
+                   "others' ids under duplicateIds); still returns --top-k results when there are that many.")
+@handle_errors
+def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, top_k: int, min_score: float,
+          filters: tuple[str, ...], embedding: str | None, as_json: bool, explain: bool,
+          read_urls: tuple[str, ...], distinct: bool) -> None:
+    """Retrieve the best entries for TEXT with one of the strategies.
+
+    Vector and hybrid search embed TEXT with the provider that filled the embedding
+    space they search: the corpus's newest complete space, or --embedding NAME's; so
+    do hierarchical and temporal (over vector search) and multi_query (over hybrid).
+
+    TEXT must not be blank. A corpus that does not exist is an error (exit 1) naming
+    the corpora that do; when a --filter matches no entry, a note on stderr says which
+    and what values its key takes. --json prints each result with id, score, content,
+    source and metadata at top level (a shape kept stable across versions).
+
+    Example: tnsrag query "how do agents share memory" --strategy hybrid --top-k 3 --filter tier=SEMANTIC
+
+    Example: tnsrag query "TAN-5326" --strategy keyword --explain
+
+    Example: tnsrag query "lighthouse" --url "$PRIMARY_URL" --read-url "$STANDBY_URL"
+
+    Example: tnsrag query "release notes" --distinct
+    """
+    from tnsrag_db._strategies.base import check_query
+
+    check_query(text)
+    context = RAGContext(top_k, min_score, parse_pairs(filters, "--filter"))
+    standbys = list(read_urls) or os.environ.get("TNSRAG_READ_URLS", "").split()
+    if standbys and url is None:
+        raise click.UsageError("--read-url needs --url: standbys belong to a server named by URL")
+    if strategy == "keyword" and not explain and not standbys and not distinct:
+        answered = lean_keyword_query(text, url, schema=schema, corpus=corpus, context=context)
+        if answered is not None:
+            _print_results(text, "keyword", *answered, as_json)
+            return
+
+    if url is None:  # the kept-running server's keeper embeds the query with its warm model
+        from tnsrag_db._store.embedded.keeper import use_keeper_model
+
+        click.get_current_context().call_on_close(use_keeper_model())  # undone after the command
+    from tnsrag_db.admin.corpora import require_corpus
+    from tnsrag_db.admin.filter_notes import empty_filter_notes
+    from tnsrag_db._cli._schema import open_existing
+    from tnsrag_db._strategies.explain import explain_with
+    from tnsrag_db._strategies.registry import build_strategy
+
+    with open_existing(url, schema, corpus, read_urls=standbys) as store:  # a query never creates a schema
+        require_corpus(store)  # reads only: a query never creates a corpus
+        # Only the strategies that embed the query load a model (keyword, graph, reasoning never
+        # do); they embed with the corpus's own space's provider, or --embedding's.
+        spaces, embedder = _query_embedding(store, strategy, embedding)
+        chosen = build_strategy(strategy, store, embedding=embedder)
+        if distinct:
+            from tnsrag_db._strategies.distinct import DistinctContentRAGStrategy
+
+            chosen = DistinctContentRAGStrategy(chosen)
+        started = time.perf_counter()
+        if explain:
+            explained = explain_with(chosen, text, context)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
+            notes += _space_notes(store, strategy, embedding, spaces)
+            if not as_json:
+                for note in notes:
+                    click.echo(f"note: {note}", err=True)
+            emit(_explained_json(text, explained, elapsed_ms, notes), as_json, explained.to_text())
+            return
+        documents = chosen.retrieve(text, context)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters)) if not documents else []
+        notes += _space_notes(store, strategy, embedding, spaces)
+        if chosen.name == "graph":
+            from tnsrag_db._indexes.graph import GraphStore
+
+            if not GraphStore(store).has_edges():
+                notes.append(f"corpus {corpus!r} has no edges: the graph results are its BM25 seeds, as "
+                             "--strategy keyword ranks them (add edges with tnsrag graph add-edge or tnsrag graph import)")
+    _print_results(text, chosen.name, documents, elapsed_ms, notes, as_json)

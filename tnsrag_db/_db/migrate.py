@@ -1,0 +1,296 @@
+"""Run the alembic revisions programmatically (upgrade, downgrade, current, check, sql).
+
+The revisions live in the top-level ``migrations/`` folder of the source tree and
+ship inside the wheel as ``tnsrag_db._migrations``, so an installed package can
+migrate a database without the source tree.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zlib
+from contextlib import redirect_stdout
+from typing import TYPE_CHECKING
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from tnsrag_db._db.revisions import migrations_dir, shipped_head  # no alembic: the CLI reads them too
+from tnsrag_db._db.settings import validate_schema_name
+from tnsrag_db._db.partition import PARTITION_NAME
+from tnsrag_db._errors import MigrationError, SchemaNotReadyError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic is imported inside the functions that need it: opening a store on a schema that
+# is already at head (every CLI query) checks the version with one SELECT, no alembic.
+
+__all__ = [
+    "RUNTIME_INDEX",
+    "advisory_lock_key",
+    "bootstrap_statements",
+    "check",
+    "current_revision",
+    "describe_difference",
+    "downgrade",
+    "ensure_at_head",
+    "head_revision",
+    "include_object",
+    "is_at_head",
+    "offline_sql",
+    "upgrade",
+]
+
+
+def advisory_lock_key(schema: str) -> int:
+    """The bigint advisory-lock key that serialises migrations of ``schema``."""
+    return zlib.crc32(f"tnsrag_db.migrate:{schema}".encode()) + 0x7A5_0000_0000
+
+
+def bootstrap_statements(schema: str) -> list[str]:
+    """Statements run under the migration lock before any revision: the schema and pgvector."""
+    validate_schema_name(schema)
+    return [
+        f"CREATE SCHEMA IF NOT EXISTS {schema}",
+        # pgvector goes to public so that dropping the library's schema never
+        # takes an extension other applications may use.
+        "CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public",
+    ]
+
+
+def _config(schema: str, connection: Connection | None = None, url: str | None = None) -> Config:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.attributes["tnsrag_schema"] = validate_schema_name(schema)
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest revision this installation ships."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_config("tnsrag")).get_current_head()
+    assert head is not None
+    return head
+
+
+def _online_config(schema: str, conn: Connection, lock_timeout: float | None, lock_retries: int | None) -> Config:
+    """The alembic config for an online migration, with the lock-timeout options env.py reads."""
+    cfg = _config(schema, conn)
+    if lock_timeout is not None:
+        cfg.attributes["tnsrag_lock_timeout"] = lock_timeout
+    if lock_retries is not None:
+        cfg.attributes["tnsrag_lock_retries"] = lock_retries
+    return cfg
+
+
+def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout: float | None = None,
+            lock_retries: int | None = None) -> None:
+    """Migrate ``schema`` up to ``revision`` under the advisory lock; raises :class:`MigrationError`.
+
+    A schema already at head is left alone without taking the lock or running any DDL,
+    so an application or read-only role (no CREATE on the database) can run it. Each
+    revision's DDL waits at most ``lock_timeout`` seconds for a table lock (default
+    :data:`tnsrag_db._db.migration_ops.DEFAULT_LOCK_TIMEOUT`) and is retried ``lock_retries``
+    times (default :data:`~tnsrag_db._db.migration_ops.DEFAULT_LOCK_RETRIES`) before the
+    upgrade fails; the revisions committed until then stay.
+    """
+    from alembic import command
+
+    try:
+        if revision == "head" and current_revision(engine, schema=schema) == head_revision():
+            return
+        with engine.connect() as conn:
+            command.upgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
+            # Configured before the migration changed the schema (the connection hooks of
+            # db.engine, e.g. the vector type; session state such as temp tables): never
+            # hand this connection to the pool's next user.
+            conn.invalidate()
+    except Exception as exc:
+        raise MigrationError(f"upgrade of schema {schema!r} to {revision} failed: {exc}") from exc
+
+
+def downgrade(engine: Engine, *, schema: str, revision: str = "base", lock_timeout: float | None = None,
+              lock_retries: int | None = None) -> None:
+    """Migrate ``schema`` down to ``revision`` (default: remove every table) under the lock
+    (``lock_timeout`` and ``lock_retries`` as for :func:`upgrade`)."""
+    from alembic import command
+
+    try:
+        with engine.connect() as conn:
+            command.downgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
+            # Configured before the migration changed the schema (the connection hooks of
+            # db.engine, e.g. the vector type; session state such as temp tables): never
+            # hand this connection to the pool's next user.
+            conn.invalidate()
+    except Exception as exc:
+        raise MigrationError(f"downgrade of schema {schema!r} to {revision} failed: {exc}") from exc
+
+
+def current_revision(engine: Engine, *, schema: str) -> str | None:
+    """The revision ``schema`` is at, or None for an unmigrated database."""
+    from alembic.runtime.migration import MigrationContext
+
+    validate_schema_name(schema)
+    with engine.connect() as conn:
+        exists = conn.execute(
+            text("SELECT to_regclass(:t) IS NOT NULL"), {"t": f"{schema}.alembic_version"}
+        ).scalar_one()
+        if not exists:
+            return None
+        ctx = MigrationContext.configure(conn, opts={"version_table_schema": schema})
+        return ctx.get_current_revision()
+
+
+def is_at_head(engine: Engine, *, schema: str) -> bool:
+    """True when ``schema`` is at this release's head, checked with one query and no alembic
+    (False also when that cannot be decided cheaply: callers then take the full alembic path)."""
+    head = shipped_head()
+    if head is None:
+        return False
+    validate_schema_name(schema)
+    with engine.connect() as conn:
+        if not conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
+                            {"t": f"{schema}.alembic_version"}).scalar_one():
+            return False
+        # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
+        versions = conn.execute(text(f"SELECT version_num FROM {schema}.alembic_version")).scalars().all()
+    return list(versions) == [head]
+
+
+def ensure_at_head(engine: Engine, *, schema: str) -> None:
+    """Raise :class:`SchemaNotReadyError` unless ``schema`` is migrated to this release's head."""
+    if is_at_head(engine, schema=schema):
+        return
+    current = current_revision(engine, schema=schema)
+    head = head_revision()
+    if current != head:
+        state = "not migrated" if current is None else f"at revision {current}"
+        raise SchemaNotReadyError(
+            f"schema {schema!r} is {state}, this tnsrag_db needs {head}: run `tnsrag db upgrade --url ...` "
+            "(or connect with auto_migrate=True)"
+        )
+
+
+def check(engine: Engine, *, schema: str) -> list[str]:
+    """Compare the declared tables with the migrated database; return the differences, each
+    described in one line (empty = none).
+
+    Objects the library creates at run time are not differences (see :func:`include_object`).
+    """
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from tnsrag_db._db.schema import metadata
+
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(
+            conn,
+            opts={
+                "version_table_schema": schema,
+                "compare_type": True,
+                "target_metadata": metadata,
+                "include_name": _not_version_table,
+                "include_object": include_object,
+            },
+        )
+        diffs = compare_metadata(ctx, metadata)
+    return [describe_difference(d) for d in diffs]
+
+
+def _not_version_table(name: str | None, type_: str, _parent: object) -> bool:
+    # Neither the version table nor the partitions `tnsrag db partition-sql` creates
+    # (their parents are the declared tables) are drift.
+    return not (type_ == "table" and (name == "alembic_version" or PARTITION_NAME.match(name or "")))
+
+
+#: Indexes the library creates at run time, outside the revisions: one HNSW index per
+#: embedding space (``schema.hnsw_index_name``), built and dropped by ``VectorMemoryStore``.
+RUNTIME_INDEX = re.compile(r"^ix_embeddings_hnsw_[0-9]+$")
+#: Foreign keys PostgreSQL adds for each partition a declared key references (``<name>_<n>``)
+#: once the tables are partitioned (``tnsrag db partition-sql``).
+PARTITION_FOREIGN_KEY = re.compile(r"^fk_[a-z0-9_]+_[0-9]+$")
+
+
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """Alembic's ``include_object`` hook: False for the objects the library creates at run time.
+
+    These are the per-space HNSW indexes on ``embeddings`` (found in the database, with no
+    declaration to compare to) and, on partitioned tables, the per-partition copies of
+    declared foreign keys; the write path's stage tables are session temp tables and
+    never appear. Used by :func:`check` and by ``migrations/env.py`` (``alembic check``,
+    autogenerate), so neither reports them as drift.
+    """
+    if type_ == "index" and reflected and compare_to is None and name is not None and RUNTIME_INDEX.match(name):
+        table = getattr(obj, "table", None)
+        return getattr(table, "name", None) != "embeddings"
+    if type_ == "foreign_key_constraint" and reflected and compare_to is None and name is not None \
+            and PARTITION_FOREIGN_KEY.match(name):
+        return False  # PostgreSQL's own copy of a declared key, per partition of the table it references
+    return True
+
+
+def describe_difference(diff: object) -> str:
+    """One readable line for an alembic autogenerate difference (a tuple, or a list of
+    tuples for column modifications), e.g. ``column entries.doc_len is declared but missing
+    from the database``."""
+    if isinstance(diff, list):
+        return "; ".join(describe_difference(d) for d in diff)
+    if not isinstance(diff, tuple) or not diff:
+        return repr(diff)
+    op = diff[0]
+
+    def label(obj: object) -> str:
+        table = getattr(obj, "table", None)
+        own = getattr(obj, "name", None) or "(unnamed)"
+        return f"{getattr(table, 'name', '?')}.{own}" if table is not None else str(own)
+
+    if op in ("add_table", "remove_table"):
+        where = "declared but missing from the database" if op == "add_table" else "in the database but not declared"
+        return f"table {getattr(diff[1], 'name', diff[1])} is {where}"
+    if op in ("add_column", "remove_column") and len(diff) >= 4:
+        where = "declared but missing from the database" if op == "add_column" else "in the database but not declared"
+        return f"column {diff[2]}.{getattr(diff[3], 'name', diff[3])} is {where}"
+    if op in ("add_index", "remove_index", "add_constraint", "remove_constraint", "add_fk", "remove_fk"):
+        kind = {"index": "index", "constraint": "constraint", "fk": "foreign key"}[op.split("_", 1)[1]]
+        where = "declared but missing from the database" if op.startswith("add") else "in the database but not declared"
+        return f"{kind} {label(diff[1])} is {where}"
+    if op.startswith("modify_") and len(diff) >= 7:
+        what = op.removeprefix("modify_")
+        return f"column {diff[2]}.{diff[3]}: {what} is {diff[5]!r} in the database, declared {diff[6]!r}"
+    return repr(diff)
+
+
+def offline_sql(*, schema: str, revision_range: str = "base:head", url: str = "postgresql+psycopg://") -> str:
+    """The SQL an upgrade (``a:b``) or downgrade (``b:a`` with a downgrade target) would run, as text."""
+    from alembic import command
+
+    cfg = _config(schema, url=url)
+    out = io.StringIO()
+    cfg.output_buffer = out
+    start, _, end = revision_range.partition(":")
+    with redirect_stdout(out):
+        if end and _is_downgrade(start, end):
+            command.downgrade(cfg, revision_range, sql=True)
+        else:
+            command.upgrade(cfg, revision_range if end else f"base:{start}", sql=True)
+    return out.getvalue()
+
+
+def _is_downgrade(start: str, end: str) -> bool:
+    from alembic.script import ScriptDirectory
+
+    order = ["base"] + [s.revision for s in reversed(list(ScriptDirectory.from_config(_config("tnsrag")).walk_revisions()))]
+    resolve = {"head": order[-1]}
+    try:
+        return order.index(resolve.get(start, start)) > order.index(resolve.get(end, end))
+    except ValueError:
+        return False

@@ -1,0 +1,240 @@
+"""The library's tables, declared once on one ``MetaData``.
+
+Tables carry no schema name: every connection the library opens sets
+``search_path`` to ``<schema>, public`` (the schema is configurable, default
+``tnsrag``), and the alembic revisions create the same tables inside that schema.
+Every table is keyed by ``corpus`` first: it is the isolation unit and the
+distribution key, and no query joins across corpora.
+
+The ``embeddings`` table stores pgvector values; every engine adapts the vector type on
+its new connections (:func:`tnsrag_db._db.engine.library_hooks`).
+"""
+
+from __future__ import annotations
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "TIERS",
+    "bm25_df",
+    "bm25_postings",
+    "bm25_stats",
+    "corpora",
+    "edges",
+    "embedding_spaces",
+    "embeddings",
+    "entries",
+    "entry_filter_pairs",
+    "hnsw_index_name",
+    "metadata",
+    "tenant_grants",
+]
+
+#: The PostgreSQL schema that holds the library's tables unless configured otherwise.
+DEFAULT_SCHEMA = "tnsrag"
+
+TIERS = ("WORKING", "EPISODIC", "SEMANTIC", "PROCEDURAL")
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+corpora = Table(
+    "corpora",
+    metadata,
+    Column("corpus", Text, primary_key=True),
+    # Fixed when the corpus is created: BM25 postings of one corpus must all come
+    # from the same text search configuration.
+    Column("text_config", Text, nullable=False, server_default="english"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+entries = Table(
+    "entries",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("id", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("tier", Text, nullable=False),
+    Column("source", Text),
+    Column("parent_id", Text),
+    Column("ts", DateTime(timezone=True)),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("content_hash", LargeBinary, nullable=False),
+    # Number of BM25 terms of the entry (the sum of its postings' tf).
+    Column("doc_len", Integer, nullable=False, server_default="0"),
+    # The entry's distinct BM25 terms: its postings are found by primary-key probes
+    # (corpus, lexeme, entry_id) when it changes or goes, so bm25_postings needs no
+    # second, per-entry index (which cost a third of bulk-write time).
+    Column("lexemes", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("corpus", "id"),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+    CheckConstraint("tier IN ('WORKING', 'EPISODIC', 'SEMANTIC', 'PROCEDURAL')", name="tier"),
+    Index(None, "corpus", "tier"),
+    Index(None, "corpus", "source"),
+    Index(None, "corpus", "parent_id"),
+    Index(None, "corpus", "ts"),
+    # GIN over (corpus, metadata) with btree_gin: a metadata filter reads only its corpus's rows.
+    Index("ix_entries_corpus_metadata", "corpus", "metadata", postgresql_using="gin",
+          postgresql_ops={"metadata": "jsonb_path_ops"}),
+)
+
+embedding_spaces = Table(
+    "embedding_spaces",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("space_id", BigInteger, Identity(always=False), nullable=False),
+    # The embedding provider's name and the dimension it produces: one space each.
+    Column("provider", Text, nullable=False),
+    Column("dimension", Integer, nullable=False),
+    # Name of the HNSW index the library built for this space, NULL until built.
+    Column("index_name", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("corpus", "space_id"),
+    UniqueConstraint("corpus", "provider", "dimension"),
+    # space_id is unique without a constraint (an identity); a unique constraint without
+    # corpus would keep the table from being distributed by corpus (migration 0003).
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+    CheckConstraint("dimension BETWEEN 1 AND 16000", name="dimension"),
+)
+
+def hnsw_index_name(space_id: int) -> str:
+    """Name of the HNSW index the library builds for embedding space ``space_id``."""
+    return f"ix_embeddings_hnsw_{int(space_id)}"
+
+
+embeddings = Table(
+    "embeddings",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("space_id", BigInteger, nullable=False),
+    Column("entry_id", Text, nullable=False),
+    # Untyped vector: each space has its own dimension; HNSW indexes are partial per
+    # space on an expression cast to that dimension.
+    Column("embedding", Vector(), nullable=False),
+    PrimaryKeyConstraint("corpus", "space_id", "entry_id"),
+    ForeignKeyConstraint(["corpus", "entry_id"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(["corpus", "space_id"], ["embedding_spaces.corpus", "embedding_spaces.space_id"],
+                         ondelete="CASCADE"),
+    Index(None, "corpus", "entry_id"),
+)
+
+bm25_postings = Table(
+    "bm25_postings",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("lexeme", Text, nullable=False),
+    Column("entry_id", Text, nullable=False),
+    Column("tf", Integer, nullable=False),
+    Column("doc_len", Integer, nullable=False),
+    # INCLUDE lets both df counting and scoring run as index-only scans.
+    PrimaryKeyConstraint("corpus", "lexeme", "entry_id", postgresql_include=["tf", "doc_len"]),
+)
+
+bm25_stats = Table(
+    "bm25_stats",
+    metadata,
+    # Sharded counters: writers touch one of N rows so concurrent writers do not
+    # queue on a single hot row; readers sum the shards.
+    Column("corpus", Text, nullable=False),
+    Column("shard", SmallInteger, nullable=False),
+    Column("n_docs", BigInteger, nullable=False, server_default="0"),
+    Column("total_len", BigInteger, nullable=False, server_default="0"),
+    PrimaryKeyConstraint("corpus", "shard"),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+)
+
+bm25_df = Table(
+    "bm25_df",
+    metadata,
+    # Document frequency per term, sharded like bm25_stats: a query reads at most
+    # BM25_STAT_SHARDS rows per term instead of counting every posting of a frequent
+    # term. Shard values may be negative (a delete on another shard); sums are exact.
+    Column("corpus", Text, nullable=False),
+    Column("lexeme", Text, nullable=False),
+    Column("shard", SmallInteger, nullable=False),
+    Column("df", BigInteger, nullable=False),
+    PrimaryKeyConstraint("corpus", "lexeme", "shard", postgresql_include=["df"]),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+)
+
+edges = Table(
+    "edges",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("src", Text, nullable=False),
+    Column("dst", Text, nullable=False),
+    Column("relation", Text, nullable=False, server_default="related"),
+    Column("weight", Float(53), nullable=False, server_default="1.0"),
+    Column("source", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Destination first: lookups by src go to the weight index below, never to the key
+    # (migration 0004); the key serves lookups by destination.
+    PrimaryKeyConstraint("corpus", "dst", "relation", "src"),
+    ForeignKeyConstraint(["corpus", "src"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(["corpus", "dst"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
+    # Heaviest-first fan-out per node for bounded traversal.
+    Index("ix_edges_corpus_src_weight", "corpus", "src", text("weight DESC"), "dst"),
+    CheckConstraint("weight = weight AND weight > '-Infinity'::float8 AND weight < 'Infinity'::float8",
+                    name="weight_finite"),
+)
+
+# Which database role may use which corpora when row-level security is on (migrations
+# 0005/0006, tnsrag_db.tenancy). Not keyed by corpus first: the policies look grants
+# up by role. No foreign key: a grant may precede the corpus, which the tenant creates
+# on its first write, and outlives a drop of it.
+tenant_grants = Table(
+    "tenant_grants",
+    metadata,
+    Column("role_name", Text, nullable=False),
+    Column("corpus", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("role_name", "corpus"),
+    Index("ix_tenant_grants_corpus", "corpus"),
+)
+
+# One row per top-level string value of an entry's metadata (migration 0007), written by
+# triggers on entries that only tenancy attaches (tnsrag_db.tenancy.enable): a tenant's
+# metadata filters look entries up here with leakproof text equality (see
+# tnsrag_db._store.filters). No foreign key: without tenancy, writes never touch it.
+entry_filter_pairs = Table(
+    "entry_filter_pairs",
+    metadata,
+    Column("corpus", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    Column("entry_id", Text, nullable=False),
+    PrimaryKeyConstraint("corpus", "key", "value", "entry_id"),
+    Index(None, "corpus", "entry_id"),
+)

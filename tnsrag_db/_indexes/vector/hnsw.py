@@ -1,0 +1,277 @@
+"""HNSW indexes of embedding spaces: build, drop, and the owner's catch-up of deferred builds.
+
+The HNSW index of a space is a partial index on the typed expression
+``(embedding::vector(<dim>)) WHERE space_id = <id>`` named ``ix_embeddings_hnsw_<id>``
+(cosine, m 16, ef_construction 128). Builds and drops on one ``embeddings`` table take
+turns under :meth:`Store.hnsw_build_lock`; both run ``CONCURRENTLY``, so reads and writes
+of the table go on meanwhile. (Indexes left by dropped corpora are dropped by
+:meth:`Store.drop_orphan_hnsw_indexes`.)
+
+``CREATE INDEX`` needs ownership of the table: an application role with DML only
+(see README, "Database roles") cannot build the per-space HNSW index that
+:meth:`VectorMemoryStore.add_all` builds once a space reaches ``index_threshold``
+vectors. Its writes then commit as usual and the build is deferred: an
+:class:`IndexBuildDeferred` warning names the space, searches stay exact (correct,
+only slower) until the owner runs ``tnsrag db build-indexes`` (:func:`build_due_indexes`),
+which builds every space's index that is due.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db._validate import check_number
+from tnsrag_db._errors import ConfigurationError, PermissionDeniedError, TnsragError
+from tnsrag_db._indexes.vector.spaces import Space
+from tnsrag_db._db.schema import hnsw_index_name
+from tnsrag_db._store.store import Store
+
+__all__ = ["DueIndex", "IndexBuildDeferred", "IndexSweep", "build_due_indexes", "defer_build", "due_indexes", "may_build_indexes"]
+
+#: HNSW build parameters. ``ef_construction`` is twice pgvector's default: with 64, graphs
+#: of clustered embeddings left whole clusters unreachable (recall@10 of 0 for some
+#: queries at any ef_search); 128 removed them for ≈ 1.5x the build time.
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 128
+
+#: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
+IndexProgress = Callable[[str, int, int], None]
+
+_MAX_MAINTENANCE_MEM_MB = 2048
+
+
+class IndexBuildDeferred(UserWarning):
+    """An automatic HNSW build was skipped or failed after the write committed; the write stands."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueIndex:
+    """An embedding space without its HNSW index, holding at least the threshold's vectors
+    (``vectors`` is counted up to the threshold only)."""
+
+    corpus: str
+    provider: str
+    dimension: int
+    space_id: int
+    vectors: int
+
+
+def may_build_indexes(conn: Connection) -> bool:
+    """True when the session's role may create indexes on ``embeddings`` (it owns the table,
+    directly or through a role it belongs to; superusers always may) and the session can
+    write (not read-only, not a hot standby)."""
+    row = conn.execute(sa.text(
+        "SELECT pg_has_role(current_user, c.relowner, 'USAGE') AND NOT pg_is_in_recovery() "
+        "AND current_setting('transaction_read_only') = 'off' AS ok "
+        "FROM pg_class c WHERE c.oid = CAST('embeddings' AS regclass)")).one()
+    return bool(row.ok)
+
+
+def defer_build(store: Store, space_id: int, vectors: int, reason: str) -> None:
+    """Warn (:class:`IndexBuildDeferred`) that space ``space_id``'s HNSW build did not run."""
+    warnings.warn(IndexBuildDeferred(
+        f"HNSW index of embedding space {space_id} (corpus {store.corpus!r}, {vectors}+ vectors) not built: "
+        f"{reason}. The write committed; searches scan exactly until the schema's owner runs "
+        f"`tnsrag db build-indexes --schema {store.schema}`"), stacklevel=4)
+
+
+def due_indexes(store: Store, threshold: int) -> list[DueIndex]:
+    """Every space of ``store``'s schema (all corpora) without a valid HNSW index and with at
+    least ``threshold`` vectors, by corpus and space id."""
+    with store.session.transaction() as conn:
+        rows = conn.execute(sa.text(
+            # Every corpus on purpose: the owner's sweep (Citus runs it as a multi-shard query).
+            "/* tnsrag:all-corpora */ "
+            "SELECT s.corpus, s.provider, s.dimension, s.space_id, n.vectors FROM embedding_spaces s "
+            "CROSS JOIN LATERAL (SELECT count(*) AS vectors FROM (SELECT 1 FROM embeddings x "
+            "  WHERE x.corpus = s.corpus AND x.space_id = s.space_id LIMIT :t) l) n "
+            "WHERE n.vectors >= :t AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indisvalid AND i.indexrelid = "
+            "  to_regclass(:schema || '.ix_embeddings_hnsw_' || s.space_id::text) "
+            "  AND s.index_name IS NOT DISTINCT FROM 'ix_embeddings_hnsw_' || s.space_id::text) "
+            "ORDER BY s.corpus, s.space_id"), {"t": threshold, "schema": store.schema}).all()
+    return [DueIndex(r.corpus, r.provider, int(r.dimension), int(r.space_id), int(r.vectors)) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSweep:
+    """What :func:`build_due_indexes` did: each space built (with its index name) and each
+    space whose build failed (with the typed error saying why)."""
+
+    built: list[tuple[DueIndex, str]]
+    failed: list[tuple[DueIndex, TnsragError]]
+
+
+def build_due_indexes(store: Store, threshold: int) -> IndexSweep:
+    """Build (and record) the HNSW index of every space :func:`due_indexes` lists.
+
+    Run by the schema's owner; the builds take turns with any other build on the table
+    and do not block writes (see :meth:`VectorMemoryStore.build_index`). Each space is
+    built on its own: one whose build fails (vectors that do not fit its dimension, a
+    statement timeout) is listed in :attr:`IndexSweep.failed` with its error, and the
+    sweep goes on with the next. Raises :class:`PermissionDeniedError` at once for a role
+    that may not create indexes (no build could succeed).
+    """
+    sweep = IndexSweep([], [])
+    for due in due_indexes(store, threshold):
+        try:
+            name = build_space_index(store.with_corpus(due.corpus), Space(due.space_id, due.dimension, None))
+        except PermissionDeniedError:
+            raise
+        except TnsragError as exc:
+            sweep.failed.append((due, exc))
+            continue
+        if name is not None:
+            sweep.built.append((due, name))
+    return sweep
+
+
+def _check_space_of_corpus(conn: Connection, store: Store, space_id: int) -> bool:
+    """Whether space ``space_id`` belongs to the store's corpus; raises
+    :class:`ConfigurationError` when another corpus holds a space of the same id (its
+    index, named by the id alone, would hold both corpora's vectors). Since revision 0010
+    ids come from the identity only; this guards against ids set by hand."""
+    corpora = list(conn.execute(sa.text(
+        # Every corpus on purpose: the one check that no other corpus shares the id.
+        "/* tnsrag:all-corpora */ SELECT corpus FROM embedding_spaces WHERE space_id = :s ORDER BY corpus"),
+        {"s": space_id}).scalars())
+    if store.corpus not in corpora:
+        return False
+    if len(corpora) > 1:
+        raise ConfigurationError(
+            f"embedding space id {space_id} is shared by corpora {', '.join(map(repr, corpora))}: its HNSW "
+            f"index would hold all their vectors, so it is neither built nor dropped. Give each space its own id "
+            f"(`tnsrag db upgrade` to revision 0010 does) and run `tnsrag db build-indexes`")
+    return True
+
+
+def index_state(conn: Connection, store: Store, name: str) -> bool | None:
+    """None when index ``name`` does not exist in the store's schema, else whether it is valid."""
+    valid: bool | None = conn.execute(sa.text(
+        "SELECT i.indisvalid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_index i ON i.indexrelid = c.oid WHERE n.nspname = :schema AND c.relname = :name"),
+        {"schema": store.schema, "name": name}).scalar_one_or_none()
+    return valid
+
+
+def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] | None = None) -> str | None:
+    """Create ``space``'s HNSW index if it does not exist (valid), and record it; returns its
+    name, or None when the corpus was dropped meanwhile. ``on_pid`` is called with the
+    building session's backend pid just before ``CREATE INDEX`` (for progress reports)."""
+    corpus = store.corpus
+    name = hnsw_index_name(space.space_id)
+    with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):
+        if not _check_space_of_corpus(conn, store, space.space_id):
+            return None  # the corpus was dropped meanwhile
+        if not index_state(conn, store, name):
+            n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
+                             {"c": corpus, "s": space.space_id}).scalar_one()
+            # Graph + vectors: dim * 4 bytes plus ≈ 2 m neighbour slots of ~10 bytes per element.
+            need_mb = int(n * (space.dimension * 4 + 2 * HNSW_M * 12 + 64) * 1.3 / 2**20) + 64
+            current_mb = int(conn.execute(sa.text(
+                "SELECT setting::bigint * (CASE unit WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192 ELSE 1 END) "
+                "/ 1048576 FROM pg_settings WHERE name = 'maintenance_work_mem'")).scalar_one())
+            mem = max(current_mb, min(need_mb, _MAX_MAINTENANCE_MEM_MB))
+            # Session settings on an autocommit connection: reset below, and on an error
+            # the connection is closed rather than pooled (Store.autocommit).
+            conn.execute(sa.text(f"SET maintenance_work_mem = '{int(mem)}MB'"))
+            conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))  # an invalid leftover
+            if on_pid is not None:
+                on_pid(int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()))
+            # Index name, dimension and space id are integers from the database: safe to format in.
+            conn.execute(sa.text(
+                f"CREATE INDEX CONCURRENTLY {name} ON embeddings USING hnsw "
+                f"((embedding::vector({space.dimension})) vector_cosine_ops) "
+                f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE space_id = {space.space_id}"))
+            conn.execute(sa.text("RESET maintenance_work_mem"))
+            # Fresh statistics, so the planner sizes this space right (a bulk load leaves
+            # the shared table's statistics describing other corpora). Still under the
+            # build lock, and never waiting for a table lock: an ANALYZE queued behind
+            # the next build could deadlock with it (SKIP_LOCKED leaves the table to
+            # whoever holds it).
+            conn.execute(sa.text("ANALYZE (SKIP_LOCKED) embeddings"))
+        conn.execute(sa.text(
+            "UPDATE embedding_spaces SET index_name = :name WHERE corpus = :c AND space_id = :s "
+            "AND index_name IS DISTINCT FROM :name"),
+            {"name": name, "c": corpus, "s": space.space_id})
+    return name
+
+
+def build_with_progress(store: Store, build: Callable[[Callable[[int], None] | None], str | None],
+                        progress: IndexProgress, poll_seconds: object) -> str | None:
+    """Run ``build(on_pid)`` on a worker thread and its own connection, reporting PostgreSQL's
+    progress for it to ``progress`` every ``poll_seconds`` from the calling thread (see
+    :meth:`VectorMemoryStore.build_index`); its result, or its error raised here."""
+    poll = check_number(poll_seconds, "poll_seconds", above=0)
+    state: dict[str, Any] = {}
+    started = threading.Event()
+
+    def on_pid(pid: int) -> None:
+        state["pid"] = pid
+        started.set()
+
+    def run() -> None:
+        try:
+            state["name"] = build(on_pid)
+        except BaseException as exc:  # handed to the calling thread below
+            state["error"] = exc
+        finally:
+            started.set()
+
+    worker = threading.Thread(target=run, name="tnsrag-hnsw-build", daemon=True)
+    worker.start()
+    started.wait()
+    # The largest block count seen: the later phases of a concurrent build (validation,
+    # waits) report their own counts, often zero.
+    total = 0
+    while worker.is_alive():
+        worker.join(poll)
+        if worker.is_alive() and "pid" in state:
+            rows = store.read(
+                "SELECT phase, blocks_done, blocks_total FROM pg_stat_progress_create_index WHERE pid = :pid",
+                {"pid": state["pid"]})
+            if rows:
+                done, of = int(rows[0].blocks_done or 0), int(rows[0].blocks_total or 0)
+                total = max(total, done, of)
+                progress(str(rows[0].phase), done, of)
+    if "error" in state:
+        raise state["error"]
+    if "pid" in state:  # a build ran (not only a check that found the index)
+        progress("done", total, total)
+    name: str | None = state.get("name")
+    return name
+
+
+def drop_space_index(store: Store, space: Space) -> bool:
+    """Drop ``space``'s HNSW index (``CONCURRENTLY``, after unrecording it so queries stop
+    planning for it); True when one existed. Waits for a build running on the table.
+
+    Only the index of a space of the store's corpus: nothing is dropped (False) when the
+    corpus has no space of that id, and :class:`ConfigurationError` is raised when another
+    corpus has one too (the index serves both)."""
+    name = hnsw_index_name(space.space_id)
+    with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):
+        if not _check_space_of_corpus(conn, store, space.space_id):
+            return False
+        existed = index_state(conn, store, name) is not None
+        conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s"),
+                     {"c": store.corpus, "s": space.space_id})
+        conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+    return existed
+
+
+def space_size_reaches(store: Store, space: Space, threshold: int) -> tuple[int, bool]:
+    """The space's vector count (counted up to ``threshold`` only) and whether this session
+    may build its index (:func:`may_build_indexes`; only asked when the count reaches it)."""
+    with store.session.transaction() as conn:
+        n = int(conn.execute(sa.text(
+            "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s"),
+            {"c": store.corpus, "s": space.space_id, "t": threshold}).scalar_one())
+        allowed = n >= threshold and may_build_indexes(conn)
+    return n, allowed

@@ -1,0 +1,210 @@
+"""One corpus's row and write lock (:class:`Corpus`), and its write transactions (:class:`Writer`).
+
+Every write and delete of a corpus takes the corpus's advisory lock in shared mode first
+(:meth:`Corpus.text_config` does, creating the corpus row on first use); ``drop_corpus``
+takes it exclusively. A :class:`Writer` runs the write pipeline of
+:mod:`tnsrag_db._store.write` in transactions of the store's
+:class:`~tnsrag_db._db.session.Session`, and refreshes the planner statistics after bulk
+writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db._validate import is_int
+from tnsrag_db._db.session import Session
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._store import sql
+from tnsrag_db._store.staging import prepare_stage_tables
+from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, run_write, write_entries
+from tnsrag_db._types import MemoryEntry, is_unicode_text, name_form
+
+__all__ = ["DEFAULT_ANALYZE_AFTER_ROWS", "Corpus", "Writer", "check_analyze_after_rows"]
+
+_T = TypeVar("_T")
+
+#: Bulk writes of at least this many entries refresh the planner statistics (see
+#: :meth:`Writer.refresh_statistics`; ``connect(analyze_after_rows=...)``).
+DEFAULT_ANALYZE_AFTER_ROWS = 5000
+_ANALYZABLE = frozenset({"embeddings", "edges", "bm25_df", "bm25_stats"})
+
+
+_MAX_CORPUS = 200
+
+
+def check_analyze_after_rows(value: object) -> int:
+    """``value`` if it is an int >= 1, else :class:`ConfigurationError` naming the option."""
+    if not is_int(value) or value < 1:
+        raise ConfigurationError(f"analyze_after_rows must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_corpus_name(corpus: object) -> str:
+    """``corpus`` in Unicode normal form NFC if it is a usable corpus name (the same name typed
+    composed or decomposed is one corpus), else :class:`ConfigurationError`."""
+    if not isinstance(corpus, str) or not corpus.strip() or "\x00" in corpus or len(corpus) > _MAX_CORPUS \
+            or not is_unicode_text(corpus):
+        raise ConfigurationError(f"corpus must be a non-blank string of at most {_MAX_CORPUS} characters, "
+                                 f"got {corpus!r}")
+    return name_form(corpus)
+
+
+class Corpus:
+    """The corpus ``name`` of ``schema``: its row (created with ``text_config`` on first
+    use) and its write lock. Not shared between stores (each caches whether its row exists)."""
+
+    def __init__(self, name: str, *, schema: str, text_config: str) -> None:
+        self._name = name
+        self._schema = schema
+        self._text_config = text_config
+        self._ready = False
+
+    @property
+    def name(self) -> str:
+        """The corpus name."""
+        return self._name
+
+    def text_config(self, conn: Connection) -> str:
+        """The corpus's text search configuration, creating the corpus row on first use.
+
+        First takes the corpus's write lock in shared mode until ``conn``'s transaction
+        ends (see :meth:`lock`), as every write does before it touches an entry.
+        """
+        self.lock(conn, shared=True)
+        if not self._ready:
+            conn.execute(sa.text("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
+                                 "ON CONFLICT (corpus) DO NOTHING"), {"c": self._name, "cfg": self._text_config})
+        cfg = conn.execute(sa.text("SELECT text_config FROM corpora WHERE corpus = :c"),
+                           {"c": self._name}).scalar_one_or_none()
+        if cfg is None:  # the corpus was deleted meanwhile
+            self._ready = False
+            return self.text_config(conn)
+        self._ready = True
+        return str(cfg)
+
+    def forget(self) -> None:
+        """The corpus row was deleted: the next write creates it again."""
+        self._ready = False
+
+    def lock(self, conn: Connection, *, shared: bool) -> None:
+        """Take the corpus's transaction-level advisory lock: shared for writes and deletes,
+        exclusive for ``drop_corpus``.
+
+        BM25 postings carry no foreign key (bulk writes stay fast), so nothing else stops a
+        write that only rewrites existing entries (it locks no corpus row) from committing
+        new postings behind a concurrent drop's back: orphans, and later writes of the same
+        ids failed on the postings' primary key. With the lock, a drop waits for the writes
+        in flight and writes arriving later wait for the drop, which the lock manager queues
+        fairly (a drop waiting for ``FOR UPDATE`` on the corpus row instead would starve
+        behind writers whose ``FOR KEY SHARE`` locks overlap).
+        """
+        fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        conn.execute(sa.text(f"SELECT {fn}(hashtextextended(:k, 0))"),
+                     {"k": f"tnsrag_db.corpus:{self._schema}:{self._name}"})
+
+
+class Writer:
+    """The write transactions of ``corpus`` in ``session``."""
+
+    def __init__(self, session: Session, corpus: Corpus, *,
+                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS) -> None:
+        self._session = session
+        self._corpus = corpus
+        self._analyze_after_rows = check_analyze_after_rows(analyze_after_rows)
+
+    @property
+    def analyze_after_rows(self) -> int:
+        """The fewest entries a bulk write must write to refresh the planner statistics."""
+        return self._analyze_after_rows
+
+    @property
+    def corpus(self) -> Corpus:
+        """The corpus written (its row, text search configuration and write lock)."""
+        return self._corpus
+
+    def transaction(self, work: Callable[[Connection], _T], *, analyze: Sequence[str] = ()) -> _T:
+        """Run ``work(conn)`` in one transaction: the one way the library's writes commit.
+
+        The stage tables are prepared first (once per connection). When PostgreSQL aborts
+        the transaction to break a deadlock, ``work`` runs again, whole. After the commit,
+        the entries ``work`` wrote through :func:`~tnsrag_db._store.write.write_entries`
+        count toward :meth:`refresh_statistics` (``analyze`` names further library tables).
+        """
+        written = 0
+
+        def counted(conn: Connection) -> _T:
+            nonlocal written
+            # The dict itself, not conn.info again in the finally: after a disconnect
+            # SQLAlchemy refuses every use of conn ("Can't reconnect until invalid
+            # transaction is rolled back"), which hid the error that broke the write.
+            info = conn.info
+            info[sql.WRITTEN] = 0
+            try:
+                result = work(conn)
+                written = info[sql.WRITTEN]
+            finally:
+                info.pop(sql.WRITTEN, None)
+            return result
+
+        result = self._session.write_transaction(counted, prepare=prepare_stage_tables)
+        self.refresh_statistics(written, analyze)
+        return result
+
+    def write(self, entries: Iterable[MemoryEntry], *, extensions: Sequence[WriteExtension] = (),
+              progress: Callable[[int], None] | None = None) -> WriteReport:
+        """Validate ``entries`` (not again for a :class:`ValidatedBatch`), then write them with
+        ``extensions`` in one transaction (see :mod:`tnsrag_db._store.write`). An empty
+        batch without extensions writes nothing."""
+        batch = ValidatedBatch(entries)
+        for extension in extensions:
+            extension.validate(batch)
+        if not batch and not extensions:
+            return WriteReport()
+        analyze = tuple(dict.fromkeys(table for extension in extensions for table in extension.analyze))
+        return self.transaction(lambda conn: run_write(conn, self._corpus, batch, extensions, progress=progress),
+                                analyze=analyze)
+
+    def write_in(self, conn: Connection, batch: Sequence[MemoryEntry], *,
+                 progress: Callable[[int], None] | None = None) -> WriteReport:
+        """Write already-validated ``batch`` inside the caller's open transaction ``conn``."""
+        return write_entries(conn, self._corpus, batch, progress=progress)
+
+    def delete(self, predicate: str, params: dict[str, Any]) -> int:
+        """Delete the entries matching ``predicate`` in a write transaction; returns how many.
+
+        A delete takes its rows in id order like every writer; only a ``GraphStore``
+        ``add_with_edges`` reaching entries outside its batch can cross it, and then
+        PostgreSQL may pick the delete to abort: it runs again.
+        """
+        return self.transaction(lambda conn: delete_matching(conn, self._corpus, predicate, params))
+
+    def refresh_statistics(self, written: int, extra_tables: Sequence[str] = ()) -> bool:
+        """ANALYZE ``entries`` and ``bm25_postings`` (and ``extra_tables``, library table
+        names) after a bulk write of ``written`` rows, when that is at least 10 % of the
+        ``entries`` table (autovacuum's rule, but now rather than a minute later: until then
+        the planner sizes a freshly loaded corpus from stale statistics and picks slow plans).
+
+        Skipped below :attr:`analyze_after_rows` rows. Runs in a transaction of its own after
+        the write committed and never waits for a table lock (``SKIP_LOCKED``): a table that
+        another session is analysing, vacuuming or indexing concurrently is left to it.
+        Waiting there could deadlock with a ``CREATE INDEX CONCURRENTLY``, which waits for
+        this transaction's snapshot. Returns True when it ran, False when skipped.
+        """
+        unknown = sorted(set(extra_tables) - _ANALYZABLE)
+        if unknown:
+            raise ConfigurationError(f"cannot analyse {', '.join(map(repr, unknown))}; "
+                                     f"choose from {', '.join(sorted(_ANALYZABLE))}")
+        if written < self._analyze_after_rows:
+            return False
+        with self._session.transaction(limited=False) as conn:
+            rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
+            if rows >= 0 and written < 0.1 * rows:
+                return False
+            tables = ", ".join(("entries", "bm25_postings", *extra_tables))
+            conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {tables}"))
+        return True

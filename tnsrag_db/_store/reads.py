@@ -1,0 +1,94 @@
+"""The store's entry reads as I/O-free statements (``get``, ``get_many``, ``count``), for the
+sync and the async driver alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._errors import ValidationError
+from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._types import MemoryEntry, MemoryTier, RetrievedDocument, is_unicode_text, name_form
+
+__all__ = ["ENTRY_COLUMNS", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+
+#: The entry columns (alias ``e``) that :func:`document_from_row` needs.
+ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
+#: The names of the :data:`ENTRY_COLUMNS`, in order (a :class:`Statement`'s ``columns``).
+ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
+
+#: The columns of an entry as :func:`row_to_entry` reads them.
+ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata")
+_SELECT = f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries"
+
+
+def check_ids(entry_ids: Iterable[object]) -> list[str]:
+    """The ids in the form they are stored in (NFC, :func:`~tnsrag_db._types.name_form`).
+
+    :class:`ValidationError` for an id holding NUL: the driver refuses NUL in any text
+    parameter with a DataError of its own (nothing is sent); this names the argument."""
+    out: list[str] = []
+    for entry_id in entry_ids:
+        if isinstance(entry_id, str) and "\x00" in entry_id:
+            raise ValidationError(f"entry id {entry_id!r} contains a NUL character (PostgreSQL text cannot "
+                                  "hold it); nothing was read or written")
+        out.append(name_form(entry_id) if isinstance(entry_id, str) and is_unicode_text(entry_id) else entry_id)  # type: ignore[arg-type]
+    return out
+
+
+def row_to_entry(row: Any) -> MemoryEntry:
+    """The :class:`MemoryEntry` of a row with the :data:`ENTRY_FIELDS` columns."""
+    return MemoryEntry(id=row.id, content=row.content, tier=MemoryTier[row.tier], source=row.source,
+                       parent_id=row.parent_id, timestamp=row.ts, metadata=row.metadata or {})
+
+
+def get_plan(corpus: str, entry_id: str) -> Plan[MemoryEntry | None]:
+    """The entry ``entry_id`` of ``corpus``, or None."""
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = :id", {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
+    return row_to_entry(rows[0]) if rows else None
+
+
+def get_many_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, MemoryEntry]]:
+    """The entries of ``corpus`` with these ids that exist, by id."""
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = ANY(:ids)", {"c": corpus, "ids": list(entry_ids)},
+                           ENTRY_FIELDS)
+    return {r.id: row_to_entry(r) for r in rows}
+
+
+def count_plan(corpus: str, filters: Mapping[str, str] | None = None) -> Plan[int]:
+    """How many entries of ``corpus`` match ``filters`` (exact-match, as in retrieval; checked
+    when the plan starts)."""
+    predicate, params = filter_sql(filters)
+    rows = yield Statement(f"SELECT count(*) AS n FROM entries e WHERE e.corpus = :c AND {predicate}",
+                           {"c": corpus, **params}, ("n",))
+    return int(rows[0].n)
+
+
+def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEntry]]:
+    """Up to ``limit`` entries of ``corpus`` with ids after ``last``, in id order (keyset pages)."""
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n",
+                           {"c": corpus, "last": last, "n": limit}, ENTRY_FIELDS)
+    return [row_to_entry(r) for r in rows]
+
+
+def content_hashes_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, bytes]]:
+    """The stored change hash (see :func:`~tnsrag_db._store.write.content_hash`) of each of
+    these ids that exists in ``corpus``, by id."""
+    rows = yield Statement("SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids)",
+                           {"c": corpus, "ids": list(entry_ids)}, ("id", "content_hash"))
+    return {r.id: bytes(r.content_hash) for r in rows}
+
+
+def document_from_row(row: Any, score: float, extra: Mapping[str, str] | None = None) -> RetrievedDocument:
+    """Build a result from a row with ``entry_id, content, tier, source, metadata`` columns."""
+    raw = row.metadata
+    metadata: dict[str, str] = dict(json.loads(raw) if isinstance(raw, str) else (raw or {}))
+    metadata["tier"] = row.tier
+    metadata["entryId"] = row.entry_id
+    if row.source is not None:
+        metadata["source"] = row.source
+    if extra:
+        metadata.update(extra)
+    return RetrievedDocument._of_row(row.content, row.source, score, metadata)

@@ -1,0 +1,241 @@
+"""The SQL of the entry write and delete paths, and their small shared helpers.
+
+Every statement here is driven by stage rows (see :mod:`tnsrag_db._store.staging`) and
+reaches the shared tables only through :func:`probe` lookups; ``:c`` is the corpus. The
+statements are dedented templates, one named CTE per step with a comment saying why;
+``{...}`` fields are filled with code constants only (every value is bound).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import threading
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+__all__ = ["APPLY_DF_SQL", "BM25_STAT_SHARDS", "WRITTEN", "bump_stats", "count_written", "lock_matching_sql", "probe",
+           "stat_shard"]
+
+#: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
+BM25_STAT_SHARDS = 16
+
+#: Key in a connection's ``info`` counting the entries written by the current write
+#: transaction (absent outside one).
+WRITTEN = "tnsrag_written"
+
+
+def stat_shard() -> int:
+    """This thread's statistics shard.
+
+    Stable per thread, so one transaction always touches one counter row (no deadlock
+    between shards), while threads and processes spread over the rows."""
+    return hash((os.getpid(), threading.get_ident())) % BM25_STAT_SHARDS
+
+
+def probe(table: str, alias: str, columns: str, key: str) -> str:
+    """``CROSS JOIN LATERAL`` of one primary-key (or unique-prefix) lookup in ``table`` per
+    outer row: ``corpus = :c AND <key>``.
+
+    The write path reaches the shared tables only this way, driven by its stage rows.
+    ``OFFSET 0`` keeps the planner from turning the lookups into a join it may reorder:
+    a corpus created after the last ANALYZE is estimated at one row (the statistics'
+    most-common-values list covers every row then), and the planner would scan the whole
+    corpus once per stage row. Targets of UPDATE and DELETE are then named by ``ctid``
+    (a TID scan), for the same reason.
+    """
+    return (f"CROSS JOIN LATERAL (SELECT {columns} FROM {table} {alias} "
+            f"WHERE {alias}.corpus = :c AND {key} OFFSET 0) {alias}")
+
+
+def count_written(conn: Connection, n: int) -> None:
+    """Count ``n`` written entries toward the statistics refresh of the write transaction
+    ``conn`` belongs to (nothing outside one)."""
+    if WRITTEN in conn.info:
+        conn.info[WRITTEN] += n
+
+
+# One counter row per (corpus, shard): concurrent writers on other threads add to other rows.
+_BUMP_STATS_SQL = textwrap.dedent("""\
+    INSERT INTO bm25_stats AS s (corpus, shard, n_docs, total_len) VALUES (:c, :shard, :dn, :dl)
+    ON CONFLICT (corpus, shard) DO UPDATE
+    SET n_docs = s.n_docs + excluded.n_docs, total_len = s.total_len + excluded.total_len""")
+
+
+def bump_stats(conn: Connection, corpus: str, d_docs: int, d_len: int) -> None:
+    """Move ``corpus``'s statistics (this thread's shard) by ``d_docs`` documents and ``d_len`` terms."""
+    if d_docs == 0 and d_len == 0:
+        return
+    conn.execute(sa.text(_BUMP_STATS_SQL), {"c": corpus, "shard": stat_shard(), "dn": d_docs, "dl": d_len})
+
+
+# Applies df deltas ({source}: a table or CTE of (lexeme, delta) rows) in lexeme order:
+# every writer locks bm25_df rows in the same order (after its entry rows, before its
+# bm25_stats row), so concurrent writers cannot deadlock.
+APPLY_DF_SQL = textwrap.dedent("""\
+    INSERT INTO bm25_df AS t (corpus, lexeme, shard, df)
+    SELECT :c, lexeme, :shard, sum(delta) FROM {source} GROUP BY lexeme HAVING sum(delta) <> 0 ORDER BY lexeme
+    ON CONFLICT (corpus, lexeme, shard) DO UPDATE SET df = t.df + excluded.df""")
+
+# One pass in id order inserts the new entries and locks the existing ones. Returns the
+# inserted ids in batch order.
+INSERT_OR_LOCK_SQL = textwrap.dedent("""\
+    WITH
+    -- ins, every staged entry inserted, in id order, with its final length and lexemes. The
+    -- DO UPDATE ... WHERE false updates nothing but locks every conflicting row (its newest
+    -- version, waiting for a concurrent writer or deleter to finish; a row deleted meanwhile
+    -- is inserted instead): every entry of the batch is ours after this statement, taken in
+    -- the same order by every writer and deleter (no deadlock, no lost write). Only a
+    -- key-preserving column is "set", so the lock is FOR NO KEY UPDATE and does not block
+    -- edge inserts checking their foreign keys.
+    ins AS (
+      INSERT INTO entries AS e (corpus, id, content, tier, source, parent_id, ts, metadata, content_hash,
+                                doc_len, lexemes)
+      SELECT :c, s.id, s.content, s.tier, s.source, s.parent_id, s.ts, s.metadata, s.content_hash,
+             coalesce(l.doc_len, 0), coalesce(l.lexemes, '{}')
+      FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord
+      ORDER BY s.id
+      ON CONFLICT (corpus, id) DO UPDATE SET content = e.content WHERE false
+      RETURNING id
+    ),
+    -- marked, the stage rows of the inserted entries set to state 'i', so the later steps
+    -- join the stage instead of passing id arrays.
+    marked AS (
+      UPDATE tnsrag_stage_entries s SET state = 'i' FROM ins WHERE s.id = ins.id
+      RETURNING s.ord, s.id
+    )
+    SELECT id FROM marked ORDER BY ord""")
+
+# The existing rows are locked by INSERT_OR_LOCK_SQL; this statement's snapshot sees their
+# newest committed versions. Identical hash = unchanged.
+COMPARE_SQL = textwrap.dedent(f"""\
+    SELECT x.id, s.ord, x.content_hash = s.content_hash AS same, x.content <> s.content AS text_changed, x.doc_len
+    FROM tnsrag_stage_entries s
+    {probe('entries', 'x', 'x.id, x.content_hash, x.content, x.doc_len', 'x.id = s.id')}
+    WHERE s.state IS NULL
+    ORDER BY x.id""")
+
+# The states the comparison found ('c' text changed, 'u' other fields, 'n' unchanged), by ord.
+SET_STATES_SQL = textwrap.dedent("""\
+    UPDATE tnsrag_stage_entries s SET state = v.state
+    FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[])) AS v(ord, state)
+    WHERE s.ord = v.ord""")
+
+# The old postings of the entries whose text changed, counted as negative df deltas.
+DELETE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
+    WITH
+    -- d, the old postings, found through the entry's stored lexemes (primary-key probes;
+    -- postings carry no per-entry index, which keeps bulk writes fast) and deleted by ctid.
+    d AS (
+      DELETE FROM bm25_postings p
+      WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(
+        SELECT q.ctid FROM tnsrag_stage_entries s
+        {probe('entries', 'x', 'x.id, x.lexemes', 'x.id = s.id')}
+        CROSS JOIN unnest(x.lexemes) AS l(lexeme)
+        {probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = x.id')}
+        WHERE s.state = 'c'))
+      RETURNING p.lexeme
+    )
+    INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme""")
+
+# Every changed entry's new fields; length and lexemes only where the text changed.
+UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
+    WITH
+    -- v, each changed entry's stage row with its row's ctid and new length (materialized:
+    -- the UPDATE names its targets by ctid, a TID scan, instead of joining entries).
+    v AS MATERIALIZED (
+      SELECT x.ctid AS tid, s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes
+      FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord
+      {probe('entries', 'x', 'x.ctid', 'x.id = s.id')}
+      WHERE s.state IN ('u', 'c')
+    )
+    UPDATE entries e
+    SET content = v.content, tier = v.tier, source = v.source, parent_id = v.parent_id, ts = v.ts,
+        metadata = v.metadata, content_hash = v.content_hash,
+        doc_len = CASE WHEN v.state = 'c' THEN coalesce(v.new_len, 0) ELSE e.doc_len END,
+        lexemes = CASE WHEN v.state = 'c' THEN coalesce(v.new_lexemes, '{{}}') ELSE e.lexemes END,
+        updated_at = now()
+    FROM v
+    WHERE e.corpus = :c AND e.ctid = ANY (ARRAY(SELECT tid FROM v)) AND e.ctid = v.tid""")
+
+# Stale vectors must not outlive the text they were computed from.
+DELETE_STALE_VECTORS_SQL = textwrap.dedent(f"""\
+    DELETE FROM embeddings x
+    WHERE x.corpus = :c AND x.ctid = ANY (ARRAY(
+      SELECT q.ctid FROM tnsrag_stage_entries s
+      {probe('embeddings', 'q', 'q.ctid', 'q.entry_id = s.id')}
+      WHERE s.state = 'c'))""")
+
+# The postings of new and rewritten texts, in primary-key order: btree inserts then touch
+# each leaf page once.
+INSERT_POSTINGS_SQL = textwrap.dedent("""\
+    INSERT INTO bm25_postings (corpus, lexeme, entry_id, tf, doc_len)
+    SELECT :c, t.lexeme, s.id, t.tf, l.doc_len
+    FROM tnsrag_stage_terms t
+    JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c')
+    JOIN tnsrag_stage_lens l ON l.ord = t.ord
+    ORDER BY t.lexeme, s.id""")
+
+# The df deltas of the new postings; returns the new texts' total length.
+STAGE_DF_SQL = textwrap.dedent("""\
+    WITH
+    -- dfs, one +count delta per lexeme of the new and rewritten texts.
+    dfs AS (
+      INSERT INTO tnsrag_stage_df (lexeme, delta)
+      SELECT t.lexeme, count(*)
+      FROM tnsrag_stage_terms t JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c')
+      GROUP BY t.lexeme
+    )
+    SELECT coalesce(sum(l.doc_len), 0)
+    FROM tnsrag_stage_entries s JOIN tnsrag_stage_lens l ON l.ord = s.ord
+    WHERE s.state IN ('i', 'c')""")
+
+
+# -- deletes ------------------------------------------------------------------------------
+# {predicate} is the library's own filter SQL over e (values bound).
+_LOCK_MATCHING_SQL = textwrap.dedent("""\
+    WITH
+    -- l, the matching entries locked in id order, as writers take them.
+    l AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} ORDER BY e.id FOR UPDATE OF e)
+    INSERT INTO tnsrag_stage_ids (id) SELECT id FROM l""")
+
+
+def lock_matching_sql(predicate: str) -> str:
+    """First lock the entries matching ``predicate`` (the library's own filter SQL over
+    ``e``, values bound), in id order as writers do (so deletes and upserts cannot
+    deadlock), and remember them in ``tnsrag_stage_ids``."""
+    return _LOCK_MATCHING_SQL.format(predicate=predicate)
+
+
+# Then, in a statement whose snapshot sees every change committed by the writers waited
+# for, delete exactly those rows with their postings and df counts. Deleting by the
+# predicate again instead would reach rows committed in between, and wait for (and orphan
+# the postings of) a writer that locked one of them meanwhile. Returns how many went and
+# their total length.
+DELETE_LOCKED_SQL = textwrap.dedent(f"""\
+    WITH
+    -- gone, the locked entries deleted (by ctid, found by primary-key probes), with the
+    -- lexemes that lead to their postings.
+    gone AS (
+      DELETE FROM entries e
+      WHERE e.corpus = :c AND e.ctid = ANY (ARRAY(
+        SELECT x.ctid FROM tnsrag_stage_ids k
+        {probe('entries', 'x', 'x.ctid', 'x.id = k.id')}))
+      RETURNING e.id, e.doc_len, e.lexemes
+    ),
+    -- d, their postings, found through the stored lexemes, each a -1 df delta.
+    d AS (
+      DELETE FROM bm25_postings p
+      WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(
+        SELECT q.ctid FROM gone g
+        CROSS JOIN unnest(g.lexemes) AS l(lexeme)
+        {probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = g.id')}))
+      RETURNING p.lexeme, -1 AS delta
+    ),
+    -- df, the deltas applied (in lexeme order, as every writer does).
+    df AS (
+    {{apply_df}}
+    )
+    SELECT count(*), coalesce(sum(doc_len), 0) FROM gone""").format(
+    apply_df=textwrap.indent(APPLY_DF_SQL.format(source="d"), "  "))

@@ -1,0 +1,417 @@
+"""The persistent corpus: ``Store`` and :func:`connect`.
+
+A ``Store`` is one corpus in one schema of one database. It writes entries (with their
+BM25 postings and statistics, in the same transaction, through the pipeline of
+:mod:`tnsrag_db._store.write`, which the indexes' writes join as extensions), reads and
+deletes them. The plumbing (connections, transactions, locks, timeouts, the read path) is
+its :attr:`Store.session`, a :class:`~tnsrag_db._db.session.Session`; the write
+transactions are its :attr:`Store.writer`. The strategy-facing views (``VectorMemoryStore``,
+``BM25Index``, ``GraphStore``, ...) are built over a ``Store`` and share its engine and corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine
+
+from tnsrag_db._validate import check_int, is_int
+from tnsrag_db._db import migrate
+from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
+from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
+from tnsrag_db._db.replicas import (
+    DEFAULT_MAX_LAG,
+    DEFAULT_WAIT_TIMEOUT,
+    ReadReplicas,
+    WriteClock,
+    WriteToken,
+    check_replica_options,
+    open_replicas,
+)
+from tnsrag_db._db.schema import DEFAULT_SCHEMA
+from tnsrag_db._db.session import DEADLOCK_RETRIES, SESSION_LOCK_POLL_SECONDS, Session, retry_on_deadlock
+from tnsrag_db._db.statement import Plan
+from tnsrag_db._errors import ConfigurationError, DatabaseError, TnsragError
+from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
+from tnsrag_db._store.corpus import DEFAULT_ANALYZE_AFTER_ROWS, Corpus, Writer, check_corpus_name
+from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.reads import check_ids, content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
+from tnsrag_db._store.maintenance import drop_orphan_hnsw_indexes
+from tnsrag_db._store.embedded.resolve import embedded_url
+from tnsrag_db._store.sql import BM25_STAT_SHARDS
+from tnsrag_db._store.staging import STAGE_DDL, STAGE_READY
+from tnsrag_db._store.write import (
+    ValidatedBatch,
+    WriteExtension,
+    WriteReport,
+    content_hash,
+    validate_batch,
+)
+from tnsrag_db._types import IngestCounts, MemoryEntry
+
+__all__ = ["Store", "connect"]
+
+_T = TypeVar("_T")
+
+
+class Store:
+    """One corpus of the library's schema in one PostgreSQL database.
+
+    Construct with :func:`connect` (which resolves the database and checks or runs
+    migrations) or directly from an engine you own. Thread-safe; the engine's pool
+    is shared by every view built on this store. Use as a context manager or call
+    :meth:`close`.
+
+    Bounds on the work of one call: ``max_query_terms`` (default 256, 1 to 100,000) is
+    how many words of a query are analysed (the rest is ignored, see
+    :func:`~tnsrag_db._store.analysis.analyze_query`); ``statement_timeout`` (seconds,
+    default None: the server's setting) cancels any statement of this store that runs
+    longer, with :class:`StatementTimeoutError` (a write is rolled back whole).
+    :meth:`timeout` sets it for the calls of one block. Index builds and the statistics
+    refresh after bulk writes are not limited. ``analyze_after_rows`` (default 5,000, at
+    least 1): a bulk write of at least this many entries refreshes the planner statistics
+    right after it commits (see :meth:`~tnsrag_db._store.corpus.Writer.refresh_statistics`).
+    Raises :class:`ConfigurationError` for a bad option.
+    """
+
+    def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
+                 text_config: str = "english", owns_engine: bool = False,
+                 max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None,
+                 read_replicas: ReadReplicas | None = None, consistency: str = "eventual",
+                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS, _clock: WriteClock | None = None, _after: WriteToken | None = None,
+                 _pairs: bool | None = None) -> None:
+        check_replica_options(read_replicas, consistency)
+        corpus = check_corpus_name(corpus)
+        if not is_int(max_query_terms) or not 1 <= max_query_terms <= 100_000:
+            raise ConfigurationError(f"max_query_terms must be an int from 1 to 100000, got {max_query_terms!r}")
+        self._consistency = consistency
+        self._after = _after
+        self._session = Session(engine, what=f"database error in corpus {corpus!r}", schema=schema,
+                                statement_timeout=statement_timeout, read_replicas=read_replicas,
+                                read_token=self._read_token, clock=_clock)
+        self._corpus = corpus
+        self._schema = schema
+        self._text_config = text_config
+        self._owns_engine = owns_engine
+        self._max_query_terms = max_query_terms
+        self._corpus_row = Corpus(corpus, schema=schema, text_config=text_config)
+        self._writer = Writer(self._session, self._corpus_row, analyze_after_rows=analyze_after_rows)
+        self._closed = False
+        self._pairs = _pairs
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def session(self) -> Session:
+        """Connections, transactions, locks, timeouts and the read path of this store.
+
+        Raises :class:`ConfigurationError` once the store is closed (every read and write
+        of the store and of the indexes over it goes through here)."""
+        self._check_open()
+        return self._session
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigurationError(f"this Store (corpus {self._corpus!r}) is closed; open another with connect()")
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (the store then refuses every read and write)."""
+        return self._closed
+
+    @property
+    def writer(self) -> Writer:
+        """The write transactions of this corpus (:class:`~tnsrag_db._store.corpus.Writer`): the
+        plumbing under :meth:`write`, for code that writes inside a transaction of its own
+        (``writer.transaction(work)``, ``writer.write_in(conn, batch)``) and the statistics
+        refresh after bulk writes (``writer.refresh_statistics``)."""
+        self._check_open()
+        return self._writer
+
+    @property
+    def engine(self) -> Engine:
+        """The pooled SQLAlchemy engine."""
+        return self._session.engine
+
+    @property
+    def corpus(self) -> str:
+        """The corpus every query of this store is confined to."""
+        return self._corpus
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the library's tables."""
+        return self._schema
+
+    @property
+    def max_query_terms(self) -> int:
+        """How many words of a query are analysed (default 256)."""
+        return self._max_query_terms
+
+    @property
+    def statement_timeout(self) -> float | None:
+        """The statement timeout in seconds in effect here (inside :meth:`timeout`, its value); None: the server's."""
+        return self._session.statement_timeout
+
+    def uses_filter_pairs(self) -> bool:
+        """Whether retrievals' metadata filters use the filter pairs (tenancy on, see :mod:`tnsrag_db.tenancy`;
+        one catalog query by the first filtered retrieval, kept by this store and its views)."""
+        if self._pairs is None:
+            self._pairs = bool(self.read(FILTER_PAIRS_SQL, {"s": self._schema})[0][0])
+        return self._pairs
+
+    def with_corpus(self, corpus: str) -> Store:
+        """A store over another corpus sharing this store's engine, replicas, write token and options."""
+        return self._view(corpus, self._after)
+
+    def _view(self, corpus: str, after: WriteToken | None) -> Store:
+        return Store(self.engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
+                     max_query_terms=self._max_query_terms, statement_timeout=self._session.default_timeout,
+                     read_replicas=self._session.read_replicas, consistency=self._consistency,
+                     analyze_after_rows=self._writer.analyze_after_rows, _clock=self._session.clock, _after=after, _pairs=self._pairs)
+
+    # -- read replicas ----------------------------------------------------------------
+    @property
+    def read_replicas(self) -> ReadReplicas | None:
+        """The hot standbys retrieval reads go to (None: every read goes to the primary)."""
+        return self._session.read_replicas
+
+    @property
+    def consistency(self) -> str:
+        """``"eventual"`` (reads do not wait for replay) or ``"read_your_writes"`` (they wait for this store's writes)."""
+        return self._consistency
+
+    @property
+    def last_write_token(self) -> WriteToken | None:
+        """The primary's WAL position after the latest write committed through this store (or a
+        view of it), when it has read replicas; None before any write or without replicas."""
+        return self._session.clock.token
+
+    def after(self, token: WriteToken | None) -> Store:
+        """A view of this store whose reads see everything committed up to ``token`` (from
+        :attr:`last_write_token`, possibly of another process): a standby serves a read only
+        once it has replayed past the token (waiting up to the replicas' ``wait_timeout``),
+        else the primary does. ``None``: no constraint. :class:`ConfigurationError` for another type."""
+        if token is not None and not isinstance(token, WriteToken):
+            raise ConfigurationError(f"token must be a WriteToken or None, got {type(token).__name__}")
+        return self._view(self._corpus, token)
+
+    def _read_token(self) -> WriteToken | None:
+        own = self._session.clock.token if self._consistency == "read_your_writes" else None
+        tokens = [t for t in (self._after, own) if t is not None]
+        return max(tokens) if tokens else None
+
+    def timeout(self, seconds: float | None) -> AbstractContextManager[None]:
+        """Run this store's statements inside the block (this thread or task) with
+        ``statement_timeout`` ``seconds`` (None: the server's), whatever the store's own.
+
+        ``with store.timeout(2.0): strategy.retrieve(query)`` bounds one call: a statement
+        running longer raises :class:`StatementTimeoutError`. Raises
+        :class:`ConfigurationError` for a bad value.
+        """
+        return self._session.timeout(seconds)
+
+    # -- lifecycle --------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the connection pool and the replicas' pools (when this store created them). Idempotent."""
+        if not self._closed and self._owns_engine:
+            self.engine.dispose()
+            if self.read_replicas is not None:
+                self.read_replicas.dispose()
+        self._closed = True
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store(corpus={self._corpus!r}, schema={self._schema!r}, url={self.engine.url!r})"
+
+    # -- the read path (store.session has the rest of the plumbing) ---------------------
+    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run one read-only statement and return its rows (see :meth:`Session.read`)."""
+        return self.session.read(sql, params)
+
+    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+        """Drive a read plan on one connection (see :meth:`Session.run`)."""
+        return self.session.run(plan, snapshot=snapshot)
+
+    # -- writes -----------------------------------------------------------------------
+    def add(self, entry: MemoryEntry) -> IngestCounts:
+        """Insert or update one entry (an upsert keyed by id). Returns its classification."""
+        return self.add_all([entry])
+
+    def add_all(self, entries: Iterable[MemoryEntry], *,
+                progress: Callable[[int], None] | None = None) -> IngestCounts:
+        """Write a batch in one transaction, through COPY; re-ingesting identical entries is a no-op.
+
+        Every entry is validated first: one bad entry rejects the whole batch with an
+        :class:`InvalidEntryError` naming it, and nothing is written. ``progress`` is
+        called with the number of entries staged so far.
+        """
+        return self.writer.write(entries, progress=progress).counts
+
+    def write(self, entries: Iterable[MemoryEntry], *, extensions: Sequence[WriteExtension] = (),
+              progress: Callable[[int], None] | None = None) -> WriteReport:
+        """Write a batch like :meth:`add_all`, with ``extensions`` joining its transaction.
+
+        Each :class:`~tnsrag_db._store.write.WriteExtension` may check the batch before any
+        I/O, take locks before the entries are written, and write its own rows or check
+        the result after them (vectors, edges, the hierarchy); any error rolls back all of
+        it. Returns the entries' :class:`WriteReport` (extensions keep their own results).
+        """
+        return self.writer.write(entries, extensions=extensions, progress=progress)
+
+    # -- reads ------------------------------------------------------------------------
+    def get(self, entry_id: str) -> MemoryEntry | None:
+        """The entry with ``entry_id``, or None."""
+        [entry_id] = check_ids([entry_id])
+        return self.session.run(get_plan(self._corpus, entry_id))
+
+    def get_many(self, entry_ids: Sequence[str]) -> dict[str, MemoryEntry]:
+        """The entries with these ids that exist, by id."""
+        return self.session.run(get_many_plan(self._corpus, check_ids(entry_ids)))
+
+    def content_hashes(self, entry_ids: Sequence[str]) -> dict[str, bytes]:
+        """The stored change hash of each existing entry among ``entry_ids`` (equal to
+        :func:`content_hash` of an identical entry), by id: what a write would skip."""
+        return self.session.run(content_hashes_plan(self._corpus, entry_ids))
+
+    def count(self, filters: Mapping[str, str] | None = None) -> int:
+        """Number of entries in the corpus matching ``filters`` (exact-match, as in retrieval)."""
+        return self.session.run(count_plan(self._corpus, filters))
+
+    def iter_entries(self, *, batch_size: int = 1000) -> Iterator[MemoryEntry]:
+        """Every entry of the corpus in id order, read in batches (keyset pagination).
+
+        Raises :class:`ValidationError` for a ``batch_size`` that is not an int of at least 1.
+        """
+        check_int(batch_size, "batch_size", minimum=1)
+        last = ""
+        while page := self.session.run(entries_after_plan(self._corpus, last, batch_size)):
+            yield from page
+            last = page[-1].id
+
+    # -- deletes ----------------------------------------------------------------------
+    def delete(self, entry_id: str) -> bool:
+        """Delete one entry with its postings, embeddings and edges. True when it existed."""
+        [entry_id] = check_ids([entry_id])
+        return self.writer.delete("e.id = :id", {"id": entry_id}) == 1
+
+    def delete_many(self, entry_ids: Sequence[str]) -> int:
+        """Delete the entries with these ids (with their postings, embeddings and edges) in one
+        transaction; returns how many existed."""
+        ids = list(dict.fromkeys(check_ids(entry_ids)))
+        if not ids:
+            return 0
+        return self.writer.delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
+
+    def delete_where(self, filters: Mapping[str, str]) -> int:
+        """Delete every entry matching ``filters`` (exact-match, as in retrieval); returns how many.
+
+        An empty filter is refused with :class:`ConfigurationError` (use :meth:`clear`).
+        """
+        predicate, params = filter_sql(filters)
+        if not params:
+            raise ConfigurationError("delete_where needs at least one filter; use clear() to empty the corpus")
+        return self.writer.delete(predicate, params)
+
+    def clear(self) -> int:
+        """Delete every entry of the corpus; returns how many."""
+        return self.writer.delete("TRUE", {})
+
+    def drop_corpus(self) -> None:
+        """Delete the whole corpus: entries, postings, statistics, embeddings, spaces and edges.
+
+        The store stays usable; the next write creates the corpus again. Its spaces' HNSW
+        indexes are dropped concurrently once the deletion has committed (see
+        :meth:`drop_orphan_hnsw_indexes`). Deleting a
+        ``corpora`` row by hand would leave BM25 postings behind (they carry no foreign
+        key, to keep bulk writes fast): use this method.
+        """
+        def drop() -> None:
+            with self.session.transaction() as conn:
+                # Waits for every write and delete of the corpus in flight (see Corpus.lock);
+                # the postings are deleted after the wait, by a statement that sees what
+                # those writers committed.
+                self._corpus_row.lock(conn, shared=False)
+                conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
+                conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
+
+        retry_on_deadlock(drop)
+        self._corpus_row.forget()
+        self.drop_orphan_hnsw_indexes()
+
+    def drop_orphan_hnsw_indexes(self) -> list[str]:
+        """Drop the HNSW indexes whose embedding space no longer exists; returns their names.
+
+        The per-space HNSW indexes are partial indexes of the shared ``embeddings``
+        table. :meth:`drop_corpus` drops its spaces' indexes with ``DROP INDEX
+        CONCURRENTLY`` after its transaction commits: a plain ``DROP INDEX`` inside it
+        would lock the whole table and could deadlock with a build running for another
+        corpus. A process that dies in between leaves an empty index behind, which the
+        next call of this method (any corpus) removes.
+        """
+        return drop_orphan_hnsw_indexes(self._session, self._schema)
+
+
+def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
+            auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
+            max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
+            statement_timeout: float | None = None, read_urls: Sequence[str | URL] = (),
+            replicas_optional: bool = False, max_replica_lag: float | None = DEFAULT_MAX_LAG,
+            replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT, consistency: str = "eventual",
+            analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS, hooks: Sequence[ConnectionHooks] = (),
+            ping_after_idle: float = DEFAULT_PING_AFTER_IDLE) -> Store:
+    """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
+
+    The embedded server is migrated to head automatically. A URL names a shared server
+    whose schema is never created implicitly: unless ``auto_migrate=True`` the schema
+    must already be at this release's head, else :class:`SchemaNotReadyError`.
+    ``max_query_terms`` and ``statement_timeout`` bound the work of each call (see :class:`Store`).
+
+    ``read_urls``: hot standbys for retrieval reads (writes, locks, migrations: ``url``),
+    each checked to be one of the primary, with ``replicas_optional``, ``max_replica_lag``,
+    ``replica_wait_timeout`` and ``consistency`` as in :mod:`tnsrag_db._db.replicas`.
+    ``analyze_after_rows`` as in :class:`Store`. ``hooks`` (:class:`~tnsrag_db._db.engine.ConnectionHooks`)
+    run on every connection of the store's engines, sync, async and replicas alike, after
+    the library's own; ``ping_after_idle`` is how many seconds a pooled connection may sit
+    idle before its next use pings it (default 1.0; see :func:`~tnsrag_db._db.engine.create_engine`).
+    """
+    embedded = url is None
+    target = embedded_url() if embedded else url
+    assert target is not None
+    engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow,
+                           hooks=hooks, ping_after_idle=ping_after_idle)
+    replicas: ReadReplicas | None = None
+    try:
+        if read_urls or isinstance(read_urls, str):
+            replicas = open_replicas(engine, read_urls, schema=schema, pool_size=pool_size, max_overflow=max_overflow,
+                                     optional=replicas_optional, max_lag=max_replica_lag,
+                                     wait_timeout=replica_wait_timeout, hooks=hooks, ping_after_idle=ping_after_idle)
+        store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
+                      max_query_terms=max_query_terms, statement_timeout=statement_timeout,
+                      read_replicas=replicas, consistency=consistency, analyze_after_rows=analyze_after_rows)
+        if auto_migrate or (auto_migrate is None and embedded):
+            if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
+                migrate.upgrade(engine, schema=schema)
+                engine.dispose()  # connections opened before the extension existed lack the vector type
+        else:
+            migrate.ensure_at_head(engine, schema=schema)
+    except TnsragError:
+        engine.dispose()
+        if replicas is not None:
+            replicas.dispose()
+        raise
+    except sa.exc.SQLAlchemyError as exc:
+        # Not map_db_errors: any failure here, a refused login included, means "could not
+        # connect" (the mapping would call a refused login a lost connection).
+        engine.dispose()
+        if replicas is not None:
+            replicas.dispose()
+        raise DatabaseError(f"could not connect: {exc}") from exc
+    return store

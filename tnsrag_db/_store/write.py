@@ -1,0 +1,315 @@
+"""The entry write pipeline, as named steps, and the extensions that join its transaction.
+
+One write of a batch runs these steps in one transaction (each a function below)::
+
+    validate   every entry checked, duplicates refused        (no I/O; then extensions' validate)
+    stage      COPY the batch, its text chunks and extra terms  into the stage tables
+    terms      the chunks' lexemes and each entry's length      (tnsrag_stage_terms, _lens)
+    classify   insert the new entries, lock the existing ones   (in id order), new/changed/unchanged
+    rewrite    update changed entries; drop their old postings and stale vectors
+    postings   the new postings, df deltas and corpus statistics
+
+Extensions (:class:`WriteExtension`: vectors, edges, hierarchy and timestamp checks) join
+the same transaction: ``validate`` before any I/O, ``before`` ahead of the entry steps
+(locks), ``after`` behind them (their own rows, checks), ``finish`` always. The whole
+transaction runs again after a deadlock, extensions included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timezone
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db._errors import DatabaseError, InvalidEntryError
+from tnsrag_db._store import sql
+from tnsrag_db._store.analysis import STAGED_TERMS_SQL, analyze
+from tnsrag_db._store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
+from tnsrag_db._types import IngestCounts, MemoryEntry
+
+__all__ = ["StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "classify", "content_hash",
+           "delete_matching", "rewrite_changed", "run_write", "stage", "stage_terms", "validate_batch", "write_entries",
+           "write_postings"]
+
+#: Batches at least this large ANALYZE their stage tables before the set-based steps.
+ANALYZE_STAGE_ROWS = 1000
+
+
+class Corpus(Protocol):
+    """What the steps need of the corpus written (:class:`tnsrag_db._store.corpus.Corpus`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def text_config(self, conn: Connection) -> str: ...
+
+    def lock(self, conn: Connection, *, shared: bool) -> None: ...
+
+
+@dataclass(slots=True)
+class WriteReport:
+    """Ids of a write by outcome; ``content_changed`` are the updated ids whose text changed."""
+
+    inserted: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    content_changed: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> IngestCounts:
+        """The counts of this report."""
+        return IngestCounts(len(self.inserted), len(self.updated), len(self.unchanged))
+
+
+class WriteExtension:
+    """Work that joins an entry write's transaction; override the hooks you need.
+
+    Passed to :meth:`Store.write` (``extensions=[...]``), run in list order: ``validate``
+    for all, then ``before`` for all, the entry steps, ``after`` for all, and ``finish``
+    for each whose ``before`` ran (in reverse order, on success and on failure). Raising
+    from a hook rolls the whole write back. A deadlock runs the transaction again, hooks
+    included (``validate`` excepted), so keep results as attributes set by ``after``.
+    """
+
+    #: Library tables this extension writes, refreshed with ``entries`` after bulk writes
+    #: (see :meth:`~tnsrag_db._store.corpus.Writer.refresh_statistics`).
+    analyze: tuple[str, ...] = ()
+
+    def validate(self, batch: Sequence[MemoryEntry]) -> None:
+        """Check the validated batch before any I/O (raise to refuse it)."""
+
+    def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
+        """Inside the transaction, before the entries are written (take locks here)."""
+
+    def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
+        """Inside the transaction, after the entries, their postings and statistics."""
+
+    def finish(self, conn: Connection) -> None:
+        """Inside the transaction, last, whether the write succeeded or not (undo ``before``)."""
+
+
+def content_hash(entry: MemoryEntry) -> bytes:
+    """SHA-256 over every stored field of ``entry``: equal hashes mean an identical entry."""
+    ts = entry.timestamp.astimezone(timezone.utc).isoformat() if entry.timestamp is not None else None
+    payload = [entry.content, entry.tier.name, entry.source, entry.parent_id, ts, sorted(entry.metadata.items())]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()).digest()
+
+
+# -- step 1: validate -----------------------------------------------------------------
+def validate_batch(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
+    """Check every entry of a batch (type, fields, duplicate ids) before anything is written.
+
+    Raises :class:`InvalidEntryError` naming the entry (id and position).
+    """
+    batch = list(entries)
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(batch):
+        if not isinstance(entry, MemoryEntry):
+            raise InvalidEntryError(f"batch item {index} is a {type(entry).__name__}, not a MemoryEntry", index=index)
+        entry.validate(index)
+        first = seen.setdefault(entry.id, index)
+        if first != index:
+            raise InvalidEntryError(f"entry id {entry.id!r} appears twice in the batch (positions {first} and {index})",
+                                    entry_id=entry.id, index=index)
+    return batch
+
+
+class ValidatedBatch(tuple[MemoryEntry, ...]):
+    """A batch that passed :func:`validate_batch`: built only by validating (from a
+    ``ValidatedBatch``, for free), immutable, its entries frozen. :meth:`Store.write`
+    takes one without checking it again, so an index that validates a batch before its
+    own pre-transaction work (embedding) pays for the checks once."""
+
+    __slots__ = ()
+
+    def __new__(cls, entries: Iterable[MemoryEntry] = ()) -> ValidatedBatch:
+        if type(entries) is cls:
+            return entries  # checked when it was built
+        return super().__new__(cls, validate_batch(entries))
+
+
+# -- step 2: stage --------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StagedBatch:
+    """A batch in the stage tables: its size, and whether it is large enough to ANALYZE them."""
+
+    size: int
+    large: bool
+
+
+def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
+          progress: Callable[[int], None] | None = None) -> StagedBatch:
+    """COPY the batch (with its hashes), its text chunks and extra terms into the stage
+    tables of ``conn``'s open transaction; ``progress`` gets the number analysed so far."""
+    reset_entry_stage(conn)
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cur:
+        with cur.copy("COPY tnsrag_stage_entries (ord, id, content, tier, source, parent_id, ts, metadata, "
+                      "content_hash) FROM STDIN") as copy:
+            for i, e in enumerate(batch):
+                copy.write_row((i, e.id, e.content, e.tier.name, e.source, e.parent_id, e.timestamp,
+                                json.dumps(dict(e.metadata), ensure_ascii=False), content_hash(e)))
+        # One COPY at a time per connection: analyse first, then stream each table.
+        analyzed = []
+        for i, e in enumerate(batch):
+            analyzed.append(analyze(e.content))
+            if progress is not None and (i + 1) % 1000 == 0:
+                progress(i + 1)
+        with cur.copy("COPY tnsrag_stage_chunks (ord, chunk, single) FROM STDIN") as copy:
+            for i, a in enumerate(analyzed):
+                single = len(a.chunks) == 1 and not a.extra_terms
+                for chunk in a.chunks:
+                    copy.write_row((i, chunk, single))
+        if any(a.extra_terms for a in analyzed):  # most batches have none: one round trip less
+            with cur.copy("COPY tnsrag_stage_extras (ord, term) FROM STDIN") as copy:
+                for i, a in enumerate(analyzed):
+                    for term in a.extra_terms:
+                        copy.write_row((i, term))
+    if progress is not None:
+        progress(len(batch))
+    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS)
+
+
+# -- step 3: terms --------------------------------------------------------------------
+def stage_terms(conn: Connection, staged: StagedBatch, text_config: str) -> None:
+    """Derive the staged chunks' lexemes (``tnsrag_stage_terms``) and each entry's length
+    and lexemes (``tnsrag_stage_lens``) with ``text_config``.
+
+    Terms and lengths come first, so entries are inserted with their final doc_len (no
+    second write of every new row), into a narrow table of their own (updating the wide
+    stage rows instead would rewrite them).
+    """
+    # Temp tables get no statistics on their own; without row counts the planner
+    # picks nested loops that are quadratic in the batch size.
+    if staged.large:
+        for table in ENTRY_STAGE_TABLES[:3]:
+            conn.execute(sa.text(f"ANALYZE {table}"))
+    conn.execute(sa.text(STAGED_TERMS_SQL), {"cfg": text_config})
+
+
+# -- step 4: classify -----------------------------------------------------------------
+def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteReport, int]:
+    """Insert the new entries and lock the existing ones, then tell changed from unchanged.
+
+    Returns the report (``inserted`` in batch order) and the old length of the entries
+    whose text changed. Every later step joins the stage tables (state ``i`` inserted,
+    ``c`` text changed, ``u`` other fields changed, ``n`` unchanged) instead of passing id
+    arrays: ``= ANY(array)`` over a large array is quadratic.
+    """
+    c = {"c": corpus}
+    inserted = list(conn.execute(sa.text(sql.INSERT_OR_LOCK_SQL), c).scalars())
+    report = WriteReport()
+    old_len = 0
+    if len(inserted) < staged.size:
+        rows = conn.execute(sa.text(sql.COMPARE_SQL), c).all()
+        if len(rows) + len(inserted) != staged.size:  # cannot happen: every entry was inserted or locked
+            raise DatabaseError(f"write to corpus {corpus!r} lost track of {staged.size - len(inserted) - len(rows)} "
+                                "entries; the transaction was rolled back")
+        ords: list[int] = []
+        states: list[str] = []
+        for row in rows:
+            if row.same:
+                report.unchanged.append(row.id)
+                state = "n"
+            elif row.text_changed:
+                report.updated.append(row.id)
+                report.content_changed.append(row.id)
+                old_len += row.doc_len
+                state = "c"
+            else:
+                report.updated.append(row.id)
+                state = "u"
+            ords.append(row.ord)
+            states.append(state)
+        if ords:
+            conn.execute(sa.text(sql.SET_STATES_SQL), {"ords": ords, "states": states})
+    if staged.large:  # the states are set now, and the steps below filter on them
+        conn.execute(sa.text("ANALYZE tnsrag_stage_entries (ord, id, state)"))
+        conn.execute(sa.text("ANALYZE tnsrag_stage_terms"))
+        conn.execute(sa.text("ANALYZE tnsrag_stage_lens"))
+    report.inserted = inserted  # in batch order
+    return report, old_len
+
+
+# -- step 5: rewrite ------------------------------------------------------------------
+def rewrite_changed(conn: Connection, corpus: str, report: WriteReport) -> None:
+    """Update the changed entries; for those whose text changed, drop their old postings
+    (counted as df deltas) and their vectors (stale vectors must not outlive their text)."""
+    c = {"c": corpus}
+    if report.content_changed:
+        conn.execute(sa.text(sql.DELETE_OLD_POSTINGS_SQL), c)
+    if report.updated:
+        conn.execute(sa.text(sql.UPDATE_CHANGED_SQL), c)
+    if report.content_changed:
+        conn.execute(sa.text(sql.DELETE_STALE_VECTORS_SQL), c)
+
+
+# -- step 6: postings -----------------------------------------------------------------
+def write_postings(conn: Connection, corpus: str, report: WriteReport, old_len: int) -> None:
+    """Insert the postings of new and rewritten texts, apply the df deltas, and move the
+    corpus statistics by the documents and length the write added."""
+    c = {"c": corpus}
+    new_len = 0
+    if report.inserted or report.content_changed:
+        conn.execute(sa.text(sql.INSERT_POSTINGS_SQL), c)
+        new_len = conn.execute(sa.text(sql.STAGE_DF_SQL)).scalar_one()
+        conn.execute(sa.text(sql.APPLY_DF_SQL.format(source="tnsrag_stage_df")),
+                     {**c, "shard": sql.stat_shard()})
+    sql.bump_stats(conn, corpus, len(report.inserted), int(new_len) - old_len)
+
+
+def write_entries(conn: Connection, corpus: Corpus, batch: Sequence[MemoryEntry], *,
+                  progress: Callable[[int], None] | None = None) -> WriteReport:
+    """Steps 2 to 6 for already-validated ``batch`` inside ``conn``'s open transaction."""
+    text_config = corpus.text_config(conn)  # takes the corpus's write lock, shared
+    staged = stage(conn, batch, progress=progress)
+    stage_terms(conn, staged, text_config)
+    report, old_len = classify(conn, corpus.name, staged)
+    rewrite_changed(conn, corpus.name, report)
+    write_postings(conn, corpus.name, report, old_len)
+    sql.count_written(conn, len(report.inserted) + len(report.updated))
+    return report
+
+
+def delete_matching(conn: Connection, corpus: Corpus, predicate: str, params: dict[str, Any]) -> int:
+    """Delete the entries matching ``predicate`` (the library's filter SQL over ``e``) with
+    their postings, df counts and statistics, in ``conn``'s open transaction; returns how many.
+
+    Embeddings and edges go with their entries (foreign keys, ``ON DELETE CASCADE``).
+    """
+    # The corpus lock first, as writers take it: a drop_corpus waits for this delete
+    # instead of deadlocking with its df and stats updates.
+    corpus.lock(conn, shared=True)
+    ensure_stage_tables(conn)
+    conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
+    conn.execute(sa.text(sql.lock_matching_sql(predicate)), {"c": corpus.name, **params})
+    count, length = conn.execute(sa.text(sql.DELETE_LOCKED_SQL), {"c": corpus.name, "shard": sql.stat_shard()}).one()
+    if count:
+        sql.bump_stats(conn, corpus.name, -int(count), -int(length))
+    return int(count)
+
+
+def run_write(conn: Connection, corpus: Corpus, batch: Sequence[MemoryEntry],
+              extensions: Sequence[WriteExtension], *,
+              progress: Callable[[int], None] | None = None) -> WriteReport:
+    """The entry steps between the extensions' ``before`` and ``after`` hooks, in ``conn``'s
+    open transaction; an empty batch runs the extensions alone."""
+    started: list[WriteExtension] = []
+    try:
+        for extension in extensions:
+            started.append(extension)
+            extension.before(conn, batch)
+        report = write_entries(conn, corpus, batch, progress=progress) if batch else WriteReport()
+        for extension in extensions:
+            extension.after(conn, batch, report)
+        return report
+    finally:
+        for extension in reversed(started):
+            extension.finish(conn)

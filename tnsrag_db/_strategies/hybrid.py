@@ -1,0 +1,401 @@
+"""``HybridRAGStrategy``: BM25 + vector (+ optional graph) fused with Reciprocal Rank Fusion.
+
+Each stream contributes its top ``max(50, 4 × max_results)`` candidates (configurable),
+all with the metadata filter applied in SQL before their own limit; the fused score is
+the RRF sum of ``1 / (k + rank)`` over the streams a document appears in (ranks from 1,
+k = 60). The BM25 and vector streams run as ONE statement (one round trip); the graph
+stream, when given, is a third ranking. ``min_score`` (inclusive) applies to the fused
+score. A missing graph keeps the two other streams fused: hybrid never collapses into
+vector only.
+
+Fusion weights (``weights=``, one per stream, default all 1: plain RRF) scale each
+stream's term to ``weight / (k + rank)``; a stream weighted 0 is not run. ``explain``
+returns the same results with each stream's rank, weight and share (see
+:mod:`tnsrag_db._strategies.explain`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from textwrap import dedent
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tnsrag_db._validate import is_int
+from tnsrag_db._db import aio
+from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
+from tnsrag_db._indexes.bm25.index import DOCUMENT_COLUMNS
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db._store.reads import document_from_row
+from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, SearchPlan, StreamShare
+from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed, snapshot
+from tnsrag_db._strategies.keyword import bm25_plan
+from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
+
+if TYPE_CHECKING:
+    from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+
+__all__ = ["HybridMemoryRetriever", "HybridRAGStrategy"]
+
+#: Lower bound of each stream's candidate pool.
+MIN_CANDIDATES = 50
+#: Each stream fetches this many times ``max_results`` candidates (at least MIN_CANDIDATES).
+CANDIDATE_FACTOR = 4
+
+
+def _place(store: Store) -> tuple[str, str, str]:
+    """Where a store's rows live: database URL (without password), schema, corpus."""
+    return store.engine.url.render_as_string(hide_password=True), store.schema, store.corpus
+
+
+def _describe(store: Store) -> str:
+    return f"{store.corpus!r} (schema {store.schema!r} on {store.engine.url.render_as_string(hide_password=True)})"
+
+
+class HybridMemoryRetriever:
+    """A configured hybrid retriever: BM25 + vector over one corpus, fused with RRF.
+
+    ``candidates`` fixes each stream's pool size (default ``max(50, 4 × max_results)``);
+    ``rrf_k`` is the RRF constant (default 60). Raises :class:`ConfigurationError` for
+    views over different corpora or bad numbers.
+    """
+
+    def __init__(self, keywords: BM25Index, vectors: VectorMemoryStore, *, candidates: int | None = None,
+                 rrf_k: int = DEFAULT_RRF_K) -> None:
+        if keywords is None or vectors is None:
+            raise ConfigurationError("HybridMemoryRetriever needs both a BM25Index and a VectorMemoryStore")
+        if _place(keywords.store) != _place(vectors.store):
+            raise ConfigurationError(f"keyword corpus {_describe(keywords.store)} differs from vector corpus "
+                                     f"{_describe(vectors.store)}")
+        if candidates is not None and (not is_int(candidates) or candidates < 1):
+            raise ConfigurationError(f"candidates must be a positive int, got {candidates!r}")
+        if not is_int(rrf_k) or rrf_k < 1:
+            raise ConfigurationError(f"rrf_k must be a positive int, got {rrf_k!r}")
+        self.keywords = keywords
+        self.vectors = vectors
+        self.candidates = candidates
+        self.rrf_k = rrf_k
+
+    def pool_size(self, max_results: int) -> int:
+        """Candidates fetched per stream for a query asking ``max_results``."""
+        return self.candidates if self.candidates is not None else max(MIN_CANDIDATES, CANDIDATE_FACTOR * max_results)
+
+    def _streams(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
+                 weights: tuple[float, float], *, plain: bool) -> tuple[str, dict[str, Any]]:
+        """The ``WITH`` items of both streams (``hk_r``, ``hv_r``) and ``ranked`` (stream, entry id,
+        weight, 1-based rank); a stream weighted 0 is not run. With ``plain``, the BM25 stream
+        is the index's plain statement (its row of NULLs means: run again without ``plain``)."""
+        pool = self.pool_size(context.max_results)
+        filters = context.metadata_filters
+        params: dict[str, Any] = {}
+        ctes: list[str] = []
+        ranked: list[str] = []
+        if weights[0] > 0:
+            bm25 = self.keywords.ranking_statement(query, pool, filters=filters, min_score=0.0, prefix="hk",
+                                                   plain=plain)
+            params.update(bm25.params)
+            ctes.append(f"hk_r AS (\n{bm25.sql}\n)")
+            ranked.append(f"SELECT 1 AS stream, entry_id, score, {_weight_sql(weights[0], 'h_w1', params)} AS w,\n"
+                          "         row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hk_r")
+        if weights[1] > 0:
+            assert vector is not None
+            vec_sql, vec_params = self.vectors.candidates_sql(vector, pool, filters=filters, min_score=-1.0,
+                                                              prefix="hv")
+            params.update(vec_params)
+            ctes.append(f"hv_r AS (\n{vec_sql}\n)")
+            ranked.append(f"SELECT 2 AS stream, entry_id, score, {_weight_sql(weights[1], 'h_w2', params)} AS w,\n"
+                          "         row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hv_r")
+        ctes.append("ranked AS (\n  -- Each stream's candidates with their 1-based rank and the stream's fusion weight.\n  "
+                    + "\n  UNION ALL\n  ".join(ranked) + "\n)")
+        return ",\n".join(ctes), params
+
+    def _documents_sql(self, source: str, columns: str, order_by: str, *, left_join: bool = False) -> str:
+        # The entry rows of ``source`` through the BM25 index (the corpus bound as :h_c).
+        return self.keywords.documents_sql(source, columns=columns, order_by=order_by, prefix="h",
+                                           left_join=left_join)
+
+    def rankings_statement(self, query: str, context: RAGContext,
+                           vector: npt.NDArray[np.float32] | None) -> Statement:
+        """Both streams' rankings with their entry rows, in one statement: columns ``stream``
+        (1 BM25, 2 vector), ``rank``, ``score`` and the entry columns; without ``vector``
+        only the BM25 stream."""
+        weights = (1.0, 1.0 if vector is not None else 0.0)
+        ctes, params = self._streams(query, context, vector, weights, plain=False)
+        params["h_c"] = self.vectors.store.corpus
+        body = self._documents_sql("ranked", "r.stream, r.rank, r.score", "r.stream, r.rank")
+        return Statement(f"WITH {ctes}\n{body}", params, ("stream", "rank", "score", *DOCUMENT_COLUMNS[1:]))
+
+    @staticmethod
+    def _split(rows: Sequence[Any]) -> tuple[list[RetrievedDocument], list[RetrievedDocument]]:
+        keyword_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 1]
+        vector_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 2]
+        return keyword_docs, vector_docs
+
+    def rankings_plan(self, query: str, context: RAGContext) -> Plan[tuple[list[RetrievedDocument],
+                                                                         list[RetrievedDocument]]]:
+        """:meth:`rankings` as a :data:`~tnsrag_db._db.statement.Plan`."""
+        rows = yield self.rankings_statement(query, context, self.vectors.embed_query(query))
+        return self._split(rows)
+
+    def rankings(self, query: str, context: RAGContext) -> tuple[list[RetrievedDocument], list[RetrievedDocument]]:
+        """The BM25 and vector rankings (best first), fetched in one statement with their rows."""
+        return self.vectors.store.run(self.rankings_plan(query, context))
+
+    def fused_statement(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
+                        weights: tuple[float, float], *, plain: bool = False) -> Statement:
+        """The fused ranking with its entry rows, in one statement (columns ``score`` and the
+        entry columns, best first). With ``plain`` (and the BM25 stream weighted above 0), one
+        row of NULLs instead when the BM25 stream needs its pruned statement: nothing else runs
+        then, the vector stream included."""
+        ctes, params = self._streams(query, context, vector, weights, plain=plain)
+        deferrable = plain and weights[0] > 0
+        sql = _FUSED_SQL.format(
+            streams=ctes,
+            go="NOT (SELECT d.deferred FROM h_defer d)" if deferrable else "TRUE",
+            stop="(SELECT d.deferred FROM h_defer d)" if deferrable else "FALSE",
+            defer=_DEFER_SQL if deferrable else "",
+            # A literal (a validated int), as the BM25 stream's limit: one statement text per
+            # limit, whose generic plan knows it (see tnsrag_db._indexes.bm25.sql._limit).
+            limit=str(int(context.max_results)),
+            documents=self._documents_sql("h_top", "r.score", "r.score DESC NULLS FIRST, r.best, r.entry_id",
+                                          left_join=True))
+        params.update({"h_c": self.vectors.store.corpus, "h_k": self.rrf_k, "h_min": context.min_score})
+        return Statement(sql, params, DOCUMENT_COLUMNS)
+
+    def fused_plan(self, query: str, context: RAGContext, *,
+                   weights: Sequence[float] | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`fused` as a :data:`~tnsrag_db._db.statement.Plan`: one statement, a second
+        only when a frequent query term makes the BM25 stream take its pruned statement."""
+        w = check_weights(weights, 2)
+        vector = self.vectors.embed_query(query) if w[1] > 0 else None
+        rows = yield self.fused_statement(query, context, vector, (w[0], w[1]), plain=True)
+        if rows and rows[0].entry_id is None:
+            rows = yield self.fused_statement(query, context, vector, (w[0], w[1]))
+        return [document_from_row(r, float(r.score)) for r in rows]
+
+    def fused(self, query: str, context: RAGContext, *,
+              weights: Sequence[float] | None = None) -> list[RetrievedDocument]:
+        """BM25 + vector fused with RRF inside the database, in one statement.
+
+        ``weights`` (keyword, vector; default 1 and 1) scale each stream's ``1 / (k + rank)``;
+        a stream weighted 0 is not run. Only the final ``max_results`` rows are read from
+        ``entries``. Scores and order equal :func:`~tnsrag_db._strategies.fusion.reciprocal_rank_fusion`
+        over :meth:`rankings` with the same weights: the sum of two float8 terms is exact
+        whatever the order, and ties go to the best single-stream rank, then the entry id.
+        (A query with a frequent term takes a second statement: see :meth:`fused_plan`.)
+        Raises :class:`ConfigurationError` for bad weights.
+        """
+        return self.vectors.store.run(self.fused_plan(query, context, weights=weights))
+
+    def explain_fused(self, query: str, context: RAGContext, weights: tuple[float, float]) -> Explanation:
+        """:meth:`fused` explained: the same statement ranks, then (same snapshot) the two
+        rankings give each result's ranks and shares, BM25 term figures and cosines."""
+        vector = self.vectors.embed_query(query) if weights[1] > 0 else None
+        store = self.vectors.store
+        fused = self.fused_statement(query, context, vector, weights)
+        ranks = self.rankings_statement(query, context, vector)
+        plans: list[SearchPlan] = []
+        with snapshot(store) as execute:
+            docs = [document_from_row(r, float(r.score)) for r in execute(fused)]
+            keyword_docs, vector_docs = self._split(list(execute(ranks)))
+            if weights[0] > 0:
+                plans.append(bm25_plan(context))
+            else:
+                keyword_docs = []
+            if vector is not None:
+                plans.append(self.vectors.explain_plan(execute, vector, self.pool_size(context.max_results),
+                                                       filters=context.metadata_filters, min_score=-1.0))
+            wanted = {d.metadata["entryId"] for d in docs}
+            kw_rank = {d.metadata["entryId"]: (n, d.score) for n, d in enumerate(keyword_docs, 1)
+                       if d.metadata["entryId"] in wanted}
+            vec_rank = {d.metadata["entryId"]: (n, d.score) for n, d in enumerate(vector_docs, 1)
+                        if d.metadata["entryId"] in wanted}
+            bm25 = self.keywords.explain_scores(execute, query, {i: s for i, (_, s) in kw_rank.items()})
+        explanations: list[ScoreExplanation] = []
+        for doc in docs:
+            entry_id = doc.metadata["entryId"]
+            streams: list[StreamShare] = []
+            if entry_id in kw_rank:
+                rank, score = kw_rank[entry_id]
+                streams.append(StreamShare("keyword", rank, weights[0], weights[0] / (self.rrf_k + rank), score,
+                                           bm25.get(entry_id)))
+            if entry_id in vec_rank and vector is not None:
+                rank, score = vec_rank[entry_id]
+                streams.append(StreamShare("vector", rank, weights[1], weights[1] / (self.rrf_k + rank), score,
+                                           self.vectors.explain_cosine(vector, score)))
+            explanations.append(FusionExplanation(doc.score, self.rrf_k, tuple(streams)))
+        return explanation_of("hybrid", query, docs, explanations, plans)
+
+
+# The fused ranking. {streams}: the streams' CTEs and ``ranked``; {go} and {stop}: TRUE and
+# FALSE, or whether the BM25 stream did not / did defer to its pruned statement ({defer}).
+_FUSED_SQL = dedent("""\
+    WITH {streams},
+    {defer}fused AS (
+      -- Reciprocal Rank Fusion: each stream adds weight / (k + rank); best: the best single
+      -- rank, the first tie-breaker.
+      SELECT entry_id, sum(w / (CAST(:h_k AS float8) + rank)) AS score, min(rank) AS best
+      FROM ranked GROUP BY entry_id
+    ), h_top AS (
+      -- The final top max_results, before any entry row is read; with a deferring BM25
+      -- stream only its row of NULLs (nothing fused, no vector search).
+      SELECT t.entry_id, t.score, t.best FROM (
+        SELECT f.entry_id, f.score, f.best FROM fused f
+        WHERE {go} AND f.score >= CAST(:h_min AS float8)
+        ORDER BY f.score DESC, f.best, f.entry_id
+        LIMIT {limit}
+      ) t
+      UNION ALL
+      SELECT NULL, NULL, NULL WHERE {stop}
+    )
+    {documents}""")
+
+_DEFER_SQL = dedent("""\
+    h_defer AS MATERIALIZED (
+      -- The BM25 stream's plain statement returns one row of NULLs when a frequent term
+      -- needs its pruned statement instead.
+      SELECT EXISTS (SELECT 1 FROM hk_r WHERE hk_r.entry_id IS NULL) AS deferred
+    ),
+    """)
+
+
+def _weight_sql(weight: float, name: str, params: dict[str, Any]) -> str:
+    """A stream's weight in SQL: the literal 1 for the default, else a bound float8."""
+    if weight == 1.0:
+        return "1.0::float8"
+    params[name] = weight
+    return f"CAST(:{name} AS float8)"
+
+
+class HybridRAGStrategy:
+    """Hybrid retrieval; ``name == "hybrid"``.
+
+    Forms: ``HybridRAGStrategy(keywords, vectors)``, ``HybridRAGStrategy(keywords, vectors,
+    graph)`` with ``graph: GraphRAGStrategy | None`` as a third RRF stream, and
+    ``HybridRAGStrategy(hybrid_memory_retriever)``. ``weights`` (keyword-only) holds one
+    fusion weight per stream, in the order keyword, vector[, graph]: each stream adds
+    ``weight / (k + rank)``; default all 1 (plain RRF), a stream weighted 0 is
+    not run. Raises :class:`ConfigurationError` for weights of the wrong length, negative,
+    non-finite or all zero (see :func:`~tnsrag_db._strategies.fusion.check_weights`).
+    """
+
+    def __init__(self, keywords: BM25Index | HybridMemoryRetriever, vectors: VectorMemoryStore | None = None,
+                 graph: RAGStrategy | None = None, *, weights: Sequence[float] | None = None) -> None:
+        if isinstance(keywords, HybridMemoryRetriever):
+            if vectors is not None:
+                raise ConfigurationError("pass either a HybridMemoryRetriever or (keywords, vectors[, graph])")
+            self._retriever = keywords
+        else:
+            if vectors is None:
+                raise ConfigurationError("HybridRAGStrategy needs a VectorMemoryStore as second argument")
+            self._retriever = HybridMemoryRetriever(keywords, vectors)
+        if graph is not None and not callable(getattr(graph, "retrieve", None)):
+            raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
+        graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
+        if isinstance(graph_store, Store) and _place(graph_store) != _place(self._retriever.keywords.store):
+            raise ConfigurationError(f"graph corpus {_describe(graph_store)} differs from the hybrid's corpus "
+                                     f"{_describe(self._retriever.keywords.store)}")
+        self._graph = graph
+        streams = "keyword, vector, graph" if graph is not None else "keyword, vector"
+        self._weights = check_weights(weights, 3 if graph is not None else 2, f"weights ({streams})")
+
+    @property
+    def name(self) -> str:
+        """``"hybrid"``."""
+        return "hybrid"
+
+    @property
+    def retriever(self) -> HybridMemoryRetriever:
+        """The configured BM25 + vector retriever."""
+        return self._retriever
+
+    @property
+    def graph(self) -> RAGStrategy | None:
+        """The optional graph stream."""
+        return self._graph
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The fusion weights: keyword, vector[, graph]."""
+        return self._weights
+
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan` (validation happens when the
+        plan starts). The graph stream, when given, runs through its own ``retrieve`` (it is
+        not a plan yet), between the plan's statements."""
+        query = check_query(query)
+        ctx = resolve_context(context)
+        if self._graph is None or not (yield from self._graph_has_evidence()):
+            if not any(self._weights[:2]):  # only the graph stream was weighted, and it has nothing
+                return []
+            return (yield from self._retriever.fused_plan(query, ctx, weights=self._weights[:2]))
+        keyword_docs, vector_docs = yield from self._retriever.rankings_plan(query, ctx)
+        pool = self._retriever.pool_size(ctx.max_results)
+        graph_docs = self._graph.retrieve(query, RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters))
+        fused = reciprocal_rank_fusion(keyword_docs, vector_docs, graph_docs, k=self._retriever.rrf_k,
+                                       weights=self._weights)
+        return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]
+
+    def _graph_has_evidence(self) -> Plan[bool]:
+        """Whether the graph stream can add anything: False only for a graph stream of reached
+        entries alone (``include_seeds=False``, as hybrid by name has) over a corpus without
+        edges, which is then not run (one index probe instead of its seed search and walk)."""
+        graph = self._graph
+        if graph is None:
+            return False
+        if getattr(graph, "include_seeds", True) is not False:
+            return True
+        rows = yield graph.store.has_edges_statement()  # type: ignore[attr-defined]
+        return bool(rows[0][0])
+
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """Fused results, best first; ``min_score`` applies to the RRF score (inclusive)."""
+        return self._retriever.vectors.store.run(self.plan(query, context))
+
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection (the same plan and statements)."""
+        return await aio.arun(self._retriever.vectors.store, self.plan(query, context))
+
+    def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
+        """The results of :meth:`retrieve`, each with its :class:`FusionExplanation`: per stream
+        the rank, weight and share ``weight / (k + rank)`` (summed in stream order they give
+        the score), with the stream's own explanation (BM25 term figures, cosine, graph
+        path); plus the search plan of each stream. Errors as :meth:`retrieve`."""
+        query = check_query(query)
+        ctx = resolve_context(context)
+        retriever = self._retriever
+        if self._graph is None:
+            return retriever.explain_fused(query, ctx, (self._weights[0], self._weights[1]))
+        vector = retriever.vectors.embed_query(query)
+        ranks = retriever.rankings_statement(query, ctx, vector)
+        pool = retriever.pool_size(ctx.max_results)
+        with snapshot(retriever.vectors.store) as execute:
+            keyword_docs, vector_docs = retriever._split(list(execute(ranks)))
+            plans = [bm25_plan(ctx), retriever.vectors.explain_plan(execute, vector, pool,
+                                                                     filters=ctx.metadata_filters, min_score=-1.0)]
+            bm25 = retriever.keywords.explain_scores(execute, query, {d.metadata["entryId"]: d.score
+                                                                   for d in keyword_docs})
+        graph = explain_with(self._graph, query, RAGContext(pool, 0.0, ctx.metadata_filters))
+        plans.extend(prefixed(graph.plans, "graph"))
+        rankings = [keyword_docs, vector_docs, graph.documents]
+        details: list[Mapping[str, ScoreExplanation | None]] = [
+            {document_key(d): bm25.get(d.metadata["entryId"]) for d in keyword_docs},
+            {document_key(d): retriever.vectors.explain_cosine(vector, d.score) for d in vector_docs},
+            {k: r.explanation for k, r in by_entry(graph).items()},
+        ]
+        names = ("keyword", "vector", "graph")
+        fused = [f for f in fuse(*rankings, k=retriever.rrf_k, weights=self._weights)
+                 if f.document.score >= ctx.min_score][: ctx.max_results]
+        explanations: list[ScoreExplanation] = []
+        for f in fused:
+            key = document_key(f.document)
+            explanations.append(FusionExplanation(f.document.score, retriever.rrf_k, tuple(
+                StreamShare(names[s.ranking], s.rank, s.weight, s.share, rankings[s.ranking][s.rank - 1].score,
+                            details[s.ranking].get(key)) for s in f.shares)))
+        return explanation_of(self.name, query, [f.document for f in fused], explanations, plans)
