@@ -38,7 +38,6 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db._errors import InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._indexes.vector.sql import documents_sql
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
     StrategyCache,
@@ -357,10 +356,9 @@ class TnsragVectorStore(VectorStore):
         return [(_document(r), float(r.score)) for r in self._rows(vector, k, flt)]
 
     def _rows(self, vector: Sequence[float], k: int, flt: Mapping[str, Any] | None) -> list[Any]:
-        sql, params = self._vectors.candidates_sql(vector, k, filters=to_library_filters(flt), min_score=-1.0)
-        # The index's own join of the ranking with the entry rows (prefix "v", candidates_sql's
-        # default); the corpus is bound here too, for the empty ranking of a space not made yet.
-        return self._store.read(documents_sql(sql, "v"), {"v_c": self._store.corpus, **params})
+        rows, _ = self._store.run(self._vectors.documents_plan(vector, k, filters=to_library_filters(flt),
+                                                                min_score=-1.0))
+        return list(rows)
 
     # -- maximal marginal relevance ---------------------------------------------------
     def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = DEFAULT_FETCH_K,
