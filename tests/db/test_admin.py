@@ -329,9 +329,14 @@ def test_filter_notes_name_the_filter_and_the_nearest_values(make_store: Callabl
 
 
 def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> list[dict[str, Any]]:
-    """The plan nodes reading ``entries`` when edge writing locks the ends of ``edges``, after
-    writing ``write`` in the same transaction (rolled back)."""
-    from tnsrag_db._indexes import graph as graph_module
+    """The plan nodes reading ``entries`` in the reads of an edge write (the ends' locks) of
+    ``edges``, after writing ``write`` in the same transaction (rolled back): each SELECT the
+    write sent is explained, with ANALYZE, in the write's own transaction."""
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            sent.append((statement, parameters))
 
     class _Rollback(Exception):
         pass
@@ -339,25 +344,22 @@ def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> lis
     def work(conn: sa.Connection) -> None:
         if write:
             store.writer.write_in(conn, write)
-        conn.execute(sa.text(graph_module._STAGE_DDL))
-        conn.execute(sa.text("DELETE FROM tnsrag_stage_edges"))
-        conn.execute(sa.text("INSERT INTO tnsrag_stage_edges (ord, src, dst, relation, weight) "
-                             "SELECT ord, src, dst, 'related', 1 FROM unnest(CAST(:s AS text[]), CAST(:d AS text[])) "
-                             "WITH ORDINALITY AS u(src, dst, ord)"),
-                     {"s": [e.src for e in edges], "d": [e.dst for e in edges]})
-        assert conn.execute(sa.text(graph_module._LOCK_ENDS_SQL), {"c": store.corpus}).all() == []
-        raise _Rollback(conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + graph_module._LOCK_ENDS_SQL),
-                                     {"c": store.corpus}).scalar_one())
+        sa.event.listen(store.engine, "before_cursor_execute", record)
+        try:
+            GraphStore(store).write_edges(conn, edges)
+        finally:
+            sa.event.remove(store.engine, "before_cursor_execute", record)
+        raise _Rollback([conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params).scalar_one()
+                         for text, params in sent])
 
     with pytest.raises(_Rollback) as caught:
         store.writer.transaction(work)
-    plan = caught.value.args[0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
 
     def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
         return [node] + [n for child in node.get("Plans", []) for n in nodes(child)]
 
-    return [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "entries"]
+    plans = [json.loads(plan) if isinstance(plan, str) else plan for plan in caught.value.args[0]]
+    return [n for plan in plans for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "entries"]
 
 
 def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(engine: sa.Engine,

@@ -21,7 +21,7 @@ PostgreSQL, in one statement, and returns the reached entries (seeds included):
 
 The walk is level by level (a bounded Bellman-Ford over max-product scores), in one
 recursive statement that :class:`~tnsrag_db._indexes.graph.GraphStore` builds (see
-:mod:`tnsrag_db._indexes.graph_walk` for how it keeps a whole level in one row). A
+:mod:`tnsrag_db._indexes.graph.walk` for how it keeps a whole level in one row). A
 node's result is its best frontier appearance (its last improvement).
 
 **Bound on the work** (what keeps a hub from blowing the query up): on a level

@@ -1,6 +1,7 @@
 """``HybridRAGStrategy``: BM25 + vector (+ optional graph) fused with Reciprocal Rank Fusion.
 
-Each stream contributes its top ``max(50, 4 × max_results)`` candidates (configurable),
+Each stream contributes its top ``max(50, 4 × max_results)`` candidates (options
+``min_candidates`` and ``candidate_factor``, or a fixed ``candidates``),
 all with the metadata filter applied in SQL before their own limit; the fused score is
 the RRF sum of ``1 / (k + rank)`` over the streams a document appears in (ranks from 1,
 k = 60). The BM25 and vector streams run as ONE statement (one round trip); the graph
@@ -17,25 +18,24 @@ returns the same results with each stream's rank, weight and share (see
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from textwrap import dedent
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._validate import is_int
+from tnsrag_db._validate import check_int, is_int
 from tnsrag_db._db import aio
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._indexes.hybrid import index as fused_index
 from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
-from tnsrag_db._indexes.bm25.index import DOCUMENT_COLUMNS
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
 from tnsrag_db._store.reads import document_from_row
 from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, SearchPlan, StreamShare
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed, snapshot
 from tnsrag_db._strategies.keyword import bm25_plan
-from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
+from tnsrag_db._types import MAX_CANDIDATES, MAX_RESULTS, RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index
@@ -43,10 +43,14 @@ if TYPE_CHECKING:
 
 __all__ = ["HybridMemoryRetriever", "HybridRAGStrategy"]
 
-#: Lower bound of each stream's candidate pool.
-MIN_CANDIDATES = 50
-#: Each stream fetches this many times ``max_results`` candidates (at least MIN_CANDIDATES).
-CANDIDATE_FACTOR = 4
+#: The default lower bound of each stream's candidate pool (option ``min_candidates``).
+DEFAULT_MIN_CANDIDATES = 50
+#: By default each stream fetches this many times ``max_results`` candidates (option
+#: ``candidate_factor``).
+DEFAULT_CANDIDATE_FACTOR = 4
+#: The largest ``candidate_factor``: the pool of the largest ``max_results`` stays within
+#: the indexes' candidate limit.
+MAX_CANDIDATE_FACTOR = MAX_CANDIDATES // MAX_RESULTS
 
 
 def _place(store: Store) -> tuple[str, str, str]:
@@ -61,13 +65,17 @@ def _describe(store: Store) -> str:
 class HybridMemoryRetriever:
     """A configured hybrid retriever: BM25 + vector over one corpus, fused with RRF.
 
-    ``candidates`` fixes each stream's pool size (default ``max(50, 4 × max_results)``);
-    ``rrf_k`` is the RRF constant (default 60). Raises :class:`ConfigurationError` for
-    views over different corpora or bad numbers.
+    ``candidates`` fixes each stream's pool size; without it a query asking ``max_results``
+    fetches ``max(min_candidates, candidate_factor × max_results)`` per stream
+    (``min_candidates`` an int from 1 to 100,000, default 50; ``candidate_factor`` an int
+    from 1 to 10, default 4). ``rrf_k`` is the RRF constant (default 60). Raises
+    :class:`ConfigurationError` for views over different corpora or bad numbers (naming
+    the option).
     """
 
     def __init__(self, keywords: BM25Index, vectors: VectorMemoryStore, *, candidates: int | None = None,
-                 rrf_k: int = DEFAULT_RRF_K) -> None:
+                 rrf_k: int = DEFAULT_RRF_K, min_candidates: int = DEFAULT_MIN_CANDIDATES,
+                 candidate_factor: int = DEFAULT_CANDIDATE_FACTOR) -> None:
         if keywords is None or vectors is None:
             raise ConfigurationError("HybridMemoryRetriever needs both a BM25Index and a VectorMemoryStore")
         if _place(keywords.store) != _place(vectors.store):
@@ -79,69 +87,33 @@ class HybridMemoryRetriever:
             raise ConfigurationError(f"rrf_k must be a positive int, got {rrf_k!r}")
         self.keywords = keywords
         self.vectors = vectors
+        self.min_candidates = check_int(min_candidates, "min_candidates", minimum=1, maximum=MAX_CANDIDATES,
+                                        error=ConfigurationError)
+        self.candidate_factor = check_int(candidate_factor, "candidate_factor", minimum=1,
+                                          maximum=MAX_CANDIDATE_FACTOR, error=ConfigurationError)
         self.candidates = candidates
         self.rrf_k = rrf_k
 
     def pool_size(self, max_results: int) -> int:
-        """Candidates fetched per stream for a query asking ``max_results``."""
-        return self.candidates if self.candidates is not None else max(MIN_CANDIDATES, CANDIDATE_FACTOR * max_results)
-
-    def _streams(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
-                 weights: tuple[float, float], *, plain: bool) -> tuple[str, dict[str, Any]]:
-        """The ``WITH`` items of both streams (``hk_r``, ``hv_r``) and ``ranked`` (stream, entry id,
-        weight, 1-based rank); a stream weighted 0 is not run. With ``plain``, the BM25 stream
-        is the index's plain statement (its row of NULLs means: run again without ``plain``)."""
-        pool = self.pool_size(context.max_results)
-        filters = context.metadata_filters
-        params: dict[str, Any] = {}
-        ctes: list[str] = []
-        ranked: list[str] = []
-        if weights[0] > 0:
-            bm25 = self.keywords.ranking_statement(query, pool, filters=filters, min_score=0.0, prefix="hk",
-                                                   plain=plain)
-            params.update(bm25.params)
-            ctes.append(f"hk_r AS (\n{bm25.sql}\n)")
-            ranked.append(f"SELECT 1 AS stream, entry_id, score, {_weight_sql(weights[0], 'h_w1', params)} AS w,\n"
-                          "         row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hk_r")
-        if weights[1] > 0:
-            assert vector is not None
-            vec_sql, vec_params = self.vectors.candidates_sql(vector, pool, filters=filters, min_score=-1.0,
-                                                              prefix="hv")
-            params.update(vec_params)
-            ctes.append(f"hv_r AS (\n{vec_sql}\n)")
-            ranked.append(f"SELECT 2 AS stream, entry_id, score, {_weight_sql(weights[1], 'h_w2', params)} AS w,\n"
-                          "         row_number() OVER (ORDER BY score DESC, entry_id) AS rank FROM hv_r")
-        ctes.append("ranked AS (\n  -- Each stream's candidates with their 1-based rank and the stream's fusion weight.\n  "
-                    + "\n  UNION ALL\n  ".join(ranked) + "\n)")
-        return ",\n".join(ctes), params
-
-    def _documents_sql(self, source: str, columns: str, order_by: str, *, left_join: bool = False) -> str:
-        # The entry rows of ``source`` through the BM25 index (the corpus bound as :h_c).
-        return self.keywords.documents_sql(source, columns=columns, order_by=order_by, prefix="h",
-                                           left_join=left_join)
+        """Candidates fetched per stream for a query asking ``max_results``: ``candidates`` when
+        set, else ``max(min_candidates, candidate_factor × max_results)``."""
+        if self.candidates is not None:
+            return self.candidates
+        return max(self.min_candidates, self.candidate_factor * max_results)
 
     def rankings_statement(self, query: str, context: RAGContext,
                            vector: npt.NDArray[np.float32] | None) -> Statement:
         """Both streams' rankings with their entry rows, in one statement: columns ``stream``
         (1 BM25, 2 vector), ``rank``, ``score`` and the entry columns; without ``vector``
-        only the BM25 stream."""
-        weights = (1.0, 1.0 if vector is not None else 0.0)
-        ctes, params = self._streams(query, context, vector, weights, plain=False)
-        params["h_c"] = self.vectors.store.corpus
-        body = self._documents_sql("ranked", "r.stream, r.rank, r.score", "r.stream, r.rank")
-        return Statement(f"WITH {ctes}\n{body}", params, ("stream", "rank", "score", *DOCUMENT_COLUMNS[1:]))
-
-    @staticmethod
-    def _split(rows: Sequence[Any]) -> tuple[list[RetrievedDocument], list[RetrievedDocument]]:
-        keyword_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 1]
-        vector_docs = [document_from_row(r, float(r.score)) for r in rows if r.stream == 2]
-        return keyword_docs, vector_docs
+        only the BM25 stream (see :func:`tnsrag_db._indexes.hybrid.rankings_statement`)."""
+        return fused_index.rankings_statement(self.keywords, self.vectors, query, context, vector,
+                                              pool=self.pool_size(context.max_results))
 
     def rankings_plan(self, query: str, context: RAGContext) -> Plan[tuple[list[RetrievedDocument],
                                                                          list[RetrievedDocument]]]:
         """:meth:`rankings` as a :data:`~tnsrag_db._db.statement.Plan`."""
-        rows = yield self.rankings_statement(query, context, self.vectors.embed_query(query))
-        return self._split(rows)
+        return fused_index.rankings_plan(self.keywords, self.vectors, query, context,
+                                         pool=self.pool_size(context.max_results))
 
     def rankings(self, query: str, context: RAGContext) -> tuple[list[RetrievedDocument], list[RetrievedDocument]]:
         """The BM25 and vector rankings (best first), fetched in one statement with their rows."""
@@ -152,32 +124,18 @@ class HybridMemoryRetriever:
         """The fused ranking with its entry rows, in one statement (columns ``score`` and the
         entry columns, best first). With ``plain`` (and the BM25 stream weighted above 0), one
         row of NULLs instead when the BM25 stream needs its pruned statement: nothing else runs
-        then, the vector stream included."""
-        ctes, params = self._streams(query, context, vector, weights, plain=plain)
-        deferrable = plain and weights[0] > 0
-        sql = _FUSED_SQL.format(
-            streams=ctes,
-            go="NOT (SELECT d.deferred FROM h_defer d)" if deferrable else "TRUE",
-            stop="(SELECT d.deferred FROM h_defer d)" if deferrable else "FALSE",
-            defer=_DEFER_SQL if deferrable else "",
-            # A literal (a validated int), as the BM25 stream's limit: one statement text per
-            # limit, whose generic plan knows it (see tnsrag_db._indexes.bm25.sql._limit).
-            limit=str(int(context.max_results)),
-            documents=self._documents_sql("h_top", "r.score", "r.score DESC NULLS FIRST, r.best, r.entry_id",
-                                          left_join=True))
-        params.update({"h_c": self.vectors.store.corpus, "h_k": self.rrf_k, "h_min": context.min_score})
-        return Statement(sql, params, DOCUMENT_COLUMNS)
+        then, the vector stream included (see :func:`tnsrag_db._indexes.hybrid.fused_statement`)."""
+        return fused_index.fused_statement(self.keywords, self.vectors, query, context, vector, weights,
+                                           pool=self.pool_size(context.max_results), rrf_k=self.rrf_k, plain=plain)
 
     def fused_plan(self, query: str, context: RAGContext, *,
                    weights: Sequence[float] | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`fused` as a :data:`~tnsrag_db._db.statement.Plan`: one statement, a second
-        only when a frequent query term makes the BM25 stream take its pruned statement."""
+        only when a frequent query term makes the BM25 stream take its pruned statement.
+        Raises :class:`ConfigurationError` for bad weights (when the plan starts)."""
         w = check_weights(weights, 2)
-        vector = self.vectors.embed_query(query) if w[1] > 0 else None
-        rows = yield self.fused_statement(query, context, vector, (w[0], w[1]), plain=True)
-        if rows and rows[0].entry_id is None:
-            rows = yield self.fused_statement(query, context, vector, (w[0], w[1]))
-        return [document_from_row(r, float(r.score)) for r in rows]
+        return (yield from fused_index.fused_plan(self.keywords, self.vectors, query, context, (w[0], w[1]),
+                                                  pool=self.pool_size(context.max_results), rrf_k=self.rrf_k))
 
     def fused(self, query: str, context: RAGContext, *,
               weights: Sequence[float] | None = None) -> list[RetrievedDocument]:
@@ -203,7 +161,7 @@ class HybridMemoryRetriever:
         plans: list[SearchPlan] = []
         with snapshot(store) as execute:
             docs = [document_from_row(r, float(r.score)) for r in execute(fused)]
-            keyword_docs, vector_docs = self._split(list(execute(ranks)))
+            keyword_docs, vector_docs = fused_index.split_rankings(list(execute(ranks)))
             if weights[0] > 0:
                 plans.append(bm25_plan(context))
             else:
@@ -233,46 +191,6 @@ class HybridMemoryRetriever:
         return explanation_of("hybrid", query, docs, explanations, plans)
 
 
-# The fused ranking. {streams}: the streams' CTEs and ``ranked``; {go} and {stop}: TRUE and
-# FALSE, or whether the BM25 stream did not / did defer to its pruned statement ({defer}).
-_FUSED_SQL = dedent("""\
-    WITH {streams},
-    {defer}fused AS (
-      -- Reciprocal Rank Fusion: each stream adds weight / (k + rank); best: the best single
-      -- rank, the first tie-breaker.
-      SELECT entry_id, sum(w / (CAST(:h_k AS float8) + rank)) AS score, min(rank) AS best
-      FROM ranked GROUP BY entry_id
-    ), h_top AS (
-      -- The final top max_results, before any entry row is read; with a deferring BM25
-      -- stream only its row of NULLs (nothing fused, no vector search).
-      SELECT t.entry_id, t.score, t.best FROM (
-        SELECT f.entry_id, f.score, f.best FROM fused f
-        WHERE {go} AND f.score >= CAST(:h_min AS float8)
-        ORDER BY f.score DESC, f.best, f.entry_id
-        LIMIT {limit}
-      ) t
-      UNION ALL
-      SELECT NULL, NULL, NULL WHERE {stop}
-    )
-    {documents}""")
-
-_DEFER_SQL = dedent("""\
-    h_defer AS MATERIALIZED (
-      -- The BM25 stream's plain statement returns one row of NULLs when a frequent term
-      -- needs its pruned statement instead.
-      SELECT EXISTS (SELECT 1 FROM hk_r WHERE hk_r.entry_id IS NULL) AS deferred
-    ),
-    """)
-
-
-def _weight_sql(weight: float, name: str, params: dict[str, Any]) -> str:
-    """A stream's weight in SQL: the literal 1 for the default, else a bound float8."""
-    if weight == 1.0:
-        return "1.0::float8"
-    params[name] = weight
-    return f"CAST(:{name} AS float8)"
-
-
 class HybridRAGStrategy:
     """Hybrid retrieval; ``name == "hybrid"``.
 
@@ -283,18 +201,31 @@ class HybridRAGStrategy:
     ``weight / (k + rank)``; default all 1 (plain RRF), a stream weighted 0 is
     not run. Raises :class:`ConfigurationError` for weights of the wrong length, negative,
     non-finite or all zero (see :func:`~tnsrag_db._strategies.fusion.check_weights`).
+
+    ``min_candidates`` (default 50) and ``candidate_factor`` (default 4), keyword-only, size
+    each stream's candidate pool, ``max(min_candidates, candidate_factor × max_results)``
+    (bounds and errors as :class:`HybridMemoryRetriever`'s). With a retriever, its own
+    options hold: a value different from the retriever's raises :class:`ConfigurationError`.
     """
 
     def __init__(self, keywords: BM25Index | HybridMemoryRetriever, vectors: VectorMemoryStore | None = None,
-                 graph: RAGStrategy | None = None, *, weights: Sequence[float] | None = None) -> None:
+                 graph: RAGStrategy | None = None, *, weights: Sequence[float] | None = None,
+                 min_candidates: int = DEFAULT_MIN_CANDIDATES,
+                 candidate_factor: int = DEFAULT_CANDIDATE_FACTOR) -> None:
         if isinstance(keywords, HybridMemoryRetriever):
             if vectors is not None:
                 raise ConfigurationError("pass either a HybridMemoryRetriever or (keywords, vectors[, graph])")
+            for option, value, own in (("min_candidates", min_candidates, keywords.min_candidates),
+                                       ("candidate_factor", candidate_factor, keywords.candidate_factor)):
+                if value != own:
+                    raise ConfigurationError(f"{option}={value!r} differs from the HybridMemoryRetriever's "
+                                             f"({own}): set {option} on the retriever")
             self._retriever = keywords
         else:
             if vectors is None:
                 raise ConfigurationError("HybridRAGStrategy needs a VectorMemoryStore as second argument")
-            self._retriever = HybridMemoryRetriever(keywords, vectors)
+            self._retriever = HybridMemoryRetriever(keywords, vectors, min_candidates=min_candidates,
+                                                    candidate_factor=candidate_factor)
         if graph is not None and not callable(getattr(graph, "retrieve", None)):
             raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
         graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
@@ -376,7 +307,7 @@ class HybridRAGStrategy:
         ranks = retriever.rankings_statement(query, ctx, vector)
         pool = retriever.pool_size(ctx.max_results)
         with snapshot(retriever.vectors.store) as execute:
-            keyword_docs, vector_docs = retriever._split(list(execute(ranks)))
+            keyword_docs, vector_docs = fused_index.split_rankings(list(execute(ranks)))
             plans = [bm25_plan(ctx), retriever.vectors.explain_plan(execute, vector, pool,
                                                                      filters=ctx.metadata_filters, min_score=-1.0)]
             bm25 = retriever.keywords.explain_scores(execute, query, {d.metadata["entryId"]: d.score

@@ -32,7 +32,8 @@ from sqlalchemy.engine import Connection
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import DanglingReferenceError, ValidationError
-from tnsrag_db._indexes.graph_walk import hops_statement, walk_statement
+from tnsrag_db._indexes.graph import sql
+from tnsrag_db._indexes.graph.walk import hops_statement, walk_statement
 from tnsrag_db._store.staging import EDGE_STAGE_DDL
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
@@ -49,43 +50,6 @@ _MAX_ID = 512
 #: corpus, up to 800 bytes) must fit a btree entry (about 2,700 bytes).
 MAX_EDGE_KEY_BYTES = 1800
 _MAX_NAMED_MISSING = 20
-
-_STAGE_DDL = EDGE_STAGE_DDL  # the stage tables are declared in tnsrag_db._store.staging
-
-# Last occurrence of a duplicated (src, relation, dst) in one batch wins; ON CONFLICT
-# cannot touch the same row twice in one statement. ``xmax = 0`` tells a fresh row
-# from an updated one.
-_UPSERT_SQL = (
-    "INSERT INTO edges AS g (corpus, src, dst, relation, weight, source) "
-    "SELECT :c, s.src, s.dst, s.relation, s.weight, s.source FROM ("
-    "  SELECT DISTINCT ON (src, relation, dst) src, dst, relation, weight, source FROM tnsrag_stage_edges "
-    "  ORDER BY src, relation, dst, ord DESC) s "
-    "ORDER BY s.src, s.relation, s.dst "
-    "ON CONFLICT (corpus, src, relation, dst) DO UPDATE SET weight = excluded.weight, source = excluded.source "
-    "WHERE (g.weight, g.source) IS DISTINCT FROM (excluded.weight, excluded.source) "
-    "RETURNING (g.xmax = 0) AS inserted"
-)
-
-# Locks the entries at both ends (FOR KEY SHARE, in id order, as writers and deleters
-# take their entry locks, so none can deadlock) and lists the ends that do not exist.
-# A locked end cannot be deleted before this transaction ends, so the insert's foreign
-# keys then hold.
-_LOCK_ENDS_SQL = (
-    "WITH ends AS (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges), "
-    # One primary-key lookup per end, in id order (a join could be planned as a scan of
-    # the whole corpus when its statistics are stale). The key is given twice: as plain
-    # equalities, and as a row comparison, which only the primary key (corpus, id) serves
-    # in full. With the equalities alone a corpus newer than the last ANALYZE is estimated
-    # at one row, and the planner took the smaller (corpus, ts) index and filtered the
-    # whole corpus once per end; with the row comparison alone an analysed corpus got a
-    # sequential scan per end.
-    "locked AS (SELECT k.id FROM (SELECT id FROM ends ORDER BY id) o CROSS JOIN LATERAL "
-    "  (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = o.id AND (e.corpus, e.id) >= (:c, o.id) "
-    "   FOR KEY SHARE OF e) k) "
-    # An anti-join (NOT EXISTS), not NOT IN: NOT IN over a subquery too large for one hash
-    # table is evaluated row by row, quadratic in the number of ends.
-    "SELECT x.id FROM ends x WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = x.id) ORDER BY x.id"
-)
 
 
 def _check_name(value: object, what: str, index: int | None) -> str:
@@ -228,12 +192,12 @@ class GraphStore:
         """
         if not batch:
             return IngestCounts()
-        conn.execute(sa.text(_STAGE_DDL))
-        conn.execute(sa.text("DELETE FROM tnsrag_stage_edges"))
+        conn.execute(sa.text(EDGE_STAGE_DDL))  # declared in tnsrag_db._store.staging
+        conn.execute(sa.text(sql.CLEAR_STAGE_SQL))
         raw = conn.connection.driver_connection
         assert raw is not None
         with raw.cursor() as cur:
-            with cur.copy("COPY tnsrag_stage_edges (ord, src, dst, relation, weight, source) FROM STDIN") as copy:
+            with cur.copy(sql.COPY_STAGE_SQL) as copy:
                 for i, e in enumerate(batch):
                     copy.write_row((i, e.src, e.dst, e.relation, e.weight, e.source))
                     if progress is not None and (i + 1) % 10_000 == 0:
@@ -241,13 +205,12 @@ class GraphStore:
         if progress is not None:
             progress(len(batch))
         c = {"c": self.corpus}
-        missing = list(conn.execute(sa.text(_LOCK_ENDS_SQL), c).scalars())
+        missing = list(conn.execute(sa.text(sql.LOCK_ENDS_SQL), c).scalars())
         if missing:
             raise _dangling(missing)
-        flags = list(conn.execute(sa.text(_UPSERT_SQL), c).scalars())
+        flags = list(conn.execute(sa.text(sql.UPSERT_SQL), c).scalars())
         inserted = sum(1 for f in flags if f)
-        distinct = conn.execute(sa.text(
-            "SELECT count(*) FROM (SELECT DISTINCT src, relation, dst FROM tnsrag_stage_edges) d")).scalar_one()
+        distinct = conn.execute(sa.text(sql.STAGED_KEYS_SQL)).scalar_one()
         return IngestCounts(inserted=inserted, updated=len(flags) - inserted, unchanged=int(distinct) - len(flags))
 
     def remove_edge(self, src: str, dst: str, relation: str = DEFAULT_RELATION) -> bool:
@@ -257,9 +220,8 @@ class GraphStore:
         run again when PostgreSQL aborted it to break a deadlock, and with read replicas
         it advances the read-your-writes token."""
         def delete(conn: Connection) -> int:
-            return int(conn.execute(sa.text(
-                "DELETE FROM edges WHERE corpus = :c AND src = :s AND relation = :r AND dst = :d"),
-                {"c": self.corpus, "s": src, "r": relation, "d": dst}).rowcount)
+            return int(conn.execute(sa.text(sql.DELETE_EDGE_SQL),
+                                    {"c": self.corpus, "s": src, "r": relation, "d": dst}).rowcount)
 
         return bool(self._store.session.write_transaction(delete))
 
@@ -273,18 +235,14 @@ class GraphStore:
         if limit is not None and (not is_int(limit) or limit < 1):
             raise ValidationError(f"limit must be a positive int or None, got {limit!r}")
         with self._store.session.transaction() as conn:
-            rows = conn.execute(sa.text(
-                "SELECT src, dst, relation, weight, source FROM edges "
-                "WHERE corpus = :c AND src = :s AND (CAST(:r AS text) IS NULL OR relation = :r) "
-                "ORDER BY weight DESC, dst, relation LIMIT :n"),
-                {"c": self.corpus, "s": entry_id, "r": relation, "n": limit}).all()
+            rows = conn.execute(sa.text(sql.NEIGHBOURS_SQL),
+                                {"c": self.corpus, "s": entry_id, "r": relation, "n": limit}).all()
         return [Edge(r.src, r.dst, r.relation, r.weight, r.source) for r in rows]
 
     def count(self) -> int:
         """Number of edges in the corpus."""
         with self._store.session.transaction() as conn:
-            return int(conn.execute(sa.text("SELECT count(*) FROM edges WHERE corpus = :c"),
-                                    {"c": self.corpus}).scalar_one())
+            return int(conn.execute(sa.text(sql.COUNT_SQL), {"c": self.corpus}).scalar_one())
 
     def has_edges(self) -> bool:
         """Whether the corpus has any edge (one index probe)."""
@@ -293,15 +251,14 @@ class GraphStore:
     # -- statements (no I/O; run them with Store.run) ------------------------------------
     def has_edges_statement(self) -> Statement:
         """One row, one boolean column ``has_edges``: whether the corpus has any edge."""
-        return Statement("SELECT EXISTS (SELECT 1 FROM edges WHERE corpus = :c) AS has_edges", {"c": self.corpus},
-                         ("has_edges",))
+        return Statement(sql.HAS_EDGES_SQL, {"c": self.corpus}, ("has_edges",))
 
     def walk_statement(self, seeds: Mapping[str, float], *, columns: str, column_names: Sequence[str],
                        fence: Collection[str] | None, max_depth: int, decay: float, budget: int, max_fan_out: int,
                        filters: Mapping[str, str] | None, min_score: float, k: int,
                        min_depth: int = 0) -> Statement:
         """The bounded walk from ``seeds`` (entry id to a score > 0) over this corpus's edges:
-        see :func:`tnsrag_db._indexes.graph_walk.walk_statement`."""
+        see :func:`tnsrag_db._indexes.graph.walk.walk_statement`."""
         return walk_statement(self.corpus, list(seeds), list(seeds.values()), columns=columns,
                               column_names=column_names, fence=fence, max_depth=max_depth, decay=decay,
                               budget=budget, max_fan_out=max_fan_out, filters=filters, min_score=min_score, k=k,

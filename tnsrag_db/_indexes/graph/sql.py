@@ -1,40 +1,83 @@
-"""The SQL of a bounded graph walk, built without I/O (:class:`~tnsrag_db._db.statement.Statement`).
+"""The statements of :class:`~tnsrag_db._indexes.graph.GraphStore`, as text (no I/O).
 
-:func:`walk_statement` is the whole walk of ``GraphRAGStrategy`` in one recursive
-statement (its semantics, and the bound on the work, are described in
-:mod:`tnsrag_db._strategies.graph`); :func:`hops_statement` reads the edges a winning
-path took, for explanations. :class:`~tnsrag_db._indexes.graph.GraphStore` hands them
-out with its corpus bound.
-
-The walk carries ONE row per level: the visited set as parallel arrays (id, best
-score) and the level's frontier (entries first reached or improved on that level,
-with their scores and paths). Keeping a whole level in one row is what makes the
-global de-duplication and the budget exact: a recursive term may not aggregate over
-the working table, but a LATERAL subquery over one row's arrays may.
+Every value is bound (``:c`` is the corpus); the ``{...}`` fields of :data:`WALK_SQL`
+are code constants chosen by :func:`~tnsrag_db._indexes.graph.walk.walk_statement`.
+The edge writes stage a batch in ``tnsrag_stage_edges`` (declared in
+:mod:`tnsrag_db._store.staging`), lock its ends, then upsert it.
 """
 
 from __future__ import annotations
 
-import textwrap
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from textwrap import dedent
 
-from tnsrag_db._db.statement import Statement
-from tnsrag_db._store.filters import filter_sql
+# -- edge writes ------------------------------------------------------------------------
 
-__all__ = ["EDGE_BUDGET_FACTOR", "WALK_COLUMNS", "hops_statement", "walk_statement"]
+#: Empties the session's stage table before a batch is copied in.
+CLEAR_STAGE_SQL = "DELETE FROM tnsrag_stage_edges"
+#: The COPY that fills the stage table (rows ``ord, src, dst, relation, weight, source``).
+COPY_STAGE_SQL = "COPY tnsrag_stage_edges (ord, src, dst, relation, weight, source) FROM STDIN"
+#: How many distinct ``(src, relation, dst)`` keys the stage holds.
+STAGED_KEYS_SQL = "SELECT count(*) FROM (SELECT DISTINCT src, relation, dst FROM tnsrag_stage_edges) d"
 
-#: How many edge rows a level may read, as a multiple of the visited budget.
-EDGE_BUDGET_FACTOR = 2
+# Last occurrence of a duplicated (src, relation, dst) in one batch wins; ON CONFLICT
+# cannot touch the same row twice in one statement. ``xmax = 0`` tells a fresh row
+# from an updated one.
+UPSERT_SQL = (
+    "INSERT INTO edges AS g (corpus, src, dst, relation, weight, source) "
+    "SELECT :c, s.src, s.dst, s.relation, s.weight, s.source FROM ("
+    "  SELECT DISTINCT ON (src, relation, dst) src, dst, relation, weight, source FROM tnsrag_stage_edges "
+    "  ORDER BY src, relation, dst, ord DESC) s "
+    "ORDER BY s.src, s.relation, s.dst "
+    "ON CONFLICT (corpus, src, relation, dst) DO UPDATE SET weight = excluded.weight, source = excluded.source "
+    "WHERE (g.weight, g.source) IS DISTINCT FROM (excluded.weight, excluded.source) "
+    "RETURNING (g.xmax = 0) AS inserted"
+)
 
-#: The columns a walk row carries besides the caller's entry columns.
-WALK_COLUMNS = ("graph_score", "graph_depth", "graph_path")
+# Locks the entries at both ends (FOR KEY SHARE, in id order, as writers and deleters
+# take their entry locks, so none can deadlock) and lists the ends that do not exist.
+# A locked end cannot be deleted before this transaction ends, so the insert's foreign
+# keys then hold.
+LOCK_ENDS_SQL = (
+    "WITH ends AS (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges), "
+    # One primary-key lookup per end, in id order (a join could be planned as a scan of
+    # the whole corpus when its statistics are stale). The key is given twice: as plain
+    # equalities, and as a row comparison, which only the primary key (corpus, id) serves
+    # in full. With the equalities alone a corpus newer than the last ANALYZE is estimated
+    # at one row, and the planner took the smaller (corpus, ts) index and filtered the
+    # whole corpus once per end; with the row comparison alone an analysed corpus got a
+    # sequential scan per end.
+    "locked AS (SELECT k.id FROM (SELECT id FROM ends ORDER BY id) o CROSS JOIN LATERAL "
+    "  (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = o.id AND (e.corpus, e.id) >= (:c, o.id) "
+    "   FOR KEY SHARE OF e) k) "
+    # An anti-join (NOT EXISTS), not NOT IN: NOT IN over a subquery too large for one hash
+    # table is evaluated row by row, quadratic in the number of ends.
+    "SELECT x.id FROM ends x WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = x.id) ORDER BY x.id"
+)
 
-_FENCE = "AND n.source = ANY(CAST(:fence AS text[]))"
+#: Deletes one edge (``:s``, ``:r``, ``:d``: src, relation, dst).
+DELETE_EDGE_SQL = "DELETE FROM edges WHERE corpus = :c AND src = :s AND relation = :r AND dst = :d"
+
+# -- reads ------------------------------------------------------------------------------
+
+#: Outgoing edges of ``:s``, heaviest first (``:r``: a relation or NULL; ``:n``: a limit or NULL).
+NEIGHBOURS_SQL = (
+    "SELECT src, dst, relation, weight, source FROM edges "
+    "WHERE corpus = :c AND src = :s AND (CAST(:r AS text) IS NULL OR relation = :r) "
+    "ORDER BY weight DESC, dst, relation LIMIT :n"
+)
+#: The number of edges of the corpus.
+COUNT_SQL = "SELECT count(*) FROM edges WHERE corpus = :c"
+#: Whether the corpus has any edge (one index probe).
+HAS_EDGES_SQL = "SELECT EXISTS (SELECT 1 FROM edges WHERE corpus = :c) AS has_edges"
+
+# -- the walk (see tnsrag_db._indexes.graph.walk) -----------------------------------------
+
+#: The fence on walked entries (alias ``n``), bound as ``:fence``.
+FENCE = "AND n.source = ANY(CAST(:fence AS text[]))"
 
 # {seed_fence}, {walk_join}, {columns} and {filter} are code constants chosen by
 # walk_statement; every value is bound.
-_WALK_SQL = textwrap.dedent("""\
+WALK_SQL = dedent("""\
     WITH RECURSIVE walk (round, v_ids, v_scores, f_ids, f_scores, f_paths) AS (
       -- Level 0, the seeds that exist (inside the fence), best per id, at most the budget.
       SELECT 0, coalesce(array_agg(s.id), '{{}}'), coalesce(array_agg(s.score), '{{}}'),
@@ -120,56 +163,9 @@ _WALK_SQL = textwrap.dedent("""\
 
 # The heaviest edge between each consecutive pair of a path (the walk follows edges
 # heaviest first, so that is the edge it took).
-_HOPS_SQL = textwrap.dedent("""\
+HOPS_SQL = dedent("""\
     SELECT DISTINCT ON (x.src, x.dst) x.src, x.dst, ed.relation, ed.weight
     FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS x(src, dst)
     JOIN edges ed ON ed.corpus = :c AND ed.src = x.src AND ed.dst = x.dst
     ORDER BY x.src, x.dst, ed.weight DESC, ed.relation
     """)
-
-
-def walk_statement(corpus: str, seed_ids: Sequence[str], seed_scores: Sequence[float], *, columns: str,
-                   column_names: Sequence[str], fence: Collection[str] | None, max_depth: int, decay: float,
-                   budget: int, max_fan_out: int, filters: Mapping[str, str] | None, min_score: float,
-                   k: int, min_depth: int = 0) -> Statement:
-    """The walk from ``seed_ids`` (scores > 0, checked by the caller) in ``corpus``.
-
-    ``columns`` is the entry columns to return (a code constant over alias ``e``, named
-    ``column_names``); each row also carries ``graph_score``, ``graph_depth`` and
-    ``graph_path`` (a JSON array of ids, seed first), best first (ties by id), at most
-    ``k``; only entries at least ``min_depth`` hops from their seed are returned (0: the
-    seeds too; 1: only what the edges reached). ``fence`` (None for none) confines seeds, walked and returned entries to those
-    sources. Raises :class:`InvalidFilterError` for a bad filter.
-    """
-    predicate, fparams = filter_sql(filters, alias="e", prefix="f")
-    fenced = fence is not None
-    sql = _WALK_SQL.format(
-        seed_fence=_FENCE if fenced else "",
-        walk_join=f"JOIN entries n ON n.corpus = :c AND n.id = e.dst {_FENCE}" if fenced else "",
-        columns=columns,
-        filter=predicate,
-    )
-    params: dict[str, Any] = {
-        "c": corpus,
-        "seed_ids": list(seed_ids),
-        "seed_scores": list(seed_scores),
-        "budget": budget,
-        "max_depth": max_depth,
-        "decay": decay,
-        "max_fan": max_fan_out,
-        "edge_budget": EDGE_BUDGET_FACTOR * budget,
-        "min_score": min_score,
-        "min_depth": min_depth,
-        "k": k,
-        **fparams,
-    }
-    if fence is not None:
-        params["fence"] = sorted(fence)
-    return Statement(sql, params, (*column_names, *WALK_COLUMNS))
-
-
-def hops_statement(corpus: str, pairs: Sequence[tuple[str, str]]) -> Statement:
-    """For each ``(src, dst)`` of ``pairs`` that has an edge, the heaviest one (ties by
-    relation): rows ``src, dst, relation, weight``."""
-    return Statement(_HOPS_SQL, {"c": corpus, "srcs": [a for a, _ in pairs], "dsts": [b for _, b in pairs]},
-                     ("src", "dst", "relation", "weight"))
