@@ -38,10 +38,6 @@ import sqlalchemy as sa
 
 from bench._common import database_url
 from bench._corpus import generate_corpus
-try:
-    from tnsrag_db._indexes.bm25 import sql as bm25_module  # where the pruning constants live
-except ImportError:  # the single-module bm25 before the package (for before/after runs)
-    from tnsrag_db._indexes import bm25 as bm25_module  # type: ignore[no-redef]
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
@@ -125,6 +121,9 @@ def run(store: Store, args: argparse.Namespace) -> None:
     baseline_build = build_baseline(store)
     index = BM25Index(store)
     keyword = KeywordRAGStrategy(index)
+    # Frequent-term pruning off: every posting of every term scored (the "before").
+    unpruned_index = BM25Index(store, prune_min_df=2**62)
+    unpruned_keyword = KeywordRAGStrategy(unpruned_index)
     engine = store.engine
     with store.session.transaction() as conn:
         postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c"),
@@ -152,19 +151,8 @@ def run(store: Store, args: argparse.Namespace) -> None:
     def bm25(q: str) -> object:
         return index.search(q, K)
 
-    def strategy(ctx: RAGContext) -> Callable[[str], object]:
-        return lambda q: keyword.retrieve(q, ctx)
-
-    def unpruned(fn: Callable[[str], object]) -> Callable[[str], object]:
-        """``fn`` with frequent-term pruning off: every posting of every term scored (the "before")."""
-        def run_unpruned(q: str) -> object:
-            saved = bm25_module.PRUNE_MIN_DF
-            bm25_module.PRUNE_MIN_DF = 2**62
-            try:
-                return fn(q)
-            finally:
-                bm25_module.PRUNE_MIN_DF = saved
-        return run_unpruned
+    def strategy(ctx: RAGContext, chosen: KeywordRAGStrategy = keyword) -> Callable[[str], object]:
+        return lambda q: chosen.retrieve(q, ctx)
 
     mixes = make_queries(corpus.entries, args.queries, args.seed + 1, index)
     if args.explain:
@@ -178,14 +166,14 @@ def run(store: Store, args: argparse.Namespace) -> None:
     variants: list[tuple[str, Callable[[str], object]]] = [
         ("bare ts_rank_cd OR (baseline)", bare),
         ("bare ts_rank_cd OR + entry rows", bare_docs),
-        ("BM25Index.search, unpruned (before)", unpruned(bm25)),
+        ("BM25Index.search, unpruned (before)", lambda q: unpruned_index.search(q, K)),
         ("BM25Index.search", bm25),
-        ("BM25Index.search top 50, unpruned", unpruned(lambda q: index.search(q, 50))),
+        ("BM25Index.search top 50, unpruned", lambda q: unpruned_index.search(q, 50)),
         ("BM25Index.search top 50", lambda q: index.search(q, 50)),
         ("KeywordRAGStrategy.retrieve", strategy(RAGContext(K))),
-        ("  tier=WORKING (9 %), unpruned", unpruned(strategy(RAGContext(K, 0.0, {"tier": "WORKING"})))),
+        ("  tier=WORKING (9 %), unpruned", strategy(RAGContext(K, 0.0, {"tier": "WORKING"}), unpruned_keyword)),
         ("  filtered tier=WORKING (9 %)", strategy(RAGContext(K, 0.0, {"tier": "WORKING"}))),
-        ("  tier=PROCEDURAL (1 %), unpruned", unpruned(strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"})))),
+        ("  tier=PROCEDURAL (1 %), unpruned", strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"}), unpruned_keyword)),
         ("  filtered tier=PROCEDURAL (1 %)", strategy(RAGContext(K, 0.0, {"tier": "PROCEDURAL"}))),
     ]
     print(f"{'query mix':<30} {'variant':<36} {'median ms':>10} {'p99 ms':>8} {'× baseline':>11}")

@@ -16,7 +16,39 @@ from tnsrag_db._strategies.base import resolve_context
 from tnsrag_db._store.reads import ENTRY_COLUMNS, document_from_row
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
-__all__ = ["FixedScores", "ids_of", "read_statements", "run_processes"]
+__all__ = ["FixedScores", "RecordingStore", "ids_of", "read_statements", "run_processes"]
+
+
+class RecordingStore:
+    """A read store over ``inner`` (a :class:`~tnsrag_db._db.read_store.ReadStore`) that records
+    each statement read through :meth:`read` as ``(text with :name parameters, parameters)``,
+    so a test can look at the statements an index really sends without naming them."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.reads: list[tuple[str, dict[str, Any]]] = []
+
+    @property
+    def corpus(self) -> str:
+        return str(self._inner.corpus)
+
+    @property
+    def schema(self) -> str:
+        return str(self._inner.schema)
+
+    @property
+    def max_query_terms(self) -> int:
+        return int(self._inner.max_query_terms)
+
+    def uses_filter_pairs(self) -> bool:
+        return bool(self._inner.uses_filter_pairs())
+
+    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        self.reads.append((sql, dict(params)))
+        return list(self._inner.read(sql, params))
+
+    def run(self, plan: Any, *, snapshot: bool = False) -> Any:
+        raise AssertionError("RecordingStore records statements read one by one, not plans")
 
 
 @contextmanager

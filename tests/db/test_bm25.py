@@ -13,7 +13,6 @@ from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
 from tnsrag_db._errors import ConfigurationError, InvalidFilterError, ValidationError
-from tnsrag_db._indexes.bm25 import sql as bm25  # the pruning constants live there
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.analysis import analyze
 from tnsrag_db._store.store import Store
@@ -431,26 +430,22 @@ def expected_top(reference: ReferenceBM25, entries: Mapping[str, MemoryEntry], t
 
 
 @pytest.mark.parametrize(("probe_cost", "filter_probe_max"), [(0.0, 1e12), (1e12, 0.0)])
-def test_pruned_search_is_exact(store: Store, monkeypatch: pytest.MonkeyPatch, probe_cost: float,
-                                filter_probe_max: float) -> None:
+def test_pruned_search_is_exact(store: Store, probe_cost: float, filter_probe_max: float) -> None:
     # Frequent terms are pruned (scored only for entries holding a rarer term) when the
     # bounds allow, and the full scoring runs otherwise: k beyond the candidates, only
     # frequent terms, filters and min_score. Both ways of scoring the pruned terms
     # (primary-key probes, one pass) and of filtering are forced in turn.
-    index = BM25Index(store)
+    index = BM25Index(store, prune_min_df=10**9)  # the unpruned statement first
     index.add_all(pruning_entries(random.Random(5), 160))
     entries = {e.id: e for e in store.iter_entries()}
     docs = dict(zip(entries, analysed_counts(store, [e.content for e in entries.values()])))
     reference = ReferenceBM25(docs)
     full = {}  # the unpruned statement: the same ranking
-    monkeypatch.setattr(bm25, "PRUNE_MIN_DF", 10**9)
     cases = [(q, k, f, m) for q in PRUNE_QUERIES for k in (1, 3, 10, 200)
              for f in ({}, {"tier": "WORKING"}, {"group": "g1", "tier": "SEMANTIC"}) for m in (0.0, 2.5)]
     for q, k, f, m in cases:
         full[q, k, str(f), m] = index.search(q, k, filters=f or None, min_score=m)
-    monkeypatch.setattr(bm25, "PRUNE_MIN_DF", 1)
-    monkeypatch.setattr(bm25, "PROBE_COST", probe_cost)
-    monkeypatch.setattr(bm25, "FILTER_PROBE_MAX", filter_probe_max)
+    index = BM25Index(store, prune_min_df=1, probe_cost=probe_cost, filter_probe_max=filter_probe_max)
     nonempty = 0
     for q, k, f, m in cases:
         got = index.search(q, k, filters=f or None, min_score=m)

@@ -14,7 +14,6 @@ from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
 from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db import HybridMemoryRetriever, HybridRAGStrategy, VectorMemoryStore
 from tnsrag_db._indexes.bm25 import BM25Index, scoring
-from tnsrag_db._indexes.bm25 import sql as bm25_sql
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import RAGContext
@@ -31,12 +30,11 @@ def counted(store: Store) -> Iterator[list[str]]:
         statements.extend(text for _, text, _ in sent)
 
 
-def test_plain_and_pruned_paths_rank_and_score_alike(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    index = BM25Index(store)
+def test_plain_and_pruned_paths_rank_and_score_alike(store: Store) -> None:
+    # Plain: no term counts as frequent, every query takes the short statement alone.
+    index = BM25Index(store, prune_min_df=10**9)
     index.add_all(pruning_entries(random.Random(5), 160))
     keyword = KeywordRAGStrategy(index)
-    # Plain: no term counts as frequent, every query takes the short statement alone.
-    monkeypatch.setattr(bm25_sql, "PRUNE_MIN_DF", 10**9)
     plain, plain_docs = {}, {}
     for q, k, f, m in CASES:
         rows = store.read(**_args(index.ranking_statement(q, k, filters=f or None, min_score=m, plain=True)))
@@ -45,7 +43,8 @@ def test_plain_and_pruned_paths_rank_and_score_alike(store: Store, monkeypatch: 
         assert index.search(q, k, filters=f or None, min_score=m) == plain[q, k, str(f), m]
         plain_docs[q, k, str(f), m] = keyword.retrieve(q, RAGContext(min(k, 100), m, f or None))
     # Pruned: every query term held by at least one entry is frequent.
-    monkeypatch.setattr(bm25_sql, "PRUNE_MIN_DF", 1)
+    index = BM25Index(store, prune_min_df=1)
+    keyword = KeywordRAGStrategy(index)
     pruned_paths = 0
     for q, k, f, m in CASES:
         want = plain[q, k, str(f), m]
@@ -69,12 +68,11 @@ def _args(statement):  # type: ignore[no-untyped-def]
     return {"sql": statement.sql, "params": statement.params}
 
 
-def test_a_frequent_term_takes_a_second_statement_only_then(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    index = BM25Index(store)
-    index.add_all(pruning_entries(random.Random(6), 60))
-    keyword = KeywordRAGStrategy(index)
+def test_a_frequent_term_takes_a_second_statement_only_then(store: Store) -> None:
+    store.add_all(pruning_entries(random.Random(6), 60))
     for threshold, statements_per_query in ((10**9, 1), (1, 2)):
-        monkeypatch.setattr(bm25_sql, "PRUNE_MIN_DF", threshold)
+        index = BM25Index(store, prune_min_df=threshold)
+        keyword = KeywordRAGStrategy(index)
         for run in (keyword.retrieve, lambda q: index.search(q, 5)):
             with counted(store) as statements:
                 assert run("zzcommon zzrare")
@@ -85,15 +83,14 @@ def test_a_frequent_term_takes_a_second_statement_only_then(store: Store, monkey
     assert len([s for s in statements if "bm25_postings" in s]) == 1
 
 
-def test_hybrid_with_a_frequent_term_fuses_the_same(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hybrid_with_a_frequent_term_fuses_the_same(store: Store) -> None:
     entries = pruning_entries(random.Random(7), 80)
     vectors = VectorMemoryStore(store, lambda text: [1.0 + text.count("zzrare"), 1.0 + len(text) % 7, 0.5])
     vectors.add_all(entries)
-    retriever = HybridMemoryRetriever(BM25Index(store), vectors)
-    hybrid = HybridRAGStrategy(retriever)
     results = {}
     for threshold, statements_per_query in ((10**9, 1), (1, 2)):
-        monkeypatch.setattr(bm25_sql, "PRUNE_MIN_DF", threshold)
+        retriever = HybridMemoryRetriever(BM25Index(store, prune_min_df=threshold), vectors)
+        hybrid = HybridRAGStrategy(retriever)
         with counted(store) as statements:
             assert hybrid.retrieve("zzcommon zzrare")
         # The second statement (pruned BM25 stream) only after the first one deferred.

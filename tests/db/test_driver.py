@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL
 
+from tests.db._helpers import RecordingStore
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
 from tnsrag_db._db import revisions
 from tnsrag_db._cli._common import DEFAULT_SCHEMA as CLI_DEFAULT_SCHEMA
@@ -25,7 +26,6 @@ from tnsrag_db._db.schema import DEFAULT_SCHEMA
 from tnsrag_db._db.settings import check_timeout
 from tnsrag_db._errors import ConfigurationError, DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
-from tnsrag_db._indexes.bm25 import sql as bm25_sql
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import MemoryEntry, RAGContext
@@ -76,8 +76,15 @@ def test_bind_matches_sqlalchemy_on_every_bm25_statement(lean: DriverStore) -> N
             statements.append(index.ranking_statement("agents share memory", 5, filters=filters, plain=plain).sql)
             statements.append(index.documents_statement("TAN-5326 memory", 3, filters=filters, plain=plain).sql)
     statements.append(index.term_figures_sql("agents memory", ["a"])[0])
-    statements += [bm25_sql.sorted_query_terms_sql("k"), bm25_sql.DOCUMENT_TERMS_SQL,
-                   bm25_sql.CORPUS_STATISTICS_SQL, bm25_sql.DOCUMENT_FREQUENCY_SQL]
+    # The term statistics' statements, as the index reads them.
+    recording = RecordingStore(lean)
+    stats = BM25Index(recording)
+    stats.query_terms("agents memory")
+    stats.document_terms(["a"])
+    stats.corpus_statistics()
+    stats.document_frequency(["agent"])
+    assert len({text for text, _ in recording.reads}) == 4
+    statements += [text for text, _ in recording.reads]
     for sql in statements:
         assert bind(sql) == _sqlalchemy_form(sql), sql[:200]
 
@@ -126,19 +133,18 @@ def test_a_driver_store_is_a_read_store_and_bm25_takes_it(lean: DriverStore, sto
         BM25Index(object())  # type: ignore[arg-type]
 
 
-def test_keyword_results_equal_the_stores(lean: DriverStore, store: Store,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyword_results_equal_the_stores(lean: DriverStore, store: Store) -> None:
     index = BM25Index(store)
     index.add_all(pruning_entries(random.Random(7), 120))
     index.add_all([MemoryEntry("id-%d" % n, f"agents share memory note {n} TAN-5326", "EPISODIC", source="n.md",
                                metadata={"topic": "t%d" % (n % 3)}) for n in range(12)])
-    full, light = KeywordRAGStrategy(index), KeywordRAGStrategy(BM25Index(lean))
     contexts = [RAGContext(), RAGContext(3), RAGContext(50, 2.5), RAGContext(10, 0.0, {"tier": "WORKING"}),
                 RAGContext(10, 0.0, {"topic": "t1"}), RAGContext(10, 0.0, {"source": "n.md", "topic": "t2"}),
                 RAGContext(5, 1e9)]
     compared = 0
     for prune_min_df in (10**9, 1):  # the plain statement alone, then the deferral to the pruned one
-        monkeypatch.setattr(bm25_sql, "PRUNE_MIN_DF", prune_min_df)
+        index, lean_index = BM25Index(store, prune_min_df=prune_min_df), BM25Index(lean, prune_min_df=prune_min_df)
+        full, light = KeywordRAGStrategy(index), KeywordRAGStrategy(lean_index)
         for query in [*PRUNE_QUERIES, "TAN-5326", "agents share memory"]:
             for ctx in contexts:
                 want = full.retrieve(query, ctx)
@@ -146,7 +152,7 @@ def test_keyword_results_equal_the_stores(lean: DriverStore, store: Store,
                 assert got == want, (query, ctx)
                 compared += bool(want)
                 k = ctx.max_results
-                assert BM25Index(lean).search(query, k, filters=ctx.metadata_filters, min_score=ctx.min_score) \
+                assert lean_index.search(query, k, filters=ctx.metadata_filters, min_score=ctx.min_score) \
                     == index.search(query, k, filters=ctx.metadata_filters, min_score=ctx.min_score)
     assert compared > 20  # most cases found something: the comparison is not of empty lists
     light_index = BM25Index(lean)

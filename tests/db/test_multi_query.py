@@ -281,7 +281,7 @@ def test_rm3_document_terms_probe_postings_by_key_on_fresh_tables(fresh_db_url: 
 
     import sqlalchemy as sa
 
-    from tnsrag_db._indexes.bm25 import sql as bm25_sql
+    from tests.db._helpers import RecordingStore
     from tnsrag_db._store.store import connect
 
     def letters(n: int) -> str:  # plain words (no digits: identifiers would add their parts)
@@ -294,12 +294,14 @@ def test_rm3_document_terms_probe_postings_by_key_on_fresh_tables(fresh_db_url: 
     words = [letters(n) for n in range(3000)]
     with connect(fresh_db_url, corpus="fresh", auto_migrate=True) as fresh:  # type: ignore[arg-type]
         fresh.add_all([MemoryEntry("big", " ".join(words)), MemoryEntry("small", words[3])])
-        index = BM25Index(fresh)
+        recording = RecordingStore(fresh)
+        index = BM25Index(recording)
         terms = index.document_terms(["big", "small", "missing"])
         assert set(terms) == {"big", "small"} and len(terms["big"]) == 3000 and len(terms["small"]) == 1
+        # The statement the index read them with, explained for the large document alone.
+        ((text, params),) = recording.reads
         with fresh.session.transaction() as conn:
-            plan = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + bm25_sql.DOCUMENT_TERMS_SQL),
-                                {"c": "fresh", "ids": ["big"]}).scalar_one()
+            plan = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + text), {**params, "ids": ["big"]}).scalar_one()
     plan = json.loads(plan) if isinstance(plan, str) else plan
     scans: list[tuple[str, str]] = []
 

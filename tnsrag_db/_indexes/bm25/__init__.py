@@ -1,8 +1,10 @@
 """True Okapi BM25 over a corpus: the index (:mod:`.index`), its statements (:mod:`.sql`)
 and the formula as pure functions (:mod:`.scoring`).
 
-The names the single ``bm25`` module had stay importable from here; the pruning
-constants are read from :mod:`tnsrag_db._indexes.bm25.sql` (patch them there).
+:class:`BM25Index` (in :mod:`.index`) holds the searches, the plan and statement builders,
+the term statistics and the tuning options of its pruned scoring; :mod:`.sql` renders the
+statements' text from a prefix and a filter (every value bound); :mod:`.scoring` is the
+same formula in Python, the very summands of the database's scores.
 """
 
 from __future__ import annotations
@@ -11,9 +13,5 @@ from tnsrag_db._indexes.bm25.index import BM25Index
 from tnsrag_db._indexes.bm25.scoring import DEFAULT_B as DEFAULT_B
 from tnsrag_db._indexes.bm25.scoring import DEFAULT_K1 as DEFAULT_K1
 from tnsrag_db._indexes.bm25.scoring import check_bm25_parameters as check_bm25_parameters
-from tnsrag_db._indexes.bm25.sql import FILTER_PROBE_MAX as FILTER_PROBE_MAX
-from tnsrag_db._indexes.bm25.sql import PROBE_COST as PROBE_COST
-from tnsrag_db._indexes.bm25.sql import PRUNE_MIN_DF as PRUNE_MIN_DF
-from tnsrag_db._indexes.bm25.sql import PRUNE_RATIO as PRUNE_RATIO
 
 __all__ = ["DEFAULT_B", "DEFAULT_K1", "BM25Index"]

@@ -51,6 +51,18 @@ __all__ = ["BM25Index"]
 #: The columns of :meth:`BM25Index.documents_statement`'s rows.
 DOCUMENT_COLUMNS = ("score", "entry_id", "content", "tier", "source", "metadata")
 
+#: Default ``prune_min_df``: a query term is pruned (scored only for entries that already
+#: hold a rarer query term) only when at least this many entries contain it.
+DEFAULT_PRUNE_MIN_DF = 1000
+#: Default ``prune_ratio``: pruned terms' summed score bounds stay at most this share of
+#: the other terms'.
+DEFAULT_PRUNE_RATIO = 0.5
+#: Default ``probe_cost``: a primary-key probe costs about this many postings read in sequence.
+DEFAULT_PROBE_COST = 20.0
+#: Default ``filter_probe_max``: with a filter, up to this many scanned postings check it
+#: by primary-key probes of their entries; more read the filtered entries once.
+DEFAULT_FILTER_PROBE_MAX = 2000.0
+
 
 # The rendered statements depend only on the prefix and the filter predicate (values are
 # bound): render each once.
@@ -83,14 +95,35 @@ class BM25Index:
     ``store`` may also be any :class:`~tnsrag_db._db.read_store.ReadStore` (the CLI's
     :class:`~tnsrag_db._db.driver.DriverStore`): the searches, plans and term statistics
     need nothing more; writes and :meth:`explain_scores` need a :class:`Store`.
+
+    Keyword-only tuning options of the pruned scoring (:mod:`tnsrag_db._indexes.bm25.sql`);
+    they choose how a ranking is computed, never which rows or scores it returns:
+
+    - ``prune_min_df`` (int ≥ 1, default 1,000): a query term counts as frequent, and may
+      be pruned, when at least this many entries hold it; below it every posting is scored;
+    - ``prune_ratio`` (number ≥ 0, default 0.5): pruned terms' summed score bounds stay at
+      most this share of the other terms';
+    - ``probe_cost`` (number ≥ 0, default 20): what one primary-key probe of the postings
+      costs, in postings read in sequence (probes or one pass for the pruned terms);
+    - ``filter_probe_max`` (number ≥ 0, default 2,000): with a filter, up to this many
+      scanned postings check it by primary-key probes; more read the filtered entries once.
+
+    A bad option raises :class:`ConfigurationError` naming it.
     """
 
-    def __init__(self, store: Store | ReadStore, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
+    def __init__(self, store: Store | ReadStore, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B,
+                 prune_min_df: int = DEFAULT_PRUNE_MIN_DF, prune_ratio: float = DEFAULT_PRUNE_RATIO,
+                 probe_cost: float = DEFAULT_PROBE_COST, filter_probe_max: float = DEFAULT_FILTER_PROBE_MAX) -> None:
         if not isinstance(store, ReadStore):
             raise ConfigurationError(f"BM25Index needs a Store, got {type(store).__name__}")
         # Typed as the Store callers (hybrid, explain) use; a ReadStore serves the reads.
         self._store = cast("Store", store)
         self._k1, self._b = check_bm25_parameters(k1, b)
+        self._prune_min_df = check_int(prune_min_df, "prune_min_df", minimum=1, error=ConfigurationError)
+        self._prune_ratio = check_number(prune_ratio, "prune_ratio", minimum=0.0, error=ConfigurationError)
+        self._probe_cost = check_number(probe_cost, "probe_cost", minimum=0.0, error=ConfigurationError)
+        self._filter_probe_max = check_number(filter_probe_max, "filter_probe_max", minimum=0.0,
+                                              error=ConfigurationError)
 
     @property
     def store(self) -> Store:
@@ -106,6 +139,26 @@ class BM25Index:
     def b(self) -> float:
         """Document-length normalisation in [0, 1] (default 0.75)."""
         return self._b
+
+    @property
+    def prune_min_df(self) -> int:
+        """The fewest entries holding a query term for it to count as frequent (default 1,000)."""
+        return self._prune_min_df
+
+    @property
+    def prune_ratio(self) -> float:
+        """The largest share of the other terms' bounds the pruned terms' bounds may sum to (default 0.5)."""
+        return self._prune_ratio
+
+    @property
+    def probe_cost(self) -> float:
+        """A primary-key probe's cost in postings read in sequence (default 20)."""
+        return self._probe_cost
+
+    @property
+    def filter_probe_max(self) -> float:
+        """The most scanned postings a filter is checked on by primary-key probes (default 2,000)."""
+        return self._filter_probe_max
 
     def __repr__(self) -> str:
         return f"BM25Index(corpus={self._store.corpus!r}, k1={self._k1!r}, b={self._b!r})"
@@ -173,12 +226,12 @@ class BM25Index:
         ids, probe = pairs_alone(filters, prefix=f"{p}_f", corpus_param=pairs, probe=sql.POSTING_ENTRY)
         params: dict[str, Any] = {
             **self._analysis_params(text, p), **fparams, **self._formula_params(p),
-            f"{p}_min": floor, f"{p}_lim": limit, f"{p}_nedf": float(sql.PRUNE_MIN_DF),
-            f"{p}_fsmall": sql.FILTER_PROBE_MAX,
+            f"{p}_min": floor, f"{p}_lim": limit, f"{p}_nedf": float(self._prune_min_df),
+            f"{p}_fsmall": self._filter_probe_max,
         }
         if plain:
             return Statement(_plain_ranking_sql(p, predicate, limit, ids, probe), params, ("entry_id", "score"))
-        params.update({f"{p}_ner": sql.PRUNE_RATIO, f"{p}_tol": sql.BOUND_TOLERANCE, f"{p}_pc": sql.PROBE_COST})
+        params.update({f"{p}_ner": self._prune_ratio, f"{p}_tol": sql.BOUND_TOLERANCE, f"{p}_pc": self._probe_cost})
         return Statement(_ranking_sql(p, predicate, limit, ids, probe), params, ("entry_id", "score"))
 
     def documents_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,

@@ -12,11 +12,13 @@ document frequencies it has just read (``{p}_g``):
 
 * *plain*: every posting of every query term, summed per entry; the whole cost when no
   query term is frequent (the common case for rare or specific terms);
-* *pruned* (MaxScore): when some term is held by at least :data:`PRUNE_MIN_DF` entries,
-  the most frequent terms (their summed bounds at most :data:`PRUNE_RATIO` of the
-  others', at least one term kept) are *non-essential*: phase A scores only the entries
+* *pruned* (MaxScore): when some term is held by at least ``:{p}_nedf`` entries (the
+  index's option ``prune_min_df``), the most frequent terms (their summed bounds at most
+  ``:{p}_ner`` of the others', option ``prune_ratio``; at least one term kept) are
+  *non-essential*: phase A scores only the entries
   holding an essential term, adding the non-essential terms' part by primary-key probes
-  of the postings (or one pass over them when the candidates are many), and skips
+  of the postings (or one pass over them when the candidates are many: ``:{p}_pc``,
+  option ``probe_cost``, weighs a probe against a posting read), and skips
   entries that provably cannot reach the k-th score. Every entry outside phase A scores
   at most ``bne``, the non-essential terms' summed bound; when the k-th score of phase A
   (or ``min_score``) exceeds it, phase A's top k is the exact answer, else the plain
@@ -34,11 +36,8 @@ from tnsrag_db._db.statement import hidden
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 
 __all__ = [
-    "FILTER_PROBE_MAX",
+    "BOUND_TOLERANCE",
     "POSTING_ENTRY",
-    "PROBE_COST",
-    "PRUNE_MIN_DF",
-    "PRUNE_RATIO",
     "CORPUS_STATISTICS_SQL",
     "DOCUMENT_FREQUENCY_SQL",
     "DOCUMENT_TERMS_SQL",
@@ -49,16 +48,6 @@ __all__ = [
     "sorted_query_terms_sql",
 ]
 
-#: A query term is pruned (scored only for entries that already hold a rarer query
-#: term) only when at least this many entries contain it; below it the plain scoring runs.
-PRUNE_MIN_DF = 1000
-#: Pruned terms' summed score bounds stay at most this share of the other terms'.
-PRUNE_RATIO = 0.5
-#: A primary-key probe costs about this many postings read in sequence.
-PROBE_COST = 20.0
-#: With a filter, up to this many scanned postings check it by primary-key probes of
-#: their entries; more read the filtered entries once.
-FILTER_PROBE_MAX = 2000.0
 #: Relative slack on score bounds: covers float8 rounding of sums, far below 1e-9 of a score.
 BOUND_TOLERANCE = 1e-9
 
@@ -147,9 +136,10 @@ POSTING_ENTRY = "p.entry_id"
 
 def _keep(p: str, alias: str, scanned: str, predicate: str, probe: str = "") -> str:
     """A condition restricting rows of ``alias`` (with ``entry_id``) to the filtered entries:
-    primary-key probes when the ``scanned`` postings (an SQL expression) are few (of the
-    entries, or with ``probe``, the filter pairs' own condition on :data:`POSTING_ENTRY`, of the
-    pairs), else membership in ``{p}_fe``, the filtered entries read once (a hashed subplan)."""
+    primary-key probes (of the entries, or with ``probe``, the filter pairs' own condition on
+    :data:`POSTING_ENTRY`, of the pairs) when the ``scanned`` postings (an SQL expression) are
+    at most ``:{p}_fsmall`` (the index's option ``filter_probe_max``), else membership in
+    ``{p}_fe``, the filtered entries read once (a hashed subplan)."""
     if predicate == "TRUE":
         return "TRUE"
     few = probe or (f"EXISTS (SELECT 1 FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c "
