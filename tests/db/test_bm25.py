@@ -464,6 +464,57 @@ def test_pruned_search_is_exact(store: Store, probe_cost: float, filter_probe_ma
     assert len(ties) != len(set(ties))
 
 
+def test_pruning_options_are_checked(store: Store) -> None:
+    index = BM25Index(store)
+    assert (index.prune_min_df, index.prune_ratio, index.probe_cost, index.filter_probe_max) == (1000, 0.5, 20.0, 2000.0)
+    tuned = BM25Index(store, prune_min_df=5, prune_ratio=0.25, probe_cost=0, filter_probe_max=1e6)
+    assert (tuned.prune_min_df, tuned.prune_ratio, tuned.probe_cost, tuned.filter_probe_max) == (5, 0.25, 0.0, 1e6)
+    for option, bad in (("prune_min_df", 0), ("prune_min_df", 2.5), ("prune_min_df", True), ("prune_ratio", -0.1),
+                        ("prune_ratio", math.nan), ("probe_cost", -1.0), ("probe_cost", math.inf),
+                        ("filter_probe_max", -1.0), ("filter_probe_max", "10")):
+        with pytest.raises(ConfigurationError, match=option):
+            BM25Index(store, **{option: bad})  # type: ignore[arg-type]
+
+
+def _index_loops(store: Store, index: BM25Index, query: str, k: int, filters: dict[str, str] | None,
+                 relation: str) -> int:
+    """How many times the ranking statement's plan scanned ``relation`` by index (the loops of
+    its index scans), executed with EXPLAIN ANALYZE."""
+    import json
+
+    statement = index.ranking_statement(query, k, filters=filters)
+    with store.session.transaction() as conn:
+        plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql),
+                            dict(statement.params)).scalar_one()
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def loops(node: dict[str, object]) -> int:
+        own = int(node.get("Actual Loops", 0)) if node.get("Relation Name") == relation and \
+            "Index" in str(node.get("Node Type")) else 0  # type: ignore[call-overload]
+        return own + sum(loops(child) for child in node.get("Plans", ()))  # type: ignore[attr-defined]
+
+    return loops(plan[0]["Plan"])
+
+
+def test_probe_cost_and_filter_probe_max_choose_the_way_of_scanning(store: Store) -> None:
+    # The options change how the pruned statement reads postings (one primary-key probe per
+    # candidate, or one pass), never what it returns.
+    store.add_all(pruning_entries(random.Random(5), 160))
+    query = "zzcommon zzmid zzrare"
+    probing = BM25Index(store, prune_min_df=1, probe_cost=0.0)
+    one_pass = BM25Index(store, prune_min_df=1, probe_cost=1e12)
+    assert probing.search(query, 3) == one_pass.search(query, 3)
+    assert _index_loops(store, probing, query, 3, None, "bm25_postings") > \
+        _index_loops(store, one_pass, query, 3, None, "bm25_postings")
+    # A filter checked per scanned posting, or by reading the filtered entries once.
+    per_posting = BM25Index(store, filter_probe_max=1e12)
+    read_once = BM25Index(store, filter_probe_max=0.0)
+    filters = {"group": "g1"}
+    # (Both ways read the 53 filtered entries once here: the planner hashes the per-posting
+    # check too, so only the rows are compared.)
+    assert per_posting.search(query, 3, filters=filters) == read_once.search(query, 3, filters=filters)
+
+
 def test_text_in_either_unicode_form_is_found_by_the_other(store: Store) -> None:
     import unicodedata
 

@@ -138,6 +138,47 @@ def test_retriever_form_and_validation(make_store: Callable[..., Store], store: 
         HybridMemoryRetriever(keywords, vectors, rrf_k=0)
 
 
+def test_candidate_pool_options_size_each_stream(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    default = HybridMemoryRetriever(keywords, vectors)
+    assert (default.min_candidates, default.candidate_factor) == (50, 4)
+    assert [default.pool_size(n) for n in (1, 12, 13)] == [50, 50, 52]
+    small = HybridMemoryRetriever(keywords, vectors, min_candidates=1, candidate_factor=2)
+    assert [small.pool_size(n) for n in (1, 3)] == [2, 6]
+    # Each stream ranks only its pool: 2 candidates for one result, 6 for three.
+    for k, pool in ((1, 2), (3, 6)):
+        kw, vec = small.rankings("agent memory vector", RAGContext(k))
+        kw_all, vec_all = default.rankings("agent memory vector", RAGContext(k))
+        assert len(kw_all) == 5 and len(vec_all) == 6  # the default pool holds every match
+        assert _ids(kw) == _ids(kw_all)[:pool] and _ids(vec) == _ids(vec_all)[:pool]
+    # The strategy passes them to the retriever it builds; it fuses those pools.
+    from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
+
+    strategy = HybridRAGStrategy(keywords, vectors, min_candidates=1, candidate_factor=1)
+    kw, vec = strategy.retriever.rankings("agent memory vector", RAGContext(2))
+    assert (len(kw), len(vec)) == (2, 2) and strategy.retriever.pool_size(2) == 2
+    assert [(d.metadata["entryId"], d.score) for d in strategy.retrieve("agent memory vector", RAGContext(2))] == [
+        (d.metadata["entryId"], d.score) for d in reciprocal_rank_fusion(kw, vec)[:2]]
+
+
+def test_candidate_pool_options_are_checked(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    for option, bad in (("min_candidates", 0), ("min_candidates", 100_001), ("min_candidates", 2.0),
+                        ("candidate_factor", 0), ("candidate_factor", 11), ("candidate_factor", True)):
+        with pytest.raises(ConfigurationError, match=option):
+            HybridMemoryRetriever(keywords, vectors, **{option: bad})
+        with pytest.raises(ConfigurationError, match=option):
+            HybridRAGStrategy(keywords, vectors, **{option: bad})
+    # With a retriever, its own options hold; a different one is an error, not ignored.
+    retriever = HybridMemoryRetriever(keywords, vectors, min_candidates=10)
+    assert HybridRAGStrategy(retriever, min_candidates=10).retriever is retriever
+    assert HybridRAGStrategy(retriever).retriever.pool_size(1) == 10
+    with pytest.raises(ConfigurationError, match="min_candidates=20 differs"):
+        HybridRAGStrategy(retriever, min_candidates=20)
+    with pytest.raises(ConfigurationError, match="candidate_factor=5 differs"):
+        HybridRAGStrategy(retriever, candidate_factor=5)
+
+
 def test_sql_fusion_equals_python_fusion(store: Store) -> None:
     from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 

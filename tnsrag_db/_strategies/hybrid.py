@@ -202,30 +202,32 @@ class HybridRAGStrategy:
     not run. Raises :class:`ConfigurationError` for weights of the wrong length, negative,
     non-finite or all zero (see :func:`~tnsrag_db._strategies.fusion.check_weights`).
 
-    ``min_candidates`` (default 50) and ``candidate_factor`` (default 4), keyword-only, size
-    each stream's candidate pool, ``max(min_candidates, candidate_factor × max_results)``
-    (bounds and errors as :class:`HybridMemoryRetriever`'s). With a retriever, its own
-    options hold: a value different from the retriever's raises :class:`ConfigurationError`.
+    ``min_candidates`` and ``candidate_factor``, keyword-only, size each stream's candidate
+    pool, ``max(min_candidates, candidate_factor × max_results)``; None (the default) means
+    50 and 4, or with a retriever the retriever's own (bounds and errors as
+    :class:`HybridMemoryRetriever`'s). With a retriever, a value different from the
+    retriever's raises :class:`ConfigurationError`: set it on the retriever.
     """
 
     def __init__(self, keywords: BM25Index | HybridMemoryRetriever, vectors: VectorMemoryStore | None = None,
                  graph: RAGStrategy | None = None, *, weights: Sequence[float] | None = None,
-                 min_candidates: int = DEFAULT_MIN_CANDIDATES,
-                 candidate_factor: int = DEFAULT_CANDIDATE_FACTOR) -> None:
+                 min_candidates: int | None = None, candidate_factor: int | None = None) -> None:
         if isinstance(keywords, HybridMemoryRetriever):
             if vectors is not None:
                 raise ConfigurationError("pass either a HybridMemoryRetriever or (keywords, vectors[, graph])")
             for option, value, own in (("min_candidates", min_candidates, keywords.min_candidates),
                                        ("candidate_factor", candidate_factor, keywords.candidate_factor)):
-                if value != own:
+                if value is not None and value != own:
                     raise ConfigurationError(f"{option}={value!r} differs from the HybridMemoryRetriever's "
                                              f"({own}): set {option} on the retriever")
             self._retriever = keywords
         else:
             if vectors is None:
                 raise ConfigurationError("HybridRAGStrategy needs a VectorMemoryStore as second argument")
-            self._retriever = HybridMemoryRetriever(keywords, vectors, min_candidates=min_candidates,
-                                                    candidate_factor=candidate_factor)
+            self._retriever = HybridMemoryRetriever(
+                keywords, vectors,
+                min_candidates=DEFAULT_MIN_CANDIDATES if min_candidates is None else min_candidates,
+                candidate_factor=DEFAULT_CANDIDATE_FACTOR if candidate_factor is None else candidate_factor)
         if graph is not None and not callable(getattr(graph, "retrieve", None)):
             raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
         graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
