@@ -178,6 +178,25 @@ def _hub_fan_out_is_capped_heaviest_first(store: Store) -> None:
     assert max(node["rows"] for node in plan if "edges" in node["node"]) == 20
 
 
+def test_edge_budget_factor_shares_the_edge_reads_among_the_frontier(store: Store) -> None:
+    # Two seeds, six children each; a budget of 6 leaves room for 4 new entries. With a factor
+    # of 1 a level reads 6 edge rows, 3 per seed: the stronger seed's 3 heaviest children and
+    # the weaker seed's heaviest fill the room. With the default 2, 6 per seed: the stronger
+    # seed's 4 heaviest children win them all.
+    gs = GraphStore(store)
+    children = [f"{p}{i}" for p in "ab" for i in range(6)]
+    edges = [Edge(seed, f"{p}{i}", weight=float(6 - i)) for seed, p in (("s1", "a"), ("s2", "b")) for i in range(6)]
+    gs.add_with_edges(_entries(["s1", "s2", *children]), edges)
+    seeds = {"s1": 1.0, "s2": 0.9}
+    narrow = _strategy(gs, depth=1, budget=6, edge_budget_factor=1).traverse(seeds, RAGContext(max_results=100))
+    assert {d.metadata["entryId"] for d in narrow} == {"s1", "s2", "a0", "a1", "a2", "b0"}
+    default = _strategy(gs, depth=1, budget=6).traverse(seeds, RAGContext(max_results=100))
+    assert {d.metadata["entryId"] for d in default} == {"s1", "s2", "a0", "a1", "a2", "a3"}
+    for bad in (0, 17, 1.5, True):
+        with pytest.raises(ConfigurationError, match="edge_budget_factor"):
+            GraphRAGStrategy("p", gs, None, 1, D, 6, edge_budget_factor=bad)  # type: ignore[arg-type]
+
+
 def test_constructor_validation(demo: GraphStore) -> None:
     ok = GraphRAGStrategy("p", demo, None, GraphRAGStrategy.DEFAULT_MAX_DEPTH, GraphRAGStrategy.DEFAULT_DEPTH_DECAY,
                           GraphRAGStrategy.DEFAULT_MAX_VISITED_NODES)

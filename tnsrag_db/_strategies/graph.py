@@ -26,7 +26,8 @@ node's result is its best frontier appearance (its last improvement).
 
 **Bound on the work** (what keeps a hub from blowing the query up): on a level
 with frontier F (|F| ≤ budget B), each frontier node follows only its heaviest
-``fan = min(max_fan_out, max(1, ceil(2·B / |F|)))`` edges (ties by dst), read with
+``fan = min(max_fan_out, max(1, ceil(2·B / |F|)))`` edges (2: the default
+``edge_budget_factor``; ties by dst), read with
 one ``ORDER BY weight DESC LIMIT fan`` index scan on ``(corpus, src, weight DESC,
 dst)``. So a level reads at most ``|F| · fan ≤ 2·B + |F| ≤ 3·B`` edge rows, the
 level's state never holds more than B entries, and the whole statement handles at
@@ -52,6 +53,7 @@ from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan, Statement, one
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.graph import GraphStore
+from tnsrag_db._indexes.graph.walk import DEFAULT_EDGE_BUDGET_FACTOR
 from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, run_apart, source_fence
 from tnsrag_db._store.reads import ENTRY_COLUMNS, ENTRY_COLUMN_NAMES, document_from_row
 from tnsrag_db.explain import Explanation, GraphExplanation, GraphHop, ScoreExplanation, SearchPlan
@@ -115,7 +117,10 @@ class GraphRAGStrategy:
     - ``include_seeds`` (default True): whether the seeds themselves are results. False
       returns only what the edges reached (hops ≥ 1): the graph's own evidence, as the
       hybrid strategy by name fuses it, so a corpus without edges adds nothing there
-      instead of a second copy of the seed ranking.
+      instead of a second copy of the seed ranking;
+    - ``edge_budget_factor`` (keyword-only, 1 to :attr:`MAX_EDGE_BUDGET_FACTOR`, default 2):
+      a level reads about this many times ``max_visited_nodes`` edge rows, shared among
+      its frontier nodes (the ``2`` of the bound on the work in the module docstring).
 
     Seed scores are used as the seed strategy reports them (not normalised); seeds
     scoring ≤ 0 carry no evidence and are dropped, as are seed documents without an
@@ -131,6 +136,8 @@ class GraphRAGStrategy:
     MAX_DEPTH_LIMIT = 16
     #: Largest accepted ``max_visited_nodes``.
     MAX_VISITED_LIMIT = 100_000
+    #: Largest accepted ``edge_budget_factor``.
+    MAX_EDGE_BUDGET_FACTOR = 16
 
     def __init__(
         self,
@@ -145,6 +152,7 @@ class GraphRAGStrategy:
         seed_count: int = DEFAULT_SEED_COUNT,
         max_fan_out: int = DEFAULT_MAX_FAN_OUT,
         include_seeds: bool = True,
+        edge_budget_factor: int = DEFAULT_EDGE_BUDGET_FACTOR,
     ) -> None:
         if not isinstance(provider_name, str) or not provider_name.strip():
             raise ConfigurationError(f"provider_name must be a non-blank string, got {provider_name!r}")
@@ -157,6 +165,7 @@ class GraphRAGStrategy:
         _check_int(max_visited_nodes, "max_visited_nodes", 1, self.MAX_VISITED_LIMIT)
         _check_int(seed_count, "seed_count", 1, self.MAX_VISITED_LIMIT)
         _check_int(max_fan_out, "max_fan_out", 1, self.MAX_VISITED_LIMIT)
+        _check_int(edge_budget_factor, "edge_budget_factor", 1, self.MAX_EDGE_BUDGET_FACTOR)
         if not isinstance(include_seeds, bool):
             raise ConfigurationError(f"include_seeds must be a bool, got {include_seeds!r}")
         if seed_strategy is not None and not isinstance(seed_strategy, RAGStrategy):
@@ -171,6 +180,7 @@ class GraphRAGStrategy:
         self._seed_count = seed_count
         self._max_fan_out = max_fan_out
         self._include_seeds = include_seeds
+        self._edge_budget_factor = edge_budget_factor
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -381,4 +391,4 @@ class GraphRAGStrategy:
             kept, columns=ENTRY_COLUMNS, column_names=ENTRY_COLUMN_NAMES, fence=self._fence,
             max_depth=self._max_depth, decay=self._decay, budget=self._budget, max_fan_out=self._max_fan_out,
             filters=ctx.metadata_filters, min_score=ctx.min_score, k=ctx.max_results,
-            min_depth=0 if self._include_seeds else 1)
+            min_depth=0 if self._include_seeds else 1, edge_budget_factor=self._edge_budget_factor)

@@ -33,7 +33,7 @@ from tnsrag_db._validate import is_int, is_number
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import DanglingReferenceError, ValidationError
 from tnsrag_db._indexes.graph import sql
-from tnsrag_db._indexes.graph.walk import hops_statement, walk_statement
+from tnsrag_db._indexes.graph.walk import DEFAULT_EDGE_BUDGET_FACTOR, hops_statement, walk_statement
 from tnsrag_db._store.staging import EDGE_STAGE_DDL
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
@@ -256,13 +256,13 @@ class GraphStore:
     def walk_statement(self, seeds: Mapping[str, float], *, columns: str, column_names: Sequence[str],
                        fence: Collection[str] | None, max_depth: int, decay: float, budget: int, max_fan_out: int,
                        filters: Mapping[str, str] | None, min_score: float, k: int,
-                       min_depth: int = 0) -> Statement:
+                       min_depth: int = 0, edge_budget_factor: int = DEFAULT_EDGE_BUDGET_FACTOR) -> Statement:
         """The bounded walk from ``seeds`` (entry id to a score > 0) over this corpus's edges:
         see :func:`tnsrag_db._indexes.graph.walk.walk_statement`."""
         return walk_statement(self.corpus, list(seeds), list(seeds.values()), columns=columns,
                               column_names=column_names, fence=fence, max_depth=max_depth, decay=decay,
                               budget=budget, max_fan_out=max_fan_out, filters=filters, min_score=min_score, k=k,
-                              min_depth=min_depth)
+                              min_depth=min_depth, edge_budget_factor=edge_budget_factor)
 
     def hops_statement(self, pairs: Sequence[tuple[str, str]]) -> Statement:
         """The heaviest edge of each ``(src, dst)`` pair that has one: rows ``src, dst, relation, weight``."""

@@ -22,10 +22,10 @@ from tnsrag_db._db.statement import Statement
 from tnsrag_db._indexes.graph.sql import FENCE, HOPS_SQL, WALK_SQL
 from tnsrag_db._store.filters import filter_sql
 
-__all__ = ["EDGE_BUDGET_FACTOR", "WALK_COLUMNS", "hops_statement", "walk_statement"]
+__all__ = ["DEFAULT_EDGE_BUDGET_FACTOR", "WALK_COLUMNS", "hops_statement", "walk_statement"]
 
-#: How many edge rows a level may read, as a multiple of the visited budget.
-EDGE_BUDGET_FACTOR = 2
+#: By default a level may read about this many times the visited budget in edge rows.
+DEFAULT_EDGE_BUDGET_FACTOR = 2
 
 #: The columns a walk row carries besides the caller's entry columns.
 WALK_COLUMNS = ("graph_score", "graph_depth", "graph_path")
@@ -34,7 +34,7 @@ WALK_COLUMNS = ("graph_score", "graph_depth", "graph_path")
 def walk_statement(corpus: str, seed_ids: Sequence[str], seed_scores: Sequence[float], *, columns: str,
                    column_names: Sequence[str], fence: Collection[str] | None, max_depth: int, decay: float,
                    budget: int, max_fan_out: int, filters: Mapping[str, str] | None, min_score: float,
-                   k: int, min_depth: int = 0) -> Statement:
+                   k: int, min_depth: int = 0, edge_budget_factor: int = DEFAULT_EDGE_BUDGET_FACTOR) -> Statement:
     """The walk from ``seed_ids`` (scores > 0, checked by the caller) in ``corpus``.
 
     ``columns`` is the entry columns to return (a code constant over alias ``e``, named
@@ -42,7 +42,8 @@ def walk_statement(corpus: str, seed_ids: Sequence[str], seed_scores: Sequence[f
     ``graph_path`` (a JSON array of ids, seed first), best first (ties by id), at most
     ``k``; only entries at least ``min_depth`` hops from their seed are returned (0: the
     seeds too; 1: only what the edges reached). ``fence`` (None for none) confines seeds, walked and returned entries to those
-    sources. Raises :class:`InvalidFilterError` for a bad filter.
+    sources. A level follows at most ``min(max_fan_out, max(1, ceil(edge_budget_factor ×
+    budget / frontier size)))`` edges per frontier node (checked by the caller). Raises :class:`InvalidFilterError` for a bad filter.
     """
     predicate, fparams = filter_sql(filters, alias="e", prefix="f")
     fenced = fence is not None
@@ -60,7 +61,7 @@ def walk_statement(corpus: str, seed_ids: Sequence[str], seed_scores: Sequence[f
         "max_depth": max_depth,
         "decay": decay,
         "max_fan": max_fan_out,
-        "edge_budget": EDGE_BUDGET_FACTOR * budget,
+        "edge_budget": edge_budget_factor * budget,
         "min_score": min_score,
         "min_depth": min_depth,
         "k": k,
