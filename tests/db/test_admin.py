@@ -383,7 +383,8 @@ def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(engine: sa.
             with engine.begin() as conn:
                 conn.execute(sa.text("ANALYZE entries"))
             scans = _lock_plan(store, edges, [])
-        assert scans and all(s.get("Index Name") == "pk_entries" for s in scans), scans
+        assert scans and all(s.get("Index Name") == "pk_entries" for s in scans), [
+            (s.get("Node Type"), s.get("Index Name"), s.get("Index Cond"), s.get("Filter")) for s in scans]
         assert all(s.get("Rows Removed by Filter", 0) == 0 for s in scans)
 
 
