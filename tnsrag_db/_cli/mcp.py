@@ -51,9 +51,11 @@ def _provider(store: Store, embedding: str | None, read_only: bool) -> Validatin
     """
     from sqlalchemy.engine import Connection
 
+    from tnsrag_db._db.statement import run_plan
+
     from tnsrag_db.embeddings import resolve_embedding
-    from tnsrag_db._indexes.vector.spaces import bind_embedding, query_embedding
-    from tnsrag_db._indexes.vector.spaces import ensure_space
+    from tnsrag_db._indexes.vector.spaces import bind_embedding, ensure_space_plan, query_embedding
+    from tnsrag_db._indexes.vector.write import on_connection
 
     if embedding is None or store.count() > 0:
         provider = query_embedding(store, embedding)
@@ -65,7 +67,7 @@ def _provider(store: Store, embedding: str | None, read_only: bool) -> Validatin
 
         def create(conn: Connection) -> None:
             store.writer.corpus.text_config(conn)  # creates the corpus row (under the corpus's write lock)
-            ensure_space(conn, store, provider.name, dimension)
+            run_plan(ensure_space_plan(store, provider.name, dimension), on_connection(conn))
 
         store.writer.transaction(create)
     return provider

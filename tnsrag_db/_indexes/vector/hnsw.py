@@ -22,7 +22,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -30,20 +30,16 @@ from sqlalchemy.engine import Connection
 from tnsrag_db._validate import check_number
 from tnsrag_db._errors import ConfigurationError, PermissionDeniedError, TnsragError
 from tnsrag_db._indexes.vector.spaces import Space
+from tnsrag_db._indexes.vector.sql import HNSW_EF_CONSTRUCTION, HNSW_M
 from tnsrag_db._db.schema import hnsw_index_name
 from tnsrag_db._store.store import Store
 
+if TYPE_CHECKING:
+    from tnsrag_db._indexes.vector.index import IndexProgress
+
 __all__ = ["DueIndex", "IndexBuildDeferred", "IndexSweep", "build_due_indexes", "defer_build", "due_indexes", "may_build_indexes"]
 
-#: HNSW build parameters. ``ef_construction`` is twice pgvector's default: with 64, graphs
-#: of clustered embeddings left whole clusters unreachable (recall@10 of 0 for some
-#: queries at any ef_search); 128 removed them for ≈ 1.5x the build time.
-HNSW_M = 16
-HNSW_EF_CONSTRUCTION = 128
-
-#: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
-IndexProgress = Callable[[str, int, int], None]
-
+#: The most ``maintenance_work_mem`` (MB) a build raises the session's to.
 _MAX_MAINTENANCE_MEM_MB = 2048
 
 
@@ -160,10 +156,13 @@ def index_state(conn: Connection, store: Store, name: str) -> bool | None:
     return valid
 
 
-def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] | None = None) -> str | None:
+def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] | None = None, *,
+                      m: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION) -> str | None:
     """Create ``space``'s HNSW index if it does not exist (valid), and record it; returns its
     name, or None when the corpus was dropped meanwhile. ``on_pid`` is called with the
-    building session's backend pid just before ``CREATE INDEX`` (for progress reports)."""
+    building session's backend pid just before ``CREATE INDEX`` (for progress reports);
+    ``m`` and ``ef_construction`` are the graph's parameters (checked by the caller: the
+    view's options, or the defaults)."""
     corpus = store.corpus
     name = hnsw_index_name(space.space_id)
     with store.session.autocommit() as conn, store.session.hnsw_build_lock(conn):
@@ -173,7 +172,7 @@ def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] 
             n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
                              {"c": corpus, "s": space.space_id}).scalar_one()
             # Graph + vectors: dim * 4 bytes plus ≈ 2 m neighbour slots of ~10 bytes per element.
-            need_mb = int(n * (space.dimension * 4 + 2 * HNSW_M * 12 + 64) * 1.3 / 2**20) + 64
+            need_mb = int(n * (space.dimension * 4 + 2 * int(m) * 12 + 64) * 1.3 / 2**20) + 64
             current_mb = int(conn.execute(sa.text(
                 "SELECT setting::bigint * (CASE unit WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192 ELSE 1 END) "
                 "/ 1048576 FROM pg_settings WHERE name = 'maintenance_work_mem'")).scalar_one())
@@ -184,11 +183,12 @@ def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] 
             conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))  # an invalid leftover
             if on_pid is not None:
                 on_pid(int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()))
-            # Index name, dimension and space id are integers from the database: safe to format in.
+            # Index name, dimension and space id are integers from the database, m and ef_construction
+            # checked integers: safe to format in.
             conn.execute(sa.text(
                 f"CREATE INDEX CONCURRENTLY {name} ON embeddings USING hnsw "
                 f"((embedding::vector({space.dimension})) vector_cosine_ops) "
-                f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE space_id = {space.space_id}"))
+                f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) WHERE space_id = {space.space_id}"))
             conn.execute(sa.text("RESET maintenance_work_mem"))
             # Fresh statistics, so the planner sizes this space right (a bulk load leaves
             # the shared table's statistics describing other corpora). Still under the

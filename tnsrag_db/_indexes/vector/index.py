@@ -1,7 +1,14 @@
 """``VectorMemoryStore``: entries with pgvector embeddings, searched by cosine similarity.
 
-This module holds the search; the write path is :mod:`.write`, the shared core
-:mod:`.core`, the SQL :mod:`.sql`, the indexes :mod:`.hnsw`.
+The one class of the vector index. Its collaborators, each owned or passed explicitly:
+the provider's embedding spaces (:class:`~tnsrag_db._indexes.vector.spaces.ProviderSpaces`,
+a cache and the plans that read them), the ranking SQL (:mod:`.sql`), the write
+extension that joins an entry write (:class:`~tnsrag_db._indexes.vector.write.VectorWrite`),
+the HNSW builds (:mod:`.hnsw`) and the streaming ingest loop (:mod:`.ingest`). The write
+side and the builds are imported by the methods that write or build, so a process that
+only queries (``tnsrag query``) never loads SQLAlchemy: every read of this class is a
+:data:`~tnsrag_db._db.statement.Plan` run on the store's read runner, and a
+:class:`~tnsrag_db._db.read_store.ReadStore` that only reads serves its searches.
 
 Storage. Vectors live in the narrow ``embeddings`` table (kept apart from the wide entry
 rows so a 384-d vector stays inline instead of being TOASTed), keyed by corpus, embedding
@@ -40,41 +47,47 @@ filtering first (the order is by score) without letting an iterative scan run on
 the last qualifying row.
 """
 
+
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._validate import check_int, check_number, check_prefix
+from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
-from tnsrag_db._errors import ConfigurationError, ValidationError
-from tnsrag_db._indexes.vector.core import (
-    DEFAULT_EF_SEARCH,
-    DEFAULT_EXACT_THRESHOLD,
-    DEFAULT_INDEX_THRESHOLD,
-    MAX_EF_SEARCH,
-)
-from tnsrag_db._indexes.vector.hnsw import HNSW_EF_CONSTRUCTION, HNSW_M, IndexProgress
-from tnsrag_db._indexes.vector.ingest import IngestProgress
-from tnsrag_db._indexes.vector.spaces import Space
+from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
+from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ValidationError
+from tnsrag_db.explain import CosineExplanation, SearchPlan
+from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
 from tnsrag_db._indexes.vector.sql import (
     DOCUMENT_COLUMNS,
     EMPTY_RANKING,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    MAX_EF,
+    MAX_SCAN_TUPLES,
     STORED_VECTORS,
     Ranking,
     documents_sql,
     ranking_sql,
 )
-from tnsrag_db._indexes.vector.write import VectorWrites
-from tnsrag_db.explain import CosineExplanation, SearchPlan
-from tnsrag_db._types import MAX_CANDIDATES, is_unicode_text, validate_filters
+from tnsrag_db._types import MAX_CANDIDATES, IngestCounts, MemoryEntry, is_unicode_text, validate_filters
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from tnsrag_db._store.store import Store
+    from tnsrag_db._store.write import ValidatedBatch, WriteReport
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
     "DEFAULT_EXACT_THRESHOLD",
+    "DEFAULT_FILTERED_EF_SEARCH",
     "DEFAULT_INDEX_THRESHOLD",
     "HNSW_EF_CONSTRUCTION",
     "HNSW_M",
@@ -83,38 +96,495 @@ __all__ = [
     "VectorMemoryStore",
 ]
 
-_FILTERED_MIN_EF = 200
+#: Default ``hnsw.ef_search`` of unfiltered queries (recall@10 ≈ 0.97-0.99 on the 100k benchmark corpus).
+DEFAULT_EF_SEARCH = 100
+#: Default smallest ``hnsw.ef_search`` of a filtered query (it searches wider: see ``filtered_ef_search``).
+DEFAULT_FILTERED_EF_SEARCH = 200
+#: Default number of matching entries up to which a filtered query is answered exactly.
+#: Exact through the filter costs one random heap read per match, HNSW with iterative
+#: scan about k / selectivity graph visits, so below a few thousand matches exact wins on
+#: recall (1.0) at a similar cost (figures in docs/performance.md).
+DEFAULT_EXACT_THRESHOLD = 5_000
+#: Default size of a space (number of vectors) at which ``add_all`` builds its HNSW index.
+DEFAULT_INDEX_THRESHOLD = 10_000
+
+#: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
+IndexProgress = Callable[[str, int, int], None]
+#: ``progress(phase, done, total)`` of :meth:`VectorMemoryStore.ingest`: phase ``"read"``,
+#: ``"embed"``, ``"write"`` or ``"index"``; ``total`` None when the input has no length.
+IngestProgress = Callable[[str, int, "int | None"], None]
+
+#: pgvector's bounds of ``m`` and ``ef_construction`` (its build refuses others).
+_HNSW_M_RANGE = (2, 100)
+_HNSW_EF_CONSTRUCTION_RANGE = (4, 1000)
+Vectors = dict[str, npt.NDArray[np.float32]]
 
 
 def _check_k(k: object) -> int:
     return check_int(k, "k", minimum=1, maximum=MAX_CANDIDATES)
 
 
-class VectorMemoryStore(VectorWrites):
+class _Rows:
+    """An embedding 'provider' that returns precomputed rows, so they pass the same wrapper rules."""
+
+    def __init__(self, rows: Sequence[Sequence[float]] | npt.NDArray[Any]) -> None:
+        self._rows = rows
+
+    def __call__(self, text: str) -> Sequence[float]:  # pragma: no cover - only embed_batch is used
+        raise NotImplementedError
+
+    def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        return self._rows  # type: ignore[return-value]  # an ndarray of rows serves as a sequence
+
+
+class VectorMemoryStore:
     """A vector view over one :class:`Store`: add entries with embeddings, search by cosine.
 
     ``embedding`` is wrapped in :class:`ValidatingEmbedding` (unless it already is one
     with the same name); ``name`` overrides the provider name that keys the space.
-    ``ef_search`` (default 100, 1 to 1000) is the HNSW candidate list of unfiltered
-    queries. ``exact_threshold`` (default 5,000) is the number of matching entries up to
-    which filtered queries scan exactly. ``index_threshold`` (default 10,000; None turns
-    automatic builds off) is the space size at which :meth:`add_all` builds the HNSW
-    index at the end of a write (see :meth:`build_index`). No I/O happens here.
+    Keyword-only tuning options, each validated (:class:`ConfigurationError` naming it):
 
-    Raises :class:`ConfigurationError` for a bad option.
+    - ``ef_search`` (default 100, 1 to 1000): the HNSW candidate list of unfiltered queries;
+    - ``filtered_ef_search`` (default 200, 1 to 1000): the smallest candidate list of a
+      filtered query (which also searches at least ``2 k`` and ``ef_search`` wide);
+    - ``exact_threshold`` (default 5,000, 0 to 10**9): the number of matching entries up
+      to which filtered queries scan exactly;
+    - ``max_scan_tuples`` (default 20,000, at least 1): ``hnsw.max_scan_tuples``, the most
+      vectors one iterative HNSW scan visits;
+    - ``space_recheck_seconds`` (default 5.0, at least 0): how long a query trusts its
+      cached "no HNSW index yet" state of the space before reading it again;
+    - ``index_threshold`` (default 10,000; None turns automatic builds off): the space size
+      at which :meth:`add_all` builds the HNSW index at the end of a write (see
+      :meth:`build_index`);
+    - ``hnsw_m`` (default 16, 2 to 100) and ``hnsw_ef_construction`` (default 128, 4 to
+      1000, at least ``2 * hnsw_m``): the graph of the HNSW index this view builds.
+
+    ``store`` is a :class:`~tnsrag_db._store.store.Store`; a read-only
+    :class:`~tnsrag_db._db.read_store.ReadStore` (the command line's lean store) serves
+    the searches, and its writes raise :class:`ConfigurationError`. No I/O happens here.
+    Raises :class:`ConfigurationError` for a bad option or store.
     """
+
+    def __init__(self, store: Store | ReadStore, embedding: EmbeddingFunction | Callable[[str], object], *,
+                 name: str | None = None, ef_search: int = DEFAULT_EF_SEARCH,
+                 filtered_ef_search: int = DEFAULT_FILTERED_EF_SEARCH,
+                 exact_threshold: int = DEFAULT_EXACT_THRESHOLD, max_scan_tuples: int = MAX_SCAN_TUPLES,
+                 space_recheck_seconds: float = SPACE_RECHECK_SECONDS,
+                 index_threshold: int | None = DEFAULT_INDEX_THRESHOLD,
+                 hnsw_m: int = HNSW_M, hnsw_ef_construction: int = HNSW_EF_CONSTRUCTION) -> None:
+        if not isinstance(store, ReadStore):
+            raise ConfigurationError(f"store must be a Store, got {type(store).__name__}")
+        check_int(ef_search, "ef_search", minimum=1, maximum=MAX_EF, error=ConfigurationError)
+        check_int(filtered_ef_search, "filtered_ef_search", minimum=1, maximum=MAX_EF, error=ConfigurationError)
+        check_int(exact_threshold, "exact_threshold", minimum=0, maximum=10**9, error=ConfigurationError)
+        check_int(max_scan_tuples, "max_scan_tuples", minimum=1, maximum=2**31 - 1, error=ConfigurationError)
+        if index_threshold is not None:
+            check_int(index_threshold, "index_threshold", minimum=1, error=ConfigurationError)
+        check_int(hnsw_m, "hnsw_m", minimum=_HNSW_M_RANGE[0], maximum=_HNSW_M_RANGE[1], error=ConfigurationError)
+        check_int(hnsw_ef_construction, "hnsw_ef_construction", minimum=max(_HNSW_EF_CONSTRUCTION_RANGE[0],
+                                                                            2 * hnsw_m),
+                  maximum=_HNSW_EF_CONSTRUCTION_RANGE[1], error=ConfigurationError)
+        if isinstance(embedding, ValidatingEmbedding) and (name is None or name == embedding.name):
+            self._embedding = embedding
+        else:
+            self._embedding = ValidatingEmbedding(embedding, name=name)
+        # Typed as the Store callers (hybrid, explain, the integrations) use; a ReadStore
+        # serves the reads, and the writes check for a Store (_writable).
+        self._store = cast("Store", store)
+        self._ef_search = ef_search
+        self._filtered_ef_search = filtered_ef_search
+        self._exact_threshold = exact_threshold
+        self._max_scan_tuples = max_scan_tuples
+        self._index_threshold = index_threshold
+        self._hnsw = (hnsw_m, hnsw_ef_construction)
+        self._lock = threading.Lock()
+        self._dimension: int | None = self._embedding.dimension
+        self._spaces = ProviderSpaces(store, self._embedding.name, recheck_seconds=space_recheck_seconds)
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        """The corpus this view writes to and searches."""
+        return self._store
+
+    @property
+    def embedding(self) -> ValidatingEmbedding:
+        """The validating embedding function (its ``name`` keys the embedding space)."""
+        return self._embedding
+
+    @property
+    def ef_search(self) -> int:
+        """``hnsw.ef_search`` of unfiltered queries."""
+        return self._ef_search
+
+    @property
+    def exact_threshold(self) -> int:
+        """Matching entries up to which a filtered query scans exactly."""
+        return self._exact_threshold
+
+    @property
+    def spaces(self) -> ProviderSpaces:
+        """The embedding spaces of this view's provider in its corpus, as the view knows them."""
+        return self._spaces
+
+    def __repr__(self) -> str:
+        return f"VectorMemoryStore(corpus={self._store.corpus!r}, provider={self._embedding.name!r})"
+
+    # -- vectors --------------------------------------------------------------------
+    def _fix_dimension(self, dim: int) -> None:
+        with self._lock:
+            if self._dimension is None:
+                self._dimension = dim
+            expected = self._dimension
+        if dim != expected:
+            raise EmbeddingValidationError(f"embedding provider {self._embedding.name}: embedding has dimension "
+                                           f"{dim}, expected {expected} (fixed by the first vector)")
+
+    def _validate_rows(self, rows: Sequence[Sequence[float]] | npt.NDArray[Any],
+                       count: int, *, fix: bool = True) -> npt.NDArray[np.float32]:
+        """Validate precomputed vectors by the wrapper's rules; returns a (count, dim) float32 array.
+
+        ``fix=False`` (query vectors) checks against a known dimension without fixing an
+        unknown one: a wrong-dimension query vector used to fix the dimension of a fresh
+        view, and the next correct write failed."""
+        if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+            raise EmbeddingValidationError(f"embeddings must be a sequence of vectors, got {type(rows).__name__}")
+        if len(rows) != count:
+            raise EmbeddingValidationError(f"got {len(rows)} embeddings for {count} entries")
+        if count == 0:
+            return np.zeros((0, self._dimension or 1), dtype=np.float32)
+        checker = ValidatingEmbedding(_Rows(rows), name=self._embedding.name, dimension=self._dimension,
+                                      max_dimension=self._embedding.max_dimension)
+        vectors = checker.embed_batch([""] * count)
+        if fix:
+            self._fix_dimension(int(vectors[0].shape[0]))
+        return np.vstack(vectors)
+
+    def _embed(self, texts: Sequence[str], batch_size: int,
+               progress: Callable[[int], None] | None = None, done: int = 0) -> npt.NDArray[np.float32]:
+        out: list[npt.NDArray[np.float32]] = []
+        for start in range(0, len(texts), batch_size):
+            for vec in self._embedding.embed_batch(texts[start:start + batch_size]):
+                self._fix_dimension(int(vec.shape[0]))
+                out.append(vec)
+            if progress is not None:
+                progress(done + min(start + batch_size, len(texts)))
+        return np.vstack(out) if out else np.zeros((0, self._dimension or 1), dtype=np.float32)
+
+    def embed_query(self, query: str) -> npt.NDArray[np.float32]:
+        """The validated embedding of ``query`` (its dimension must match the stored vectors')."""
+        vec = self._embedding(query)
+        self._fix_dimension(int(vec.shape[0]))
+        return vec
+
+    def _embed_entries(self, entries: Sequence[MemoryEntry], batch_size: int,
+                       progress: Callable[[int], None] | None = None, done: int = 0) -> npt.NDArray[np.float32]:
+        """The vectors of ``entries``, row i for entry i: from the provider's
+        ``embed_entries(entries)`` when it has one (a provider whose vectors belong to entry
+        ids, such as a restore's exported vectors), validated as precomputed rows; else the
+        embedding of their texts."""
+        by_entry = getattr(self._embedding.provider, "embed_entries", None)
+        if by_entry is None:
+            return self._embed([e.content for e in entries], batch_size, progress, done)
+        matrix = self._validate_rows(by_entry(entries), len(entries))
+        if progress is not None:
+            progress(done + len(entries))
+        return matrix
+
+    # -- spaces ---------------------------------------------------------------------
+    def _space_for_query(self, dimension: int) -> Space | None:
+        """The space a query of ``dimension`` searches (:meth:`ProviderSpaces.query_plan`,
+        at most one round trip)."""
+        return self._store.run(self._spaces.query_plan(dimension))
+
+    def _writable(self, what: str) -> Store:
+        """The store, when it can write (a full :class:`Store`); else :class:`ConfigurationError`."""
+        from tnsrag_db._store.store import Store  # the write path: SQLAlchemy only for writers
+
+        if not isinstance(self._store, Store):
+            raise ConfigurationError(f"{what} needs a Store (tnsrag_db.connect); {type(self._store).__name__} "
+                                     "only reads")
+        return self._store
+
+    def _current_space(self, store: Store) -> Space | None:
+        """This view's space, read on the primary (None before the first write)."""
+        from tnsrag_db._indexes.vector.write import run_on_primary
+
+        return run_on_primary(store, self._spaces.current_plan(self._dimension))
+
+    def count_plan(self) -> Plan[int]:
+        """:meth:`count` as a plan (the space row first when the view does not know it)."""
+        space = yield from self._spaces.current_plan(self._dimension)
+        if space is None:
+            return 0
+        rows = yield Statement("SELECT count(*) AS n FROM embeddings WHERE corpus = :c AND space_id = :s",
+                               {"c": self._store.corpus, "s": space.space_id}, ("n",))
+        return int(rows[0].n)
+
+    def count(self) -> int:
+        """Number of vectors stored in this view's space (0 before the first write)."""
+        return self._store.run(self.count_plan())
+
+    # -- writes ---------------------------------------------------------------------
+    def add(self, entry: MemoryEntry) -> IngestCounts:
+        """Insert or update one entry with its embedding. Returns its classification."""
+        return self.add_all([entry])
+
+    def add_all(self, entries: Iterable[MemoryEntry], *,
+                embeddings: Sequence[Sequence[float]] | npt.NDArray[Any] | None = None,
+                batch_size: int = 256, progress: Callable[[int], None] | None = None,
+                check: Callable[[Connection], None] | None = None,
+                index_progress: IndexProgress | None = None) -> IngestCounts:
+        """Write entries and their embeddings in one transaction; returns the entry counts.
+
+        ``embeddings`` (optional) are precomputed vectors, row i for entry i, validated by
+        the same rules as the embedding function's output. Without them, the texts of new
+        entries, entries whose text changed and entries lacking a vector in this space are
+        embedded with ``embed_batch``, ``batch_size`` (default 256) texts per call, before
+        the transaction opens. Everything is validated before anything is written: one bad
+        entry (:class:`InvalidEntryError`) or vector (:class:`EmbeddingValidationError`)
+        rejects the whole call. Vectors are written for new entries, entries whose text
+        changed and entries lacking one in this space; an unchanged entry keeps its stored
+        vector (a precomputed row for it is validated, then ignored). ``progress`` is called with the number of entries whose
+        vectors are ready, then with the total once written. Builds the space's HNSW index
+        afterwards when the space reaches ``index_threshold`` vectors.
+
+        ``check`` (optional) is called with the write's connection inside its transaction,
+        after the entries are written and before their vectors and the commit; an
+        exception it raises rolls the whole write back (no entry, no vector) and
+        propagates. It runs again if the write is retried after a deadlock.
+        ``index_progress`` is handed to :meth:`build_index` when this call builds the index.
+        """
+        from tnsrag_db._store.write import ValidatedBatch
+
+        check_int(batch_size, "batch_size", minimum=1)
+        store = self._writable("add_all")
+        batch = ValidatedBatch(entries)
+        if not batch:
+            if embeddings is not None and len(embeddings) != 0:
+                raise EmbeddingValidationError(f"got {len(embeddings)} embeddings for 0 entries")
+            return IngestCounts()
+        vectors: Vectors = {}
+        if embeddings is not None:
+            matrix = self._validate_rows(embeddings, len(batch))
+            vectors = {e.id: matrix[i] for i, e in enumerate(batch)}
+            if progress is not None:
+                progress(len(batch))
+        else:
+            vectors = self._prepare(batch, batch_size, progress)
+        report, space = self._write_batch(store, batch, vectors, batch_size, check=check)
+        if space is None:
+            return report.counts
+        if progress is not None:
+            progress(len(batch))
+        self._maybe_build_index(store, space, index_progress)
+        return report.counts
+
+    def ingest(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
+               progress: IngestProgress | None = None,
+               index_progress: IndexProgress | None = None, vectors: bool = True) -> IngestCounts:
+        """Write a stream of entries batch by batch, embedding the next batch while the previous one is written.
+
+        Unlike :meth:`add_all` (one transaction), every batch of ``batch_size`` entries
+        (default 256) commits on its own, and its embedding (on a worker thread: new
+        entries, changed texts and entries lacking a vector in this space, as in
+        :meth:`add_all`) overlaps the write of the batch before it, so the end-to-end rate
+        approaches the embedding function's own. Entries are read from ``entries``
+        lazily, one batch ahead; each batch is validated before it is written, and an id
+        seen in an earlier batch is an :class:`InvalidEntryError`. Re-running with the
+        same entries is idempotent: unchanged entries are counted as such, not rewritten,
+        nor re-embedded. The space's HNSW index is built at the end once the space holds
+        ``index_threshold`` vectors.
+
+        ``progress(phase, done, total)`` reports ``"read"`` (entries taken from
+        ``entries``), ``"embed"`` (entries whose vectors are ready, unchanged ones
+        included; called from the worker thread), ``"write"`` (entries committed) and
+        ``"index"`` (heap blocks of the HNSW build); ``total`` is the number of entries
+        when ``entries`` has a length (blocks for ``"index"``), else None.
+        ``index_progress`` also receives PostgreSQL's own build phases (see :meth:`build_index`).
+
+        Stopping: when called on the main thread with Python's default SIGINT handler in
+        place, Ctrl-C (SIGINT) stops the ingest after the statement in progress (a second
+        one interrupts at once). The open batch is rolled back and
+        :class:`IngestInterrupted` is raised with the counts that were committed; so is
+        it, chained to the cause, for any library error met on the way (a bad entry, a
+        bad vector, a database error; ``committed`` is empty when it was in the first
+        batch). A batch still being embedded stops after the embedding call in progress
+        and is waited for, so no worker thread outlives the call. A bad ``batch_size`` raises :class:`ValidationError` before anything.
+
+        ``vectors=False`` (default True) writes the entries only: content, metadata and
+        BM25 postings, batch by batch as above but embedding nothing, so each batch is
+        keyword-searchable as soon as it commits (a changed text still loses its stale
+        vector). A second call with the default then finds those entries unchanged and
+        embeds only the ones lacking a vector in this space: the two calls are the
+        keyword-first ingest of ``tnsrag ingest``, and an interrupted second call resumes
+        by running again.
+        """
+        from tnsrag_db._indexes.vector.ingest import run_ingest
+
+        check_int(batch_size, "batch_size", minimum=1)
+        store = self._writable("ingest")
+        embed_lock = threading.Lock()
+
+        def prepare(batch: ValidatedBatch, embedded: Callable[[int], None]) -> Vectors:
+            if not vectors:
+                return {}
+            with embed_lock:
+                return self._prepare(batch, batch_size, embedded)
+
+        def write(batch: ValidatedBatch, batch_vectors: Vectors,
+                  stop: threading.Event) -> tuple[WriteReport, Space | None]:
+            return self._write_batch(store, batch, batch_vectors, batch_size, stop=stop, embed_lock=embed_lock,
+                                     with_vectors=vectors)
+
+        def build(space: Space, advance: Callable[[str, int, int], None]) -> None:
+            def index_advance(phase: str, done: int, of: int) -> None:
+                advance(phase, done, of)
+                if index_progress is not None:
+                    index_progress(phase, done, of)
+
+            self._maybe_build_index(store, space, index_advance)
+
+        return run_ingest(entries, batch_size, progress, prepare, write, build)
+
+    def _prepare(self, batch: Sequence[MemoryEntry], batch_size: int,
+                 progress: Callable[[int], None] | None = None) -> Vectors:
+        """The vectors ``batch`` needs before its write, by id (a pre-read finds what is stored)."""
+        todo = self._needing_vectors(batch)
+        done = len(batch) - len(todo)
+        if todo:
+            matrix = self._embed_entries(todo, batch_size, progress, done)
+            return {e.id: matrix[i] for i, e in enumerate(todo)}
+        if progress is not None:
+            progress(len(batch))
+        return {}
+
+    def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
+        """Entries that are new, changed their text, or lack a vector in this space (a pre-read,
+        :func:`~tnsrag_db._indexes.vector.write.needing_vectors`)."""
+        from tnsrag_db._indexes.vector.write import needing_vectors
+
+        store = self._writable("a write")
+        if self._dimension is None:
+            # The space is keyed by the dimension the provider produces: learn it first.
+            self.embed_query(batch[0].content)
+        assert self._dimension is not None
+        return needing_vectors(store, self._spaces, self._dimension, batch)
+
+    def _write_batch(self, store: Store, batch: ValidatedBatch, vectors: Vectors, batch_size: int, *,
+                     check: Callable[[Connection], None] | None = None, stop: threading.Event | None = None,
+                     embed_lock: threading.Lock | None = None,
+                     with_vectors: bool = True) -> tuple[WriteReport, Space | None]:
+        """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
+        meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement.
+        ``with_vectors=False`` writes the entries only (no space: None)."""
+        from tnsrag_db._indexes.vector.write import VectorWrite
+
+        extension = VectorWrite(self._spaces, self._dimension, vectors,
+                                lambda entries: self._embed_entries(entries, batch_size),
+                                check=check, stop=stop, embed_lock=embed_lock, with_vectors=with_vectors)
+        report = store.write(batch, extensions=[extension])
+        return report, extension.space
+
+    # -- index ----------------------------------------------------------------------
+    def _maybe_build_index(self, store: Store, space: Space, progress: IndexProgress | None = None) -> None:
+        """Build the space's index once it is due, after the write committed: a role that may
+        not build it (the application role owns no table), or a build that fails, leaves the
+        committed write standing and warns (:class:`IndexBuildDeferred`) instead of raising."""
+        from tnsrag_db._errors import DatabaseError
+        from tnsrag_db._indexes.vector.hnsw import defer_build, space_size_reaches
+
+        if self._index_threshold is None or space.index_name is not None:
+            return
+        n, allowed = space_size_reaches(store, space, self._index_threshold)
+        if n < self._index_threshold:
+            return
+        if not allowed:
+            defer_build(store, space.space_id, n, "this database role does not own the embeddings table "
+                        "(or the session is read-only)")
+            return
+        try:
+            self.build_index(progress=progress)
+        except DatabaseError as exc:
+            defer_build(store, space.space_id, n, f"the build failed ({type(exc).__name__}: {exc})")
+
+    def build_index(self, *, progress: IndexProgress | None = None, poll_seconds: float = 0.5) -> str | None:
+        """Create this space's HNSW index (cosine, ``hnsw_m`` and ``hnsw_ef_construction``:
+        default m 16, ef_construction 128) if it does not exist.
+
+        ``progress`` (optional) is called in the calling thread every ``poll_seconds`` while
+        the index builds, with PostgreSQL's progress report for it (phase, blocks done,
+        blocks total of that phase: "building index: loading tuples" counts heap blocks,
+        the validation and waiting phases of a concurrent build follow), and once more
+        with ``("done", total, total)`` when it is built, total being the largest count
+        seen. The build then runs on a worker thread and its own connection; its errors
+        are raised here.
+
+        Returns the index name, or None when the space has no vectors yet. Idempotent and
+        safe when several processes race: builds on one ``embeddings`` table take turns
+        (a session-level advisory lock, waited for by polling) and a later one finds the
+        index built. The build is ``CREATE INDEX CONCURRENTLY`` with
+        ``maintenance_work_mem`` raised to hold the graph (up to 2 GB) so it stays in
+        memory, and PostgreSQL's parallel maintenance workers. It does not block writes:
+        every corpus and space of the shared ``embeddings`` table keeps taking vectors
+        while it runs, and vectors written meanwhile
+        are in the index when it is done. Like any concurrent build it waits for the
+        transactions that hold an older snapshot (a long statement, or a REPEATABLE READ or
+        SERIALIZABLE transaction) and for open transactions that wrote to the table.
+        An interrupted build leaves an invalid index, which the next call replaces.
+        :meth:`add_all` calls this automatically once a space holds ``index_threshold``
+        vectors. Raises :class:`ConfigurationError` on a store that only reads.
+        """
+        from tnsrag_db._indexes.vector.hnsw import build_with_progress
+
+        store = self._writable("build_index")
+        if progress is None:
+            return self._build_index(None)
+        return build_with_progress(store, self._build_index, progress, poll_seconds)
+
+    def _build_index(self, on_pid: Callable[[int], None] | None) -> str | None:
+        from tnsrag_db._indexes.vector.hnsw import build_space_index
+
+        store = self._writable("build_index")
+        space = self._current_space(store)
+        if space is None:
+            return None
+        m, ef_construction = self._hnsw
+        name = build_space_index(store, space, on_pid, m=m, ef_construction=ef_construction)
+        if name is not None:
+            self._spaces.remember(space.dimension, Space(space.space_id, space.dimension, name))
+        return name
+
+    def drop_index(self) -> bool:
+        """Drop this space's HNSW index (searches fall back to exact scans); True when one existed.
+
+        Useful before re-loading a large space (building once is much faster than inserting
+        into a live graph). ``DROP INDEX CONCURRENTLY``: reads and writes of the
+        ``embeddings`` table go on meanwhile. Waits for a build running on the table.
+        Raises :class:`ConfigurationError` on a store that only reads.
+        """
+        from tnsrag_db._indexes.vector.hnsw import drop_space_index
+
+        store = self._writable("drop_index")
+        space = self._current_space(store)
+        if space is None:
+            return False
+        existed = drop_space_index(store, space)
+        self._spaces.remember(space.dimension, Space(space.space_id, space.dimension, None))
+        return existed
 
     # -- statements -----------------------------------------------------------------
     def _ef_for(self, k: int, filtered: bool) -> int:
         """``hnsw.ef_search`` of a top-``k`` query (filtered queries search wider)."""
-        return min(MAX_EF_SEARCH, max(self._ef_search, k, (2 * k if filtered else 0),
-                                      (_FILTERED_MIN_EF if filtered else 0)))
+        return min(MAX_EF, max(self._ef_search, k, (2 * k if filtered else 0),
+                               (self._filtered_ef_search if filtered else 0)))
 
     def _ranking(self, space: Space, vec: npt.NDArray[np.float32], k: int, filters: Mapping[str, str] | None,
                  min_score: float, prefix: str) -> Ranking:
         return Ranking(self._store.corpus, space.space_id, space.dimension, space.index_name, vec, k,
                        filters, min_score, prefix, self._ef_for(k, bool(validate_filters(filters))),
-                       self._exact_threshold, bool(filters) and self._store.uses_filter_pairs())
+                       self._exact_threshold, bool(filters) and self._store.uses_filter_pairs(),
+                       self._max_scan_tuples)
 
     def _query_vector(self, query_vector: Sequence[float] | npt.NDArray[Any], k: object, filters: object,
                       min_score: object, *, fix: bool = False) -> tuple[npt.NDArray[np.float32], int, float]:
@@ -159,7 +629,7 @@ class VectorMemoryStore(VectorWrites):
         the space does not exist yet (nothing to find)."""
         p = check_prefix(prefix, error=ConfigurationError)
         vec, k, score = self._query_vector(query_vector, k, filters, min_score)
-        space = yield from self._query_space_plan(int(vec.shape[0]))
+        space = yield from self._spaces.query_plan(int(vec.shape[0]))
         if space is None:
             return None
         sql, params = ranking_sql(self._ranking(space, vec, k, filters, score, p))
@@ -175,7 +645,7 @@ class VectorMemoryStore(VectorWrites):
         plan: run it with ``snapshot=True`` for the same answer); else None."""
         vec, k, score = self._query_vector(query_vector, k, filters, min_score)
         filtered = bool(validate_filters(filters))
-        space = yield from self._query_space_plan(int(vec.shape[0]))
+        space = yield from self._spaces.query_plan(int(vec.shape[0]))
         if space is None:
             return [], (SearchPlan("vector", "none", filtered, detail="no embedding space yet") if explain else None)
         ranking = self._ranking(space, vec, k, filters, score, "v")
@@ -277,7 +747,7 @@ class VectorMemoryStore(VectorWrites):
         id without a vector in that space (an entry written without one, or not at all) is
         absent from the answer; so is every id before the space's first write."""
         ids = list(dict.fromkeys(entry_ids))
-        space = yield from self._query_space_plan(dimension)
+        space = yield from self._spaces.query_plan(dimension)
         if space is None or not ids:
             return {}
         rows = yield Statement(STORED_VECTORS, {"c": self._store.corpus, "s": space.space_id, "ids": ids},

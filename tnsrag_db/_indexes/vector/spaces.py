@@ -14,26 +14,36 @@ new space, queries keep using the old complete one, and switch once the new one 
 provider's dimension (declared ``dimension`` attribute, else one probe embedding) and
 refuses, with :class:`EmbeddingValidationError` and before anything is written, a
 provider whose dimension differs from that of the corpus's space of the same name.
+
+:class:`ProviderSpaces` is what a :class:`~tnsrag_db._indexes.vector.VectorMemoryStore`
+knows of its provider's spaces (a cache, and the plans that read or create them). Every
+read here is a :data:`~tnsrag_db._db.statement.Plan` (or a function running one on the
+store's read runner), so a query can list and choose spaces on any read store, the
+command line's SQLAlchemy-free one included.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from tnsrag_db._validate import is_int
-from tnsrag_db._db.statement import Statement
+from tnsrag_db._validate import check_number, is_int
+from tnsrag_db._db.read_store import ReadStore
+from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding, embedding_install_hint, resolve_embedding
-from tnsrag_db._errors import EmbeddingValidationError, ProviderConfigurationError
-from tnsrag_db._store.store import Store
+from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ProviderConfigurationError
+from tnsrag_db._store.reads import count_plan
 
-__all__ = ["EmbeddingSpace", "bind_embedding", "count_with_vectors", "list_spaces", "query_embedding", "query_space",
-           "space_fill_note"]
+__all__ = ["SPACE_RECHECK_SECONDS", "EmbeddingSpace", "ProviderSpaces", "Space", "bind_embedding",
+           "count_with_vectors", "ensure_space_plan", "list_spaces", "list_spaces_plan", "query_embedding",
+           "query_space", "space_fill_note", "space_fill_note_plan"]
+
+#: Default seconds a vector view trusts its cached "no HNSW index yet" state of a space
+#: (:class:`ProviderSpaces`' ``recheck_seconds``).
+SPACE_RECHECK_SECONDS = 5.0
 
 #: A space row's id and index name (alias ``s``; binds ``:schema``). The name is the recorded
 #: one, else that of a valid index the catalog holds under the space's index name: a build
@@ -58,6 +68,8 @@ INSERT INTO embedding_spaces (corpus, provider, dimension) VALUES (:c, :p, :d)
 ON CONFLICT (corpus, provider, dimension) DO NOTHING
 RETURNING space_id, index_name"""
 
+_PROVIDER_DIMENSIONS = "SELECT dimension FROM embedding_spaces WHERE corpus = :c AND provider = :p"
+
 
 @dataclass(frozen=True, slots=True)
 class Space:
@@ -68,7 +80,7 @@ class Space:
     index_name: str | None
 
 
-def space_statement(store: Store, provider: str, dimension: int) -> Statement:
+def space_statement(store: ReadStore, provider: str, dimension: int) -> Statement:
     """The statement that reads the space of ``provider`` at ``dimension`` (no row: none yet)."""
     return Statement(_SELECT_SPACE, _space_params(store, provider, dimension), ("space_id", "index_name"))
 
@@ -78,32 +90,106 @@ def space_from_rows(rows: Sequence[Any], dimension: int) -> Space | None:
     return Space(int(rows[0].space_id), dimension, rows[0].index_name) if rows else None
 
 
-def read_space(conn: Connection, store: Store, provider: str, dimension: int) -> Space | None:
-    """:func:`space_statement` run on ``conn``."""
+def ensure_space_plan(store: ReadStore, provider: str, dimension: int) -> Plan[Space]:
+    """The space row for ``dimension``, created if missing (race-safe), as a plan to run on a
+    write transaction's connection (it may INSERT; the corpus row must exist)."""
     statement = space_statement(store, provider, dimension)
-    return space_from_rows(conn.execute(sa.text(statement.sql), dict(statement.params)).all(), dimension)
+    rows: Rows = yield statement
+    if not rows:
+        rows = yield Statement(_INSERT_SPACE, statement.params, ("space_id", "index_name"))
+        if not rows:  # a concurrent writer created it; a new statement sees its committed row
+            rows = yield statement
+    space = space_from_rows(rows, dimension)
+    assert space is not None
+    return space
 
 
-def ensure_space(conn: Connection, store: Store, provider: str, dimension: int) -> Space:
-    """The space row for ``dimension``, created if missing (race-safe). Needs the corpus row."""
-    params = _space_params(store, provider, dimension)
-    row = conn.execute(sa.text(_SELECT_SPACE), params).one_or_none()
-    if row is None:
-        row = conn.execute(sa.text(_INSERT_SPACE), params).one_or_none()
-        if row is None:  # a concurrent writer created it; a new statement sees its committed row
-            row = conn.execute(sa.text(_SELECT_SPACE), params).one()
-    return Space(int(row.space_id), dimension, row.index_name)
-
-
-def provider_dimensions(conn: Connection, store: Store, provider: str) -> list[int]:
+def provider_dimensions_plan(store: ReadStore, provider: str) -> Plan[list[int]]:
     """The dimensions of ``provider``'s spaces in ``store``'s corpus."""
-    return [int(d) for d in conn.execute(sa.text(
-        "SELECT dimension FROM embedding_spaces WHERE corpus = :c AND provider = :p"),
-        {"c": store.corpus, "p": provider}).scalars().all()]
+    rows: Rows = yield Statement(_PROVIDER_DIMENSIONS, {"c": store.corpus, "p": provider}, ("dimension",))
+    return [int(r.dimension) for r in rows]
 
 
-def _space_params(store: Store, provider: str, dimension: int) -> dict[str, Any]:
+def _space_params(store: ReadStore, provider: str, dimension: int) -> dict[str, Any]:
     return {"c": store.corpus, "p": provider, "d": dimension, "schema": store.schema}
+
+
+class ProviderSpaces:
+    """The embedding spaces one provider name fills in one store's corpus, as a vector view
+    knows them: a cache of :class:`Space` by dimension, and the plans that read (or, on a
+    write's connection, create) them.
+
+    An indexed space never changes, so it is answered from the cache; an unindexed one is
+    re-read by :meth:`query_plan` at most every ``recheck_seconds`` (default
+    :data:`SPACE_RECHECK_SECONDS`, at least 0; 0 re-reads it at every query): another
+    process may build its index meanwhile, and until then queries take the exact path,
+    which is correct, only slower. Raises :class:`ConfigurationError` for a bad
+    ``recheck_seconds``. Thread-safe as far as its cache goes (entries are replaced whole).
+    """
+
+    def __init__(self, store: ReadStore, provider: str, *,
+                 recheck_seconds: float = SPACE_RECHECK_SECONDS) -> None:
+        self._store = store
+        self._provider = provider
+        self._recheck = check_number(recheck_seconds, "space_recheck_seconds", minimum=0, error=ConfigurationError)
+        self._spaces: dict[int, Space] = {}
+        self._checked: dict[int, float] = {}
+
+    @property
+    def corpus(self) -> str:
+        """The corpus whose spaces these are."""
+        return self._store.corpus
+
+    @property
+    def recheck_seconds(self) -> float:
+        """Seconds a cached unindexed space is trusted by :meth:`query_plan`."""
+        return self._recheck
+
+    def remember(self, dimension: int, space: Space | None) -> Space | None:
+        """Cache ``space`` as the space of ``dimension`` (None forgets it); returns it."""
+        if space is None:
+            self._spaces.pop(dimension, None)
+        else:
+            self._spaces[dimension] = space
+        return space
+
+    def query_plan(self, dimension: int) -> Plan[Space | None]:
+        """The space a query of ``dimension`` searches, as a plan: no statement when the cache
+        answers (an indexed space, or an unindexed one read less than ``recheck_seconds`` ago)."""
+        cached = self._spaces.get(dimension)
+        now = time.monotonic()
+        if cached is not None and (cached.index_name is not None
+                                   or now - self._checked.get(dimension, 0.0) < self._recheck):
+            return cached
+        rows: Rows = yield space_statement(self._store, self._provider, dimension)
+        space = self.remember(dimension, space_from_rows(rows, dimension))
+        self._checked[dimension] = now
+        return space
+
+    def lookup_plan(self, dimension: int) -> Plan[Space | None]:
+        """The space of ``dimension``: an indexed one from the cache, else read now (another
+        process may have built its index)."""
+        cached = self._spaces.get(dimension)
+        if cached is not None and cached.index_name is not None:
+            return cached
+        rows: Rows = yield space_statement(self._store, self._provider, dimension)
+        return self.remember(dimension, space_from_rows(rows, dimension))
+
+    def current_plan(self, dimension: int | None) -> Plan[Space | None]:
+        """The view's space: of ``dimension`` when known, else of the provider's only
+        dimension in the corpus; None before the first write (or with several dimensions)."""
+        if dimension is None:
+            dims = yield from provider_dimensions_plan(self._store, self._provider)
+            if len(dims) != 1:
+                return None
+            dimension = dims[0]
+        return (yield from self.lookup_plan(dimension))
+
+    def ensure_plan(self, dimension: int) -> Plan[Space]:
+        """:func:`ensure_space_plan` of this provider, remembered (run it on a write's connection)."""
+        space = yield from ensure_space_plan(self._store, self._provider, dimension)
+        self._spaces[dimension] = space
+        return space
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,27 +220,35 @@ JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id
 WHERE x.corpus = :c AND s.provider = :p AND x.entry_id = ANY(:ids)"""
 
 
-def count_with_vectors(store: Store, provider: str, entry_ids: Sequence[str]) -> int:
+def count_with_vectors(store: ReadStore, provider: str, entry_ids: Sequence[str]) -> int:
     """How many of ``entry_ids`` have a vector of ``provider`` (in any of its spaces) in ``store``'s corpus."""
     rows = store.read(_WITH_VECTORS_SQL, {"c": store.corpus, "p": provider, "ids": list(entry_ids)})
     return int(rows[0].n)
 
 
-def list_spaces(store: Store) -> list[EmbeddingSpace]:
-    """The embedding spaces of ``store``'s corpus, oldest first, with their vector counts."""
-    with store.session.transaction() as conn:
-        entries = int(conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"),
-                                   {"c": store.corpus}).scalar_one())
-        rows = conn.execute(sa.text(
-            "SELECT s.space_id, s.provider, s.dimension, s.created_at, s.index_name, "
-            "(SELECT count(*) FROM embeddings e WHERE e.corpus = s.corpus AND e.space_id = s.space_id) AS n "
-            "FROM embedding_spaces s WHERE s.corpus = :c ORDER BY s.created_at, s.space_id"),
-            {"c": store.corpus}).all()
-    return [EmbeddingSpace(int(r.space_id), r.provider, int(r.dimension), int(r.n), entries, r.created_at,
+# Every space with its vector count and the corpus's entry count, in one statement (one
+# snapshot: the counts agree with each other).
+_LIST_SPACES_SQL = """\
+SELECT s.space_id, s.provider, s.dimension, s.created_at, s.index_name,
+       (SELECT count(*) FROM embeddings e WHERE e.corpus = s.corpus AND e.space_id = s.space_id) AS n,
+       (SELECT count(*) FROM entries x WHERE x.corpus = s.corpus) AS entries
+FROM embedding_spaces s WHERE s.corpus = :c ORDER BY s.created_at, s.space_id"""
+
+
+def list_spaces_plan(corpus: str) -> Plan[list[EmbeddingSpace]]:
+    """The embedding spaces of ``corpus``, oldest first, with their vector counts (one statement)."""
+    rows: Rows = yield Statement(_LIST_SPACES_SQL, {"c": corpus},
+                                 ("space_id", "provider", "dimension", "created_at", "index_name", "n", "entries"))
+    return [EmbeddingSpace(int(r.space_id), r.provider, int(r.dimension), int(r.n), int(r.entries), r.created_at,
                            r.index_name) for r in rows]
 
 
-def query_space(store: Store, provider: str | None = None, *,
+def list_spaces(store: ReadStore) -> list[EmbeddingSpace]:
+    """The embedding spaces of ``store``'s corpus, oldest first, with their vector counts."""
+    return store.run(list_spaces_plan(store.corpus))
+
+
+def query_space(store: ReadStore, provider: str | None = None, *,
                 spaces: Sequence[EmbeddingSpace] | None = None) -> EmbeddingSpace | None:
     """The space a query of ``store``'s corpus uses (see the module doc); None when it has none.
 
@@ -175,7 +269,7 @@ def query_space(store: Store, provider: str | None = None, *,
     return max(reversed(spaces), key=lambda s: s.vectors)
 
 
-def space_fill_note(store: Store, name: str | None = None, *,
+def space_fill_note(store: ReadStore, name: str | None = None, *,
                     spaces: Sequence[EmbeddingSpace] | None = None) -> str | None:
     """A note for a vector query of ``store``'s corpus whose space lacks vectors for some
     entries (an ingest still embedding, or one interrupted), saying how many it holds and
@@ -185,13 +279,22 @@ def space_fill_note(store: Store, name: str | None = None, *,
     name as :func:`~tnsrag_db.embeddings.resolve_embedding` takes it) that provider's.
     ``spaces`` as :func:`query_space` takes them.
     """
+    return store.run(space_fill_note_plan(store, name, spaces=spaces))
+
+
+def space_fill_note_plan(store: ReadStore, name: str | None = None, *,
+                         spaces: Sequence[EmbeddingSpace] | None = None) -> Plan[str | None]:
+    """:func:`space_fill_note` as a plan (the spaces listed first unless given, the corpus's
+    entries counted when it has no space of the provider)."""
     provider = None if name is None else ValidatingEmbedding(resolve_embedding(name)).name
+    if spaces is None:
+        spaces = yield from list_spaces_plan(store.corpus)
     space = query_space(store, provider, spaces=spaces)
     shown = name or (space.provider if space is not None else None)
     fill = (f"tnsrag embed --corpus {store.corpus} --embedding {shown}" if shown
             else f"tnsrag embed --corpus {store.corpus} --embedding NAME")
     if space is None:
-        entries = store.count()
+        entries = yield from count_plan(store.corpus)
         if entries == 0:
             return None
         return (f"corpus {store.corpus!r} holds no vectors{f' of {provider}' if provider else ''} yet for its "
@@ -209,7 +312,7 @@ def _declared_dimension(fn: object) -> int | None:
     return value if is_int(value) and value >= 1 else None
 
 
-def bind_embedding(store: Store, embedding: EmbeddingFunction | Callable[[str], object], *,
+def bind_embedding(store: ReadStore, embedding: EmbeddingFunction | Callable[[str], object], *,
                    spaces: Sequence[EmbeddingSpace] | None = None) -> ValidatingEmbedding:
     """``embedding`` wrapped with its dimension fixed, checked against ``store``'s spaces.
 
@@ -233,7 +336,7 @@ def bind_embedding(store: Store, embedding: EmbeddingFunction | Callable[[str], 
     return wrapped
 
 
-def query_embedding(store: Store, name: str | None = None, *,
+def query_embedding(store: ReadStore, name: str | None = None, *,
                     spaces: Sequence[EmbeddingSpace] | None = None) -> ValidatingEmbedding:
     """The provider that embeds queries of ``store``'s corpus, bound to the space it searches.
 

@@ -24,7 +24,15 @@ from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 from tnsrag_db._types import validate_filters
 
-__all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "STORED_VECTORS", "Ranking", "documents_sql", "ranking_sql"]
+__all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "HNSW_EF_CONSTRUCTION", "HNSW_M", "MAX_EF", "MAX_SCAN_TUPLES",
+           "STORED_VECTORS", "Ranking", "documents_sql", "ranking_sql"]
+
+#: HNSW build parameters (defaults of the view's ``hnsw_m`` and ``hnsw_ef_construction``).
+#: ``ef_construction`` is twice pgvector's default: with 64, graphs of clustered embeddings
+#: left whole clusters unreachable (recall@10 of 0 for some queries at any ef_search); 128
+#: removed them for ≈ 1.5x the build time.
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 128
 
 #: The columns of :func:`documents_sql`'s rows, in order.
 DOCUMENT_COLUMNS = ("entry_id", "content", "tier", "source", "metadata", "score")
@@ -38,7 +46,8 @@ STORED_VECTORS = """\
 SELECT x.entry_id, CAST(x.embedding AS real[]) AS embedding FROM embeddings x
 WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = ANY(:ids)"""
 
-#: ``hnsw.max_scan_tuples`` of the iterative scans: the bound on one query's graph visits.
+#: Default ``hnsw.max_scan_tuples`` of the iterative scans (the view's ``max_scan_tuples``):
+#: the bound on one query's graph visits.
 MAX_SCAN_TUPLES = 20_000
 #: A filtered HNSW scan looks for its k matches among the nearest ``(3 k + 20) * N / (t + 1)``
 #: vectors (N the corpus's entries, t the exact threshold, so that more than t matches means
@@ -72,6 +81,8 @@ class Ranking:
     exact_threshold: int
     #: Metadata filters through the filter pairs (the store's ``uses_filter_pairs()``: tenancy on).
     pairs: bool = False
+    #: ``hnsw.max_scan_tuples`` of the HNSW scan.
+    max_scan_tuples: int = MAX_SCAN_TUPLES
 
 
 def score(distance: str) -> str:
@@ -311,13 +322,14 @@ def ranking_sql(r: Ranking, *, path: bool = False) -> tuple[str, dict[str, Any]]
     by_index = len(keys) == 1 and set(keys) <= {"tier", "source"}
     # The text depends only on the statement's shape (values are bound): rendered once per shape.
     sql = _render(p, r.space_id, r.dimension, r.k, predicate, row_predicate, by_index, zero,
-                  r.index_name is not None, r.ef_search, r.exact_threshold, path, ids, probe)
+                  r.index_name is not None, r.ef_search, r.exact_threshold, path, ids, probe, r.max_scan_tuples)
     return sql, params
 
 
 @lru_cache(maxsize=512)
 def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: str, by_index: bool, zero: bool,
-            indexed: bool, ef: int, t: int, path: bool, ids: str = "", probe: str = "") -> str:
+            indexed: bool, ef: int, t: int, path: bool, ids: str = "", probe: str = "",
+            max_scan: int = MAX_SCAN_TUPLES) -> str:
     filtered = predicate != "TRUE"
     names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate}
     base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
@@ -329,7 +341,7 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
     # A filtered scan's candidate list covers its budget (up to pgvector's 1,000): the
     # first r rows of the scan are then the nearest r vectors, not a graph walk's guess.
     ef_sql = (f"greatest({ef}, least({MAX_EF}, (SELECT r FROM {p}_b)))::text" if filtered else f"'{ef}'")
-    qv = _QUERY_VECTOR.format(ef=ef_sql, order=_iterative_order(filtered), max_scan=MAX_SCAN_TUPLES, **names)
+    qv = _QUERY_VECTOR.format(ef=ef_sql, order=_iterative_order(filtered), max_scan=max_scan, **names)
     ctes: list[str] = []
     gate = small = ""
     if filtered:
