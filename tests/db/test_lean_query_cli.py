@@ -77,7 +77,7 @@ def test_the_lean_path_prints_what_the_full_path_prints(db_url: URL, corpus: Sto
     lean_json, lean_text = _query(_url(db_url), *where, "--json"), _query(_url(db_url), *where)
     assert lean_json.exit_code == 0 and lean_text.exit_code == 0, lean_json.output + lean_text.output
     assert full_path_calls == []  # answered without the store
-    monkeypatch.setattr(retrieve, "lean_keyword_query", lambda *a, **k: None)
+    monkeypatch.setattr(retrieve, "lean_query", lambda *a, **k: None)
     full_json, full_text = _query(_url(db_url), *where, "--json"), _query(_url(db_url), *where)
     assert len(full_path_calls) == 2
     got, want = json.loads(lean_json.stdout), json.loads(full_json.stdout)
@@ -118,7 +118,7 @@ def test_empty_answers_and_their_errors_are_the_full_paths_on_the_lean_path(
     where = [*args] if "--corpus" in args else [*args, "--corpus", corpus.corpus]
     lean = [_query(_url(db_url), *where, *flag) for flag in ([], ["--json"])]
     assert full_path_calls == []  # answered, notes and errors included, without the store
-    monkeypatch.setattr(retrieve, "lean_keyword_query", lambda *a, **k: None)
+    monkeypatch.setattr(retrieve, "lean_query", lambda *a, **k: None)
     full = [_query(_url(db_url), *where, *flag) for flag in ([], ["--json"])]
     assert len(full_path_calls) == 2
     header = re.compile(r"in [0-9.]+ ms|\"milliseconds\": [0-9.]+")
@@ -216,3 +216,95 @@ def test_a_blank_query_is_an_error_before_any_connection(db_url: URL, full_path_
     res = _query(_url(db_url), "   ")
     assert res.exit_code == 1 and "query is blank" in res.stderr, res.output
     assert full_path_calls == []
+
+
+# -- vector and hybrid queries on the lean path --------------------------------------------------
+
+@pytest.fixture
+def embedded(make_store: Callable[..., Store]) -> Store:
+    """A corpus embedded with the hash provider, one entry of it without a vector (a partly
+    filled space: its note is printed)."""
+    from tnsrag_db.embeddings import HashingEmbedding
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+
+    store = make_store()
+    VectorMemoryStore(store, HashingEmbedding()).add_all(ENTRIES[:-1])
+    store.add(ENTRIES[-1])
+    return store
+
+
+def _strategy_query(url: str, strategy: str, *args: str) -> Result:
+    return CliRunner().invoke(main_group, ["query", *args, "--strategy", strategy, "--url", url])
+
+
+EMBEDDING_OPTIONS = [
+    ["agents share memory"],
+    ["agents share memory", "--top-k", "2", "--embedding", "hash"],
+    ["agents memory", "--filter", "tier=EPISODIC"],
+    ["memory", "--filter", "tier=semantic"],  # a filter note
+    ["agents share memory", "--min-score", "1.5"],  # an empty answer
+]
+
+
+@pytest.mark.parametrize("strategy", ["vector", "hybrid"])
+@pytest.mark.parametrize("args", EMBEDDING_OPTIONS)
+def test_vector_and_hybrid_on_the_lean_path_print_what_the_full_path_prints(
+        db_url: URL, embedded: Store, strategy: str, args: list[str], full_path_calls: list[object],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    where = [*args, "--corpus", embedded.corpus]
+    lean = [_strategy_query(_url(db_url), strategy, *where, *flag) for flag in ([], ["--json"])]
+    assert all(r.exit_code == 0 for r in lean), [r.output for r in lean]
+    assert full_path_calls == []  # answered, notes included, without the store
+    monkeypatch.setattr(retrieve, "lean_query", lambda *a, **k: None)
+    full = [_strategy_query(_url(db_url), strategy, *where, *flag) for flag in ([], ["--json"])]
+    assert len(full_path_calls) == 2
+    header = re.compile(r"in [0-9.]+ ms|\"milliseconds\": [0-9.]+")
+    for got, want in zip(lean, full):
+        assert (got.exit_code, header.sub("", got.stdout), got.stderr) == \
+            (want.exit_code, header.sub("", want.stdout), want.stderr)
+    notes = json.loads(lean[1].stdout)["notes"]
+    assert any("holds vectors for 3 of 4 entries" in note for note in notes), notes  # the space's note
+    if args == ["agents share memory"]:
+        assert json.loads(lean[1].stdout)["results"], "the comparison is not of empty answers"
+
+
+@pytest.mark.parametrize("strategy", ["vector", "hybrid"])
+def test_a_missing_corpus_or_space_is_the_full_paths_error_on_the_lean_path(
+        db_url: URL, embedded: Store, strategy: str, full_path_calls: list[object]) -> None:
+    res = _strategy_query(_url(db_url), strategy, "memory", "--corpus", "no_such_corpus_lean")
+    assert res.exit_code == 1 and re.search(
+        r"^error: corpus 'no_such_corpus_lean' does not exist; corpora here: .*" + embedded.corpus, res.stderr)
+    res = _strategy_query(_url(db_url), strategy, "memory", "--corpus", embedded.corpus, "--embedding", "hash-64")
+    assert res.exit_code == 1 and "has no embedding space for provider tnsrag-hash-64" in res.stderr, res.output
+    assert full_path_calls == [] and "Traceback" not in res.output
+
+
+def test_a_hybrid_query_of_a_corpus_with_edges_takes_the_full_path(db_url: URL, embedded: Store,
+                                                                   full_path_calls: list[object]) -> None:
+    from tnsrag_db._indexes.graph import GraphStore
+
+    GraphStore(embedded).add_edge("memory-guide", "working-note", "see-also")
+    res = _strategy_query(_url(db_url), "hybrid", "agents share memory", "--corpus", embedded.corpus, "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["results"], res.output
+    assert full_path_calls == [_url(db_url)]  # the graph stream is the full path's
+    res = _strategy_query(_url(db_url), "vector", "agents share memory", "--corpus", embedded.corpus, "--json")
+    assert res.exit_code == 0 and len(full_path_calls) == 1  # vector search has no graph stream
+
+
+@pytest.mark.parametrize("strategy", ["vector", "hybrid"])
+def test_vector_and_hybrid_queries_send_each_statement_once_without_sqlalchemy(
+        db_url: URL, embedded: Store, strategy: str, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(report), "query", "agents share memory", "--strategy",
+                           strategy, "--corpus", embedded.corpus, "--url", _url(db_url), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["results"]
+    seen = json.loads(report.read_text())
+    assert seen["loaded"] == []
+    texts = [text for text, _values in seen["sent"]]
+    assert any("embeddings" in text and "<=>" in text for text in texts)  # the ranking was sent...
+    assert len(seen["sent"]) == len({json.dumps(sent) for sent in seen["sent"]})  # ...each statement once

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from pgvector import Vector
 
-import tnsrag_db._strategies.vector as vector_strategy
+from tnsrag_db._db import aio
 from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -131,7 +131,7 @@ def test_aretrieve_drives_the_same_plan(store: Store, monkeypatch: pytest.Monkey
 
         return await arun_plan(plan, execute)
 
-    monkeypatch.setattr(vector_strategy, "arun", arun)
+    monkeypatch.setattr(aio, "arun", arun)
     ctx = RAGContext(max_results=4, metadata_filters={"g": "3"})
     assert asyncio.run(strategy.aretrieve("text 8", ctx)) == strategy.retrieve("text 8", ctx)
     # The space row first (an unindexed space is re-read now and then), then the documents.

@@ -3,21 +3,25 @@
 What only the strategies that embed the query need (the embedding provider, which loads
 numpy) is imported inside the command, so a keyword query process does not pay for it.
 
-A keyword query runs on the lean path (:func:`lean_keyword_query`): the same
-:meth:`KeywordRAGStrategy.plan <tnsrag_db._strategies.keyword.KeywordRAGStrategy.plan>`
-and statements as a full store's, run by the library's read runner on one psycopg
-connection (a :class:`~tnsrag_db._db.driver.DriverStore`), so the process imports
-neither SQLAlchemy nor alembic. Everything the command says about an answer is a plan
-too, run on that connection: the schema check (:func:`~tnsrag_db._db.revisions.schema_revisions_plan`,
-and the tnsrag schemas named when it is missing), and for an empty answer the missing
-corpus's error (:func:`~tnsrag_db.admin.corpora.require_corpus_plan`), the filter notes
-(:func:`~tnsrag_db.admin.filter_notes.empty_filter_notes_plan`) and the empty-corpus
-note; so every statement runs once and errors are raised where they arise. The full
-path (:func:`tnsrag_db._store.store.connect`) takes what the lean one cannot do, before
-any query statement is sent: a schema to migrate or set up (the embedded server's),
-``--explain``, ``--distinct``, standbys (``--read-url`` / ``TNSRAG_READ_URLS``), a URL
-not of the ``postgresql://`` shape, the embedded server when the command runs outside
-``tnsrag`` (no kept-running server), and every strategy but keyword.
+A keyword, vector or hybrid query runs on the lean path (:func:`lean_query`): the same
+strategy plans and statements as a full store's (a vector query's spaces and embedding
+provider are chosen by plans too, :mod:`tnsrag_db._indexes.vector.spaces`), run by the
+library's read runner on one psycopg connection (a
+:class:`~tnsrag_db._db.driver.DriverStore`), so the process imports neither SQLAlchemy
+nor alembic. Everything the command says about an answer is a plan too, run on that
+connection: the schema check (:func:`~tnsrag_db._db.revisions.schema_revisions_plan`,
+and the tnsrag schemas named when it is missing), the missing corpus's error
+(:func:`~tnsrag_db.admin.corpora.require_corpus_plan`: for a keyword query only with an
+empty answer, for the others first, before a model loads), the filter notes
+(:func:`~tnsrag_db.admin.filter_notes.empty_filter_notes_plan`), the empty-corpus note
+and a partly filled space's note; so every statement runs once and errors are raised
+where they arise. Once the strategy is built, both paths answer through one function
+(:func:`_answer`). The full path (:func:`tnsrag_db._store.store.connect`) takes what the
+lean one cannot do, before any query statement is sent: a schema to migrate or set up
+(the embedded server's), ``--explain``, ``--distinct``, standbys (``--read-url`` /
+``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, the embedded server
+when the command runs outside ``tnsrag`` (no kept-running server), a hybrid query of a
+corpus with edges (its graph stream), and the other strategies.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
     from tnsrag_db._db.statement import Plan
     from tnsrag_db.explain import Explanation
 
-__all__ = ["empty_answer_notes_plan", "lean_keyword_query", "query"]
+__all__ = ["LEAN_STRATEGIES", "empty_answer_notes_plan", "lean_query", "query"]
 
 
 def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> Plan[list[str]]:
@@ -54,19 +58,25 @@ def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> P
     return notes
 
 
-def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
-                       context: RAGContext) -> tuple[list[RetrievedDocument], float, list[str]] | None:
-    """``text``'s keyword results on ``url`` (None: the kept-running embedded server), the
-    milliseconds they took and the notes to print with them, by the lean path (see the
-    module docstring); None when the full path must answer instead (decided before any
-    query statement is sent).
+#: The strategies the lean path answers.
+LEAN_STRATEGIES = ("keyword", "vector", "hybrid")
+
+
+def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy: str, embedding: str | None,
+               context: RAGContext) -> tuple[list[RetrievedDocument], float, list[str]] | None:
+    """``text``'s results by ``strategy`` (one of :data:`LEAN_STRATEGIES`) on ``url`` (None:
+    the kept-running embedded server), the milliseconds they took and the notes to print
+    with them, by the lean path (see the module docstring); None when the full path must
+    answer instead (decided before any query statement is sent). ``embedding`` is
+    ``--embedding``'s provider name (vector and hybrid).
 
     Raises :class:`~tnsrag_db._errors.CorpusNotFoundError` naming the corpora that exist
     when ``corpus`` does not, :class:`~tnsrag_db._errors.SchemaNotReadyError` naming the
     tnsrag schemas when ``schema`` does not exist, :class:`~tnsrag_db._errors.DatabaseError`
-    (``could not connect: ...``) when the server cannot be reached, and what starting the
-    embedded server raises."""
-    from tnsrag_db.admin.corpora import require_corpus_plan
+    (``could not connect: ...``) when the server cannot be reached, what starting the
+    embedded server raises, and for vector and hybrid what choosing and loading the
+    query's embedding provider raises (as the full path does)."""
+    from tnsrag_db.admin.corpora import corpus_has_edges_plan, require_corpus_plan
     from tnsrag_db._cli._common import DEFAULT_SCHEMA
     from tnsrag_db._cli._schema import missing_schema_error, tnsrag_schemas_plan
     from tnsrag_db._db.driver import DriverStore
@@ -76,6 +86,7 @@ def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
     from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
     from tnsrag_db._store.embedded.keeper import ensure_running
     from tnsrag_db._store.embedded.resolve import kept_running_timeout
+    from tnsrag_db._strategies.base import RAGStrategy
     from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 
     head = shipped_head()
@@ -91,7 +102,8 @@ def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
         if found is None:
             return None
         target = found
-    with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS) as store:
+    with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS,
+                     pgvector=strategy != "keyword") as store:
         revisions = store.run(schema_revisions_plan(schema))
         if revisions is None:
             existing = store.run(tnsrag_schemas_plan())
@@ -100,14 +112,48 @@ def lean_keyword_query(text: str, url: str | None, *, schema: str, corpus: str,
             return None  # the embedded server's own schema is set up, an old one migrated, by the full path
         if revisions != [head]:
             return None  # migrated by the full path (embedded), or its error (a URL's)
-        chosen = KeywordRAGStrategy(BM25Index(store))
-        started = time.perf_counter()
-        documents = chosen.retrieve(text, context)
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        notes: list[str] = []
-        if not documents:
+        spaces = None
+        chosen: RAGStrategy
+        if strategy == "keyword":
+            chosen = KeywordRAGStrategy(BM25Index(store))
+        else:
+            # The full path's order: a missing corpus is an error before any model loads.
             store.run(require_corpus_plan(corpus))
-            notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters))
+            if strategy == "hybrid" and store.run(corpus_has_edges_plan(corpus)):
+                return None  # hybrid's graph stream walks the edges: the full path's graph store
+            from tnsrag_db._indexes.vector import VectorMemoryStore
+
+            spaces, embedder = _query_embedding(store, strategy, embedding)
+            vectors = VectorMemoryStore(store, embedder)
+            if strategy == "vector":
+                from tnsrag_db._strategies.vector import VectorRAGStrategy
+
+                chosen = VectorRAGStrategy(vectors)
+            else:
+                # Without edges the graph stream finds nothing: the two streams rank alone.
+                from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+
+                chosen = HybridRAGStrategy(BM25Index(store), vectors)
+        return _answer(store, chosen, text, context, strategy=strategy, embedding=embedding, spaces=spaces,
+                       corpus_checked=strategy != "keyword")
+
+
+def _answer(store: Any, chosen: Any, text: str, context: RAGContext, *, strategy: str, embedding: str | None,
+            spaces: list[Any] | None, corpus_checked: bool) -> tuple[list[RetrievedDocument], float, list[str]]:
+    """What both paths do once the strategy is built: its results for ``text``, the
+    milliseconds they took, and the notes (an empty answer's, checking the corpus exists
+    first unless ``corpus_checked``; a partly filled space's)."""
+    started = time.perf_counter()
+    documents = chosen.retrieve(text, context)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    notes: list[str] = []
+    if not documents:
+        if not corpus_checked:
+            from tnsrag_db.admin.corpora import require_corpus_plan
+
+            store.run(require_corpus_plan(store.corpus))
+        notes = store.run(empty_answer_notes_plan(store.corpus, context.metadata_filters))
+    notes += _space_notes(store, strategy, embedding, spaces)
     return documents, elapsed_ms, notes
 
 
@@ -217,16 +263,17 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     standbys = list(read_urls) or os.environ.get("TNSRAG_READ_URLS", "").split()
     if standbys and url is None:
         raise click.UsageError("--read-url needs --url: standbys belong to a server named by URL")
-    if strategy == "keyword" and not explain and not standbys and not distinct:
-        answered = lean_keyword_query(text, url, schema=schema, corpus=corpus, context=context)
-        if answered is not None:
-            _print_results(text, "keyword", *answered, as_json)
-            return
-
-    if url is None:  # the kept-running server's keeper embeds the query with its warm model
+    if url is None and strategy != "keyword":  # the kept-running server's keeper embeds the query with its warm model
         from tnsrag_db._store.embedded.keeper import use_keeper_model
 
         click.get_current_context().call_on_close(use_keeper_model())  # undone after the command
+    if strategy in LEAN_STRATEGIES and not explain and not standbys and not distinct:
+        answered = lean_query(text, url, schema=schema, corpus=corpus, strategy=strategy, embedding=embedding,
+                              context=context)
+        if answered is not None:
+            _print_results(text, strategy, *answered, as_json)
+            return
+
     from tnsrag_db.admin.corpora import require_corpus
     from tnsrag_db.admin.filter_notes import empty_filter_notes
     from tnsrag_db._cli._schema import open_existing
@@ -243,8 +290,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             from tnsrag_db._strategies.distinct import DistinctContentRAGStrategy
 
             chosen = DistinctContentRAGStrategy(chosen)
-        started = time.perf_counter()
         if explain:
+            started = time.perf_counter()
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
             notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
@@ -254,10 +301,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
                     click.echo(f"note: {note}", err=True)
             emit(_explained_json(text, explained, elapsed_ms, notes), as_json, explained.to_text())
             return
-        documents = chosen.retrieve(text, context)
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        notes = store.run(empty_answer_notes_plan(corpus, context.metadata_filters)) if not documents else []
-        notes += _space_notes(store, strategy, embedding, spaces)
+        documents, elapsed_ms, notes = _answer(store, chosen, text, context, strategy=strategy, embedding=embedding,
+                                               spaces=spaces, corpus_checked=True)
         if chosen.name == "graph":
             from tnsrag_db._indexes.graph import GraphStore
 

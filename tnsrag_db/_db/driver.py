@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.conninfo
 
 from tnsrag_db._db.driver_errors import map_db_errors
 from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
@@ -39,7 +40,9 @@ class DriverStore:
 
     Its connection searches ``<schema>, public`` and runs in autocommit, like the store's
     read fast lane; ``statement_timeout`` (seconds, None: the server's) bounds every
-    statement; ``max_query_terms`` as in :class:`~tnsrag_db._store.store.Store`. A
+    statement; ``max_query_terms`` as in :class:`~tnsrag_db._store.store.Store`;
+    ``pgvector`` (default False) registers pgvector's types on the connection when it
+    opens (a few catalog reads; what vector searches need, never keyword ones). A
     connection that cannot be opened raises :class:`~tnsrag_db._errors.DatabaseError`
     starting ``could not connect:`` (the words of :func:`~tnsrag_db._store.store.connect`);
     other driver errors leave as :class:`~tnsrag_db._errors.DatabaseError` subclasses whose
@@ -49,10 +52,11 @@ class DriverStore:
     """
 
     def __init__(self, conninfo: str, *, corpus: str, schema: str, max_query_terms: int,
-                 statement_timeout: float | None = None) -> None:
+                 statement_timeout: float | None = None, pgvector: bool = False) -> None:
         validate_schema_name(schema)
         self._timeout_ms = check_timeout(statement_timeout)
         self._conninfo = conninfo
+        self._pgvector = pgvector
         self._corpus = corpus
         self._schema = schema
         self._max_query_terms = max_query_terms
@@ -72,6 +76,13 @@ class DriverStore:
     def schema(self) -> str:
         """The PostgreSQL schema holding the library's tables."""
         return self._schema
+
+    @property
+    def location(self) -> str:
+        """The database this store reads: its connection string without the password."""
+        params = psycopg.conninfo.conninfo_to_dict(self._conninfo)
+        params.pop("password", None)
+        return psycopg.conninfo.make_conninfo("", **params)
 
     @property
     def max_query_terms(self) -> int:
@@ -102,8 +113,24 @@ class DriverStore:
                 error = DatabaseError(f"could not connect: {exc}")
                 error.sqlstate = exc.sqlstate
                 raise error from exc
+            if self._pgvector:
+                self._register_pgvector(self._conn)
             self._info = {} if self._timeout_ms is None else {TIMEOUT_SET: self._timeout_ms}
         return self._conn
+
+    def _register_pgvector(self, conn: psycopg.Connection[Any]) -> None:
+        """pgvector's types on ``conn`` (its catalog lookups), as a store's connections get
+        them: a query vector (a numpy array) then binds as a ``vector``."""
+        from pgvector.psycopg import register_vector
+
+        with map_db_errors(self._what):
+            try:
+                register_vector(conn)
+            except psycopg.ProgrammingError as exc:
+                if exc.sqlstate is not None:
+                    raise
+                # pgvector's own "vector type not found" (no server error): an unmigrated
+                # database, which the schema check sends to the full path before any vector.
 
     # -- the runner's Source and Checkout: this store's one connection --------------------
     def checkout(self, *, snapshot: bool) -> DriverStore:

@@ -48,6 +48,12 @@ class ReadStore(Protocol):
         ...
 
     @property
+    def location(self) -> str:
+        """The database the store reads, without the password (two stores of one corpus
+        read the same rows when their locations and schemas are equal)."""
+        ...
+
+    @property
     def max_query_terms(self) -> int:
         """How many words of a query are analysed."""
         ...

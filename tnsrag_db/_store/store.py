@@ -146,6 +146,11 @@ class Store:
         return self._schema
 
     @property
+    def location(self) -> str:
+        """The database this store reads, as its URL without the password."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @property
     def max_query_terms(self) -> int:
         """How many words of a query are analysed (default 256)."""
         return self._max_query_terms

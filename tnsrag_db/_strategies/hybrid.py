@@ -24,12 +24,11 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._validate import check_int, is_int
-from tnsrag_db._db import aio
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.hybrid import index as fused_index
 from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
-from tnsrag_db._store.store import Store
+from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
 from tnsrag_db._store.reads import document_from_row
 from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, SearchPlan, StreamShare
@@ -53,13 +52,13 @@ DEFAULT_CANDIDATE_FACTOR = 4
 MAX_CANDIDATE_FACTOR = MAX_CANDIDATES // MAX_RESULTS
 
 
-def _place(store: Store) -> tuple[str, str, str]:
+def _place(store: ReadStore) -> tuple[str, str, str]:
     """Where a store's rows live: database URL (without password), schema, corpus."""
-    return store.engine.url.render_as_string(hide_password=True), store.schema, store.corpus
+    return store.location, store.schema, store.corpus
 
 
-def _describe(store: Store) -> str:
-    return f"{store.corpus!r} (schema {store.schema!r} on {store.engine.url.render_as_string(hide_password=True)})"
+def _describe(store: ReadStore) -> str:
+    return f"{store.corpus!r} (schema {store.schema!r} on {store.location})"
 
 
 class HybridMemoryRetriever:
@@ -231,7 +230,7 @@ class HybridRAGStrategy:
         if graph is not None and not callable(getattr(graph, "retrieve", None)):
             raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
         graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
-        if isinstance(graph_store, Store) and _place(graph_store) != _place(self._retriever.keywords.store):
+        if isinstance(graph_store, ReadStore) and _place(graph_store) != _place(self._retriever.keywords.store):
             raise ConfigurationError(f"graph corpus {_describe(graph_store)} differs from the hybrid's corpus "
                                      f"{_describe(self._retriever.keywords.store)}")
         self._graph = graph
@@ -293,6 +292,8 @@ class HybridRAGStrategy:
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (the same plan and statements)."""
+        from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers
+
         return await aio.arun(self._retriever.vectors.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:

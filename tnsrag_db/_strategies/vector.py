@@ -8,7 +8,6 @@ both built by the index (this module names no table). Metadata filters and ``min
 
 from __future__ import annotations
 
-from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -64,7 +63,9 @@ class VectorRAGStrategy:
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same plan, same statements)."""
-        return await arun(self._vectors.store, self.plan(query, context))
+        from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers
+
+        return await aio.arun(self._vectors.store, self.plan(query, context))
 
     def _explain_plan(self, query: str, context: RAGContext | None) -> Plan[Explanation]:
         ctx = resolve_context(context)

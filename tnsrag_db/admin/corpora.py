@@ -20,7 +20,7 @@ from tnsrag_db._types import MemoryTier
 if TYPE_CHECKING:
     from tnsrag_db._store.store import Store
 
-__all__ = ["corpus_exists", "corpus_exists_plan", "corpus_names", "corpus_names_plan", "corpus_stats",
+__all__ = ["corpus_exists", "corpus_has_edges_plan", "corpus_exists_plan", "corpus_names", "corpus_names_plan", "corpus_stats",
            "list_corpora", "require_corpus", "require_corpus_plan"]
 
 #: The tiers in the order reports list them.
@@ -51,6 +51,14 @@ def require_corpus_plan(corpus: str) -> Plan[None]:
     exists (one statement when it does, two when not). Reads only."""
     if not (yield from corpus_exists_plan(corpus)):
         raise _not_found(corpus, (yield from corpus_names_plan()))
+
+
+def corpus_has_edges_plan(corpus: str) -> Plan[bool]:
+    """Whether ``corpus`` has any edge (one index probe; the statement of
+    :meth:`GraphStore.has_edges <tnsrag_db._indexes.graph.GraphStore.has_edges>`)."""
+    rows = yield Statement("SELECT EXISTS (SELECT 1 FROM edges WHERE corpus = :c) AS has_edges", {"c": corpus},
+                           ("has_edges",))
+    return bool(rows[0].has_edges)
 
 
 def corpus_names(store: Store) -> list[str]:
