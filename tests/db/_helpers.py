@@ -40,6 +40,10 @@ class RecordingStore:
     def max_query_terms(self) -> int:
         return int(self._inner.max_query_terms)
 
+    @property
+    def location(self) -> str:
+        return str(self._inner.location)
+
     def uses_filter_pairs(self) -> bool:
         return bool(self._inner.uses_filter_pairs())
 
