@@ -718,6 +718,7 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
         rep.merge = {"docs": float(total * BATCH), "s": time.perf_counter() - t, "wal_mb": _wal(conn, start) / 2**20}
         conn.execute("VACUUM (ANALYZE) blk, blk_delta")
         left = int(conn.execute("SELECT count(*) FROM blk_delta").fetchone()[0])
+        rep.merge["delta_left"] = float(left)
     print(f"  merge: {rep.merge}; delta rows left {left}", flush=True)
     measure_queries(engine, queries, rep, ["B plain", "B block-max"], suffix=" merged")
     # Blocks written in place last (they leave blk with postings of documents merged above).
