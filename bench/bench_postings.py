@@ -549,6 +549,12 @@ def measure_queries(engine: Any, queries: list[list[str]], rep: SizeReport, meth
               f"identical={same} same ids, scores within 1e-12={close}", flush=True)
 
 
+def _one(conn: Any, sql: str) -> tuple[Any, ...]:
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
 def _lsn(conn: Any) -> str:
     return str(conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
 
@@ -608,11 +614,10 @@ def concurrent_writes(url: str, stmts: Sequence[str], first: int) -> dict[str, f
             while not stop.is_set():
                 # Row locks (a writer waiting for another's transaction or tuple) apart from
                 # relation extension locks (writers growing the same table).
-                row, other = conn.execute(
+                row, other = _one(conn,
                     "SELECT count(*) FILTER (WHERE wait_event IN ('transactionid', 'tuple')), "
                     "count(*) FILTER (WHERE wait_event NOT IN ('transactionid', 'tuple')) "
-                    "FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                ).fetchone()
+                    "FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
                 samples.append((int(row), int(other)))
                 time.sleep(0.005)
 
@@ -680,7 +685,7 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
             conn.execute(stmt)
             rep.build_s[label] = time.perf_counter() - t
             print(f"  build {label}: {rep.build_s[label]:.1f} s", flush=True)
-        rep.postings = int(conn.execute("SELECT count(*) FROM post_c").fetchone()[0])
+        rep.postings = int(_one(conn, "SELECT count(*) FROM post_c")[0])
         rep.size_mb = _sizes(conn)
         queries = _queries(conn, n, nq, seed=7)
     print(f"n={n}: {rep.postings} postings; sizes {json.dumps(rep.size_mb)}", flush=True)
@@ -717,7 +722,7 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
                 conn.execute(s)
         rep.merge = {"docs": float(total * BATCH), "s": time.perf_counter() - t, "wal_mb": _wal(conn, start) / 2**20}
         conn.execute("VACUUM (ANALYZE) blk, blk_delta")
-        left = int(conn.execute("SELECT count(*) FROM blk_delta").fetchone()[0])
+        left = int(_one(conn, "SELECT count(*) FROM blk_delta")[0])
         rep.merge["delta_left"] = float(left)
     print(f"  merge: {rep.merge}; delta rows left {left}", flush=True)
     measure_queries(engine, queries, rep, ["B plain", "B block-max"], suffix=" merged")
