@@ -713,7 +713,7 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
                      "ON CONFLICT (corpus, lexeme, shard) DO UPDATE SET df = t.df + excluded.df")
         conn.execute("ANALYZE blk_delta")
     print(f"  queries with {total * BATCH} documents in the delta:", flush=True)
-    measure_queries(engine, queries, rep, ["A plain", "B plain", "B block-max"], suffix=" +delta")
+    measure_queries(engine, queries, rep, ["A plain", "B plain", "B block-max", "B MaxScore"], suffix=" +delta")
     with psycopg.connect(url, autocommit=True) as conn:
         start = _lsn(conn)
         t = time.perf_counter()
@@ -725,7 +725,7 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
         left = int(_one(conn, "SELECT count(*) FROM blk_delta")[0])
         rep.merge["delta_left"] = float(left)
     print(f"  merge: {rep.merge}; delta rows left {left}", flush=True)
-    measure_queries(engine, queries, rep, ["B plain", "B block-max"], suffix=" merged")
+    measure_queries(engine, queries, rep, ["B plain", "B block-max", "B MaxScore"], suffix=" merged")
     # Blocks written in place last (they leave blk with postings of documents merged above).
     rep.solo["B in place"] = solo_writes(url, WRITE_DIRECT, PER_LAYOUT)
     rep.concurrent["B in place"] = concurrent_writes(url, WRITE_DIRECT, PER_LAYOUT + first_conc)
