@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy.engine import URL
 
 
+@pytest.mark.slow
 def test_block_layouts_answer_like_the_reference(pg_server_url: URL, tmp_path: Path) -> None:
     from bench import bench_postings
 
