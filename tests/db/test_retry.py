@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from tnsrag_db._errors import DatabaseError
 from tnsrag_db._store.store import Store
-from tnsrag_db._db.session import retry_on_deadlock
+from tnsrag_db._db.session import DEADLOCK_RETRIES, retry_on_deadlock
 from tnsrag_db._types import MemoryEntry
 
 
@@ -42,9 +42,12 @@ def test_a_real_deadlock_is_retried_and_both_sides_commit(store: Store) -> None:
     for t in threads:
         t.join(60)
     assert errors == []
-    # The side PostgreSQL aborted ran once more, the other once (counted per side: two
-    # threads appending to one list under load ordered their counts differently).
-    assert sorted(runs.values()) == [1, 2]
+    # At least one side was aborted as a deadlock victim and ran again; every attempt beyond
+    # one per side was such a retry. How many depends on PostgreSQL's deadlock checks: on a
+    # loaded machine a victim's next attempt can meet the other side again ([1, 3] seen
+    # in CI), so the count is bounded, not exact.
+    assert max(runs.values()) >= 2
+    assert all(1 <= n <= 1 + DEADLOCK_RETRIES for n in runs.values()), runs
     a, b = store.get("a"), store.get("b")
     assert a is not None and b is not None
     assert a.source == b.source  # the retried side committed last, whole: both rows carry its text
