@@ -222,3 +222,72 @@ def test_an_interrupted_ingest_rerun_embeds_only_the_missing_vectors_and_writes_
     postings_after = store.read("SELECT count(*) AS n, max(xmin::text::bigint) AS x FROM bm25_postings "
                                 "WHERE corpus = :c", {"c": store.corpus})[0]
     assert tuple(postings_after) == tuple(postings_before)
+
+
+READ_GATED_PROVIDER = '''
+import os, time
+from pathlib import Path
+from tnsrag_db.embeddings import HashingEmbedding
+
+class ReadGated:
+    """The 32-slot hash, under its name, measuring texts in characters; measuring a text
+    that holds "gatekeeper" (the chunker does so while the file is read) marks
+    GATE_DIR/reading and waits for GATE_DIR/read."""
+    dimension = 32
+    max_tokens = 1000
+
+    def __init__(self):
+        self._hash = HashingEmbedding(32)
+        self.name = self._hash.name
+        self._dir = Path(os.environ["GATE_DIR"])
+
+    def count_tokens(self, text):
+        if "gatekeeper" in text:
+            (self._dir / "reading").touch()
+            while not (self._dir / "read").exists():
+                time.sleep(0.01)
+        return len(text)
+
+    def __call__(self, text):
+        return self._hash(text)
+
+    def embed_batch(self, texts):
+        return [self._hash(t) for t in texts]
+
+def provider():
+    return ReadGated()
+'''
+
+
+def test_entries_are_written_while_later_files_are_still_being_read(
+        tmp_path: Path, db_url: URL, make_store: Callable[..., Store], plugin: dict[str, str]) -> None:
+    store = make_store()
+    db = _db(db_url, store)
+    gates = Path(plugin["GATE_DIR"])
+    plugins = Path(plugin["PYTHONPATH"].split(os.pathsep)[0])
+    (plugins / "read_gated_provider.py").write_text(READ_GATED_PROVIDER)
+    (plugins / "gated_provider-1.0.dist-info" / "entry_points.txt").write_text(
+        "[tnsrag_db.embedding_functions]\nreadgated = read_gated_provider:provider\n")
+    docs = _folder(tmp_path / "docs")
+    (docs / "z_last.txt").write_text("the gatekeeper file, read last\n")  # path order: after n000..n039
+    cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "ingest", str(docs), *db,
+           "--batch-size", str(BATCH), "--embedding", "readgated", "--json"]
+    proc = subprocess.Popen(cmd, env=plugin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: (gates / "reading").exists(), proc)
+        # The last file is being read: the batches read before it are committed already (the
+        # ingest reads one batch ahead of its writes) and answer keyword queries.
+        assert store.count() == FILES - BATCH
+        keyword = json.loads(_cli(["query", "lighthouse keeper 3", *db, "--strategy", "keyword", "--json"]).stdout)
+        assert keyword["results"]
+        assert proc.poll() is None
+        (gates / "read").touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        (gates / "read").touch()
+        proc.wait(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["inserted"] == FILES + 1 and summary["files"] == FILES + 1
+    assert 0 < summary["first_searchable_seconds"] < summary["read_seconds"] <= summary["searchable_seconds"]
+    assert store.count() == FILES + 1 and _vectors(store) == FILES + 1

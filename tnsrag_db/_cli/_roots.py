@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from tnsrag_db._errors import ConfigurationError, InvalidEntryError
 from tnsrag_db._loaders.walk import _GLOB_CHARS, _glob_root
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["ROOT_KEY", "Root", "Reading", "find_roots", "normalize_prefix", "read_roots", "stale_ids"]
+__all__ = ["ROOT_KEY", "Root", "Reading", "find_roots", "iter_roots", "normalize_prefix", "read_roots", "stale_ids"]
 
 #: The metadata key holding the root an entry was read from.
 ROOT_KEY = "root"
@@ -116,13 +116,27 @@ def read_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any],
                progress: Callable[[int, int], None] | None = None) -> Reading:
     """Read every root with the loader ``make_loader(root)`` returns (one
     :class:`~tnsrag_db._loaders.FileLoader` each), ``progress(files_done, files_known)``
-    counting files over all roots.
+    counting files over all roots: :func:`iter_roots` read to its end, the entries kept.
 
-    An entry read from a file (metadata ``path`` and ``format``, id ``path#...``) gets its
-    root's :data:`ROOT_KEY`; JSONL records keep their metadata as written (a restore is exact).
     Raises :class:`InvalidEntryError` when two files give one id, naming both absolute paths.
     """
     reading = Reading([], [], [], {}, 0, {})
+    reading.entries.extend(iter_roots(roots, make_loader, reading, progress))
+    return reading
+
+
+def iter_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any], reading: Reading,
+               progress: Callable[[int, int], None] | None = None) -> Iterator[MemoryEntry]:
+    """The entries of every root, yielded as each file is read (so a caller can write them
+    while later files are still being read); ``reading`` collects the rest as each root
+    ends: skips, JSONL edges and vectors, files read and each entry's root
+    (``reading.entries`` is left to the caller). ``progress`` as in :func:`read_roots`.
+
+    An entry read from a file (metadata ``path`` and ``format``, id ``path#...``) gets its
+    root's :data:`ROOT_KEY`; JSONL records keep their metadata as written (a restore is exact).
+    Raises :class:`InvalidEntryError` when two files give one id, naming both absolute paths
+    (when it is met: entries yielded before stay yielded).
+    """
     done_before = 0
     known_before = 0
     first: dict[str, str] = {}
@@ -148,7 +162,7 @@ def read_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any],
                     f"entry id {entry.id!r} comes from both {seen} and {origin}; ingest them in separate commands "
                     "with different --id-prefix values", entry_id=entry.id)
             reading.root_of[entry.id] = root
-            reading.entries.append(entry)
+            yield entry
         done_before += total_here
         known_before += total_here
         reading.skipped += [{"path": s.path, "reason": s.reason, "files": s.files} for s in loader.skipped]
@@ -156,7 +170,6 @@ def read_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any],
         for space, vectors in loader.vectors.items():
             reading.vectors.setdefault(space, {}).update(vectors)
         reading.files_read += loader.files_read
-    return reading
 
 
 _STALE_SQL = "SELECT id FROM entries WHERE corpus = :c AND metadata->>'root' = ANY(CAST(:roots AS text[]))"

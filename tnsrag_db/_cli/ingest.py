@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from importlib import resources
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,36 +210,52 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
         raise click.UsageError(str(exc)) from None
     progress = ingest_progress(sys.stderr, quiet=quiet)
     ledger = _Ledger(IngestCounts())
+    plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
+
+    def shaped(entry: MemoryEntry) -> MemoryEntry:
+        return dataclasses.replace(entry, source=source or entry.source, metadata={**entry.metadata, **extra})
+
+    def read_progress(done: int, total: int) -> None:
+        progress.update("read", done, total)
+
+    try:
+        streaming = not (strict or dry_run or prune) and _streamable(loaders)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         with progress:
             progress.start("read")
-            try:
-                reading = read_roots(roots, lambda root: loaders[roots.index(root)],
-                                     progress=lambda done, total: progress.update("read", done, total))
-            except ConfigurationError as exc:
-                raise click.UsageError(str(exc)) from None
-            read_seconds = time.perf_counter() - started
-            skipped = reading.skipped
-            if strict and skipped:
-                listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
-                more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-                raise InvalidEntryError(f"--strict: {sum(s['files'] for s in skipped)} file(s) would be skipped: "
-                                        f"{listed}{more}; "
-                                        "nothing was written")
-            entries = [dataclasses.replace(e, source=source or e.source, metadata={**e.metadata, **extra})
-                       for e in reading.entries]
-            validate_batch(entries)
-            from tnsrag_db.admin.restore import restore_providers
+            if streaming:
+                assert provider is not None  # resolved above: a streamed run reads no JSONL
+                reading, entries, counts, outcome = _write_streaming(
+                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger)
+                providers = [provider]
+                read_seconds = outcome.pop("read_at") - started
+            else:
+                try:
+                    reading = read_roots(roots, lambda root: loaders[roots.index(root)], progress=read_progress)
+                except ConfigurationError as exc:
+                    raise click.UsageError(str(exc)) from None
+                read_seconds = time.perf_counter() - started
+                skipped = reading.skipped
+                if strict and skipped:
+                    listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
+                    more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+                    raise InvalidEntryError(f"--strict: {sum(s['files'] for s in skipped)} file(s) would be "
+                                            f"skipped: {listed}{more}; nothing was written")
+                entries = [shaped(e) for e in reading.entries]
+                validate_batch(entries)
+                from tnsrag_db.admin.restore import restore_providers
 
-            # JSONL exports with vectors (tnsrag export --vectors) are written with them,
-            # one pass per exported space, embedding nothing else unless --embedding asks.
-            if provider is None and not reading.vectors:
-                provider = choose_embedding(None)
-                truncated_before = getattr(provider, "truncated_texts", 0)
-            providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
-                                          else provider)
-            plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
-            counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger)
+                # JSONL exports with vectors (tnsrag export --vectors) are written with them,
+                # one pass per exported space, embedding nothing else unless --embedding asks.
+                if provider is None and not reading.vectors:
+                    provider = choose_embedding(None)
+                    truncated_before = getattr(provider, "truncated_texts", 0)
+                providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
+                                              else provider)
+                counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger)
+            skipped = reading.skipped
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
             click.echo(str(exc), err=True)
@@ -257,6 +274,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
               "embedding": ", ".join(provider_name(p) for p in providers),
               "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
+    if "first_searchable_at" in outcome:  # when the first batch committed: keyword search answers from then on
+        result["first_searchable_seconds"] = round(outcome["first_searchable_at"] - started, 3)
     if "searchable_at" in outcome:  # when every entry was written: keyword-searchable from then on
         result["searchable_seconds"] = round(outcome["searchable_at"] - started, 3)
     if dry_run:
@@ -351,6 +370,8 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         def advance(phase: str, done: int, total: int | None) -> None:
             if phase == "write":  # the read line counts files, done by now; nothing embeds
                 progress.update(phase, done, total)
+                if done:
+                    outcome.setdefault("first_searchable_at", time.perf_counter())
 
         def index_advance(phase: str, done: int, total: int) -> None:
             progress.update("index", done, total, note=phase)
@@ -370,6 +391,89 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         if plan.prune:
             outcome["pruned"] = store.delete_many(stale)
         return counts, outcome
+
+
+def _streamable(loaders: list[Any]) -> bool:
+    """Whether the files of ``loaders`` can be written while they are read (see
+    :func:`_write_streaming`): none is JSONL (whose records bring their own ids, edges and
+    vectors, checked as a whole before anything is written) and no two roots give one file
+    path (the ids would clash: reading everything first refuses that before writing).
+    Raises :class:`ConfigurationError` for a pattern that matches nothing."""
+    from tnsrag_db._loaders.formats import file_format
+
+    seen: set[str] = set()
+    for loader in loaders:
+        for path, rel in loader.selected():
+            if file_format(path.name) == "jsonl" or rel in seen:
+                return False
+            seen.add(rel)
+    return True
+
+
+def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Plan, provider: Any, progress: Any,
+                     ledger: _Ledger) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
+    """The ingest of files that need no check as a whole (:func:`_streamable`): the entries
+    are written batch by batch without vectors *as the files are read*, each batch
+    committing (keyword-searchable) while the next files are read and chunked; then their
+    vectors are filled (:func:`_fill_vectors`). ``shaped(entry)`` applies --source and --meta.
+
+    Returns the reading (skips, files read), the entries, their counts and the outcome:
+    ``duplicates``, ``first_searchable_at`` (``time.perf_counter()`` when the first batch
+    committed), ``searchable_at`` (every entry written) and ``read_at`` (every file read).
+    An error met while reading (two files giving one id) stops the ingest there: the
+    batches committed before stay, as after an interrupt."""
+    from tnsrag_db._cli._roots import Reading, iter_roots
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.vector.spaces import bind_embedding
+    from tnsrag_db._store.store import connect
+
+    reading = Reading([], [], [], {}, 0, {})
+    entries = reading.entries
+    fresh: list[MemoryEntry] = []  # entries whose id the corpus did not hold before this run
+    outcome: dict[str, Any] = {}
+    store = connect(plan.url, corpus=plan.corpus, schema=plan.schema, auto_migrate=None if plan.url is None else False)
+    with store:
+        # Bound before anything is written: a provider whose dimension differs from its
+        # own stored space is refused here.
+        view = VectorMemoryStore(store, bind_embedding(store, provider))
+
+        def taken(batch: list[MemoryEntry]) -> list[MemoryEntry]:
+            # Read before the batch is written (the ingest reads one batch ahead of its writes).
+            stored = store.content_hashes([e.id for e in batch]) if batch else {}
+            fresh.extend(e for e in batch if e.id not in stored)
+            entries.extend(batch)
+            return batch
+
+        def source() -> Iterator[MemoryEntry]:
+            batch: list[MemoryEntry] = []
+            for entry in iter_roots(roots, make_loader, reading,
+                                    lambda done, total: progress.update("read", done, total)):
+                batch.append(shaped(entry))
+                if len(batch) == plan.batch_size:
+                    yield from taken(batch)
+                    batch = []
+            yield from taken(batch)
+            outcome["read_at"] = time.perf_counter()
+
+        def advance(phase: str, done: int, total: int | None) -> None:
+            if phase == "write":
+                progress.update(phase, done, total)
+                if done:
+                    outcome.setdefault("first_searchable_at", time.perf_counter())
+
+        def index_advance(phase: str, done: int, total: int) -> None:
+            progress.update("index", done, total, note=phase)
+
+        progress.start("write")
+        counts = view.ingest(source(), batch_size=plan.batch_size, progress=advance, vectors=False)
+        ledger.committed = counts
+        outcome["searchable_at"] = time.perf_counter()
+        outcome.setdefault("read_at", outcome["searchable_at"])
+        progress.update("write", counts.total, len(entries))
+        # After the writes: the run's own ids are left out, so this counts what it did before.
+        outcome["duplicates"] = _duplicates(store, fresh, [e.id for e in entries])
+        _fill_vectors(store, [view], entries, plan, progress, index_advance)
+    return reading, entries, counts, outcome
 
 
 @dataclasses.dataclass

@@ -153,6 +153,13 @@ class FileLoader:
         found, _ = self._scan()
         return [path for path, _, explicit, _ in found if explicit or file_format(path.name) is not None]
 
+    def selected(self) -> list[tuple[Path, str]]:
+        """``(file, id path)`` of each file of :meth:`files`: the path its entries' ids
+        begin with (``docs/guide/install.md``, behind the id prefix). Raises
+        :class:`ConfigurationError` for a pattern that matches nothing."""
+        found, _ = self._scan()
+        return [(path, rel) for path, rel, explicit, _ in found if explicit or file_format(path.name) is not None]
+
     def load(self, *, progress: Callable[[int, int], None] | None = None) -> Iterable[MemoryEntry]:
         """Read every selected file into entries (see the class docstring); skips go to :attr:`skipped`.
 
