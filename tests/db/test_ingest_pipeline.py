@@ -168,3 +168,54 @@ def test_ingest_sigint_rolls_back_the_open_batch(store: Store, default_sigint: N
     again = VectorMemoryStore(store, HashingEmbedding(16), name="recording").ingest(data, batch_size=3)
     assert again == IngestCounts(inserted=20 - committed.total, unchanged=committed.total)
     assert np.isclose(vectors.search(data[19].content, 1)[0][1], 1.0)
+
+
+def test_cli_embed_embeds_the_next_batch_before_the_previous_commit(store: Store, db_url: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # `tnsrag embed` runs the ingest loop: as above, the commit of batch i's vectors waits
+    # (bounded) for batch i+1's embedding to start, which only a pipelined loop allows.
+    from click.testing import CliRunner
+
+    import tnsrag_db._cli.embed as embed_cli
+    from tests.fix_db import SCHEMA
+    from tnsrag_db._cli import main_group
+
+    data = entries(6)
+    VectorMemoryStore(store, HashingEmbedding(16)).ingest(data, batch_size=6, vectors=False)
+    events: list[tuple[str, str]] = []
+    embedding = Recording(events)
+    monkeypatch.setattr(embed_cli, "resolve_embedding", lambda name: embedding)
+    firsts = [data[i].content for i in range(0, 6, 2)]
+    commits = 0
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "embeddings" in statement:
+            conn.info["test_vectors"] = True
+
+    def on_commit(conn: Any) -> None:
+        nonlocal commits
+        # The writes commit on the main thread (the worker only reads and embeds).
+        if not conn.info.pop("test_vectors", False) or threading.current_thread() is not threading.main_thread():
+            return
+        if not embedding.batches or commits >= len(firsts):
+            return  # set-up reads before the first batch, the final count after the last
+        if commits + 1 < len(firsts):
+            embedding.started_event(firsts[commits + 1]).wait(10)
+        events.append(("commit", firsts[commits]))
+        commits += 1
+
+    sa.event.listen(sa.engine.Engine, "after_cursor_execute", on_execute)
+    sa.event.listen(sa.engine.Engine, "commit", on_commit)
+    try:
+        res = CliRunner().invoke(main_group, ["embed", "--url", db_url.render_as_string(hide_password=False),
+                                              "--schema", SCHEMA, "--corpus", store.corpus, "--embedding",
+                                              "recording", "--batch-size", "2", "--json"])
+    finally:
+        sa.event.remove(sa.engine.Engine, "after_cursor_execute", on_execute)
+        sa.event.remove(sa.engine.Engine, "commit", on_commit)
+    assert res.exit_code == 0, res.output
+    assert '"embedded": 6' in res.stdout
+    order = [e for e in events if e[0] in ("embed", "commit")]
+    for i in range(len(firsts) - 1):
+        assert order.index(("embed", firsts[i + 1])) < order.index(("commit", firsts[i])), order
+    assert VectorMemoryStore(store, embedding).count() == 6

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import click
 from tqdm import tqdm
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._group import EXIT_INTERRUPTED
+from tnsrag_db._errors import IngestInterrupted
 from tnsrag_db.embeddings import resolve_embedding
 from tnsrag_db._cli._schema import open_existing
 
@@ -28,7 +31,9 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
     """Embed every entry of a corpus with another provider, into a new embedding space.
 
     Entries already in that provider's space keep their vectors (a re-run resumes).
-    Each batch commits on its own; queries keep using the corpus's previous complete
+    Each batch commits on its own, and the next batch embeds while the previous one's
+    vectors are written (the loop of tnsrag ingest); Ctrl-C stops after the statement in
+    progress (exit 130; run the command again to embed the rest). Queries keep using the corpus's previous complete
     space until this one holds a vector for every entry, then switch to it (the newest
     complete space serves queries; see `tnsrag query --embedding`).
 
@@ -46,17 +51,23 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
             raise click.UsageError(f"corpus {corpus!r} has no entries; ingest some first (tnsrag ingest)")
         vectors = VectorMemoryStore(store, bind_embedding(store, provider))
         before = vectors.count()
-        pending = []
         with tqdm(total=total, unit="entry", desc=f"embed {vectors.embedding.name}", disable=as_json or None) as bar:
-            for entry in store.iter_entries(batch_size=batch_size):
-                pending.append(entry)
-                if len(pending) == batch_size:
-                    vectors.add_all(pending, batch_size=batch_size)
-                    bar.update(len(pending))
-                    pending = []
-            if pending:
-                vectors.add_all(pending, batch_size=batch_size)
-                bar.update(len(pending))
+            def advance(phase: str, done: int, of: int | None) -> None:
+                if phase == "write":  # entries whose vectors are committed (or already there)
+                    bar.update(done - bar.n)
+
+            try:
+                # The stored entries are unchanged, so only the vectors they lack are embedded
+                # and written; each batch embeds on a worker while the previous one is written.
+                vectors.ingest(store.iter_entries(batch_size=batch_size), batch_size=batch_size, progress=advance)
+            except IngestInterrupted as exc:
+                if exc.__cause__ is not None:
+                    raise
+                done = vectors.count()
+                click.echo(f"interrupted: {done - before} entries embedded into {vectors.embedding.name} "
+                           f"({done} of {total} have a vector), the batch in progress was rolled back; run the "
+                           "same command again to embed the rest", err=True)
+                sys.exit(EXIT_INTERRUPTED)
         after = vectors.count()
         serving = query_space(store)
     elapsed = time.perf_counter() - started
