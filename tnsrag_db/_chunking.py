@@ -30,6 +30,8 @@ _PARAGRAPH = re.compile(r"\n[ \t]*\n+")
 # A sentence ends at . ! ? (optionally closed by a quote or bracket) followed by whitespace.
 _SENTENCE = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
 _WORD = re.compile(r"\S+\s*")
+#: Word counts a chunker remembers before it starts over.
+_WORD_CACHE = 50_000
 
 
 def _check_positive(name: str, value: object) -> int:
@@ -56,6 +58,10 @@ class Chunker:
         if not is_int(overlap) or not 0 <= overlap < max_tokens:
             raise ConfigurationError(f"overlap must be an int from 0 to max_tokens - 1, got {overlap!r}")
         self._count = count_tokens
+        # Token counts of single words (the overlap is measured word by word, and so is a
+        # sentence too long for a chunk): words repeat, and a tokenizer call costs far
+        # more than the word's own tokenization. Bounded: cleared when full.
+        self._words: dict[str, int] = {}
         self._overlap = overlap
         self._unit = unit
         # What joining two pieces adds: separators cost characters, not word pieces.
@@ -94,6 +100,15 @@ class Chunker:
         return self._pack(pieces)
 
     # -- internals ----------------------------------------------------------------
+    def _count_word(self, word: str) -> int:
+        """``count_tokens(word)``, remembered (see ``_words``)."""
+        size = self._words.get(word)
+        if size is None:
+            if len(self._words) >= _WORD_CACHE:
+                self._words.clear()
+            size = self._words[word] = self._count(word)
+        return size
+
     def _pieces(self, text: str) -> Iterator[tuple[str, int, bool]]:
         """``(text, tokens, starts_paragraph)`` units, each fitting a chunk (but lone long words)."""
         for paragraph in _PARAGRAPH.split(text):
@@ -112,7 +127,7 @@ class Chunker:
                     first = False
                     continue
                 for word in _WORD.findall(sentence):
-                    yield word, self._count(word), first
+                    yield word, self._count_word(word), first
                     first = False
 
     def _pack(self, pieces: Sequence[tuple[str, int, bool]]) -> list[str]:
@@ -141,7 +156,7 @@ class Chunker:
         used = 0
         for piece in reversed(pieces):  # only as far back as the budget reaches
             for word in reversed(_WORD.findall(piece[0] + " ")):
-                cost = self._count(word)
+                cost = self._count_word(word)
                 if used + cost > budget:
                     break
                 out.append(word)

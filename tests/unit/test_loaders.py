@@ -276,3 +276,42 @@ def test_a_symlink_to_a_file_also_read_directly_is_the_skipped_one(tmp_path: Pat
     both = FileLoader("bin", "common", base_dir=tmp_path)
     assert [e.id for e in both.load()] == ["common/AUTHORS#0"]
     assert both.skipped == [SkippedFile("bin/AUTHORS", "same file as common/AUTHORS")]
+
+
+class _Counting:
+    """A word-piece-like measure (a token per 4 characters of each word, 2 added per call)
+    that records every text it is asked about."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return 2 + sum(-(-len(w) // 4) for w in text.split())
+
+
+def _changelog(lines: int) -> str:
+    """A changelog-like text: one paragraph of short lines with recurring names and words."""
+    names = ["Jeff King", "Junio C Hamano", "Johannes Schindelin", "Patrick Steinhardt"]
+    return "Version v2.39.5; changes since v2.39.4:\n" + "\n".join(
+        f"      {names[i % 4]} ({i % 7}): send-email drop hack {i} and avoid term {i % 13}" for i in range(lines))
+
+
+def test_chunker_work_grows_linearly_and_counts_each_word_once() -> None:
+    sizes = {}
+    for lines in (500, 2000):
+        measure = _Counting()
+        chunker = Chunker(64, measure, unit="tokens")
+        measure.texts.clear()  # the separator probes of the constructor
+        chunks = chunker.chunks(_changelog(lines))
+        sizes[lines] = (len(chunks), len(measure.texts), sum(len(t) for t in measure.texts))
+        words = [t for t in measure.texts if len(t.split()) == 1 and t[-1:].isspace()]  # words as split
+        # A word is measured once per chunker (the overlap and over-long sentences are
+        # measured word by word; words recur): no repeated calls for the same word.
+        assert len(words) == len(set(words)), "a word was measured twice"
+    (chunks_small, calls_small, chars_small), (chunks_big, calls_big, chars_big) = sizes[500], sizes[2000]
+    assert chunks_big >= 4 * chunks_small * 0.9
+    # Four times the text: about four times the characters measured, not more (no
+    # re-measuring of the rest of the text per chunk), and fewer calls per chunk.
+    assert chars_big <= 4.4 * chars_small
+    assert calls_big / chunks_big <= calls_small / chunks_small * 1.1

@@ -92,7 +92,7 @@ def _sections(rel: str, sections: Sequence[Section], chunker: Chunker, tier: Mem
         if title:
             metadata["section"] = title
             metadata["headingPath"] = " > ".join(path_titles)
-        parts = chunker.chunks(content) if not chunker.fits(content) else [content]
+        parts = chunker.chunks(content)  # [content] when it fits (it is stripped and not blank)
         yield _entry(tier, entry_id, parts[0], rel, metadata, parent)
         for n, part in enumerate(parts[1:], start=1):
             yield _entry(tier, f"{entry_id}.{n}", part, rel, {**metadata, "part": str(n)}, entry_id)
