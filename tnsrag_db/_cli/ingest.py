@@ -1,10 +1,12 @@
 """``tnsrag ingest``: read a document tree into a corpus, batch by batch, with progress.
 
-The steps: pick the embedding (:func:`choose_embedding`), read every file (skips are
-collected, ``--strict`` refuses them before anything is written), validate every entry,
-then :meth:`VectorMemoryStore.ingest` twice: the entries without vectors (each batch
-commits on its own and is keyword-searchable at once), then their vectors (embedding
-overlaps the writes), then ``--prune``, then the summary. What PATHs are and the ids they give:
+The steps: pick the embedding (:func:`choose_embedding`), then
+:meth:`VectorMemoryStore.ingest` twice: the entries without vectors (each batch commits
+on its own and is keyword-searchable at once, written as the files are read:
+:func:`_write_streaming`), then their vectors (embedding overlaps the writes), then the
+summary. A run that must see every file before writing (``--strict`` refuses any skip,
+``--dry-run``, ``--prune``, JSONL records, two roots giving one path) reads and validates
+everything first (:func:`_write`), and prunes last. What PATHs are and the ids they give:
 :mod:`tnsrag_db._cli._roots`.
 """
 
@@ -164,7 +166,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     extra, else the offline 128-dimensional hash fallback, with a notice); texts beyond
     the model's window are truncated and counted. Chunks fit the embedding model's
     window (--chunk-tokens). The entries are written first, batch by batch without
-    vectors, so keyword search answers within seconds; then their vectors are filled
+    vectors as the files are read, so keyword search answers within seconds (--strict,
+    --dry-run, --prune and JSONL files read everything first); then their vectors are filled
     (each batch embeds while the previous one's vectors are written), and vector and
     hybrid queries meanwhile search the entries embedded so far, with a note saying how
     many. Re-running is idempotent (unchanged entries are reported, not rewritten, and
