@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._errors import IngestInterrupted, InvalidEntryError, TnsragError
+from tnsrag_db._indexes.vector.index import IngestProgress
 from tnsrag_db._indexes.vector.spaces import Space
 from tnsrag_db._store.write import ValidatedBatch, WriteReport
 from tnsrag_db._types import IngestCounts
@@ -25,9 +26,6 @@ from tnsrag_db._types import MemoryEntry
 
 __all__ = ["IngestProgress", "Stopped", "run_ingest"]
 
-#: ``progress(phase, done, total)`` of :meth:`VectorMemoryStore.ingest`: phase ``"read"``,
-#: ``"embed"``, ``"write"`` or ``"index"``; ``total`` None when the input has no length.
-IngestProgress = Callable[[str, int, "int | None"], None]
 
 _R = TypeVar("_R")
 Vectors = dict[str, npt.NDArray[np.float32]]
