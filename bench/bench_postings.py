@@ -485,16 +485,18 @@ def _production(engine: Any, terms: Sequence[str]) -> list[tuple[str, float]]:
     """The library's own ranking statements over layout A (plain, then MaxScore when a term is frequent)."""
     import sqlalchemy as sa
 
+    from tnsrag_db._indexes.bm25 import index as bindex
     from tnsrag_db._indexes.bm25 import sql as bsql
 
     p = "k"
     params = {"k_c": CORPUS, "k_chunks": [], "k_extras": list(terms), "k_k1p1": K1 + 1.0, "k_kb0": K1 * (1.0 - B),
-              "k_kb1": K1 * B, "k_min": 0.0, "k_lim": K, "k_nedf": float(bsql.PRUNE_MIN_DF),
-              "k_fsmall": bsql.FILTER_PROBE_MAX}
+              "k_kb1": K1 * B, "k_min": 0.0, "k_lim": K, "k_nedf": float(bindex.DEFAULT_PRUNE_MIN_DF),
+              "k_fsmall": bindex.DEFAULT_FILTER_PROBE_MAX}
     with engine.connect() as conn:
         rows = conn.execute(sa.text(bsql.plain_ranking_sql(p, limit=K)), params).fetchall()
         if rows and rows[0][0] is None:
-            params.update({"k_ner": bsql.PRUNE_RATIO, "k_tol": bsql.BOUND_TOLERANCE, "k_pc": bsql.PROBE_COST})
+            params.update({"k_ner": bindex.DEFAULT_PRUNE_RATIO, "k_tol": bsql.BOUND_TOLERANCE,
+                           "k_pc": bindex.DEFAULT_PROBE_COST})
             rows = conn.execute(sa.text(bsql.ranking_sql(p, limit=K)), params).fetchall()
     return [(str(r[0]), float(r[1])) for r in rows]
 
