@@ -16,7 +16,7 @@ out at or below the limit, never above it except for one oversized word.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from tnsrag_db._validate import is_int
 from tnsrag_db._errors import ConfigurationError
@@ -91,13 +91,19 @@ class Chunker:
 
     def chunks(self, text: str) -> list[str]:
         """``text`` cut into chunks (stripped, none empty); ``[]`` for blank text."""
+        return list(self.iter_chunks(text))
+
+    def iter_chunks(self, text: str) -> Iterator[str]:
+        """The chunks of :meth:`chunks`, each produced as soon as it is complete (a long text's
+        first chunks come before the rest of it is measured)."""
         text = text.strip()
         if not text:
-            return []
-        if self._count(text) <= self._max:
-            return [text]
-        pieces = list(self._pieces(text))
-        return self._pack(pieces)
+            return
+        size = self._count(text)
+        if size <= self._max:
+            yield text
+            return
+        yield from self._pack(self._pieces(text, size))
 
     # -- internals ----------------------------------------------------------------
     def _count_word(self, word: str) -> int:
@@ -109,19 +115,22 @@ class Chunker:
             size = self._words[word] = self._count(word)
         return size
 
-    def _pieces(self, text: str) -> Iterator[tuple[str, int, bool]]:
-        """``(text, tokens, starts_paragraph)`` units, each fitting a chunk (but lone long words)."""
+    def _pieces(self, text: str, text_size: int) -> Iterator[tuple[str, int, bool]]:
+        """``(text, tokens, starts_paragraph)`` units, each fitting a chunk (but lone long
+        words). ``text_size`` is ``text``'s own measure: a paragraph or sentence that is the
+        whole text is not measured again (one long paragraph without sentence ends, such as
+        a changelog, was measured three times over before its first chunk)."""
         for paragraph in _PARAGRAPH.split(text):
             paragraph = paragraph.strip()
             if not paragraph:
                 continue
-            size = self._count(paragraph)
-            if size <= self._max:
-                yield paragraph, size, True
+            paragraph_size = text_size if paragraph == text else self._count(paragraph)
+            if paragraph_size <= self._max:
+                yield paragraph, paragraph_size, True
                 continue
             first = True
             for sentence in _split_keep(paragraph, _SENTENCE):
-                size = self._count(sentence)
+                size = paragraph_size if sentence == paragraph else self._count(sentence)
                 if size <= self._max:
                     yield sentence, size, first
                     first = False
@@ -130,13 +139,14 @@ class Chunker:
                     yield word, self._count_word(word), first
                     first = False
 
-    def _pack(self, pieces: Sequence[tuple[str, int, bool]]) -> list[str]:
-        chunks: list[str] = []
+    def _pack(self, pieces: Iterable[tuple[str, int, bool]]) -> Iterator[str]:
         current: list[tuple[str, int, bool]] = []
         size = 0
         for piece in pieces:
             if current and size + self._sep[piece[2]] + piece[1] > self._max:
-                chunks.append(_join(current))
+                chunk = _join(current)
+                if chunk:
+                    yield chunk
                 current = self._tail(current, self._max - piece[1] - self._sep[False])
                 size = sum(p[1] for p in current)
             if current:
@@ -144,8 +154,9 @@ class Chunker:
             current.append(piece)
             size += piece[1]
         if current:
-            chunks.append(_join(current))
-        return [c for c in chunks if c]
+            chunk = _join(current)
+            if chunk:
+                yield chunk
 
     def _tail(self, pieces: Sequence[tuple[str, int, bool]], room: int) -> list[tuple[str, int, bool]]:
         """The last whole words of ``pieces`` worth at most ``overlap`` (and ``room``) tokens."""

@@ -315,3 +315,26 @@ def test_chunker_work_grows_linearly_and_counts_each_word_once() -> None:
     # re-measuring of the rest of the text per chunk), and fewer calls per chunk.
     assert chars_big <= 4.4 * chars_small
     assert calls_big / chunks_big <= calls_small / chunks_small * 1.1
+
+
+def test_a_large_text_files_first_entries_come_before_the_rest_is_chunked(tmp_path: Path) -> None:
+    # A 2,000-chunk changelog took seconds to chunk whole, and no entry of it (so no batch
+    # of an ingest) existed before the last chunk did. Chunks now come out as they are
+    # complete: the first entry is read having measured a small share of the file.
+    text = _changelog(4000)
+    (tmp_path / "changelog").write_text(text, encoding="utf-8")
+    measure = _Counting()
+    loader = FileLoader(tmp_path, chunker=Chunker(64, measure, unit="tokens"))
+    entries = iter(loader.load())
+    measure.texts.clear()
+    first = next(entries)
+    # Whether the whole text fits one chunk is measured first (one call over all of it);
+    # what the first entry needs beyond that is a small share of the pieces' measuring.
+    pieces_first = sum(len(t) for t in measure.texts) - len(text.strip())
+    rest = list(entries)
+    pieces_all = sum(len(t) for t in measure.texts) - len(text.strip())
+    assert first.id.endswith("#0") and len(rest) > 100
+    assert 0 <= pieces_first < pieces_all / 50, (pieces_first, pieces_all)
+    # The same entries as chunking the file whole.
+    whole = Chunker(64, _Counting(), unit="tokens").chunks((tmp_path / "changelog").read_text(encoding="utf-8"))
+    assert [first.content, *(e.content for e in rest)] == whole

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import gzip
 import io
 import os
@@ -180,34 +181,37 @@ class FileLoader:
                     continue
                 fmt = "text"
             try:
-                entries = list(self._read(path, rel, fmt))
-                if fmt != "jsonl":
-                    entries = self._dated(path, entries)
+                read = self._read(path, rel, fmt)
+                # Plain text comes out chunk by chunk (a large file's first entries can be
+                # written while the rest is still chunked): once its first entry exists,
+                # nothing can skip the file any more. Other formats are read whole first.
+                entries = [next(read, None)] if fmt == "text" else list(read)
             except _Skip as skip:
                 self.skipped.append(SkippedFile(shown, str(skip)))
                 continue
-            if not entries:
+            if not entries or entries[0] is None:
                 self.skipped.append(SkippedFile(shown, "no text"))
                 continue
             self.files_read += 1
-            yield from entries
+            stamp = self._stamp(path) if fmt != "jsonl" else None
+            for entry in itertools.chain(entries, read if fmt == "text" else ()):
+                assert entry is not None
+                yield entry if stamp is None or entry.timestamp is not None else dataclasses.replace(entry,
+                                                                                                    timestamp=stamp)
         if progress is not None:
             progress(len(found), len(found))
 
     # -- reading ------------------------------------------------------------------
-    def _dated(self, path: Path, entries: list[MemoryEntry]) -> list[MemoryEntry]:
-        """``entries`` with the file's timestamp where they carry none (see the class docstring)."""
-        if self._timestamp is None or not entries:
-            return entries
-        if isinstance(self._timestamp, datetime):
-            stamp = self._timestamp
-        else:
-            now = datetime.now(timezone.utc)
-            try:
-                stamp = min(datetime.fromtimestamp(path.stat().st_mtime, timezone.utc), now)
-            except (OSError, OverflowError, ValueError):  # vanished, or a date the platform cannot hold
-                return entries
-        return [e if e.timestamp is not None else dataclasses.replace(e, timestamp=stamp) for e in entries]
+    def _stamp(self, path: Path) -> datetime | None:
+        """The timestamp the entries of ``path`` get where they carry none (see the class
+        docstring): None when the loader dates nothing or the file's time is unknown."""
+        if self._timestamp is None or isinstance(self._timestamp, datetime):
+            return self._timestamp
+        now = datetime.now(timezone.utc)
+        try:
+            return min(datetime.fromtimestamp(path.stat().st_mtime, timezone.utc), now)
+        except (OSError, OverflowError, ValueError):  # vanished, or a date the platform cannot hold
+            return None
 
     def _read(self, path: Path, rel: str, fmt: str) -> Iterator[MemoryEntry]:
         limit = MAX_JSONL_BYTES if fmt == "jsonl" else MAX_FILE_BYTES

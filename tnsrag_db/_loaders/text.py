@@ -105,5 +105,5 @@ def _markdown(rel: str, text: str, chunker: Chunker, tier: MemoryTier) -> Iterat
 
 def _text(rel: str, text: str, chunker: Chunker, tier: MemoryTier, fmt: str = "text",
           extra: dict[str, str] | None = None, start: int = 0) -> Iterator[MemoryEntry]:
-    for index, chunk in enumerate(chunker.chunks(text), start=start):
+    for index, chunk in enumerate(chunker.iter_chunks(text), start=start):
         yield _entry(tier, f"{rel}#{index}", chunk, rel, {"path": rel, "format": fmt, **(extra or {})})
