@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_CLI = "from tnsrag_db._cli import main; main()"
+_CLI = "from tnsrag_db.{package} import main; main()"
 QUERY = ["query", "agents share memory", "--strategy", "keyword", "--top-k", "3"]
 VECTOR_QUERY = [*QUERY[:3], "vector", *QUERY[4:]]
 HYBRID_QUERY = [*QUERY[:3], "hybrid", *QUERY[4:]]
@@ -67,12 +67,14 @@ class Runner:
         self.name, self.root = name, root
         self.env = {**env, "PYTHONPATH": str(root)}
         self.last_cpu = 0.0
+        # The command's package: ``_cli`` since the private-module rename, ``cli`` in older checkouts.
+        self.cli = _CLI.format(package="_cli" if (root / "tnsrag_db" / "_cli").is_dir() else "cli")
 
     def run(self, *args: str, check: bool = True) -> float:
         """Run ``tnsrag ARGS``; return its wall time and record its CPU time in ``last_cpu``."""
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", _CLI, *args], cwd=self.root, env=self.env,
+        done = subprocess.run([sys.executable, "-c", self.cli, *args], cwd=self.root, env=self.env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         elapsed = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -113,7 +115,7 @@ def _package(module: str) -> str:
 def import_breakdown(runner: Runner, args: list[str]) -> list[tuple[str, float, float]]:
     """``(top-level package, self ms, cumulative ms)`` of one ``tnsrag ARGS`` process run under
     ``-X importtime``, largest cumulative first."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", _CLI, *args], cwd=runner.root,
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", runner.cli, *args], cwd=runner.root,
                           env=runner.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
     # (depth, top-level package, self ms, cumulative ms); importtime prints a module after
     # the modules it imported, so a module's importer is the next line of smaller depth.
