@@ -177,10 +177,10 @@ def ensure_running(data_dir: Path | None = None, *, idle_timeout: float = DEFAUL
     keeps its ``shared_buffers`` until it restarts. Raises
     :class:`~tnsrag_db._errors.ValidationError` for a malformed ``memory``.
     """
-    from tnsrag_db._store.embedded import memory as sizing
-
     target = _resolved(data_dir)
     if memory is not None:
+        from tnsrag_db._store.embedded import memory as sizing  # only to size: not on every command's path
+
         sizing.plan(target, memory)  # a malformed budget fails before anything starts
     files = keeper_files(target)
     deadline = time.monotonic() + timeout
