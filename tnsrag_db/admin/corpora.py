@@ -56,8 +56,9 @@ def require_corpus_plan(corpus: str) -> Plan[None]:
 def corpus_has_edges_plan(corpus: str) -> Plan[bool]:
     """Whether ``corpus`` has any edge (one index probe; the statement of
     :meth:`GraphStore.has_edges <tnsrag_db._indexes.graph.GraphStore.has_edges>`)."""
-    rows = yield Statement("SELECT EXISTS (SELECT 1 FROM edges WHERE corpus = :c) AS has_edges", {"c": corpus},
-                           ("has_edges",))
+    from tnsrag_db._indexes.graph.sql import HAS_EDGES_SQL
+
+    rows = yield Statement(HAS_EDGES_SQL, {"c": corpus}, ("has_edges",))
     return bool(rows[0].has_edges)
 
 
