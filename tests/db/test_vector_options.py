@@ -123,3 +123,28 @@ def test_a_build_postgresql_refuses_is_raised_in_the_caller_or_deferred_after_a_
         auto.add_all([MemoryEntry("b", "b")], embeddings=[np.ones(dim)])
     assert [type(w.message) for w in seen] == [IndexBuildDeferred] and "the build failed" in str(seen[0].message)
     assert auto.count() == 2 and auto.search("b", 2) != []
+
+
+def test_an_hnsw_build_sets_the_memory_its_rule_chooses_and_resets_it(store: Store) -> None:
+    from tnsrag_db._indexes.vector.hnsw import build_memory_mb, graph_memory_mb
+
+    vectors = _filled(store)
+    sent: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        sent.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        assert vectors.build_index() is not None
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", record)
+    with store.engine.connect() as conn:
+        mb = {r.name: int(r.mb) for r in conn.execute(sa.text(
+            "SELECT name, setting::bigint * (CASE unit WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192 ELSE 1 END) "
+            "/ 1048576 AS mb FROM pg_settings WHERE name IN ('maintenance_work_mem', 'shared_buffers')"))}
+    expected = build_memory_mb(graph_memory_mb(40, 4, HNSW_M), mb["maintenance_work_mem"], mb["shared_buffers"])
+    sets = [s for s in sent if s.startswith("SET maintenance_work_mem")]
+    assert sets == [f"SET maintenance_work_mem = '{expected}MB'"]
+    assert sent.index(sets[0]) < next(i for i, s in enumerate(sent) if s.startswith("CREATE INDEX CONCURRENTLY"))
+    assert any(s == "RESET maintenance_work_mem" for s in sent)

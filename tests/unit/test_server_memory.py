@@ -127,3 +127,17 @@ def test_the_settings_file_is_included_first_so_the_users_own_settings_win(tmp_p
     assert json.loads((tmp_path / memory.CHOICE_FILE).read_text()) == {"memory": "auto"}
     assert plan(tmp_path, environ={}, hardware=(24 * GiB, 4)).origin == "auto"
     assert "shared_buffers = '6GB'" in (tmp_path / memory.CONF_FILE).read_text()
+
+
+def test_an_hnsw_build_borrows_up_to_half_of_a_large_page_cache_for_its_graph() -> None:
+    from tnsrag_db._indexes.vector.hnsw import build_memory_mb
+
+    # A graph that fits the session's setting builds with that setting (an operator's larger one stays).
+    assert build_memory_mb(50, current_mb=64, shared_buffers_mb=128) == 64
+    assert build_memory_mb(2600, current_mb=4096, shared_buffers_mb=128) == 4096
+    # Stock server (128 MB cache): raised to the graph's need, at most 2 GB.
+    assert build_memory_mb(900, current_mb=64, shared_buffers_mb=128) == 900
+    assert build_memory_mb(2523, current_mb=64, shared_buffers_mb=128) == 2048
+    # A sized server (6 GB cache, the embedded server on a 24 GiB machine) holds a 1M x 384-d graph.
+    assert build_memory_mb(2523, current_mb=753, shared_buffers_mb=6026) == 2523
+    assert build_memory_mb(9000, current_mb=753, shared_buffers_mb=6026) == 3013

@@ -524,7 +524,8 @@ class VectorMemoryStore:
         safe when several processes race: builds on one ``embeddings`` table take turns
         (a session-level advisory lock, waited for by polling) and a later one finds the
         index built. The build is ``CREATE INDEX CONCURRENTLY`` with
-        ``maintenance_work_mem`` raised to hold the graph (up to 2 GB) so it stays in
+        ``maintenance_work_mem`` raised to hold the graph (up to 2 GB, or half of a larger
+        ``shared_buffers``) so it stays in
         memory, and PostgreSQL's parallel maintenance workers. It does not block writes:
         every corpus and space of the shared ``embeddings`` table keeps taking vectors
         while it runs, and vectors written meanwhile
