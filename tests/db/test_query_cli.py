@@ -67,6 +67,26 @@ def test_a_filter_matching_nothing_gets_a_note(db_url: URL, corpus: Store) -> No
     assert res.exit_code == 0 and res.stderr == ""
 
 
+def test_a_corpus_embedded_by_a_provider_not_installed_here_names_it_and_keyword_still_answers(
+        db_url: URL, make_store: Callable[..., Store]) -> None:
+    from tnsrag_db._errors import ProviderConfigurationError
+
+    store = make_store()
+    # A provider known only to the process that wrote the corpus (a plain function, named).
+    VectorMemoryStore(store, lambda text: [1.0, float(len(text) % 5), 0.5], name="lab-model-3").add_all(
+        [MemoryEntry("a", "turbine blade inspection"), MemoryEntry("b", "catering menu")])
+    for name in ("vector", "hybrid"):
+        with pytest.raises(ProviderConfigurationError,
+                           match=r"provider lab-model-3, which is not installed here; install .*keyword strategy"):
+            build_strategy(name, store)
+    res = _query(db_url, store.corpus, "turbine")  # the default strategy needs the corpus's provider
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "lab-model-3, which is not installed here" in res.stderr and "keyword strategy" in res.stderr
+    res = _query(db_url, store.corpus, "turbine", "--strategy", "keyword", "--json")
+    assert res.exit_code == 0, res.output
+    assert [r["id"] for r in json.loads(res.stdout)["results"]] == ["a"]
+
+
 @pytest.mark.parametrize("text", ["", "   ", "\t\n"])
 def test_a_blank_query_is_an_error_in_the_cli(db_url: URL, corpus: Store, text: str) -> None:
     res = _query(db_url, corpus.corpus, text)

@@ -369,7 +369,8 @@ def query_embedding(store: ReadStore, name: str | None = None, *,
     except ProviderConfigurationError as exc:
         raise ProviderConfigurationError(
             f"corpus {store.corpus!r} was embedded with provider {space.provider}, which is not installed here; "
-            f"install {embedding_install_hint(space.provider)}") from exc
+            f"install {embedding_install_hint(space.provider)}, or search it with the keyword strategy, "
+            f"which needs no embedding") from exc
     wrapped = bind_embedding(store, provider, spaces=spaces)
     if wrapped.dimension != space.dimension:  # pragma: no cover - bind_embedding rejects it first
         raise EmbeddingValidationError(
