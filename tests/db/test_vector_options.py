@@ -75,6 +75,16 @@ def test_space_recheck_seconds_sets_how_long_an_unindexed_space_is_trusted(store
         assert all(s.columns == ("space_id", "index_name") for ss in statements for s in ss)
 
 
+def test_a_space_cached_by_a_write_is_read_at_the_first_query_on_a_freshly_booted_machine(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The monotonic clock counts from boot: a minute after boot, a space the write cached and no
+    # query has read yet is still read once (it was trusted as if read at boot).
+    monkeypatch.setattr("tnsrag_db._indexes.vector.spaces.time.monotonic", lambda: 60.0)
+    vectors = _filled(store, space_recheck_seconds=3600)
+    statements = [_recorded(vectors.spaces.query_plan(4), store)[1] for _ in range(3)]
+    assert [len(s) for s in statements] == [1, 0, 0]
+
+
 def test_filtered_ef_search_and_max_scan_tuples_reach_the_statement(store: Store) -> None:
     vectors = _filled(store, filtered_ef_search=321, max_scan_tuples=4321)
     vectors.build_index()

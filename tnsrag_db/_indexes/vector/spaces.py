@@ -158,8 +158,9 @@ class ProviderSpaces:
         answers (an indexed space, or an unindexed one read less than ``recheck_seconds`` ago)."""
         cached = self._spaces.get(dimension)
         now = time.monotonic()
+        checked = self._checked.get(dimension)  # None: cached by a write, never read by a query
         if cached is not None and (cached.index_name is not None
-                                   or now - self._checked.get(dimension, 0.0) < self._recheck):
+                                   or (checked is not None and now - checked < self._recheck)):
             return cached
         rows: Rows = yield space_statement(self._store, self._provider, dimension)
         space = self.remember(dimension, space_from_rows(rows, dimension))
