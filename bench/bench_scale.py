@@ -25,7 +25,8 @@ Then it checks the 1M targets against the 100k figures of the same run (BM25 med
 ≤ 3x, vector median ≤ 1.5x with recall@10 ≥ 0.95, filtered rows always min(k, matches)
 at recall ≥ 0.99) and writes the plot (matplotlib, the ``bench`` extra). A target missed
 is printed with the plan (``EXPLAIN (ANALYZE, BUFFERS)``) of the operation's real statement. Without ``--url`` (or
-``TNSRAG_DATABASE_URL``) an embedded server in a temporary directory is used.
+``TNSRAG_DATABASE_URL``) an embedded server in a temporary directory is used, its memory
+sized for the machine as the default server's is.
 """
 
 from __future__ import annotations
