@@ -348,6 +348,37 @@ def test_the_server_starts_with_memory_settings_sized_from_its_budget(own_home: 
     assert run.returncode == 0 and run.stdout.split() == ["192MB"], run.stderr
 
 
+def test_the_page_cache_comes_back_after_a_restart(own_home: Path) -> None:
+    import psycopg
+
+    home = own_home
+    url = json.loads(_tnsrag(home, "server", "start", "--memory", "256MB", "--json").stdout)["url"]
+    assert _show(url, "shared_preload_libraries") == "pg_prewarm"
+
+    def cached_pages() -> int:  # the pages of table "kept" in shared_buffers
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_buffercache")
+            row = conn.execute("SELECT count(*) FROM pg_buffercache b JOIN pg_class c "
+                               "ON b.relfilenode = pg_relation_filenode(c.oid) WHERE c.relname = 'kept'").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept AS SELECT g AS id, repeat('x', 200) AS body FROM generate_series(1, 20000) g")
+        conn.execute("SELECT count(*) FROM kept").fetchone()
+    loaded = cached_pages()
+    assert loaded > 500  # about 4 MB of pages, all read once
+
+    _tnsrag(home, "server", "stop")
+    assert (_data_dir(home) / "autoprewarm.blocks").exists()  # what the cache held, written at shutdown
+    _tnsrag(home, "server", "start", "--json", memory=None)
+    # Nothing reads the table after the start: its pages come back through the autoprewarm worker.
+    deadline = time.monotonic() + 60
+    while (again := cached_pages()) < loaded and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert again == loaded
+
+
 def test_a_malformed_memory_budget_is_an_error_naming_it(own_home: Path) -> None:
     run = _tnsrag(own_home, "server", "start", "--memory", "lots", check=False)
     assert run.returncode == 1 and "--memory: expected a size such as 4GB" in run.stderr

@@ -10,7 +10,15 @@ import pytest
 
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._store.embedded import memory
-from tnsrag_db._store.embedded.memory import GiB, MiB, parse_size, plan, server_settings, write_config
+from tnsrag_db._store.embedded.memory import (
+    GiB,
+    MiB,
+    parse_size,
+    plan,
+    prewarm_available,
+    server_settings,
+    write_config,
+)
 
 
 def _bytes(value: str) -> int:
@@ -55,6 +63,16 @@ def test_working_memory_and_wal_follow_the_budget_within_bounds() -> None:
 @pytest.mark.parametrize(("cpus", "workers"), [(1, "1"), (2, "1"), (4, "2"), (8, "4"), (64, "4")])
 def test_parallel_maintenance_workers_follow_the_cpus(cpus: int, workers: str) -> None:
     assert server_settings(16 * GiB, cpus)["max_parallel_maintenance_workers"] == workers
+
+
+def test_the_page_cache_is_kept_across_restarts_when_the_installation_has_pg_prewarm(tmp_path: Path) -> None:
+    assert server_settings(16 * GiB, 2)["shared_preload_libraries"] == "pg_prewarm"
+    assert "shared_preload_libraries" not in server_settings(16 * GiB, 2, prewarm=False)
+    # A library that is missing would stop the server from starting: only what is installed is named.
+    without = plan(tmp_path, environ={}, hardware=(16 * GiB, 2), prewarm=False)
+    assert "shared_preload_libraries" not in without.settings
+    assert prewarm_available()  # the wheel of the test environment ships the module
+    assert plan(tmp_path, environ={}, hardware=(16 * GiB, 2)).settings["shared_preload_libraries"] == "pg_prewarm"
 
 
 def test_an_explicit_budget_out_of_range_is_an_error() -> None:

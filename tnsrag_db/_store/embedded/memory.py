@@ -37,9 +37,9 @@ from typing import Any
 
 from tnsrag_db._errors import ValidationError
 
-__all__ = ["AUTO_CAP", "AUTO_SHARE", "CHOICE_FILE", "CONF_FILE", "ENV_VAR", "MIN_BUDGET", "MemoryPlan", "apply",
-           "configured", "effective", "format_size", "human", "machine", "parse_size", "plan", "remembered",
-           "server_settings", "write_config"]
+__all__ = ["AUTO_CAP", "AUTO_SHARE", "CHOICE_FILE", "CONF_FILE", "ENV_VAR", "MIN_BUDGET", "PREWARM_LIBRARY",
+           "MemoryPlan", "apply", "configured", "effective", "format_size", "human", "machine", "parse_size", "plan",
+           "prewarm_available", "remembered", "server_settings", "write_config"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 #: Share of the machine's RAM the automatic budget takes.
@@ -54,6 +54,8 @@ ENV_VAR = "TNSRAG_SERVER_MEMORY"
 CONF_FILE = "tnsrag.conf"
 #: The remembered budget choice in the data directory (JSON ``{"memory": "auto" | bytes}``).
 CHOICE_FILE = "tnsrag.json"
+#: The module that keeps ``shared_buffers``' pages across restarts (its autoprewarm worker).
+PREWARM_LIBRARY = "pg_prewarm"
 _INCLUDE = f"include_if_exists = '{CONF_FILE}'"
 _INITDB_LINE = re.compile(r"^(shared_buffers|max_wal_size)\s*=\s*(128MB|1GB)\b", re.MULTILINE)
 
@@ -105,7 +107,7 @@ def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def server_settings(ram: int, cpus: int, budget: int | None = None) -> dict[str, str]:
+def server_settings(ram: int, cpus: int, budget: int | None = None, *, prewarm: bool = True) -> dict[str, str]:
     """PostgreSQL settings for a machine with ``ram`` bytes and ``cpus`` CPUs and a memory
     budget of ``budget`` bytes (None: :data:`AUTO_SHARE` of ``ram``, at most
     :data:`AUTO_CAP`, at least :data:`MIN_BUDGET`), as ``name -> value`` in
@@ -126,6 +128,12 @@ def server_settings(ram: int, cpus: int, budget: int | None = None) -> dict[str,
     * ``max_wal_size`` = the budget, 1-4 GB, and ``checkpoint_timeout`` 15 min: a bulk
       load checkpoints (and writes each page's full image again after it) less often;
       ``wal_compression`` on compresses those full-page images.
+    * ``shared_preload_libraries`` = ``pg_prewarm`` (with ``prewarm``: the installation has
+      the library): its autoprewarm worker records which pages ``shared_buffers`` holds
+      (every 5 minutes and at shutdown, in ``autoprewarm.blocks`` in the data directory)
+      and reads them back in the background after the next start, so the first queries
+      after the server stopped idle find the cache as it was instead of reading each page
+      again.
     """
     if budget is None:
         budget = _clamp(int(ram * AUTO_SHARE), MIN_BUDGET, AUTO_CAP)
@@ -144,7 +152,15 @@ def server_settings(ram: int, cpus: int, budget: int | None = None) -> dict[str,
         "max_wal_size": format_size(_clamp(mb, GiB, 4 * GiB)),
         "checkpoint_timeout": "15min",
         "wal_compression": "on",
+        **({"shared_preload_libraries": PREWARM_LIBRARY} if prewarm else {}),
     }
+
+
+def prewarm_available() -> bool:
+    """Whether this installation's PostgreSQL has the :data:`PREWARM_LIBRARY` module."""
+    from tnsrag_db._store.embedded.installation import has_module
+
+    return has_module(PREWARM_LIBRARY)
 
 
 def _cgroup_memory_limit() -> int | None:
@@ -203,12 +219,13 @@ def remembered(data_dir: Path) -> int | None:
 
 
 def plan(data_dir: Path, memory: str | None = None, environ: Mapping[str, str] | None = None,
-         hardware: tuple[int, int] | None = None) -> MemoryPlan:
+         hardware: tuple[int, int] | None = None, prewarm: bool | None = None) -> MemoryPlan:
     """The settings for the server of ``data_dir``: from ``memory`` (a size or ``"auto"``),
     else ``environ[TNSRAG_SERVER_MEMORY]`` (default ``os.environ``), else the budget
     remembered in ``tnsrag.json``, else auto; ``hardware`` is ``(RAM bytes, CPUs)``
-    (default: :func:`machine`). Raises :class:`ValidationError` for a malformed size or a
-    budget out of range, naming where it came from."""
+    (default: :func:`machine`), ``prewarm`` whether to load :data:`PREWARM_LIBRARY`
+    (default: :func:`prewarm_available`). Raises :class:`ValidationError` for a malformed
+    size or a budget out of range, naming where it came from."""
     env = os.environ if environ is None else environ
     ram, cpus = hardware or machine()
     remember = None
@@ -223,7 +240,7 @@ def plan(data_dir: Path, memory: str | None = None, environ: Mapping[str, str] |
         budget, origin = None, "auto"
     if budget is not None and budget > ram:
         raise ValidationError(f"{origin}: {format_size(budget)} exceeds the machine's RAM of {format_size(ram)}")
-    settings = server_settings(ram, cpus, budget)
+    settings = server_settings(ram, cpus, budget, prewarm=prewarm_available() if prewarm is None else prewarm)
     if budget is None:
         origin = "auto"
     return MemoryPlan(parse_size(settings["shared_buffers"]) or 0, origin, ram, cpus, settings, remember)
