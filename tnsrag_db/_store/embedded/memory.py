@@ -1,4 +1,5 @@
-"""Memory and WAL settings of the embedded server, sized for the machine it runs on.
+"""Memory and WAL settings of the embedded server, sized for the machine it runs on, and the
+module that keeps its page cache across restarts.
 
 PostgreSQL's stock settings (``shared_buffers`` 128 MB, ``work_mem`` 4 MB,
 ``maintenance_work_mem`` 64 MB, ``max_wal_size`` 1 GB) are sized for a server sharing a
