@@ -77,6 +77,14 @@ CREATE TABLE bm25_df (corpus text, lexeme text, shard smallint, df bigint NOT NU
 -- A: today's layout, same name and columns, so the library's statements run on it.
 CREATE TABLE bm25_postings (corpus text NOT NULL, lexeme text NOT NULL, entry_id text NOT NULL,
                             tf int NOT NULL, doc_len int NOT NULL);
+-- The library's merged layout, empty here: its statements read it beside A.
+CREATE TABLE bm25_docs (corpus text NOT NULL, docno bigint NOT NULL, entry_id text NOT NULL,
+                        PRIMARY KEY (corpus, docno) INCLUDE (entry_id));
+CREATE TABLE bm25_blocks (corpus text NOT NULL, lexeme text NOT NULL, first_docno bigint NOT NULL,
+                          last_docno bigint NOT NULL, n int NOT NULL, docnos bigint[] NOT NULL, tfs int[] NOT NULL,
+                          dls int[] NOT NULL, PRIMARY KEY (corpus, lexeme, first_docno));
+CREATE TABLE bm25_tombstones (corpus text NOT NULL, docno bigint NOT NULL, lexemes text[] NOT NULL,
+                              PRIMARY KEY (corpus, docno));
 -- C: per-entry rows keyed by a document number.
 CREATE TABLE post_c (corpus text NOT NULL, lexeme text NOT NULL, docno int NOT NULL, tf int NOT NULL,
                      dl int NOT NULL);

@@ -76,6 +76,21 @@ def pytest_configure(config: pytest.Config) -> None:
     # started by the wheel with PostgreSQL's stock settings.)
     os.environ["TNSRAG_SERVER_MEMORY"] = "128MB"
     assert _real_data_dir() != REAL_DATA_DIR
+    _merge_often()
+
+
+def _merge_often() -> None:
+    """With ``TNSRAG_TEST_MERGE_AFTER=N`` in the environment, every store of the run merges its
+    BM25 postings into blocks after N written entries (default 8,192): the whole suite then
+    reads postings from blocks, not only from rows."""
+    value = os.environ.get("TNSRAG_TEST_MERGE_AFTER")
+    if not value:
+        return
+    from tnsrag_db._store import corpus, store
+
+    for function in (corpus.Writer.__init__, store.Store.__init__, store.connect):
+        assert function.__kwdefaults__ is not None and "merge_after_entries" in function.__kwdefaults__
+        function.__kwdefaults__["merge_after_entries"] = int(value)
 
 
 def reached_real_data_dir() -> str | None:

@@ -39,8 +39,11 @@ __all__ = ["PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES",
            "filters_use_indexes", "grant", "grants", "is_enabled", "pair_triggers_attached", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
-TENANT_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
-                 "edges")
+_BASE_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
+                "edges")
+#: The merged BM25 postings' tables (revision 0011).
+_BLOCK_TABLES = ("bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state")
+TENANT_TABLES = _BASE_TABLES + _BLOCK_TABLES
 
 #: The metadata filter pairs (migration 0007): keyed by corpus too, with a policy of its own
 #: (``tenant_filter_pairs``, the same grant lookup) and row-level security switched on and off
@@ -131,6 +134,10 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
 
     def alter() -> None:
         with conn.begin():
+            # The tables of the schema's revision (the BM25 blocks' came with 0011).
+            tables = [str(t) for t in conn.execute(sa.text(
+                "SELECT t FROM unnest(CAST(:t AS text[])) AS t WHERE to_regclass(format('%I.%I', CAST(:s AS text), t)) "
+                "IS NOT NULL"), {"s": schema, "t": list(TENANT_TABLES)}).scalars()]
             if on:
                 granted = (_GRANTED if conn.execute(sa.text(
                     "SELECT to_regprocedure(format('%I.tnsrag_tenant_corpora()', CAST(:s AS text))) IS NOT NULL"),
@@ -141,14 +148,14 @@ def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lo
                 present = set(conn.execute(sa.text(
                     "SELECT tablename FROM pg_policies WHERE schemaname = :s AND policyname = 'tenant_isolation'"),
                     {"s": schema}).scalars())
-                for table in TENANT_TABLES:
+                for table in tables:
                     if table not in present:
                         conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=granted)))
                 if pairs and not conn.execute(sa.text(
                         "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p"),
                         {"s": schema, "t": PAIRS_TABLE, "p": PAIRS_POLICY}).first():
                     conn.execute(sa.text(_PAIRS_POLICY_SQL.format(s=schema, granted=granted)))
-            for table in TENANT_TABLES + ((PAIRS_TABLE,) if pairs else ()):
+            for table in tables + ([PAIRS_TABLE] if pairs else []):
                 # Names: the validated schema and the constants above.
                 conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))
             if pairs and on:
@@ -195,14 +202,15 @@ def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_T
 
 
 def status(engine: Engine, *, schema: str) -> dict[str, bool]:
-    """Whether row-level security is on, for each table of :data:`TENANT_TABLES`."""
+    """Whether row-level security is on, for each table of :data:`TENANT_TABLES` the schema
+    has (a schema not yet upgraded lacks the tables of later revisions)."""
     validate_schema_name(schema)
     with _connection(engine, f"row-level security status of schema {schema!r}") as conn:
         rows = conn.execute(sa.text(
             "SELECT c.relname, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = :s AND c.relname = ANY(:t)"), {"s": schema, "t": list(TENANT_TABLES)}).all()
     found = {str(r.relname): bool(r.relrowsecurity) for r in rows}
-    return {table: found.get(table, False) for table in TENANT_TABLES}
+    return {table: found[table] for table in TENANT_TABLES if table in found}
 
 
 def is_enabled(engine: Engine, *, schema: str) -> bool:
@@ -284,7 +292,7 @@ SPACE_INSERT_COLUMNS = ("corpus", "provider", "dimension")
 _PRIVILEGE_STATEMENTS = (
     "GRANT USAGE ON SCHEMA %1$I TO %2$I",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON "
-    + ", ".join(f"%1$I.{t}" for t in TENANT_TABLES if t != "embedding_spaces") + " TO %2$I",
+    + ", ".join(f"%1$I.{t}" for t in _BASE_TABLES if t != "embedding_spaces") + " TO %2$I",
     "REVOKE INSERT, UPDATE ON %1$I.embedding_spaces FROM %2$I",
     "GRANT SELECT, DELETE ON %1$I.embedding_spaces TO %2$I",
     f"GRANT INSERT ({', '.join(SPACE_INSERT_COLUMNS)}) ON %1$I.embedding_spaces TO %2$I",
@@ -293,6 +301,9 @@ _PRIVILEGE_STATEMENTS = (
     "GRANT SELECT ON %1$I.tenant_grants, %1$I.alembic_version TO %2$I",
     "REVOKE ALL ON ALL SEQUENCES IN SCHEMA %1$I FROM %2$I",
 )
+#: The BM25 blocks' tables (revision 0011), granted like the tables above where the schema has them.
+_BLOCK_PRIVILEGES = ("GRANT SELECT, INSERT, UPDATE, DELETE ON "
+                     + ", ".join(f"%1$I.{t}" for t in _BLOCK_TABLES) + " TO %2$I",)
 #: Read only: the triggers on ``entries`` (SECURITY DEFINER) write the pairs.
 _PAIRS_PRIVILEGES = (
     "REVOKE ALL ON %1$I." + PAIRS_TABLE + " FROM %2$I",
@@ -315,7 +326,10 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
     Store(engine, corpus=corpus, schema=schema)  # the corpus-name rules, checked without I/O
     with _connection(engine, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():
         _check_role(conn, schema, role)
-        for template in _PRIVILEGE_STATEMENTS + (_PAIRS_PRIVILEGES if _has_pairs(conn, schema, maintained=False) else ()):
+        blocks = conn.execute(sa.text("SELECT to_regclass(format('%I.bm25_blocks', CAST(:s AS text))) IS NOT NULL"),
+                              {"s": schema}).scalar_one()
+        for template in (_PRIVILEGE_STATEMENTS + (_BLOCK_PRIVILEGES if blocks else ())
+                         + (_PAIRS_PRIVILEGES if _has_pairs(conn, schema, maintained=False) else ())):
             # format() quotes the identifiers server-side (%I); nothing is concatenated.
             ddl = conn.execute(sa.text("SELECT format(CAST(:t AS text), CAST(:s AS text), CAST(:r AS text))"), {"t": template, "s": schema, "r": role}).scalar_one()
             conn.execute(sa.text(str(ddl)))

@@ -54,15 +54,21 @@ def inconsistencies(store: Store) -> dict[str, int]:
     """Differences between the stored BM25 bookkeeping and a recomputation from the entries."""
     c = {"c": store.corpus}
     one = lambda q: int(store.read(q, c)[0].n)  # noqa: E731
+    # Live postings: the per-entry rows, and the merged blocks' postings whose number is not
+    # tombstoned, each with its entry.
+    live = ("SELECT p.lexeme, p.entry_id FROM bm25_postings p WHERE p.corpus = :c UNION ALL "
+            "SELECT b.lexeme, d.entry_id FROM bm25_blocks b CROSS JOIN unnest(b.docnos) u(docno) "
+            "LEFT JOIN bm25_docs d ON d.corpus = :c AND d.docno = u.docno WHERE b.corpus = :c "
+            "AND u.docno NOT IN (SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :c)")
     return {
-        "orphan postings": one("SELECT count(*) AS n FROM bm25_postings p WHERE p.corpus = :c AND NOT EXISTS "
-                               "(SELECT 1 FROM entries e WHERE e.corpus = p.corpus AND e.id = p.entry_id)"),
+        "orphan postings": one(f"SELECT count(*) AS n FROM ({live}) p WHERE p.entry_id IS NULL OR NOT EXISTS "
+                               "(SELECT 1 FROM entries e WHERE e.corpus = :c AND e.id = p.entry_id)"),
         "missing postings": one("SELECT count(*) AS n FROM entries e CROSS JOIN unnest(e.lexemes) l(lexeme) "
-                                "WHERE e.corpus = :c AND NOT EXISTS (SELECT 1 FROM bm25_postings p WHERE "
-                                "p.corpus = e.corpus AND p.lexeme = l.lexeme AND p.entry_id = e.id)"),
+                                f"WHERE e.corpus = :c AND NOT EXISTS (SELECT 1 FROM ({live}) p WHERE "
+                                "p.lexeme = l.lexeme AND p.entry_id = e.id)"),
         "wrong df": one("SELECT count(*) AS n FROM (SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = :c "
-                        "GROUP BY lexeme) d FULL JOIN (SELECT lexeme, count(*) AS df FROM bm25_postings "
-                        "WHERE corpus = :c GROUP BY lexeme) p USING (lexeme) WHERE coalesce(d.df, 0) <> coalesce(p.df, 0)"),
+                        f"GROUP BY lexeme) d FULL JOIN (SELECT lexeme, count(*) AS df FROM ({live}) x "
+                        "GROUP BY lexeme) p USING (lexeme) WHERE coalesce(d.df, 0) <> coalesce(p.df, 0)"),
         "wrong n_docs": one("SELECT abs((SELECT coalesce(sum(n_docs), 0) FROM bm25_stats WHERE corpus = :c) "
                             "- (SELECT count(*) FROM entries WHERE corpus = :c)) AS n"),
         "wrong total_len": one("SELECT abs((SELECT coalesce(sum(total_len), 0) FROM bm25_stats WHERE corpus = :c) "

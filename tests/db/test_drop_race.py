@@ -75,31 +75,11 @@ def test_drop_corpus_beside_an_updating_writer_leaves_no_orphan_postings(store: 
 
 
 def _inconsistencies(store: Store) -> list[str]:
-    """Differences between the stored BM25 bookkeeping and a recomputation from the entries."""
-    c = {"c": store.corpus}
-    problems = []
-    orphans = store.read("SELECT count(*) AS n FROM bm25_postings p WHERE p.corpus = :c AND NOT EXISTS "
-                         "(SELECT 1 FROM entries e WHERE e.corpus = p.corpus AND e.id = p.entry_id)", c)[0].n
-    if orphans:
-        problems.append(f"{orphans} orphan postings")
-    missing = store.read("SELECT count(*) AS n FROM entries e CROSS JOIN unnest(e.lexemes) l(lexeme) "
-                         "WHERE e.corpus = :c AND NOT EXISTS (SELECT 1 FROM bm25_postings p WHERE p.corpus = e.corpus "
-                         "AND p.lexeme = l.lexeme AND p.entry_id = e.id)", c)[0].n
-    if missing:
-        problems.append(f"{missing} missing postings")
-    bad_df = store.read("SELECT count(*) AS n FROM (SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = :c "
-                        "GROUP BY lexeme) d FULL JOIN (SELECT lexeme, count(*) AS df FROM bm25_postings "
-                        "WHERE corpus = :c GROUP BY lexeme) p USING (lexeme) "
-                        "WHERE coalesce(d.df, 0) <> coalesce(p.df, 0)", c)[0].n
-    if bad_df:
-        problems.append(f"{bad_df} wrong document frequencies")
-    stats = store.read("SELECT (SELECT coalesce(sum(n_docs), 0) FROM bm25_stats WHERE corpus = :c) AS n, "
-                       "(SELECT count(*) FROM entries WHERE corpus = :c) AS e, "
-                       "(SELECT coalesce(sum(total_len), 0) FROM bm25_stats WHERE corpus = :c) AS tl, "
-                       "(SELECT coalesce(sum(doc_len), 0) FROM entries WHERE corpus = :c) AS dl", c)[0]
-    if (stats.n, stats.tl) != (stats.e, stats.dl):
-        problems.append(f"statistics {stats.n} docs / {stats.tl} terms, entries {stats.e} / {stats.dl}")
-    return problems
+    """Differences between the stored BM25 bookkeeping and a recomputation from the entries
+    (the attack suite's own check, which reads both layouts of the postings)."""
+    from bench.attack._support import inconsistencies
+
+    return [f"{n} {what}" for what, n in inconsistencies(store).items() if n]
 
 
 def test_repeated_drops_beside_two_writers_fail_nothing_and_orphan_nothing(store: Store) -> None:

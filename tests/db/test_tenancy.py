@@ -40,7 +40,11 @@ from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.store import Store
 
 PASSWORD = "tnsrag-test-tenant"
-TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df", "edges")
+#: Tables every populated corpus has rows in.
+COUNTED_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
+                  "edges")
+#: Every table keyed by corpus: also the merged BM25 postings' (rows once a merge ran).
+TABLES = (*COUNTED_TABLES, "bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state")
 
 
 def _conninfo(url: URL) -> str:
@@ -113,7 +117,7 @@ def _owner_counts(t: Tenants, corpus: str) -> dict[str, int]:
     with psycopg.connect(_conninfo(t.owner)) as conn:
         return {table: conn.execute(sql.SQL("SELECT count(*) FROM {}.{} WHERE corpus = %s").format(
             sql.Identifier(SCHEMA), sql.Identifier(table)), (corpus,)).fetchone()[0]  # type: ignore[index]
-            for table in TABLES}
+            for table in COUNTED_TABLES}
 
 
 def test_the_library_works_for_a_tenant_on_its_own_corpus(tenants: Tenants) -> None:
@@ -363,3 +367,23 @@ def test_partitioned_tables_keep_the_policies(make_database: Callable[[], URL]) 
             assert store.count() == 12 and KeywordRAGStrategy(BM25Index(store)).retrieve("damaged refund")
     finally:
         _drop(t)
+
+
+def test_a_tenant_merges_its_postings_into_blocks_and_sees_no_others(tenants: Tenants) -> None:
+    with connect(tenants.owner, corpus=tenants.corpus_b) as owner_store:
+        owner_store.merge_postings()  # the other tenant's postings in blocks too
+    with connect(tenants.a, corpus=tenants.corpus_a, merge_after_entries=3) as store:
+        store.add_all([MemoryEntry(f"m{i}", f"merged blocks note {i}") for i in range(5)])  # merges after it
+        store.merge_postings()
+        assert store.delete("m1") is True  # a tombstone, under the tenant's policies
+        hits = [i for i, _ in BM25Index(store).search("merged blocks note", 10)]
+        assert sorted(hits) == ["m0", "m2", "m3", "m4"]
+    with psycopg.connect(_conninfo(tenants.a)) as conn:
+        for table in ("bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state"):
+            seen = conn.execute(sql.SQL("SELECT count(*), count(*) FILTER (WHERE corpus = %s) FROM {}.{}").format(
+                sql.Identifier(SCHEMA), sql.Identifier(table)), (tenants.corpus_a,)).fetchone()
+            assert seen is not None and seen[0] == seen[1] > 0, table
+    with psycopg.connect(_conninfo(tenants.owner)) as conn:
+        other = conn.execute(sql.SQL("SELECT count(*) FROM {}.bm25_docs WHERE corpus = %s").format(
+            sql.Identifier(SCHEMA)), (tenants.corpus_b,)).fetchone()
+        assert other is not None and other[0] > 0

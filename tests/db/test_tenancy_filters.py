@@ -166,11 +166,13 @@ def test_a_tenant_can_neither_read_nor_write_another_tenants_pairs(tenants: Tena
         assert BM25Index(store).search("refund", 5, filters={"team": "globex"}) == []
 
 
-def _triggers(engine: sa.engine.Engine) -> set[str]:
+def _triggers(engine: sa.engine.Engine, prefix: str = "tnsrag_filter_pairs") -> set[str]:
+    """The triggers on ``entries`` whose names start with ``prefix`` (default: the filter
+    pairs'; the BM25 retirement triggers of revision 0011 are there with or without tenancy)."""
     with engine.connect() as conn:
         return set(conn.execute(sa.text(
-            "SELECT tg.tgname FROM pg_trigger tg WHERE tg.tgrelid = CAST(:t AS regclass) AND NOT tg.tgisinternal"),
-            {"t": f"{SCHEMA}.entries"}).scalars())
+            "SELECT tg.tgname FROM pg_trigger tg WHERE tg.tgrelid = CAST(:t AS regclass) AND NOT tg.tgisinternal "
+            "AND starts_with(tg.tgname, :prefix)"), {"t": f"{SCHEMA}.entries", "prefix": prefix}).scalars())
 
 
 def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL) -> None:
@@ -323,6 +325,8 @@ def test_partitioning_keeps_the_pair_triggers(make_database: Callable[[], URL]) 
                 with psycopg.connect(_conninfo(t.owner), autocommit=True) as raw:
                     raw.execute(script)  # type: ignore[arg-type]  # as an operator runs it
                 assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
+                assert _triggers(engine, "tnsrag_bm25_retire") == {"tnsrag_bm25_retire_deleted",
+                                                                   "tnsrag_bm25_retire_rewritten"}
                 assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
             finally:
                 engine.dispose()

@@ -251,6 +251,43 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
         sys.exit(min(len(failed), 100))
 
 
+@db.command("merge-postings")
+@db_options
+@click.option("--corpus", "corpora", multiple=True, help="Merge this corpus only (repeatable; default: every corpus).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def merge_postings(url: str | None, schema: str, corpora: tuple[str, ...], as_json: bool) -> None:
+    """Merge the BM25 postings of every corpus (or --corpus) from per-entry rows into blocks.
+
+    Stores merge as they write (every 8,192 entries); this catches up at once, for
+    example after an upgrade to a release with blocks, whose earlier postings are all
+    rows until merged. It runs beside readers and writers, in transactions of up to
+    20,000 entries, and never changes a result. Progress goes to standard error.
+
+    Example: tnsrag db merge-postings --url "$DATABASE_URL" --json
+    """
+    from tnsrag_db._store.merge import MergeReport
+
+    rows = []
+    with _engine(url, schema) as engine:
+        store = Store(engine, schema=schema)
+        names = list(corpora) or [r.corpus for r in store.read(
+            "/* tnsrag:all-corpora */ SELECT corpus FROM corpora ORDER BY corpus", {})]
+        for name in names:
+            done = [0]
+
+            def progress(report: MergeReport, name: str = name, done: list[int] = done) -> None:
+                done[0] += report.entries
+                click.echo(f"{name}: {done[0]} entries merged", err=True)
+
+            total = store.with_corpus(name).merge_postings(progress=progress)
+            rows.append({"corpus": name, "entries": total.entries, "postings": total.postings,
+                         "tombstones_purged": total.tombstones})
+    lines = [f"{r['corpus']}: merged {r['entries']} entries ({r['postings']} postings), "
+             f"purged {r['tombstones_purged']} tombstones" for r in rows]
+    emit({"schema": schema, "corpora": rows}, as_json, "\n".join(lines) or f"schema {schema}: no corpus")
+
+
 def _space_vectors(store: Store, space_id: int) -> int:
     """The number of vectors embedding space ``space_id`` of the store's corpus holds."""
     rows = store.read("SELECT count(*) AS n FROM embeddings WHERE corpus = :c AND space_id = :s",

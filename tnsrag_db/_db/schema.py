@@ -39,9 +39,13 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 __all__ = [
     "DEFAULT_SCHEMA",
     "TIERS",
+    "bm25_blocks",
     "bm25_df",
+    "bm25_docs",
+    "bm25_merge_state",
     "bm25_postings",
     "bm25_stats",
+    "bm25_tombstones",
     "corpora",
     "edges",
     "embedding_spaces",
@@ -160,6 +164,64 @@ bm25_postings = Table(
     Column("doc_len", Integer, nullable=False),
     # INCLUDE lets both df counting and scoring run as index-only scans.
     PrimaryKeyConstraint("corpus", "lexeme", "entry_id", postgresql_include=["tf", "doc_len"]),
+)
+
+bm25_docs = Table(
+    "bm25_docs",
+    metadata,
+    # The document number of each entry whose postings were merged into bm25_blocks (an
+    # entry's postings are all in bm25_postings, the delta, or all in blocks under this
+    # number). Both directions are probes: results and filters map numbers to entries,
+    # writers entries to numbers. No foreign key to entries: a deleted entry's row must
+    # still be found after the delete, to retire its number.
+    Column("corpus", Text, nullable=False),
+    Column("docno", BigInteger, nullable=False),
+    Column("entry_id", Text, nullable=False),
+    PrimaryKeyConstraint("corpus", "docno", postgresql_include=["entry_id"]),
+    UniqueConstraint("corpus", "entry_id", postgresql_include=["docno"]),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+)
+
+bm25_blocks = Table(
+    "bm25_blocks",
+    metadata,
+    # A term's merged postings, up to 128 per row in document-number order: parallel
+    # arrays of numbers, term frequencies and document lengths. first_docno is a lower
+    # bound of the row's numbers, last_docno their maximum; ranges never overlap.
+    Column("corpus", Text, nullable=False),
+    Column("lexeme", Text, nullable=False),
+    Column("first_docno", BigInteger, nullable=False),
+    Column("last_docno", BigInteger, nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("docnos", ARRAY(BigInteger), nullable=False),
+    Column("tfs", ARRAY(Integer), nullable=False),
+    Column("dls", ARRAY(Integer), nullable=False),
+    PrimaryKeyConstraint("corpus", "lexeme", "first_docno", postgresql_include=["last_docno", "n"]),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+    # A full block (about 2 kB) stays in its row, uncompressed: no TOAST read per block.
+    postgresql_with={"toast_tuple_target": 8160},
+)
+
+bm25_tombstones = Table(
+    "bm25_tombstones",
+    metadata,
+    # Numbers of merged entries deleted or rewritten since: queries skip them, the next
+    # merge takes them out of the blocks of their terms.
+    Column("corpus", Text, nullable=False),
+    Column("docno", BigInteger, nullable=False),
+    Column("lexemes", ARRAY(Text), nullable=False),
+    PrimaryKeyConstraint("corpus", "docno"),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+)
+
+bm25_merge_state = Table(
+    "bm25_merge_state",
+    metadata,
+    # The next document number of the corpus (merges of one corpus run one at a time).
+    Column("corpus", Text, nullable=False),
+    Column("next_docno", BigInteger, nullable=False),
+    PrimaryKeyConstraint("corpus"),
+    ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
 )
 
 bm25_stats = Table(

@@ -10,6 +10,7 @@ writes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -18,29 +19,47 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db._validate import is_int
 from tnsrag_db._db.session import Session
-from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._store import sql
+from tnsrag_db._store.merge import MergeReport, merge_postings
 from tnsrag_db._store.staging import prepare_stage_tables
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, run_write, write_entries
 from tnsrag_db._types import MemoryEntry, is_unicode_text, name_form
 
-__all__ = ["DEFAULT_ANALYZE_AFTER_ROWS", "Corpus", "Writer", "check_analyze_after_rows"]
+__all__ = ["DEFAULT_ANALYZE_AFTER_ROWS", "DEFAULT_MERGE_AFTER_ENTRIES", "Corpus", "Writer", "check_analyze_after_rows",
+           "check_merge_after_entries"]
 
 _T = TypeVar("_T")
 
 #: Bulk writes of at least this many entries refresh the planner statistics (see
 #: :meth:`Writer.refresh_statistics`; ``connect(analyze_after_rows=...)``).
 DEFAULT_ANALYZE_AFTER_ROWS = 5000
-_ANALYZABLE = frozenset({"embeddings", "edges", "bm25_df", "bm25_stats"})
+#: A writer merges the BM25 postings it wrote into blocks after this many entries (see
+#: :mod:`tnsrag_db._store.merge`): the delta of per-entry rows stays small.
+DEFAULT_MERGE_AFTER_ENTRIES = 8192
+#: Entries one merge transaction takes at most.
+MERGE_BATCH = 20_000
+_ANALYZABLE = frozenset({"embeddings", "edges", "bm25_df", "bm25_stats", "bm25_blocks", "bm25_docs"})
+#: The tables a merge changes most: analysed after a merge of many entries.
+_MERGED_TABLES = ("bm25_postings", "bm25_blocks", "bm25_docs")
 
 
 _MAX_CORPUS = 200
+
+_log = logging.getLogger("tnsrag_db")
 
 
 def check_analyze_after_rows(value: object) -> int:
     """``value`` if it is an int >= 1, else :class:`ConfigurationError` naming the option."""
     if not is_int(value) or value < 1:
         raise ConfigurationError(f"analyze_after_rows must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_merge_after_entries(value: object) -> int:
+    """``value`` if it is an int >= 1, else :class:`ConfigurationError` naming the option."""
+    if not is_int(value) or value < 1:
+        raise ConfigurationError(f"merge_after_entries must be an int >= 1, got {value!r}")
     return value
 
 
@@ -68,6 +87,11 @@ class Corpus:
     def name(self) -> str:
         """The corpus name."""
         return self._name
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema of the corpus's tables."""
+        return self._schema
 
     def text_config(self, conn: Connection) -> str:
         """The corpus's text search configuration, creating the corpus row on first use.
@@ -112,15 +136,23 @@ class Writer:
     """The write transactions of ``corpus`` in ``session``."""
 
     def __init__(self, session: Session, corpus: Corpus, *,
-                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS) -> None:
+                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS,
+                 merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES) -> None:
         self._session = session
         self._corpus = corpus
         self._analyze_after_rows = check_analyze_after_rows(analyze_after_rows)
+        self._merge_after = check_merge_after_entries(merge_after_entries)
+        self._unmerged = 0
 
     @property
     def analyze_after_rows(self) -> int:
         """The fewest entries a bulk write must write to refresh the planner statistics."""
         return self._analyze_after_rows
+
+    @property
+    def merge_after_entries(self) -> int:
+        """After how many written entries this writer merges the BM25 postings into blocks."""
+        return self._merge_after
 
     @property
     def corpus(self) -> Corpus:
@@ -152,8 +184,59 @@ class Writer:
             return result
 
         result = self._session.write_transaction(counted, prepare=prepare_stage_tables)
+        self._unmerged += written
+        if self._unmerged >= self._merge_after:
+            self._unmerged = 0
+            try:
+                if self.merge(wait=False).entries:
+                    analyze = (*analyze, "bm25_blocks", "bm25_docs")
+            except DatabaseError as exc:
+                # The write has committed: a merge that fails (a timeout, a lost connection,
+                # a schema not yet upgraded) leaves the postings as rows, which queries read
+                # as well, for the next merge. It must not report the write as failed.
+                _log.warning("BM25 postings of corpus %r not merged into blocks: %s", self._corpus.name, exc)
         self.refresh_statistics(written, analyze)
         return result
+
+    def merge(self, *, sweep: bool = False, wait: bool = True,
+              progress: Callable[[MergeReport], None] | None = None) -> MergeReport:
+        """Merge the corpus's BM25 postings from per-entry rows into blocks, in transactions of
+        at most :data:`MERGE_BATCH` entries, until none is left; returns the totals.
+
+        ``sweep`` also takes the entries written before blocks existed (a pass over the
+        corpus's entries in id order; without it only the delta's rows are read).
+        ``wait=False`` gives up at once when another merge of the corpus is running (it
+        takes the same rows). ``progress`` gets each transaction's report.
+        """
+        total = self._merge(sweep=sweep, wait=wait, progress=progress)
+        if total.entries >= self._analyze_after_rows:
+            self._analyze(_MERGED_TABLES)
+        return total
+
+    def _merge(self, *, sweep: bool, wait: bool, progress: Callable[[MergeReport], None] | None) -> MergeReport:
+        total = MergeReport()
+        after: str | None = "" if sweep else None
+        while True:
+            def run(conn: Connection) -> MergeReport:
+                self._corpus.lock(conn, shared=True)
+                return merge_postings(conn, schema=self._corpus.schema, corpus=self._corpus.name,
+                                      max_entries=MERGE_BATCH, after=after, max_tombstones=MERGE_BATCH, wait=wait)
+
+            report = self._session.write_transaction(run, prepare=prepare_stage_tables)
+            if progress is not None:
+                progress(report)
+            total = MergeReport(entries=total.entries + report.entries, postings=total.postings + report.postings,
+                                blocks_written=total.blocks_written + report.blocks_written,
+                                tombstones=total.tombstones + report.tombstones, last_id=report.last_id,
+                                ran=total.ran and report.ran)
+            # More to take: entries (a sweep goes on after the last id looked at; the delta
+            # while a merge moved some, not when a writer holds every entry left), or
+            # tombstones beyond one transaction's share.
+            more = report.last_id is not None and (after is not None or report.entries > 0)
+            if not report.ran or not (more or report.tombstones >= MERGE_BATCH):
+                return total
+            if after is not None and report.last_id is not None:
+                after = report.last_id
 
     def write(self, entries: Iterable[MemoryEntry], *, extensions: Sequence[WriteExtension] = (),
               progress: Callable[[int], None] | None = None) -> WriteReport:
@@ -205,6 +288,10 @@ class Writer:
             rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
             if rows >= 0 and written < 0.1 * rows:
                 return False
-            tables = ", ".join(("entries", "bm25_postings", *extra_tables))
-            conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {tables}"))
+        self._analyze(("entries", "bm25_postings", *extra_tables))
         return True
+
+    def _analyze(self, tables: Sequence[str]) -> None:
+        """``ANALYZE (SKIP_LOCKED)`` of library tables, in a transaction of its own."""
+        with self._session.transaction(limited=False) as conn:
+            conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {', '.join(dict.fromkeys(tables))}"))

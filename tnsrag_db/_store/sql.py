@@ -122,11 +122,16 @@ SET_STATES_SQL = textwrap.dedent("""\
     FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[])) AS v(ord, state)
     WHERE s.ord = v.ord""")
 
-# The old postings of the entries whose text changed, counted as negative df deltas.
+# The old postings of the entries whose text changed, counted as negative df deltas. An
+# entry's postings are rows of bm25_postings (the delta) or, once merged, in bm25_blocks
+# under its document number (see tnsrag_db._store.merge); a merged entry is retired here,
+# before its row changes (so the trigger of revision 0011, for writers that do not, finds
+# nothing to do).
 DELETE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
     WITH
-    -- d, the old postings, found through the entry's stored lexemes (primary-key probes;
-    -- postings carry no per-entry index, which keeps bulk writes fast) and deleted by ctid.
+    -- d, the old postings in the delta, found through the entry's stored lexemes
+    -- (primary-key probes; postings carry no per-entry index, which keeps bulk writes
+    -- fast) and deleted by ctid.
     d AS (
       DELETE FROM bm25_postings p
       WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(
@@ -136,8 +141,24 @@ DELETE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
         {probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = x.id')}
         WHERE s.state = 'c'))
       RETURNING p.lexeme
+    ),
+    -- m, the merged ones: their numbers retired, tombstoned with their terms (queries skip
+    -- them until a merge takes them out of the blocks).
+    m AS (
+      DELETE FROM bm25_docs k
+      WHERE k.corpus = :c AND k.entry_id = ANY (ARRAY(SELECT s.id FROM tnsrag_stage_entries s WHERE s.state = 'c'))
+      RETURNING k.docno, k.entry_id
+    ),
+    ml AS MATERIALIZED (
+      SELECT m.docno, x.lexemes FROM m {probe('entries', 'x', 'x.lexemes', 'x.id = m.entry_id')}
+    ),
+    tomb AS (
+      INSERT INTO bm25_tombstones (corpus, docno, lexemes) SELECT :c, docno, lexemes FROM ml
     )
-    INSERT INTO tnsrag_stage_df (lexeme, delta) SELECT lexeme, -count(*) FROM d GROUP BY lexeme""")
+    INSERT INTO tnsrag_stage_df (lexeme, delta)
+    SELECT lexeme, -count(*)
+    FROM (SELECT lexeme FROM d UNION ALL SELECT l.lexeme FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)) u
+    GROUP BY lexeme""")
 
 # Every changed entry's new fields; length and lexemes only where the text changed.
 UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
@@ -224,7 +245,7 @@ DELETE_LOCKED_SQL = textwrap.dedent(f"""\
         {probe('entries', 'x', 'x.ctid', 'x.id = k.id')}))
       RETURNING e.id, e.doc_len, e.lexemes
     ),
-    -- d, their postings, found through the stored lexemes, each a -1 df delta.
+    -- d, their postings in the delta, found through the stored lexemes, each a -1 df delta.
     d AS (
       DELETE FROM bm25_postings p
       WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(
@@ -233,9 +254,25 @@ DELETE_LOCKED_SQL = textwrap.dedent(f"""\
         {probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = g.id')}))
       RETURNING p.lexeme, -1 AS delta
     ),
+    -- m, the merged ones: numbers retired and tombstoned (in this statement, so the trigger
+    -- of revision 0011, run after it, finds nothing to do), each term a -1 df delta.
+    m AS (
+      DELETE FROM bm25_docs k
+      WHERE k.corpus = :c AND k.entry_id = ANY (ARRAY(SELECT g.id FROM gone g))
+      RETURNING k.docno, k.entry_id
+    ),
+    ml AS MATERIALIZED (SELECT m.docno, g.lexemes FROM m JOIN gone g ON g.id = m.entry_id),
+    tomb AS (
+      INSERT INTO bm25_tombstones (corpus, docno, lexemes) SELECT :c, docno, lexemes FROM ml
+    ),
+    dm AS (
+      SELECT lexeme, delta FROM d
+      UNION ALL
+      SELECT l.lexeme, -1 FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)
+    ),
     -- df, the deltas applied (in lexeme order, as every writer does).
     df AS (
     {{apply_df}}
     )
     SELECT count(*), coalesce(sum(doc_len), 0) FROM gone""").format(
-    apply_df=textwrap.indent(APPLY_DF_SQL.format(source="d"), "  "))
+    apply_df=textwrap.indent(APPLY_DF_SQL.format(source="dm"), "  "))

@@ -36,7 +36,8 @@ from tnsrag_db._db.session import DEADLOCK_RETRIES, SESSION_LOCK_POLL_SECONDS, S
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, DatabaseError, TnsragError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
-from tnsrag_db._store.corpus import DEFAULT_ANALYZE_AFTER_ROWS, Corpus, Writer, check_corpus_name
+from tnsrag_db._store.corpus import DEFAULT_ANALYZE_AFTER_ROWS, DEFAULT_MERGE_AFTER_ENTRIES, Corpus, Writer, check_corpus_name
+from tnsrag_db._store.merge import MergeReport
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.reads import check_ids, content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
 from tnsrag_db._store.maintenance import drop_orphan_hnsw_indexes
@@ -74,6 +75,8 @@ class Store:
     refresh after bulk writes are not limited. ``analyze_after_rows`` (default 5,000, at
     least 1): a bulk write of at least this many entries refreshes the planner statistics
     right after it commits (see :meth:`~tnsrag_db._store.corpus.Writer.refresh_statistics`).
+    ``merge_after_entries`` (default 8,192, at least 1): after writing this many entries the
+    store merges the corpus's BM25 postings into blocks (see :meth:`merge_postings`).
     Raises :class:`ConfigurationError` for a bad option.
     """
 
@@ -81,8 +84,9 @@ class Store:
                  text_config: str = "english", owns_engine: bool = False,
                  max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None,
                  read_replicas: ReadReplicas | None = None, consistency: str = "eventual",
-                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS, _clock: WriteClock | None = None, _after: WriteToken | None = None,
-                 _pairs: bool | None = None) -> None:
+                 analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS,
+                 merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES, _clock: WriteClock | None = None,
+                 _after: WriteToken | None = None, _pairs: bool | None = None) -> None:
         check_replica_options(read_replicas, consistency)
         corpus = check_corpus_name(corpus)
         if not is_int(max_query_terms) or not 1 <= max_query_terms <= 100_000:
@@ -98,7 +102,8 @@ class Store:
         self._owns_engine = owns_engine
         self._max_query_terms = max_query_terms
         self._corpus_row = Corpus(corpus, schema=schema, text_config=text_config)
-        self._writer = Writer(self._session, self._corpus_row, analyze_after_rows=analyze_after_rows)
+        self._writer = Writer(self._session, self._corpus_row, analyze_after_rows=analyze_after_rows,
+                              merge_after_entries=merge_after_entries)
         self._closed = False
         self._pairs = _pairs
 
@@ -175,7 +180,9 @@ class Store:
         return Store(self.engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
                      max_query_terms=self._max_query_terms, statement_timeout=self._session.default_timeout,
                      read_replicas=self._session.read_replicas, consistency=self._consistency,
-                     analyze_after_rows=self._writer.analyze_after_rows, _clock=self._session.clock, _after=after, _pairs=self._pairs)
+                     analyze_after_rows=self._writer.analyze_after_rows,
+                     merge_after_entries=self._writer.merge_after_entries, _clock=self._session.clock, _after=after,
+                     _pairs=self._pairs)
 
     # -- read replicas ----------------------------------------------------------------
     @property
@@ -325,6 +332,21 @@ class Store:
             raise ConfigurationError("delete_where needs at least one filter; use clear() to empty the corpus")
         return self.writer.delete(predicate, params)
 
+    def merge_postings(self, *, sweep: bool = True,
+                       progress: Callable[[MergeReport], None] | None = None) -> MergeReport:
+        """Merge the corpus's BM25 postings from per-entry rows into blocks now; returns what moved.
+
+        Writes insert postings as one row per (term, entry); every ``merge_after_entries``
+        written entries a store merges them into blocks of up to 128 per term, about an
+        eighth of the space, and takes deleted entries' postings out of the blocks. This
+        runs the same merge until nothing is left, in transactions of up to 20,000 entries,
+        beside readers and writers (it skips entries a writer holds). ``sweep`` (default)
+        also takes the entries whose postings were written before blocks existed.
+        ``progress`` gets each transaction's report. Results never change: queries read
+        both layouts.
+        """
+        return self.writer.merge(sweep=sweep, progress=progress)
+
     def clear(self) -> int:
         """Delete every entry of the corpus; returns how many."""
         return self.writer.delete("TRUE", {})
@@ -344,6 +366,9 @@ class Store:
                 # the postings are deleted after the wait, by a statement that sees what
                 # those writers committed.
                 self._corpus_row.lock(conn, shared=False)
+                # The document numbers first: the trigger on entries would tombstone every
+                # merged entry the cascade deletes, in a corpus that is going.
+                conn.execute(sa.text("DELETE FROM bm25_docs WHERE corpus = :c"), {"c": self._corpus})
                 conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
                 conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
 
@@ -371,7 +396,8 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
             replicas_optional: bool = False, max_replica_lag: float | None = DEFAULT_MAX_LAG,
             replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT, consistency: str = "eventual",
             analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS, hooks: Sequence[ConnectionHooks] = (),
-            ping_after_idle: float = DEFAULT_PING_AFTER_IDLE) -> Store:
+            ping_after_idle: float = DEFAULT_PING_AFTER_IDLE,
+            merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES) -> Store:
     """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
 
     The embedded server is migrated to head automatically. A URL names a shared server
@@ -382,7 +408,7 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
     ``read_urls``: hot standbys for retrieval reads (writes, locks, migrations: ``url``),
     each checked to be one of the primary, with ``replicas_optional``, ``max_replica_lag``,
     ``replica_wait_timeout`` and ``consistency`` as in :mod:`tnsrag_db._db.replicas`.
-    ``analyze_after_rows`` as in :class:`Store`. ``hooks`` (:class:`~tnsrag_db._db.engine.ConnectionHooks`)
+    ``analyze_after_rows`` and ``merge_after_entries`` as in :class:`Store`. ``hooks`` (:class:`~tnsrag_db._db.engine.ConnectionHooks`)
     run on every connection of the store's engines, sync, async and replicas alike, after
     the library's own; ``ping_after_idle`` is how many seconds a pooled connection may sit
     idle before its next use pings it (default 1.0; see :func:`~tnsrag_db._db.engine.create_engine`).
@@ -400,7 +426,8 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
                                      wait_timeout=replica_wait_timeout, hooks=hooks, ping_after_idle=ping_after_idle)
         store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
                       max_query_terms=max_query_terms, statement_timeout=statement_timeout,
-                      read_replicas=replicas, consistency=consistency, analyze_after_rows=analyze_after_rows)
+                      read_replicas=replicas, consistency=consistency, analyze_after_rows=analyze_after_rows,
+                      merge_after_entries=merge_after_entries)
         if auto_migrate or (auto_migrate is None and embedded):
             if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
                 migrate.upgrade(engine, schema=schema)

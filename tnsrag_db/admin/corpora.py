@@ -147,7 +147,10 @@ def list_corpora(store: Store) -> list[CorpusInfo]:
                           "GROUP BY corpus"):
         postings[r.corpus] = int(r.postings)
         df_rows[r.corpus] = int(r.n)
-    counted["bm25_postings"] = postings
+    # The postings are per-entry rows or merged blocks (with their numbers): each table is
+    # shared out by the corpora's postings.
+    for table in ("bm25_postings", "bm25_blocks", "bm25_docs", "bm25_tombstones"):
+        counted[table] = postings
     counted["bm25_df"] = df_rows
     spaces = _spaces(store, None)
     hnsw_bytes = sum(s.index_bytes for group in spaces.values() for s in group)

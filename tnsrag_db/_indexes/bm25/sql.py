@@ -26,10 +26,17 @@ document frequencies it has just read (``{p}_g``):
 
 The branch not taken is behind a condition the database evaluates once (``WHERE
 (SELECT ...)``, a gating one-time filter), so it costs planning only.
+
+The postings are in two layouts (:class:`_Layout`): per-entry rows, where writers insert,
+and blocks, where merges move whole entries' postings (see
+:mod:`tnsrag_db._store.merge`). An entry's postings are all in one of them, so each
+layout is ranked on its own, exactly, by the same CTEs (suffixed ``r`` and ``b``), and the
+answer is the best rows of both, ties by entry id.
 """
 
 from __future__ import annotations
 
+import re
 from textwrap import dedent
 
 from tnsrag_db._db.statement import hidden
@@ -130,28 +137,197 @@ def _indent(sql: str, spaces: int) -> str:
 
 
 #: The entry id of the posting a filter check is made for (alias ``p`` of every scan's
-#: ``bm25_postings``): what a caller's per-posting filter condition tests.
+#: postings): what a caller's per-posting filter condition tests. In the blocks' scans it
+#: stands for the entry of the posting's document number (see :class:`_Layout`).
 POSTING_ENTRY = "p.entry_id"
 
 
-def _keep(p: str, alias: str, scanned: str, predicate: str, probe: str = "") -> str:
-    """A condition restricting rows of ``alias`` (with ``entry_id``) to the filtered entries:
+#: :data:`POSTING_ENTRY` as a whole reference in a caller's condition.
+_POSTING_ENTRY_RE = re.compile(r"(?<![\w.])" + re.escape(POSTING_ENTRY) + r"(?!\w)")
+
+
+class _Layout:
+    """How one of the two layouts of the postings is scanned (the ranking runs once over
+    each and takes the best of both; an entry's postings are all in one of them).
+
+    *rows* (suffix ``r``): ``bm25_postings``, one row per (term, entry), keyed by entry id,
+    where writers insert. *blocks* (suffix ``b``): ``bm25_blocks``, a merged entry's
+    postings by its document number (``bm25_docs`` maps numbers to entries), up to 128 per
+    row as parallel arrays; numbers in ``{p}_ts`` (tombstones: entries deleted or rewritten
+    since their merge) are skipped.
+
+    Every scan yields alias ``p`` with the layout's :attr:`key`, ``tf`` and ``doc_len``,
+    beside the term row ``t``.
+    """
+
+    def __init__(self, suffix: str, key: str) -> None:
+        self.suffix = suffix
+        self.key = key
+
+    def scan(self, p: str, terms: str) -> str:
+        """FROM items: the postings (alias ``p``) of the terms of CTE ``terms`` (alias ``t``)."""
+        if self.suffix == "r":
+            return f"{terms} t JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = t.lexeme"
+        return (f"{terms} t JOIN bm25_blocks {p}_bk ON {p}_bk.corpus = :{p}_c AND {p}_bk.lexeme = t.lexeme "
+                f"CROSS JOIN LATERAL unnest({p}_bk.docnos, {p}_bk.tfs, {p}_bk.dls) AS p(docno, tf, doc_len)")
+
+    def live(self, p: str) -> str:
+        """The condition every scanned posting meets (not a tombstoned number)."""
+        return "TRUE" if self.suffix == "r" else f"p.docno NOT IN (SELECT ts.docno FROM {p}_ts ts)"
+
+    def entry(self, p: str) -> str:
+        """The entry id of posting ``p``, for a filter's per-posting check."""
+        if self.suffix == "r":
+            return POSTING_ENTRY
+        return f"(SELECT {p}_kd.entry_id FROM bm25_docs {p}_kd WHERE {p}_kd.corpus = :{p}_c AND {p}_kd.docno = p.docno)"
+
+    def ne_sum(self, p: str, a: str) -> str:
+        """The non-essential terms' part of the score of ``{a}.{key}`` (probes)."""
+        part = _part(p, "t", "p")
+        if self.suffix == "r":
+            return (f"coalesce((SELECT sum({part} ORDER BY t.lexeme) FROM {p}_t t JOIN bm25_postings p "
+                    f"ON p.corpus = :{p}_c AND p.lexeme = t.lexeme AND p.entry_id = {a}.entry_id WHERE t.ne), "
+                    "0.0::float8)")
+        # The block whose range starts at or below the number, then the number's place in it.
+        return (f"coalesce((SELECT sum({part} ORDER BY t.lexeme) FROM {p}_t t "
+                f"CROSS JOIN LATERAL (SELECT {p}_bk.docnos, {p}_bk.tfs, {p}_bk.dls FROM bm25_blocks {p}_bk "
+                f"WHERE {p}_bk.corpus = :{p}_c AND {p}_bk.lexeme = t.lexeme AND {p}_bk.first_docno <= {a}.docno "
+                f"ORDER BY {p}_bk.first_docno DESC LIMIT 1) bk "
+                f"CROSS JOIN LATERAL (SELECT bk.tfs[i] AS tf, bk.dls[i] AS doc_len "
+                f"FROM array_position(bk.docnos, {a}.docno) AS i WHERE i IS NOT NULL) p WHERE t.ne), 0.0::float8)")
+
+    def top(self, order: str, lim: str) -> str:
+        """The ORDER BY and limit of a layout's best rows by ``order`` (a score): ties by entry
+        id in rows; blocks keep every row tied with the last (numbers do not order like ids:
+        the final ordering by entry id chooses among them)."""
+        if self.suffix == "r":
+            return f"ORDER BY {order} DESC, entry_id LIMIT {lim}"
+        return f"ORDER BY {order} DESC FETCH FIRST {lim} ROWS WITH TIES"
+
+
+_ROWS = _Layout("r", "entry_id")
+_BLOCKS = _Layout("b", "docno")
+_LAYOUTS = (_ROWS, _BLOCKS)
+
+
+def _keep(p: str, layout: _Layout, scanned: str, predicate: str, probe: str = "") -> str:
+    """A condition restricting the postings ``p`` of ``layout`` to the filtered entries:
     primary-key probes (of the entries, or with ``probe``, the filter pairs' own condition on
     :data:`POSTING_ENTRY`, of the pairs) when the ``scanned`` postings (an SQL expression) are
     at most ``:{p}_fsmall`` (the index's option ``filter_probe_max``), else membership in
-    ``{p}_fe``, the filtered entries read once (a hashed subplan)."""
+    the filtered entries read once (a hashed subplan: ``{p}_fe``, or their numbers ``{p}_fd``)."""
     if predicate == "TRUE":
         return "TRUE"
-    few = probe or (f"EXISTS (SELECT 1 FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c "
-                    f"AND {p}_e.id = {alias}.entry_id AND {predicate})")
-    return (f"CASE WHEN {scanned} <= CAST(:{p}_fsmall AS float8) THEN {few} "
-            f"ELSE {alias}.entry_id IN (SELECT fe.id FROM {p}_fe fe) END")
+    if layout is _ROWS:
+        few = probe or (f"EXISTS (SELECT 1 FROM entries {p}_e WHERE {p}_e.corpus = :{p}_c "
+                        f"AND {p}_e.id = p.entry_id AND {predicate})")
+        many = f"p.entry_id IN (SELECT fe.id FROM {p}_fe fe)"
+    else:
+        few = _POSTING_ENTRY_RE.sub(layout.entry(p), probe) if probe else (
+            f"EXISTS (SELECT 1 FROM bm25_docs {p}_kd JOIN entries {p}_e ON {p}_e.corpus = :{p}_c "
+            f"AND {p}_e.id = {p}_kd.entry_id WHERE {p}_kd.corpus = :{p}_c AND {p}_kd.docno = p.docno AND {predicate})")
+        many = f"p.docno IN (SELECT fd.docno FROM {p}_fd fd)"
+    return f"CASE WHEN {scanned} <= CAST(:{p}_fsmall AS float8) THEN {few} ELSE {many} END"
 
 
-def _ne_sum(p: str, a: str) -> str:
-    """The non-essential terms' part of the score of entry ``a`` (primary-key probes)."""
-    return (f"coalesce((SELECT sum({_part(p, 't', 'p')} ORDER BY p.lexeme) FROM {p}_t t JOIN bm25_postings p "
-            f"ON p.corpus = :{p}_c AND p.lexeme = t.lexeme AND p.entry_id = {a}.entry_id WHERE t.ne), 0.0::float8)")
+def _layout_ctes(p: str, predicate: str, ids: str) -> str:
+    """The CTEs both layouts' scans read: ``{p}_ts`` (the tombstoned numbers) and, with a
+    filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
+    ctes = (f"{p}_ts AS MATERIALIZED (\n"
+            f"  -- Numbers of merged entries deleted or rewritten since: their postings do not count.\n"
+            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n)")
+    if predicate != "TRUE":
+        ctes += (f", {p}_fd AS MATERIALIZED (\n"
+                 f"  SELECT d.docno FROM {p}_fe fe JOIN bm25_docs d ON d.corpus = :{p}_c AND d.entry_id = fe.id\n)")
+    return ctes
+
+
+def _merged(p: str, source: str) -> str:
+    """A SELECT of ``(entry_id, score)`` of the rows (``docno``, ``score``) of CTE ``source``
+    (one primary-key probe of ``bm25_docs`` each)."""
+    return (f"SELECT kd.entry_id, r.score FROM {source} r CROSS JOIN LATERAL (SELECT d.entry_id FROM bm25_docs d "
+            f"WHERE d.corpus = :{p}_c AND d.docno = r.docno LIMIT 1) kd")
+
+
+def _best(p: str, source_r: str, source_b: str, lim: str) -> str:
+    """A SELECT of the ``lim`` best ``(entry_id, score)`` of both layouts' results, ties by id."""
+    return (f"SELECT u.entry_id, u.score FROM (SELECT entry_id, score FROM {source_r} UNION ALL "
+            f"{_merged(p, source_b)}) u ORDER BY u.score DESC, u.entry_id LIMIT {lim}")
+
+
+def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int) -> str:
+    """The scoring CTEs of one layout, each name suffixed by the layout's: the plain scoring
+    ``{p}_full`` and the pruned one (phase A to ``{p}_use``), ending in ``{p}_res``: the
+    layout's best rows (``key``, ``score``)."""
+    s, key = layout.suffix, layout.key
+    floor = f"CAST(:{p}_min AS float8)"
+    tol = f"CAST(:{p}_tol AS float8)"
+    lim = _limit(limit)
+    return _render("""\
+        {full}, {p}_pa{s} AS MATERIALIZED (
+          -- Pruned scoring from here on (it runs only when some term is non-essential).
+          -- Phase A: the partial (essential-term) score of every entry holding an essential term.
+          SELECT p.{key}, sum({part_t} ORDER BY t.lexeme) AS ps
+          FROM {scan_t}
+          WHERE NOT t.ne AND {live} AND {keep_a}
+          GROUP BY p.{key}
+        ), {p}_c1{s} AS MATERIALIZED (
+          -- The k best partial scores, scored in full. Their k-th best full score th1 bounds
+          -- phase A's k-th best from below, so an entry with ps + bne < max(th1, min_score)
+          -- cannot be in the top k.
+          SELECT a.{key}, a.ps + {ne_a} AS score
+          FROM (SELECT x.{key}, x.ps FROM {p}_pa{s} x ORDER BY x.ps DESC, x.{key} LIMIT {lim}) a
+        ), {p}_cut{s} AS MATERIALIZED (
+          -- The partial score an entry needs to possibly reach the top k (minus slack).
+          SELECT greatest(coalesce((SELECT c.score FROM {p}_c1{s} c ORDER BY c.score DESC LIMIT 1 OFFSET {lim} - 1),
+                                   '-Infinity'::float8), {floor})
+                 - b.bne - {tol} * (1.0::float8 + b.bne) AS cut
+          FROM {p}_b b WHERE b.n_ne > 0
+        ), {p}_c2c{s} AS MATERIALIZED (
+          -- The other entries that may still reach the top k: only these are scored in full.
+          SELECT a.{key}, a.ps FROM {p}_pa{s} a
+          WHERE a.ps >= (SELECT cut FROM {p}_cut{s}) AND a.{key} NOT IN (SELECT {key} FROM {p}_c1{s})
+        ), {p}_probe{s} AS MATERIALIZED (
+          -- Few candidates: primary-key probes; many: one pass over the non-essential postings.
+          SELECT (SELECT count(*) FROM {p}_c2c{s}) * b.n_ne * CAST(:{p}_pc AS float8) <= b.ne_df AS probe
+          FROM {p}_b b
+        ), {p}_c2{s} AS (
+          -- The candidates' full scores, by whichever way {p}_probe chose.
+          SELECT a.{key}, a.ps + {ne_a} AS score FROM {p}_c2c{s} a
+          WHERE (SELECT probe FROM {p}_probe{s})
+          UNION ALL
+          SELECT a.{key}, a.ps + coalesce(j.s, 0.0::float8) FROM {p}_c2c{s} a
+          LEFT JOIN (
+            SELECT p.{key}, sum({part_t} ORDER BY t.lexeme) AS s
+            FROM {scan_t}
+            JOIN {p}_c2c{s} x ON x.{key} = p.{key}
+            WHERE t.ne GROUP BY p.{key}
+          ) j ON j.{key} = a.{key}
+          WHERE NOT (SELECT probe FROM {p}_probe{s})
+        ), {p}_ra{s} AS MATERIALIZED (
+          -- Phase A's top k.
+          SELECT f.{key}, f.score
+          FROM (SELECT {key}, score FROM {p}_c1{s} UNION ALL SELECT {key}, score FROM {p}_c2{s}) f
+          WHERE f.score >= {floor}
+          {top_f}
+        ), {p}_use{s} AS MATERIALIZED (
+          -- Phase A's top k is the answer when some term is non-essential and no entry outside
+          -- phase A can enter the top k (its score is <= bne). AND evaluates left to right:
+          -- without a non-essential term none of the pruned CTEs runs.
+          SELECT b.n_ne > 0 AND greatest(
+                   CASE WHEN (SELECT count(*) FROM {p}_ra{s}) >= :{p}_lim
+                        THEN (SELECT min(r.score) FROM {p}_ra{s} r) ELSE '-Infinity'::float8 END,
+                   {floor}) > b.bne + {tol} * (1.0::float8 + b.bne) AS pruned
+          FROM {p}_b b
+        ), {p}_res{s} AS (
+          SELECT r.{key}, r.score FROM {p}_ra{s} r WHERE (SELECT pruned FROM {p}_use{s})
+          UNION ALL
+          SELECT f.{key}, f.score FROM {p}_full{s} f WHERE NOT (SELECT pruned FROM {p}_use{s})
+        )""", p=p, s=s, key=key, floor=floor, tol=tol, lim=lim,
+        part_t=_part(p, "t", "p"), ne_a=layout.ne_sum(p, "a"), scan_t=layout.scan(p, f"{p}_t"),
+        live=layout.live(p), top_f=layout.top("f.score", lim),
+        full=_full_cte(p, layout, predicate, f"(SELECT all_df FROM {p}_b)", probe, limit),
+        keep_a=_keep(p, layout, f"(SELECT ess_df FROM {p}_b)", predicate, probe))
 
 
 def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "") -> str:
@@ -161,10 +337,10 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", p
     clause, so it embeds as a CTE or a subquery. Parameters: see :func:`ranking_params`.
     ``ids`` and ``probe``: the same filter from the filter pairs alone
     (:func:`~tnsrag_db._store.filters.pairs_alone`, the probe on :data:`POSTING_ENTRY`), when
-    it has them: then no entry row is read to filter."""
-    floor = f"CAST(:{p}_min AS float8)"
-    tol = f"CAST(:{p}_tol AS float8)"
-    fe = _filtered_entries(p, predicate, ids)
+    it has them: then no entry row is read to filter.
+
+    Each layout of the postings (:class:`_Layout`) is ranked on its own, exactly (an entry's
+    postings are all in one); the answer is the best of both results."""
     return _render("""\
         WITH {fe}{terms}, {p}_t AS MATERIALIZED (
           -- Non-essential terms: the most frequent ones (at least PRUNE_MIN_DF entries each),
@@ -188,94 +364,33 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", p
                  coalesce(sum(t.df) FILTER (WHERE NOT t.ne), 0.0::float8) AS ess_df,
                  count(*) FILTER (WHERE t.ne) AS n_ne
           FROM {p}_t t
-        ), {full}, {p}_pa AS MATERIALIZED (
-          -- Pruned scoring from here on (it runs only when some term is non-essential).
-          -- Phase A: the partial (essential-term) score of every entry holding an essential term.
-          SELECT p.entry_id, sum({part_t} ORDER BY p.lexeme) AS ps
-          FROM {p}_t t JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = t.lexeme
-          WHERE NOT t.ne AND {keep_a}
-          GROUP BY p.entry_id
-        ), {p}_c1 AS MATERIALIZED (
-          -- The k best partial scores, scored in full. Their k-th best full score th1 bounds
-          -- phase A's k-th best from below, so an entry with ps + bne < max(th1, min_score)
-          -- cannot be in the top k.
-          SELECT a.entry_id, a.ps + {ne_a} AS score
-          FROM (SELECT x.entry_id, x.ps FROM {p}_pa x ORDER BY x.ps DESC, x.entry_id LIMIT {lim}) a
-        ), {p}_cut AS MATERIALIZED (
-          -- The partial score an entry needs to possibly reach the top k (minus slack).
-          SELECT greatest(coalesce((SELECT c.score FROM {p}_c1 c ORDER BY c.score DESC LIMIT 1 OFFSET {lim} - 1),
-                                   '-Infinity'::float8), {floor})
-                 - b.bne - {tol} * (1.0::float8 + b.bne) AS cut
-          FROM {p}_b b WHERE b.n_ne > 0
-        ), {p}_c2c AS MATERIALIZED (
-          -- The other entries that may still reach the top k: only these are scored in full.
-          SELECT a.entry_id, a.ps FROM {p}_pa a
-          WHERE a.ps >= (SELECT cut FROM {p}_cut) AND a.entry_id NOT IN (SELECT entry_id FROM {p}_c1)
-        ), {p}_probe AS MATERIALIZED (
-          -- Few candidates: primary-key probes; many: one pass over the non-essential postings.
-          SELECT (SELECT count(*) FROM {p}_c2c) * b.n_ne * CAST(:{p}_pc AS float8) <= b.ne_df AS probe
-          FROM {p}_b b
-        ), {p}_c2 AS (
-          -- The candidates' full scores, by whichever way {p}_probe chose.
-          SELECT a.entry_id, a.ps + {ne_a} AS score FROM {p}_c2c a
-          WHERE (SELECT probe FROM {p}_probe)
-          UNION ALL
-          SELECT a.entry_id, a.ps + coalesce(j.s, 0.0::float8) FROM {p}_c2c a
-          LEFT JOIN (
-            SELECT p.entry_id, sum({part_t} ORDER BY p.lexeme) AS s
-            FROM {p}_t t JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = t.lexeme
-            JOIN {p}_c2c x ON x.entry_id = p.entry_id
-            WHERE t.ne GROUP BY p.entry_id
-          ) j ON j.entry_id = a.entry_id
-          WHERE NOT (SELECT probe FROM {p}_probe)
-        ), {p}_ra AS MATERIALIZED (
-          -- Phase A's top k.
-          SELECT f.entry_id, f.score
-          FROM (SELECT entry_id, score FROM {p}_c1 UNION ALL SELECT entry_id, score FROM {p}_c2) f
-          WHERE f.score >= {floor}
-          ORDER BY f.score DESC, f.entry_id
-          LIMIT {lim}
-        ), {p}_use AS MATERIALIZED (
-          -- Phase A's top k is the answer when some term is non-essential and no entry outside
-          -- phase A can enter the top k (its score is <= bne). AND evaluates left to right:
-          -- without a non-essential term none of the pruned CTEs runs.
-          SELECT b.n_ne > 0 AND greatest(
-                   CASE WHEN (SELECT count(*) FROM {p}_ra) >= :{p}_lim
-                        THEN (SELECT min(r.score) FROM {p}_ra r) ELSE '-Infinity'::float8 END,
-                   {floor}) > b.bne + {tol} * (1.0::float8 + b.bne) AS pruned
-          FROM {p}_b b
-        )
-        SELECT u.entry_id, u.score
-        FROM (
-          SELECT r.entry_id, r.score FROM {p}_ra r WHERE (SELECT pruned FROM {p}_use)
-          UNION ALL
-          SELECT f.entry_id, f.score FROM {p}_full f WHERE NOT (SELECT pruned FROM {p}_use)
-        ) u
-        ORDER BY u.score DESC, u.entry_id
-        LIMIT {lim}""", p=p, fe=fe, terms=_term_ctes(p, known_terms_only=True), floor=floor, tol=tol, lim=_limit(limit),
-        part_w=_part(p, "w", "p"), part_t=_part(p, "t", "p"), ne_a=_ne_sum(p, "a"),
-        full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_b)", probe, limit),
-        keep_a=_keep(p, "p", f"(SELECT ess_df FROM {p}_b)", predicate, probe))
+        ), {layout}, {rows}, {blocks}
+        {best}""", p=p, fe=_filtered_entries(p, predicate, ids), terms=_term_ctes(p, known_terms_only=True),
+        layout=_layout_ctes(p, predicate, ids),
+        rows=_pruned_ctes(p, _ROWS, predicate, probe, limit), blocks=_pruned_ctes(p, _BLOCKS, predicate, probe, limit),
+        best=_best(p, f"{p}_resr", f"{p}_resb", _limit(limit)))
 
 
-def _full_cte(p: str, predicate: str, all_df: str, probe: str, limit: int) -> str:
-    """The CTE ``{p}_full``: the plain scoring (``all_df``: an SQL expression of the number
-    of postings it reads, for the choice of filter method)."""
+def _full_cte(p: str, layout: _Layout, predicate: str, all_df: str, probe: str, limit: int) -> str:
+    """The CTE ``{p}_full`` + the layout's suffix: the plain scoring of one layout
+    (``all_df``: an SQL expression of the number of postings it reads, for the choice of
+    filter method)."""
     return _render("""\
-        {p}_full AS (
+        {p}_full{s} AS (
           -- The plain scoring: every posting of every query term, summed per entry. Filters
           -- restrict the postings before the aggregation (only matching entries are summed).
-          SELECT s.entry_id, s.score
+          SELECT s.{key}, s.score
           FROM (
-            SELECT p.entry_id, sum({part} ORDER BY p.lexeme) AS score
-            FROM {p}_w w JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = w.lexeme
-            WHERE {keep}
-            GROUP BY p.entry_id
+            SELECT p.{key}, sum({part} ORDER BY t.lexeme) AS score
+            FROM {scan}
+            WHERE {live} AND {keep}
+            GROUP BY p.{key}
           ) s
           WHERE s.score >= CAST(:{p}_min AS float8)
-          ORDER BY s.score DESC, s.entry_id
-          LIMIT {lim}
-        )""", p=p, part=_part(p, "w", "p"), keep=_keep(p, "p", all_df, predicate, probe), lim=_limit(limit))
+          {top}
+        )""", p=p, s=layout.suffix, key=layout.key, part=_part(p, "t", "p"), scan=layout.scan(p, f"{p}_w"),
+                   live=layout.live(p), keep=_keep(p, layout, all_df, predicate, probe),
+                   top=layout.top("s.score", _limit(limit)))
 
 
 def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "") -> str:
@@ -283,6 +398,7 @@ def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str =
     or, when some query term is frequent (pruning might pay), a single row ``(NULL, NULL)``
     instead, and nothing scored. A short statement, quick to plan, for the common case of
     specific query terms; the caller runs :func:`ranking_sql` after a ``NULL`` row."""
+    all_df = f"(SELECT all_df FROM {p}_g)"
     return _render("""\
         WITH {fe}{terms}, {p}_g AS MATERIALIZED (
           -- Whether pruning might pay (some term is frequent and is not the only term): decided
@@ -290,16 +406,20 @@ def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str =
           SELECT count(*) > 1 AND coalesce(max(w.df), 0.0::float8) >= CAST(:{p}_nedf AS float8) AS prune,
                  coalesce(sum(w.df), 0.0::float8) AS all_df
           FROM {p}_w w
-        ), {full}
+        ), {layout}, {full_r}, {full_b}, {p}_best AS (
+        {best}
+        )
         SELECT u.entry_id, u.score
         FROM (
-          SELECT f.entry_id, f.score FROM {p}_full f WHERE NOT (SELECT prune FROM {p}_g)
+          SELECT f.entry_id, f.score FROM {p}_best f WHERE NOT (SELECT prune FROM {p}_g)
           UNION ALL
           SELECT NULL, NULL FROM {p}_g g WHERE g.prune
         ) u
         ORDER BY u.score DESC NULLS FIRST, u.entry_id""", p=p, fe=_filtered_entries(p, predicate, ids),
-                   terms=_term_ctes(p, known_terms_only=True),
-                   full=_full_cte(p, predicate, f"(SELECT all_df FROM {p}_g)", probe, limit))
+                   terms=_term_ctes(p, known_terms_only=True), layout=_layout_ctes(p, predicate, ids),
+                   full_r=_full_cte(p, _ROWS, predicate, all_df, probe, limit),
+                   full_b=_full_cte(p, _BLOCKS, predicate, all_df, probe, limit),
+                   best=_indent(_best(p, f"{p}_fullr", f"{p}_fullb", _limit(limit)), 2))
 
 
 def _filtered_entries(p: str, predicate: str, ids: str = "") -> str:
@@ -339,11 +459,22 @@ def figures_sql(p: str) -> str:
     ``df`` and ``tf`` (0 when the entry lacks the term), for explanations."""
     return _render("""\
         WITH {terms}
-        SELECT x.id AS entry_id, e.doc_len AS dl, st.n, st.tl, w.lexeme, w.df, coalesce(bp.tf, 0) AS tf
+        SELECT x.id AS entry_id, e.doc_len AS dl, st.n, st.tl, w.lexeme, w.df, coalesce(bp.tf, bb.tf, 0) AS tf
         FROM unnest(CAST(:{p}_ids AS text[])) AS x(id)
         JOIN entries e ON e.corpus = :{p}_c AND e.id = x.id
+        LEFT JOIN bm25_docs kd ON kd.corpus = :{p}_c AND kd.entry_id = x.id
         CROSS JOIN {p}_st st CROSS JOIN {p}_w w
-        LEFT JOIN bm25_postings bp ON bp.corpus = :{p}_c AND bp.lexeme = w.lexeme AND bp.entry_id = x.id""", p=p, terms=_term_ctes(p, known_terms_only=False))
+        LEFT JOIN bm25_postings bp ON bp.corpus = :{p}_c AND bp.lexeme = w.lexeme AND bp.entry_id = x.id
+        LEFT JOIN LATERAL ({block_tf}) bb ON TRUE""", p=p, terms=_term_ctes(p, known_terms_only=False),
+        block_tf=_block_tf(f":{p}_c", "w.lexeme", "kd.docno"))
+
+
+def _block_tf(corpus: str, lexeme: str, docno: str) -> str:
+    """A SELECT of ``tf``: the term frequency of ``lexeme`` in the merged entry numbered
+    ``docno`` (no row, or NULL, when it lacks the term or is not merged)."""
+    return (f"SELECT b.tfs[array_position(b.docnos, {docno})] AS tf FROM bm25_blocks b "
+            f"WHERE b.corpus = {corpus} AND b.lexeme = {lexeme} AND b.first_docno <= {docno} "
+            "ORDER BY b.first_docno DESC LIMIT 1")
 
 
 def sorted_query_terms_sql(p: str) -> str:
@@ -355,9 +486,10 @@ def sorted_query_terms_sql(p: str) -> str:
 
 #: Per entry of ``:ids`` that exists: ``entry_id``, ``lexeme``, ``tf`` (one row with NULL
 #: lexeme for an entry without terms).
-DOCUMENT_TERMS_SQL = dedent("""\
-    SELECT e.id AS entry_id, l.lexeme, p.tf
+DOCUMENT_TERMS_SQL = dedent(f"""\
+    SELECT e.id AS entry_id, l.lexeme, coalesce(p.tf, bb.tf) AS tf
     FROM entries e
+    LEFT JOIN bm25_docs kd ON kd.corpus = :c AND kd.entry_id = e.id
     LEFT JOIN LATERAL unnest(e.lexemes) AS l(lexeme) ON TRUE
     LEFT JOIN LATERAL (
       -- The entry's own lexemes lead to its postings, one primary-key probe each (LIMIT 1
@@ -366,6 +498,8 @@ DOCUMENT_TERMS_SQL = dedent("""\
       SELECT bp.tf FROM bm25_postings bp
       WHERE bp.corpus = e.corpus AND bp.lexeme = l.lexeme AND bp.entry_id = e.id LIMIT 1
     ) p ON TRUE
+    -- A merged entry's: the block of each lexeme holding its number.
+    LEFT JOIN LATERAL ({_block_tf(":c", "l.lexeme", "kd.docno")}) bb ON TRUE
     WHERE e.corpus = :c AND e.id = ANY(:ids)""")
 
 #: ``n`` (entries) and ``tl`` (total length in terms), summed over the counter shards.

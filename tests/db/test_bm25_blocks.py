@@ -1,0 +1,355 @@
+"""BM25 postings merged into blocks: the same scores as the per-entry rows, whatever mix of
+layouts, deletes, rewrites, tombstones and concurrent merges; writers of the previous
+revision kept correct by the triggers; the downgrade moving blocks back to rows."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from tests.db._helpers import run_processes
+from tests.db.test_bm25 import (
+    PRUNE_QUERIES,
+    QUERIES,
+    VOCAB,
+    ReferenceBM25,
+    analysed_counts,
+    assert_matches_reference,
+    expected_top,
+    generated_entries,
+    pruning_entries,
+    query_terms_independently,
+    random_text,
+)
+from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._store.merge import BLOCK
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry, MemoryTier
+
+
+def layout(store: Store) -> dict[str, int]:
+    """How the corpus's postings are held, and the invariants of the layout checked."""
+    with store.session.transaction() as conn:
+        c = {"c": store.corpus}
+        row = conn.execute(sa.text("""
+            SELECT (SELECT count(*) FROM bm25_docs WHERE corpus = :c) AS merged,
+                   (SELECT count(DISTINCT entry_id) FROM bm25_postings WHERE corpus = :c) AS rows_entries,
+                   (SELECT count(*) FROM bm25_tombstones WHERE corpus = :c) AS tombstones,
+                   (SELECT count(*) FROM bm25_blocks WHERE corpus = :c) AS blocks,
+                   (SELECT coalesce(max(n), 0) FROM bm25_blocks WHERE corpus = :c) AS fullest,
+                   -- an entry in both layouts, or a merged number without its entry
+                   (SELECT count(*) FROM bm25_docs d WHERE d.corpus = :c AND (EXISTS (
+                      SELECT 1 FROM bm25_postings p WHERE p.corpus = :c AND p.entry_id = d.entry_id)
+                      OR NOT EXISTS (SELECT 1 FROM entries e WHERE e.corpus = :c AND e.id = d.entry_id))) AS both,
+                   -- blocks whose arrays disagree with their bounds or are out of order
+                   (SELECT count(*) FROM bm25_blocks b WHERE b.corpus = :c AND (
+                      cardinality(b.docnos) <> b.n OR cardinality(b.tfs) <> b.n OR cardinality(b.dls) <> b.n
+                      OR b.docnos[1] < b.first_docno OR b.docnos[b.n] <> b.last_docno
+                      OR b.docnos <> ARRAY(SELECT x FROM unnest(b.docnos) x ORDER BY x))) AS bad_blocks,
+                   -- df against the live postings of both layouts
+                   (SELECT count(*) FROM (SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = :c
+                                          GROUP BY lexeme HAVING sum(df) <> 0) d
+                    FULL JOIN (SELECT lexeme, count(*) AS df FROM (
+                                 SELECT lexeme FROM bm25_postings WHERE corpus = :c
+                                 UNION ALL
+                                 SELECT b.lexeme FROM bm25_blocks b CROSS JOIN unnest(b.docnos) u(docno)
+                                 WHERE b.corpus = :c AND u.docno NOT IN (
+                                   SELECT docno FROM bm25_tombstones WHERE corpus = :c)) x
+                               GROUP BY lexeme) p USING (lexeme)
+                    WHERE d.df IS DISTINCT FROM p.df) AS wrong_df""", ), c).one()
+    assert row.both == 0 and row.bad_blocks == 0 and row.wrong_df == 0, row
+    assert row.fullest <= BLOCK
+    return dict(row._mapping)
+
+
+def test_merged_blocks_score_like_rows_through_updates_deletes_and_purges(make_store: Callable[..., Store]) -> None:
+    store = make_store(merge_after_entries=10**9)  # merges only when asked
+    index = BM25Index(store)
+    rng = random.Random(3)
+    batch = generated_entries(rng, 300)
+    # A term in every entry: its postings span several blocks.
+    batch = [MemoryEntry(e.id, e.content + " everywhere", e.tier, metadata=e.metadata) for e in batch]
+    store.add_all(batch[:200])
+    report = store.merge_postings()
+    assert report.entries == 200 and report.postings > 0
+    before = layout(store)
+    assert before["merged"] == 200 and before["rows_entries"] == 0 and before["blocks"] > 0
+    with store.session.transaction() as conn:
+        assert conn.execute(sa.text("SELECT max(n) FROM bm25_blocks WHERE corpus = :c AND lexeme = 'everywher'"),
+                            {"c": store.corpus}).scalar_one() == BLOCK
+    store.add_all(batch[200:])  # these stay rows: both layouts answer together
+    assert layout(store)["rows_entries"] == 100
+    assert_matches_reference(index, [*QUERIES, "everywhere agent"])
+
+    # Merged entries rewritten, re-sent unchanged, changed in metadata only, deleted.
+    store.add_all([MemoryEntry("d000", "alpha alpha rank"), MemoryEntry("d010", "now a short memory text"),
+                   batch[11], MemoryEntry("d012", batch[12].content, MemoryTier.WORKING, metadata={"group": "x"})])
+    assert store.delete("d020") and store.delete("d250")
+    assert store.delete_where({"group": "g2"}) > 0
+    mixed = layout(store)
+    assert mixed["tombstones"] > 0
+    assert_matches_reference(index, [*QUERIES, "everywhere agent", "alpha rank"])
+
+    # The next merge takes the rows and the tombstones out.
+    store.merge_postings()
+    merged = layout(store)
+    assert merged["tombstones"] == 0 and merged["rows_entries"] == 0
+    assert_matches_reference(index, [*QUERIES, "everywhere agent", "alpha rank"])
+    # Explanations and feedback statistics read the blocks too.
+    hits = index.search("everywhere memory", 5)
+    explained = index.explain_scores(lambda st: store.read(st.sql, st.params), "everywhere memory", dict(hits))
+    assert set(explained) == {i for i, _ in hits}
+    for entry_id, score in hits:
+        figures = {t.term: t for t in explained[entry_id].terms}
+        assert figures["everywher"].tf == 1
+        assert abs(sum(t.contribution for t in figures.values()) - score) < 1e-9
+    terms = index.document_terms([i for i, _ in hits])
+    assert all(terms[i].get("everywher") == 1 for i, _ in hits)
+
+
+@pytest.mark.parametrize(("probe_cost", "filter_probe_max"), [(0.0, 1e12), (1e12, 0.0)])
+def test_pruned_and_filtered_search_over_both_layouts_is_exact(make_store: Callable[..., Store], probe_cost: float,
+                                                             filter_probe_max: float) -> None:
+    store = make_store(merge_after_entries=10**9)
+    entries = pruning_entries(random.Random(5), 160)
+    store.add_all(entries[:100])
+    store.merge_postings()
+    store.add_all(entries[100:])
+    store.delete("p003")
+    store.add(MemoryEntry("p004", "zzcommon zzmid rewritten"))
+    by_id = {e.id: e for e in store.iter_entries()}
+    reference = ReferenceBM25(dict(zip(by_id, analysed_counts(store, [e.content for e in by_id.values()]))))
+    index = BM25Index(store, prune_min_df=1, probe_cost=probe_cost, filter_probe_max=filter_probe_max)
+    nonempty = 0
+    for q in PRUNE_QUERIES:
+        terms = query_terms_independently(store, q)
+        for k in (1, 3, 10, 200):
+            for f in ({}, {"tier": "WORKING"}, {"group": "g1", "tier": "SEMANTIC"}):
+                for m in (0.0, 2.5):
+                    got = index.search(q, k, filters=f or None, min_score=m)
+                    want = expected_top(reference, by_id, terms, k, f, m)
+                    assert [i for i, _ in got] == [i for i, _ in want], (q, k, f, m)
+                    assert all(abs(a - b) <= 1e-9 for (_, a), (_, b) in zip(got, want))
+                    nonempty += bool(got)
+    assert nonempty > 20
+    # Exact ties across the two layouts (duplicated texts in both) are ordered by id.
+    ties = index.search("zzcommon zzrare agent", 200)
+    assert ties == sorted(ties, key=lambda r: (-r[1], r[0]))
+
+
+def test_writers_merge_as_they_write_and_a_sweep_takes_the_rest(make_store: Callable[..., Store]) -> None:
+    store = make_store(merge_after_entries=50)
+    rng = random.Random(9)
+    for start in range(0, 180, 30):
+        store.add_all(generated_entries(rng, 30, prefix=f"w{start}-"))
+    state = layout(store)
+    assert state["merged"] >= 150 and state["rows_entries"] <= 30
+    assert store.merge_postings(sweep=True).entries == state["rows_entries"]
+    assert layout(store)["rows_entries"] == 0
+    assert_matches_reference(BM25Index(store), QUERIES)
+    with pytest.raises(ConfigurationError, match="merge_after_entries"):
+        make_store(merge_after_entries=0)
+
+
+def _merging_writer(url: str, corpus: str, seed: int, ops: int) -> None:
+    from tnsrag_db._db.engine import create_engine
+
+    engine = create_engine(url, schema="tnsrag", pool_size=1)
+    store = Store(engine, corpus=corpus, merge_after_entries=3)
+    rng = random.Random(seed)
+    try:
+        for _ in range(ops):
+            roll = rng.random()
+            if roll < 0.2:
+                store.delete(f"c{rng.randrange(40):02d}")
+            elif roll < 0.3:
+                store.merge_postings(sweep=False)
+            else:
+                ids = rng.sample(range(40), rng.randint(1, 4))
+                store.add_all([MemoryEntry(f"c{i:02d}", random_text(rng, rng.randint(1, 30)),
+                                           metadata={"group": f"g{rng.randrange(8)}"}) for i in ids])
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_concurrent_writers_and_merges_keep_scores_exact(make_store: Callable[..., Store], db_url: URL) -> None:
+    store = make_store()
+    store.add_all(generated_entries(random.Random(11), 40, prefix="c"))
+    url = db_url.render_as_string(hide_password=False)
+    assert run_processes(_merging_writer, [(url, store.corpus, seed, 60) for seed in range(4)], 180) == [0, 0, 0, 0]
+    state = layout(store)
+    assert state["merged"] > 0
+    assert_matches_reference(BM25Index(store), QUERIES)
+    from bench.attack._support import inconsistencies  # the attack suite's own recomputation
+
+    assert inconsistencies(store) == dict.fromkeys(inconsistencies(store), 0)
+    store.merge_postings()
+    assert layout(store)["tombstones"] == 0
+    assert_matches_reference(BM25Index(store), QUERIES)
+
+
+def test_a_previous_revisions_writer_stays_correct_on_merged_entries(make_store: Callable[..., Store]) -> None:
+    # A writer that knows nothing of blocks deletes and rewrites entries by their rows only:
+    # the triggers on entries retire the merged ones (tombstone, document frequencies).
+    store = make_store(merge_after_entries=10**9)
+    store.add_all(generated_entries(random.Random(4), 60))
+    store.merge_postings()
+    with store.session.transaction() as conn:
+        c = {"c": store.corpus}
+        first, second, third, fourth = conn.execute(sa.text(
+            "SELECT entry_id FROM bm25_docs WHERE corpus = :c ORDER BY docno LIMIT 4"), c).scalars()
+        gone = {first, second, third}
+        # What the previous revision's delete sends for entries (its postings' rows: none left).
+        conn.execute(sa.text("DELETE FROM entries WHERE corpus = :c AND id IN (:a, :b)"), {**c, "a": first, "b": second})
+        # Its rewrite of a text: the entry row first (the new rows and df follow as before).
+        conn.execute(sa.text("UPDATE entries SET content = 'other words', content_hash = 'x', doc_len = 0, "
+                             "lexemes = '{}' WHERE corpus = :c AND id = :a"), {**c, "a": third})
+        # A metadata-only change retires nothing.
+        conn.execute(sa.text("UPDATE entries SET metadata = '{\"k\": \"v\"}' WHERE corpus = :c AND id = :a"),
+                     {**c, "a": fourth})
+    state = layout(store)  # df agrees with the live postings
+    assert state["tombstones"] == 3
+    assert state["merged"] == 60 - 3 - sum(not e.content.strip() for e in generated_entries(random.Random(4), 60))
+    every = {i for i, _ in BM25Index(store).search(" ".join(VOCAB), 1000)}
+    assert not every & gone and fourth in every
+
+
+def test_downgrade_moves_blocks_back_to_rows(make_store: Callable[..., Store], fresh_db_url: URL) -> None:
+    from tnsrag_db._db import migrate
+    from tnsrag_db._db.engine import create_engine
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    try:
+        migrate.upgrade(engine, schema="tnsrag")
+        store = Store(engine, corpus="down", schema="tnsrag", merge_after_entries=10**9)
+        store.add_all(generated_entries(random.Random(6), 80))
+        store.merge_postings()
+        store.delete("d007")
+        before = {q: BM25Index(store).search(q, 100) for q in QUERIES}
+        migrate.downgrade(engine, schema="tnsrag", revision="0010")
+        with engine.begin() as conn:
+            conn.execute(sa.text("SET search_path TO tnsrag"))
+            rows = conn.execute(sa.text(
+                "SELECT entry_id, lexeme FROM bm25_postings WHERE corpus = 'down' ORDER BY 1, 2")).all()
+            assert {r.entry_id for r in rows} == {f"d{i:03d}" for i in range(80) if i != 7} - {
+                e.id for e in generated_entries(random.Random(6), 80) if not e.content.strip()}
+        migrate.upgrade(engine, schema="tnsrag")
+        store = Store(engine, corpus="down", schema="tnsrag")
+        assert {q: BM25Index(store).search(q, 100) for q in QUERIES} == before
+    finally:
+        engine.dispose()
+
+
+def test_drop_corpus_with_merged_postings(make_store: Callable[..., Store]) -> None:
+    store = make_store(merge_after_entries=10**9)
+    store.add_all(generated_entries(random.Random(8), 40))
+    store.merge_postings()
+    store.delete("d001")
+    store.drop_corpus()
+    with store.session.transaction() as conn:
+        for table in ("bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state", "bm25_postings"):
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE corpus = :c"),
+                                {"c": store.corpus}).scalar_one() == 0, table
+    store.add(MemoryEntry("again", "agent memory"))
+    assert [i for i, _ in BM25Index(store).search("agent", 5)] == ["again"]
+
+
+def test_cli_merges_every_corpus_or_the_one_named(make_store: Callable[..., Store], db_url: URL) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tnsrag_db._cli import main_group
+
+    first, second = make_store(merge_after_entries=10**9), make_store(merge_after_entries=10**9)
+    first.add_all(generated_entries(random.Random(1), 30))
+    second.add_all(generated_entries(random.Random(2), 20))
+    url = db_url.render_as_string(hide_password=False)
+    result = CliRunner().invoke(main_group, ["db", "merge-postings", "--url", url, "--corpus", first.corpus, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [r["corpus"] for r in report["corpora"]] == [first.corpus] and report["corpora"][0]["entries"] > 0
+    assert layout(first)["rows_entries"] == 0 and layout(second)["rows_entries"] > 0
+    result = CliRunner().invoke(main_group, ["db", "merge-postings", "--url", url])
+    assert result.exit_code == 0, result.output
+    assert f"{second.corpus}: merged" in result.stdout and layout(second)["rows_entries"] == 0
+    assert_matches_reference(BM25Index(second), QUERIES)
+
+
+def test_a_merge_that_fails_after_a_write_does_not_fail_the_write(fresh_db_url: URL,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # The merge runs after the write committed; on a schema without blocks (not yet
+    # upgraded) it fails, and the write is still reported as written.
+    from tnsrag_db._db import migrate
+    from tnsrag_db._db.engine import create_engine
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    try:
+        migrate.upgrade(engine, schema="tnsrag", revision="0010")
+        store = Store(engine, corpus="old", schema="tnsrag", merge_after_entries=1)
+        with caplog.at_level("WARNING", logger="tnsrag_db"):
+            assert store.add_all([MemoryEntry("a", "agent memory"), MemoryEntry("b", "vector index")]).inserted == 2
+        assert "not merged into blocks" in caplog.text and "bm25_merge_state" in caplog.text
+        assert [e.id for e in store.iter_entries()] == ["a", "b"]
+    finally:
+        engine.dispose()
+
+
+def test_merges_go_on_in_small_transactions_until_nothing_is_left(make_store: Callable[..., Store],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from tnsrag_db._store import corpus
+
+    monkeypatch.setattr(corpus, "MERGE_BATCH", 5)
+    store = make_store(merge_after_entries=10**9)
+    entries = [MemoryEntry(f"m{i:02d}", f"agent memory note {i}") for i in range(32)]
+    store.add_all(entries)
+    reports: list[int] = []
+    total = store.merge_postings(sweep=False, progress=lambda r: reports.append(r.entries))
+    assert total.entries == 32 and reports[:6] == [5] * 6 and sum(reports) == 32
+    assert store.delete_many([e.id for e in entries[:17]]) == 17
+    purged: list[int] = []
+    assert store.merge_postings(progress=lambda r: purged.append(r.tombstones)).tombstones == 17
+    assert purged[:3] == [5, 5, 5] and layout(store)["tombstones"] == 0
+    assert_matches_reference(BM25Index(store), ["agent memory", "note"])
+    # A cleared corpus: its blocks and tombstones go whole at the next merge.
+    store.clear()
+    assert layout(store)["tombstones"] == 15
+    store.merge_postings()
+    assert layout(store)["blocks"] == 0 and layout(store)["tombstones"] == 0
+
+
+def test_a_merge_deletes_by_tid_scan_even_when_statistics_say_the_delta_is_empty(
+        make_store: Callable[..., Store]) -> None:
+    # After a merge had emptied the delta, an ANALYZE records it empty; the next merge's
+    # deletes by ctid must still be TID scans, not an index scan of the whole corpus
+    # testing every row against the array of ctids (minutes at a million postings).
+    from tnsrag_db._store import merge
+
+    store = make_store(merge_after_entries=10**9)
+    store.add_all(generated_entries(random.Random(12), 50))
+    store.merge_postings()
+    with store.session.transaction() as conn:
+        conn.execute(sa.text("ANALYZE bm25_postings, bm25_blocks"))
+    store.add_all(generated_entries(random.Random(13), 200, prefix="n"))
+    explain = [(f"EXPLAIN {sql}", {"c": store.corpus}) for sql in (merge._GONE_SQL, merge._TAILS_GONE_SQL)]
+    with store.session.transaction() as conn:
+        for ddl in (merge._STAGE_DDL, *merge._MOVE_STAGE_DDL):
+            conn.execute(sa.text(ddl))
+        conn.execute(sa.text("INSERT INTO tnsrag_stage_np SELECT p.ctid, p.lexeme, p.entry_id, 1, p.tf, p.doc_len "
+                             "FROM bm25_postings p WHERE p.corpus = :c"), {"c": store.corpus})
+        conn.execute(sa.text("SELECT set_config('enable_indexscan', 'off', true), "
+                             "set_config('enable_indexonlyscan', 'off', true), set_config('enable_bitmapscan', 'off', true)"))
+        tid_plans = ["\n".join(conn.execute(sa.text(statement), params).scalars()) for statement, params in explain]
+        conn.rollback()
+    # No index scan of the corpus (a TID scan, or a sequential scan of a table of a few pages).
+    assert all("Index" not in plan for plan in tid_plans), tid_plans
+    assert layout(store)["rows_entries"] > 150
+    store.merge_postings()
+    assert layout(store)["rows_entries"] == 0
+    assert_matches_reference(BM25Index(store), QUERIES)

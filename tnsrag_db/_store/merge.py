@@ -1,0 +1,301 @@
+"""The merge of BM25 postings from per-entry rows into blocks.
+
+Writers insert an entry's postings as rows of ``bm25_postings`` (the *delta*): one row
+per (corpus, term, entry), cheap to insert and to delete in the entry's own transaction.
+A merge moves whole entries' postings from there into ``bm25_blocks``, where a term's
+postings are packed 128 to a row in document-number order (about an eighth of the space
+of the rows, so a large corpus's postings stay in memory). It
+
+1. locks the entries it takes ``FOR SHARE SKIP LOCKED``: an entry a writer holds is left
+   for a later merge, and no writer can rewrite or delete a taken entry before the merge
+   commits (its lock waits; its next statement then sees the entry merged);
+2. gives each taken entry with postings the corpus's next document number
+   (``bm25_merge_state``; numbers only grow, so new postings always extend a term's
+   last block) and records it in ``bm25_docs``;
+3. appends their postings to each term's last block (when not full), re-cut into blocks
+   of :data:`BLOCK`, and deletes their delta rows;
+4. takes up to ``max_tombstones`` tombstoned numbers (entries deleted or rewritten after
+   their merge) out of the blocks of their terms.
+
+All in one transaction, under an advisory lock per corpus (one merge of a corpus at a
+time) and the corpus's shared write lock (a corpus drop waits for it). A reader sees the
+postings of an entry in the delta or in the blocks, never both and never neither: the
+move commits at once. Document frequencies and corpus statistics do not change.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db._store.sql import probe
+
+__all__ = ["BLOCK", "MergeReport", "merge_postings"]
+
+#: Postings per block: a run of one term's postings in one row.
+BLOCK = 128
+#: ``work_mem`` of a merge transaction.
+MERGE_WORK_MEM = "256MB"
+
+#: The entries whose postings are in the delta, first ``:n`` in id order (the delta's own
+#: rows: its size, not the corpus's, bounds the scan).
+_DELTA_ENTRIES_SQL = textwrap.dedent(f"""\
+    WITH c AS (
+      SELECT p.entry_id FROM bm25_postings p WHERE p.corpus = :c
+      GROUP BY p.entry_id ORDER BY p.entry_id LIMIT :n
+    )
+    SELECT e.id FROM c
+    {probe('entries', 'e', 'e.id, e.lexemes', 'e.id = c.entry_id')}
+    WHERE cardinality(e.lexemes) > 0
+    ORDER BY e.id""")
+
+#: Entries after ``:after`` in id order that have terms and no document number: the sweep
+#: of a corpus whose postings are all rows (written before blocks existed).
+_UNMERGED_ENTRIES_SQL = textwrap.dedent("""\
+    SELECT e.id FROM entries e
+    WHERE e.corpus = :c AND e.id > :after AND cardinality(e.lexemes) > 0
+      AND NOT EXISTS (SELECT 1 FROM bm25_docs d WHERE d.corpus = :c AND d.entry_id = e.id)
+    ORDER BY e.id LIMIT :n""")
+
+#: The merge's stage: each locked entry's id and new number (created on first use, emptied
+#: at commit, like the write path's stage tables).
+_STAGE_DDL = ("CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_merge (id text PRIMARY KEY, docno bigint NOT NULL) "
+              "ON COMMIT DELETE ROWS")
+
+#: ``:k`` numbers of the corpus: returns the first.
+_NUMBERS_SQL = textwrap.dedent("""\
+    INSERT INTO bm25_merge_state AS m (corpus, next_docno) VALUES (:c, 1 + :k)
+    ON CONFLICT (corpus) DO UPDATE SET next_docno = m.next_docno + :k
+    RETURNING next_docno - :k""")
+
+#: Locks the chosen entries that still exist (a writer's lock makes an entry skipped) and
+#: stages them numbered in id order from ``:base`` (a skipped entry's number goes unused);
+#: returns how many.
+_LOCK_SQL = textwrap.dedent("""\
+    WITH l AS (
+      SELECT e.id FROM entries e
+      WHERE e.corpus = :c AND e.id = ANY (CAST(:ids AS text[]))
+      ORDER BY e.id FOR SHARE SKIP LOCKED
+    ), staged AS (
+      INSERT INTO tnsrag_stage_merge (id, docno)
+      SELECT id, CAST(:base AS bigint) + row_number() OVER (ORDER BY id) - 1 FROM l RETURNING 1
+    )
+    SELECT count(*) FROM staged""")
+
+#: The merge's other stage tables: the postings it moves and the blocks it re-cuts, each
+#: row with its ctid in the shared table.
+_MOVE_STAGE_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_np (tid tid NOT NULL, lexeme text NOT NULL, entry_id text NOT NULL, "
+    "docno bigint NOT NULL, tf int NOT NULL, doc_len int NOT NULL) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_tail (tid tid NOT NULL, lexeme text NOT NULL, "
+    "first_docno bigint NOT NULL, docnos bigint[] NOT NULL, tfs int[] NOT NULL, dls int[] NOT NULL) "
+    "ON COMMIT DELETE ROWS",
+)
+
+# The steps of a move, in the snapshot after the locks (each sees every write the locks
+# waited for, and the locked entries cannot change). The shared tables are read by
+# primary-key probes or one pass, in plans that keep their shape whatever the statistics
+# say (OFFSET 0): the delta's statistics are those of its last ANALYZE, often taken right
+# after a merge had emptied it, and a join planned from them could scan it once per row.
+
+#: The staged entries' delta postings, by one pass over the corpus's delta (mostly what
+#: the merge takes), each row's entry looked up in the stage by key.
+_NP_SCAN_SQL = textwrap.dedent("""\
+    INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
+    SELECT p.ctid, p.lexeme, p.entry_id, i.docno, p.tf, p.doc_len FROM bm25_postings p
+    CROSS JOIN LATERAL (SELECT i.docno FROM tnsrag_stage_merge i WHERE i.id = p.entry_id OFFSET 0) i
+    WHERE p.corpus = :c""")
+
+#: The same by primary-key probes through each entry's stored terms (a sweep takes a small
+#: part of a large delta of postings written before blocks existed).
+_NP_PROBE_SQL = textwrap.dedent(f"""\
+    INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
+    SELECT q.tid, q.lexeme, i.id, i.docno, q.tf, q.doc_len FROM tnsrag_stage_merge i
+    {probe('entries', 'e', 'e.lexemes', 'e.id = i.id')}
+    CROSS JOIN unnest(e.lexemes) AS l(lexeme)
+    {probe('bm25_postings', 'q', 'q.ctid AS tid, q.lexeme, q.tf, q.doc_len', 'q.lexeme = l.lexeme AND q.entry_id = i.id')}""")
+
+#: Each touched term's last block when it has room: re-cut with the new postings.
+_TAIL_SQL = textwrap.dedent(f"""\
+    INSERT INTO tnsrag_stage_tail (tid, lexeme, first_docno, docnos, tfs, dls)
+    SELECT t.tid, x.lexeme, t.first_docno, t.docnos, t.tfs, t.dls
+    FROM (SELECT DISTINCT lexeme FROM tnsrag_stage_np) x
+    CROSS JOIN LATERAL (
+      SELECT b.ctid AS tid, b.first_docno, b.n, b.docnos, b.tfs, b.dls FROM bm25_blocks b
+      WHERE b.corpus = :c AND b.lexeme = x.lexeme ORDER BY b.first_docno DESC LIMIT 1
+    ) t
+    WHERE t.n < {BLOCK}""")
+
+#: Deletes of staged rows by ctid, planned as TID scans (see :func:`_tid_scans`).
+_GONE_SQL = ("DELETE FROM bm25_postings p WHERE p.corpus = :c "
+             "AND p.ctid = ANY (ARRAY(SELECT s.tid FROM tnsrag_stage_np s))")
+_TAILS_GONE_SQL = ("DELETE FROM bm25_blocks b WHERE b.corpus = :c "
+                   "AND b.ctid = ANY (ARRAY(SELECT s.tid FROM tnsrag_stage_tail s))")
+
+#: The numbers of the entries that had postings, and the new blocks: each re-cut tail's
+#: postings then the new ones (all numbered higher), in runs of BLOCK. A re-cut tail keeps
+#: its lower bound (numbers purged from its start leave it lower). Returns how many of each.
+_BLOCKS_SQL = textwrap.dedent(f"""\
+    WITH
+    docs AS (
+      INSERT INTO bm25_docs (corpus, docno, entry_id)
+      SELECT DISTINCT :c, s.docno, s.entry_id FROM tnsrag_stage_np s
+      RETURNING 1
+    ),
+    cut AS (
+      SELECT a.*, (row_number() OVER (PARTITION BY a.lexeme ORDER BY a.docno) - 1) / {BLOCK} AS run
+      FROM (
+        SELECT t.lexeme, u.docno, u.tf, u.dl, t.first_docno AS lower
+        FROM tnsrag_stage_tail t CROSS JOIN LATERAL unnest(t.docnos, t.tfs, t.dls) AS u(docno, tf, dl)
+        UNION ALL
+        SELECT s.lexeme, s.docno, s.tf, s.doc_len, NULL FROM tnsrag_stage_np s
+      ) a
+    ),
+    blocks AS (
+      INSERT INTO bm25_blocks (corpus, lexeme, first_docno, last_docno, n, docnos, tfs, dls)
+      SELECT :c, lexeme, coalesce(min(lower), min(docno)), max(docno), count(*),
+             array_agg(docno ORDER BY docno), array_agg(tf ORDER BY docno), array_agg(dl ORDER BY docno)
+      FROM cut GROUP BY lexeme, run
+      RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM blocks)""")
+
+
+def _tid_scans(conn: Connection, *statements: tuple[str, Mapping[str, object]]) -> list[int]:
+    """Run each ``(sql, params)``, a statement choosing its rows by ``ctid = ANY (...)``
+    beside ``corpus = :c``, with index scans off: a TID scan then, whatever the statistics
+    (stale ones can make an index scan of the whole corpus, testing every row against the
+    array, look cheaper). Returns each statement's row count."""
+    off = ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
+    for name in off:
+        conn.execute(sa.text("SELECT set_config(:n, 'off', true)"), {"n": name})
+    try:
+        return [conn.execute(sa.text(sql), params).rowcount for sql, params in statements]
+    finally:
+        for name in off:
+            conn.execute(sa.text("SELECT set_config(:n, 'on', true)"), {"n": name})
+
+
+#: The first ``:m`` tombstones of the corpus, by number.
+_TOMBSTONES_SQL = "SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :c ORDER BY t.docno LIMIT :m"
+
+# Takes the tombstoned numbers :dead out of every block holding one (for each of their
+# terms, the block whose range starts at or below the number: primary-key probes, then
+# the rows by ctid). Each row's arrays are rebuilt from the row itself, so the plan has
+# no join to misjudge. Returns each rewritten block's new size.
+_PURGE_SQL = textwrap.dedent("""\
+    UPDATE bm25_blocks b
+    SET (docnos, tfs, dls, last_docno, n) = (
+      SELECT coalesce(array_agg(u.docno ORDER BY u.docno), '{}'), coalesce(array_agg(u.tf ORDER BY u.docno), '{}'),
+             coalesce(array_agg(u.dl ORDER BY u.docno), '{}'), coalesce(max(u.docno), b.first_docno), count(*)
+      FROM unnest(b.docnos, b.tfs, b.dls) AS u(docno, tf, dl)
+      WHERE u.docno NOT IN (SELECT unnest(CAST(:dead AS bigint[]))))
+    WHERE b.corpus = :c AND b.ctid = ANY (CAST(:hit AS tid[]))
+    RETURNING b.n""")
+
+#: The blocks holding the tombstoned numbers :dead: for each of their terms, the block
+#: whose range starts at or below the number (primary-key probes).
+_HIT_SQL = textwrap.dedent("""\
+    SELECT DISTINCT h.tid
+    FROM bm25_tombstones t CROSS JOIN unnest(t.lexemes) AS l(lexeme)
+    CROSS JOIN LATERAL (
+      SELECT b2.ctid AS tid FROM bm25_blocks b2
+      WHERE b2.corpus = :c AND b2.lexeme = l.lexeme AND b2.first_docno <= t.docno
+      ORDER BY b2.first_docno DESC LIMIT 1
+    ) h
+    WHERE t.corpus = :c AND t.docno = ANY (CAST(:dead AS bigint[]))""")
+
+#: The purged tombstones.
+_PURGED_SQL = "DELETE FROM bm25_tombstones t WHERE t.corpus = :c AND t.docno = ANY (CAST(:dead AS bigint[]))"
+
+#: Blocks a purge emptied.
+_EMPTIED_SQL = "DELETE FROM bm25_blocks b WHERE b.corpus = :c AND b.n = 0"
+
+#: Whether the corpus has a merged entry.
+_ANY_MERGED_SQL = "SELECT EXISTS (SELECT 1 FROM bm25_docs d WHERE d.corpus = :c)"
+
+#: Without merged entries, the blocks and tombstones go whole (a cleared corpus).
+_PURGE_ALL_SQL = textwrap.dedent("""\
+    WITH
+    purged AS (DELETE FROM bm25_tombstones t WHERE t.corpus = :c RETURNING 1),
+    emptied AS (DELETE FROM bm25_blocks b WHERE b.corpus = :c RETURNING 1)
+    SELECT (SELECT count(*) FROM purged), (SELECT count(*) FROM emptied)""")
+
+#: The advisory lock of a corpus's merges (key: schema and corpus).
+_LOCK_KEY = "tnsrag_db.bm25-merge:{schema}:{corpus}"
+
+
+@dataclass(frozen=True, slots=True)
+class MergeReport:
+    """What one merge moved: entries and their postings into blocks, tombstones purged."""
+
+    entries: int = 0
+    postings: int = 0
+    blocks_written: int = 0
+    tombstones: int = 0
+    #: The last entry id the merge looked at (a sweep continues after it), or None.
+    last_id: str | None = None
+    #: False when another merge of the corpus held the lock (``wait=False``): nothing done.
+    ran: bool = True
+
+
+def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: int = 20_000,
+                   after: str | None = None, max_tombstones: int = 20_000, wait: bool = True) -> MergeReport:
+    """Merge up to ``max_entries`` entries' postings into blocks and purge up to
+    ``max_tombstones`` tombstones, in the caller's open transaction ``conn`` (which holds
+    the corpus's shared write lock).
+
+    Entries come from the delta's rows (``after=None``: a delta of any corpus size, kept
+    small by the merges after writes), or, with ``after`` (``""`` to start), from the
+    corpus's entries in id order after it (a sweep of postings written before blocks
+    existed; the report's ``last_id`` continues it). ``wait=False`` returns at once
+    (``ran=False``) when another merge of the corpus holds the lock.
+    """
+    key = {"k": _LOCK_KEY.format(schema=schema, corpus=corpus)}
+    if wait:
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), key)
+    elif not conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 0))"), key).scalar_one():
+        return MergeReport(ran=False)
+    c = {"c": corpus}
+    if after is None:
+        chosen = list(conn.execute(sa.text(_DELTA_ENTRIES_SQL), {**c, "n": max_entries}).scalars())
+    else:
+        chosen = list(conn.execute(sa.text(_UNMERGED_ENTRIES_SQL), {**c, "after": after, "n": max_entries}).scalars())
+    entries = postings = written = 0
+    if chosen:
+        # A merge's sorts are large (a transaction re-cuts up to a million postings): in memory.
+        conn.execute(sa.text(f"SET LOCAL work_mem = '{MERGE_WORK_MEM}'"))
+        for ddl in (_STAGE_DDL, *_MOVE_STAGE_DDL):
+            conn.execute(sa.text(ddl))
+        base = conn.execute(sa.text(_NUMBERS_SQL), {**c, "k": len(chosen)}).scalar_one()
+        if conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one():
+            conn.execute(sa.text(_NP_SCAN_SQL if after is None else _NP_PROBE_SQL), c)
+            conn.execute(sa.text(_TAIL_SQL), c)
+            postings, _ = _tid_scans(conn, (_GONE_SQL, c), (_TAILS_GONE_SQL, c))
+            entries, written = conn.execute(sa.text(_BLOCKS_SQL), c).one()
+    if conn.execute(sa.text(_ANY_MERGED_SQL), c).scalar_one():
+        dead = list(conn.execute(sa.text(_TOMBSTONES_SQL), {**c, "m": max_tombstones}).scalars())
+        purged = rewritten = 0
+        if dead:
+            hit = list(conn.execute(sa.text(_HIT_SQL), {**c, "dead": dead}).scalars())
+            conn.execute(sa.text("SELECT set_config('enable_indexscan', 'off', true), "
+                                 "set_config('enable_indexonlyscan', 'off', true), "
+                                 "set_config('enable_bitmapscan', 'off', true)"))
+            try:
+                sizes = list(conn.execute(sa.text(_PURGE_SQL), {**c, "dead": dead, "hit": hit}).scalars())
+            finally:
+                conn.execute(sa.text("SELECT set_config('enable_indexscan', 'on', true), "
+                                     "set_config('enable_indexonlyscan', 'on', true), "
+                                     "set_config('enable_bitmapscan', 'on', true)"))
+            purged = conn.execute(sa.text(_PURGED_SQL), {**c, "dead": dead}).rowcount
+            rewritten = len(sizes)
+            if 0 in sizes:
+                conn.execute(sa.text(_EMPTIED_SQL), c)
+    else:  # no merged entry left (the corpus was cleared): every block posting is tombstoned
+        purged, rewritten = conn.execute(sa.text(_PURGE_ALL_SQL), c).one()
+    return MergeReport(entries=entries, postings=postings, blocks_written=written + rewritten, tombstones=purged,
+                       last_id=chosen[-1] if chosen else None)
