@@ -78,6 +78,7 @@ class SizeResult:
     write_s: float = 0.0
     index_s: float = 0.0
     size_mb: float = 0.0
+    tables_mb: dict[str, float] = field(default_factory=dict)
 
 
 def timed_each(fn: Callable[[int], object], count: int) -> tuple[list[float], list[object]]:
@@ -118,13 +119,14 @@ def load(store: Store, corpus: Corpus, lookup: Lookup, result: SizeResult) -> No
         conn.exec_driver_sql("VACUUM (ANALYZE)")
 
 
-def schema_size_mb(store: Store) -> float:
+def table_sizes_mb(store: Store) -> dict[str, float]:
+    """Each table of the store's schema with its indexes and TOAST, in MB, largest first."""
     with store.session.transaction() as conn:
-        size = conn.execute(sa.text(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = :s AND c.relkind IN ('r', 'm')"),
-            {"s": store.schema}).scalar_one()
-    return float(size) / 2**20
+        rows = conn.execute(sa.text(
+            "SELECT c.relname, pg_total_relation_size(c.oid) AS size FROM pg_class c "
+            "JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = :s AND c.relkind IN ('r', 'm') "
+            "ORDER BY size DESC"), {"s": store.schema}).all()
+    return {str(r.relname): float(r.size) / 2**20 for r in rows}
 
 
 def measure(store: Store, corpus: Corpus, queries: int, seed: int, result: SizeResult) -> None:
@@ -179,7 +181,8 @@ def measure(store: Store, corpus: Corpus, queries: int, seed: int, result: SizeR
     seeds = [{ids[int(j)]: float(10 - r) for r, j in enumerate(rng.choice(n, size=10, replace=False))}
              for _ in range(queries)]
     result.times["graph depth 2"], _ = timed_each(lambda i: graph.traverse(seeds[i], ctx), queries)
-    result.size_mb = schema_size_mb(store)
+    result.tables_mb = table_sizes_mb(store)
+    result.size_mb = sum(result.tables_mb.values())
 
 
 def explain_last(store: Store, run: Callable[[], object]) -> list[str]:
@@ -222,6 +225,9 @@ def report(results: Sequence[SizeResult]) -> list[str]:
     print()
     for row in [head, ["-" * w for w in widths], *rows]:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+    for r in results:
+        shown = ", ".join(f"{t} {mb:,.0f}" for t, mb in r.tables_mb.items() if mb >= 0.5)
+        print(f"{r.n:,} entries, MB by table: {shown}")
     missed: list[str] = []
     by_n = {r.n: r for r in results}
     big, base = max(by_n), 100_000

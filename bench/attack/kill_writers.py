@@ -4,8 +4,10 @@ W writer processes upsert batches of their own ids (content carries a sequence n
 and append each acknowledged batch to a log (fsynced) only after ``add_all`` returned.
 The main process SIGKILLs a random writer every one to three seconds (restarting
 it), and now and then terminates every backend of the database (what clients see of a
-server restart). Afterwards: every acknowledged write must be there (stored sequence >=
-acknowledged one), and the BM25 bookkeeping must equal a recomputation from the entries.
+server restart). Writers merge their BM25 postings into blocks every 64 entries, so kills
+land in merges as well. Afterwards: every acknowledged write must be there (stored
+sequence >= acknowledged one), and the BM25 bookkeeping must equal a recomputation from
+the entries.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ CORPUS = "kill_writers"
 
 
 def _writer(url: str, n: int, log: str) -> None:
-    store = Store(engine_for(url, 2), corpus=CORPUS, schema=SCHEMA)
+    # Merges into BM25 blocks every few batches, so that kills land in merges too.
+    store = Store(engine_for(url, 2), corpus=CORPUS, schema=SCHEMA, merge_after_entries=64)
     rng = random.Random(os.getpid())
     seq = int(time.time() * 1000)  # increases across restarts of this writer
     with open(log, "a") as out:
