@@ -343,9 +343,8 @@ def test_a_merge_deletes_by_tid_scan_even_when_statistics_say_the_delta_is_empty
             conn.execute(sa.text(ddl))
         conn.execute(sa.text("INSERT INTO tnsrag_stage_np SELECT p.ctid, p.lexeme, p.entry_id, 1, p.tf, p.doc_len "
                              "FROM bm25_postings p WHERE p.corpus = :c"), {"c": store.corpus})
-        conn.execute(sa.text("SELECT set_config('enable_indexscan', 'off', true), "
-                             "set_config('enable_indexonlyscan', 'off', true), set_config('enable_bitmapscan', 'off', true)"))
-        tid_plans = ["\n".join(conn.execute(sa.text(statement), params).scalars()) for statement, params in explain]
+        with merge.tid_scans_only(conn):
+            tid_plans = ["\n".join(conn.execute(sa.text(statement), params).scalars()) for statement, params in explain]
         conn.rollback()
     # No index scan of the corpus (a TID scan, or a sequential scan of a table of a few pages).
     assert all("Index" not in plan for plan in tid_plans), tid_plans

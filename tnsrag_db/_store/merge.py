@@ -26,7 +26,8 @@ move commits at once. Document frequencies and corpus statistics do not change.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -34,7 +35,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db._store.sql import probe
 
-__all__ = ["BLOCK", "MergeReport", "merge_postings"]
+__all__ = ["BLOCK", "MergeReport", "merge_postings", "tid_scans_only"]
 
 #: Postings per block: a run of one term's postings in one row.
 BLOCK = 128
@@ -130,7 +131,7 @@ _TAIL_SQL = textwrap.dedent(f"""\
     ) t
     WHERE t.n < {BLOCK}""")
 
-#: Deletes of staged rows by ctid, planned as TID scans (see :func:`_tid_scans`).
+#: Deletes of staged rows by ctid, planned as TID scans (see :func:`tid_scans_only`).
 _GONE_SQL = ("DELETE FROM bm25_postings p WHERE p.corpus = :c "
              "AND p.ctid = ANY (ARRAY(SELECT s.tid FROM tnsrag_stage_np s))")
 _TAILS_GONE_SQL = ("DELETE FROM bm25_blocks b WHERE b.corpus = :c "
@@ -165,19 +166,19 @@ _BLOCKS_SQL = textwrap.dedent(f"""\
     SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM blocks)""")
 
 
-def _tid_scans(conn: Connection, *statements: tuple[str, Mapping[str, object]]) -> list[int]:
-    """Run each ``(sql, params)``, a statement choosing its rows by ``ctid = ANY (...)``
-    beside ``corpus = :c``, with index scans off: a TID scan then, whatever the statistics
-    (stale ones can make an index scan of the whole corpus, testing every row against the
-    array, look cheaper). Returns each statement's row count."""
-    off = ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
-    for name in off:
-        conn.execute(sa.text("SELECT set_config(:n, 'off', true)"), {"n": name})
+@contextmanager
+def tid_scans_only(conn: Connection) -> Iterator[None]:
+    """Index scans off for the statements of the block (in ``conn``'s transaction): a
+    statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus = :c`` is then a
+    TID scan whatever the statistics (stale ones can make an index scan of the whole
+    corpus, testing every row against the array, look cheaper)."""
+    settings = ", ".join(f"set_config('{name}', :v, true)"
+                         for name in ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"))
+    conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
     try:
-        return [conn.execute(sa.text(sql), params).rowcount for sql, params in statements]
+        yield
     finally:
-        for name in off:
-            conn.execute(sa.text("SELECT set_config(:n, 'on', true)"), {"n": name})
+        conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
 
 
 #: The first ``:m`` tombstones of the corpus, by number.
@@ -275,22 +276,17 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
         if conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one():
             conn.execute(sa.text(_NP_SCAN_SQL if after is None else _NP_PROBE_SQL), c)
             conn.execute(sa.text(_TAIL_SQL), c)
-            postings, _ = _tid_scans(conn, (_GONE_SQL, c), (_TAILS_GONE_SQL, c))
+            with tid_scans_only(conn):
+                postings = conn.execute(sa.text(_GONE_SQL), c).rowcount
+                conn.execute(sa.text(_TAILS_GONE_SQL), c)
             entries, written = conn.execute(sa.text(_BLOCKS_SQL), c).one()
     if conn.execute(sa.text(_ANY_MERGED_SQL), c).scalar_one():
         dead = list(conn.execute(sa.text(_TOMBSTONES_SQL), {**c, "m": max_tombstones}).scalars())
         purged = rewritten = 0
         if dead:
             hit = list(conn.execute(sa.text(_HIT_SQL), {**c, "dead": dead}).scalars())
-            conn.execute(sa.text("SELECT set_config('enable_indexscan', 'off', true), "
-                                 "set_config('enable_indexonlyscan', 'off', true), "
-                                 "set_config('enable_bitmapscan', 'off', true)"))
-            try:
+            with tid_scans_only(conn):
                 sizes = list(conn.execute(sa.text(_PURGE_SQL), {**c, "dead": dead, "hit": hit}).scalars())
-            finally:
-                conn.execute(sa.text("SELECT set_config('enable_indexscan', 'on', true), "
-                                     "set_config('enable_indexonlyscan', 'on', true), "
-                                     "set_config('enable_bitmapscan', 'on', true)"))
             purged = conn.execute(sa.text(_PURGED_SQL), {**c, "dead": dead}).rowcount
             rewritten = len(sizes)
             if 0 in sizes:
