@@ -132,6 +132,9 @@ def _run_with(connection: Connection) -> None:
         with connection.begin():
             for statement in bootstrap_statements(schema):
                 connection.execute(text(statement))
+            # The revision this run starts from (None: a new schema), for revisions whose
+            # work depends on whether any older release could have used the schema.
+            config.attributes["tnsrag_upgrade_from"] = _version(connection)
         # Session-wide: the revisions' transactions come and go. The connection is
         # discarded after the migration (see tnsrag_db._db.migrate.upgrade).
         connection.execute(text(f"SET search_path TO {schema}, public"))
@@ -140,6 +143,15 @@ def _run_with(connection: Connection) -> None:
         run_with_lock_retries(connection, _run_migrations, lock_timeout=float(
             config.attributes.get("tnsrag_lock_timeout", x_args.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))),
             retries=int(config.attributes.get("tnsrag_lock_retries", x_args.get("lock_retries", DEFAULT_LOCK_RETRIES))))
+
+
+def _version(connection: Connection) -> str | None:
+    """The revision in the schema's version table, or None (no table, or no row)."""
+    if not connection.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
+                              {"t": f"{schema}.alembic_version"}).scalar_one():
+        return None
+    # The schema name was validated above: safe as an identifier.
+    return connection.execute(text(f"SELECT min(version_num) FROM {schema}.alembic_version")).scalar_one()
 
 
 def _run_migrations() -> None:

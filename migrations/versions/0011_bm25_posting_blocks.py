@@ -176,8 +176,15 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     s = _schema()
-    # The postings merged into blocks go back to per-entry rows first: the previous
-    # revision reads only those. Tombstoned numbers are left out.
+    # Writers first: every write, delete and rewrite of an entry waits from here until the
+    # downgrade commits (the lock DROP TRIGGER needs, taken before the copy, on the table
+    # every writer locks first). A delete running beside the copy would otherwise be
+    # retired by the trigger after its blocks were copied: orphan rows, wrong document
+    # frequencies, and an id that can never be written again. The migration's lock_timeout
+    # bounds the wait for writers already running (then the revision is tried again).
+    op.execute(f"LOCK TABLE {s}.entries IN SHARE ROW EXCLUSIVE MODE")
+    # The postings merged into blocks go back to per-entry rows: the previous revision
+    # reads only those. Tombstoned numbers are left out.
     op.execute(f"""
 INSERT INTO {s}.bm25_postings (corpus, lexeme, entry_id, tf, doc_len)
 SELECT b.corpus, b.lexeme, d.entry_id, u.tf, u.dl

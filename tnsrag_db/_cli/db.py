@@ -60,14 +60,19 @@ def _lock_options(func: F) -> F:
               help="Then switch tenant isolation (row-level security, see README 'Tenancy') on (rls) or off; "
                    "left as it is by default.")
 @_lock_options
+@click.option("--finish", is_flag=True,
+              help="Then finish the rolling upgrade: stop serving releases older than the floor the upgrade "
+                   "set, so changes they cannot read take effect (run it once no older process remains; "
+                   "see docs/deployment.md, 'Rolling upgrades').")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
 def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lock_timeout: float,
-            lock_retries: int, as_json: bool) -> None:
+            lock_retries: int, finish: bool, as_json: bool) -> None:
     """Migrate the schema up (safe to run from several processes at once: an advisory lock serialises them).
 
     Each revision runs in its own transaction; DDL waits at most --lock-timeout for a table
     lock and is retried, so an upgrade never blocks writers behind a long transaction.
+    The schema keeps serving the previous release's processes until --finish.
 
     Example: tnsrag db upgrade --tenancy rls --lock-timeout 2
     """
@@ -77,6 +82,9 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
         before = migrate.current_revision(engine, schema=schema)
         migrate.upgrade(engine, schema=schema, revision=revision, lock_timeout=lock_timeout, lock_retries=lock_retries)
         after = migrate.current_revision(engine, schema=schema)
+        finished = migrate.finish(engine, schema=schema) if finish else None
+        served = migrate.served_releases(engine, schema=schema) if after is not None else None
+        newer = migrate.schema_state(engine, schema=schema).newer
         if tenancy is not None:
             switch = tenants.enable if tenancy == "rls" else tenants.disable
             switch(engine, schema=schema, lock_timeout=lock_timeout, lock_retries=lock_retries)
@@ -93,19 +101,32 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
         note += ("\nnote: the filter pairs' triggers stay on entries (a store that chose the pairs while tenancy "
                  "was on keeps them right), so writes keep paying them; tnsrag db downgrade --revision 0006 "
                  "removes them (see README, 'Tenancy')")
+    if finished is not None and finished.changed:
+        note += (f"\nupgrade finished: the schema serves releases from revision {finished.serves_from} on "
+                 f"(was {finished.serves_from_before})")
+    if served is not None and served[1] is not None:
+        note += (f"\nnote: rolling upgrade not finished: the schema still serves releases from revision "
+                 f"{served[0]} on, so changes they cannot read wait (BM25 postings stay rows); once no older "
+                 "process remains: tnsrag db upgrade --finish")
     emit({"schema": schema, "from": before, "to": after, "at_head": at_head, "tenancy": state,
-          "filters_use_indexes": indexed, "filter_pair_triggers": triggers}, as_json,
-         (f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
+          "filters_use_indexes": indexed, "filter_pair_triggers": triggers,
+          "serves_from": served[0] if served else None, "finished": served is not None and served[1] is None},
+         as_json,
+         (f"schema {schema}: at revision {after}, newer than this tnsrag_db (head {migrate.head_revision()}), "
+          "which it still serves; nothing to do" if newer
+          else f"schema {schema}: at head ({after}), nothing to do" if before == after and at_head
           else f"schema {schema}: {before or 'empty'} -> {after}") + f"; tenancy {state}{note}")
 
 
 @db.command()
 @db_options
 @click.option("--revision", default="base", show_default=True, help="Target revision ('base' removes every table).")
+@_lock_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @yes_option
 @handle_errors
-def downgrade(url: str | None, schema: str, revision: str, as_json: bool, yes: bool) -> None:
+def downgrade(url: str | None, schema: str, revision: str, lock_timeout: float, lock_retries: int, as_json: bool,
+              yes: bool) -> None:
     """Migrate the schema down (default: to base, dropping the library's tables and data).
 
     Asks for confirmation first; without a terminal it refuses unless --yes is given.
@@ -120,7 +141,8 @@ def downgrade(url: str | None, schema: str, revision: str, as_json: bool, yes: b
         where = engine.url.render_as_string(hide_password=True)
         confirm_destruction(f"downgrade schema {schema!r} on {where} from {before} to {revision}"
                             f"{' (drops every table and all data)' if revision == 'base' else ''}", yes=yes)
-        migrate.downgrade(engine, schema=schema, revision=revision)
+        migrate.downgrade(engine, schema=schema, revision=revision, lock_timeout=lock_timeout,
+                          lock_retries=lock_retries)
         after = migrate.current_revision(engine, schema=schema)
     emit({"schema": schema, "from": before, "to": after}, as_json,
          f"schema {schema}: {before} -> {after or 'base'}")
@@ -137,9 +159,22 @@ def current(url: str | None, schema: str, as_json: bool) -> None:
     """
     with _engine(url, schema) as engine:
         rev = migrate.current_revision(engine, schema=schema)
+        state = migrate.schema_state(engine, schema=schema)
+        served = migrate.served_releases(engine, schema=schema) if rev is not None else None
     head = migrate.head_revision()
-    emit({"schema": schema, "current": rev, "head": head, "up_to_date": rev == head}, as_json,
-         f"schema {schema}: {rev or 'not migrated'} (head {head}){'' if rev == head else ' - run tnsrag db upgrade'}")
+    if state.newer:
+        advice = (" - newer than this tnsrag_db, which it still serves" if state.usable
+                  else " - newer than this tnsrag_db, which it no longer serves: upgrade tnsrag_db")
+    elif rev != head:
+        advice = " - run tnsrag db upgrade"
+    elif served is not None and served[1] is not None:
+        advice = (f" - rolling upgrade not finished (serves releases from revision {served[0]} on): "
+                  "tnsrag db upgrade --finish once no older process remains")
+    else:
+        advice = ""
+    emit({"schema": schema, "current": rev, "head": head, "up_to_date": rev == head, "usable": state.usable,
+          "serves_from": served[0] if served else None, "finished": served is not None and served[1] is None},
+         as_json, f"schema {schema}: {rev or 'not migrated'} (head {head}){advice}")
 
 
 @db.command()

@@ -9,7 +9,7 @@ provider are chosen by plans too, :mod:`tnsrag_db._indexes.vector.spaces`), run 
 library's read runner on one psycopg connection (a
 :class:`~tnsrag_db._db.driver.DriverStore`), so the process imports neither SQLAlchemy
 nor alembic. Everything the command says about an answer is a plan too, run on that
-connection: the schema check (:func:`~tnsrag_db._db.revisions.schema_revisions_plan`,
+connection: the schema check (:func:`~tnsrag_db._db.revisions.schema_state_plan`,
 and the tnsrag schemas named when it is missing), the missing corpus's error
 (:func:`~tnsrag_db.admin.corpora.require_corpus_plan`: for a keyword query only with an
 empty answer, for the others first, before a model loads), the filter notes
@@ -80,7 +80,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
     from tnsrag_db._cli._common import DEFAULT_SCHEMA
     from tnsrag_db._cli._schema import missing_schema_error, tnsrag_schemas_plan
     from tnsrag_db._db.driver import DriverStore
-    from tnsrag_db._db.revisions import schema_revisions_plan, shipped_head
+    from tnsrag_db._db.revisions import schema_state_plan, shipped_head
     from tnsrag_db._db.settings import libpq_url
     from tnsrag_db._indexes.bm25 import BM25Index
     from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
@@ -104,13 +104,15 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
         target = found
     with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS,
                      pgvector=strategy != "keyword") as store:
-        revisions = store.run(schema_revisions_plan(schema))
-        if revisions is None:
+        state = store.run(schema_state_plan(schema))
+        if state is None:
+            return None  # the full path's check
+        if state.revision is None:
             existing = store.run(tnsrag_schemas_plan())
             if schema not in existing and not (url is None and schema == DEFAULT_SCHEMA):
                 raise missing_schema_error(schema, existing, embedded=url is None)
             return None  # the embedded server's own schema is set up, an old one migrated, by the full path
-        if revisions != [head]:
+        if not state.usable:
             return None  # migrated by the full path (embedded), or its error (a URL's)
         spaces = None
         chosen: RAGStrategy

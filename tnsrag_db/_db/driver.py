@@ -24,7 +24,7 @@ import psycopg.conninfo
 
 from tnsrag_db._db.driver_errors import map_db_errors
 from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
-from tnsrag_db._db.revisions import schema_revisions_plan, shipped_head
+from tnsrag_db._db.revisions import schema_state_plan
 from tnsrag_db._db.runner import TIMEOUT_SET, PlanRunner
 from tnsrag_db._db.settings import check_timeout, validate_schema_name
 from tnsrag_db._db.statement import Plan, Statement, one
@@ -166,11 +166,12 @@ class DriverStore:
         return list(self.run(one(Statement(sql, params))))
 
     def at_head(self) -> bool:
-        """True when the schema is migrated to this release's head (one statement,
-        :func:`schema_revisions_plan`); False also when that cannot be told without
-        alembic. Raises :class:`DatabaseError` when the server cannot be reached."""
-        head = shipped_head()
-        return head is not None and self.run(schema_revisions_plan(self._schema)) == [head]
+        """True when this release can use the schema: migrated to its head, or upgraded by a
+        later release that still serves it (:func:`schema_state_plan`, one statement for a
+        schema at head); False also when that cannot be told without alembic. Raises
+        :class:`DatabaseError` when the server cannot be reached."""
+        state = self.run(schema_state_plan(self._schema))
+        return state is not None and state.usable
 
     def close(self) -> None:
         """Close the connection (a no-op when none is open)."""

@@ -32,7 +32,7 @@ from tnsrag_db._errors import (
     ValidationError,
 )
 
-__all__ = ["DISCONNECT_SQLSTATES", "db_error", "map_db_errors", "sqlstate_of"]
+__all__ = ["DISCONNECT_SQLSTATES", "db_error", "driver_message", "map_db_errors", "sqlstate_of"]
 
 #: SQLSTATEs of a server that went away: admin/crash shutdown, cannot connect now, and
 #: the connection exception class (08).
@@ -85,7 +85,7 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
-def _driver_message(exc: BaseException) -> str:
+def driver_message(exc: BaseException) -> str:
     """The driver's own message: a SQLAlchemy wrapper's adds the statement, its parameters
     and a link to SQLAlchemy's documentation, which a user reading one line does not need
     (they stay on the error's ``__cause__``)."""
@@ -96,7 +96,7 @@ def _driver_message(exc: BaseException) -> str:
 def db_error(exc: BaseException, what: str) -> DatabaseError:
     """The library error for driver error ``exc`` (raise it ``from exc``); ``what`` says where."""
     code = sqlstate_of(exc)
-    message = _driver_message(exc)
+    message = driver_message(exc)
     error: DatabaseError | None = None
     for cls, matches, template in _RULES:
         if matches(exc, code):

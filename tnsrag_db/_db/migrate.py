@@ -8,17 +8,28 @@ migrate a database without the source tree.
 from __future__ import annotations
 
 import io
+import logging
 import re
 import zlib
 from contextlib import redirect_stdout
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from tnsrag_db._db.revisions import migrations_dir, shipped_head  # no alembic: the CLI reads them too
+from tnsrag_db._db.driver_errors import driver_message, map_db_errors, sqlstate_of
+from tnsrag_db._db.migration_ops import compat_function_sql, hold_migration_lock
+from tnsrag_db._db.revisions import (  # no alembic: the CLI reads them too
+    COMPAT_FUNCTION,
+    SchemaState,
+    migrations_dir,
+    schema_state_plan,
+    shipped_head,
+)
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._db.partition import PARTITION_NAME
+from tnsrag_db._db.statement import Rows, Statement, run_plan
 from tnsrag_db._errors import MigrationError, SchemaNotReadyError
 
 if TYPE_CHECKING:
@@ -28,6 +39,7 @@ if TYPE_CHECKING:
 # is already at head (every CLI query) checks the version with one SELECT, no alembic.
 
 __all__ = [
+    "FinishReport",
     "RUNTIME_INDEX",
     "advisory_lock_key",
     "bootstrap_statements",
@@ -36,12 +48,17 @@ __all__ = [
     "describe_difference",
     "downgrade",
     "ensure_at_head",
+    "finish",
+    "served_releases",
     "head_revision",
     "include_object",
     "is_at_head",
     "offline_sql",
+    "schema_state",
     "upgrade",
 ]
+
+_log = logging.getLogger("tnsrag_db")
 
 
 def advisory_lock_key(schema: str) -> int:
@@ -105,8 +122,13 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout
     """
     from alembic import command
 
+    state = schema_state(engine, schema=schema)
+    if state.newer:
+        if revision == "head" and state.usable:
+            return  # a later release upgraded it, and it still serves this one
+        raise MigrationError(str(state.error(schema)))
     try:
-        if revision == "head" and current_revision(engine, schema=schema) == head_revision():
+        if revision == "head" and state.at_head:
             return
         with engine.connect() as conn:
             command.upgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
@@ -115,7 +137,7 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout
             # hand this connection to the pool's next user.
             conn.invalidate()
     except Exception as exc:
-        raise MigrationError(f"upgrade of schema {schema!r} to {revision} failed: {exc}") from exc
+        raise _failed(f"upgrade of schema {schema!r} to {revision}", exc) from exc
 
 
 def downgrade(engine: Engine, *, schema: str, revision: str = "base", lock_timeout: float | None = None,
@@ -132,7 +154,15 @@ def downgrade(engine: Engine, *, schema: str, revision: str = "base", lock_timeo
             # hand this connection to the pool's next user.
             conn.invalidate()
     except Exception as exc:
-        raise MigrationError(f"downgrade of schema {schema!r} to {revision} failed: {exc}") from exc
+        raise _failed(f"downgrade of schema {schema!r} to {revision}", exc) from exc
+
+
+def _failed(what: str, exc: BaseException) -> MigrationError:
+    """A migration's failure in one line: the server's message, without the statement and
+    SQLAlchemy's documentation link (both stay on ``__cause__``), its SQLSTATE kept."""
+    error = MigrationError(f"{what} failed: {driver_message(exc)}")
+    error.sqlstate = sqlstate_of(exc)
+    return error
 
 
 def current_revision(engine: Engine, *, schema: str) -> str | None:
@@ -166,18 +196,91 @@ def is_at_head(engine: Engine, *, schema: str) -> bool:
     return list(versions) == [head]
 
 
+def schema_state(engine: Engine, *, schema: str) -> SchemaState:
+    """Where ``schema`` stands for this release: at its head, behind, not migrated, or newer
+    (and whether it still serves this release); see :class:`~tnsrag_db._db.revisions.SchemaState`."""
+    with engine.connect() as conn:
+        auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+
+        def execute(statement: Statement) -> Rows:
+            with map_db_errors("reading the schema's revision"):
+                return auto.execute(text(statement.sql), dict(statement.params)).all()
+
+        state = run_plan(schema_state_plan(schema), execute)
+    if state is None:  # the revision files are not a plain chain: alembic says where the schema is
+        current = current_revision(engine, schema=schema)
+        state = SchemaState(current, head_revision())
+    return state
+
+
 def ensure_at_head(engine: Engine, *, schema: str) -> None:
-    """Raise :class:`SchemaNotReadyError` unless ``schema`` is migrated to this release's head."""
+    """Raise :class:`SchemaNotReadyError` unless this release can use ``schema``: migrated to
+    its head, or upgraded by a later release that still serves it (logged once)."""
     if is_at_head(engine, schema=schema):
         return
-    current = current_revision(engine, schema=schema)
-    head = head_revision()
-    if current != head:
-        state = "not migrated" if current is None else f"at revision {current}"
-        raise SchemaNotReadyError(
-            f"schema {schema!r} is {state}, this tnsrag_db needs {head}: run `tnsrag db upgrade --url ...` "
-            "(or connect with auto_migrate=True)"
-        )
+    state = schema_state(engine, schema=schema)
+    if not state.usable:
+        raise state.error(schema)
+    if state.newer:
+        _log.info("schema %r is at revision %s, newer than this tnsrag_db (head %s), and still serves it "
+                  "(from revision %s)", schema, state.revision, state.head, state.serves_from)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishReport:
+    """What :func:`finish` did: the floor of served releases before and after (equal when
+    nothing waited for the finish)."""
+
+    serves_from_before: str | None
+    serves_from: str | None
+
+    @property
+    def changed(self) -> bool:
+        """The floor moved."""
+        return self.serves_from != self.serves_from_before
+
+
+#: Reads a schema's compatibility function (``{schema}``: a validated name).
+_COMPAT_SQL = "SELECT serves_from, finish_to FROM {schema}." + COMPAT_FUNCTION + "()"
+
+
+def served_releases(engine: Engine, *, schema: str) -> tuple[str, str | None] | None:
+    """The schema's floor of served releases and the floor the finish moves it to (None:
+    nothing waits), or None for a schema that records none (before revision 0012)."""
+    validate_schema_name(schema)
+    with engine.connect() as conn:
+        if not conn.execute(text("SELECT to_regprocedure(:f) IS NOT NULL"),
+                            {"f": f"{schema}.{COMPAT_FUNCTION}()"}).scalar_one():
+            return None
+        serves_from, finish_to = conn.execute(text(_COMPAT_SQL.format(schema=schema))).one()
+    return str(serves_from), finish_to
+
+
+def finish(engine: Engine, *, schema: str) -> FinishReport:
+    """Finish a rolling upgrade of ``schema``: stop serving the releases older than the
+    floor the last upgrade set, so the changes they cannot read may take effect (from
+    revision 0012: merges of BM25 postings into blocks).
+
+    Run it once no process of an older release uses the schema. Under the migration lock;
+    a schema with nothing waiting is left alone. Raises :class:`SchemaNotReadyError` for a
+    schema this release cannot use and :class:`MigrationError` for one too old to record
+    a floor (run the upgrade first).
+    """
+    state = schema_state(engine, schema=schema)
+    if not state.usable:
+        raise state.error(schema)
+    with engine.connect() as conn:
+        with hold_migration_lock(conn, advisory_lock_key(schema)):
+            with conn.begin():
+                present = conn.execute(text("SELECT to_regprocedure(:f) IS NOT NULL"),
+                                       {"f": f"{schema}.{COMPAT_FUNCTION}()"}).scalar_one()
+                if not present:
+                    raise MigrationError(f"schema {schema!r} is at revision {state.revision}, which records no "
+                                         "floor of served releases: run `tnsrag db upgrade` first")
+                before, to = conn.execute(text(_COMPAT_SQL.format(schema=schema))).one()
+                if to is not None:
+                    conn.execute(text(compat_function_sql(schema, to, None)))
+    return FinishReport(serves_from_before=before, serves_from=before if to is None else to)
 
 
 def check(engine: Engine, *, schema: str) -> list[str]:

@@ -31,9 +31,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 __all__ = [
+    "COMPAT_REVISION",
     "DEFAULT_LOCK_RETRIES",
     "DEFAULT_LOCK_TIMEOUT",
     "LockRetriesExhausted",
+    "compat_function_sql",
     "create_index_concurrently",
     "drop_index_concurrently",
     "hold_migration_lock",
@@ -59,6 +61,25 @@ def _ident(name: str) -> str:
     if not _IDENT.match(name):
         raise ValueError(f"not a plain lower-case identifier: {name!r}")
     return name
+
+
+#: A revision id as the compatibility function stores it.
+COMPAT_REVISION = re.compile(r"^[0-9a-z_]{1,32}$")
+
+
+def compat_function_sql(schema: str, serves_from: str, finish_to: str | None) -> str:
+    """The statement that (re)defines ``<schema>.tnsrag_schema_compat()``: which releases the
+    schema serves. ``serves_from`` is the oldest revision whose release can still read and
+    write it; ``finish_to`` the floor ``tnsrag db upgrade --finish`` moves it to (None:
+    nothing waits for the finish). A function, not a table: every role that may use the
+    schema can call it (no grant, no row-level security), on a standby as well."""
+    for value in (serves_from, finish_to):
+        if value is not None and not COMPAT_REVISION.match(value):
+            raise ValueError(f"not a revision id: {value!r}")
+    finish = "NULL" if finish_to is None else f"'{finish_to}'"
+    return (f"CREATE OR REPLACE FUNCTION {_ident(schema)}.tnsrag_schema_compat(OUT serves_from text, "
+            f"OUT finish_to text) LANGUAGE sql STABLE PARALLEL SAFE "
+            f"AS $tnsrag$ SELECT CAST('{serves_from}' AS text), CAST({finish} AS text) $tnsrag$")
 
 
 def _sqlstate(exc: BaseException) -> str | None:

@@ -1,17 +1,31 @@
-"""Which revision the shipped migrations and a schema are at, read without alembic (the
-CLI's lean path checks a schema before every query and cannot pay alembic's import)."""
+"""Which revision the shipped migrations and a schema are at, and whether this release may
+use the schema, read without alembic (the CLI's lean path checks a schema before every
+query and cannot pay alembic's import).
+
+A schema may be *newer* than this release: an upgrade by a later release, while this
+one still runs (a rolling upgrade). Every revision from 0012 on keeps, in the function
+``tnsrag_schema_compat()``, the oldest revision whose release can still use the schema
+(``serves_from``), and the floor ``tnsrag db upgrade --finish`` moves it to once the
+rollout is over (``finish_to``). A release accepts a newer schema whose ``serves_from``
+it knows, and refuses one that has moved past it; see :class:`SchemaState`.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._db.statement import Plan, Statement
-from tnsrag_db._errors import DatabaseError
+from tnsrag_db._errors import DatabaseError, SchemaNotReadyError
 
-__all__ = ["migrations_dir", "schema_revisions_plan", "shipped_head"]
+__all__ = ["COMPAT_FUNCTION", "SchemaState", "migrations_dir", "schema_revisions_plan", "schema_state_plan",
+           "shipped_chain", "shipped_head"]
+
+#: The function (in the library's schema) that tells which releases the schema serves.
+COMPAT_FUNCTION = "tnsrag_schema_compat"
 
 _REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]", re.M)
 _DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
@@ -28,11 +42,11 @@ def migrations_dir() -> Path:
 
 
 @lru_cache(maxsize=1)
-def shipped_head() -> str | None:
-    """This installation's head revision read from the revision files (no alembic), or None
-    when they are not a plain linear chain of literal ``revision``/``down_revision`` strings."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
+def shipped_chain() -> tuple[str, ...] | None:
+    """This installation's revisions from the first to the head, read from the revision
+    files (no alembic), or None when they are not a plain linear chain of literal
+    ``revision``/``down_revision`` strings."""
+    parent_of: dict[str, str | None] = {}
     for path in (migrations_dir() / "versions").glob("*.py"):
         source = path.read_text(encoding="utf-8")
         rev, down = _REVISION_RE.search(source), _DOWN_REVISION_RE.search(source)
@@ -40,11 +54,67 @@ def shipped_head() -> str | None:
             continue  # __init__.py and helpers
         if rev is None or down is None:
             return None
-        revisions.add(rev.group(1))
-        if down.group(2) is not None:
-            parents.add(down.group(2))
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
+        parent_of[rev.group(1)] = down.group(2)
+    children: dict[str | None, str] = {}
+    for rev, parent in parent_of.items():
+        if parent in children:
+            return None  # a branch
+        children[parent] = rev
+    chain: list[str] = []
+    current = children.get(None)
+    while current is not None:
+        chain.append(current)
+        current = children.get(current)
+    return tuple(chain) if chain and len(chain) == len(parent_of) else None
+
+
+def shipped_head() -> str | None:
+    """This installation's head revision (see :func:`shipped_chain`), or None."""
+    chain = shipped_chain()
+    return chain[-1] if chain else None
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    """Where a schema stands for this release.
+
+    ``revision`` is what the schema's version table holds (None: not migrated; several
+    revisions joined by commas when it holds more than one). ``newer``: a revision this
+    release does not ship, written by a later one. ``serves_from``: for a newer schema,
+    the oldest revision whose release it still serves (None when it does not say).
+    """
+
+    revision: str | None
+    head: str
+    newer: bool = False
+    serves_from: str | None = None
+
+    @property
+    def at_head(self) -> bool:
+        """The schema is at this release's head."""
+        return self.revision == self.head
+
+    @property
+    def usable(self) -> bool:
+        """This release may read and write the schema: at its head, or newer and still
+        serving it (its ``serves_from`` is a revision this release ships)."""
+        if self.at_head:
+            return True
+        chain = shipped_chain() or ()
+        return self.newer and self.serves_from in chain
+
+    def error(self, schema: str) -> SchemaNotReadyError:
+        """Why this release cannot use the schema, with what helps."""
+        if self.newer:
+            served = (f"it serves releases from revision {self.serves_from} on" if self.serves_from
+                      else "it does not say which older releases it serves")
+            return SchemaNotReadyError(
+                f"schema {schema!r} is at revision {self.revision}, newer than this tnsrag_db (head {self.head}), "
+                f"and {served}: upgrade tnsrag_db to a release that ships revision {self.revision}")
+        state = "not migrated" if self.revision is None else f"at revision {self.revision}"
+        return SchemaNotReadyError(
+            f"schema {schema!r} is {state}, this tnsrag_db needs {self.head}: run `tnsrag db upgrade --url ...` "
+            "(or connect with auto_migrate=True)")
 
 
 #: SQLSTATE undefined_table.
@@ -64,3 +134,27 @@ def schema_revisions_plan(schema: str) -> Plan[list[str] | None]:
             raise
         return None  # run in autocommit (every runner's reads): the connection stays usable
     return [str(r.version_num) for r in rows]
+
+
+def schema_state_plan(schema: str) -> Plan[SchemaState | None]:
+    """Where ``schema`` stands for this release (:class:`SchemaState`), or None when this
+    installation's revisions cannot be read without alembic. One statement for a schema
+    this release knows; a newer one's ``tnsrag_schema_compat()`` is looked up and read
+    after it. Raises :class:`ConfigurationError` for a bad schema name."""
+    chain = shipped_chain()
+    revisions = yield from schema_revisions_plan(schema)
+    if chain is None:
+        return None
+    head = chain[-1]
+    if not revisions:
+        return SchemaState(None, head)
+    if len(revisions) > 1 or revisions[0] in chain:
+        return SchemaState(",".join(revisions), head)
+    # A revision of a later release: ask the schema which releases it still serves.
+    rows = yield Statement("SELECT to_regprocedure(:f) IS NOT NULL AS present",
+                           {"f": f"{schema}.{COMPAT_FUNCTION}()"}, ("present",))
+    floor = None
+    if rows[0].present:
+        rows = yield Statement(f"SELECT serves_from FROM {schema}.{COMPAT_FUNCTION}()", {}, ("serves_from",))
+        floor = str(rows[0].serves_from) if rows and rows[0].serves_from is not None else None
+    return SchemaState(revisions[0], head, newer=True, serves_from=floor)

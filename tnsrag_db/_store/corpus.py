@@ -143,6 +143,7 @@ class Writer:
         self._analyze_after_rows = check_analyze_after_rows(analyze_after_rows)
         self._merge_after = check_merge_after_entries(merge_after_entries)
         self._unmerged = 0
+        self._deferral_logged = False
 
     @property
     def analyze_after_rows(self) -> int:
@@ -188,8 +189,14 @@ class Writer:
         if self._unmerged >= self._merge_after:
             self._unmerged = 0
             try:
-                if self.merge(wait=False).entries:
+                merged = self.merge(wait=False)
+                if merged.entries:
                     analyze = (*analyze, "bm25_blocks", "bm25_docs")
+                elif merged.deferred and not self._deferral_logged:
+                    self._deferral_logged = True
+                    _log.info("BM25 postings of corpus %r stay rows until the rolling upgrade is finished "
+                              "(tnsrag db upgrade --finish): the schema still serves a release that reads "
+                              "only rows", self._corpus.name)
             except DatabaseError as exc:
                 # The write has committed: a merge that fails (a timeout, a lost connection,
                 # a schema not yet upgraded) leaves the postings as rows, which queries read
@@ -228,7 +235,7 @@ class Writer:
             total = MergeReport(entries=total.entries + report.entries, postings=total.postings + report.postings,
                                 blocks_written=total.blocks_written + report.blocks_written,
                                 tombstones=total.tombstones + report.tombstones, last_id=report.last_id,
-                                ran=total.ran and report.ran)
+                                ran=total.ran and report.ran, deferred=total.deferred or report.deferred)
             # More to take: entries (a sweep goes on after the last id looked at; the delta
             # while a merge moved some, not when a writer holds every entry left), or
             # tombstones beyond one transaction's share.

@@ -21,6 +21,10 @@ All in one transaction, under an advisory lock per corpus (one merge of a corpus
 time) and the corpus's shared write lock (a corpus drop waits for it). A reader sees the
 postings of an entry in the delta or in the blocks, never both and never neither: the
 move commits at once. Document frequencies and corpus statistics do not change.
+
+Releases before revision 0011 read postings only as rows: while the schema still serves
+one (a rolling upgrade not yet finished, see ``tnsrag_schema_compat()``), a merge moves
+nothing and says so (:attr:`MergeReport.deferred`).
 """
 
 from __future__ import annotations
@@ -33,9 +37,14 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._db.revisions import COMPAT_FUNCTION, shipped_chain
 from tnsrag_db._store.sql import probe
 
-__all__ = ["BLOCK", "MergeReport", "merge_postings", "tid_scans_only"]
+__all__ = ["BLOCKS_REVISION", "BLOCK", "MergeReport", "blocks_served", "merge_postings", "tid_scans_only"]
+
+#: The first revision whose releases read postings in blocks: merges wait until the schema
+#: serves no release older than it.
+BLOCKS_REVISION = "0011"
 
 #: Postings per block: a run of one term's postings in one row.
 BLOCK = 128
@@ -240,8 +249,22 @@ class MergeReport:
     tombstones: int = 0
     #: The last entry id the merge looked at (a sweep continues after it), or None.
     last_id: str | None = None
-    #: False when another merge of the corpus held the lock (``wait=False``): nothing done.
+    #: False when another merge of the corpus held the lock (``wait=False``), or when the
+    #: merge was deferred: nothing done.
     ran: bool = True
+    #: True when the schema still serves a release that reads postings only as rows (a
+    #: rolling upgrade not finished: ``tnsrag db upgrade --finish``): nothing done.
+    deferred: bool = False
+
+
+def blocks_served(conn: Connection) -> bool:
+    """Whether every release the schema (on ``conn``'s search path) serves reads postings in
+    blocks, so a merge may move them there."""
+    floor = conn.execute(sa.text(f"SELECT serves_from FROM {COMPAT_FUNCTION}()")).scalar_one()
+    chain = shipped_chain() or ()
+    if floor not in chain:
+        return True  # a floor this release does not ship is newer than every revision it knows
+    return chain.index(floor) >= chain.index(BLOCKS_REVISION)
 
 
 def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: int = 20_000,
@@ -254,8 +277,12 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
     small by the merges after writes), or, with ``after`` (``""`` to start), from the
     corpus's entries in id order after it (a sweep of postings written before blocks
     existed; the report's ``last_id`` continues it). ``wait=False`` returns at once
-    (``ran=False``) when another merge of the corpus holds the lock.
+    (``ran=False``) when another merge of the corpus holds the lock. While the schema
+    still serves a release older than :data:`BLOCKS_REVISION` nothing moves
+    (``deferred=True``).
     """
+    if not blocks_served(conn):
+        return MergeReport(ran=False, deferred=True)
     key = {"k": _LOCK_KEY.format(schema=schema, corpus=corpus)}
     if wait:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), key)

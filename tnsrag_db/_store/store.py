@@ -34,7 +34,7 @@ from tnsrag_db._db.replicas import (
 from tnsrag_db._db.schema import DEFAULT_SCHEMA
 from tnsrag_db._db.session import DEADLOCK_RETRIES, SESSION_LOCK_POLL_SECONDS, Session, retry_on_deadlock
 from tnsrag_db._db.statement import Plan
-from tnsrag_db._errors import ConfigurationError, DatabaseError, TnsragError
+from tnsrag_db._errors import ConfigurationError, DatabaseError, SchemaNotReadyError, TnsragError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db._store.corpus import DEFAULT_ANALYZE_AFTER_ROWS, DEFAULT_MERGE_AFTER_ENTRIES, Corpus, Writer, check_corpus_name
 from tnsrag_db._store.merge import MergeReport
@@ -344,8 +344,18 @@ class Store:
         also takes the entries whose postings were written before blocks existed.
         ``progress`` gets each transaction's report. Results never change: queries read
         both layouts.
+
+        Raises :class:`SchemaNotReadyError` while the schema still serves a release that
+        reads postings only as rows (a rolling upgrade not finished: ``tnsrag db upgrade
+        --finish``, see docs/deployment.md); nothing moves then.
         """
-        return self.writer.merge(sweep=sweep, progress=progress)
+        report = self.writer.merge(sweep=sweep, progress=progress)
+        if report.deferred:
+            raise SchemaNotReadyError(
+                f"BM25 postings of corpus {self._corpus!r} not merged: schema {self._schema!r} still serves releases "
+                "that read postings only as rows (before revision 0011); run `tnsrag db upgrade --finish` once "
+                "no process of such a release uses it")
+        return report
 
     def clear(self) -> int:
         """Delete every entry of the corpus; returns how many."""
@@ -400,9 +410,11 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
             merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES) -> Store:
     """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
 
-    The embedded server is migrated to head automatically. A URL names a shared server
-    whose schema is never created implicitly: unless ``auto_migrate=True`` the schema
-    must already be at this release's head, else :class:`SchemaNotReadyError`.
+    The embedded server is migrated to head automatically (and the upgrade finished: see
+    ``tnsrag db upgrade --finish``). A URL names a shared server whose schema is never
+    created implicitly: unless ``auto_migrate=True`` the schema must already be at this
+    release's head, or upgraded by a later release that still serves this one, else
+    :class:`SchemaNotReadyError`.
     ``max_query_terms`` and ``statement_timeout`` bound the work of each call (see :class:`Store`).
 
     ``read_urls``: hot standbys for retrieval reads (writes, locks, migrations: ``url``),
@@ -431,6 +443,11 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
         if auto_migrate or (auto_migrate is None and embedded):
             if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
                 migrate.upgrade(engine, schema=schema)
+                if embedded:
+                    # The user's own server, upgraded by the release every process of theirs
+                    # imports: no older one to wait for (a shared server waits for the
+                    # operator's `tnsrag db upgrade --finish`).
+                    migrate.finish(engine, schema=schema)
                 engine.dispose()  # connections opened before the extension existed lack the vector type
         else:
             migrate.ensure_at_head(engine, schema=schema)
