@@ -56,10 +56,10 @@ def shipped_chain() -> tuple[str, ...] | None:
             return None
         parent_of[rev.group(1)] = down.group(2)
     children: dict[str | None, str] = {}
-    for rev, parent in parent_of.items():
+    for child, parent in parent_of.items():
         if parent in children:
             return None  # a branch
-        children[parent] = rev
+        children[parent] = child
     chain: list[str] = []
     current = children.get(None)
     while current is not None:
