@@ -11,22 +11,20 @@ query's BM25 ranking as ``[id, score]`` pairs) and ``{"op": "quit"}``.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
 import sys
 import tarfile
-import io
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 #: The last commit whose schema head is 0010: the release before postings in blocks.
 PREVIOUS_RELEASE = "7b040783cfeea7fba307feab692a9ec8cd83c397"
 PREVIOUS_HEAD = "0010"
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 
 _CHILD = r'''
 import json, sys
@@ -66,15 +64,16 @@ for line in sys.stdin:
 
 
 def previous_release_tree(dest: Path) -> Path:
-    """Unpack the previous release's ``tnsrag_db`` and ``migrations`` into ``dest``; skips the
-    test when this checkout has no git history holding it (an unpacked source archive)."""
+    """Unpack the previous release's ``tnsrag_db`` and ``migrations`` into ``dest``. Raises
+    :class:`LookupError` when this checkout has no git history holding it (an unpacked
+    source archive, a shallow clone)."""
     git = shutil.which("git")
     if git is None or not (_REPO / ".git").exists():
-        pytest.skip("the previous release comes from the repository's git history: not a git checkout")
+        raise LookupError("the previous release comes from the repository's git history: not a git checkout")
     found = subprocess.run([git, "-C", str(_REPO), "cat-file", "-e", f"{PREVIOUS_RELEASE}^{{commit}}"],
                            capture_output=True)
     if found.returncode != 0:
-        pytest.skip(f"commit {PREVIOUS_RELEASE[:8]} (the previous release) is not in this clone's history")
+        raise LookupError(f"commit {PREVIOUS_RELEASE[:8]} (the previous release) is not in this clone's history")
     archive = subprocess.run([git, "-C", str(_REPO), "archive", "--format=tar", PREVIOUS_RELEASE,
                               "tnsrag_db", "migrations"], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
