@@ -353,3 +353,44 @@ def test_a_merge_deletes_by_tid_scan_even_when_statistics_say_the_delta_is_empty
     store.merge_postings()
     assert layout(store)["rows_entries"] == 0
     assert_matches_reference(BM25Index(store), QUERIES)
+
+
+def _joined_away(plan: dict[str, object]) -> int:
+    """The most rows one node of a JSON plan (EXPLAIN ANALYZE) compared and threw away in a
+    join: a nested loop's join filter tests every pair of its two sides."""
+    worst = 0
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        removed = float(node.get("Rows Removed by Join Filter", 0)) * float(node.get("Actual Loops", 1))  # type: ignore[arg-type]
+        worst = max(worst, int(removed))
+        stack.extend(node.get("Plans", []))  # type: ignore[arg-type]
+    return worst
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["rows", "blocks"])
+def test_pruned_scoring_reads_each_term_once_however_many_candidates(make_store: Callable[..., Store],
+                                                                       merged: bool) -> None:
+    # A long question of frequent terms: many candidates are scored in full by one pass over
+    # the non-essential terms' postings (probe_cost makes probes never pay). That pass joined
+    # the candidates, whose count the planner cannot know: a nested loop read every
+    # non-essential posting once per candidate (seconds on an 8k-entry corpus).
+    # The statistics know nothing of the corpus (analysed before it was written, as a new
+    # corpus's are until the next ANALYZE): its postings are estimated at a few rows.
+    store = make_store(merge_after_entries=10**9, analyze_after_rows=10**9)
+    with store.session.transaction() as conn:
+        conn.execute(sa.text("ANALYZE bm25_postings, bm25_blocks, bm25_docs"))
+    store.add_all(pruning_entries(random.Random(21), 600))
+    if merged:
+        store.merge_postings()
+    index = BM25Index(store, prune_min_df=1, probe_cost=1e9)
+    query = "zzcommon zzmid zzrare zzrarest agent memory vector index"
+    statement = index.ranking_statement(query, 5)
+    with store.session.transaction() as conn:
+        plan = conn.execute(sa.text(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.sql}"),
+                            dict(statement.params)).scalar_one()  # parsed by the driver
+    postings = sum(index.document_frequency(index.query_terms(query)).values())
+    # Pairing each posting with each query term is the most a join of this statement may
+    # throw away; pairing each posting with each candidate is the quadratic join.
+    assert _joined_away(plan[0]["Plan"]) <= len(index.query_terms(query)) * postings
+    assert [i for i, _ in index.search(query, 5)] == [i for i, _ in BM25Index(store, prune_min_df=10**9).search(query, 5)]

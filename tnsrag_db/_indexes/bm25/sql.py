@@ -296,14 +296,22 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
           SELECT a.{key}, a.ps + {ne_a} AS score FROM {p}_c2c{s} a
           WHERE (SELECT probe FROM {p}_probe{s})
           UNION ALL
-          SELECT a.{key}, a.ps + coalesce(j.s, 0.0::float8) FROM {p}_c2c{s} a
-          LEFT JOIN (
-            SELECT p.{key}, sum({part_t} ORDER BY t.lexeme) AS s
+          -- One pass: each candidate's row and its non-essential postings, summed per entry
+          -- with no join. A posting is a candidate's by membership in a hashed subplan (IS
+          -- TRUE keeps the IN from becoming a join): a join with the candidates, whose count
+          -- the planner cannot know, became a nested loop that read every non-essential
+          -- posting once per candidate.
+          SELECT u.{key}, max(u.ps) + coalesce(sum(u.part ORDER BY u.lexeme) FILTER (WHERE u.lexeme IS NOT NULL),
+                                               0.0::float8) AS score
+          FROM (
+            SELECT a.{key}, a.ps, CAST(NULL AS text) AS lexeme, CAST(NULL AS float8) AS part FROM {p}_c2c{s} a
+            UNION ALL
+            SELECT p.{key}, NULL, t.lexeme, {part_t}
             FROM {scan_t}
-            JOIN {p}_c2c{s} x ON x.{key} = p.{key}
-            WHERE t.ne GROUP BY p.{key}
-          ) j ON j.{key} = a.{key}
+            WHERE t.ne AND (p.{key} IN (SELECT x.{key} FROM {p}_c2c{s} x)) IS TRUE
+          ) u
           WHERE NOT (SELECT probe FROM {p}_probe{s})
+          GROUP BY u.{key}
         ), {p}_ra{s} AS MATERIALIZED (
           -- Phase A's top k.
           SELECT f.{key}, f.score
