@@ -35,13 +35,17 @@ def test_messy_tree_reads_every_format_and_names_every_skip(tmp_path: Path, monk
     latin = by["notes/latin1.txt#0"]
     assert latin.content == "Café crème à la française, naïve résumé."  # type: ignore[attr-defined]
     html = by["page.html#0"]
-    assert html.metadata == {"path": "page.html", "format": "html", "title": "The Page"}  # type: ignore[attr-defined]
+    # Read relative to the pattern, every file entry records that root (resolved, absolute).
+    root = str((tmp_path / "docs").resolve())
+    assert html.metadata == {"path": "page.html", "format": "html", "title": "The Page",  # type: ignore[attr-defined]
+                             "root": root}
     assert html.content == "Welcome\n\nHybrid retrieval combines ranks.\n\nSecond paragraph."  # type: ignore[attr-defined]
     pages = [(by[f"manual.pdf#{i}"].metadata["page"], by[f"manual.pdf#{i}"].content)  # type: ignore[attr-defined]
              for i in range(2)]
     assert pages == [("1", "First page about vectors."), ("2", "Second page about graphs.")]
     assert by["src/app.py#0"].metadata["language"] == "python"  # type: ignore[attr-defined]
-    assert by["src/lib.go#0"].metadata == {"path": "src/lib.go", "format": "code", "language": "go"}  # type: ignore[attr-defined]
+    assert by["src/lib.go#0"].metadata == {  # type: ignore[attr-defined]
+        "path": "src/lib.go", "format": "code", "language": "go", "root": root}
     assert by["changelog.gz#0"].content == "Version 2: fixed the widget."  # type: ignore[attr-defined]
     assert by["deep/a/b/c.rst#0"].source == "deep/a/b/c.rst"  # type: ignore[attr-defined]
     assert [(i, by[i].parent_id) for i in sorted(by) if i.startswith("guide/")] == [  # type: ignore[attr-defined]
@@ -51,6 +55,7 @@ def test_messy_tree_reads_every_format_and_names_every_skip(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path / "docs" / "deep")
     again, _ = load(tmp_path / "docs")
     assert sorted(again) == sorted(entries)
+    assert {e.metadata["root"] for e in again.values()} == {root}  # type: ignore[attr-defined]
     prefixed, pl = load("../../docs", id_prefix="kb")
     assert sorted(prefixed) == sorted(f"kb/{i}" for i in entries)
     assert prefixed["kb/guide/install.md#2"].metadata["path"] == "kb/guide/install.md"  # type: ignore[attr-defined]
