@@ -188,6 +188,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     from tnsrag_db._cli._roots import ROOT_KEY, find_roots, read_roots
     from tnsrag_db.embeddings import provider_name
     from tnsrag_db._loaders import FileLoader
+    from tnsrag_db._loaders.owners import claims_of
     from tnsrag_db._store.write import validate_batch
     from tnsrag_db._types import IngestCounts
 
@@ -226,15 +227,18 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
         progress.update("read", done, total)
 
     try:
-        streaming = not (strict or dry_run or prune) and _streamable(loaders)
-        claims = {path: root for loader in loaders for path, root in loader.claims().items()}
+        # One walk of each root before reading, when the run may stream its writes: the
+        # files it will read, and the id path and root of each (checked before writing).
+        selections = [] if strict or dry_run or prune else [loader.selected_roots() for loader in loaders]
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
+    streaming = bool(selections) and _streamable(selections)
     try:
         with progress:
             progress.start("read")
             if streaming:
                 assert provider is not None  # resolved above: a streamed run reads no JSONL
+                claims = claims_of(item for selection in selections for item in selection)
                 reading, entries, counts, outcome = _write_streaming(
                     roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger, claims)
                 providers = [provider]
@@ -262,9 +266,11 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                     truncated_before = getattr(provider, "truncated_texts", 0)
                 providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                               else provider)
-                read_paths = {e.metadata.get("path") for e in entries}  # files skipped while reading claim nothing
-                counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger,
-                                         {path: root for path, root in claims.items() if path in read_paths})
+                # The files read claim their id paths (JSONL records carry a root of their own, if any).
+                claims = {e.metadata["path"]: root.key for e in entries
+                          if (root := reading.root_of.get(e.id)) is not None and e.metadata.get(ROOT_KEY) == root.key
+                          and "path" in e.metadata}
+                counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger, claims)
             skipped = reading.skipped
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
@@ -411,17 +417,17 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         return counts, outcome
 
 
-def _streamable(loaders: list[Any]) -> bool:
-    """Whether the files of ``loaders`` can be written while they are read (see
-    :func:`_write_streaming`): none is JSONL (whose records bring their own ids, edges and
-    vectors, checked as a whole before anything is written) and no two roots give one file
-    path (the ids would clash: reading everything first refuses that before writing).
-    Raises :class:`ConfigurationError` for a pattern that matches nothing."""
+def _streamable(selections: list[list[tuple[Path, str, str | None]]]) -> bool:
+    """Whether the files each loader selected (:meth:`FileLoader.selected_roots`) can be
+    written while they are read (see :func:`_write_streaming`): none is JSONL (whose
+    records bring their own ids, edges and vectors, checked as a whole before anything is
+    written) and no two roots give one file path (the ids would clash: reading everything
+    first refuses that before writing)."""
     from tnsrag_db._loaders.formats import file_format
 
     seen: set[str] = set()
-    for loader in loaders:
-        for path, rel in loader.selected():
+    for selection in selections:
+        for path, rel, _ in selection:
             if file_format(path.name) == "jsonl" or rel in seen:
                 return False
             seen.add(rel)

@@ -20,7 +20,7 @@ from tnsrag_db._loaders.encodings import _decode_text
 from tnsrag_db._loaders.formats import _language, file_format
 from tnsrag_db._loaders.html import _html
 from tnsrag_db._loaders.jsonl import SpaceVectors, _jsonl
-from tnsrag_db._loaders.owners import ROOT_KEY, check_owners, pattern_root
+from tnsrag_db._loaders.owners import ROOT_KEY, check_owners, claims_of, pattern_root
 from tnsrag_db._loaders.pdf import _pdf
 from tnsrag_db._loaders.text import _markdown, _text
 from tnsrag_db._loaders.walk import _scan, _unknown_reason
@@ -163,20 +163,24 @@ class FileLoader:
         """``(file, id path)`` of each file of :meth:`files`: the path its entries' ids
         begin with (``docs/guide/install.md``, behind the id prefix). Raises
         :class:`ConfigurationError` for a pattern that matches nothing."""
+        return [(path, rel) for path, rel, _ in self.selected_roots()]
+
+    def selected_roots(self) -> list[tuple[Path, str, str | None]]:
+        """:meth:`selected` with the root each file's entries record (metadata ``root``; see
+        :func:`~tnsrag_db._loaders.owners.pattern_root`): ``(file, id path, root)``, the
+        root None with ``relative_to="base"`` and for JSONL files, whose records keep the
+        ids and metadata they carry."""
         found, _ = self._scan()
-        return [(path, rel) for path, rel, explicit, _, _ in found if explicit or file_format(path.name) is not None]
+        roots = ({pattern: pattern_root(pattern, self._base) for pattern in self._patterns}
+                 if self._relative_to == "pattern" else {})
+        return [(path, rel, roots.get(pattern) if file_format(path.name) != "jsonl" else None)
+                for path, rel, explicit, _, pattern in found if explicit or file_format(path.name) is not None]
 
     def claims(self) -> dict[str, str]:
         """The id paths this loader's files would write, each with the root recorded in their
-        entries' metadata ``root`` (``relative_to="pattern"``; JSONL files excepted, whose
-        records keep the ids and metadata they carry): what :meth:`check_ids` checks. Empty
-        with ``relative_to="base"``, whose ids are relative to ``base_dir`` and record no root."""
-        if self._relative_to != "pattern":
-            return {}
-        found, _ = self._scan()
-        roots = {pattern: pattern_root(pattern, self._base) for pattern in self._patterns}
-        return {rel: roots[pattern] for path, rel, explicit, _, pattern in found
-                if (explicit or file_format(path.name) is not None) and file_format(path.name) != "jsonl"}
+        entries (:meth:`selected_roots`): what :meth:`check_ids` checks. Empty with
+        ``relative_to="base"``, whose ids are relative to ``base_dir`` and record no root."""
+        return claims_of(self.selected_roots())
 
     def check_ids(self, store: Any) -> None:
         """Before an ingest into ``store``'s corpus: raise :class:`IdCollisionError` (nothing is

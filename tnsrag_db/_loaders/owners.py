@@ -14,14 +14,14 @@ entries without a recorded root (JSONL records, older ingests) belong to no root
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tnsrag_db._errors import IdCollisionError
 from tnsrag_db._loaders.walk import _GLOB_CHARS
 
-__all__ = ["ROOT_KEY", "check_owners", "pattern_root"]
+__all__ = ["ROOT_KEY", "check_owners", "claims_of", "pattern_root"]
 
 #: The metadata key holding the root an entry was read from.
 ROOT_KEY = "root"
@@ -56,6 +56,12 @@ def pattern_root(pattern: str | os.PathLike[str], base_dir: str | os.PathLike[st
     if os.path.exists(absolute) or not _GLOB_CHARS.search(given):
         return str(Path(absolute).resolve())
     return absolute
+
+
+def claims_of(selected: Iterable[tuple[Any, str, str | None]]) -> dict[str, str]:
+    """The claims of ``(file, id path, root)`` triples (:meth:`FileLoader.selected_roots`):
+    id path -> root, for the files that record one."""
+    return {rel: root for _, rel, root in selected if root is not None}
 
 
 def check_owners(store: Any, claims: Mapping[str, str],
