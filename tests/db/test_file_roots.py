@@ -61,7 +61,8 @@ def test_file_loader_refuses_a_second_root_at_the_same_paths(tmp_path: Path, sto
     based.check_ids(store)
 
 
-def test_the_cli_and_file_loader_name_a_root_alike(tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_and_file_loader_name_a_root_alike(tmp_path: Path, store: Store,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder reached through a symlink, and a relative path, are the same root in both paths."""
     from click.testing import CliRunner
     from sqlalchemy.engine import URL

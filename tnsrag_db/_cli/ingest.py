@@ -345,9 +345,10 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
 def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan: _Plan, embeddings: list[Any],
            progress: Any, ledger: _Ledger, claims: dict[str, str]) -> tuple[Any, dict[str, Any]]:
     """Connect, refuse files whose ids another root's entries hold (``claims``: id path ->
-    root, :func:`~tnsrag_db._cli._roots.check_roots`), find what ``--prune`` removes (asking first when that is more than the run
-    writes), write ``entries`` batch by batch without vectors (keyword-searchable as each
-    batch commits; their counts go to ``ledger``), then fill their vectors
+    root, :func:`~tnsrag_db._cli._roots.check_roots`), find what ``--prune`` removes
+    (asking first when that is more than the run writes), write ``entries`` batch by
+    batch without vectors (keyword-searchable as each batch commits; their counts go to
+    ``ledger``), then fill their vectors
     (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then prune. A dry run
     classifies the entries against the stored ones instead and writes nothing. Returns
     the entry counts and ``pruned``, ``duplicates`` (new entries whose text is stored
