@@ -343,3 +343,30 @@ def test_a_large_text_files_first_entries_come_before_the_rest_is_chunked(tmp_pa
     # The same entries as chunking the file whole.
     whole = Chunker(64, _Counting(), unit="tokens").chunks((tmp_path / "changelog").read_text(encoding="utf-8"))
     assert [first.content, *(e.content for e in rest)] == whole
+
+
+def test_entries_read_relative_to_their_pattern_record_it_as_their_root(tmp_path: Path) -> None:
+    doc = tmp_path / "doc"
+    for name in ("python3-six", "python3-toml"):
+        (doc / name).mkdir(parents=True)
+        (doc / name / "copyright").write_text(f"{name} licence\n")
+    (doc / "python3-six" / "export.jsonl").write_text('{"id": "x", "content": "a record", "metadata": {"k": "v"}}\n')
+    # A folder (absolute, symlinks resolved), a glob (the absolute glob), a file (itself).
+    cases: list[tuple[str | Path, str]] = [
+        (doc / "python3-six", str(doc / "python3-six")), (str(doc / "python3*"), str(doc / "python3*")),
+        (doc / "python3-toml" / "copyright", str(doc / "python3-toml" / "copyright"))]
+    for pattern, root in cases:
+        loader = FileLoader(pattern, relative_to="pattern")
+        entries = list(loader.load())
+        assert {e.metadata.get("root") for e in entries if e.id != "x"} == {root}, pattern
+        assert set(loader.claims().values()) == {root}
+        assert set(loader.claims()) == {e.metadata["path"] for e in entries if "root" in e.metadata}
+    # JSONL records keep the metadata they carry: no root, and no claim on their ids.
+    loader = FileLoader(doc / "python3-six", relative_to="pattern")
+    by = {e.id: e for e in loader.load()}
+    assert by["x"].metadata == {"k": "v"} and loader.claims() == {"copyright": str(doc / "python3-six")}
+    assert [(rel, root) for _, rel, root in loader.selected_roots()] == [
+        ("copyright", str(doc / "python3-six")), ("export.jsonl", None)]
+    # Ids relative to a base directory record none and claim nothing.
+    based = FileLoader("doc/python3-six", base_dir=tmp_path)
+    assert all("root" not in e.metadata for e in based.load()) and based.claims() == {}
