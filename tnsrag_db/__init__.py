@@ -54,6 +54,7 @@ if _typing.TYPE_CHECKING:
         EvaluationDataError as EvaluationDataError,
         ExecutionError as ExecutionError,
         HierarchyError as HierarchyError,
+        IdCollisionError as IdCollisionError,
         IngestInterrupted as IngestInterrupted,
         InvalidContextError as InvalidContextError,
         InvalidEntryError as InvalidEntryError,

@@ -9,8 +9,9 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   └── ProviderConfigurationError  zero/many embedding providers, bad entry point
     ├── ValidationError (ValueError) bad input values; nothing was written
     │   ├── InvalidEntryError        a MemoryEntry (or one entry of a batch) is invalid
-    │   │   └── InvalidTimestampError  its timestamp is malformed or zone-less (also a
-    │   │                              TemporalValidationError)
+    │   │   ├── InvalidTimestampError  its timestamp is malformed or zone-less (also a
+    │   │   │                          TemporalValidationError)
+    │   │   └── IdCollisionError     file paths of one root meet entries another root wrote
     │   ├── InvalidFilterError       a metadata filter is invalid
     │   ├── InvalidContextError      a RAGContext argument is invalid
     │   ├── EmbeddingValidationError an embedding vector breaks a rule
@@ -60,6 +61,7 @@ __all__ = [
     "EvaluationDataError",
     "ExecutionError",
     "HierarchyError",
+    "IdCollisionError",
     "IngestInterrupted",
     "InvalidContextError",
     "InvalidEntryError",
@@ -154,6 +156,19 @@ class TemporalValidationError(ValidationError):
 
 class InvalidTimestampError(InvalidEntryError, TemporalValidationError):
     """An entry's timestamp is malformed or zone-less; ``entry_id`` and ``index`` say which entry."""
+
+
+class IdCollisionError(InvalidEntryError):
+    """Files read relative to one root would take ids that entries read from another root
+    hold in the corpus (the same relative paths under two folders); nothing was written.
+
+    ``collisions`` lists each file path met as ``(stored id, root read now, root that
+    wrote it)``, in id order; ``entry_id`` is the first stored id."""
+
+    def __init__(self, message: str, *, collisions: tuple[tuple[str, str, str], ...]) -> None:
+        super().__init__(message, entry_id=collisions[0][0] if collisions else None)
+        #: ``(stored id, root read now, root that wrote it)`` of each path met, in id order.
+        self.collisions = collisions
 
 
 class DanglingReferenceError(ValidationError):

@@ -169,6 +169,12 @@ def test_cli_delete_by_id_and_by_filter(db_url: URL, make_store: Callable[..., S
     res = _cli(db_url, "delete", "--filter", "tier=semantic", *c)
     assert res.exit_code == 0 and "deleted 0 entries" in res.stdout
     assert "tier=semantic matches no entry; tiers here: EPISODIC, PROCEDURAL, SEMANTIC" in res.stderr
+    # A metadata key of the entries' own (not a column): found without tenancy's filter pairs too.
+    res = _cli(db_url, "delete", "--filter", "topic=journal", "--dry-run", "--json", *c)
+    assert res.exit_code == 0 and json.loads(res.stdout)["ids"] == ["journal"], res.output
+    res = _cli(db_url, "delete", "--filter", "topic=journal", *c)
+    assert res.exit_code == 0 and "deleted 1 entry matching topic=journal" in res.stdout
+    assert store.get("journal") is None
     assert _cli(db_url, "delete", *c).exit_code == 2
     assert _cli(db_url, "delete", "x", "--filter", "a=b", *c).exit_code == 2
     assert _cli(db_url, "delete", "--filter", "novalue", *c).exit_code == 2

@@ -307,3 +307,61 @@ def test_cache_directories_are_one_skip_line(tmp_path: Path, target: tuple[list[
     out = json.loads(run([str(root), *args, "--json"]).output)
     assert {"path": str(root), "reason": "20 files in 4 cache directories (__pycache__)", "files": 20} in out["skipped"]
     assert sorted(i.split("#")[0] for i in ids(store)) == [f"p{n}/mod.py" for n in range(4)]
+
+
+def _snapshot(store: Store) -> list[tuple[str, str, dict[str, str]]]:
+    return [(e.id, e.content, dict(e.metadata)) for e in store.iter_entries()]
+
+
+def test_a_second_root_at_the_same_paths_is_refused_before_anything_is_written(
+        tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    args, store = target
+    six = _tree(tmp_path / "doc" / "python3-six", {"README": "six readme\n", "copyright": "six licence\n",
+                                                   "pkg/__init__.py": "import six\n", "NEWS": "six news\n"})
+    toml = _tree(tmp_path / "doc" / "python3-toml", {"README": "toml readme\n", "copyright": "toml licence\n",
+                                                     "pkg/__init__.py": "import toml\n", "TODO": "toml todo\n"})
+    assert run([str(six), *args]).exit_code == 0
+    first = _snapshot(store)
+    assert [i for i, _, _ in first] == ["NEWS#0", "README#0", "copyright#0", "pkg/__init__.py#0"]
+    # The second folder's README, copyright and pkg/__init__.py would take six's ids: refused,
+    # naming the first stored ids and both roots, whether the run streams its writes or
+    # reads everything first (--prune, --dry-run), and with nothing written or pruned.
+    for extra in ([], ["--prune", "--yes"], ["--dry-run"], ["--strict"]):
+        res = run([str(toml), *args, *extra])
+        assert res.exit_code == 1, (extra, res.output)
+        assert res.stderr.startswith(
+            f"error: corpus {store.corpus!r} holds entries read from {six} at 3 of the file paths read now from "
+            f"{toml} ('README#0', 'copyright#0', 'pkg/__init__.py#0'): "), res.stderr
+        assert "nothing was written" in res.stderr and "--id-prefix python3-toml" in res.stderr
+        assert f"tnsrag delete --corpus {store.corpus} --filter root={six}" in res.stderr
+        assert _snapshot(store) == first
+    res = run([str(toml), *args, "--json"])
+    assert res.exit_code == 1 and "error: " in res.stderr
+    out = json.loads(res.stdout)
+    assert out["error"] == "IdCollisionError" and out["corpus"] == store.corpus
+    assert out["collisions"] == [{"id": i, "root": str(toml), "owner": str(six)}
+                                 for i in ("README#0", "copyright#0", "pkg/__init__.py#0")]
+    assert _snapshot(store) == first
+    # The same folder again (yesterday's command): its own ids, updated in place.
+    (six / "README").write_text("six readme, revised\n")
+    again = json.loads(run([str(six), *args, "--json"]).stdout)
+    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 1, 3)
+    assert [i for i, _, _ in _snapshot(store)] == [i for i, _, _ in first]
+    # Under a prefix of its own the second folder is kept apart, and its --prune stays in its root.
+    kept = json.loads(run([str(toml), *args, "--id-prefix", "python3-toml", "--prune", "--json"]).stdout)
+    assert kept["inserted"] == 4 and kept["pruned"] == 0
+    assert ids(store) == ["NEWS#0", "README#0", "copyright#0", "pkg/__init__.py#0", "python3-toml/README#0",
+                          "python3-toml/TODO#0", "python3-toml/copyright#0", "python3-toml/pkg/__init__.py#0"]
+    assert store.get("README#0").content == "six readme, revised"  # type: ignore[union-attr]
+    # Several roots in one command are apart by their folder names already.
+    both = run([str(six), str(toml), *args])
+    assert both.exit_code == 0, both.output
+    # A folder that moved: once the entries of its old place are deleted, the new place takes the ids.
+    moved = tmp_path / "elsewhere" / "python3-six"
+    moved.parent.mkdir()
+    six.rename(moved)
+    assert run([str(moved), *args]).exit_code == 1
+    gone = CliRunner().invoke(main_group, ["delete", "--filter", f"root={six}", *args])
+    assert gone.exit_code == 0 and "deleted 8 entries" in gone.stdout, gone.output
+    res = json.loads(run([str(moved), *args, "--json"]).stdout)
+    assert res["inserted"] == 4 and {store.get("README#0").metadata["root"]} == {str(moved)}  # type: ignore[union-attr]

@@ -87,7 +87,8 @@ def test_nested_headings_make_the_markdown_hierarchy(tmp_path: Path) -> None:
     assert html["guide.html#5"].content == "macOS\n\nbrew\n\nport"
     assert html["guide.html#6"].content == "Use it\n\nRun the command."
     assert html["guide.html#3"].metadata == {"path": "guide.html", "format": "html", "title": "The Guide",
-                                             "section": "Debian", "headingPath": "Install > Linux > Debian"}
+                                             "section": "Debian", "headingPath": "Install > Linux > Debian",
+                                             "root": str((tmp_path / "guide.html").resolve())}
     assert all(e.source == "guide.html" for e in html.values())
     # Scripts, styles, navigation (with its heading) and the footer are not text of any section.
     text = "\n".join(e.content for e in html.values())

@@ -35,13 +35,17 @@ def test_messy_tree_reads_every_format_and_names_every_skip(tmp_path: Path, monk
     latin = by["notes/latin1.txt#0"]
     assert latin.content == "Café crème à la française, naïve résumé."  # type: ignore[attr-defined]
     html = by["page.html#0"]
-    assert html.metadata == {"path": "page.html", "format": "html", "title": "The Page"}  # type: ignore[attr-defined]
+    # Read relative to the pattern, every file entry records that root (resolved, absolute).
+    root = str((tmp_path / "docs").resolve())
+    assert html.metadata == {"path": "page.html", "format": "html", "title": "The Page",  # type: ignore[attr-defined]
+                             "root": root}
     assert html.content == "Welcome\n\nHybrid retrieval combines ranks.\n\nSecond paragraph."  # type: ignore[attr-defined]
     pages = [(by[f"manual.pdf#{i}"].metadata["page"], by[f"manual.pdf#{i}"].content)  # type: ignore[attr-defined]
              for i in range(2)]
     assert pages == [("1", "First page about vectors."), ("2", "Second page about graphs.")]
     assert by["src/app.py#0"].metadata["language"] == "python"  # type: ignore[attr-defined]
-    assert by["src/lib.go#0"].metadata == {"path": "src/lib.go", "format": "code", "language": "go"}  # type: ignore[attr-defined]
+    assert by["src/lib.go#0"].metadata == {  # type: ignore[attr-defined]
+        "path": "src/lib.go", "format": "code", "language": "go", "root": root}
     assert by["changelog.gz#0"].content == "Version 2: fixed the widget."  # type: ignore[attr-defined]
     assert by["deep/a/b/c.rst#0"].source == "deep/a/b/c.rst"  # type: ignore[attr-defined]
     assert [(i, by[i].parent_id) for i in sorted(by) if i.startswith("guide/")] == [  # type: ignore[attr-defined]
@@ -51,6 +55,7 @@ def test_messy_tree_reads_every_format_and_names_every_skip(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path / "docs" / "deep")
     again, _ = load(tmp_path / "docs")
     assert sorted(again) == sorted(entries)
+    assert {e.metadata["root"] for e in again.values()} == {root}  # type: ignore[attr-defined]
     prefixed, pl = load("../../docs", id_prefix="kb")
     assert sorted(prefixed) == sorted(f"kb/{i}" for i in entries)
     assert prefixed["kb/guide/install.md#2"].metadata["path"] == "kb/guide/install.md"  # type: ignore[attr-defined]
@@ -338,3 +343,30 @@ def test_a_large_text_files_first_entries_come_before_the_rest_is_chunked(tmp_pa
     # The same entries as chunking the file whole.
     whole = Chunker(64, _Counting(), unit="tokens").chunks((tmp_path / "changelog").read_text(encoding="utf-8"))
     assert [first.content, *(e.content for e in rest)] == whole
+
+
+def test_entries_read_relative_to_their_pattern_record_it_as_their_root(tmp_path: Path) -> None:
+    doc = tmp_path / "doc"
+    for name in ("python3-six", "python3-toml"):
+        (doc / name).mkdir(parents=True)
+        (doc / name / "copyright").write_text(f"{name} licence\n")
+    (doc / "python3-six" / "export.jsonl").write_text('{"id": "x", "content": "a record", "metadata": {"k": "v"}}\n')
+    # A folder (absolute, symlinks resolved), a glob (the absolute glob), a file (itself).
+    cases: list[tuple[str | Path, str]] = [
+        (doc / "python3-six", str(doc / "python3-six")), (str(doc / "python3*"), str(doc / "python3*")),
+        (doc / "python3-toml" / "copyright", str(doc / "python3-toml" / "copyright"))]
+    for pattern, root in cases:
+        loader = FileLoader(pattern, relative_to="pattern")
+        entries = list(loader.load())
+        assert {e.metadata.get("root") for e in entries if e.id != "x"} == {root}, pattern
+        assert set(loader.claims().values()) == {root}
+        assert set(loader.claims()) == {e.metadata["path"] for e in entries if "root" in e.metadata}
+    # JSONL records keep the metadata they carry: no root, and no claim on their ids.
+    loader = FileLoader(doc / "python3-six", relative_to="pattern")
+    by = {e.id: e for e in loader.load()}
+    assert by["x"].metadata == {"k": "v"} and loader.claims() == {"copyright": str(doc / "python3-six")}
+    assert [(rel, root) for _, rel, root in loader.selected_roots()] == [
+        ("copyright", str(doc / "python3-six")), ("export.jsonl", None)]
+    # Ids relative to a base directory record none and claim nothing.
+    based = FileLoader("doc/python3-six", base_dir=tmp_path)
+    assert all("root" not in e.metadata for e in based.load()) and based.claims() == {}

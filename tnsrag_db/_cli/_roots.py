@@ -7,26 +7,29 @@ With several roots each directory and glob root is namespaced by its folder's na
 (``python3-six/copyright#0``, behind ``--id-prefix`` when given), and a file root by its
 own name (``README.md#0``), so that several folders go in one command. Every entry read
 from a file records its root (metadata ``root``: the absolute path of the directory or
-file, or the absolute glob), so ``--prune`` removes only entries of the roots it read.
+file, or the absolute glob), so ``--prune`` removes only entries of the roots it read,
+and a root's ids stay its own: a run whose files would take ids another root's entries
+hold in the corpus (a second folder holding a ``copyright`` too) is refused before
+anything is written (:func:`check_roots`), while the same root read again updates its
+entries in place.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
+import shlex
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tnsrag_db._errors import ConfigurationError, InvalidEntryError
+from tnsrag_db._loaders.owners import ROOT_KEY, check_owners, pattern_root
 from tnsrag_db._loaders.walk import _GLOB_CHARS, _glob_root
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["ROOT_KEY", "Root", "Reading", "find_roots", "iter_roots", "normalize_prefix", "read_roots", "stale_ids"]
-
-#: The metadata key holding the root an entry was read from.
-ROOT_KEY = "root"
+__all__ = ["ROOT_KEY", "Root", "Reading", "check_roots", "find_roots", "iter_roots", "normalize_prefix", "read_roots",
+           "stale_ids"]
 
 
 @dataclass(frozen=True)
@@ -67,13 +70,13 @@ def find_roots(paths: Sequence[str], id_prefix: str) -> list[Root]:
     for given in paths:
         absolute = os.path.abspath(given)
         if os.path.isdir(given):
-            kind, key, anchor = "dir", str(Path(absolute).resolve()), Path(absolute)
+            kind, key, anchor = "dir", pattern_root(given), Path(absolute)
             name = Path(key).name
         elif os.path.exists(given):
-            kind, key, anchor = "file", str(Path(absolute).resolve()), Path(absolute).parent
+            kind, key, anchor = "file", pattern_root(given), Path(absolute).parent
             name = ""
         elif _GLOB_CHARS.search(given):
-            kind, key, anchor = "glob", absolute, Path(_glob_root(absolute))
+            kind, key, anchor = "glob", pattern_root(given), Path(_glob_root(absolute))
             name = anchor.resolve().name
         else:
             raise ConfigurationError(f"path {given!r} does not exist")
@@ -132,8 +135,9 @@ def iter_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any], readin
     ends: skips, JSONL edges and vectors, files read and each entry's root
     (``reading.entries`` is left to the caller). ``progress`` as in :func:`read_roots`.
 
-    An entry read from a file (metadata ``path`` and ``format``, id ``path#...``) gets its
-    root's :data:`ROOT_KEY`; JSONL records keep their metadata as written (a restore is exact).
+    An entry read from a file carries its root's :data:`ROOT_KEY` (the loader, reading
+    relative to the pattern, records it); JSONL records keep their metadata as written (a
+    restore is exact).
     Raises :class:`InvalidEntryError` when two files give one id, naming both absolute paths
     (when it is met: entries yielded before stay yielded).
     """
@@ -152,9 +156,6 @@ def iter_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any], readin
 
         for entry in loader.load(progress=step):
             path = entry.metadata.get("path")
-            if (path is not None and "format" in entry.metadata and ROOT_KEY not in entry.metadata
-                    and entry.id.startswith(path + "#")):
-                entry = dataclasses.replace(entry, metadata={**entry.metadata, ROOT_KEY: root.key})
             origin = root.origin(path) if path is not None else root.key
             seen = first.setdefault(entry.id, origin)
             if entry.id in reading.root_of:
@@ -183,3 +184,21 @@ def stale_ids(store: Any, roots: Sequence[Root], kept: set[str]) -> list[str]:
     records, entries written before roots were recorded) are never among them."""
     rows = store.read(_STALE_SQL, {"c": store.corpus, "roots": sorted({r.key for r in roots})})
     return sorted(row.id for row in rows if row.id not in kept)
+
+
+def check_roots(store: Any, roots: Sequence[Root], claims: Mapping[str, str]) -> None:
+    """Raise :class:`~tnsrag_db._errors.IdCollisionError` before anything is written when the
+    corpus holds entries another root wrote at the file paths of ``claims`` (id path -> the
+    key of the root reading it now; :meth:`FileLoader.claims`), naming the first stored ids
+    and both roots and saying how to keep them apart: ``--id-prefix``, or deleting the
+    other root's entries when that folder moved or is gone."""
+    by_key = {r.key: r for r in roots}
+
+    def advice(key: str, owner: str) -> str:
+        root = by_key.get(key)
+        name = (root.anchor.resolve().name if root is not None and root.kind != "file" else Path(key).name) or "x"
+        return (f"ingest {key} under ids of its own with --id-prefix (e.g. --id-prefix {shlex.quote(name)}), or, "
+                f"if {owner} moved or is gone, delete its entries first: tnsrag delete --corpus "
+                f"{shlex.quote(store.corpus)} --filter {shlex.quote(f'{ROOT_KEY}={owner}')}")
+
+    check_owners(store, claims, advice)

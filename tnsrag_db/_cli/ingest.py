@@ -27,7 +27,7 @@ import click
 from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED
-from tnsrag_db._errors import ConfigurationError, IngestInterrupted, InvalidEntryError
+from tnsrag_db._errors import ConfigurationError, IdCollisionError, IngestInterrupted, InvalidEntryError
 from tnsrag_db._types import MemoryEntry, MemoryTier
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
@@ -160,8 +160,12 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     folders go in one command. A quoted glob is expanded here ('/usr/share/doc/python3*':
     each matching folder is read, its ids below the glob's fixed part). --id-prefix goes
     in front of all of it. Every entry read from a file records its root (metadata
-    "root"), and --prune deletes only entries of the roots just read; it asks first (or
-    needs --yes off a terminal) when it would delete more entries than the run writes.
+    "root"), and a root's ids are its own: a folder whose files would take ids that
+    entries of another folder hold in the corpus (both have a README) is refused before
+    anything is written (exit 1, naming the ids and both folders; --id-prefix keeps it
+    apart), while the same folder read again updates its entries in place. --prune
+    deletes only entries of the roots just read; it asks first (or needs --yes off a
+    terminal) when it would delete more entries than the run writes.
     Entries are embedded with --embedding (default: the shipped model of the embed
     extra, else the offline 128-dimensional hash fallback, with a notice); texts beyond
     the model's window are truncated and counted. Chunks fit the embedding model's
@@ -184,6 +188,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     from tnsrag_db._cli._roots import ROOT_KEY, find_roots, read_roots
     from tnsrag_db.embeddings import provider_name
     from tnsrag_db._loaders import FileLoader
+    from tnsrag_db._loaders.owners import claims_of
     from tnsrag_db._store.write import validate_batch
     from tnsrag_db._types import IngestCounts
 
@@ -222,16 +227,20 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
         progress.update("read", done, total)
 
     try:
-        streaming = not (strict or dry_run or prune) and _streamable(loaders)
+        # One walk of each root before reading, when the run may stream its writes: the
+        # files it will read, and the id path and root of each (checked before writing).
+        selections = [] if strict or dry_run or prune else [loader.selected_roots() for loader in loaders]
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
+    streaming = bool(selections) and _streamable(selections)
     try:
         with progress:
             progress.start("read")
             if streaming:
                 assert provider is not None  # resolved above: a streamed run reads no JSONL
+                claims = claims_of(item for selection in selections for item in selection)
                 reading, entries, counts, outcome = _write_streaming(
-                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger)
+                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger, claims)
                 providers = [provider]
                 read_seconds = outcome.pop("read_at") - started
             else:
@@ -257,7 +266,11 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                     truncated_before = getattr(provider, "truncated_texts", 0)
                 providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                               else provider)
-                counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger)
+                # The files read claim their id paths (JSONL records carry a root of their own, if any).
+                claims = {e.metadata["path"]: root.key for e in entries
+                          if (root := reading.root_of.get(e.id)) is not None and e.metadata.get(ROOT_KEY) == root.key
+                          and "path" in e.metadata}
+                counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger, claims)
             skipped = reading.skipped
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
@@ -267,6 +280,12 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     except KeyboardInterrupt:
         click.echo(_INTERRUPTED.format(n=ledger.committed.total), err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except IdCollisionError as exc:
+        if as_json:  # the refusal as data too; the error line and exit status 1 follow
+            emit({"corpus": corpus, "error": type(exc).__name__, "message": str(exc),
+                  "collisions": [{"id": i, "root": root, "owner": owner} for i, root, owner in exc.collisions]},
+                 True)
+        raise
     elapsed = time.perf_counter() - started
     result = {"corpus": corpus, "files": reading.files_read, "entries": len(entries), "edges": len(reading.edges),
               "inserted": counts.inserted,
@@ -324,16 +343,18 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
 
 
 def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan: _Plan, embeddings: list[Any],
-           progress: Any, ledger: _Ledger) -> tuple[Any, dict[str, Any]]:
-    """Connect, find what ``--prune`` removes (asking first when that is more than the run
-    writes), write ``entries`` batch by batch without vectors (keyword-searchable as each
-    batch commits; their counts go to ``ledger``), then fill their vectors
+           progress: Any, ledger: _Ledger, claims: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+    """Connect, refuse files whose ids another root's entries hold (``claims``: id path ->
+    root, :func:`~tnsrag_db._cli._roots.check_roots`), find what ``--prune`` removes
+    (asking first when that is more than the run writes), write ``entries`` batch by
+    batch without vectors (keyword-searchable as each batch commits; their counts go to
+    ``ledger``), then fill their vectors
     (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then prune. A dry run
     classifies the entries against the stored ones instead and writes nothing. Returns
     the entry counts and ``pruned``, ``duplicates`` (new entries whose text is stored
     under another id), ``searchable_at`` (the ``time.perf_counter()`` when every entry
     was written) and, for a dry run, ``prune_ids``."""
-    from tnsrag_db._cli._roots import stale_ids
+    from tnsrag_db._cli._roots import check_roots, stale_ids
     from tnsrag_db._cli._schema import open_existing
     from tnsrag_db._indexes.vector.spaces import bind_embedding
     from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -349,6 +370,7 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         store = connect(plan.url, corpus=plan.corpus, schema=plan.schema,
                         auto_migrate=None if plan.url is None else False)
     with store:
+        check_roots(store, roots, claims)
         if edges:
             _check_edge_ends(store, edges, {e.id for e in entries})
         run_ids = [e.id for e in entries]
@@ -396,17 +418,17 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         return counts, outcome
 
 
-def _streamable(loaders: list[Any]) -> bool:
-    """Whether the files of ``loaders`` can be written while they are read (see
-    :func:`_write_streaming`): none is JSONL (whose records bring their own ids, edges and
-    vectors, checked as a whole before anything is written) and no two roots give one file
-    path (the ids would clash: reading everything first refuses that before writing).
-    Raises :class:`ConfigurationError` for a pattern that matches nothing."""
+def _streamable(selections: list[list[tuple[Path, str, str | None]]]) -> bool:
+    """Whether the files each loader selected (:meth:`FileLoader.selected_roots`) can be
+    written while they are read (see :func:`_write_streaming`): none is JSONL (whose
+    records bring their own ids, edges and vectors, checked as a whole before anything is
+    written) and no two roots give one file path (the ids would clash: reading everything
+    first refuses that before writing)."""
     from tnsrag_db._loaders.formats import file_format
 
     seen: set[str] = set()
-    for loader in loaders:
-        for path, rel in loader.selected():
+    for selection in selections:
+        for path, rel, _ in selection:
             if file_format(path.name) == "jsonl" or rel in seen:
                 return False
             seen.add(rel)
@@ -414,18 +436,20 @@ def _streamable(loaders: list[Any]) -> bool:
 
 
 def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Plan, provider: Any, progress: Any,
-                     ledger: _Ledger) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
+                     ledger: _Ledger, claims: dict[str, str]) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
     """The ingest of files that need no check as a whole (:func:`_streamable`): the entries
     are written batch by batch without vectors *as the files are read*, each batch
     committing (keyword-searchable) while the next files are read and chunked; then their
     vectors are filled (:func:`_fill_vectors`). ``shaped(entry)`` applies --source and --meta.
+    Files whose ids another root's entries hold (``claims``: the id path of every file
+    selected -> its root) are refused first, before any file is read or anything written.
 
     Returns the reading (skips, files read), the entries, their counts and the outcome:
     ``duplicates``, ``first_searchable_at`` (``time.perf_counter()`` when the first batch
     committed), ``searchable_at`` (every entry written) and ``read_at`` (every file read).
     An error met while reading (two files giving one id) stops the ingest there: the
     batches committed before stay, as after an interrupt."""
-    from tnsrag_db._cli._roots import Reading, iter_roots
+    from tnsrag_db._cli._roots import Reading, check_roots, iter_roots
     from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._indexes.vector.spaces import bind_embedding
     from tnsrag_db._store.store import connect
@@ -436,6 +460,7 @@ def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Pla
     outcome: dict[str, Any] = {}
     store = connect(plan.url, corpus=plan.corpus, schema=plan.schema, auto_migrate=None if plan.url is None else False)
     with store:
+        check_roots(store, roots, claims)
         # Bound before anything is written: a provider whose dimension differs from its
         # own stored space is refused here.
         view = VectorMemoryStore(store, bind_embedding(store, provider))

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tnsrag_db._chunking import Chunker
 from tnsrag_db._errors import ConfigurationError
@@ -20,6 +20,7 @@ from tnsrag_db._loaders.encodings import _decode_text
 from tnsrag_db._loaders.formats import _language, file_format
 from tnsrag_db._loaders.html import _html
 from tnsrag_db._loaders.jsonl import SpaceVectors, _jsonl
+from tnsrag_db._loaders.owners import ROOT_KEY, check_owners, claims_of, pattern_root
 from tnsrag_db._loaders.pdf import _pdf
 from tnsrag_db._loaders.text import _markdown, _text
 from tnsrag_db._loaders.walk import _scan, _unknown_reason
@@ -42,7 +43,11 @@ class FileLoader:
     ``docs/`` gives ``guide/install.md``, a file gives its name, a glob the path below its
     fixed leading directories), so they are the same from any working directory.
     ``id_prefix`` (e.g. ``"docs"``) is put in front as ``docs/guide/install.md``, to keep
-    several roots apart in one corpus. Metadata ``path`` is that path, ``format`` the format.
+    several roots apart in one corpus. Metadata ``path`` is that path, ``format`` the format;
+    with ``relative_to="pattern"`` metadata ``root`` is the pattern the file was read from
+    (its absolute path, symlinks resolved, or the absolute glob), as ``tnsrag ingest``
+    records it: ids relative to two folders meet when both hold a file of one relative
+    path, and :meth:`check_ids` refuses to let one root's files replace another's entries.
 
     * Markdown (``.md``): one entry per heading section (id ``path#n``), the text before
       the first heading as section 0; ``parent_id`` is the enclosing section; metadata
@@ -146,20 +151,46 @@ class FileLoader:
     def __repr__(self) -> str:
         return f"FileLoader({', '.join(map(repr, self._patterns))}, base_dir={str(self._base)!r})"
 
-    def _scan(self) -> tuple[list[tuple[Path, str, bool, str]], list[SkippedFile]]:
+    def _scan(self) -> tuple[list[tuple[Path, str, bool, str, str]], list[SkippedFile]]:
         return _scan(self._patterns, self._base, self._relative_to, self._prefix)
 
     def files(self) -> list[Path]:
         """The files the patterns select, each once, in pattern order then path order."""
         found, _ = self._scan()
-        return [path for path, _, explicit, _ in found if explicit or file_format(path.name) is not None]
+        return [path for path, _, explicit, _, _ in found if explicit or file_format(path.name) is not None]
 
     def selected(self) -> list[tuple[Path, str]]:
         """``(file, id path)`` of each file of :meth:`files`: the path its entries' ids
         begin with (``docs/guide/install.md``, behind the id prefix). Raises
         :class:`ConfigurationError` for a pattern that matches nothing."""
+        return [(path, rel) for path, rel, _ in self.selected_roots()]
+
+    def selected_roots(self) -> list[tuple[Path, str, str | None]]:
+        """:meth:`selected` with the root each file's entries record (metadata ``root``; see
+        :func:`~tnsrag_db._loaders.owners.pattern_root`): ``(file, id path, root)``, the
+        root None with ``relative_to="base"`` and for JSONL files, whose records keep the
+        ids and metadata they carry."""
         found, _ = self._scan()
-        return [(path, rel) for path, rel, explicit, _ in found if explicit or file_format(path.name) is not None]
+        roots = ({pattern: pattern_root(pattern, self._base) for pattern in self._patterns}
+                 if self._relative_to == "pattern" else {})
+        return [(path, rel, roots.get(pattern) if file_format(path.name) != "jsonl" else None)
+                for path, rel, explicit, _, pattern in found if explicit or file_format(path.name) is not None]
+
+    def claims(self) -> dict[str, str]:
+        """The id paths this loader's files would write, each with the root recorded in their
+        entries (:meth:`selected_roots`): what :meth:`check_ids` checks. Empty with
+        ``relative_to="base"``, whose ids are relative to ``base_dir`` and record no root."""
+        return claims_of(self.selected_roots())
+
+    def check_ids(self, store: Any) -> None:
+        """Before an ingest into ``store``'s corpus: raise :class:`IdCollisionError` (nothing is
+        written) when entries read earlier from another root hold ids at this loader's file
+        paths (:meth:`claims`), naming the first of them and both roots. Entries of the same
+        root (the same folder read again) are updated in place and pass, as do entries with
+        no recorded root. One statement, however many files."""
+        check_owners(store, self.claims(), lambda root, owner: (
+            "give this loader ids of its own with id_prefix=..., or, if that root moved or is gone, delete "
+            f"its entries first (store.delete_where({{{ROOT_KEY!r}: {owner!r}}}))"))
 
     def load(self, *, progress: Callable[[int, int], None] | None = None) -> Iterable[MemoryEntry]:
         """Read every selected file into entries (see the class docstring); skips go to :attr:`skipped`.
@@ -171,7 +202,9 @@ class FileLoader:
         self.files_read = 0
         self._edges = []
         self._vectors = {}
-        for number, (path, rel, explicit, shown) in enumerate(found, start=1):
+        roots = ({pattern: pattern_root(pattern, self._base) for pattern in self._patterns}
+                 if self._relative_to == "pattern" else {})
+        for number, (path, rel, explicit, shown, pattern) in enumerate(found, start=1):
             if progress is not None and number > 1:
                 progress(number - 1, len(found))
             fmt = file_format(path.name)
@@ -194,10 +227,15 @@ class FileLoader:
                 continue
             self.files_read += 1
             stamp = self._stamp(path) if fmt != "jsonl" else None
+            root = roots.get(pattern) if fmt != "jsonl" else None
             for entry in itertools.chain(entries, read if fmt == "text" else ()):
                 assert entry is not None
-                yield entry if stamp is None or entry.timestamp is not None else dataclasses.replace(entry,
-                                                                                                    timestamp=stamp)
+                changes: dict[str, Any] = {}
+                if stamp is not None and entry.timestamp is None:
+                    changes["timestamp"] = stamp
+                if root is not None:
+                    changes["metadata"] = {**entry.metadata, ROOT_KEY: root}
+                yield dataclasses.replace(entry, **changes) if changes else entry
         if progress is not None:
             progress(len(found), len(found))
 

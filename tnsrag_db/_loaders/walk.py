@@ -28,13 +28,14 @@ _EXPORT_TEMP = re.compile(r"\.tnsrag-export-\d+\.tmp$")  # the reason _walk give
 
 
 def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["base", "pattern"],
-          prefix: str) -> tuple[list[tuple[Path, str, bool, str]], list[SkippedFile]]:
-    """``(path, rel, explicit, shown)`` of every candidate file (``shown``: the path as
-    reached from its pattern, for messages) and the files skipped while walking."""
+          prefix: str) -> tuple[list[tuple[Path, str, bool, str, str]], list[SkippedFile]]:
+    """``(path, rel, explicit, shown, pattern)`` of every candidate file (``shown``: the path
+    as reached from its pattern, for messages; ``pattern``: the one that reached it) and the
+    files skipped while walking."""
     base = (base_dir if base_dir is not None else Path.cwd()).resolve()
-    found: list[tuple[Path, str, bool, str]] = []
+    found: list[tuple[Path, str, bool, str, str]] = []
     skipped: list[SkippedFile] = []
-    candidates: list[tuple[Path, Path, bool, str]] = []  # (file, root, explicit, shown_root)
+    candidates: list[tuple[Path, Path, bool, str, str]] = []  # (file, root, explicit, shown_root, pattern)
     for pattern in patterns:
         walk_skips = len(skipped)
         caches: list[Path] = []
@@ -72,13 +73,13 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
             skipped.append(_cache_summary(shown_root, caches))
         if not matches and len(skipped) == walk_skips:
             raise ConfigurationError(f"knowledge source pattern {pattern!r} matched no files (looked in {base})")
-        candidates += [(path, root, explicit, shown_root) for path, root, explicit in matches]
+        candidates += [(path, root, explicit, shown_root, pattern) for path, root, explicit in matches]
     # Each file once. A symlink to a file that is also reached directly (under any pattern)
     # is the duplicate; else the first path reaching a file keeps it.
     real = {path.resolve(): _shown(shown_root, root, path)
-            for path, root, _, shown_root in reversed(candidates) if not path.is_symlink()}
+            for path, root, _, shown_root, _ in reversed(candidates) if not path.is_symlink()}
     seen: dict[Path, str] = {}
-    for path, root, explicit, shown_root in candidates:
+    for path, root, explicit, shown_root, pattern in candidates:
         resolved = path.resolve()
         shown = _shown(shown_root, root, path)
         kept = seen.get(resolved) or (real.get(resolved) if path.is_symlink() else None)
@@ -87,7 +88,7 @@ def _scan(patterns: Sequence[str], base_dir: Path | None, relative_to: Literal["
             continue
         seen[resolved] = shown
         anchor = base if relative_to == "base" else (root.parent if root == path else root)
-        found.append((path, _joined(prefix, _rel(path, anchor)), explicit, shown))
+        found.append((path, _joined(prefix, _rel(path, anchor)), explicit, shown, pattern))
     return found, skipped
 
 
