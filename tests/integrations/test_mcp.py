@@ -508,3 +508,35 @@ def test_stdio_content_and_corpora_options(make_store: Callable[..., Store], db_
     doc, names = run(session, server_parameters(url, mine.corpus, "--read-only", "--max-content-chars", "0",
                                                 "--all-corpora"))
     assert (len(doc["content"]), doc["truncated"]) == (515, False) and theirs.corpus in names
+
+
+#: ``tnsrag mcp`` in a child whose import system reports the modules named in argv[1] (comma
+#: separated) as not installed, as in an installation without the [mcp] extra.
+_WITHOUT_MODULES = """
+import sys
+
+class Missing:
+    def __init__(self, names):
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing(set(sys.argv.pop(1).split(","))))
+from tnsrag_db._cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("missing", ["mcp", "jsonschema", "jsonschema,mcp"])
+def test_cli_without_the_extra_says_what_to_install_in_one_line(missing: str) -> None:
+    run = subprocess.run([sys.executable, "-c", _WITHOUT_MODULES, missing, "mcp", "--read-only"],
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert run.returncode == 1, run.stderr
+    assert run.stdout == ""
+    [line] = run.stderr.splitlines()  # no traceback, no database line: nothing was opened
+    assert line.startswith("error: tnsrag mcp needs the [mcp] extra") and "pip install 'tnsrag-db[mcp]'" in line
+    assert f"module {missing.split(',')[0]!r} is not installed" in line  # the integration imports jsonschema first
+

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._plugins import is_missing, reraise_interrupt
 from tnsrag_db._cli._common import db_options, handle_errors
 from tnsrag_db._store.store import Store, connect
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     from tnsrag_db.embeddings import ValidatingEmbedding
 
 __all__ = ["database_line", "mcp"]
+
+#: The third-party modules the integration imports that only the ``[mcp]`` extra installs.
+_EXTRA_MODULES = ("mcp", "jsonschema")
 
 
 def database_line(url: str | None, schema: str, corpus: str, read_only: bool) -> str:
@@ -109,10 +113,10 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
         from tnsrag_db.integrations.mcp import create_server, serve_stdio
     except ImportError as exc:
         reraise_interrupt(exc)
-        if not is_missing(exc, ("mcp",)):  # a broken import inside the integration is a bug: show it
+        if not is_missing(exc, _EXTRA_MODULES):  # a broken import inside the integration is a bug: show it
             raise
-        raise click.ClickException(f"the MCP server needs the [mcp] extra (pip install 'tnsrag-db[mcp]'): {exc}") \
-            from None
+        raise ConfigurationError(f"tnsrag mcp needs the [mcp] extra, and module {exc.name!r} is not installed: "
+                                 "pip install 'tnsrag-db[mcp]'") from None
     click.echo(database_line(url, schema, corpus, read_only), err=True)
     with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
         # The provider that filled the space searches use, so that queries and the
