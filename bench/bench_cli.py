@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m bench.bench_cli [--runs 20] [--cold-runs 20] [--baseline DIR]
+    python -m bench.bench_cli [--runs 20] [--cold-runs 20] [--stopped-keeper-runs 5] [--baseline DIR]
 
 Every figure is the wall time of a whole ``tnsrag`` process (interpreter start, imports,
 work, exit), median and p90 over ``--runs`` runs; the command is run the way the console
@@ -16,7 +16,10 @@ script runs it (``from tnsrag_db._cli import main; main()``). The query is
 The same query with ``--strategy vector`` and ``--strategy hybrid`` is timed against the
 running server: the sample corpus is embedded with the shipped model when the ``embed``
 extra is installed, and the query is embedded with it too (by the keeper's warm model
-where the checkout has one, else by the model the process loads).
+where the checkout has one, else by the model the process loads). Then once more with
+the keeper stopped (SIGSTOP: its socket still accepts, it answers nothing), resumed
+afterwards, ``--stopped-keeper-runs`` times: the query must pass the keeper by and load
+the model itself (target: within 5 s; the code before waited 30 s for the keeper).
 
 ``--baseline DIR`` names a checkout of older code (e.g. ``git archive main | tar -x -C
 DIR``): its runs import ``tnsrag_db`` from DIR and are interleaved with this checkout's,
@@ -135,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--cold-runs", type=int, default=20)
+    parser.add_argument("--stopped-keeper-runs", type=int, default=5)
     parser.add_argument("--baseline", type=Path, default=None, help="checkout of older code to compare with")
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="compile the checkouts' modules in every process (PYTHONDONTWRITEBYTECODE=1)")
@@ -180,6 +184,16 @@ def main() -> None:
         timed("vector query, server running", lambda r: r.run(*VECTOR_QUERY), args.runs)
         timed("hybrid query, server running", lambda r: r.run(*HYBRID_QUERY), args.runs)
         breakdown = import_breakdown(new, QUERY)
+        if args.stopped_keeper_runs:
+            import json
+            import signal
+
+            keeper_pid = json.loads((home / "tnsrag_db" / "pg18.keeper.json").read_text())["pid"]
+            os.kill(keeper_pid, signal.SIGSTOP)
+            try:
+                timed("vector query, keeper stopped", lambda r: r.run(*VECTOR_QUERY), args.stopped_keeper_runs)
+            finally:
+                os.kill(keeper_pid, signal.SIGCONT)
 
         def cold(r: Runner) -> float:
             stop_server()

@@ -292,6 +292,37 @@ def test_queries_embed_with_the_keepers_warm_model_and_fall_back_to_their_own(ow
     assert _query_probed(home, "hybrid") == (warm_hybrid, True)
 
 
+def test_a_stopped_keeper_is_passed_by_and_said_so_once(own_home: Path) -> None:
+    """A keeper whose socket still accepts but which answers nothing (stopped with SIGSTOP):
+    a vector query does not wait for it; it loads the model itself, answers the same, and
+    says so in one line. Resumed, the keeper serves queries again."""
+    import signal
+
+    from tnsrag_db._store.embedded.warm_model import served_model
+
+    home = own_home
+    _tnsrag(home, "ingest", "--sample")
+    assert served_model(keeper.keeper_files(_data_dir(home)).socket) is not None  # loaded and serving
+    warm, loaded = _query_probed(home, "vector")
+    assert warm and not loaded
+    pid = _status(home)["keeper_pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for _ in range(2):  # every new process: the same answer, one note each
+            run = subprocess.run([sys.executable, "-c", _PROBE, "query", "agents share memory", "--strategy",
+                                  "vector", "--json"], env=_env(home), capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, run.stderr
+            assert [(r["id"], r["score"]) for r in json.loads(run.stdout)["results"]] == warm
+            notes = [line for line in run.stderr.splitlines() if line.startswith("note: ")]
+            assert notes == [f"note: the warm-model keeper (pid {pid}) on {keeper.keeper_files(_data_dir(home)).socket}"
+                             " was passed by (it did not answer within 1 s): loading the embedding model in this "
+                             "process"], run.stderr
+            assert "onnxruntime loaded: True" in run.stderr
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert _query_probed(home, "vector") == (warm, False)  # served by the keeper again
+
+
 def _show(url: str, name: str) -> str:
     import psycopg
     from psycopg import sql

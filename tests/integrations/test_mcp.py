@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -508,3 +509,123 @@ def test_stdio_content_and_corpora_options(make_store: Callable[..., Store], db_
     doc, names = run(session, server_parameters(url, mine.corpus, "--read-only", "--max-content-chars", "0",
                                                 "--all-corpora"))
     assert (len(doc["content"]), doc["truncated"]) == (515, False) and theirs.corpus in names
+
+
+#: ``tnsrag mcp`` in a child whose import system reports the modules named in argv[1] (comma
+#: separated) as not installed, as in an installation without the [mcp] extra.
+_WITHOUT_MODULES = """
+import sys
+
+class Missing:
+    def __init__(self, names):
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing(set(sys.argv.pop(1).split(","))))
+from tnsrag_db._cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("missing", ["mcp", "jsonschema", "jsonschema,mcp"])
+def test_cli_without_the_extra_says_what_to_install_in_one_line(missing: str) -> None:
+    run = subprocess.run([sys.executable, "-c", _WITHOUT_MODULES, missing, "mcp", "--read-only"],
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert run.returncode == 1, run.stderr
+    assert run.stdout == ""
+    [line] = run.stderr.splitlines()  # no traceback, no database line: nothing was opened
+    assert line.startswith("error: tnsrag mcp needs the [mcp] extra") and "pip install 'tnsrag-db[mcp]'" in line
+    assert f"module {missing.split(',')[0]!r} is not installed" in line  # the integration imports jsonschema first
+
+
+def _bare_environment(home: Path, **extra: str) -> dict[str, str]:
+    """What the SDK's stdio client passes to a server it starts (HOME, PATH and a few more),
+    with ``home`` as HOME and this checkout importable."""
+    from mcp.client.stdio import get_default_environment
+
+    env = {**get_default_environment(), "HOME": str(home), **extra}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+def test_read_only_without_a_database_creates_nothing(tmp_path: Path) -> None:
+    """An MCP host's stripped environment (no TNSRAG_DATABASE_URL, no XDG_DATA_HOME) and a HOME
+    without a cluster: `--read-only` fails saying where it looked and how to point it elsewhere,
+    and leaves no data directory, cluster or keeper behind."""
+    home = tmp_path / "home"
+    home.mkdir()
+    run = subprocess.run([sys.executable, "-c", "from tnsrag_db._cli import main; main()", "mcp", "--read-only"],
+                         env=_bare_environment(home), capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 1, run.stderr
+    where = home / ".local" / "share" / "tnsrag_db" / "pg18"
+    first, error_line = run.stderr.splitlines()
+    assert first.endswith(f"database the embedded server at {where}")
+    assert error_line.startswith(f"error: no embedded database at {where} (HOME={home}, XDG_DATA_HOME unset), "
+                                 "and --read-only creates none"), error_line
+    assert "--url" in error_line and "TNSRAG_DATABASE_URL" in error_line and "XDG_DATA_HOME=DIR" in error_line
+    assert list(home.iterdir()) == []  # no data directory, no keeper files
+
+
+@pytest.mark.slow
+def test_read_only_on_an_embedded_cluster_without_the_schema_creates_none(tmp_path: Path) -> None:
+    """A cluster that is there but holds no tnsrag schema: `--read-only` starts the server
+    (that creates nothing) and fails naming the missing schema, which it does not create."""
+    import psycopg
+
+    from tnsrag_db._store.embedded import keeper
+
+    share = tmp_path / "share"
+    data_dir = share / "tnsrag_db" / "pg18"
+    env = {**_bare_environment(tmp_path), "XDG_DATA_HOME": str(share)}
+    if os.environ.get("TNSRAG_SERVER_MEMORY"):
+        env["TNSRAG_SERVER_MEMORY"] = os.environ["TNSRAG_SERVER_MEMORY"]
+    cli = [sys.executable, "-c", "from tnsrag_db._cli import main; main()"]
+    try:
+        started = subprocess.run([*cli, "server", "start", "--json"], env=env, capture_output=True, text=True,
+                                 timeout=300)
+        assert started.returncode == 0, started.stderr
+        url = json.loads(started.stdout)["url"]
+        run = subprocess.run([*cli, "mcp", "--read-only"], env=env, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        assert run.returncode == 1, run.stderr
+        assert run.stderr.splitlines()[-1].startswith(
+            "error: schema 'tnsrag' does not exist in this database (a read creates none)"), run.stderr
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'tnsrag'").fetchone() == (0,)
+    finally:
+        keeper.stop(data_dir, force=True)
+
+
+def test_host_config_names_the_database_through_args_or_env(store: Store, db_url: URL, tmp_path: Path) -> None:
+    """What docs/integrations.md tells an MCP host to do: the SDK's StdioServerParameters with
+    --url in args, or TNSRAG_DATABASE_URL in env (merged over the SDK's bare environment)."""
+    from mcp import StdioServerParameters
+
+    import tnsrag_db
+
+    store.add(tnsrag_db.MemoryEntry("cfg", "Hosts pass the database URL in their server config."))
+    url = db_url.render_as_string(hide_password=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    cli = ["-c", "from tnsrag_db._cli import main; main()", "mcp", "--read-only", "--corpus", store.corpus]
+    path_only = {k: v for k, v in _bare_environment(home).items() if k == "PYTHONPATH"}
+
+    async def session(client: Client) -> list[str]:
+        assert sorted(t.name for t in (await client.list_tools()).tools) == sorted(READ_TOOLS)
+        found = await ok(client, "search", {"query": "server config", "strategy": "keyword"})
+        return [d["id"] for d in found["documents"]]
+
+    with pytest.MonkeyPatch.context() as env:  # the SDK copies HOME from this process: an empty one
+        env.setenv("HOME", str(home))
+        env.delenv("XDG_DATA_HOME")
+        by_args = StdioServerParameters(command=sys.executable, args=[*cli, "--url", url], env=path_only)
+        by_env = StdioServerParameters(command=sys.executable, args=cli,
+                                       env={**path_only, "TNSRAG_DATABASE_URL": url})
+        assert run(session, by_args) == run(session, by_env) == ["cfg"]
+    assert not (home / ".local").exists()  # no embedded cluster (onnxruntime leaves its ~/.cache/Microsoft)

@@ -68,11 +68,12 @@ def tnsrag_schemas(url: str | None) -> list[str]:
         engine.dispose()
 
 
-def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Sequence[str] = ()) -> Store:
+def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Sequence[str] = (),
+                  create_default: bool = True) -> Store:
     """A :class:`Store` on ``url`` (None: the embedded server) whose ``schema`` already exists.
 
     Nothing is created (but the default schema on the embedded server, which any first
-    command sets up): a schema without the library's tables raises
+    command sets up, unless ``create_default`` is False): a schema without the library's tables raises
     :class:`~tnsrag_db._errors.SchemaNotReadyError` saying so and naming the tnsrag schemas
     of the database. An existing schema behind this release's head is migrated on the
     embedded server and an error on a URL's server (as :func:`~tnsrag_db._store.store.connect`
@@ -81,7 +82,7 @@ def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Seque
     from tnsrag_db._cli._common import DEFAULT_SCHEMA
     from tnsrag_db._store.store import connect
 
-    if url is None and schema == DEFAULT_SCHEMA:
+    if url is None and schema == DEFAULT_SCHEMA and create_default:
         # The embedded server's own schema: set up on first use by any command, so that
         # `tnsrag corpora` on a new installation answers "none yet".
         return connect(None, corpus=corpus, schema=schema, read_urls=read_urls)

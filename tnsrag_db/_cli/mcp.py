@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from tnsrag_db._errors import ConfigurationError, SchemaNotReadyError
 from tnsrag_db._plugins import is_missing, reraise_interrupt
 from tnsrag_db._cli._common import db_options, handle_errors
 from tnsrag_db._store.store import Store, connect
@@ -14,6 +16,9 @@ if TYPE_CHECKING:
     from tnsrag_db.embeddings import ValidatingEmbedding
 
 __all__ = ["database_line", "mcp"]
+
+#: The third-party modules the integration imports that only the ``[mcp]`` extra installs.
+_EXTRA_MODULES = ("mcp", "jsonschema")
 
 
 def database_line(url: str | None, schema: str, corpus: str, read_only: bool) -> str:
@@ -39,6 +44,38 @@ def database_line(url: str | None, schema: str, corpus: str, read_only: bool) ->
                            ).render_as_string(hide_password=False)
     mode = "read-only" if read_only else "read-write"
     return f"tnsrag mcp: corpus {corpus!r} ({mode}), schema {schema!r}, database {where}"
+
+
+def _missing_cluster_error(data_dir: Path) -> SchemaNotReadyError:
+    """The error of a read-only server whose embedded data directory holds no cluster:
+    where it looked and how to point it at the right database."""
+    import os
+
+    xdg = os.environ.get("XDG_DATA_HOME")
+    origin = f"XDG_DATA_HOME={xdg}" if xdg else f"HOME={os.environ.get('HOME', '')}, XDG_DATA_HOME unset"
+    return SchemaNotReadyError(
+        f"no embedded database at {data_dir} ({origin}), and --read-only creates none: pass --url URL "
+        "(or TNSRAG_DATABASE_URL) for a PostgreSQL server, or XDG_DATA_HOME=DIR for the embedded one in "
+        "DIR/tnsrag_db/pg18; an MCP host passes only HOME, PATH and a few more to a server it starts, so put "
+        "them in the host's server config (args or env; see docs/integrations.md)")
+
+
+def _open(url: str | None, schema: str, corpus: str, read_only: bool) -> Store:
+    """The store the server works on. A writable server on the embedded server creates its
+    cluster and schema when missing; a read-only one creates neither (nor a schema on a
+    URL's server): it fails saying where it looked. An existing embedded schema of an
+    older revision is brought to head, as every command does."""
+    from tnsrag_db._cli._schema import open_existing
+
+    if not read_only:
+        return connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False)
+    if url is None:
+        from tnsrag_db._store.embedded.server import default_data_dir
+
+        data_dir = default_data_dir()
+        if not (data_dir / "PG_VERSION").is_file():  # checked before anything could initialise one there
+            raise _missing_cluster_error(data_dir)
+    return open_existing(url, schema, corpus, create_default=False)
 
 
 def _provider(store: Store, embedding: str | None, read_only: bool) -> ValidatingEmbedding:
@@ -99,9 +136,11 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
     """Run an MCP server whose tools search and write one corpus.
 
     Tools: search, stats, corpora, and unless --read-only remember, forget and link.
-    A writable server creates its corpus and embedding space at start; a read-only one
-    creates nothing. The first line on stderr names the database and corpus served.
-    Needs the optional dependency: pip install 'tnsrag-db[mcp]'.
+    A writable server creates its corpus and embedding space at start (and, without
+    --url, the embedded server's cluster and schema); a read-only one creates nothing and
+    fails naming where it looked when the database is not there. The first line on
+    stderr names the database and corpus served. Needs the optional dependency:
+    pip install 'tnsrag-db[mcp]'.
 
     Example: tnsrag mcp --corpus team-memory --read-only --transport http --port 8765
     """
@@ -109,12 +148,12 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
         from tnsrag_db.integrations.mcp import create_server, serve_stdio
     except ImportError as exc:
         reraise_interrupt(exc)
-        if not is_missing(exc, ("mcp",)):  # a broken import inside the integration is a bug: show it
+        if not is_missing(exc, _EXTRA_MODULES):  # a broken import inside the integration is a bug: show it
             raise
-        raise click.ClickException(f"the MCP server needs the [mcp] extra (pip install 'tnsrag-db[mcp]'): {exc}") \
-            from None
+        raise ConfigurationError(f"tnsrag mcp needs the [mcp] extra, and module {exc.name!r} is not installed: "
+                                 "pip install 'tnsrag-db[mcp]'") from None
     click.echo(database_line(url, schema, corpus, read_only), err=True)
-    with connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False) as store:
+    with _open(url, schema, corpus, read_only) as store:
         # The provider that filled the space searches use, so that queries and the
         # vectors of remembered entries live in the same space.
         server = create_server(store, read_only=read_only, max_top_k=max_top_k,

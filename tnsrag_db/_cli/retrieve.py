@@ -268,7 +268,9 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     if url is None and strategy != "keyword":  # the kept-running server's keeper embeds the query with its warm model
         from tnsrag_db._store.embedded.keeper import use_keeper_model
 
-        click.get_current_context().call_on_close(use_keeper_model())  # undone after the command
+        # A keeper that does not answer within about a second is passed by, with one note.
+        undo = use_keeper_model(notify=lambda notice: click.echo(f"note: {notice}", err=True))
+        click.get_current_context().call_on_close(undo)  # undone after the command
     if strategy in LEAN_STRATEGIES and not explain and not standbys and not distinct:
         answered = lean_query(text, url, schema=schema, corpus=corpus, strategy=strategy, embedding=embedding,
                               context=context)

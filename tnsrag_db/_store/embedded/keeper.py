@@ -407,15 +407,27 @@ if __name__ == "__main__":  # pragma: no cover - run as the keeper process
     sys.exit(serve(Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None))
 
 
-def use_keeper_model(data_dir: Path | None = None) -> Callable[[], None]:
+def use_keeper_model(data_dir: Path | None = None,
+                     notify: Callable[[str], None] | None = None) -> Callable[[], None]:
     """In this process, let the shipped model be the keeper's warm one (of ``data_dir``,
     default the user data directory's server) whenever that keeper answers, until the
     function returned is called. What ``tnsrag query`` does on the embedded server; a model
-    already loaded here stays in use."""
+    already loaded here stays in use.
+
+    The keeper must answer within about a second (it may answer that it is still loading
+    the model, and is then waited for a while): one that does not is passed by for the rest
+    of the process, which loads the model itself, and ``notify`` gets one line saying so
+    (:class:`~tnsrag_db._store.embedded.warm_model.KeeperLink`)."""
     from tnsrag_db.embeddings._shipped import use_warm_model
     from tnsrag_db._store.embedded.server import default_data_dir
-    from tnsrag_db._store.embedded.warm_model import served_model
+    from tnsrag_db._store.embedded.warm_model import KeeperLink, served_model
 
-    path = keeper_files((data_dir or default_data_dir()).expanduser().resolve()).socket
-    use_warm_model(lambda: served_model(path))
+    files = keeper_files((data_dir or default_data_dir()).expanduser().resolve())
+
+    def who() -> str:
+        state = _read_state(files.state)
+        return f" (pid {state['pid']})" if state else ""
+
+    link = KeeperLink(files.socket, notify, who)
+    use_warm_model(lambda: served_model(link))
     return lambda: use_warm_model(None)
