@@ -100,6 +100,13 @@ def test_strict_and_bad_input_write_nothing(tmp_path: Path, target: tuple[list[s
     assert missing.exit_code == 2 and "nope" in missing.output
     usage = run([str(root), *args, "--meta", "novalue"])
     assert usage.exit_code == 2 and "--meta" in usage.output
+    # A reserved key is a usage error naming the option, met before any file is read: with
+    # a PATH that does not exist the option is still what the error names.
+    for key, by in (("tier", "--tier"), ("source", "--source"), ("entryId", "--id-prefix")):
+        reserved = run([str(tmp_path / "nope"), *args, "--meta", f"{key}=X"])
+        assert reserved.exit_code == 2, reserved.output
+        assert "Invalid value for '--meta'" in reserved.output and f"'{key}' is reserved" in reserved.output
+        assert by in reserved.output and "rolled back" not in reserved.output and "nope" not in reserved.output
     small = run([str(root), *args, "--chunk-tokens", "3"])
     assert small.exit_code == 2 and "--chunk-tokens" in small.output
     # Two file roots of the same name give the same id: refused before writing, both named in full.

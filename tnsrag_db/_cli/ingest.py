@@ -28,7 +28,7 @@ from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED
 from tnsrag_db._errors import ConfigurationError, IngestInterrupted, InvalidEntryError
-from tnsrag_db._types import MemoryEntry, MemoryTier
+from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
@@ -69,6 +69,26 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
         shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise DanglingReferenceError(f"edges end at entries that are neither in the files nor in corpus "
                                      f"{store.corpus!r}: {shown}; nothing was written")
+
+
+#: What each key --meta may not set is set by instead.
+_SET_BY = {"tier": "--tier", "source": "--source", "entryId": "the file's path (--id-prefix)"}
+
+
+def _meta_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """--meta's KEY=VALUE pairs, checked as the options are parsed (before any file is
+    read): a malformed pair or a key the ingest sets itself is a usage error naming --meta."""
+    from tnsrag_db._cli._roots import ROOT_KEY
+
+    pairs = parse_pairs(values, "--meta")
+    for key in pairs:
+        if key == ROOT_KEY:
+            raise click.BadParameter(f"{key!r} is set by ingest (the root each entry was read from)",
+                                     ctx=ctx, param=param)
+        if key in RESERVED_METADATA_KEYS:
+            raise click.BadParameter(f"{key!r} is reserved ({', '.join(sorted(RESERVED_METADATA_KEYS))}): "
+                                     f"it is set by {_SET_BY.get(key, 'the store')}", ctx=ctx, param=param)
+    return pairs
 
 
 #: Ids a dry run lists in its text summary (--json lists all).
@@ -117,7 +137,8 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
 @click.option("--tier", type=click.Choice([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
               help="Tier for entries that do not set one.")
 @click.option("--source", default=None, help="Source for every entry (default: the file's path).")
-@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Metadata for every entry (repeatable).")
+@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", callback=_meta_pairs,
+              help="Metadata for every entry (repeatable; not the reserved tier, source, entryId or root).")
 @click.option("--sample", is_flag=True, help="Ingest the sample corpus that ships with tnsrag_db.")
 @click.option("--id-prefix", default="", metavar="PREFIX",
               help="Put PREFIX/ in front of every file id and path (before the root's name when several "
@@ -142,7 +163,7 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
 def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
-           meta: tuple[str, ...], sample: bool, id_prefix: str, chunk_tokens: int | None, prune: bool,
+           meta: dict[str, str], sample: bool, id_prefix: str, chunk_tokens: int | None, prune: bool,
            dry_run: bool, yes: bool, strict: bool, batch_size: int, embedding: str | None, quiet: bool,
            as_json: bool) -> None:
     """Ingest document trees (or files, or globs) into a corpus.
@@ -181,7 +202,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
     from tnsrag_db._loaders.formats import file_format
     from tnsrag_db._cli._progress import ingest_progress
-    from tnsrag_db._cli._roots import ROOT_KEY, find_roots, read_roots
+    from tnsrag_db._cli._roots import find_roots, read_roots
     from tnsrag_db.embeddings import provider_name
     from tnsrag_db._loaders import FileLoader
     from tnsrag_db._store.write import validate_batch
@@ -190,10 +211,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     targets = list(paths) + ([str(sample_corpus_path())] if sample else [])
     if not targets:
         raise click.UsageError("give at least one PATH, or --sample")
-    extra = parse_pairs(meta, "--meta")
-    if ROOT_KEY in extra:
-        raise click.BadParameter(f"{ROOT_KEY!r} is set by ingest (the root each entry was read from)",
-                                 param_hint="--meta")
+    extra = meta  # checked by _meta_pairs
     try:
         roots = find_roots(targets, id_prefix)
     except ConfigurationError as exc:
