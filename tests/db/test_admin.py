@@ -139,6 +139,7 @@ def test_cli_corpora_and_stats(db_url: URL, make_store: Callable[..., Store]) ->
     text = _cli(db_url, "corpora")
     line = next(ln for ln in text.stdout.splitlines() if ln.startswith(store.corpus))
     assert "6" in line.split() and "SEMANTIC 3" in line
+    assert f"{HashingEmbedding().name}/128" in line and "embedded" not in line  # every entry has its vector
     res = _cli(db_url, "stats", "--corpus", store.corpus)
     assert res.exit_code == 0, res.output
     assert "6 entries" in res.stdout and "SEMANTIC 3" in res.stdout and "guide.md 2" in res.stdout
@@ -148,6 +149,11 @@ def test_cli_corpora_and_stats(db_url: URL, make_store: Callable[..., Store]) ->
     res = _cli(db_url, "stats", "--corpus", "no_such_corpus_x")
     assert res.exit_code == 1 and "corpus 'no_such_corpus_x' does not exist; corpora here:" in res.stderr
     assert "Traceback" not in res.output
+    # Entries written without vectors (an ingest still embedding, or stopped): the space says
+    # how many of the corpus's entries it holds.
+    store.add_all([MemoryEntry("late", "written, not embedded"), MemoryEntry("later", "neither")])
+    line = next(ln for ln in _cli(db_url, "corpora").stdout.splitlines() if ln.startswith(store.corpus))
+    assert f"{HashingEmbedding().name}/128 (6 of 8 embedded)" in line and "8" in line.split()
 
 
 # -- delete and drop -----------------------------------------------------------------------

@@ -46,6 +46,14 @@ def _space_text(space: SpaceInfo) -> str:
     return f"{space.provider} ({space.dimension}-d): {space.vectors} vectors, {index}"
 
 
+def _space_cell(space: SpaceInfo, entries: int) -> str:
+    """A space in the corpora table: ``provider/dimension``, ``+hnsw`` once indexed, and how
+    many of the corpus's entries it holds a vector for when not all (an ingest still
+    embedding, or interrupted: queries search only the embedded ones)."""
+    cell = f"{space.provider}/{space.dimension}{'+hnsw' if space.index == 'hnsw' else ''}"
+    return cell if space.vectors >= entries else f"{cell} ({space.vectors:,} of {entries:,} embedded)"
+
+
 corpus_option = click.option("--corpus", default="default", show_default=True, help="Corpus to work on.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
@@ -75,8 +83,8 @@ def corpora(url: str | None, schema: str, as_json: bool) -> None:
     rows = [("CORPUS", "ENTRIES", "TIERS", "SPACES", "EDGES", "SIZE")]
     for i in infos:
         rows.append((i.name, str(i.entries), ", ".join(f"{t} {n}" for t, n in i.tiers.items()) or "-",
-                     ", ".join(f"{s.provider}/{s.dimension}{'+hnsw' if s.index == 'hnsw' else ''}"
-                               for s in i.spaces) or "-", str(i.edges), human_size(i.size_bytes)))
+                     ", ".join(_space_cell(s, i.entries) for s in i.spaces) or "-", str(i.edges),
+                     human_size(i.size_bytes)))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(cell.ljust(w) if c in (0, 2, 3) else cell.rjust(w)
