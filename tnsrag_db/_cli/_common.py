@@ -19,7 +19,7 @@ from tnsrag_db._errors import TnsragError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "handle_errors", "main_group", "parse_pairs"]
+__all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "handle_errors", "main_group", "parse_pairs", "plural"]
 
 #: :data:`tnsrag_db._db.schema.DEFAULT_SCHEMA`, written out: that module declares the tables
 #: with SQLAlchemy, imports a keyword query does without (a test checks both agree).
@@ -33,6 +33,15 @@ def db_options(func: F) -> F:
     func = click.option("--url", envvar="TNSRAG_DATABASE_URL", default=None,
                         help="Database URL (libpq or SQLAlchemy form). Default: the embedded server.")(func)
     return func
+
+
+def plural(n: int, singular: str, many: str | None = None) -> str:
+    """``n`` and the noun agreeing with it: ``1 entry``, ``2 entries``, ``3 files``."""
+    if n == 1:
+        return f"1 {singular}"
+    if many is None:
+        many = singular[:-1] + "ies" if singular.endswith("y") and singular[-2:-1] not in "aeiou" else singular + "s"
+    return f"{n} {many}"
 
 
 def emit(data: Any, as_json: bool, text: str | None = None) -> None:

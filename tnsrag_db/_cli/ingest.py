@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED
 from tnsrag_db._errors import ConfigurationError, IngestInterrupted, InvalidEntryError
@@ -113,7 +113,7 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
         if len(ids) > _SHOWN_PRUNE_IDS:
             head += f"\n  ... and {len(ids) - _SHOWN_PRUNE_IDS} more (--json lists every id)"
     else:
-        head += f", embedded with {result['embedding']} ({result['seconds']:.1f} s"
+        head += f", {_vectors_text(result)} ({result['seconds']:.1f} s"
         if "searchable_seconds" in result:
             head += f"; keyword-searchable after {result['searchable_seconds']:.1f} s"
         head += ")"
@@ -128,6 +128,21 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
              + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())]
     lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
     return "\n".join(lines)
+
+
+def _vectors_text(result: dict[str, Any]) -> str:
+    """Where the run's vectors came from: the file's own (an export with --vectors, of which
+    only entries the file has no vector for are embedded) and the providers that embedded."""
+    restored = result.get("restored_vectors") or []
+    parts = []
+    if restored:
+        missing = result.get("embedded_missing", 0)
+        parts.append(f"vectors of {', '.join(restored)} restored from the file"
+                     + (f" ({plural(missing, 'entry')} without one embedded)" if missing else ""))
+    embedded = [name for name in result["embedding_providers"] if name not in restored]
+    if embedded or not parts:
+        parts.append(f"embedded with {', '.join(embedded)}")
+    return "; ".join(parts)
 
 
 @click.command()
@@ -203,6 +218,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     from tnsrag_db._loaders.formats import file_format
     from tnsrag_db._cli._progress import ingest_progress
     from tnsrag_db._cli._roots import find_roots, read_roots
+    from tnsrag_db.admin.restore import ExportedVectors
     from tnsrag_db.embeddings import provider_name
     from tnsrag_db._loaders import FileLoader
     from tnsrag_db._store.write import validate_batch
@@ -293,6 +309,9 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
               "roots": [{"path": r.key, "prefix": r.prefix} for r in roots], "skipped": skipped,
               "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
               "embedding": ", ".join(provider_name(p) for p in providers),
+              "embedding_providers": [provider_name(p) for p in providers],
+              "restored_vectors": [provider_name(p) for p in providers if isinstance(p, ExportedVectors)],
+              "embedded_missing": sum(p.embedded_texts for p in providers if isinstance(p, ExportedVectors)),
               "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
     if "first_searchable_at" in outcome:  # when the first batch committed: keyword search answers from then on
