@@ -65,13 +65,27 @@ def server() -> None:
     """
 
 
+def _memory_size(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--memory checked as the options are parsed: a malformed size is a usage error (exit
+    status 2) naming the option, and nothing starts."""
+    from tnsrag_db._errors import ValidationError
+    from tnsrag_db._store.embedded.memory import parse_size
+
+    if value is not None:
+        try:
+            parse_size(value, option="--memory")
+        except ValidationError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--memory: "), ctx=ctx, param=param) from None
+    return value
+
+
 @server.command()
 @click.option("--idle-timeout", type=click.FloatRange(min=0), default=kept.DEFAULT_IDLE_TIMEOUT,
               show_default=True, envvar="TNSRAG_SERVER_IDLE_TIMEOUT", metavar="SECONDS",
               help="Stop after this many seconds without a client or command (0: never).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Data directory (default: the user data directory's tnsrag_db/pg18).")
-@click.option("--memory", default=None, metavar="SIZE",
+@click.option("--memory", default=None, metavar="SIZE", callback=_memory_size,
               help="Memory budget the server's settings are sized from, e.g. 4GB, 512MB or auto (25 % of RAM, "
                    "at most 8GB); remembered for later starts. Default: TNSRAG_SERVER_MEMORY, else the "
                    "remembered budget, else auto.")
