@@ -141,3 +141,28 @@ def test_text_output_wraps_on_words_and_shows_what_each_strategy_adds(db_url: UR
     hier = _query(db_url, corpus.corpus, "consistent corpus postings", "--strategy", "hierarchical")
     blocks = {b[0].split()[2]: b for b in _blocks(hier.stdout)}
     assert "    hit" in blocks["root#1"] and "    level 1 above root#1" in blocks["root"]
+
+
+@pytest.mark.parametrize("command", [["stats"], ["corpora"], ["query", "agent memory"], ["query", "agent memory",
+                                                                                       "--strategy", "vector"]])
+def test_an_unreachable_server_is_one_error_without_sqlalchemy_s_link(tmp_path: Any, command: list[str]) -> None:
+    # A socket directory with no server: the driver's words (and its hint), not SQLAlchemy's
+    # class tag and "Background on this error at: https://sqlalche.me/..." line.
+    url = f"postgresql://nobody@/nodb?host={tmp_path / 'no-socket-here'}"
+    res = CliRunner().invoke(main_group, [*command, "--url", url])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.startswith("error: could not connect: "), res.stderr
+    assert "no-socket-here" in res.stderr and "Traceback" not in res.output
+    assert "sqlalche.me" not in res.stderr and "Background on this error" not in res.stderr, res.stderr
+    assert "(psycopg." not in res.stderr and "[SQL:" not in res.stderr, res.stderr
+
+
+def test_the_cli_error_line_drops_what_sqlalchemy_adds() -> None:
+    from tnsrag_db._cli._common import error_text
+    from tnsrag_db._errors import DatabaseError
+
+    wrapped = DatabaseError('upgrade failed: (psycopg.errors.UndefinedTable) relation "x" does not exist\n'
+                            "LINE 1: SELECT * FROM x\n[SQL: SELECT * FROM x WHERE a[1] = %(p)s]\n"
+                            "[parameters: {'p': 1}]\n(Background on this error at: https://sqlalche.me/e/21/f405)")
+    assert error_text(wrapped) == 'upgrade failed: relation "x" does not exist\nLINE 1: SELECT * FROM x'
+    assert error_text(DatabaseError("plain (words) stay")) == "plain (words) stay"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from tnsrag_db._errors import TnsragError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "handle_errors", "main_group", "parse_pairs", "plural"]
+__all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "error_text", "handle_errors", "main_group", "parse_pairs", "plural"]
 
 #: :data:`tnsrag_db._db.schema.DEFAULT_SCHEMA`, written out: that module declares the tables
 #: with SQLAlchemy, imports a keyword query does without (a test checks both agree).
@@ -52,6 +53,19 @@ def emit(data: Any, as_json: bool, text: str | None = None) -> None:
         click.echo(text)
 
 
+#: What SQLAlchemy adds to a driver's message: the error class in front, then on lines of
+#: their own the statement, its parameters and a link to its documentation (the library's
+#: messages carry the driver's own words; these are for the ones that reach the CLI whole).
+_SQLALCHEMY_CLASS = re.compile(r"\((?:psycopg|psycopg2|sqlalchemy)(?:\.\w+)+\) ")
+_SQLALCHEMY_TAIL = re.compile(r"\n(?:\[SQL: |\[parameters: |\(Background on this error at: ).*", re.DOTALL)
+
+
+def error_text(exc: BaseException) -> str:
+    """The message of ``exc`` as the CLI prints it after ``error:``: without SQLAlchemy's
+    class tag, statement, parameters and documentation link."""
+    return _SQLALCHEMY_TAIL.sub("", _SQLALCHEMY_CLASS.sub("", str(exc))).strip()
+
+
 def handle_errors(func: F) -> F:
     """Turn library errors into a one-line message and exit status 1 (no traceback)."""
 
@@ -60,7 +74,7 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except TnsragError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {error_text(exc)}", err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
