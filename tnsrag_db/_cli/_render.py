@@ -1,6 +1,6 @@
 """How ``tnsrag query`` shows results: to people (wrapped text) and to scripts (JSON).
 
-The JSON shape of one result is stable across versions (README, "Command line")::
+The JSON shape of one result is stable across versions (docs/ingest-and-cli.md, "Command line")::
 
     {"rank": 1, "id": "guide.md#2", "score": 0.0325, "content": "...", "source": "guide.md",
      "metadata": {"tier": "SEMANTIC", "entryId": "guide.md#2", ...}}

@@ -57,8 +57,8 @@ def _lock_options(func: F) -> F:
 @db_options
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 @click.option("--tenancy", type=click.Choice(["rls", "off"]), default=None,
-              help="Then switch tenant isolation (row-level security, see README 'Tenancy') on (rls) or off; "
-                   "left as it is by default.")
+              help="Then switch tenant isolation (row-level security, see docs/deployment.md, 'Tenancy') "
+                   "on (rls) or off; left as it is by default.")
 @_lock_options
 @click.option("--finish", is_flag=True,
               help="Then finish the rolling upgrade: stop serving releases older than the floor the upgrade "
@@ -96,11 +96,11 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
     note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
                                "not as index conditions (jsonb @> is not LEAKPROOF and the schema's filter "
                                "pairs are missing or not maintained: run tnsrag db upgrade --tenancy rls again; "
-                               "see README, 'Tenancy')")
+                               "see docs/deployment.md, 'Tenancy')")
     if not rls and triggers:
         note += ("\nnote: the filter pairs' triggers stay on entries (a store that chose the pairs while tenancy "
                  "was on keeps them right), so writes keep paying them; tnsrag db downgrade --revision 0006 "
-                 "removes them (see README, 'Tenancy')")
+                 "removes them (see docs/deployment.md, 'Tenancy')")
     if finished is not None and finished.changed:
         note += (f"\nupgrade finished: the schema serves releases from revision {finished.serves_from} on "
                  f"(was {finished.serves_from_before})")
@@ -217,8 +217,8 @@ def sql(schema: str, revision_range: str, citus: bool) -> None:
     """Print the SQL of a migration without connecting (for review or a DBA).
 
     With --citus, print the script an operator runs on a Citus coordinator after the
-    migrations: every table hash-distributed by corpus and co-located (see README,
-    "Scale out with Citus").
+    migrations: every table hash-distributed by corpus and co-located (see
+    docs/deployment.md, "Scale out with Citus").
 
     Example: tnsrag db sql --range base:head > upgrade.sql; tnsrag db sql --citus > citus.sql
     """

@@ -16,7 +16,8 @@ def tenant() -> None:
     """Grant database roles their corpora for tenant isolation (run as the schema's owner).
 
     With row-level security on (tnsrag db upgrade --tenancy rls) a tenant role sees and
-    writes only the corpora granted here; see README, "Tenancy".
+    writes only the corpora granted here; see docs/deployment.md,
+    "Tenancy".
 
     Example: tnsrag db tenant grant acme_app acme
     """

@@ -145,7 +145,7 @@ def status(data_dir: Path | None, as_json: bool) -> None:
     """Show whether the embedded server runs, where its data lives, its socket or port and versions,
     and its memory settings with where each came from.
 
-    Starts nothing; exits 0 whether or not the server runs (see "running" in --json).
+    Starts nothing; exits 0 whether or not the server runs (--json says so in "running").
 
     Example: tnsrag server status --json
     """
