@@ -166,3 +166,29 @@ def test_the_cli_error_line_drops_what_sqlalchemy_adds() -> None:
                             "[parameters: {'p': 1}]\n(Background on this error at: https://sqlalche.me/e/21/f405)")
     assert error_text(wrapped) == 'upgrade failed: relation "x" does not exist\nLINE 1: SELECT * FROM x'
     assert error_text(DatabaseError("plain (words) stay")) == "plain (words) stay"
+
+
+@pytest.mark.parametrize(("args", "suggested"), [
+    (["query", "x", "--strategy", "semantic"], "Did you mean 'vector'?"),  # a word for a strategy
+    (["query", "x", "--strategy", "bm25"], "Did you mean 'keyword'?"),
+    (["query", "x", "--strategy", "hybird"], "Did you mean 'hybrid'?"),  # a typo
+    (["query", "x", "--strategy", "multi-query"], "Did you mean 'multi_query'?"),
+    (["eval", "--strategy", "vektor"], "Did you mean 'vector'?"),
+    (["ingest", "x", "--tier", "semantic"], "Did you mean 'SEMANTIC'?"),
+    (["querry", "x"], "No such command 'querry'. Did you mean 'query'?"),  # a command of the lazy root group
+    (["search", "x"], "No such command 'search'. Did you mean 'query'?"),
+    (["copora"], "No such command 'copora'. Did you mean 'corpora'?"),
+    (["db", "upgarde"], "No such command 'upgarde'. Did you mean 'upgrade'?"),  # and of its subgroups
+    (["server", "strat"], "Did you mean 'start'"),
+    (["graph", "add-edges"], "Did you mean 'add-edge'?"),
+])
+def test_a_mistyped_strategy_or_command_gets_a_suggestion(args: list[str], suggested: str) -> None:
+    res = CliRunner().invoke(main_group, args)
+    assert res.exit_code == 2 and suggested in res.stderr, res.stderr
+
+
+def test_a_word_close_to_nothing_gets_no_suggestion() -> None:
+    res = CliRunner().invoke(main_group, ["query", "x", "--strategy", "zzzz"])
+    assert res.exit_code == 2 and "'zzzz' is not one of" in res.stderr and "Did you mean" not in res.stderr
+    res = CliRunner().invoke(main_group, ["qqqqqq"])
+    assert res.exit_code == 2 and "No such command 'qqqqqq'." in res.stderr and "Did you mean" not in res.stderr

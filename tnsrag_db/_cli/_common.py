@@ -10,7 +10,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -20,7 +20,48 @@ from tnsrag_db._errors import TnsragError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "error_text", "handle_errors", "main_group", "parse_pairs", "plural"]
+__all__ = ["DEFAULT_SCHEMA", "STRATEGY_ALIASES", "Suggesting", "db_options", "did_you_mean", "emit", "error_text",
+           "handle_errors", "main_group", "parse_pairs", "plural"]
+
+def did_you_mean(word: str, names: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """`` Did you mean 'x'?`` for the names close to ``word`` (difflib, any case), or the name
+    an alias of ``aliases`` stands for; "" when none is."""
+    from difflib import get_close_matches
+
+    names = list(names)
+    lower = {name.lower(): name for name in names}
+    close = [lower[m] for m in get_close_matches(word.lower(), list(lower), n=3)]
+    alias = (aliases or {}).get(word.lower())
+    if alias is not None and alias not in close:
+        close.insert(0, alias)
+    if not close:
+        return ""
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?"
+
+
+#: Words people type for a strategy of another name (the suggestion names the strategy).
+STRATEGY_ALIASES = {"semantic": "vector", "dense": "vector", "embedding": "vector", "embeddings": "vector",
+                    "knn": "vector", "ann": "vector", "bm25": "keyword", "lexical": "keyword", "fulltext": "keyword",
+                    "full-text": "keyword", "sparse": "keyword", "text": "keyword", "rrf": "hybrid",
+                    "fusion": "hybrid"}
+
+
+class Suggesting(click.Choice):  # type: ignore[type-arg]
+    """A :class:`click.Choice` whose error for a value it does not know suggests the close
+    choices (:func:`did_you_mean`), and the choice an ``aliases`` word stands for
+    (``semantic`` -> ``vector``)."""
+
+    def __init__(self, choices: Sequence[str], aliases: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(choices, **kwargs)
+        self.aliases = dict(aliases or {})
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            hint = did_you_mean(str(value), [str(c) for c in self.choices], self.aliases)
+            self.fail(f"{exc.message}{hint}", param, ctx)
+
 
 #: :data:`tnsrag_db._db.schema.DEFAULT_SCHEMA`, written out: that module declares the tables
 #: with SQLAlchemy, imports a keyword query does without (a test checks both agree).

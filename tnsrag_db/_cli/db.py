@@ -11,6 +11,7 @@ import click
 from sqlalchemy.engine import Engine
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db._indexes.vector.hnsw import build_due_indexes
@@ -35,7 +36,7 @@ def _engine(url: str | None, schema: str) -> Iterator[Engine]:
         engine.dispose()
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def db() -> None:
     """Manage the library's schema with its alembic migrations.
 

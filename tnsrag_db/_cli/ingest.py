@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs, plural
+from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED
 from tnsrag_db._errors import ConfigurationError, IngestInterrupted, InvalidEntryError
@@ -149,7 +149,7 @@ def _vectors_text(result: dict[str, Any]) -> str:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @db_options
 @click.option("--corpus", default="default", show_default=True, help="Corpus to write into.")
-@click.option("--tier", type=click.Choice([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
+@click.option("--tier", type=Suggesting([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
               help="Tier for entries that do not set one.")
 @click.option("--source", default=None, help="Source for every entry (default: the file's path).")
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", callback=_meta_pairs,

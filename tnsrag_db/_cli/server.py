@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tnsrag_db._cli._common import emit, handle_errors
+from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._store.embedded import keeper as kept
 
 __all__ = ["server"]
@@ -54,7 +55,7 @@ def _version() -> str:
     return version("tnsrag-db")
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def server() -> None:
     """The embedded PostgreSQL server that commands without --url use.
 
