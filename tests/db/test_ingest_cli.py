@@ -314,3 +314,23 @@ def test_cache_directories_are_one_skip_line(tmp_path: Path, target: tuple[list[
     out = json.loads(run([str(root), *args, "--json"]).output)
     assert {"path": str(root), "reason": "20 files in 4 cache directories (__pycache__)", "files": 20} in out["skipped"]
     assert sorted(i.split("#")[0] for i in ids(store)) == [f"p{n}/mod.py" for n in range(4)]
+
+
+def test_files_of_one_unknown_type_are_one_skip_line(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    # A tree like linux's scripts/coccinelle: 18 .cocci files are one line, not 18; a lone
+    # unknown file keeps its own line; --json still lists every file.
+    args, store = target
+    root = tmp_path / "doc"
+    for n in range(18):
+        (root / "coccinelle" / ("api" if n % 2 else "misc")).mkdir(parents=True, exist_ok=True)
+        (root / "coccinelle" / ("api" if n % 2 else "misc") / f"rule{n}.cocci").write_text(f"@r{n}@\nexpression E;\n")
+    (root / "one.xyz").write_text("a lone file of its type\n")
+    (root / "README").write_text("read me\n")
+    text = run([str(root), *args])
+    assert text.exit_code == 0, text.output
+    assert "skipped 19 file(s): 18 unknown file type '.cocci', 1 unknown file type '.xyz'" in text.output
+    skip_lines = [line for line in text.output.splitlines() if line.startswith("  ")]
+    assert sorted(skip_lines) == sorted([f"  {root}/coccinelle: 18 files of unknown type '.cocci'",
+                                         f"  {root}/one.xyz: unknown file type '.xyz'"]), text.output
+    out = json.loads(run([str(root), *args, "--json"]).output)
+    assert len(out["skipped"]) == 19 and ids(store) == ["README#0"]

@@ -126,8 +126,36 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
                 else s["reason"]] += s["files"]
     lines = [head, f"skipped {sum(s['files'] for s in skipped)} file(s): "
              + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())]
-    lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
+    lines += _skip_lines(skipped)
     return "\n".join(lines)
+
+
+def _skip_lines(skipped: list[dict[str, Any]]) -> list[str]:
+    """A line per skipped file, except files of one unknown type: one line for all of them
+    (``  docs/scripts: 18 files of unknown type '.cocci'``, in the folder holding them all),
+    as cache directories get one line per root. ``--json`` lists every file."""
+    import os
+
+    unknown: dict[str, list[str]] = {}
+    for s in skipped:
+        if s["files"] == 1 and s["reason"].startswith(_UNKNOWN):
+            unknown.setdefault(s["reason"], []).append(s["path"])
+    lines: list[str] = []
+    for s in skipped:
+        paths = unknown.get(s["reason"], [])
+        if len(paths) < 2 or s["files"] != 1:
+            lines.append(f"  {s['path']}: {s['reason']}")
+        elif s["path"] == paths[0]:  # the group's line, where its first file was
+            try:
+                folder = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
+            except ValueError:  # absolute and relative paths mixed (several roots)
+                folder = "."
+            lines.append(f"  {folder}: {len(paths)} files of unknown type {s['reason'][len(_UNKNOWN):]}")
+    return lines
+
+
+#: The start of the reason a file of an unknown type is skipped for (then its suffix).
+_UNKNOWN = "unknown file type "
 
 
 def _vectors_text(result: dict[str, Any]) -> str:
