@@ -89,6 +89,15 @@ def test_perl_logs_and_readme_suffixes_are_known() -> None:
     assert _language("fetch.perl") == "perl" and _language("a.awk") == "awk"
 
 
+def test_graphviz_files_are_read_as_text(tmp_path: Path) -> None:
+    # Diagrams beside documentation (/usr/share/doc/*/*.dot): their labels are searchable.
+    assert [file_format(n) for n in ["states.dot", "deps.gv", "flow.DOT.gz"]] == ["text", "text", "text"]
+    (tmp_path / "states.dot").write_text('digraph states {\n  idle -> running [label="start request"];\n}\n')
+    entries, loader = load(tmp_path)
+    assert loader.skipped == [] and list(entries) == ["states.dot#0"]
+    assert "start request" in entries["states.dot#0"].content  # type: ignore[attr-defined]
+
+
 def test_myst_label_lines_are_no_entries_and_no_text(tmp_path: Path) -> None:
     # Sphinx docs in Markdown (pip's, say) put a target line before a heading; inside a
     # code fence, and within a sentence, the same characters are text.
