@@ -334,3 +334,23 @@ def test_files_of_one_unknown_type_are_one_skip_line(tmp_path: Path, target: tup
                                          f"  {root}/one.xyz: unknown file type '.xyz'"]), text.output
     out = json.loads(run([str(root), *args, "--json"]).output)
     assert len(out["skipped"]) == 19 and ids(store) == ["README#0"]
+
+
+def test_dry_runs_list_chunk_numbers_in_numeric_order(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    # Dozens of chunks of one file: #2 comes before #10 in what delete and prune would remove.
+    args, store = target
+    docs = _tree(tmp_path / "docs", {"long.txt": "\n\n".join(f"paragraph {n} " + "word " * 40 for n in range(30))})
+    assert run([str(docs), *args, "--chunk-tokens", "200", "--id-prefix", "kb"]).exit_code == 0
+    numeric = sorted(ids(store), key=lambda i: int(i.split("#")[1]))
+    assert len(numeric) > 10 and all(i.startswith("kb/long.txt#") for i in numeric)
+    for how in (["--id-prefix", "kb"],):
+        dry = CliRunner().invoke(main_group, ["delete", *how, "--dry-run", *args])
+        assert dry.exit_code == 0, dry.output
+        assert [line.strip() for line in dry.stdout.splitlines()[1:]] == numeric, dry.stdout
+        as_json = CliRunner().invoke(main_group, ["delete", *how, "--dry-run", "--json", *args])
+        assert json.loads(as_json.stdout)["ids"] == numeric
+    (docs / "long.txt").write_text("short now\n")
+    pruned = run([str(docs), *args, "--prune", "--dry-run", "--chunk-tokens", "200", "--id-prefix", "kb"])
+    assert pruned.exit_code == 0, pruned.output
+    would = [line.removeprefix("  would prune ") for line in pruned.stdout.splitlines() if "would prune" in line]
+    assert would == numeric[1:], pruned.stdout

@@ -21,7 +21,7 @@ from tnsrag_db._errors import TnsragError
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["DEFAULT_SCHEMA", "STRATEGY_ALIASES", "Suggesting", "db_options", "did_you_mean", "emit", "error_text",
-           "handle_errors", "main_group", "parse_pairs", "plural"]
+           "handle_errors", "main_group", "natural_key", "parse_pairs", "plural"]
 
 def did_you_mean(word: str, names: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
     """`` Did you mean 'x'?`` for the names close to ``word`` (difflib, any case), or the name
@@ -75,6 +75,12 @@ def db_options(func: F) -> F:
     func = click.option("--url", envvar="TNSRAG_DATABASE_URL", default=None,
                         help="Database URL (libpq or SQLAlchemy form). Default: the embedded server.")(func)
     return func
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """Sort key putting numbers in text in numeric order: ``a.md#2`` before ``a.md#10``."""
+    parts = re.split(r"(\d+)", text)
+    return (*(int(p) if i % 2 else p for i, p in enumerate(parts)), text)
 
 
 def plural(n: int, singular: str, many: str | None = None) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db._cli._common import db_options, emit, handle_errors, natural_key, parse_pairs
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 
 if TYPE_CHECKING:
@@ -137,18 +137,20 @@ _PREFIX_SQL = "SELECT id FROM entries WHERE corpus = :c AND starts_with(id, :p) 
 
 def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_prefix: str | None,
                 missing_ok: bool) -> tuple[list[str], list[str]]:
-    """The ids a delete removes (that exist) and the ids given that do not exist."""
+    """The ids a delete removes (that exist; in natural order, ``a#2`` before ``a#10``, but
+    ids given in the order given) and the ids given that do not exist."""
     from tnsrag_db._errors import ValidationError
     from tnsrag_db._store.filters import filter_sql
 
     if id_prefix is not None:
-        return [r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})], []
+        return sorted((r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})),
+                      key=natural_key), []
     if chosen:
         predicate, params = filter_sql(chosen, corpus_param="c")
         # The predicate is built from code constants; the filter values are bound parameters.
         rows = store.read(f"SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} ORDER BY e.id",
                           {**params, "c": store.corpus})
-        return [r.id for r in rows], []
+        return sorted((r.id for r in rows), key=natural_key), []
     wanted = list(dict.fromkeys(ids))
     found = store.get_many(wanted)
     missing = [i for i in wanted if i not in found]

@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, parse_pairs, plural
+from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED
 from tnsrag_db._errors import ConfigurationError, IngestInterrupted, InvalidEntryError
@@ -424,7 +424,7 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         outcome: dict[str, Any] = {"duplicates": _duplicates(store, fresh, run_ids + stale)}
         if plan.dry_run:
             unchanged = sum(1 for e in entries if stored.get(e.id) == content_hash(e))
-            outcome.update(prune_ids=stale, pruned=len(stale) if plan.prune else None)
+            outcome.update(prune_ids=sorted(stale, key=natural_key), pruned=len(stale) if plan.prune else None)
             return IngestCounts(len(fresh), len(stored) - unchanged, unchanged), outcome
         if len(stale) > len(entries):
             with progress.held():
