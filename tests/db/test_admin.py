@@ -169,6 +169,11 @@ def test_cli_delete_by_id_and_by_filter(db_url: URL, make_store: Callable[..., S
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {"corpus": store.corpus, "deleted": 1, "missing": ["nope"]}
     assert store.get("note") is None and GraphStore(store).count() == 3  # its edge went with it
+    # A dry run by a metadata key lists what the delete removes (on a schema whose filter
+    # pairs are not kept, tenancy never on, it listed nothing).
+    res = _cli(db_url, "delete", "--filter", "topic=install", "--dry-run", "--json", *c)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["ids"] == ["guide", "guide#1"] and store.count() == 5
     res = _cli(db_url, "delete", "--filter", "source=guide.md", *c)
     assert res.exit_code == 0 and "deleted 2 entries" in res.stdout
     assert store.count() == 3

@@ -146,7 +146,9 @@ def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_p
         return sorted((r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})),
                       key=natural_key), []
     if chosen:
-        predicate, params = filter_sql(chosen, corpus_param="c")
+        # Through the filter pairs only where the schema keeps them (tenancy on), as the
+        # delete itself matches: elsewhere the pairs table is empty or stale.
+        predicate, params = filter_sql(chosen, corpus_param="c" if store.uses_filter_pairs() else None)
         # The predicate is built from code constants; the filter values are bound parameters.
         rows = store.read(f"SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} ORDER BY e.id",
                           {**params, "c": store.corpus})
