@@ -242,7 +242,7 @@ def test_drop_asks_on_a_terminal(db_url: URL, make_store: Callable[..., Store]) 
     store.add(MemoryEntry("a", "alpha"))
     args = ["drop", "--corpus", store.corpus, "--url", _url(db_url)]
     code, out = _on_a_terminal(args, "n")
-    assert code == 1 and f"Drop corpus '{store.corpus}' (1 entries, 0 edges)? [y/N]" in out and "aborted" in out
+    assert code == 1 and f"Drop corpus '{store.corpus}' (1 entry, 0 edges)? [y/N]" in out and "aborted" in out
     assert store.count() == 1
     code, out = _on_a_terminal(args, "y")
     assert code == 0, out

@@ -65,7 +65,7 @@ def test_ingest_messy_tree_from_anywhere_then_prune(tmp_path: Path, target: tupl
     # Text summary names every skip.
     text = run(["docs", *args], cwd=tmp_path)
     assert "12 unchanged" in text.output and "docs/blob.bin: binary" in text.output
-    assert "skipped 4 file(s)" in text.output
+    assert "skipped 4 files" in text.output
     # A deleted file and a shrunk one: --prune removes their entries in the same run.
     (root / "manual.pdf").unlink()
     (root / "guide" / "install.md").write_text("# Install\n\nGet the package.\n")
@@ -89,7 +89,7 @@ def test_strict_and_bad_input_write_nothing(tmp_path: Path, target: tuple[list[s
     root = messy_tree(tmp_path / "docs")
     strict = run([str(root), *args, "--strict"])
     assert strict.exit_code == 1 and store.count() == 0
-    assert strict.output.startswith("error: --strict: 4 file(s) would be skipped:")
+    assert strict.output.startswith("error: --strict: 4 files would be skipped:")
     assert "blob.bin (binary)" in strict.output and "Traceback" not in strict.output
     # A bad JSONL line names the file and line; nothing of the other files is written.
     (root / "bad.jsonl").write_text('{"content": "ok"}\n{not json\n')
@@ -233,7 +233,7 @@ def test_prune_deletes_only_entries_of_the_roots_it_read(tmp_path: Path, target:
     dry = run([str(data / "json"), *args, "--prune", "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert dry.stdout.splitlines() == [
-        f"dry run: 1 entries from 1 file(s) for corpus {store.corpus!r} would be 0 inserted, 0 updated, "
+        f"dry run: 1 entry from 1 file for corpus {store.corpus!r} would be 0 inserted, 0 updated, "
         "1 unchanged, 2 pruned; nothing was written", "  would prune a.txt#0", "  would prune b.txt#0"]
     assert json.loads(run([str(data / "json"), *args, "--prune", "--dry-run", "--json"]).stdout)["prune_ids"] == [
         "a.txt#0", "b.txt#0"]
@@ -308,7 +308,7 @@ def test_cache_directories_are_one_skip_line(tmp_path: Path, target: tuple[list[
     (root / "blob.bin").write_bytes(b"\x00\x01")
     text = run([str(root), *args])
     assert text.exit_code == 0, text.output
-    assert "skipped 21 file(s): 20 in cache directories, 1 binary" in text.output
+    assert "skipped 21 files: 20 in cache directories, 1 binary" in text.output
     skip_lines = [line for line in text.output.splitlines() if line.startswith("  ")]
     assert skip_lines == [f"  {root}: 20 files in 4 cache directories (__pycache__)", f"  {root}/blob.bin: binary"]
     out = json.loads(run([str(root), *args, "--json"]).output)
@@ -328,7 +328,7 @@ def test_files_of_one_unknown_type_are_one_skip_line(tmp_path: Path, target: tup
     (root / "README").write_text("read me\n")
     text = run([str(root), *args])
     assert text.exit_code == 0, text.output
-    assert "skipped 19 file(s): 18 unknown file type '.cocci', 1 unknown file type '.xyz'" in text.output
+    assert "skipped 19 files: 18 unknown file type '.cocci', 1 unknown file type '.xyz'" in text.output
     skip_lines = [line for line in text.output.splitlines() if line.startswith("  ")]
     assert sorted(skip_lines) == sorted([f"  {root}/coccinelle: 18 files of unknown type '.cocci'",
                                          f"  {root}/one.xyz: unknown file type '.xyz'"]), text.output

@@ -57,7 +57,7 @@ def test_a_query_on_a_missing_corpus_names_the_corpora_and_creates_none(db_url: 
 def test_a_filter_matching_nothing_gets_a_note(db_url: URL, corpus: Store) -> None:
     res = _query(db_url, corpus.corpus, "memory", "--filter", "tier=semantic")
     assert res.exit_code == 0, res.output
-    assert "0 result(s)" in res.stdout
+    assert "0 results" in res.stdout
     assert "note: tier=semantic matches no entry; tiers here: SEMANTIC, WORKING" in res.stderr
     res = _query(db_url, corpus.corpus, "memory", "--filter", "tenant=acme", "--json")
     out = json.loads(res.stdout)
@@ -192,3 +192,11 @@ def test_a_word_close_to_nothing_gets_no_suggestion() -> None:
     assert res.exit_code == 2 and "'zzzz' is not one of" in res.stderr and "Did you mean" not in res.stderr
     res = CliRunner().invoke(main_group, ["qqqqqq"])
     assert res.exit_code == 2 and "No such command 'qqqqqq'." in res.stderr and "Did you mean" not in res.stderr
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from tnsrag_db._cli._common import plural
+
+    assert [plural(n, "entry") for n in (0, 1, 2)] == ["0 entries", "1 entry", "2 entries"]
+    assert [plural(n, "file") for n in (1, 12)] == ["1 file", "12 files"]
+    assert plural(1, "key") == "1 key" and plural(3, "key") == "3 keys"  # a vowel before the y

@@ -83,7 +83,7 @@ def natural_key(text: str) -> tuple[Any, ...]:
     return (*(int(p) if i % 2 else p for i, p in enumerate(parts)), text)
 
 
-def plural(n: int, singular: str, many: str | None = None) -> str:
+def plural(n: Any, singular: str, many: str | None = None) -> str:
     """``n`` and the noun agreeing with it: ``1 entry``, ``2 entries``, ``3 files``."""
     if n == 1:
         return f"1 {singular}"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors, natural_key, parse_pairs
+from tnsrag_db._cli._common import db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def human_size(n: int) -> str:
 def _space_text(space: SpaceInfo) -> str:
     index = {"hnsw": "HNSW index", "building": "HNSW index building", "invalid": "invalid HNSW index (rebuilt "
              "on the next build)", "none": "no index, exact scans"}.get(space.index, space.index)
-    return f"{space.provider} ({space.dimension}-d): {space.vectors} vectors, {index}"
+    return f"{space.provider} ({space.dimension}-d): {plural(space.vectors, 'vector')}, {index}"
 
 
 def _space_cell(space: SpaceInfo, entries: int) -> str:
@@ -111,15 +111,15 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
     if as_json:
         emit(s.to_dict(), True)
         return
-    lines = [f"corpus {s.corpus}: {s.entries} entries, created {s.created_at:%Y-%m-%d %H:%M}, "
+    lines = [f"corpus {s.corpus}: {plural(s.entries, 'entry')}, created {s.created_at:%Y-%m-%d %H:%M}, "
              f"last write {s.last_write:%Y-%m-%d %H:%M:%S %Z}" if s.last_write else
-             f"corpus {s.corpus}: {s.entries} entries, created {s.created_at:%Y-%m-%d %H:%M}, no writes"]
+             f"corpus {s.corpus}: {plural(s.entries, 'entry')}, created {s.created_at:%Y-%m-%d %H:%M}, no writes"]
     lines.append("tiers:    " + (", ".join(f"{t} {n}" for t, n in s.by_tier.items()) or "-"))
     shown = ", ".join(f"{src if src is not None else '(none)'} {n}" for src, n in s.by_source)
     more = f" (and {s.sources - len(s.by_source)} more)" if s.sources > len(s.by_source) else ""
     lines.append(f"sources:  {s.sources}" + (f": {shown}{more}" if shown else ""))
-    lines.append("spaces:   " + ("; ".join(_space_text(sp) + (f" ({s.missing(sp)} entries without a vector: "
-                                                                  "embedding in progress or interrupted)"
+    lines.append("spaces:   " + ("; ".join(_space_text(sp) + (f" ({plural(s.missing(sp), 'entry')} without a "
+                                                                  "vector: embedding in progress or interrupted)"
                                                                   if s.missing(sp) else "") for sp in s.spaces)
                                  or "none (nothing embedded)"))
     lines.append(f"bm25:     {s.bm25_documents} documents, average length {s.bm25_average_length:g} terms, "
@@ -250,10 +250,11 @@ def drop(url: str | None, schema: str, corpus: str, yes: bool, as_json: bool) ->
 
     with _open(url, schema, corpus) as store:
         s = corpus_stats(store, max_sources=1)
-        confirm_destruction(f"drop corpus {corpus!r} ({s.entries} entries, {s.edges} edges)", yes=yes)
+        confirm_destruction(f"drop corpus {corpus!r} ({plural(s.entries, 'entry')}, {plural(s.edges, 'edge')})",
+                            yes=yes)
         store.drop_corpus()
     emit({"corpus": corpus, "dropped": True, "entries": s.entries, "edges": s.edges}, as_json,
-         f"dropped corpus {corpus!r}: {s.entries} entries, {s.edges} edges")
+         f"dropped corpus {corpus!r}: {plural(s.entries, 'entry')}, {plural(s.edges, 'edge')}")
 
 
 _TEMP_MARK = ".tnsrag-export-"
@@ -335,7 +336,7 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
                 raise
             to_stderr = False
     data = {"corpus": corpus, "file": str(output) if output else None, **counts.to_dict()}
-    text = f"exported {counts.entries} entries and {counts.edges} edges of corpus {corpus!r}" + (
+    text = f"exported {plural(counts.entries, 'entry')} and {plural(counts.edges, 'edge')} of corpus {corpus!r}" + (
         f" to {output}" if output else "")
     if to_stderr:
         import json

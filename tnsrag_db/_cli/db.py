@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.engine import Engine
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
 from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._indexes.vector import DEFAULT_INDEX_THRESHOLD
@@ -276,7 +276,7 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
                 for d, name in sweep.built]
     failed = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "space_id": d.space_id,
                "error": type(exc).__name__, "message": str(exc)} for d, exc in sweep.failed]
-    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']} vectors)" for r in rows]
+    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {plural(r['vectors'], 'vector')})" for r in rows]
     if not rows and not failed:
         lines.append(f"schema {schema}: no index due")
     emit({"schema": schema, "built": rows, "failed": failed}, as_json, "\n".join(lines) or None)
@@ -314,13 +314,13 @@ def merge_postings(url: str | None, schema: str, corpora: tuple[str, ...], as_js
 
             def progress(report: MergeReport, name: str = name, done: list[int] = done) -> None:
                 done[0] += report.entries
-                click.echo(f"{name}: {done[0]} entries merged", err=True)
+                click.echo(f"{name}: {plural(done[0], 'entry')} merged", err=True)
 
             total = store.with_corpus(name).merge_postings(progress=progress)
             rows.append({"corpus": name, "entries": total.entries, "postings": total.postings,
                          "tombstones_purged": total.tombstones})
-    lines = [f"{r['corpus']}: merged {r['entries']} entries ({r['postings']} postings), "
-             f"purged {r['tombstones_purged']} tombstones" for r in rows]
+    lines = [f"{r['corpus']}: merged {plural(r['entries'], 'entry')} ({plural(r['postings'], 'posting')}), "
+             f"purged {plural(r['tombstones_purged'], 'tombstone')}" for r in rows]
     emit({"schema": schema, "corpora": rows}, as_json, "\n".join(lines) or f"schema {schema}: no corpus")
 
 

@@ -32,7 +32,7 @@ from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
-_INTERRUPTED = "interrupted: {n} entries committed, the batch in progress was rolled back"
+_INTERRUPTED = "interrupted: {n} committed, the batch in progress was rolled back"
 
 
 def sample_corpus_path() -> Path:
@@ -97,10 +97,11 @@ _SHOWN_PRUNE_IDS = 50
 
 def _summary(corpus: str, result: dict[str, Any]) -> str:
     if result["dry_run"]:
-        head = (f"dry run: {result['entries']} entries from {result['files']} file(s) for corpus {corpus!r} would be "
+        head = (f"dry run: {plural(result['entries'], 'entry')} from {plural(result['files'], 'file')} for corpus "
+                f"{corpus!r} would be "
                 f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
     else:
-        head = (f"{result['entries']} entries from {result['files']} file(s) into corpus {corpus!r}: "
+        head = (f"{plural(result['entries'], 'entry')} from {plural(result['files'], 'file')} into corpus {corpus!r}: "
                 f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
     if result.get("pruned") is not None:
         head += f", {result['pruned']} pruned"
@@ -124,7 +125,7 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
     for s in skipped:  # a root's cache directories are one record standing for their files
         reasons["in cache directories" if s["files"] != 1 or "cache director" in s["reason"]
                 else s["reason"]] += s["files"]
-    lines = [head, f"skipped {sum(s['files'] for s in skipped)} file(s): "
+    lines = [head, f"skipped {plural(sum(s['files'] for s in skipped), 'file')}: "
              + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())]
     lines += _skip_lines(skipped)
     return "\n".join(lines)
@@ -306,7 +307,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                 if strict and skipped:
                     listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
                     more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-                    raise InvalidEntryError(f"--strict: {sum(s['files'] for s in skipped)} file(s) would be "
+                    raise InvalidEntryError(f"--strict: {plural(sum(s['files'] for s in skipped), 'file')} would be "
                                             f"skipped: {listed}{more}; nothing was written")
                 entries = [shaped(e) for e in reading.entries]
                 validate_batch(entries)
@@ -327,7 +328,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             sys.exit(EXIT_INTERRUPTED)
         raise
     except KeyboardInterrupt:
-        click.echo(_INTERRUPTED.format(n=ledger.committed.total), err=True)
+        click.echo(_INTERRUPTED.format(n=plural(ledger.committed.total, "entry")), err=True)
         sys.exit(EXIT_INTERRUPTED)
     elapsed = time.perf_counter() - started
     result = {"corpus": corpus, "files": reading.files_read, "entries": len(entries), "edges": len(reading.edges),
@@ -428,7 +429,7 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
             return IngestCounts(len(fresh), len(stored) - unchanged, unchanged), outcome
         if len(stale) > len(entries):
             with progress.held():
-                confirm_destruction(f"prune {len(stale)} entries of corpus {plan.corpus!r} read earlier from "
+                confirm_destruction(f"prune {plural(len(stale), 'entry')} of corpus {plan.corpus!r} read earlier from "
                                     f"{_roots_text(roots)}: more than the {len(entries)} this run writes "
                                     "(--dry-run lists them)", yes=plan.yes)
         # Bound to the corpus's spaces: a provider whose dimension differs from its own
@@ -552,7 +553,7 @@ class _Ledger:
 
 
 #: The interrupt line once every entry is written and vectors are being filled.
-_INTERRUPTED_VECTORS = ("interrupted: {n} entries committed, {v} with vectors of {provider}, the batch in progress "
+_INTERRUPTED_VECTORS = ("interrupted: {n} committed, {v} with vectors of {provider}, the batch in progress "
                         "was rolled back; the same ingest run again (or tnsrag embed --corpus {corpus} --embedding "
                         "{provider}) embeds the rest")
 
@@ -579,7 +580,7 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
                 raise
             name = vectors.embedding.name
             have = count_with_vectors(store, name, [e.id for e in entries])
-            raise IngestInterrupted(_INTERRUPTED_VECTORS.format(n=len(entries), v=have, provider=name,
+            raise IngestInterrupted(_INTERRUPTED_VECTORS.format(n=plural(len(entries), "entry"), v=have, provider=name,
                                                                 corpus=plan.corpus),
                                     committed=exc.committed) from None
 
