@@ -348,7 +348,7 @@ class Store:
 
         Raises :class:`SchemaNotReadyError` while the schema still serves a release that
         reads postings only as rows (a rolling upgrade not finished: ``tnsrag db upgrade
-        --finish``, see docs/deployment.md); nothing moves then.
+        --finish``, see docs/deployment.md, "Rolling upgrades"); nothing moves then.
         """
         report = self.writer.merge(sweep=sweep, progress=progress)
         if report.deferred:
