@@ -1,6 +1,6 @@
 """Tenant isolation in the database: row-level security tying a database role to its corpora.
 
-Model (README, "Tenancy"): each tenant connects as its own PostgreSQL role. The table
+Model (docs/deployment.md, "Tenancy"): each tenant connects as its own PostgreSQL role. The table
 ``tenant_grants`` (migration 0005) lists the corpora each role may use; with row-level
 security on (:func:`enable`), every table keyed by corpus shows a tenant role only the
 rows of its granted corpora and refuses to let it write any other row: a policy reads

@@ -139,6 +139,7 @@ def test_cli_corpora_and_stats(db_url: URL, make_store: Callable[..., Store]) ->
     text = _cli(db_url, "corpora")
     line = next(ln for ln in text.stdout.splitlines() if ln.startswith(store.corpus))
     assert "6" in line.split() and "SEMANTIC 3" in line
+    assert f"{HashingEmbedding().name}/128" in line and "embedded" not in line  # every entry has its vector
     res = _cli(db_url, "stats", "--corpus", store.corpus)
     assert res.exit_code == 0, res.output
     assert "6 entries" in res.stdout and "SEMANTIC 3" in res.stdout and "guide.md 2" in res.stdout
@@ -148,6 +149,11 @@ def test_cli_corpora_and_stats(db_url: URL, make_store: Callable[..., Store]) ->
     res = _cli(db_url, "stats", "--corpus", "no_such_corpus_x")
     assert res.exit_code == 1 and "corpus 'no_such_corpus_x' does not exist; corpora here:" in res.stderr
     assert "Traceback" not in res.output
+    # Entries written without vectors (an ingest still embedding, or stopped): the space says
+    # how many of the corpus's entries it holds.
+    store.add_all([MemoryEntry("late", "written, not embedded"), MemoryEntry("later", "neither")])
+    line = next(ln for ln in _cli(db_url, "corpora").stdout.splitlines() if ln.startswith(store.corpus))
+    assert f"{HashingEmbedding().name}/128 (6 of 8 embedded)" in line and "8" in line.split()
 
 
 # -- delete and drop -----------------------------------------------------------------------
@@ -163,6 +169,11 @@ def test_cli_delete_by_id_and_by_filter(db_url: URL, make_store: Callable[..., S
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {"corpus": store.corpus, "deleted": 1, "missing": ["nope"]}
     assert store.get("note") is None and GraphStore(store).count() == 3  # its edge went with it
+    # A dry run by a metadata key lists what the delete removes (on a schema whose filter
+    # pairs are not kept, tenancy never on, it listed nothing).
+    res = _cli(db_url, "delete", "--filter", "topic=install", "--dry-run", "--json", *c)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["ids"] == ["guide", "guide#1"] and store.count() == 5
     res = _cli(db_url, "delete", "--filter", "source=guide.md", *c)
     assert res.exit_code == 0 and "deleted 2 entries" in res.stdout
     assert store.count() == 3
@@ -237,7 +248,7 @@ def test_drop_asks_on_a_terminal(db_url: URL, make_store: Callable[..., Store]) 
     store.add(MemoryEntry("a", "alpha"))
     args = ["drop", "--corpus", store.corpus, "--url", _url(db_url)]
     code, out = _on_a_terminal(args, "n")
-    assert code == 1 and f"Drop corpus '{store.corpus}' (1 entries, 0 edges)? [y/N]" in out and "aborted" in out
+    assert code == 1 and f"Drop corpus '{store.corpus}' (1 entry, 0 edges)? [y/N]" in out and "aborted" in out
     assert store.count() == 1
     code, out = _on_a_terminal(args, "y")
     assert code == 0, out

@@ -307,3 +307,15 @@ def test_a_hook_that_is_not_connection_hooks_is_refused(db_url: Any) -> None:
         create_engine(db_url, schema=SCHEMA, hooks=[lambda driver, info: None])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="ping_after_idle must be a finite number"):
         create_engine(db_url, schema=SCHEMA, ping_after_idle=-1)
+
+
+def test_without_the_async_extra_connect_async_says_so_before_connecting(
+        db_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    opened: list[Any] = []
+    monkeypatch.setitem(sys.modules, "greenlet", None)  # as if `pip install 'tnsrag-db[async]'` never ran
+    monkeypatch.setattr("tnsrag_db._store.aio.connect", lambda *a, **k: opened.append(a))
+    with pytest.raises(ConfigurationError, match=r"pip install 'tnsrag-db\[async\]'"):
+        asyncio.run(connect_async(db_url, corpus="never_opened", schema=SCHEMA))
+    assert opened == []  # no connection, so nothing a caller goes on to write

@@ -65,7 +65,7 @@ def test_ingest_messy_tree_from_anywhere_then_prune(tmp_path: Path, target: tupl
     # Text summary names every skip.
     text = run(["docs", *args], cwd=tmp_path)
     assert "12 unchanged" in text.output and "docs/blob.bin: binary" in text.output
-    assert "skipped 4 file(s)" in text.output
+    assert "skipped 4 files" in text.output
     # A deleted file and a shrunk one: --prune removes their entries in the same run.
     (root / "manual.pdf").unlink()
     (root / "guide" / "install.md").write_text("# Install\n\nGet the package.\n")
@@ -89,7 +89,7 @@ def test_strict_and_bad_input_write_nothing(tmp_path: Path, target: tuple[list[s
     root = messy_tree(tmp_path / "docs")
     strict = run([str(root), *args, "--strict"])
     assert strict.exit_code == 1 and store.count() == 0
-    assert strict.output.startswith("error: --strict: 4 file(s) would be skipped:")
+    assert strict.output.startswith("error: --strict: 4 files would be skipped:")
     assert "blob.bin (binary)" in strict.output and "Traceback" not in strict.output
     # A bad JSONL line names the file and line; nothing of the other files is written.
     (root / "bad.jsonl").write_text('{"content": "ok"}\n{not json\n')
@@ -100,6 +100,13 @@ def test_strict_and_bad_input_write_nothing(tmp_path: Path, target: tuple[list[s
     assert missing.exit_code == 2 and "nope" in missing.output
     usage = run([str(root), *args, "--meta", "novalue"])
     assert usage.exit_code == 2 and "--meta" in usage.output
+    # A reserved key is a usage error naming the option, met before any file is read: with
+    # a PATH that does not exist the option is still what the error names.
+    for key, by in (("tier", "--tier"), ("source", "--source"), ("entryId", "--id-prefix")):
+        reserved = run([str(tmp_path / "nope"), *args, "--meta", f"{key}=X"])
+        assert reserved.exit_code == 2, reserved.output
+        assert "Invalid value for '--meta'" in reserved.output and f"'{key}' is reserved" in reserved.output
+        assert by in reserved.output and "rolled back" not in reserved.output and "nope" not in reserved.output
     small = run([str(root), *args, "--chunk-tokens", "3"])
     assert small.exit_code == 2 and "--chunk-tokens" in small.output
     # Two file roots of the same name give the same id: refused before writing, both named in full.
@@ -226,7 +233,7 @@ def test_prune_deletes_only_entries_of_the_roots_it_read(tmp_path: Path, target:
     dry = run([str(data / "json"), *args, "--prune", "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert dry.stdout.splitlines() == [
-        f"dry run: 1 entries from 1 file(s) for corpus {store.corpus!r} would be 0 inserted, 0 updated, "
+        f"dry run: 1 entry from 1 file for corpus {store.corpus!r} would be 0 inserted, 0 updated, "
         "1 unchanged, 2 pruned; nothing was written", "  would prune a.txt#0", "  would prune b.txt#0"]
     assert json.loads(run([str(data / "json"), *args, "--prune", "--dry-run", "--json"]).stdout)["prune_ids"] == [
         "a.txt#0", "b.txt#0"]
@@ -301,7 +308,7 @@ def test_cache_directories_are_one_skip_line(tmp_path: Path, target: tuple[list[
     (root / "blob.bin").write_bytes(b"\x00\x01")
     text = run([str(root), *args])
     assert text.exit_code == 0, text.output
-    assert "skipped 21 file(s): 20 in cache directories, 1 binary" in text.output
+    assert "skipped 21 files: 20 in cache directories, 1 binary" in text.output
     skip_lines = [line for line in text.output.splitlines() if line.startswith("  ")]
     assert skip_lines == [f"  {root}: 20 files in 4 cache directories (__pycache__)", f"  {root}/blob.bin: binary"]
     out = json.loads(run([str(root), *args, "--json"]).output)
@@ -365,3 +372,43 @@ def test_a_second_root_at_the_same_paths_is_refused_before_anything_is_written(
     assert gone.exit_code == 0 and "deleted 8 entries" in gone.stdout, gone.output
     res = json.loads(run([str(moved), *args, "--json"]).stdout)
     assert res["inserted"] == 4 and {store.get("README#0").metadata["root"]} == {str(moved)}  # type: ignore[union-attr]
+
+
+def test_files_of_one_unknown_type_are_one_skip_line(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    # A tree like linux's scripts/coccinelle: 18 .cocci files are one line, not 18; a lone
+    # unknown file keeps its own line; --json still lists every file.
+    args, store = target
+    root = tmp_path / "doc"
+    for n in range(18):
+        (root / "coccinelle" / ("api" if n % 2 else "misc")).mkdir(parents=True, exist_ok=True)
+        (root / "coccinelle" / ("api" if n % 2 else "misc") / f"rule{n}.cocci").write_text(f"@r{n}@\nexpression E;\n")
+    (root / "one.xyz").write_text("a lone file of its type\n")
+    (root / "README").write_text("read me\n")
+    text = run([str(root), *args])
+    assert text.exit_code == 0, text.output
+    assert "skipped 19 files: 18 unknown file type '.cocci', 1 unknown file type '.xyz'" in text.output
+    skip_lines = [line for line in text.output.splitlines() if line.startswith("  ")]
+    assert sorted(skip_lines) == sorted([f"  {root}/coccinelle: 18 files of unknown type '.cocci'",
+                                         f"  {root}/one.xyz: unknown file type '.xyz'"]), text.output
+    out = json.loads(run([str(root), *args, "--json"]).output)
+    assert len(out["skipped"]) == 19 and ids(store) == ["README#0"]
+
+
+def test_dry_runs_list_chunk_numbers_in_numeric_order(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    # Dozens of chunks of one file: #2 comes before #10 in what delete and prune would remove.
+    args, store = target
+    docs = _tree(tmp_path / "docs", {"long.txt": "\n\n".join(f"paragraph {n} " + "word " * 40 for n in range(30))})
+    assert run([str(docs), *args, "--chunk-tokens", "200", "--id-prefix", "kb"]).exit_code == 0
+    numeric = sorted(ids(store), key=lambda i: int(i.split("#")[1]))
+    assert len(numeric) > 10 and all(i.startswith("kb/long.txt#") for i in numeric)
+    for how in (["--id-prefix", "kb"],):
+        dry = CliRunner().invoke(main_group, ["delete", *how, "--dry-run", *args])
+        assert dry.exit_code == 0, dry.output
+        assert [line.strip() for line in dry.stdout.splitlines()[1:]] == numeric, dry.stdout
+        as_json = CliRunner().invoke(main_group, ["delete", *how, "--dry-run", "--json", *args])
+        assert json.loads(as_json.stdout)["ids"] == numeric
+    (docs / "long.txt").write_text("short now\n")
+    pruned = run([str(docs), *args, "--prune", "--dry-run", "--chunk-tokens", "200", "--id-prefix", "kb"])
+    assert pruned.exit_code == 0, pruned.output
+    would = [line.removeprefix("  would prune ") for line in pruned.stdout.splitlines() if "would prune" in line]
+    assert would == numeric[1:], pruned.stdout

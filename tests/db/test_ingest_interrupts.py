@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # twenty ingest processes, each loading the model
 INTERRUPTS = 20
 # Before every entry is written: the entries committed. While their vectors are filled: all
 # entries, and how many have a vector.
-_LINE = re.compile(r"interrupted: (\d+) entries committed(?:, (\d+) with vectors of \S+)?, the batch in progress "
+_LINE = re.compile(r"interrupted: (\d+) entr(?:y|ies) committed(?:, (\d+) with vectors of \S+)?, the batch in progress "
                    r"was rolled back(?:; the same ingest run again \(or tnsrag embed --corpus \S+ --embedding \S+\) "
                    r"embeds the rest)?")
 

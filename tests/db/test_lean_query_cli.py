@@ -137,7 +137,7 @@ def test_a_missing_corpus_and_an_empty_filter_answer_as_the_full_path_does(db_ur
     assert "Traceback" not in res.output
     res = _query(_url(db_url), "memory", "--corpus", corpus.corpus, "--filter", "tier=semantic")
     assert res.exit_code == 0, res.output
-    assert "0 result(s)" in res.stdout
+    assert "0 results" in res.stdout
     assert "note: tier=semantic matches no entry; tiers here: EPISODIC, SEMANTIC, WORKING" in res.stderr
     assert full_path_calls == []  # both answered on the lean path
 

@@ -57,7 +57,7 @@ def test_a_query_on_a_missing_corpus_names_the_corpora_and_creates_none(db_url: 
 def test_a_filter_matching_nothing_gets_a_note(db_url: URL, corpus: Store) -> None:
     res = _query(db_url, corpus.corpus, "memory", "--filter", "tier=semantic")
     assert res.exit_code == 0, res.output
-    assert "0 result(s)" in res.stdout
+    assert "0 results" in res.stdout
     assert "note: tier=semantic matches no entry; tiers here: SEMANTIC, WORKING" in res.stderr
     res = _query(db_url, corpus.corpus, "memory", "--filter", "tenant=acme", "--json")
     out = json.loads(res.stdout)
@@ -141,3 +141,62 @@ def test_text_output_wraps_on_words_and_shows_what_each_strategy_adds(db_url: UR
     hier = _query(db_url, corpus.corpus, "consistent corpus postings", "--strategy", "hierarchical")
     blocks = {b[0].split()[2]: b for b in _blocks(hier.stdout)}
     assert "    hit" in blocks["root#1"] and "    level 1 above root#1" in blocks["root"]
+
+
+@pytest.mark.parametrize("command", [["stats"], ["corpora"], ["query", "agent memory"], ["query", "agent memory",
+                                                                                       "--strategy", "vector"]])
+def test_an_unreachable_server_is_one_error_without_sqlalchemy_s_link(tmp_path: Any, command: list[str]) -> None:
+    # A socket directory with no server: the driver's words (and its hint), not SQLAlchemy's
+    # class tag and "Background on this error at: https://sqlalche.me/..." line.
+    url = f"postgresql://nobody@/nodb?host={tmp_path / 'no-socket-here'}"
+    res = CliRunner().invoke(main_group, [*command, "--url", url])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.startswith("error: could not connect: "), res.stderr
+    assert "no-socket-here" in res.stderr and "Traceback" not in res.output
+    assert "sqlalche.me" not in res.stderr and "Background on this error" not in res.stderr, res.stderr
+    assert "(psycopg." not in res.stderr and "[SQL:" not in res.stderr, res.stderr
+
+
+def test_the_cli_error_line_drops_what_sqlalchemy_adds() -> None:
+    from tnsrag_db._cli._common import error_text
+    from tnsrag_db._errors import DatabaseError
+
+    wrapped = DatabaseError('upgrade failed: (psycopg.errors.UndefinedTable) relation "x" does not exist\n'
+                            "LINE 1: SELECT * FROM x\n[SQL: SELECT * FROM x WHERE a[1] = %(p)s]\n"
+                            "[parameters: {'p': 1}]\n(Background on this error at: https://sqlalche.me/e/21/f405)")
+    assert error_text(wrapped) == 'upgrade failed: relation "x" does not exist\nLINE 1: SELECT * FROM x'
+    assert error_text(DatabaseError("plain (words) stay")) == "plain (words) stay"
+
+
+@pytest.mark.parametrize(("args", "suggested"), [
+    (["query", "x", "--strategy", "semantic"], "Did you mean 'vector'?"),  # a word for a strategy
+    (["query", "x", "--strategy", "bm25"], "Did you mean 'keyword'?"),
+    (["query", "x", "--strategy", "hybird"], "Did you mean 'hybrid'?"),  # a typo
+    (["query", "x", "--strategy", "multi-query"], "Did you mean 'multi_query'?"),
+    (["eval", "--strategy", "vektor"], "Did you mean 'vector'?"),
+    (["ingest", "x", "--tier", "semantic"], "Did you mean 'SEMANTIC'?"),
+    (["querry", "x"], "No such command 'querry'. Did you mean 'query'?"),  # a command of the lazy root group
+    (["search", "x"], "No such command 'search'. Did you mean 'query'?"),
+    (["copora"], "No such command 'copora'. Did you mean 'corpora'?"),
+    (["db", "upgarde"], "No such command 'upgarde'. Did you mean 'upgrade'?"),  # and of its subgroups
+    (["server", "strat"], "Did you mean 'start'"),
+    (["graph", "add-edges"], "Did you mean 'add-edge'?"),
+])
+def test_a_mistyped_strategy_or_command_gets_a_suggestion(args: list[str], suggested: str) -> None:
+    res = CliRunner().invoke(main_group, args)
+    assert res.exit_code == 2 and suggested in res.stderr, res.stderr
+
+
+def test_a_word_close_to_nothing_gets_no_suggestion() -> None:
+    res = CliRunner().invoke(main_group, ["query", "x", "--strategy", "zzzz"])
+    assert res.exit_code == 2 and "'zzzz' is not one of" in res.stderr and "Did you mean" not in res.stderr
+    res = CliRunner().invoke(main_group, ["qqqqqq"])
+    assert res.exit_code == 2 and "No such command 'qqqqqq'." in res.stderr and "Did you mean" not in res.stderr
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from tnsrag_db._cli._common import plural
+
+    assert [plural(n, "entry") for n in (0, 1, 2)] == ["0 entries", "1 entry", "2 entries"]
+    assert [plural(n, "file") for n in (1, 12)] == ["1 file", "12 files"]
+    assert plural(1, "key") == "1 key" and plural(3, "key") == "3 keys"  # a vowel before the y

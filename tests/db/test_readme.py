@@ -34,6 +34,7 @@ from tests._docs import README, ROOT, blocks, doc_files
 _RUNNER = """
 import json, sys
 name, blocks = sys.argv[1], json.load(open(sys.argv[2]))
+exec(sys.argv[3] if len(sys.argv) > 3 else "")
 namespace = {"__name__": "__main__"}
 for line, code in blocks:
     print(f"--- {name}:{line}", flush=True)
@@ -88,18 +89,58 @@ def test_the_readme_and_every_guide_have_python_blocks_to_run() -> None:
             "evaluation.md"} <= names, names
 
 
-@pytest.mark.parametrize("page", _SCRIPTS, ids=lambda p: p.name)
-def test_every_python_block_of_the_page_runs(page: Path, data_home: Path, tmp_path: Path) -> None:
+#: The corpora of the embedded database of a user data directory (run in a child with it).
+_CORPORA = """
+import json, tnsrag_db
+from tnsrag_db.admin import list_corpora
+with tnsrag_db.connect(corpus="docs-check") as store:
+    print(json.dumps(sorted(i.name for i in list_corpora(store) if i.name != "docs-check")))
+"""
+
+
+def _run_page(page: Path, home: Path, tmp_path: Path, prelude: str = "") -> str:
+    """Run every ```python block of ``page`` as one script in a child process (``prelude``
+    first) with ``home`` as its user data directory; its output, once every block ran."""
     page_blocks = blocks(page.read_text())
     script = tmp_path / "blocks.json"
     script.write_text(json.dumps(page_blocks))
     name = str(page.relative_to(ROOT))
-    run = subprocess.run([sys.executable, "-c", _RUNNER, name, str(script)], cwd=ROOT, env=_env(data_home),
+    run = subprocess.run([sys.executable, "-c", _RUNNER, name, str(script), prelude], cwd=ROOT, env=_env(home),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     ran = [line for line in run.stdout.splitlines() if line.startswith(f"--- {name}:")]
     assert len(ran) == len(page_blocks) and run.stdout.rstrip().endswith("--- all blocks ran")
-    _assert_no_server_left(data_home)
+    _assert_no_server_left(home)
+    return run.stdout
+
+
+def _corpora(home: Path) -> list[str]:
+    run = subprocess.run([sys.executable, "-c", _CORPORA], cwd=ROOT, env=_env(home), capture_output=True, text=True,
+                         timeout=600, check=True)
+    return list(json.loads(run.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("page", _SCRIPTS, ids=lambda p: p.name)
+def test_every_python_block_of_the_page_runs(page: Path, data_home: Path, tmp_path: Path) -> None:
+    out = _run_page(page, data_home, tmp_path)
+    if page.name == "python.md":  # the tests have the async extra: the async example runs
+        assert "[['a1'], ['a2']]" in out and "pip install" not in out, out
+
+
+def test_the_python_page_without_the_async_extra_says_so_and_leaves_no_corpus(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    # Without greenlet (the async extra) the async example prints connect_async's error
+    # and the page goes on to its end, dropping what it wrote.
+    home = tmp_path_factory.mktemp("xdg-no-async")
+    try:
+        out = _run_page(ROOT / "docs" / "python.md", home, tmp_path, 'sys.modules["greenlet"] = None')
+        assert "the async API needs the greenlet package" in out and "pip install 'tnsrag-db[async]'" in out, out
+        assert "[['a1'], ['a2']]" not in out
+        assert _corpora(home) == []
+    finally:
+        from tnsrag_db._store.embedded import keeper
+
+        keeper.stop(home / "tnsrag_db" / "pg18", force=True)
 
 
 # --- bash blocks -------------------------------------------------------------------------

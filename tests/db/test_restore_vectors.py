@@ -105,9 +105,33 @@ def test_cli_export_vectors_then_ingest_restores_every_space(db_url: URL, tmp_pa
     assert out["embedding"] == f"{HashingEmbedding().name}, {Precomputed.name}"
     assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)
     assert GraphStore(copy).count() == 11
+    assert out["restored_vectors"] == [HashingEmbedding().name, Precomputed.name] and out["embedded_missing"] == 0
     res = CliRunner().invoke(main_group, args)  # again: nothing changes
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["unchanged"] == 12
+    # The summary says where the vectors came from: nothing was embedded.
+    res = CliRunner().invoke(main_group, [a for a in args if a != "--json"])
+    assert res.exit_code == 0, res.output
+    assert (f"vectors of {HashingEmbedding().name}, {Precomputed.name} restored from the file ("
+            in res.stdout) and "embedded" not in res.stdout, res.stdout
+
+
+def test_cli_summary_counts_the_entries_a_restore_embedded(db_url: URL, tmp_path: Path,
+                                                           make_store: Callable[..., Store]) -> None:
+    # An export with vectors plus a record without one: only that record is embedded, by
+    # the space's own provider, and the summary says so.
+    original, copy = make_store(), make_store()
+    VectorMemoryStore(original, HashingEmbedding()).add_all(_entries()[:3])
+    dump = tmp_path / "dump.jsonl"
+    with dump.open("w", encoding="utf-8") as out:
+        export_corpus(original, out, vectors=True)
+    with dump.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"id": "late", "content": "added after the export"}) + "\n")
+    url = db_url.render_as_string(hide_password=False)
+    res = CliRunner().invoke(main_group, ["ingest", str(dump), "--corpus", copy.corpus, "--url", url, "-q"])
+    assert res.exit_code == 0, res.output
+    assert (f"vectors of {HashingEmbedding().name} restored from the file (1 entry without one embedded)"
+            in res.stdout), res.stdout
 
 
 def test_entries_without_an_exported_vector_need_the_space_provider(tmp_path: Path,

@@ -411,6 +411,9 @@ def test_the_page_cache_comes_back_after_a_restart(own_home: Path) -> None:
 
 
 def test_a_malformed_memory_budget_is_an_error_naming_it(own_home: Path) -> None:
+    # A malformed command line: a usage error (exit status 2) naming the option.
     run = _tnsrag(own_home, "server", "start", "--memory", "lots", check=False)
-    assert run.returncode == 1 and "--memory: expected a size such as 4GB" in run.stderr
+    assert run.returncode == 2 and "Invalid value for '--memory': expected a size such as 4GB" in run.stderr
+    below = _tnsrag(own_home, "server", "start", "--memory", "1MB", check=False)
+    assert below.returncode == 2 and "Invalid value for '--memory': '1MB' is below the smallest" in below.stderr
     assert not _data_dir(own_home).exists()  # nothing was started

@@ -94,6 +94,31 @@ def test_perl_logs_and_readme_suffixes_are_known() -> None:
     assert _language("fetch.perl") == "perl" and _language("a.awk") == "awk"
 
 
+def test_graphviz_files_are_read_as_text(tmp_path: Path) -> None:
+    # Diagrams beside documentation (/usr/share/doc/*/*.dot): their labels are searchable.
+    assert [file_format(n) for n in ["states.dot", "deps.gv", "flow.DOT.gz"]] == ["text", "text", "text"]
+    (tmp_path / "states.dot").write_text('digraph states {\n  idle -> running [label="start request"];\n}\n')
+    entries, loader = load(tmp_path)
+    assert loader.skipped == [] and list(entries) == ["states.dot#0"]
+    assert "start request" in entries["states.dot#0"].content  # type: ignore[attr-defined]
+
+
+def test_myst_label_lines_are_no_entries_and_no_text(tmp_path: Path) -> None:
+    # Sphinx docs in Markdown (pip's, say) put a target line before a heading; inside a
+    # code fence, and within a sentence, the same characters are text.
+    (tmp_path / "reqs.md").write_text(
+        "(requirements-file-format)=\n\n# Requirements File Format\n\nOne requirement per line.\n\n"
+        "(per-requirement-options)=\n\n## Per-requirement options\n\nHashes and such.\n\n"
+        "```text\n(kept-in-code)=\n```\n\n(end-of-file)=\n")
+    entries, _ = load(tmp_path / "reqs.md")
+    texts = {i: e.content for i, e in entries.items()}  # type: ignore[attr-defined]
+    assert list(texts) == ["reqs.md#1", "reqs.md#2"], texts  # nothing before the first heading
+    assert texts["reqs.md#1"] == "# Requirements File Format\n\nOne requirement per line."
+    assert texts["reqs.md#2"] == "## Per-requirement options\n\nHashes and such.\n\n```text\n(kept-in-code)=\n```"
+    (tmp_path / "only.md").write_text("(just-a-label)=\n")
+    assert load(tmp_path / "only.md")[0] == {}
+
+
 def test_large_markdown_section_becomes_child_chunks(tmp_path: Path) -> None:
     body = "\n\n".join(f"Paragraph {i} " + "word " * 30 for i in range(12))
     (tmp_path / "big.md").write_text(f"# Top\n\nIntro.\n\n## Big\n\n{body}\n\n## Small\n\nTiny.\n")

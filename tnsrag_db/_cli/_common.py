@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -19,7 +20,48 @@ from tnsrag_db._errors import TnsragError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["DEFAULT_SCHEMA", "db_options", "emit", "handle_errors", "main_group", "parse_pairs"]
+__all__ = ["DEFAULT_SCHEMA", "STRATEGY_ALIASES", "Suggesting", "db_options", "did_you_mean", "emit", "error_text",
+           "handle_errors", "main_group", "natural_key", "parse_pairs", "plural"]
+
+def did_you_mean(word: str, names: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """`` Did you mean 'x'?`` for the names close to ``word`` (difflib, any case), or the name
+    an alias of ``aliases`` stands for; "" when none is."""
+    from difflib import get_close_matches
+
+    names = list(names)
+    lower = {name.lower(): name for name in names}
+    close = [lower[m] for m in get_close_matches(word.lower(), list(lower), n=3)]
+    alias = (aliases or {}).get(word.lower())
+    if alias is not None and alias not in close:
+        close.insert(0, alias)
+    if not close:
+        return ""
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?"
+
+
+#: Words people type for a strategy of another name (the suggestion names the strategy).
+STRATEGY_ALIASES = {"semantic": "vector", "dense": "vector", "embedding": "vector", "embeddings": "vector",
+                    "knn": "vector", "ann": "vector", "bm25": "keyword", "lexical": "keyword", "fulltext": "keyword",
+                    "full-text": "keyword", "sparse": "keyword", "text": "keyword", "rrf": "hybrid",
+                    "fusion": "hybrid"}
+
+
+class Suggesting(click.Choice):  # type: ignore[type-arg]
+    """A :class:`click.Choice` whose error for a value it does not know suggests the close
+    choices (:func:`did_you_mean`), and the choice an ``aliases`` word stands for
+    (``semantic`` -> ``vector``)."""
+
+    def __init__(self, choices: Sequence[str], aliases: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(choices, **kwargs)
+        self.aliases = dict(aliases or {})
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            hint = did_you_mean(str(value), [str(c) for c in self.choices], self.aliases)
+            self.fail(f"{exc.message}{hint}", param, ctx)
+
 
 #: :data:`tnsrag_db._db.schema.DEFAULT_SCHEMA`, written out: that module declares the tables
 #: with SQLAlchemy, imports a keyword query does without (a test checks both agree).
@@ -35,12 +77,40 @@ def db_options(func: F) -> F:
     return func
 
 
+def natural_key(text: str) -> tuple[Any, ...]:
+    """Sort key putting numbers in text in numeric order: ``a.md#2`` before ``a.md#10``."""
+    parts = re.split(r"(\d+)", text)
+    return (*(int(p) if i % 2 else p for i, p in enumerate(parts)), text)
+
+
+def plural(n: Any, singular: str, many: str | None = None) -> str:
+    """``n`` and the noun agreeing with it: ``1 entry``, ``2 entries``, ``3 files``."""
+    if n == 1:
+        return f"1 {singular}"
+    if many is None:
+        many = singular[:-1] + "ies" if singular.endswith("y") and singular[-2:-1] not in "aeiou" else singular + "s"
+    return f"{n} {many}"
+
+
 def emit(data: Any, as_json: bool, text: str | None = None) -> None:
     """Print ``data`` as JSON, or ``text`` for people."""
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
     elif text is not None:
         click.echo(text)
+
+
+#: What SQLAlchemy adds to a driver's message: the error class in front, then on lines of
+#: their own the statement, its parameters and a link to its documentation (the library's
+#: messages carry the driver's own words; these are for the ones that reach the CLI whole).
+_SQLALCHEMY_CLASS = re.compile(r"\((?:psycopg|psycopg2|sqlalchemy)(?:\.\w+)+\) ")
+_SQLALCHEMY_TAIL = re.compile(r"\n(?:\[SQL: |\[parameters: |\(Background on this error at: ).*", re.DOTALL)
+
+
+def error_text(exc: BaseException) -> str:
+    """The message of ``exc`` as the CLI prints it after ``error:``: without SQLAlchemy's
+    class tag, statement, parameters and documentation link."""
+    return _SQLALCHEMY_TAIL.sub("", _SQLALCHEMY_CLASS.sub("", str(exc))).strip()
 
 
 def handle_errors(func: F) -> F:
@@ -51,7 +121,7 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except TnsragError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {error_text(exc)}", err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]

@@ -1,5 +1,5 @@
 """A click group whose subcommands are imported only when they run, and which turns Ctrl-C
-into exit status 130 with one line."""
+into exit status 130 with one line; groups that suggest the command meant by a mistyped name."""
 
 from __future__ import annotations
 
@@ -9,13 +9,37 @@ from typing import Any
 
 import click
 
-__all__ = ["EXIT_INTERRUPTED", "LazyGroup"]
+__all__ = ["COMMAND_ALIASES", "EXIT_INTERRUPTED", "LazyGroup", "SuggestingGroup"]
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 
 
-class LazyGroup(click.Group):
+#: Words people type for a command of another name (the suggestion names the command).
+COMMAND_ALIASES = {"search": "query", "retrieve": "query", "ask": "query", "find": "query", "list": "corpora",
+                   "ls": "corpora", "rm": "delete", "remove": "delete", "load": "ingest", "add": "ingest",
+                   "import": "ingest", "restore": "ingest", "dump": "export", "migrate": "upgrade"}
+
+
+class SuggestingGroup(click.Group):
+    """A :class:`click.Group` whose error for an unknown command suggests the close names
+    (``tnsrag querry``: "Did you mean 'query'?") and the command an alias of
+    :data:`COMMAND_ALIASES` stands for, among the commands it has."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                          list[str]]:
+        from tnsrag_db._cli._common import did_you_mean
+
+        name = click.utils.make_str(args[0])
+        if (not ctx.resilient_parsing and not name.startswith("-") and ctx.token_normalize_func is None
+                and self.get_command(ctx, name) is None):
+            names = self.list_commands(ctx)
+            aliases = {word: cmd for word, cmd in COMMAND_ALIASES.items() if cmd in names}
+            ctx.fail(f"No such command {name!r}.{did_you_mean(name, names, aliases)}")
+        return super().resolve_command(ctx, args)
+
+
+class LazyGroup(SuggestingGroup):
     """A :class:`click.Group` over ``lazy_commands``: name -> ("module:attribute", short help).
 
     ``list_commands`` names every command without importing any; ``get_command`` imports

@@ -1,6 +1,6 @@
 """How ``tnsrag query`` shows results: to people (wrapped text) and to scripts (JSON).
 
-The JSON shape of one result is stable across versions (README, "Command line")::
+The JSON shape of one result is stable across versions (docs/ingest-and-cli.md, "Command line")::
 
     {"rank": 1, "id": "guide.md#2", "score": 0.0325, "content": "...", "source": "guide.md",
      "metadata": {"tier": "SEMANTIC", "entryId": "guide.md#2", ...}}
@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tnsrag_db._cli._common import plural
 from tnsrag_db._types import RetrievedDocument
 
 __all__ = ["describe", "render_text", "result_json"]
@@ -75,7 +76,7 @@ def render_text(strategy: str, documents: Sequence[RetrievedDocument], elapsed_m
     source, what the strategy added (:func:`describe`), and up to three lines of content
     wrapped on word boundaries with indented continuation lines."""
     width = _width()
-    lines = [f"{strategy}: {len(documents)} result(s) in {elapsed_ms:.1f} ms"]
+    lines = [f"{strategy}: {plural(len(documents), 'result')} in {elapsed_ms:.1f} ms"]
     for n, d in enumerate(documents, 1):
         about = ", ".join(x for x in (d.metadata.get("tier"), d.source) if x)
         head = f"[{n}] {d.score:.4f}  {d.metadata.get('entryId', '(no id)')}" + (f"  ({about})" if about else "")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db._cli._common import db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 
 if TYPE_CHECKING:
@@ -43,7 +43,15 @@ def human_size(n: int) -> str:
 def _space_text(space: SpaceInfo) -> str:
     index = {"hnsw": "HNSW index", "building": "HNSW index building", "invalid": "invalid HNSW index (rebuilt "
              "on the next build)", "none": "no index, exact scans"}.get(space.index, space.index)
-    return f"{space.provider} ({space.dimension}-d): {space.vectors} vectors, {index}"
+    return f"{space.provider} ({space.dimension}-d): {plural(space.vectors, 'vector')}, {index}"
+
+
+def _space_cell(space: SpaceInfo, entries: int) -> str:
+    """A space in the corpora table: ``provider/dimension``, ``+hnsw`` once indexed, and how
+    many of the corpus's entries it holds a vector for when not all (an ingest still
+    embedding, or interrupted: queries search only the embedded ones)."""
+    cell = f"{space.provider}/{space.dimension}{'+hnsw' if space.index == 'hnsw' else ''}"
+    return cell if space.vectors >= entries else f"{cell} ({space.vectors:,} of {entries:,} embedded)"
 
 
 corpus_option = click.option("--corpus", default="default", show_default=True, help="Corpus to work on.")
@@ -75,8 +83,8 @@ def corpora(url: str | None, schema: str, as_json: bool) -> None:
     rows = [("CORPUS", "ENTRIES", "TIERS", "SPACES", "EDGES", "SIZE")]
     for i in infos:
         rows.append((i.name, str(i.entries), ", ".join(f"{t} {n}" for t, n in i.tiers.items()) or "-",
-                     ", ".join(f"{s.provider}/{s.dimension}{'+hnsw' if s.index == 'hnsw' else ''}"
-                               for s in i.spaces) or "-", str(i.edges), human_size(i.size_bytes)))
+                     ", ".join(_space_cell(s, i.entries) for s in i.spaces) or "-", str(i.edges),
+                     human_size(i.size_bytes)))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(cell.ljust(w) if c in (0, 2, 3) else cell.rjust(w)
@@ -103,15 +111,15 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
     if as_json:
         emit(s.to_dict(), True)
         return
-    lines = [f"corpus {s.corpus}: {s.entries} entries, created {s.created_at:%Y-%m-%d %H:%M}, "
+    lines = [f"corpus {s.corpus}: {plural(s.entries, 'entry')}, created {s.created_at:%Y-%m-%d %H:%M}, "
              f"last write {s.last_write:%Y-%m-%d %H:%M:%S %Z}" if s.last_write else
-             f"corpus {s.corpus}: {s.entries} entries, created {s.created_at:%Y-%m-%d %H:%M}, no writes"]
+             f"corpus {s.corpus}: {plural(s.entries, 'entry')}, created {s.created_at:%Y-%m-%d %H:%M}, no writes"]
     lines.append("tiers:    " + (", ".join(f"{t} {n}" for t, n in s.by_tier.items()) or "-"))
     shown = ", ".join(f"{src if src is not None else '(none)'} {n}" for src, n in s.by_source)
     more = f" (and {s.sources - len(s.by_source)} more)" if s.sources > len(s.by_source) else ""
     lines.append(f"sources:  {s.sources}" + (f": {shown}{more}" if shown else ""))
-    lines.append("spaces:   " + ("; ".join(_space_text(sp) + (f" ({s.missing(sp)} entries without a vector: "
-                                                                  "embedding in progress or interrupted)"
+    lines.append("spaces:   " + ("; ".join(_space_text(sp) + (f" ({plural(s.missing(sp), 'entry')} without a "
+                                                                  "vector: embedding in progress or interrupted)"
                                                                   if s.missing(sp) else "") for sp in s.spaces)
                                  or "none (nothing embedded)"))
     lines.append(f"bm25:     {s.bm25_documents} documents, average length {s.bm25_average_length:g} terms, "
@@ -129,19 +137,22 @@ _PREFIX_SQL = "SELECT id FROM entries WHERE corpus = :c AND starts_with(id, :p) 
 
 def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_prefix: str | None,
                 missing_ok: bool) -> tuple[list[str], list[str]]:
-    """The ids a delete removes (that exist) and the ids given that do not exist."""
+    """The ids a delete removes (that exist; in natural order, ``a#2`` before ``a#10``, but
+    ids given in the order given) and the ids given that do not exist."""
     from tnsrag_db._errors import ValidationError
     from tnsrag_db._store.filters import filter_sql
 
     if id_prefix is not None:
-        return [r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})], []
+        return sorted((r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})),
+                      key=natural_key), []
     if chosen:
-        # Through the filter pairs only when tenancy keeps them (without it they are empty).
+        # Through the filter pairs only where the schema keeps them (tenancy on), as the
+        # delete itself matches: elsewhere the pairs table is empty or stale.
         predicate, params = filter_sql(chosen, corpus_param="c" if store.uses_filter_pairs() else None)
         # The predicate is built from code constants; the filter values are bound parameters.
         rows = store.read(f"SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} ORDER BY e.id",
                           {**params, "c": store.corpus})
-        return [r.id for r in rows], []
+        return sorted((r.id for r in rows), key=natural_key), []
     wanted = list(dict.fromkeys(ids))
     found = store.get_many(wanted)
     missing = [i for i in wanted if i not in found]
@@ -239,10 +250,11 @@ def drop(url: str | None, schema: str, corpus: str, yes: bool, as_json: bool) ->
 
     with _open(url, schema, corpus) as store:
         s = corpus_stats(store, max_sources=1)
-        confirm_destruction(f"drop corpus {corpus!r} ({s.entries} entries, {s.edges} edges)", yes=yes)
+        confirm_destruction(f"drop corpus {corpus!r} ({plural(s.entries, 'entry')}, {plural(s.edges, 'edge')})",
+                            yes=yes)
         store.drop_corpus()
     emit({"corpus": corpus, "dropped": True, "entries": s.entries, "edges": s.edges}, as_json,
-         f"dropped corpus {corpus!r}: {s.entries} entries, {s.edges} edges")
+         f"dropped corpus {corpus!r}: {plural(s.entries, 'entry')}, {plural(s.edges, 'edge')}")
 
 
 _TEMP_MARK = ".tnsrag-export-"
@@ -324,7 +336,7 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
                 raise
             to_stderr = False
     data = {"corpus": corpus, "file": str(output) if output else None, **counts.to_dict()}
-    text = f"exported {counts.entries} entries and {counts.edges} edges of corpus {corpus!r}" + (
+    text = f"exported {plural(counts.entries, 'entry')} and {plural(counts.edges, 'edge')} of corpus {corpus!r}" + (
         f" to {output}" if output else "")
     if to_stderr:
         import json

@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.engine import Engine
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
+from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db._indexes.vector.hnsw import build_due_indexes
@@ -35,7 +36,7 @@ def _engine(url: str | None, schema: str) -> Iterator[Engine]:
         engine.dispose()
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def db() -> None:
     """Manage the library's schema with its alembic migrations.
 
@@ -57,8 +58,8 @@ def _lock_options(func: F) -> F:
 @db_options
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 @click.option("--tenancy", type=click.Choice(["rls", "off"]), default=None,
-              help="Then switch tenant isolation (row-level security, see README 'Tenancy') on (rls) or off; "
-                   "left as it is by default.")
+              help="Then switch tenant isolation (row-level security, see docs/deployment.md, 'Tenancy') "
+                   "on (rls) or off; left as it is by default.")
 @_lock_options
 @click.option("--finish", is_flag=True,
               help="Then finish the rolling upgrade: stop serving releases older than the floor the upgrade "
@@ -96,11 +97,11 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
     note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
                                "not as index conditions (jsonb @> is not LEAKPROOF and the schema's filter "
                                "pairs are missing or not maintained: run tnsrag db upgrade --tenancy rls again; "
-                               "see README, 'Tenancy')")
+                               "see docs/deployment.md, 'Tenancy')")
     if not rls and triggers:
         note += ("\nnote: the filter pairs' triggers stay on entries (a store that chose the pairs while tenancy "
                  "was on keeps them right), so writes keep paying them; tnsrag db downgrade --revision 0006 "
-                 "removes them (see README, 'Tenancy')")
+                 "removes them (see docs/deployment.md, 'Tenancy')")
     if finished is not None and finished.changed:
         note += (f"\nupgrade finished: the schema serves releases from revision {finished.serves_from} on "
                  f"(was {finished.serves_from_before})")
@@ -217,8 +218,8 @@ def sql(schema: str, revision_range: str, citus: bool) -> None:
     """Print the SQL of a migration without connecting (for review or a DBA).
 
     With --citus, print the script an operator runs on a Citus coordinator after the
-    migrations: every table hash-distributed by corpus and co-located (see README,
-    "Scale out with Citus").
+    migrations: every table hash-distributed by corpus and co-located (see
+    docs/deployment.md, "Scale out with Citus").
 
     Example: tnsrag db sql --range base:head > upgrade.sql; tnsrag db sql --citus > citus.sql
     """
@@ -275,7 +276,7 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
                 for d, name in sweep.built]
     failed = [{"corpus": d.corpus, "provider": d.provider, "dimension": d.dimension, "space_id": d.space_id,
                "error": type(exc).__name__, "message": str(exc)} for d, exc in sweep.failed]
-    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {r['vectors']} vectors)" for r in rows]
+    lines = [f"built {r['index']} ({r['corpus']}, {r['provider']}, {plural(r['vectors'], 'vector')})" for r in rows]
     if not rows and not failed:
         lines.append(f"schema {schema}: no index due")
     emit({"schema": schema, "built": rows, "failed": failed}, as_json, "\n".join(lines) or None)
@@ -313,13 +314,13 @@ def merge_postings(url: str | None, schema: str, corpora: tuple[str, ...], as_js
 
             def progress(report: MergeReport, name: str = name, done: list[int] = done) -> None:
                 done[0] += report.entries
-                click.echo(f"{name}: {done[0]} entries merged", err=True)
+                click.echo(f"{name}: {plural(done[0], 'entry')} merged", err=True)
 
             total = store.with_corpus(name).merge_postings(progress=progress)
             rows.append({"corpus": name, "entries": total.entries, "postings": total.postings,
                          "tombstones_purged": total.tombstones})
-    lines = [f"{r['corpus']}: merged {r['entries']} entries ({r['postings']} postings), "
-             f"purged {r['tombstones_purged']} tombstones" for r in rows]
+    lines = [f"{r['corpus']}: merged {plural(r['entries'], 'entry')} ({plural(r['postings'], 'posting')}), "
+             f"purged {plural(r['tombstones_purged'], 'tombstone')}" for r in rows]
     emit({"schema": schema, "corpora": rows}, as_json, "\n".join(lines) or f"schema {schema}: no corpus")
 
 

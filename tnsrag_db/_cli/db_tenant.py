@@ -5,18 +5,20 @@ from __future__ import annotations
 import click
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._store.embedded.resolve import embedded_url
 from tnsrag_db._db.engine import create_engine
 
 __all__ = ["tenant"]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def tenant() -> None:
     """Grant database roles their corpora for tenant isolation (run as the schema's owner).
 
     With row-level security on (tnsrag db upgrade --tenancy rls) a tenant role sees and
-    writes only the corpora granted here; see README, "Tenancy".
+    writes only the corpora granted here; see docs/deployment.md,
+    "Tenancy".
 
     Example: tnsrag db tenant grant acme_app acme
     """

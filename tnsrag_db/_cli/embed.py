@@ -8,7 +8,7 @@ import time
 import click
 from tqdm import tqdm
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
 from tnsrag_db._cli._group import EXIT_INTERRUPTED
 from tnsrag_db._errors import IngestInterrupted
 from tnsrag_db.embeddings import resolve_embedding
@@ -64,7 +64,7 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
                 if exc.__cause__ is not None:
                     raise
                 done = vectors.count()
-                click.echo(f"interrupted: {done - before} entries embedded into {vectors.embedding.name} "
+                click.echo(f"interrupted: {plural(done - before, 'entry')} embedded into {vectors.embedding.name} "
                            f"({done} of {total} have a vector), the batch in progress was rolled back; run the "
                            "same command again to embed the rest", err=True)
                 sys.exit(EXIT_INTERRUPTED)
@@ -75,7 +75,7 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
     emit({"corpus": corpus, "embedding": vectors.embedding.name, "dimension": vectors.embedding.dimension,
           "entries": total, "embedded": after - before, "vectors": after, "truncated": truncated,
           "serving": serving.provider if serving else None, "seconds": round(elapsed, 3)}, as_json,
-         f"corpus {corpus!r}: {after - before} of {total} entries embedded with {vectors.embedding.name} "
-         f"({vectors.embedding.dimension}-d, {after} vectors in its space"
+         f"corpus {corpus!r}: {after - before} of {plural(total, 'entry')} embedded with {vectors.embedding.name} "
+         f"({vectors.embedding.dimension}-d, {plural(after, 'vector')} in its space"
          + (f", {truncated} truncated to the model's window" if truncated else "")
          + f"); queries use {serving.provider if serving else 'no space'} ({elapsed:.1f} s)")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._common import STRATEGY_ALIASES, Suggesting, db_options, emit, handle_errors
 from tnsrag_db._errors import EvaluationDataError
 from tnsrag_db._cli._schema import open_existing
 from tnsrag_db._strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
@@ -23,9 +23,9 @@ _DEFAULT_STRATEGIES = ("keyword", "vector", "hybrid")
               help="Judgements in TREC format: query-id iteration doc-id grade per line.")
 @click.option("--queries", "queries_path", required=True, type=click.Path(path_type=Path),
               help="Queries as TSV (query-id<TAB>text) or JSONL ({\"id\": ..., \"text\": ...} per line).")
-@click.option("--strategy", "strategies", multiple=True, type=click.Choice(STRATEGY_NAMES),
+@click.option("--strategy", "strategies", multiple=True, type=Suggesting(STRATEGY_NAMES, STRATEGY_ALIASES),
               help=f"Strategy to evaluate (repeatable; default: {', '.join(_DEFAULT_STRATEGIES)}).")
-@click.option("--baseline", default="keyword", show_default=True, type=click.Choice(STRATEGY_NAMES),
+@click.option("--baseline", default="keyword", show_default=True, type=Suggesting(STRATEGY_NAMES, STRATEGY_ALIASES),
               help="Strategy the others are compared with (evaluated too when not listed).")
 @click.option("--top-k", "top_k", default=100, show_default=True, type=click.IntRange(min=1),
               help="Results retrieved per query (recall@100 counts only what was retrieved).")

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 import click
 from tqdm import tqdm
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors
+from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
+from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._indexes.graph import DEFAULT_RELATION, Edge, GraphStore
 from tnsrag_db._cli._schema import open_existing
@@ -99,7 +100,7 @@ def _open(ctx: click.Context, url: str | None, schema: str | None, corpus: str |
                          corpus if corpus is not None else o["corpus"])
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 @db_options
 @click.option("--corpus", default="default", show_default=True, help="Corpus whose entries the edges join.")
 @click.pass_context
@@ -168,5 +169,5 @@ def import_edges(ctx: click.Context, file: Path, as_json: bool, sub_url: str | N
         counts = GraphStore(store).add_edges(edges, progress=advance)
     data = {"edges": len(edges), "inserted": counts.inserted, "updated": counts.updated,
             "unchanged": counts.unchanged}
-    emit(data, as_json, f"{len(edges)} edges: {counts.inserted} inserted, {counts.updated} updated, "
+    emit(data, as_json, f"{plural(len(edges), 'edge')}: {counts.inserted} inserted, {counts.updated} updated, "
                         f"{counts.unchanged} unchanged")

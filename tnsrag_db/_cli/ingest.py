@@ -24,15 +24,15 @@ from typing import Any
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED
 from tnsrag_db._errors import ConfigurationError, IdCollisionError, IngestInterrupted, InvalidEntryError
-from tnsrag_db._types import MemoryEntry, MemoryTier
+from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
-_INTERRUPTED = "interrupted: {n} entries committed, the batch in progress was rolled back"
+_INTERRUPTED = "interrupted: {n} committed, the batch in progress was rolled back"
 
 
 def sample_corpus_path() -> Path:
@@ -71,16 +71,37 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
                                      f"{store.corpus!r}: {shown}; nothing was written")
 
 
+#: What each key --meta may not set is set by instead.
+_SET_BY = {"tier": "--tier", "source": "--source", "entryId": "the file's path (--id-prefix)"}
+
+
+def _meta_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """--meta's KEY=VALUE pairs, checked as the options are parsed (before any file is
+    read): a malformed pair or a key the ingest sets itself is a usage error naming --meta."""
+    from tnsrag_db._cli._roots import ROOT_KEY
+
+    pairs = parse_pairs(values, "--meta")
+    for key in pairs:
+        if key == ROOT_KEY:
+            raise click.BadParameter(f"{key!r} is set by ingest (the root each entry was read from)",
+                                     ctx=ctx, param=param)
+        if key in RESERVED_METADATA_KEYS:
+            raise click.BadParameter(f"{key!r} is reserved ({', '.join(sorted(RESERVED_METADATA_KEYS))}): "
+                                     f"it is set by {_SET_BY.get(key, 'the store')}", ctx=ctx, param=param)
+    return pairs
+
+
 #: Ids a dry run lists in its text summary (--json lists all).
 _SHOWN_PRUNE_IDS = 50
 
 
 def _summary(corpus: str, result: dict[str, Any]) -> str:
     if result["dry_run"]:
-        head = (f"dry run: {result['entries']} entries from {result['files']} file(s) for corpus {corpus!r} would be "
+        head = (f"dry run: {plural(result['entries'], 'entry')} from {plural(result['files'], 'file')} for corpus "
+                f"{corpus!r} would be "
                 f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
     else:
-        head = (f"{result['entries']} entries from {result['files']} file(s) into corpus {corpus!r}: "
+        head = (f"{plural(result['entries'], 'entry')} from {plural(result['files'], 'file')} into corpus {corpus!r}: "
                 f"{result['inserted']} inserted, {result['updated']} updated, {result['unchanged']} unchanged")
     if result.get("pruned") is not None:
         head += f", {result['pruned']} pruned"
@@ -93,7 +114,7 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
         if len(ids) > _SHOWN_PRUNE_IDS:
             head += f"\n  ... and {len(ids) - _SHOWN_PRUNE_IDS} more (--json lists every id)"
     else:
-        head += f", embedded with {result['embedding']} ({result['seconds']:.1f} s"
+        head += f", {_vectors_text(result)} ({result['seconds']:.1f} s"
         if "searchable_seconds" in result:
             head += f"; keyword-searchable after {result['searchable_seconds']:.1f} s"
         head += ")"
@@ -104,20 +125,64 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
     for s in skipped:  # a root's cache directories are one record standing for their files
         reasons["in cache directories" if s["files"] != 1 or "cache director" in s["reason"]
                 else s["reason"]] += s["files"]
-    lines = [head, f"skipped {sum(s['files'] for s in skipped)} file(s): "
+    lines = [head, f"skipped {plural(sum(s['files'] for s in skipped), 'file')}: "
              + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())]
-    lines += [f"  {s['path']}: {s['reason']}" for s in skipped]
+    lines += _skip_lines(skipped)
     return "\n".join(lines)
+
+
+def _skip_lines(skipped: list[dict[str, Any]]) -> list[str]:
+    """A line per skipped file, except files of one unknown type: one line for all of them
+    (``  docs/scripts: 18 files of unknown type '.cocci'``, in the folder holding them all),
+    as cache directories get one line per root. ``--json`` lists every file."""
+    import os
+
+    unknown: dict[str, list[str]] = {}
+    for s in skipped:
+        if s["files"] == 1 and s["reason"].startswith(_UNKNOWN):
+            unknown.setdefault(s["reason"], []).append(s["path"])
+    lines: list[str] = []
+    for s in skipped:
+        paths = unknown.get(s["reason"], [])
+        if len(paths) < 2 or s["files"] != 1:
+            lines.append(f"  {s['path']}: {s['reason']}")
+        elif s["path"] == paths[0]:  # the group's line, where its first file was
+            try:
+                folder = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
+            except ValueError:  # absolute and relative paths mixed (several roots)
+                folder = "."
+            lines.append(f"  {folder}: {len(paths)} files of unknown type {s['reason'][len(_UNKNOWN):]}")
+    return lines
+
+
+#: The start of the reason a file of an unknown type is skipped for (then its suffix).
+_UNKNOWN = "unknown file type "
+
+
+def _vectors_text(result: dict[str, Any]) -> str:
+    """Where the run's vectors came from: the file's own (an export with --vectors, of which
+    only entries the file has no vector for are embedded) and the providers that embedded."""
+    restored = result.get("restored_vectors") or []
+    parts = []
+    if restored:
+        missing = result.get("embedded_missing", 0)
+        parts.append(f"vectors of {', '.join(restored)} restored from the file"
+                     + (f" ({plural(missing, 'entry')} without one embedded)" if missing else ""))
+    embedded = [name for name in result["embedding_providers"] if name not in restored]
+    if embedded or not parts:
+        parts.append(f"embedded with {', '.join(embedded)}")
+    return "; ".join(parts)
 
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @db_options
 @click.option("--corpus", default="default", show_default=True, help="Corpus to write into.")
-@click.option("--tier", type=click.Choice([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
+@click.option("--tier", type=Suggesting([t.name for t in MemoryTier]), default="SEMANTIC", show_default=True,
               help="Tier for entries that do not set one.")
 @click.option("--source", default=None, help="Source for every entry (default: the file's path).")
-@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Metadata for every entry (repeatable).")
+@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", callback=_meta_pairs,
+              help="Metadata for every entry (repeatable; not the reserved tier, source, entryId or root).")
 @click.option("--sample", is_flag=True, help="Ingest the sample corpus that ships with tnsrag_db.")
 @click.option("--id-prefix", default="", metavar="PREFIX",
               help="Put PREFIX/ in front of every file id and path (before the root's name when several "
@@ -142,7 +207,7 @@ def _summary(corpus: str, result: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
 def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, tier: str, source: str | None,
-           meta: tuple[str, ...], sample: bool, id_prefix: str, chunk_tokens: int | None, prune: bool,
+           meta: dict[str, str], sample: bool, id_prefix: str, chunk_tokens: int | None, prune: bool,
            dry_run: bool, yes: bool, strict: bool, batch_size: int, embedding: str | None, quiet: bool,
            as_json: bool) -> None:
     """Ingest document trees (or files, or globs) into a corpus.
@@ -186,6 +251,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     from tnsrag_db._loaders.formats import file_format
     from tnsrag_db._cli._progress import ingest_progress
     from tnsrag_db._cli._roots import ROOT_KEY, find_roots, read_roots
+    from tnsrag_db.admin.restore import ExportedVectors
     from tnsrag_db.embeddings import provider_name
     from tnsrag_db._loaders import FileLoader
     from tnsrag_db._loaders.owners import claims_of
@@ -195,10 +261,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     targets = list(paths) + ([str(sample_corpus_path())] if sample else [])
     if not targets:
         raise click.UsageError("give at least one PATH, or --sample")
-    extra = parse_pairs(meta, "--meta")
-    if ROOT_KEY in extra:
-        raise click.BadParameter(f"{ROOT_KEY!r} is set by ingest (the root each entry was read from)",
-                                 param_hint="--meta")
+    extra = meta  # checked by _meta_pairs
     try:
         roots = find_roots(targets, id_prefix)
     except ConfigurationError as exc:
@@ -253,7 +316,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                 if strict and skipped:
                     listed = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:5])
                     more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-                    raise InvalidEntryError(f"--strict: {sum(s['files'] for s in skipped)} file(s) would be "
+                    raise InvalidEntryError(f"--strict: {plural(sum(s['files'] for s in skipped), 'file')} would be "
                                             f"skipped: {listed}{more}; nothing was written")
                 entries = [shaped(e) for e in reading.entries]
                 validate_batch(entries)
@@ -278,7 +341,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             sys.exit(EXIT_INTERRUPTED)
         raise
     except KeyboardInterrupt:
-        click.echo(_INTERRUPTED.format(n=ledger.committed.total), err=True)
+        click.echo(_INTERRUPTED.format(n=plural(ledger.committed.total, "entry")), err=True)
         sys.exit(EXIT_INTERRUPTED)
     except IdCollisionError as exc:
         if as_json:  # the refusal as data too; the error line and exit status 1 follow
@@ -294,6 +357,9 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
               "roots": [{"path": r.key, "prefix": r.prefix} for r in roots], "skipped": skipped,
               "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
               "embedding": ", ".join(provider_name(p) for p in providers),
+              "embedding_providers": [provider_name(p) for p in providers],
+              "restored_vectors": [provider_name(p) for p in providers if isinstance(p, ExportedVectors)],
+              "embedded_missing": sum(p.embedded_texts for p in providers if isinstance(p, ExportedVectors)),
               "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
     if "first_searchable_at" in outcome:  # when the first batch committed: keyword search answers from then on
@@ -381,11 +447,11 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
         outcome: dict[str, Any] = {"duplicates": _duplicates(store, fresh, run_ids + stale)}
         if plan.dry_run:
             unchanged = sum(1 for e in entries if stored.get(e.id) == content_hash(e))
-            outcome.update(prune_ids=stale, pruned=len(stale) if plan.prune else None)
+            outcome.update(prune_ids=sorted(stale, key=natural_key), pruned=len(stale) if plan.prune else None)
             return IngestCounts(len(fresh), len(stored) - unchanged, unchanged), outcome
         if len(stale) > len(entries):
             with progress.held():
-                confirm_destruction(f"prune {len(stale)} entries of corpus {plan.corpus!r} read earlier from "
+                confirm_destruction(f"prune {plural(len(stale), 'entry')} of corpus {plan.corpus!r} read earlier from "
                                     f"{_roots_text(roots)}: more than the {len(entries)} this run writes "
                                     "(--dry-run lists them)", yes=plan.yes)
         # Bound to the corpus's spaces: a provider whose dimension differs from its own
@@ -512,7 +578,7 @@ class _Ledger:
 
 
 #: The interrupt line once every entry is written and vectors are being filled.
-_INTERRUPTED_VECTORS = ("interrupted: {n} entries committed, {v} with vectors of {provider}, the batch in progress "
+_INTERRUPTED_VECTORS = ("interrupted: {n} committed, {v} with vectors of {provider}, the batch in progress "
                         "was rolled back; the same ingest run again (or tnsrag embed --corpus {corpus} --embedding "
                         "{provider}) embeds the rest")
 
@@ -539,7 +605,7 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
                 raise
             name = vectors.embedding.name
             have = count_with_vectors(store, name, [e.id for e in entries])
-            raise IngestInterrupted(_INTERRUPTED_VECTORS.format(n=len(entries), v=have, provider=name,
+            raise IngestInterrupted(_INTERRUPTED_VECTORS.format(n=plural(len(entries), "entry"), v=have, provider=name,
                                                                 corpus=plan.corpus),
                                     committed=exc.committed) from None
 

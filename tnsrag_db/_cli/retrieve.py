@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
+from tnsrag_db._cli._common import STRATEGY_ALIASES, Suggesting, db_options, emit, handle_errors, parse_pairs
 from tnsrag_db._strategies.compose import STRATEGY_NAMES
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
@@ -219,7 +219,7 @@ def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[
 @click.argument("text")
 @db_options
 @click.option("--corpus", default="default", show_default=True, help="Corpus to search.")
-@click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default="hybrid", show_default=True)
+@click.option("--strategy", type=Suggesting(STRATEGY_NAMES, STRATEGY_ALIASES), default="hybrid", show_default=True)
 @click.option("--top-k", "top_k", default=5, show_default=True, type=click.IntRange(min=1), help="Results to return.")
 @click.option("--min-score", default=0.0, show_default=True, type=float, help="Inclusive score threshold.")
 @click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",

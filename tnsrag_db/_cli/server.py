@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tnsrag_db._cli._common import emit, handle_errors
+from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._store.embedded import keeper as kept
 
 __all__ = ["server"]
@@ -54,7 +55,7 @@ def _version() -> str:
     return version("tnsrag-db")
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def server() -> None:
     """The embedded PostgreSQL server that commands without --url use.
 
@@ -65,13 +66,27 @@ def server() -> None:
     """
 
 
+def _memory_size(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--memory checked as the options are parsed: a malformed size is a usage error (exit
+    status 2) naming the option, and nothing starts."""
+    from tnsrag_db._errors import ValidationError
+    from tnsrag_db._store.embedded.memory import parse_size
+
+    if value is not None:
+        try:
+            parse_size(value, option="--memory")
+        except ValidationError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--memory: "), ctx=ctx, param=param) from None
+    return value
+
+
 @server.command()
 @click.option("--idle-timeout", type=click.FloatRange(min=0), default=kept.DEFAULT_IDLE_TIMEOUT,
               show_default=True, envvar="TNSRAG_SERVER_IDLE_TIMEOUT", metavar="SECONDS",
               help="Stop after this many seconds without a client or command (0: never).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Data directory (default: the user data directory's tnsrag_db/pg18).")
-@click.option("--memory", default=None, metavar="SIZE",
+@click.option("--memory", default=None, metavar="SIZE", callback=_memory_size,
               help="Memory budget the server's settings are sized from, e.g. 4GB, 512MB or auto (25 % of RAM, "
                    "at most 8GB); remembered for later starts. Default: TNSRAG_SERVER_MEMORY, else the "
                    "remembered budget, else auto.")
@@ -131,7 +146,7 @@ def status(data_dir: Path | None, as_json: bool) -> None:
     """Show whether the embedded server runs, where its data lives, its socket or port and versions,
     and its memory settings with where each came from.
 
-    Starts nothing; exits 0 whether or not the server runs (see "running" in --json).
+    Starts nothing; exits 0 whether or not the server runs (--json says so in "running").
 
     Example: tnsrag server status --json
     """

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from tnsrag_db._db.statement import Plan
 
-__all__ = ["AsyncRunTarget", "aclose_engines", "arun", "async_engine"]
+__all__ = ["AsyncRunTarget", "aclose_engines", "arun", "async_engine", "check_async_installed"]
 
 
 class AsyncRunTarget(Protocol):
@@ -142,10 +142,16 @@ def async_engine(store: AsyncRunTarget) -> AsyncEngine:
     return found
 
 
-def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> AsyncEngine:
-    if importlib.util.find_spec("greenlet") is None:  # pragma: no cover - in the [async] extra
+def check_async_installed() -> None:
+    """Raise :class:`ConfigurationError` naming the ``async`` extra when SQLAlchemy's asyncio
+    bridge (the ``greenlet`` package) is not installed."""
+    if importlib.util.find_spec("greenlet") is None:
         raise ConfigurationError("the async API needs the greenlet package (SQLAlchemy's asyncio bridge): "
                                  "pip install 'tnsrag-db[async]'")
+
+
+def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> AsyncEngine:
+    check_async_installed()
     from sqlalchemy.ext.asyncio import create_async_engine
 
     size, overflow = pool_limits(engine)

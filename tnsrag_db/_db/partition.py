@@ -5,7 +5,7 @@
 into tables ``PARTITION BY HASH (corpus)`` with ``partitions`` partitions each, keeping
 every column, default, check, primary key, index, foreign key (in both directions),
 grant, row-level security policy and trigger, and moving the rows. Every statement the library sends pins the corpus with an
-equality (see the README, "Scale out with Citus"), so the planner prunes each to the one
+equality (see docs/deployment.md, "Scale out with Citus"), so the planner prunes each to the one
 partition of its corpus. ``tnsrag db sql --partition N`` prints it for an operator to
 review and run (``psql -1 -f``); nothing runs it implicitly.
 

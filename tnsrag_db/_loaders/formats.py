@@ -12,7 +12,9 @@ _FORMATS = {".md": "markdown", ".markdown": "markdown", ".mdown": "markdown", ".
             ".asciidoc": "text", ".org": "text", ".jsonl": "jsonl", ".ndjson": "jsonl",
             ".html": "html", ".htm": "html", ".xhtml": "html", ".pdf": "pdf",
             # logs, configuration and Perl/Texinfo documentation are read as they are written
-            ".log": "text", ".conf": "text", ".pod": "text", ".texi": "text", ".texinfo": "text"}
+            ".log": "text", ".conf": "text", ".pod": "text", ".texi": "text", ".texinfo": "text",
+            # Graphviz graphs (documentation diagrams): their labels and node names are text
+            ".dot": "text", ".gv": "text"}
 #: Source code suffixes and the ``language`` metadata they get.
 _LANGUAGES = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",

@@ -16,6 +16,9 @@ from tnsrag_db._types import MemoryEntry, MemoryTier
 
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+#: A MyST target line, ``(requirements-file-format)=``: an anchor for cross-references
+#: (Sphinx docs written in Markdown put one before a heading), no text of its own.
+_MYST_LABEL = re.compile(r"^[ \t]{0,3}\([^()\s][^()]*\)=[ \t]*$")
 
 
 class Section(NamedTuple):
@@ -34,12 +37,16 @@ def _entry(tier: MemoryTier, entry_id: str, content: str, rel: str, metadata: di
 
 def _markdown_sections(text: str) -> list[Section]:
     """``text`` split at its ATX headings (``#`` to ``######``, not inside code fences);
-    section 0 is the text before the first heading (possibly empty)."""
+    section 0 is the text before the first heading (possibly empty). MyST target lines
+    (``(label)=``) outside code fences are left out: an entry of one would be a label
+    that ranks for its words."""
     sections: list[tuple[int, str, list[str]]] = [(0, "", [])]
     fenced = False
     for line in text.splitlines():
         if _FENCE.match(line):
             fenced = not fenced
+        elif not fenced and _MYST_LABEL.match(line):
+            continue
         heading = None if fenced else _HEADING.match(line)
         if heading:
             sections.append((len(heading.group(1)), heading.group(2).strip(), [line]))

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from tnsrag_db._db.aio import aclose_engines, arun
+from tnsrag_db._db.aio import aclose_engines, arun, check_async_installed
 from tnsrag_db._db.replicas import DEFAULT_MAX_LAG, DEFAULT_WAIT_TIMEOUT
 from tnsrag_db._db.statement import Plan, Rows, Statement, one
 from tnsrag_db._errors import ConfigurationError
@@ -185,8 +185,10 @@ async def connect_async(url: str | URL | None = None, *, corpus: str = "default"
     server's start when ``url`` is None) run in a worker thread; the async pool (same
     ``pool_size`` and ``max_overflow``) opens on the first read. With ``read_urls`` the
     reads are routed to the standbys by the sync driver, in a worker thread (see
-    :func:`tnsrag_db._db.aio.arun`).
+    :func:`tnsrag_db._db.aio.arun`). Without the ``async`` extra it raises
+    :class:`ConfigurationError` naming it at once, before connecting or writing anything.
     """
+    check_async_installed()
     store = await asyncio.to_thread(
         connect, url, corpus=corpus, schema=schema, auto_migrate=auto_migrate, text_config=text_config,
         pool_size=pool_size, max_overflow=max_overflow, max_query_terms=max_query_terms,

@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL, Engine
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db._db import migrate
 from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
+from tnsrag_db._db.driver_errors import driver_message
 from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
 from tnsrag_db._db.replicas import (
     DEFAULT_MAX_LAG,
@@ -347,7 +348,7 @@ class Store:
 
         Raises :class:`SchemaNotReadyError` while the schema still serves a release that
         reads postings only as rows (a rolling upgrade not finished: ``tnsrag db upgrade
-        --finish``, see docs/deployment.md); nothing moves then.
+        --finish``, see docs/deployment.md, "Rolling upgrades"); nothing moves then.
         """
         report = self.writer.merge(sweep=sweep, progress=progress)
         if report.deferred:
@@ -462,5 +463,5 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
         engine.dispose()
         if replicas is not None:
             replicas.dispose()
-        raise DatabaseError(f"could not connect: {exc}") from exc
+        raise DatabaseError(f"could not connect: {driver_message(exc)}") from exc
     return store

@@ -20,7 +20,7 @@ from tnsrag_db._types import RetrievedDocument
 __all__ = ["DEFAULT_RRF_K", "FusedDocument", "RankShare", "check_weights", "document_key", "fuse",
            "reciprocal_rank_fusion"]
 
-#: The RRF constant of hybrid and multi-query fusion (docs/design.md, "The contract").
+#: The RRF constant of hybrid and multi-query fusion (docs/design.md, "The contract: the TnsAI RAG Strategy SPI").
 DEFAULT_RRF_K = 60
 
 

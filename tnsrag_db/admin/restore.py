@@ -72,7 +72,7 @@ class ExportedVectors:
         missing = [i for i, row in enumerate(rows) if row is None]
         if missing:
             if self._fallback is None:  # restore_providers refuses this before anything is written
-                raise ProviderConfigurationError(f"no exported vector of {self.name!r} for {len(missing)} text(s)")
+                raise ProviderConfigurationError(f"no exported vector of {self.name!r} for {len(missing)} {'text' if len(missing) == 1 else 'texts'}")
             embed = getattr(self._fallback, "embed_batch", None)
             extra = embed([texts[i] for i in missing]) if embed is not None else [
                 self._fallback(texts[i]) for i in missing]
@@ -111,7 +111,7 @@ def restore_providers(entries: Sequence[MemoryEntry], vectors: SpaceVectors, req
                 shown = ", ".join(repr(i) for i in lacking[:5]) + (f" and {len(lacking) - 5} more"
                                                                    if len(lacking) > 5 else "")
                 raise ProviderConfigurationError(
-                    f"{len(lacking)} entries have no vector of space {name!r} ({dimension}-d) in the file "
+                    f"{len(lacking)} {'entry has' if len(lacking) == 1 else 'entries have'} no vector of space {name!r} ({dimension}-d) in the file "
                     f"({shown}), and it cannot embed them: {exc}") from None
         by_text: dict[str, npt.NDArray[np.float32]] = {}
         for e in entries:

@@ -8,7 +8,7 @@ of the table go on meanwhile. (Indexes left by dropped corpora are dropped by
 :meth:`Store.drop_orphan_hnsw_indexes`.)
 
 ``CREATE INDEX`` needs ownership of the table: an application role with DML only
-(see README, "Database roles") cannot build the per-space HNSW index that
+(see docs/deployment.md, "Database roles") cannot build the per-space HNSW index that
 :meth:`VectorMemoryStore.add_all` builds once a space reaches ``index_threshold``
 vectors. Its writes then commit as usual and the build is deferred: an
 :class:`IndexBuildDeferred` warning names the space, searches stay exact (correct,
