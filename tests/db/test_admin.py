@@ -424,3 +424,54 @@ def test_a_killed_export_leaves_a_named_temp_that_the_next_export_removes(
     assert res.exit_code == 0, res.output
     assert [p.name for p in tmp_path.iterdir()] == ["dump.jsonl"]
     assert len(target.read_text(encoding="utf-8").splitlines()) == 6
+
+
+def _export_held_then_terminated(db_url: URL, engine: sa.Engine, table: str, corpus: str,
+                                 target: Path) -> subprocess.CompletedProcess[str]:
+    """``tnsrag export`` in a subprocess, held at its first read of ``table`` (locked here)
+    and its server backend then terminated (``pg_terminate_backend``): the connection
+    was established and is lost under the running command."""
+    cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "export", "--corpus", corpus,
+           "-o", str(target), "--url", _url(db_url)]
+    with engine.connect() as locker:
+        locker.execute(sa.text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        waiting: list[int] = []
+        with engine.connect() as watcher:
+            while not waiting and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+                waiting = list(watcher.execute(sa.text(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND pid <> pg_backend_pid()")).scalars())
+                watcher.rollback()  # pg_stat_activity is read once per transaction
+            assert len(waiting) == 1 and proc.poll() is None, (waiting, proc.poll())
+            assert watcher.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": waiting[0]}).scalar_one()
+        stdout, stderr = proc.communicate(timeout=60)
+        locker.rollback()
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def test_an_export_whose_connection_is_lost_says_so_and_names_the_corpus_and_the_file(
+        db_url: URL, tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    _fill(store)
+    target = tmp_path / "dump.jsonl"
+    # Mid-export: the corpus was found and its first entries read, the edges' read is held.
+    res = _export_held_then_terminated(db_url, engine, "edges", store.corpus, target)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    line = res.stderr.strip()
+    assert "could not connect" not in line
+    assert f"export of corpus {store.corpus!r} to {target}" in line and "lost mid-export" in line, line
+    assert f"{target} was not written" in line and "terminating connection due to administrator command" in line
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its temporary file
+    # While the store opens (the schema's revision is read): lost, not "could not connect".
+    res = _export_held_then_terminated(db_url, engine, "alembic_version", store.corpus, target)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    line = res.stderr.strip()
+    assert "could not connect" not in line and "connection to the server was lost" in line, line
+    assert list(tmp_path.iterdir()) == []
+    # The next export writes the file.
+    res = _cli(db_url, "export", "--corpus", store.corpus, "-o", str(target))
+    assert res.exit_code == 0, res.output
+    assert len(target.read_text(encoding="utf-8").splitlines()) == 6

@@ -33,6 +33,7 @@ from tnsrag_db._db.replicas import (
 )
 from tnsrag_db._db.schema import DEFAULT_SCHEMA
 from tnsrag_db._db.session import DEADLOCK_RETRIES, SESSION_LOCK_POLL_SECONDS, Session, retry_on_deadlock
+from tnsrag_db._db.driver_errors import db_error
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, DatabaseError, TnsragError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
@@ -440,10 +441,14 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
             replicas.dispose()
         raise
     except sa.exc.SQLAlchemyError as exc:
-        # Not map_db_errors: any failure here, a refused login included, means "could not
-        # connect" (the mapping would call a refused login a lost connection).
         engine.dispose()
         if replicas is not None:
             replicas.dispose()
+        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+            # A connection that was established broke under the schema's checks (the
+            # server restarted, the backend was terminated): lost, not "could not connect".
+            raise db_error(exc, f"opening corpus {corpus!r}") from exc
+        # Not map_db_errors otherwise: any other failure here, a refused login included,
+        # means "could not connect" (the mapping would call a refused login a lost connection).
         raise DatabaseError(f"could not connect: {exc}") from exc
     return store
