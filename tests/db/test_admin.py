@@ -349,6 +349,8 @@ def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> lis
             GraphStore(store).write_edges(conn, edges)
         finally:
             sa.event.remove(store.engine, "before_cursor_execute", record)
+        # The settings the lock runs with (sorts off) do not outlive it in the transaction.
+        assert conn.execute(sa.text("SELECT current_setting('enable_sort')")).scalar_one() == "on"
         raise _Rollback([conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params).scalar_one()
                          for text, params in sent])
 
