@@ -442,12 +442,13 @@ def test_a_killed_export_leaves_a_named_temp_that_the_next_export_removes(
 
 
 def _export_held_then_terminated(db_url: URL, engine: sa.Engine, table: str, corpus: str,
-                                 target: Path) -> subprocess.CompletedProcess[str]:
-    """``tnsrag export`` in a subprocess, held at its first read of ``table`` (locked here)
-    and its server backend then terminated (``pg_terminate_backend``): the connection
-    was established and is lost under the running command."""
+                                 target: Path | None) -> subprocess.CompletedProcess[str]:
+    """``tnsrag export`` (to ``target``, None: to stdout) in a subprocess, held at its first
+    read of ``table`` (locked here) and its server backend then terminated
+    (``pg_terminate_backend``): the connection was established and is lost under the
+    running command."""
     cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "export", "--corpus", corpus,
-           "-o", str(target), "--url", _url(db_url)]
+           *(["-o", str(target)] if target is not None else []), "--url", _url(db_url)]
     with engine.connect() as locker:
         locker.execute(sa.text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -480,6 +481,11 @@ def test_an_export_whose_connection_is_lost_says_so_and_names_the_corpus_and_the
     assert f"export of corpus {store.corpus!r} to {target}" in line and "lost mid-export" in line, line
     assert f"{target} was not written" in line and "terminating connection due to administrator command" in line
     assert list(tmp_path.iterdir()) == []  # neither the file nor its temporary file
+    # To stdout (the library's export_corpus): the output is incomplete, and said so.
+    res = _export_held_then_terminated(db_url, engine, "edges", store.corpus, None)
+    line = res.stderr.strip()
+    assert res.returncode == 1 and f"export of corpus {store.corpus!r}: " in line, line
+    assert "lost mid-export; the output is incomplete" in line and "could not connect" not in line, line
     # While the store opens (the schema's revision is read): lost, not "could not connect".
     res = _export_held_then_terminated(db_url, engine, "alembic_version", store.corpus, target)
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
