@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
@@ -58,6 +59,11 @@ def test_keyword_and_hybrid_statements_are_planned_once_and_reused(make_database
         vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
         vectors.add_all([MemoryEntry(f"e{i}", f"{WORDS[i % 8]} {WORDS[(i * 3) % 8]} note {i}",
                                      metadata={"shelf": f"s{i % 3}"}) for i in range(300)])
+        # Statistics and sizes of exactly these rows, now: otherwise autovacuum vacuums and
+        # analyses the tables at a moment of its own (the new rows are past its thresholds),
+        # maybe among the runs below, whose plans it then invalidates and has planned again.
+        with store.session.autocommit() as conn:
+            conn.execute(sa.text("VACUUM ANALYZE entries, bm25_postings, bm25_df, bm25_stats, embeddings"))
         keyword = KeywordRAGStrategy(BM25Index(store))
         hybrid = HybridRAGStrategy(BM25Index(store), vectors)
         # Four terms: an entry's parts are summed in lexeme order, so its score does not depend

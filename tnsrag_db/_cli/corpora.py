@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tnsrag_db._errors import ConnectionLostError
 from tnsrag_db._cli._common import db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 
@@ -313,6 +314,7 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
     Example: tnsrag export --corpus docs --vectors -o docs.jsonl && tnsrag ingest docs.jsonl --corpus docs-copy
     """
     from tnsrag_db.admin import export_corpus
+    from tnsrag_db.admin.export import lost_mid_export
 
     with _open(url, schema, corpus) as store:
         if output is None:
@@ -331,6 +333,10 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                     counts = export_corpus(store, fh, vectors=vectors)
                 os.replace(tmp, output)
+            except ConnectionLostError as exc:
+                Path(tmp).unlink(missing_ok=True)
+                lost = exc.__cause__ if isinstance(exc.__cause__, ConnectionLostError) else exc
+                raise lost_mid_export(lost, corpus, str(output)) from exc
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise

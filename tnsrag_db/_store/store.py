@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, Engine
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db._db import migrate
 from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
-from tnsrag_db._db.driver_errors import driver_message
+from tnsrag_db._db.driver_errors import db_error, driver_message
 from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
 from tnsrag_db._db.replicas import (
     DEFAULT_MAX_LAG,
@@ -458,10 +458,14 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
             replicas.dispose()
         raise
     except sa.exc.SQLAlchemyError as exc:
-        # Not map_db_errors: any failure here, a refused login included, means "could not
-        # connect" (the mapping would call a refused login a lost connection).
         engine.dispose()
         if replicas is not None:
             replicas.dispose()
+        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+            # A connection that was established broke under the schema's checks (the
+            # server restarted, the backend was terminated): lost, not "could not connect".
+            raise db_error(exc, f"opening corpus {corpus!r}") from exc
+        # Not map_db_errors otherwise: any other failure here, a refused login included,
+        # means "could not connect" (the mapping would call a refused login a lost connection).
         raise DatabaseError(f"could not connect: {driver_message(exc)}") from exc
     return store

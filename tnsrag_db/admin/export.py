@@ -12,12 +12,12 @@ from tnsrag_db._validate import is_int
 from tnsrag_db.admin.corpora import _not_found
 from tnsrag_db.admin.reports import ExportCounts
 from tnsrag_db._db.statement import Plan, Statement
-from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._errors import ConfigurationError, ConnectionLostError
 from tnsrag_db._store.reads import entries_after_plan
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["entry_record", "export_corpus"]
+__all__ = ["entry_record", "export_corpus", "lost_mid_export"]
 
 
 def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
@@ -57,11 +57,32 @@ def export_corpus(store: Store, out: IO[str], *, batch_size: int = 1000, vectors
     snapshot even while other processes write (an HNSW build started meanwhile waits
     for it to finish). Raises :class:`CorpusNotFoundError` when the corpus does not
     exist, :class:`ConfigurationError` for a bad ``batch_size``, :class:`DatabaseError`
-    when the database fails.
+    when the database fails, and :class:`ConnectionLostError` saying the corpus and that
+    the output is incomplete when the connection breaks mid-export (the server restarted,
+    the backend was terminated).
     """
     if not is_int(batch_size) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    return store.run(_export_plan(store.corpus, out, batch_size, vectors), snapshot=True)  # one snapshot
+    try:
+        return store.run(_export_plan(store.corpus, out, batch_size, vectors), snapshot=True)  # one snapshot
+    except ConnectionLostError as exc:
+        raise lost_mid_export(exc, store.corpus, None) from exc
+
+
+def lost_mid_export(exc: ConnectionLostError, corpus: str, target: str | None) -> ConnectionLostError:
+    """The error of an export of ``corpus`` (to the file ``target``, None: to a stream
+    whose output is then incomplete) whose connection ``exc`` broke after it was
+    established: what was lost, and the server's reason (the first line of the driver's
+    message, without the statement it quotes)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    driver = getattr(cause, "orig", None) or cause
+    reason = (str(driver).strip().splitlines() or [""])[0]
+    where = f"export of corpus {corpus!r}" + (f" to {target}" if target is not None else "")
+    outcome = f"{target} was not written" if target is not None else "the output is incomplete"
+    error = ConnectionLostError(f"{where}: the connection to the server was lost mid-export; {outcome} "
+                                f"(run the export again): {reason}")
+    error.sqlstate = exc.sqlstate
+    return error
 
 
 _EDGE_FIELDS = ("src", "dst", "relation", "weight", "source")

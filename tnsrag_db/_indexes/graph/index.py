@@ -205,7 +205,10 @@ class GraphStore:
         if progress is not None:
             progress(len(batch))
         c = {"c": self.corpus}
+        settings = ", ".join(f"set_config('{name}', :v, true)" for name in sql.SORTS_OFF)
+        conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
         missing = list(conn.execute(sa.text(sql.LOCK_ENDS_SQL), c).scalars())
+        conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
         if missing:
             raise _dangling(missing)
         flags = list(conn.execute(sa.text(sql.UPSERT_SQL), c).scalars())
