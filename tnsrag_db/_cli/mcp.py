@@ -57,7 +57,7 @@ def _missing_cluster_error(data_dir: Path) -> SchemaNotReadyError:
         f"no embedded database at {data_dir} ({origin}), and --read-only creates none: pass --url URL "
         "(or TNSRAG_DATABASE_URL) for a PostgreSQL server, or XDG_DATA_HOME=DIR for the embedded one in "
         "DIR/tnsrag_db/pg18; an MCP host passes only HOME, PATH and a few more to a server it starts, so put "
-        "them in the host's server config (args or env; see docs/integrations.md)")
+        "them in the host's server config (args or env; see docs/integrations.md, 'MCP server (many agents, one corpus)')")
 
 
 def _open(url: str | None, schema: str, corpus: str, read_only: bool) -> Store:
