@@ -33,6 +33,8 @@ from tnsrag_db._types import MemoryEntry, MemoryTier
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
 _INTERRUPTED = "interrupted: {n} entries committed, the batch in progress was rolled back"
+#: Said at once at the first Ctrl-C of an ingest (the loop stops within a second or two).
+STOPPING = "stopping after the current batch; Ctrl-C again to abandon it"
 
 
 def sample_corpus_path() -> Path:
@@ -40,14 +42,14 @@ def sample_corpus_path() -> Path:
     return Path(str(resources.files("tnsrag_db") / "data" / "sample_corpus.jsonl"))
 
 
-def choose_embedding(name: str | None = None) -> Any:
+def choose_embedding(name: str | None = None, say: Any = None) -> Any:
     """The embedding provider the ingest writes with: ``name`` (``hash``, the shipped
     model's name or an installed entry-point provider), by default the shipped model when
     the ``embed`` extra is installed, else the hash fallback with a one-line notice on
-    stderr (:func:`tnsrag_db.embeddings.resolve_embedding`)."""
+    stderr, through ``say(line)`` when given (:func:`tnsrag_db.embeddings.resolve_embedding`)."""
     from tnsrag_db.embeddings import resolve_embedding
 
-    return resolve_embedding(name, on_fallback=lambda notice: click.echo(notice, err=True))
+    return resolve_embedding(name, on_fallback=say or (lambda notice: click.echo(notice, err=True)))
 
 
 def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
@@ -199,39 +201,43 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     started = time.perf_counter()
-    # JSONL files are not chunked, and an export with --vectors carries its vectors: the
-    # default provider (loading the model takes seconds) is resolved only when some entry
-    # needs embedding, i.e. when the files carry no vectors or --embedding names one.
-    only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
-    provider = None if only_jsonl and embedding is None else choose_embedding(embedding)
-    truncated_before = getattr(provider, "truncated_texts", 0)
-    try:
-        chunker = Chunker(chunk_tokens or DEFAULT_CHUNK_CHARS) if provider is None else chunker_for(provider, chunk_tokens)
-        loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern", id_prefix=root.prefix)
-                   for root in roots]
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
+    # Progress from the start: loading the model and finding the files take seconds.
     progress = ingest_progress(sys.stderr, quiet=quiet)
     ledger = _Ledger(IngestCounts())
-    plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
+    plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes, lambda: progress.say(STOPPING))
 
     def shaped(entry: MemoryEntry) -> MemoryEntry:
         return dataclasses.replace(entry, source=source or entry.source, metadata={**entry.metadata, **extra})
 
-    def read_progress(done: int, total: int) -> None:
-        progress.update("read", done, total)
+    def read_progress(done: int, total: int, bytes_done: int, bytes_total: int) -> None:
+        progress.update("read", done, total, work=(bytes_done, bytes_total))
 
     try:
-        streaming = not (strict or dry_run or prune) and _streamable(loaders)
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
-    try:
         with progress:
+            # JSONL files are not chunked, and an export with --vectors carries its vectors: the
+            # default provider (loading the model takes seconds) is resolved only when some entry
+            # needs embedding, i.e. when the files carry no vectors or --embedding names one.
+            only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
+            if not (only_jsonl and embedding is None):  # a model takes seconds to load: say so at once
+                progress.status(f"loading the embedding model{f' {embedding}' if embedding else ''}",
+                                announce=embedding != "hash")
+            provider = None if only_jsonl and embedding is None else choose_embedding(embedding, progress.say)
+            truncated_before = getattr(provider, "truncated_texts", 0)
+            progress.status("finding the files")
+            try:
+                chunker = (Chunker(chunk_tokens or DEFAULT_CHUNK_CHARS) if provider is None
+                           else chunker_for(provider, chunk_tokens))
+                loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern",
+                                      id_prefix=root.prefix) for root in roots]
+                streaming = not (strict or dry_run or prune) and _streamable(loaders)
+            except ConfigurationError as exc:
+                raise click.UsageError(str(exc)) from None
             progress.start("read")
             if streaming:
                 assert provider is not None  # resolved above: a streamed run reads no JSONL
                 reading, entries, counts, outcome = _write_streaming(
-                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger)
+                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger,
+                    read_progress)
                 providers = [provider]
                 read_seconds = outcome.pop("read_at") - started
             else:
@@ -253,7 +259,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                 # JSONL exports with vectors (tnsrag export --vectors) are written with them,
                 # one pass per exported space, embedding nothing else unless --embedding asks.
                 if provider is None and not reading.vectors:
-                    provider = choose_embedding(None)
+                    provider = choose_embedding(None, progress.say)
                     truncated_before = getattr(provider, "truncated_texts", 0)
                 providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                               else provider)
@@ -303,6 +309,7 @@ class _Plan:
     prune: bool
     dry_run: bool
     yes: bool
+    on_stop: Any = None  # called at the first Ctrl-C of a pass (to say the ingest stops)
 
 
 #: New entries whose text the corpus already holds under an id this run neither writes nor
@@ -380,7 +387,8 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
             progress.update("index", done, total, note=phase)
 
         progress.start("write")
-        counts = views[0].ingest(entries, batch_size=plan.batch_size, progress=advance, vectors=False)
+        counts = views[0].ingest(entries, batch_size=plan.batch_size, progress=advance, vectors=False,
+                                 on_stop=plan.on_stop)
         ledger.committed = counts
         outcome["searchable_at"] = time.perf_counter()
         _fill_vectors(store, views, entries, plan, progress, index_advance)
@@ -414,7 +422,7 @@ def _streamable(loaders: list[Any]) -> bool:
 
 
 def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Plan, provider: Any, progress: Any,
-                     ledger: _Ledger) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
+                     ledger: _Ledger, read_progress: Any) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
     """The ingest of files that need no check as a whole (:func:`_streamable`): the entries
     are written batch by batch without vectors *as the files are read*, each batch
     committing (keyword-searchable) while the next files are read and chunked; then their
@@ -449,8 +457,7 @@ def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Pla
 
         def source() -> Iterator[MemoryEntry]:
             batch: list[MemoryEntry] = []
-            for entry in iter_roots(roots, make_loader, reading,
-                                    lambda done, total: progress.update("read", done, total)):
+            for entry in iter_roots(roots, make_loader, reading, read_progress):
                 batch.append(shaped(entry))
                 if len(batch) == plan.batch_size:
                     yield from taken(batch)
@@ -468,7 +475,8 @@ def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Pla
             progress.update("index", done, total, note=phase)
 
         progress.start("write")
-        counts = view.ingest(source(), batch_size=plan.batch_size, progress=advance, vectors=False)
+        counts = view.ingest(source(), batch_size=plan.batch_size, progress=advance, vectors=False,
+                             on_stop=plan.on_stop)
         ledger.committed = counts
         outcome["searchable_at"] = time.perf_counter()
         outcome.setdefault("read_at", outcome["searchable_at"])
@@ -492,6 +500,10 @@ _INTERRUPTED_VECTORS = ("interrupted: {n} entries committed, {v} with vectors of
                         "{provider}) embeds the rest")
 
 
+#: Entries per statement of the check for missing vectors before the vector pass.
+_CHECK_BATCH = 5_000
+
+
 def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan: _Plan, progress: Any,
                   index_advance: Any) -> None:
     """The second phase of an ingest: embed the entries lacking a vector in each view's space
@@ -506,9 +518,20 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
             progress.update(phase, done, total)
 
     for vectors in views:
+        # Which entries lack a vector, in a few statements: a rerun goes straight to them,
+        # and the embed line has its total from the start.
+        todo: list[MemoryEntry] = []
+        for start in range(0, len(entries), _CHECK_BATCH):
+            progress.update("embed", 0, note=f"checking which have vectors: {start:,}/{len(entries):,}")
+            todo += vectors.needing_vectors(entries[start:start + _CHECK_BATCH])
+        progress.update("embed", 0, len(todo), note="" if len(todo) == len(entries)
+                        else f"{len(entries) - len(todo):,} had vectors")
         progress.start("embed")
+        if not todo:
+            continue
         try:
-            vectors.ingest(entries, batch_size=plan.batch_size, progress=advance, index_progress=index_advance)
+            vectors.ingest(todo, batch_size=plan.batch_size, progress=advance, index_progress=index_advance,
+                           on_stop=plan.on_stop)
         except IngestInterrupted as exc:
             if exc.__cause__ is not None:
                 raise
