@@ -26,15 +26,13 @@ import click
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors, parse_pairs
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
-from tnsrag_db._cli._group import EXIT_INTERRUPTED
+from tnsrag_db._cli._group import EXIT_INTERRUPTED, STOPPING
 from tnsrag_db._errors import ConfigurationError, IngestInterrupted, InvalidEntryError
 from tnsrag_db._types import MemoryEntry, MemoryTier
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
 _INTERRUPTED = "interrupted: {n} entries committed, the batch in progress was rolled back"
-#: Said at once at the first Ctrl-C of an ingest (the loop stops within a second or two).
-STOPPING = "stopping after the current batch; Ctrl-C again to abandon it"
 
 
 def sample_corpus_path() -> Path:
@@ -173,10 +171,14 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     (each batch embeds while the previous one's vectors are written), and vector and
     hybrid queries meanwhile search the entries embedded so far, with a note saying how
     many. Re-running is idempotent (unchanged entries are reported, not rewritten, and
-    only missing vectors are embedded), so an interrupted ingest (Ctrl-C: exit 130)
-    continues where it stopped. A note says when new entries repeat texts the corpus already
-    holds under other ids. Progress goes to stderr: redrawn lines on a terminal, else a
-    plain line every few seconds.
+    only missing vectors are embedded, found in one check before the first), so an
+    interrupted ingest continues where it stopped. Ctrl-C says at once that the ingest
+    stops, and it does after the model call (about half a second with the shipped model)
+    or statement in progress, rolling that batch back (exit 130); a second Ctrl-C
+    abandons the wait. A note says when new entries repeat texts the corpus already holds
+    under other ids. Progress goes to stderr: redrawn lines on a terminal, else a plain
+    line every few seconds (the first within seconds); the read's ETA follows the bytes
+    read, the embed line counts the entries lacking vectors.
 
     Example: tnsrag ingest docs/ --id-prefix docs --prune --meta tenant=acme
     """
