@@ -279,6 +279,8 @@ class VectorMemoryStore:
             pacer.calls(texts, batch_size) if pacer is not None
             else (range(start, min(start + batch_size, len(texts))) for start in range(0, len(texts), batch_size)))
         finished = 0
+        if progress is not None and texts:
+            progress(done)  # a stop asked before the first call ends this here
         for rows in calls:
             started = time.perf_counter()
             vectors = self._embedding.embed_batch([texts[i] for i in rows])
