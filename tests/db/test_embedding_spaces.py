@@ -95,7 +95,7 @@ def test_cli_ingests_with_the_shipped_model_and_queries_its_space(db_url: URL, t
     docs = tmp_path / "docs.jsonl"
     docs.write_text("\n".join(json.dumps({"id": i, "content": t}) for i, t in DOCS)
                     + "\n" + json.dumps({"id": "long", "content": "laminar flow " * 400}) + "\n")
-    out = json.loads(run("ingest", str(docs), "--corpus", corpus, "--json").output)
+    out = json.loads(run("ingest", str(docs), "--corpus", corpus, "--json").stdout)  # progress: stderr
     assert out["embedding"] == SHIPPED_MODEL_NAME and out["inserted"] == 4 and out["truncated"] == 1
     res = json.loads(run("query", "a young cat sleeping on a couch", "--corpus", corpus, "--strategy", "vector",
                          "--json").output)
@@ -128,7 +128,7 @@ def test_query_fails_clearly_when_the_space_provider_is_not_installed(db_url: UR
             def __call__(self, text):
                 return [1.0, 0.0, 0.0]
     """, {"ghost": "Ghost"})
-    out = json.loads(run("ingest", "--sample", "--corpus", store.corpus, "--embedding", "ghost", "--json").output)
+    out = json.loads(run("ingest", "--sample", "--corpus", store.corpus, "--embedding", "ghost", "--json").stdout)
     assert out["embedding"] == "ghost-model"
     assert query_embedding(store).name == "ghost-model"  # found again by its provider name
     keyword = run("query", "agents", "--corpus", store.corpus, "--strategy", "keyword")

@@ -104,3 +104,113 @@ def test_sigint_at_random_moments_exits_130_with_one_line(tmp_path: Path, db_url
     done = json.loads(rerun.stdout)
     assert done["unchanged"] == committed and done["inserted"] == done["entries"] - committed
     assert _stats(url, corpus)["spaces"][0]["missing"] == 0  # type: ignore[index]
+
+
+def _prose_folder(root: Path, files: int, sections: int) -> Path:
+    """Markdown of ``files`` x ``sections`` entries of about 150 tokens each (the model's cost)."""
+    root.mkdir()
+    words = ("memory retrieval agents index vector keyword corpus batch model window token section "
+             "answer question store commit").split()
+    for i in range(files):
+        body = "".join(f"# Note {i} part {p}\n\n" + " ".join(words[(i * 7 + p * 3 + k) % len(words)] + f"{k % 13}"
+                                                              for k in range(110)) + ".\n\n"
+                       for p in range(sections))
+        (root / f"note{i:03d}.md").write_text(body)
+    return root
+
+
+class _Lines:
+    """The stderr lines of a process, read on a thread (a plain progress line every few seconds
+    off a terminal), waited for with a timeout."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        import queue
+        import threading
+
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                self._queue.put(line.rstrip("\n"))
+            self._queue.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def until(self, pattern: re.Pattern[str], timeout: float) -> re.Match[str] | None:
+        """The first line from here matching ``pattern`` (None when the stream ends first)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._queue.get(timeout=max(deadline - time.monotonic(), 0.01))  # queue.Empty past the deadline
+            if line is None:
+                return None
+            self.seen.append(line)
+            match = pattern.search(line)
+            if match is not None:
+                return match
+
+
+_EMBED = re.compile(r"embed ([\d,]+)/([\d,]+) entries")
+
+
+def test_sigint_during_a_model_embed_is_answered_at_once_and_the_rerun_embeds_the_rest(
+        tmp_path: Path, db_url: URL, make_store: Callable[..., Store]) -> None:
+    from tnsrag_db._cli.ingest import STOPPING
+    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, shipped_model_available
+
+    assert shipped_model_available(), "the [embed] extra is part of the test environment"
+    entries = 400  # enough that the signal meets the embedding; it is stopped long before the end
+    docs = _prose_folder(tmp_path / "docs", files=80, sections=entries // 80)
+    url = db_url.render_as_string(hide_password=False)
+    corpus = make_store().corpus
+    cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "ingest", str(docs), "--url", url,
+           "--corpus", corpus, "--batch-size", "32"]
+
+    def start() -> tuple[subprocess.Popen[str], _Lines]:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        return proc, _Lines(proc)
+
+    proc, lines = start()
+    try:
+        # Off a terminal the embed line has its total from the start; wait until more than a
+        # batch is embedded, so that some vectors are committed before the signal.
+        while True:
+            match = lines.until(_EMBED, timeout=300)
+            assert match is not None, "\n".join(lines.seen)
+            assert int(match.group(2).replace(",", "")) == entries, match.group(0)
+            if int(match.group(1).replace(",", "")) > 40:
+                break
+        proc.send_signal(signal.SIGINT)
+        # Said at once, then the batch in progress is abandoned and the process ends: the
+        # bound is only the harness's timeout, not a measurement.
+        assert lines.until(re.compile(re.escape(STOPPING)), timeout=60) is not None, "\n".join(lines.seen)
+        said = lines.until(_LINE, timeout=60)
+        assert proc.wait(timeout=60) == 130, "\n".join(lines.seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert said is not None and lines.seen[-1] == said.group(0), "\n".join(lines.seen)
+    assert not any("Traceback" in line for line in lines.seen), "\n".join(lines.seen)
+    assert int(said.group(1)) == entries
+    embedded = int(said.group(2))
+    assert 0 < embedded < entries, said.group(0)
+    stats = _stats(url, corpus)
+    assert [(s["provider"], s["vectors"]) for s in stats["spaces"]] == [  # type: ignore[attr-defined]
+        (SHIPPED_MODEL_NAME, embedded)]
+
+    # The rerun goes straight to the entries lacking a vector: its embed total is their number.
+    proc, lines = start()
+    try:
+        match = lines.until(_EMBED, timeout=300)
+        assert match is not None, "\n".join(lines.seen)
+        proc.send_signal(signal.SIGINT)  # that is all this run is for
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert int(match.group(2).replace(",", "")) == entries - embedded, match.group(0)
+    assert any(f"{embedded:,} had vectors" in line for line in lines.seen), "\n".join(lines.seen)

@@ -219,3 +219,60 @@ def test_cli_embed_embeds_the_next_batch_before_the_previous_commit(store: Store
     for i in range(len(firsts) - 1):
         assert order.index(("embed", firsts[i + 1])) < order.index(("commit", firsts[i])), order
     assert VectorMemoryStore(store, embedding).count() == 6
+
+
+class LocalModel:
+    """A provider computing "on this machine" (``local_compute``): hash vectors after a pause
+    of ``pause`` seconds per text, every call's texts logged. The signal comes from inside a call."""
+
+    name = "local"
+    local_compute = True
+
+    def __init__(self, pause: float = 0.0, signal_at_call: int | None = None) -> None:
+        self._hash = HashingEmbedding(16)
+        self.calls: list[list[str]] = []
+        self.pause = pause
+        self.signal_at_call = signal_at_call
+
+    def __call__(self, text: str) -> Sequence[float]:
+        return self._hash(text)
+
+    def embed_batch(self, texts: Sequence[str]) -> list[Sequence[float]]:
+        self.calls.append(list(texts))
+        if len(self.calls) == self.signal_at_call:
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Event().wait(self.pause * len(texts))
+        return [self._hash(t) for t in texts]
+
+
+def test_a_local_model_embeds_in_calls_sorted_by_length_and_each_entry_gets_its_own_vector(store: Store) -> None:
+    # Lengths shuffled: the calls take the shortest texts first, and the vectors go back to their entries.
+    data = [MemoryEntry(f"v{i:02d}", " ".join(f"word{i}x{k}" for k in range((i * 7) % 23 + 1))) for i in range(40)]
+    model = LocalModel()
+    vectors = VectorMemoryStore(store, model)
+    assert vectors.ingest(data, batch_size=16) == IngestCounts(inserted=40)
+    first = model.calls[0]
+    assert len(first) == 4 and sorted(first, key=len) == first  # the first call, before any rate: 4 texts
+    assert [len(t) for t in first] == sorted(len(e.content) for e in data[:16])[:4]
+    assert sum(len(c) for c in model.calls) >= 40 and all(len(c) <= 16 for c in model.calls)
+    for entry in data:  # its own text finds it first, at cosine 1
+        (found, score), = vectors.search(entry.content, 1)
+        assert found == entry.id and np.isclose(score, 1.0), (entry.id, found, score)
+
+
+def test_sigint_stops_a_local_model_between_two_calls_and_says_so_once(store: Store, default_sigint: None) -> None:
+    # 0.2 s per text: calls of two or three texts (half a second each), smaller on a loaded machine.
+    model = LocalModel(pause=0.2, signal_at_call=6)
+    said: list[str] = []
+    data = entries(48)
+    vectors = VectorMemoryStore(store, model)
+    with pytest.raises(IngestInterrupted) as info:
+        vectors.ingest(data, batch_size=8, on_stop=lambda: said.append("stopping"))
+    assert said == ["stopping"]
+    # The call the signal came in finished, and no other one started.
+    assert len(model.calls) == 6, [len(c) for c in model.calls]
+    assert all(len(c) < 8 for c in model.calls[1:]), [len(c) for c in model.calls]
+    committed = info.value.committed.total
+    assert committed % 8 == 0 and committed < 48
+    assert store.count() == committed == vectors.count()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -77,9 +77,9 @@ def test_cli_ingest_and_query_every_strategy(db_url: object, tmp_path: object) -
     args = ["--url", url, "--corpus", corpus, "--json"]
     first = runner.invoke(main_group, ["ingest", "--sample", str(doc), *args])
     assert first.exit_code == 0, first.output
-    counts = json.loads(first.output)
+    counts = json.loads(first.stdout)  # the summary; progress goes to stderr
     assert counts["inserted"] == counts["entries"] == 12
-    again = json.loads(runner.invoke(main_group, ["ingest", "--sample", str(doc), *args]).output)
+    again = json.loads(runner.invoke(main_group, ["ingest", "--sample", str(doc), *args]).stdout)
     assert again["unchanged"] == 12 and again["inserted"] == 0
     for name in STRATEGY_NAMES:
         res = runner.invoke(main_group, ["query", "agents share memory", "--strategy", name, "--top-k", "2",

@@ -395,3 +395,20 @@ def test_entries_read_relative_to_their_pattern_record_it_as_their_root(tmp_path
     # Ids relative to a base directory record none and claim nothing.
     based = FileLoader("doc/python3-six", base_dir=tmp_path)
     assert all("root" not in e.metadata for e in based.load()) and based.claims() == {}
+
+
+def test_byte_progress_counts_a_gzip_uncompressed_and_moves_within_a_large_file(tmp_path: Path) -> None:
+    import gzip
+
+    (tmp_path / "a.txt").write_text("small file\n")
+    log = "".join(f"version {i}: fixed the thing number {i} in the changelog\n\n" for i in range(3000))
+    (tmp_path / "changelog.gz").write_bytes(gzip.compress(log.encode()))
+    (tmp_path / "z.txt").write_text("last\n")
+    seen: list[tuple[int, int]] = []
+    entries = list(FileLoader(tmp_path, chunker=Chunker(500)).load(byte_progress=lambda d, t: seen.append((d, t))))
+    total = len("small file\n") + len(log.encode()) + len("last\n")
+    assert len(entries) > 100 and {t for _, t in seen} == {total}  # the gzip by its text, not its few bytes
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == total
+    inside = [d for d in done if len("small file\n") < d < len("small file\n") + len(log)]
+    assert len(inside) > 100  # the large file moves entry by entry, not at its end only

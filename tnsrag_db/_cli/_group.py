@@ -9,10 +9,13 @@ from typing import Any
 
 import click
 
-__all__ = ["COMMAND_ALIASES", "EXIT_INTERRUPTED", "LazyGroup", "SuggestingGroup"]
+__all__ = ["COMMAND_ALIASES", "EXIT_INTERRUPTED", "STOPPING", "LazyGroup", "SuggestingGroup"]
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
+#: Said at once at the first Ctrl-C of a batch loop (ingest, embed): it stops within a
+#: second or two, rolling the batch in progress back; a second Ctrl-C interrupts at once.
+STOPPING = "stopping after the current batch; Ctrl-C again to abandon it"
 
 
 #: Words people type for a command of another name (the suggestion names the command).

@@ -115,11 +115,16 @@ class Reading:
     root_of: dict[str, Root]
 
 
+#: ``progress(files_done, files_known, bytes_done, bytes_known)`` of a read, over all roots.
+ReadProgress = Callable[[int, int, int, int], None]
+
+
 def read_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any],
-               progress: Callable[[int, int], None] | None = None) -> Reading:
+               progress: ReadProgress | None = None) -> Reading:
     """Read every root with the loader ``make_loader(root)`` returns (one
-    :class:`~tnsrag_db._loaders.FileLoader` each), ``progress(files_done, files_known)``
-    counting files over all roots: :func:`iter_roots` read to its end, the entries kept.
+    :class:`~tnsrag_db._loaders.FileLoader` each), ``progress(files_done, files_known,
+    bytes_done, bytes_known)`` counting files and their bytes over all roots (those of a
+    root are known once its reading begins): :func:`iter_roots` read to its end, the entries kept.
 
     Raises :class:`InvalidEntryError` when two files give one id, naming both absolute paths.
     """
@@ -129,7 +134,7 @@ def read_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any],
 
 
 def iter_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any], reading: Reading,
-               progress: Callable[[int, int], None] | None = None) -> Iterator[MemoryEntry]:
+               progress: ReadProgress | None = None) -> Iterator[MemoryEntry]:
     """The entries of every root, yielded as each file is read (so a caller can write them
     while later files are still being read); ``reading`` collects the rest as each root
     ends: skips, JSONL edges and vectors, files read and each entry's root
@@ -141,20 +146,22 @@ def iter_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any], readin
     Raises :class:`InvalidEntryError` when two files give one id, naming both absolute paths
     (when it is met: entries yielded before stay yielded).
     """
-    done_before = 0
-    known_before = 0
+    done_before = known_before = bytes_before = 0
     first: dict[str, str] = {}
     for root in roots:
         loader = make_loader(root)
-        total_here = 0
+        files = [0, 0]  # done, total of this root
+        sizes = [0, 0]
 
         def step(done: int, total: int) -> None:
-            nonlocal total_here
-            total_here = total
-            if progress is not None:
-                progress(done_before + done, known_before + total)
+            files[:] = [done, total]
 
-        for entry in loader.load(progress=step):
+        def step_bytes(done: int, total: int) -> None:
+            sizes[:] = [done, total]
+            if progress is not None:  # after step, for the same file
+                progress(done_before + files[0], known_before + files[1], bytes_before + done, bytes_before + total)
+
+        for entry in loader.load(progress=step, byte_progress=step_bytes):
             path = entry.metadata.get("path")
             origin = root.origin(path) if path is not None else root.key
             seen = first.setdefault(entry.id, origin)
@@ -164,8 +171,9 @@ def iter_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any], readin
                     "with different --id-prefix values", entry_id=entry.id)
             reading.root_of[entry.id] = root
             yield entry
-        done_before += total_here
-        known_before += total_here
+        done_before += files[1]
+        known_before += files[1]
+        bytes_before += sizes[1]
         reading.skipped += [{"path": s.path, "reason": s.reason, "files": s.files} for s in loader.skipped]
         reading.edges += list(loader.edges)
         for space, vectors in loader.vectors.items():

@@ -9,7 +9,7 @@ import click
 from tqdm import tqdm
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
-from tnsrag_db._cli._group import EXIT_INTERRUPTED
+from tnsrag_db._cli._group import EXIT_INTERRUPTED, STOPPING
 from tnsrag_db._errors import IngestInterrupted
 from tnsrag_db.embeddings import resolve_embedding
 from tnsrag_db._cli._schema import open_existing
@@ -32,8 +32,9 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
 
     Entries already in that provider's space keep their vectors (a re-run resumes).
     Each batch commits on its own, and the next batch embeds while the previous one's
-    vectors are written (the loop of tnsrag ingest); Ctrl-C stops after the statement in
-    progress (exit 130; run the command again to embed the rest). Queries keep using the corpus's previous complete
+    vectors are written (the loop of tnsrag ingest); Ctrl-C says at once that it stops, and
+    does after the model call or statement in progress, rolling that batch back (exit 130;
+    run the command again to embed the rest). Queries keep using the corpus's previous complete
     space until this one holds a vector for every entry, then switch to it (the newest
     complete space serves queries; see `tnsrag query --embedding`).
 
@@ -59,7 +60,8 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
             try:
                 # The stored entries are unchanged, so only the vectors they lack are embedded
                 # and written; each batch embeds on a worker while the previous one is written.
-                vectors.ingest(store.iter_entries(batch_size=batch_size), batch_size=batch_size, progress=advance)
+                vectors.ingest(store.iter_entries(batch_size=batch_size), batch_size=batch_size, progress=advance,
+                               on_stop=lambda: tqdm.write(STOPPING, file=sys.stderr))
             except IngestInterrupted as exc:
                 if exc.__cause__ is not None:
                     raise

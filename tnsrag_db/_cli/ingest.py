@@ -26,7 +26,7 @@ import click
 
 from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
-from tnsrag_db._cli._group import EXIT_INTERRUPTED
+from tnsrag_db._cli._group import EXIT_INTERRUPTED, STOPPING
 from tnsrag_db._errors import ConfigurationError, IdCollisionError, IngestInterrupted, InvalidEntryError
 from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 
@@ -40,14 +40,14 @@ def sample_corpus_path() -> Path:
     return Path(str(resources.files("tnsrag_db") / "data" / "sample_corpus.jsonl"))
 
 
-def choose_embedding(name: str | None = None) -> Any:
+def choose_embedding(name: str | None = None, say: Any = None) -> Any:
     """The embedding provider the ingest writes with: ``name`` (``hash``, the shipped
     model's name or an installed entry-point provider), by default the shipped model when
     the ``embed`` extra is installed, else the hash fallback with a one-line notice on
-    stderr (:func:`tnsrag_db.embeddings.resolve_embedding`)."""
+    stderr, through ``say(line)`` when given (:func:`tnsrag_db.embeddings.resolve_embedding`)."""
     from tnsrag_db.embeddings import resolve_embedding
 
-    return resolve_embedding(name, on_fallback=lambda notice: click.echo(notice, err=True))
+    return resolve_embedding(name, on_fallback=say or (lambda notice: click.echo(notice, err=True)))
 
 
 def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
@@ -240,10 +240,14 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     (each batch embeds while the previous one's vectors are written), and vector and
     hybrid queries meanwhile search the entries embedded so far, with a note saying how
     many. Re-running is idempotent (unchanged entries are reported, not rewritten, and
-    only missing vectors are embedded), so an interrupted ingest (Ctrl-C: exit 130)
-    continues where it stopped. A note says when new entries repeat texts the corpus already
-    holds under other ids. Progress goes to stderr: redrawn lines on a terminal, else a
-    plain line every few seconds.
+    only missing vectors are embedded, found in one check before the first), so an
+    interrupted ingest continues where it stopped. Ctrl-C says at once that the ingest
+    stops, and it does after the model call (about half a second with the shipped model)
+    or statement in progress, rolling that batch back (exit 130); a second Ctrl-C
+    abandons the wait. A note says when new entries repeat texts the corpus already holds
+    under other ids. Progress goes to stderr: redrawn lines on a terminal, else a plain
+    line every few seconds (the first within seconds); the read's ETA follows the bytes
+    read, the embed line counts the entries lacking vectors.
 
     Example: tnsrag ingest docs/ --id-prefix docs --prune --meta tenant=acme
     """
@@ -267,43 +271,47 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     started = time.perf_counter()
-    # JSONL files are not chunked, and an export with --vectors carries its vectors: the
-    # default provider (loading the model takes seconds) is resolved only when some entry
-    # needs embedding, i.e. when the files carry no vectors or --embedding names one.
-    only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
-    provider = None if only_jsonl and embedding is None else choose_embedding(embedding)
-    truncated_before = getattr(provider, "truncated_texts", 0)
-    try:
-        chunker = Chunker(chunk_tokens or DEFAULT_CHUNK_CHARS) if provider is None else chunker_for(provider, chunk_tokens)
-        loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern", id_prefix=root.prefix)
-                   for root in roots]
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
+    # Progress from the start: loading the model and finding the files take seconds.
     progress = ingest_progress(sys.stderr, quiet=quiet)
     ledger = _Ledger(IngestCounts())
-    plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes)
+    plan = _Plan(url, schema, corpus, batch_size, prune, dry_run, yes, lambda: progress.say(STOPPING))
 
     def shaped(entry: MemoryEntry) -> MemoryEntry:
         return dataclasses.replace(entry, source=source or entry.source, metadata={**entry.metadata, **extra})
 
-    def read_progress(done: int, total: int) -> None:
-        progress.update("read", done, total)
+    def read_progress(done: int, total: int, bytes_done: int, bytes_total: int) -> None:
+        progress.update("read", done, total, work=(bytes_done, bytes_total))
 
     try:
-        # One walk of each root before reading, when the run may stream its writes: the
-        # files it will read, and the id path and root of each (checked before writing).
-        selections = [] if strict or dry_run or prune else [loader.selected_roots() for loader in loaders]
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
-    streaming = bool(selections) and _streamable(selections)
-    try:
         with progress:
+            # JSONL files are not chunked, and an export with --vectors carries its vectors: the
+            # default provider (loading the model takes seconds) is resolved only when some entry
+            # needs embedding, i.e. when the files carry no vectors or --embedding names one.
+            only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
+            if not (only_jsonl and embedding is None):  # a model takes seconds to load: say so at once
+                progress.status(f"loading the embedding model{f' {embedding}' if embedding else ''}",
+                                announce=embedding != "hash")
+            provider = None if only_jsonl and embedding is None else choose_embedding(embedding, progress.say)
+            truncated_before = getattr(provider, "truncated_texts", 0)
+            progress.status("finding the files")
+            try:
+                chunker = (Chunker(chunk_tokens or DEFAULT_CHUNK_CHARS) if provider is None
+                           else chunker_for(provider, chunk_tokens))
+                loaders = [FileLoader(root.given, tier=tier, chunker=chunker, relative_to="pattern",
+                                      id_prefix=root.prefix) for root in roots]
+                # One walk of each root before reading, when the run may stream its writes: the
+                # files it will read, and the id path and root of each (checked before writing).
+                selections = [] if strict or dry_run or prune else [loader.selected_roots() for loader in loaders]
+                streaming = bool(selections) and _streamable(selections)
+            except ConfigurationError as exc:
+                raise click.UsageError(str(exc)) from None
             progress.start("read")
             if streaming:
                 assert provider is not None  # resolved above: a streamed run reads no JSONL
                 claims = claims_of(item for selection in selections for item in selection)
                 reading, entries, counts, outcome = _write_streaming(
-                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger, claims)
+                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger,
+                    claims, read_progress)
                 providers = [provider]
                 read_seconds = outcome.pop("read_at") - started
             else:
@@ -325,7 +333,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                 # JSONL exports with vectors (tnsrag export --vectors) are written with them,
                 # one pass per exported space, embedding nothing else unless --embedding asks.
                 if provider is None and not reading.vectors:
-                    provider = choose_embedding(None)
+                    provider = choose_embedding(None, progress.say)
                     truncated_before = getattr(provider, "truncated_texts", 0)
                 providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
                                               else provider)
@@ -388,6 +396,7 @@ class _Plan:
     prune: bool
     dry_run: bool
     yes: bool
+    on_stop: Any = None  # called at the first Ctrl-C of a pass (to say the ingest stops)
 
 
 #: New entries whose text the corpus already holds under an id this run neither writes nor
@@ -468,7 +477,8 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
             progress.update("index", done, total, note=phase)
 
         progress.start("write")
-        counts = views[0].ingest(entries, batch_size=plan.batch_size, progress=advance, vectors=False)
+        counts = views[0].ingest(entries, batch_size=plan.batch_size, progress=advance, vectors=False,
+                                 on_stop=plan.on_stop)
         ledger.committed = counts
         outcome["searchable_at"] = time.perf_counter()
         _fill_vectors(store, views, entries, plan, progress, index_advance)
@@ -502,7 +512,8 @@ def _streamable(selections: list[list[tuple[Path, str, str | None]]]) -> bool:
 
 
 def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Plan, provider: Any, progress: Any,
-                     ledger: _Ledger, claims: dict[str, str]) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
+                     ledger: _Ledger, claims: dict[str, str],
+                     read_progress: Any) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
     """The ingest of files that need no check as a whole (:func:`_streamable`): the entries
     are written batch by batch without vectors *as the files are read*, each batch
     committing (keyword-searchable) while the next files are read and chunked; then their
@@ -540,8 +551,7 @@ def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Pla
 
         def source() -> Iterator[MemoryEntry]:
             batch: list[MemoryEntry] = []
-            for entry in iter_roots(roots, make_loader, reading,
-                                    lambda done, total: progress.update("read", done, total)):
+            for entry in iter_roots(roots, make_loader, reading, read_progress):
                 batch.append(shaped(entry))
                 if len(batch) == plan.batch_size:
                     yield from taken(batch)
@@ -559,7 +569,8 @@ def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Pla
             progress.update("index", done, total, note=phase)
 
         progress.start("write")
-        counts = view.ingest(source(), batch_size=plan.batch_size, progress=advance, vectors=False)
+        counts = view.ingest(source(), batch_size=plan.batch_size, progress=advance, vectors=False,
+                             on_stop=plan.on_stop)
         ledger.committed = counts
         outcome["searchable_at"] = time.perf_counter()
         outcome.setdefault("read_at", outcome["searchable_at"])
@@ -583,6 +594,10 @@ _INTERRUPTED_VECTORS = ("interrupted: {n} committed, {v} with vectors of {provid
                         "{provider}) embeds the rest")
 
 
+#: Entries per statement of the check for missing vectors before the vector pass.
+_CHECK_BATCH = 5_000
+
+
 def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan: _Plan, progress: Any,
                   index_advance: Any) -> None:
     """The second phase of an ingest: embed the entries lacking a vector in each view's space
@@ -597,9 +612,20 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
             progress.update(phase, done, total)
 
     for vectors in views:
+        # Which entries lack a vector, in a few statements: a rerun goes straight to them,
+        # and the embed line has its total from the start.
+        todo: list[MemoryEntry] = []
+        for start in range(0, len(entries), _CHECK_BATCH):
+            progress.update("embed", 0, note=f"checking which have vectors: {start:,}/{len(entries):,}")
+            todo += vectors.needing_vectors(entries[start:start + _CHECK_BATCH])
+        progress.update("embed", 0, len(todo), note="" if len(todo) == len(entries)
+                        else f"{len(entries) - len(todo):,} had vectors")
         progress.start("embed")
+        if not todo:
+            continue
         try:
-            vectors.ingest(entries, batch_size=plan.batch_size, progress=advance, index_progress=index_advance)
+            vectors.ingest(todo, batch_size=plan.batch_size, progress=advance, index_progress=index_advance,
+                           on_stop=plan.on_stop)
         except IngestInterrupted as exc:
             if exc.__cause__ is not None:
                 raise

@@ -192,10 +192,13 @@ class FileLoader:
             "give this loader ids of its own with id_prefix=..., or, if that root moved or is gone, delete "
             f"its entries first (store.delete_where({{{ROOT_KEY!r}: {owner!r}}}))"))
 
-    def load(self, *, progress: Callable[[int, int], None] | None = None) -> Iterable[MemoryEntry]:
+    def load(self, *, progress: Callable[[int, int], None] | None = None,
+             byte_progress: Callable[[int, int], None] | None = None) -> Iterable[MemoryEntry]:
         """Read every selected file into entries (see the class docstring); skips go to :attr:`skipped`.
 
-        ``progress(files_done, files_total)`` is called after each file (read or skipped).
+        ``progress(files_done, files_total)`` is called after each file (read or skipped),
+        ``byte_progress(bytes_done, bytes_total)`` too, counting the files' sizes on disk
+        (a file that cannot be measured counts 0).
         """
         found, skipped = self._scan()
         self.skipped = skipped
@@ -204,9 +207,16 @@ class FileLoader:
         self._vectors = {}
         roots = ({pattern: pattern_root(pattern, self._base) for pattern in self._patterns}
                  if self._relative_to == "pattern" else {})
+        sizes = [_size(path) for path, *_ in found] if byte_progress is not None else []
+        total_bytes = sum(sizes)
+        bytes_done = 0
         for number, (path, rel, explicit, shown, pattern) in enumerate(found, start=1):
-            if progress is not None and number > 1:
-                progress(number - 1, len(found))
+            if number > 1:
+                if progress is not None:
+                    progress(number - 1, len(found))
+                if byte_progress is not None:
+                    bytes_done += sizes[number - 2]
+                    byte_progress(bytes_done, total_bytes)
             fmt = file_format(path.name)
             if fmt is None:
                 if not explicit:
@@ -228,6 +238,7 @@ class FileLoader:
             self.files_read += 1
             stamp = self._stamp(path) if fmt != "jsonl" else None
             root = roots.get(pattern) if fmt != "jsonl" else None
+            within = 0  # of this file's bytes, estimated by the text given out (a large file moves too)
             for entry in itertools.chain(entries, read if fmt == "text" else ()):
                 assert entry is not None
                 changes: dict[str, Any] = {}
@@ -236,8 +247,13 @@ class FileLoader:
                 if root is not None:
                     changes["metadata"] = {**entry.metadata, ROOT_KEY: root}
                 yield dataclasses.replace(entry, **changes) if changes else entry
+                if byte_progress is not None and within < sizes[number - 1]:
+                    within = min(within + len(entry.content), sizes[number - 1])
+                    byte_progress(bytes_done + within, total_bytes)
         if progress is not None:
             progress(len(found), len(found))
+        if byte_progress is not None:
+            byte_progress(total_bytes, total_bytes)
 
     # -- reading ------------------------------------------------------------------
     def _stamp(self, path: Path) -> datetime | None:
@@ -292,3 +308,17 @@ class FileLoader:
             yield from _code(rel, text, _language(path.name), self._chunker, self._tier)
         else:
             yield from _text(rel, text, self._chunker, self._tier)
+
+
+def _size(path: Path) -> int:
+    """``path``'s size in bytes, of its text once uncompressed for a ``.gz`` file (the
+    gzip trailer's size, modulo 4 GiB); 0 when it cannot be read (the read will say why)."""
+    try:
+        size = path.stat().st_size
+        if path.name.endswith(".gz") and size >= 18:
+            with path.open("rb") as f:
+                f.seek(-4, os.SEEK_END)
+                return int.from_bytes(f.read(4), "little") or size
+        return size
+    except OSError:
+        return 0

@@ -39,6 +39,9 @@ class HashingEmbedding:
     :class:`ConfigurationError` when ``dimension`` is not an int from 1 to 16,000.
     """
 
+    #: Computed here: a batch may be cut into calls of any size at no cost (see the protocol).
+    local_compute = True
+
     def __init__(self, dimension: int = DEFAULT_HASH_DIMENSION) -> None:
         if not is_int(dimension) or not 1 <= dimension <= _MAX_DIMENSION:
             raise ConfigurationError(f"hash embedding dimension must be an int from 1 to {_MAX_DIMENSION}, "

@@ -257,6 +257,11 @@ class OnnxEmbedding:
         return int(out.shape[1])
 
     # -- the protocol -----------------------------------------------------------------------
+    #: Computed on this machine: a batch may be cut into small calls at about no cost (a
+    #: call's texts are sorted and padded on their own), so a store embeds in calls short
+    #: enough to stop between (see the protocol).
+    local_compute = True
+
     @property
     def name(self) -> str:
         """The provider name; keys the stored embedding space."""

@@ -5,7 +5,11 @@ optional and found by attribute lookup rather than declared on the protocol, so 
 plain function or lambda still satisfies it:
 
 * ``embed_batch(texts) -> Sequence[Sequence[float]]``, a faster batch form;
-* ``name: str``, the provider name that keys the stored embedding space.
+* ``name: str``, the provider name that keys the stored embedding space;
+* ``local_compute: bool``, True when the provider computes on this machine, so that a
+  call costs about its texts' worth whatever their number: a store then embeds a batch in
+  calls of about half a second (an ingest stops between two), shortest texts first.
+  Without it a batch is one call (a remote service may charge per call).
 """
 
 from __future__ import annotations

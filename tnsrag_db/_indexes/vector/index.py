@@ -51,6 +51,7 @@ the last qualifying row.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -63,6 +64,7 @@ from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ValidationError
 from tnsrag_db.explain import CosineExplanation, SearchPlan
+from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
 from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
 from tnsrag_db._indexes.vector.sql import (
     DOCUMENT_COLUMNS,
@@ -200,6 +202,12 @@ class VectorMemoryStore:
         self._lock = threading.Lock()
         self._dimension: int | None = self._embedding.dimension
         self._spaces = ProviderSpaces(store, self._embedding.name, recheck_seconds=space_recheck_seconds)
+        provider = self._embedding.provider
+        window = getattr(provider, "max_tokens", None)
+        # A local model's batches are cut into calls of about half a second (an ingest
+        # stops between two); a remote one gets whole batches.
+        self._pacer = CallPacer(window_tokens=window if isinstance(window, int) else None) if is_local(provider) \
+            else None
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -262,14 +270,29 @@ class VectorMemoryStore:
 
     def _embed(self, texts: Sequence[str], batch_size: int,
                progress: Callable[[int], None] | None = None, done: int = 0) -> npt.NDArray[np.float32]:
-        out: list[npt.NDArray[np.float32]] = []
-        for start in range(0, len(texts), batch_size):
-            for vec in self._embedding.embed_batch(texts[start:start + batch_size]):
+        """The vectors of ``texts`` in order, in calls of at most ``batch_size`` texts (of
+        about half a second each for a local model: :mod:`.pacing`), ``progress`` called
+        with ``done`` plus the texts embedded after each call (it may raise to stop)."""
+        out: list[npt.NDArray[np.float32] | None] = [None] * len(texts)
+        pacer = self._pacer
+        calls: Iterable[Sequence[int]] = (
+            pacer.calls(texts, batch_size) if pacer is not None
+            else (range(start, min(start + batch_size, len(texts))) for start in range(0, len(texts), batch_size)))
+        finished = 0
+        if progress is not None and texts:
+            progress(done)  # a stop asked before the first call ends this here
+        for rows in calls:
+            started = time.perf_counter()
+            vectors = self._embedding.embed_batch([texts[i] for i in rows])
+            if pacer is not None:
+                pacer.record(sum(pacer.size(texts[i]) for i in rows), time.perf_counter() - started)
+            for i, vec in zip(rows, vectors):
                 self._fix_dimension(int(vec.shape[0]))
-                out.append(vec)
+                out[i] = vec
+            finished += len(rows)
             if progress is not None:
-                progress(done + min(start + batch_size, len(texts)))
-        return np.vstack(out) if out else np.zeros((0, self._dimension or 1), dtype=np.float32)
+                progress(done + finished)
+        return np.vstack(cast("list[npt.NDArray[np.float32]]", out)) if out else np.zeros((0, self._dimension or 1), dtype=np.float32)
 
     def embed_query(self, query: str) -> npt.NDArray[np.float32]:
         """The validated embedding of ``query`` (its dimension must match the stored vectors')."""
@@ -382,7 +405,8 @@ class VectorMemoryStore:
 
     def ingest(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
                progress: IngestProgress | None = None,
-               index_progress: IndexProgress | None = None, vectors: bool = True) -> IngestCounts:
+               index_progress: IndexProgress | None = None, vectors: bool = True,
+               on_stop: Callable[[], None] | None = None) -> IngestCounts:
         """Write a stream of entries batch by batch, embedding the next batch while the previous one is written.
 
         Unlike :meth:`add_all` (one transaction), every batch of ``batch_size`` entries
@@ -405,12 +429,14 @@ class VectorMemoryStore:
 
         Stopping: when called on the main thread with Python's default SIGINT handler in
         place, Ctrl-C (SIGINT) stops the ingest after the statement in progress (a second
-        one interrupts at once). The open batch is rolled back and
+        one interrupts at once); ``on_stop`` (optional) is called at that first Ctrl-C,
+        from the signal handler, to say so. The open batch is rolled back and
         :class:`IngestInterrupted` is raised with the counts that were committed; so is
         it, chained to the cause, for any library error met on the way (a bad entry, a
         bad vector, a database error; ``committed`` is empty when it was in the first
         batch). A batch still being embedded stops after the embedding call in progress
-        and is waited for, so no worker thread outlives the call. A bad ``batch_size`` raises :class:`ValidationError` before anything.
+        (about half a second with a provider of ``local_compute``, such as the shipped
+        model) and is waited for, so no worker thread outlives the call. A bad ``batch_size`` raises :class:`ValidationError` before anything.
 
         ``vectors=False`` (default True) writes the entries only: content, metadata and
         BM25 postings, batch by batch as above but embedding nothing, so each batch is
@@ -445,7 +471,7 @@ class VectorMemoryStore:
 
             self._maybe_build_index(store, space, index_advance)
 
-        return run_ingest(entries, batch_size, progress, prepare, write, build)
+        return run_ingest(entries, batch_size, progress, prepare, write, build, on_stop)
 
     def _prepare(self, batch: Sequence[MemoryEntry], batch_size: int,
                  progress: Callable[[int], None] | None = None) -> Vectors:
@@ -458,6 +484,13 @@ class VectorMemoryStore:
         if progress is not None:
             progress(len(batch))
         return {}
+
+    def needing_vectors(self, entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
+        """The entries of ``entries`` that a write through this view would embed: new ones,
+        those whose text differs from the stored one, and those lacking a vector in this
+        view's space (one transaction on the primary; the provider embeds one text first
+        when its dimension is not known yet). :meth:`ingest` of the others changes nothing."""
+        return self._needing_vectors(entries) if entries else []
 
     def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
         """Entries that are new, changed their text, or lack a vector in this space (a pre-read,

@@ -71,9 +71,10 @@ class _Job(Generic[_R]):
 
 
 @contextlib.contextmanager
-def _deferred_sigint(stop: threading.Event) -> Iterator[None]:
-    """While inside, the first SIGINT sets ``stop`` instead of raising KeyboardInterrupt (the
-    second raises it). Only on the main thread with Python's default handler in place."""
+def _deferred_sigint(stop: threading.Event, on_stop: Callable[[], None] | None = None) -> Iterator[None]:
+    """While inside, the first SIGINT sets ``stop`` and calls ``on_stop`` instead of raising
+    KeyboardInterrupt (the second raises it). Only on the main thread with Python's default
+    handler in place."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield
@@ -83,6 +84,8 @@ def _deferred_sigint(stop: threading.Event) -> Iterator[None]:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
+        if on_stop is not None:
+            on_stop()
 
     signal.signal(signal.SIGINT, handler)
     try:
@@ -95,13 +98,14 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
                prepare: Callable[[ValidatedBatch, Callable[[int], None]], Vectors],
                write: Callable[[ValidatedBatch, Vectors, threading.Event],
                                tuple[WriteReport, Space | None]],
-               build: Callable[[Space, Callable[[str, int, int], None]], None]) -> IngestCounts:
+               build: Callable[[Space, Callable[[str, int, int], None]], None],
+               on_stop: Callable[[], None] | None = None) -> IngestCounts:
     """Run the ingest described at :meth:`VectorMemoryStore.ingest` and return its counts.
 
     ``prepare(batch, embedded)`` returns a batch's vectors (calling ``embedded(done)``
     as they are ready; it runs on the worker thread), ``write(batch, vectors, stop)``
     writes one batch in its own transaction, ``build(space, advance)`` builds the
-    space's index once everything is written."""
+    space's index once everything is written. ``on_stop`` is called at the first Ctrl-C."""
     total = len(entries) if isinstance(entries, Sized) else None
     stop = threading.Event()
     committed = IngestCounts()
@@ -115,7 +119,11 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
 
     def read_batch() -> ValidatedBatch:
         start = counters["read"]
-        raw = list(itertools.islice(stream, batch_size))
+        raw = []
+        for entry in itertools.islice(stream, batch_size):  # reading a large file stops between entries
+            if stop.is_set():
+                raise Stopped
+            raw.append(entry)
         try:
             batch = ValidatedBatch(raw)
         except InvalidEntryError as exc:
@@ -157,12 +165,14 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
         return job
 
     try:
-        with _deferred_sigint(stop):
+        with _deferred_sigint(stop, on_stop):
             try:
                 batch = read_batch()
                 job = start(batch)
                 while job is not None:
                     vectors = job.wait(stop)
+                    if stop.is_set():  # the embedding ended as the stop came: its batch is not written
+                        raise Stopped
                     following = read_batch()
                     next_job = start(following)
                     written, batch_space = write(batch, vectors, stop)
