@@ -54,7 +54,8 @@ def test_the_mcp_command_names_the_extra_when_mcp_is_missing(no_mcp: None) -> No
     from tnsrag_db._cli import main_group
 
     res = CliRunner().invoke(main_group, ["mcp", "--corpus", "x"])
-    assert res.exit_code == 1 and "the MCP server needs the [mcp] extra" in res.output, res.output
+    assert res.exit_code == 1 and res.output == ("error: tnsrag mcp needs the [mcp] extra, and module 'mcp' is not "
+                                                 "installed: pip install 'tnsrag-db[mcp]'\n"), res.output
 
 
 def test_an_import_error_inside_a_module_that_is_there_propagates() -> None:
