@@ -460,3 +460,39 @@ def test_a_merge_on_statistics_that_never_saw_its_corpus_reads_no_corpus_once_pe
     finally:
         engine.dispose()
 
+
+def test_a_large_write_refreshes_the_statistics_before_its_merge(fresh_db_url: URL,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The merge after a bulk write plans on statistics that have seen the write; the delta,
+    # analysed full then, is analysed again once the merge has emptied it.
+    from tnsrag_db._db import migrate
+    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._store import corpus
+
+    events: list[tuple[str, ...]] = []
+    analyze, merge_postings = corpus.Writer._analyze, corpus.merge_postings
+
+    def analysed(self: corpus.Writer, tables: Any) -> None:
+        events.append(("analyze", *tables))
+        analyze(self, tables)
+
+    def merged(conn: Connection, **options: Any) -> Any:
+        events.append(("merge",))
+        return merge_postings(conn, **options)
+
+    monkeypatch.setattr(corpus.Writer, "_analyze", analysed)
+    monkeypatch.setattr(corpus, "merge_postings", merged)
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    try:
+        migrate.upgrade(engine, schema="tnsrag")
+        store = Store(engine, corpus="bulk", schema="tnsrag", merge_after_entries=40, analyze_after_rows=60)
+        store.add_all(generated_entries(random.Random(31), 100))
+        first_merge = events.index(("merge",))
+        assert events[0] == ("analyze", "entries", "bm25_postings") and first_merge == 1
+        assert events[-1] == ("analyze", "bm25_postings", "bm25_blocks", "bm25_docs")
+        events.clear()
+        store.add_all(generated_entries(random.Random(32), 50, prefix="x"))  # a merge, no refresh
+        assert events and all(event == ("merge",) for event in events)
+        assert layout(store)["rows_entries"] == 0
+    finally:
+        engine.dispose()
