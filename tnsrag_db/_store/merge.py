@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -123,11 +123,11 @@ _MOVE_STAGE_DDL = (
 # could scan it once per row.
 
 #: The staged entries' delta postings, by one pass over the corpus's delta (mostly what
-#: the merge takes), each row's entry looked up in the stage by key.
+#: the merge takes) hash-joined to the stage (see :func:`_hash_joins_only`).
 _NP_SCAN_SQL = textwrap.dedent("""\
     INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
-    SELECT p.ctid, p.lexeme, p.entry_id, i.docno, p.tf, p.doc_len FROM bm25_postings p
-    CROSS JOIN LATERAL (SELECT i.docno FROM tnsrag_stage_merge i WHERE i.id = p.entry_id OFFSET 0) i
+    SELECT p.ctid, p.lexeme, p.entry_id, i.docno, p.tf, p.doc_len
+    FROM bm25_postings p JOIN tnsrag_stage_merge i ON i.id = p.entry_id
     WHERE p.corpus = :c""")
 
 #: The same by primary-key probes through each entry's stored terms (a sweep takes a small
@@ -188,18 +188,38 @@ _BLOCKS_SQL = textwrap.dedent(f"""\
 
 
 @contextmanager
-def tid_scans_only(conn: Connection) -> Iterator[None]:
-    """Index scans off for the statements of the block (in ``conn``'s transaction): a
-    statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus = :c`` is then a
-    TID scan whatever the statistics (stale ones can make an index scan of the whole
-    corpus, testing every row against the array, look cheaper)."""
-    settings = ", ".join(f"set_config('{name}', :v, true)"
-                         for name in ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"))
+def _switched_off(conn: Connection, *names: str) -> Iterator[None]:
+    """The planner's ``enable_*`` settings ``names`` off for the statements of the block (in
+    ``conn``'s transaction). PostgreSQL 18 never picks a disabled plan node when another
+    plan has fewer: the choice no longer rests on the statistics."""
+    settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
     conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
     try:
         yield
     finally:
         conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+
+
+def tid_scans_only(conn: Connection) -> AbstractContextManager[None]:
+    """Index scans off for the statements of the block (in ``conn``'s transaction): a
+    statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus = :c`` is then a
+    TID scan whatever the statistics (stale ones can make an index scan of the whole
+    corpus, testing every row against the array, look cheaper)."""
+    return _switched_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
+
+
+def _heap_order_scans(conn: Connection) -> AbstractContextManager[None]:
+    """Plain index scans off for the statements of the block: rows a statement reads by an
+    index are read by a bitmap, in heap order. Stale statistics can take a corpus for one
+    row and read all of it through an index in another order, a random read per row."""
+    return _switched_off(conn, "enable_indexscan", "enable_indexonlyscan")
+
+
+def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
+    """Nested loops and merge joins off for the statements of the block: each join is a
+    hash join, one pass over each side. Stale statistics can take a corpus's delta for one
+    row and plan a nested loop that reads the stage, or the delta, once per row."""
+    return _switched_off(conn, "enable_nestloop", "enable_mergejoin")
 
 
 #: The first ``:m`` tombstones of the corpus, by number.
@@ -316,9 +336,12 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
         for ddl in (_STAGE_DDL, *_MOVE_STAGE_DDL):
             conn.execute(sa.text(ddl))
         base = conn.execute(sa.text(_NUMBERS_SQL), {**c, "k": len(chosen)}).scalar_one()
-        if conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one():
+        with _heap_order_scans(conn):
+            locked = conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one()
+        if locked:
             if after is None:
-                conn.execute(sa.text(_NP_SCAN_SQL), c)
+                with _hash_joins_only(conn):
+                    conn.execute(sa.text(_NP_SCAN_SQL), c)
             else:
                 conn.execute(sa.text(_NP_PROBE_SQL), {**c, "ids": chosen})
             conn.execute(sa.text(_TAIL_SQL), c)
