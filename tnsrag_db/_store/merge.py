@@ -190,8 +190,9 @@ _BLOCKS_SQL = textwrap.dedent(f"""\
 @contextmanager
 def _switched_off(conn: Connection, *names: str) -> Iterator[None]:
     """The planner's ``enable_*`` settings ``names`` off for the statements of the block (in
-    ``conn``'s transaction). PostgreSQL 18 never picks a disabled plan node when another
-    plan has fewer: the choice no longer rests on the statistics."""
+    ``conn``'s transaction). The planner takes a disabled kind of node only where no other
+    plan exists (PostgreSQL 18 counts them, earlier releases add a prohibitive cost): the
+    choice no longer rests on the statistics."""
     settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
     conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
     try:
