@@ -5,11 +5,14 @@ revision kept correct by the triggers; the downgrade moving blocks back to rows.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection, Engine
 
 from tests.db._helpers import run_processes
 from tests.db.test_bm25 import (
@@ -394,3 +397,143 @@ def test_pruned_scoring_reads_each_term_once_however_many_candidates(make_store:
     # throw away; pairing each posting with each candidate is the quadratic join.
     assert _joined_away(plan[0]["Plan"]) <= len(index.query_terms(query)) * postings
     assert [i for i, _ in index.search(query, 5)] == [i for i, _ in BM25Index(store, prune_min_df=10**9).search(query, 5)]
+
+
+#: The tables keyed by corpus that a merge reads or writes.
+_MERGE_TABLES = ("entries", "bm25_postings", "bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state")
+
+
+def _per_row_corpus_reads(node: dict[str, Any], per_row: bool = False) -> list[str]:
+    """The scans of a plan tree that run once per row of another scan (the inner side of a
+    nested loop, a correlated subplan) and are keyed by nothing but the corpus, or by
+    nothing: each reads the whole corpus (or table) once per row."""
+    kind = node["Node Type"]
+    found = []
+    if per_row and kind in ("Index Scan", "Index Only Scan", "Bitmap Index Scan"):
+        columns = set(re.findall(r"\((\w+) (?:=|<|>|<=|>=) ", node.get("Index Cond", "")))
+        if columns <= {"corpus"}:
+            found.append(f"{kind} using {node['Index Name']} on {node.get('Index Cond')}")
+    elif per_row and kind == "Seq Scan":
+        found.append(f"Seq Scan on {node['Relation Name']}")
+    for child in node.get("Plans", ()):
+        relation = child.get("Parent Relationship")
+        inner = per_row or relation == "SubPlan" or (kind == "Nested Loop" and relation == "Inner")
+        found += _per_row_corpus_reads(child, inner)
+    return found
+
+
+@contextmanager
+def _merge_plans(engine: Engine) -> Iterator[dict[str, dict[str, Any]]]:
+    """The plan of every statement on ``engine``'s connections in the block that reaches a
+    merge's tables, each planned with EXPLAIN right before it runs (same transaction,
+    same settings, same snapshot of the statistics)."""
+    plans: dict[str, dict[str, Any]] = {}
+
+    def explain(conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any,
+                executemany: bool) -> None:
+        if (statement.lstrip().startswith(("SELECT", "INSERT", "UPDATE", "DELETE", "WITH"))
+                and any(table in statement for table in _MERGE_TABLES) and "set_config" not in statement):
+            cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
+            plans[statement] = cursor.fetchone()[0][0]["Plan"]
+
+    sa.event.listen(engine, "before_cursor_execute", explain)
+    try:
+        yield plans
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", explain)
+
+
+def test_a_merge_on_statistics_that_never_saw_its_corpus_reads_no_corpus_once_per_row(fresh_db_url: URL) -> None:
+    # The first merge after a bulk write of a new corpus beside a merged one: the delta was
+    # last analysed empty and entries before the corpus existed, so the planner takes the
+    # new corpus for one row in every table. A lookup by key planned on another index led by
+    # corpus (entries has six) then reads the whole corpus once per entry: a 30,000-entry
+    # merge ran for minutes. Every statement of the merge, the purge and the sweep is
+    # planned here on such statistics; none may read a corpus once per row.
+    from tnsrag_db._db import migrate
+    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._store import merge
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    try:
+        migrate.upgrade(engine, schema="tnsrag")
+        with engine.begin() as conn:  # the statistics stay what this test makes them
+            for table in _MERGE_TABLES:
+                conn.execute(sa.text(f"ALTER TABLE tnsrag.{table} SET (autovacuum_enabled = off)"))
+
+        def make(corpus: str) -> Store:
+            return Store(engine, corpus=corpus, schema="tnsrag", merge_after_entries=10**9,
+                         analyze_after_rows=10**9)
+
+        old = make("merged")
+        old.add_all(generated_entries(random.Random(21), 200))
+        old.merge_postings()
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"ANALYZE {', '.join(f'tnsrag.{t}' for t in _MERGE_TABLES)}"))
+        new, swept = make("new"), make("swept")
+        new.add_all(generated_entries(random.Random(22), 600, prefix="n"))
+        swept.add_all(generated_entries(random.Random(23), 600, prefix="s"))
+        with engine.begin() as conn:  # the statistics the merges plan on: both corpora look like one row
+            for table, corpus_column in (("entries", "corpus"), ("bm25_postings", "corpus")):
+                plan = conn.execute(sa.text(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM tnsrag.{table} "
+                                            f"WHERE {corpus_column} = 'new'")).scalar_one()[0]["Plan"]
+                assert plan["Plan Rows"] <= 1, (table, plan)
+
+        with _merge_plans(engine) as plans:
+            moved = new.merge_postings(sweep=False)
+        assert new.delete_many([f"n{i:03d}" for i in range(0, 600, 3)]) > 0  # tombstones for the purge
+        with _merge_plans(engine) as more:
+            purged = new.merge_postings(sweep=False)
+            sweep = swept.merge_postings(sweep=True)
+        plans.update(more)
+        assert moved.entries > 500 and purged.tombstones > 150 and sweep.entries > 500
+        bad = {statement: reads for statement, plan in plans.items() if (reads := _per_row_corpus_reads(plan))}
+        assert not bad, bad
+        # Every statement of the merge was planned above.
+        names = ("_DELTA_ENTRIES_SQL", "_LOCK_SQL", "_NP_SCAN_SQL", "_TAIL_SQL", "_GONE_SQL", "_BLOCKS_SQL",
+                 "_TOMBSTONES_SQL", "_HIT_SQL", "_PURGE_SQL", "_PURGED_SQL", "_SWEEP_WINDOW_SQL", "_NUMBERED_SQL",
+                 "_NP_PROBE_SQL")
+        compiled = {name: str(sa.text(getattr(merge, name)).compile(dialect=engine.dialect)) for name in names}
+        assert [name for name, statement in compiled.items() if statement not in plans] == []
+        for store in (new, swept):
+            assert layout(store)["rows_entries"] == 0 and layout(store)["tombstones"] == 0
+            assert_matches_reference(BM25Index(store), QUERIES)
+    finally:
+        engine.dispose()
+
+
+def test_a_large_write_refreshes_the_statistics_before_its_merge(fresh_db_url: URL,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The merge after a bulk write plans on statistics that have seen the write; the delta,
+    # analysed full then, is analysed again once the merge has emptied it.
+    from tnsrag_db._db import migrate
+    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._store import corpus
+
+    events: list[tuple[str, ...]] = []
+    analyze, merge_postings = corpus.Writer._analyze, corpus.merge_postings
+
+    def analysed(self: corpus.Writer, tables: Any) -> None:
+        events.append(("analyze", *tables))
+        analyze(self, tables)
+
+    def merged(conn: Connection, **options: Any) -> Any:
+        events.append(("merge",))
+        return merge_postings(conn, **options)
+
+    monkeypatch.setattr(corpus.Writer, "_analyze", analysed)
+    monkeypatch.setattr(corpus, "merge_postings", merged)
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    try:
+        migrate.upgrade(engine, schema="tnsrag")
+        store = Store(engine, corpus="bulk", schema="tnsrag", merge_after_entries=40, analyze_after_rows=60)
+        store.add_all(generated_entries(random.Random(31), 100))
+        first_merge = events.index(("merge",))
+        assert events[0] == ("analyze", "entries", "bm25_postings") and first_merge == 1
+        assert events[-1] == ("analyze", "bm25_postings", "bm25_blocks", "bm25_docs")
+        events.clear()
+        store.add_all(generated_entries(random.Random(32), 50, prefix="x"))  # a merge, no refresh
+        assert events and all(event == ("merge",) for event in events)
+        assert layout(store)["rows_entries"] == 0
+    finally:
+        engine.dispose()

@@ -166,7 +166,9 @@ class Writer:
         The stage tables are prepared first (once per connection). When PostgreSQL aborts
         the transaction to break a deadlock, ``work`` runs again, whole. After the commit,
         the entries ``work`` wrote through :func:`~tnsrag_db._store.write.write_entries`
-        count toward :meth:`refresh_statistics` (``analyze`` names further library tables).
+        count toward :meth:`refresh_statistics` (``analyze`` names further library tables),
+        which runs before the merge into blocks that follows every ``merge_after_entries``
+        written entries.
         """
         written = 0
 
@@ -186,12 +188,16 @@ class Writer:
 
         result = self._session.write_transaction(counted, prepare=prepare_stage_tables)
         self._unmerged += written
+        # The statistics before the merge, which then plans on what the write added (to
+        # statistics taken before, a corpus they never saw is one row).
+        refreshed = self.refresh_statistics(written, analyze)
         if self._unmerged >= self._merge_after:
             self._unmerged = 0
             try:
                 merged = self.merge(wait=False)
                 if merged.entries:
-                    analyze = (*analyze, "bm25_blocks", "bm25_docs")
+                    if refreshed and merged.entries < self._analyze_after_rows:  # (more: merge() analysed)
+                        self._analyze(_MERGED_TABLES)  # the delta was analysed full, the blocks before
                 elif merged.deferred and not self._deferral_logged:
                     self._deferral_logged = True
                     _log.info("BM25 postings of corpus %r stay rows until the rolling upgrade is finished "
@@ -202,7 +208,6 @@ class Writer:
                 # a schema not yet upgraded) leaves the postings as rows, which queries read
                 # as well, for the next merge. It must not report the write as failed.
                 _log.warning("BM25 postings of corpus %r not merged into blocks: %s", self._corpus.name, exc)
-        self.refresh_statistics(written, analyze)
         return result
 
     def merge(self, *, sweep: bool = False, wait: bool = True,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -51,25 +51,34 @@ BLOCK = 128
 #: ``work_mem`` of a merge transaction.
 MERGE_WORK_MEM = "256MB"
 
-#: The entries whose postings are in the delta, first ``:n`` in id order (the delta's own
-#: rows: its size, not the corpus's, bounds the scan).
-_DELTA_ENTRIES_SQL = textwrap.dedent(f"""\
-    WITH c AS (
-      SELECT p.entry_id FROM bm25_postings p WHERE p.corpus = :c
-      GROUP BY p.entry_id ORDER BY p.entry_id LIMIT :n
-    )
-    SELECT e.id FROM c
-    {probe('entries', 'e', 'e.id, e.lexemes', 'e.id = c.entry_id')}
-    WHERE cardinality(e.lexemes) > 0
-    ORDER BY e.id""")
+# Statistics. A merge often runs on a corpus its tables' statistics have never seen: the
+# first merge after a bulk write of a new corpus, with ``bm25_postings`` last analysed
+# while merges had emptied it (and ``entries`` before the corpus existed). The planner
+# then estimates the corpus at one row in every table, and a lookup of one entry by key
+# costs the same through any index led by ``corpus``: ``entries`` has six, ``bm25_docs``
+# two. A per-row lookup planned on such an index reads the whole corpus once per row
+# (a 30,000-entry merge took minutes). So ``entries`` and ``bm25_docs`` are never probed
+# row by row: they are read in one statement for the whole list of ids in hand
+# (``id = ANY (:ids)``), whose every plan (the key, another index, a sequential scan)
+# reads each row at most once. The per-row probes left reach tables with one index
+# (``bm25_postings``, ``bm25_blocks``, the stage tables), whose key they fill.
 
-#: Entries after ``:after`` in id order that have terms and no document number: the sweep
-#: of a corpus whose postings are all rows (written before blocks existed).
-_UNMERGED_ENTRIES_SQL = textwrap.dedent("""\
-    SELECT e.id FROM entries e
-    WHERE e.corpus = :c AND e.id > :after AND cardinality(e.lexemes) > 0
-      AND NOT EXISTS (SELECT 1 FROM bm25_docs d WHERE d.corpus = :c AND d.entry_id = e.id)
-    ORDER BY e.id LIMIT :n""")
+#: The entries whose postings are in the delta, first ``:n`` in id order: the delta's own
+#: rows (its size, not the corpus's, bounds the scan). :data:`_LOCK_SQL` reads the
+#: entries themselves.
+_DELTA_ENTRIES_SQL = textwrap.dedent("""\
+    SELECT p.entry_id FROM bm25_postings p WHERE p.corpus = :c
+    GROUP BY p.entry_id ORDER BY p.entry_id LIMIT :n""")
+
+#: The sweep of a corpus whose postings are all rows (written before blocks existed): the
+#: first ``:n`` entries after ``:after`` in id order, each with whether it has terms.
+_SWEEP_WINDOW_SQL = textwrap.dedent("""\
+    SELECT e.id, cardinality(e.lexemes) > 0 FROM entries e
+    WHERE e.corpus = :c AND e.id > :after ORDER BY e.id LIMIT :n""")
+
+#: Which of the entries ``:ids`` have a document number (merged already).
+_NUMBERED_SQL = ("SELECT d.entry_id FROM bm25_docs d "
+                 "WHERE d.corpus = :c AND d.entry_id = ANY (CAST(:ids AS text[]))")
 
 #: The merge's stage: each locked entry's id and new number (created on first use, emptied
 #: at commit, like the write path's stage tables).
@@ -88,7 +97,7 @@ _NUMBERS_SQL = textwrap.dedent("""\
 _LOCK_SQL = textwrap.dedent("""\
     WITH l AS (
       SELECT e.id FROM entries e
-      WHERE e.corpus = :c AND e.id = ANY (CAST(:ids AS text[]))
+      WHERE e.corpus = :c AND e.id = ANY (CAST(:ids AS text[])) AND cardinality(e.lexemes) > 0
       ORDER BY e.id FOR SHARE SKIP LOCKED
     ), staged AS (
       INSERT INTO tnsrag_stage_merge (id, docno)
@@ -109,25 +118,28 @@ _MOVE_STAGE_DDL = (
 # The steps of a move, in the snapshot after the locks (each sees every write the locks
 # waited for, and the locked entries cannot change). The shared tables are read by
 # primary-key probes or one pass, in plans that keep their shape whatever the statistics
-# say (OFFSET 0): the delta's statistics are those of its last ANALYZE, often taken right
-# after a merge had emptied it, and a join planned from them could scan it once per row.
+# say (OFFSET 0, and see "Statistics" above): the delta's statistics are those of its last
+# ANALYZE, often taken right after a merge had emptied it, and a join planned from them
+# could scan it once per row.
 
 #: The staged entries' delta postings, by one pass over the corpus's delta (mostly what
-#: the merge takes), each row's entry looked up in the stage by key.
+#: the merge takes) hash-joined to the stage (see :func:`_hash_joins_only`).
 _NP_SCAN_SQL = textwrap.dedent("""\
     INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
-    SELECT p.ctid, p.lexeme, p.entry_id, i.docno, p.tf, p.doc_len FROM bm25_postings p
-    CROSS JOIN LATERAL (SELECT i.docno FROM tnsrag_stage_merge i WHERE i.id = p.entry_id OFFSET 0) i
+    SELECT p.ctid, p.lexeme, p.entry_id, i.docno, p.tf, p.doc_len
+    FROM bm25_postings p JOIN tnsrag_stage_merge i ON i.id = p.entry_id
     WHERE p.corpus = :c""")
 
 #: The same by primary-key probes through each entry's stored terms (a sweep takes a small
-#: part of a large delta of postings written before blocks existed).
+#: part of a large delta of postings written before blocks existed): the chosen entries
+#: ``:ids`` read in one pass, those staged (locked) kept.
 _NP_PROBE_SQL = textwrap.dedent(f"""\
     INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
-    SELECT q.tid, q.lexeme, i.id, i.docno, q.tf, q.doc_len FROM tnsrag_stage_merge i
-    {probe('entries', 'e', 'e.lexemes', 'e.id = i.id')}
+    SELECT q.tid, q.lexeme, e.id, i.docno, q.tf, q.doc_len FROM entries e
+    CROSS JOIN LATERAL (SELECT i.docno FROM tnsrag_stage_merge i WHERE i.id = e.id OFFSET 0) i
     CROSS JOIN unnest(e.lexemes) AS l(lexeme)
-    {probe('bm25_postings', 'q', 'q.ctid AS tid, q.lexeme, q.tf, q.doc_len', 'q.lexeme = l.lexeme AND q.entry_id = i.id')}""")
+    {probe('bm25_postings', 'q', 'q.ctid AS tid, q.lexeme, q.tf, q.doc_len', 'q.lexeme = l.lexeme AND q.entry_id = e.id')}
+    WHERE e.corpus = :c AND e.id = ANY (CAST(:ids AS text[]))""")
 
 #: Each touched term's last block when it has room: re-cut with the new postings.
 _TAIL_SQL = textwrap.dedent(f"""\
@@ -176,18 +188,39 @@ _BLOCKS_SQL = textwrap.dedent(f"""\
 
 
 @contextmanager
-def tid_scans_only(conn: Connection) -> Iterator[None]:
-    """Index scans off for the statements of the block (in ``conn``'s transaction): a
-    statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus = :c`` is then a
-    TID scan whatever the statistics (stale ones can make an index scan of the whole
-    corpus, testing every row against the array, look cheaper)."""
-    settings = ", ".join(f"set_config('{name}', :v, true)"
-                         for name in ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"))
+def _switched_off(conn: Connection, *names: str) -> Iterator[None]:
+    """The planner's ``enable_*`` settings ``names`` off for the statements of the block (in
+    ``conn``'s transaction). The planner takes a disabled kind of node only where no other
+    plan exists (PostgreSQL 18 counts them, earlier releases add a prohibitive cost): the
+    choice no longer rests on the statistics."""
+    settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
     conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
     try:
         yield
     finally:
         conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+
+
+def tid_scans_only(conn: Connection) -> AbstractContextManager[None]:
+    """Index scans off for the statements of the block (in ``conn``'s transaction): a
+    statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus = :c`` is then a
+    TID scan whatever the statistics (stale ones can make an index scan of the whole
+    corpus, testing every row against the array, look cheaper)."""
+    return _switched_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
+
+
+def _heap_order_scans(conn: Connection) -> AbstractContextManager[None]:
+    """Plain index scans off for the statements of the block: rows a statement reads by an
+    index are read by a bitmap, in heap order. Stale statistics can take a corpus for one
+    row and read all of it through an index in another order, a random read per row."""
+    return _switched_off(conn, "enable_indexscan", "enable_indexonlyscan")
+
+
+def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
+    """Nested loops and merge joins off for the statements of the block: each join is a
+    hash join, one pass over each side. Stale statistics can take a corpus's delta for one
+    row and plan a nested loop that reads the stage, or the delta, once per row."""
+    return _switched_off(conn, "enable_nestloop", "enable_mergejoin")
 
 
 #: The first ``:m`` tombstones of the corpus, by number.
@@ -290,9 +323,13 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
         return MergeReport(ran=False)
     c = {"c": corpus}
     if after is None:
-        chosen = list(conn.execute(sa.text(_DELTA_ENTRIES_SQL), {**c, "n": max_entries}).scalars())
+        chosen = looked = list(conn.execute(sa.text(_DELTA_ENTRIES_SQL), {**c, "n": max_entries}).scalars())
     else:
-        chosen = list(conn.execute(sa.text(_UNMERGED_ENTRIES_SQL), {**c, "after": after, "n": max_entries}).scalars())
+        window = conn.execute(sa.text(_SWEEP_WINDOW_SQL), {**c, "after": after, "n": max_entries}).all()
+        looked = [entry_id for entry_id, _ in window]
+        with_terms = [entry_id for entry_id, has_terms in window if has_terms]
+        numbered = set(conn.execute(sa.text(_NUMBERED_SQL), {**c, "ids": with_terms}).scalars()) if with_terms else set()
+        chosen = [entry_id for entry_id in with_terms if entry_id not in numbered]
     entries = postings = written = 0
     if chosen:
         # A merge's sorts are large (a transaction re-cuts up to a million postings): in memory.
@@ -300,8 +337,14 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
         for ddl in (_STAGE_DDL, *_MOVE_STAGE_DDL):
             conn.execute(sa.text(ddl))
         base = conn.execute(sa.text(_NUMBERS_SQL), {**c, "k": len(chosen)}).scalar_one()
-        if conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one():
-            conn.execute(sa.text(_NP_SCAN_SQL if after is None else _NP_PROBE_SQL), c)
+        with _heap_order_scans(conn):
+            locked = conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one()
+        if locked:
+            if after is None:
+                with _hash_joins_only(conn):
+                    conn.execute(sa.text(_NP_SCAN_SQL), c)
+            else:
+                conn.execute(sa.text(_NP_PROBE_SQL), {**c, "ids": chosen})
             conn.execute(sa.text(_TAIL_SQL), c)
             with tid_scans_only(conn):
                 postings = conn.execute(sa.text(_GONE_SQL), c).rowcount
@@ -321,4 +364,4 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
     else:  # no merged entry left (the corpus was cleared): every block posting is tombstoned
         purged, rewritten = conn.execute(sa.text(_PURGE_ALL_SQL), c).one()
     return MergeReport(entries=entries, postings=postings, blocks_written=written + rewritten, tombstones=purged,
-                       last_id=chosen[-1] if chosen else None)
+                       last_id=looked[-1] if looked else None)
