@@ -231,3 +231,28 @@ def test_cli_distributes(citus_cluster: Cluster) -> None:
 def test_distribute_refuses_a_server_without_citus(engine: Engine) -> None:
     with pytest.raises(ConfigurationError, match="no citus extension"):
         distribute(engine, schema=SCHEMA)
+
+
+@pytest.mark.citus
+def test_export_and_restore_into_a_new_corpus_on_the_cluster(citus_cluster: Cluster, citus_engine: Engine,
+                                                             tmp_path: Any) -> None:
+    store = _cluster_store(citus_engine)
+    restored = _cluster_store(citus_engine)
+    url = citus_cluster.coordinator.url
+    runner = CliRunner()
+    try:
+        before = _answers(_load(store))
+        res = runner.invoke(main_group, ["export", "--url", url, "--corpus", store.corpus, "--vectors"])
+        assert res.exit_code == 0, res.output
+        dump = tmp_path / "corpus.jsonl"
+        dump.write_text("".join(line + "\n" for line in res.output.splitlines() if line.startswith("{")))
+        res = runner.invoke(main_group, ["ingest", "--url", url, "--corpus", restored.corpus, str(dump)])
+        assert res.exit_code == 0, res.output
+        assert "6 inserted" in res.output
+        again = _answers({"vector": VectorRAGStrategy(VectorMemoryStore(restored, _embedding)),
+                          "keyword": KeywordRAGStrategy(BM25Index(restored))})
+        assert again == {k: v for k, v in before.items() if k.split()[0] in ("vector", "keyword")}
+        assert restored.count() == store.count() == len(ENTRIES)
+    finally:
+        store.drop_corpus()
+        restored.drop_corpus()
