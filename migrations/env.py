@@ -138,6 +138,13 @@ def _run_with(connection: Connection) -> None:
         # Session-wide: the revisions' transactions come and go. The connection is
         # discarded after the migration (see tnsrag_db._db.migrate.upgrade).
         connection.execute(text(f"SET search_path TO {schema}, public"))
+        # On a Citus coordinator: a revision that reads a distributed table (in parallel,
+        # one connection per shard) and then changes a function (propagated to every node
+        # over one connection per node) fails in one transaction unless every command of
+        # the transaction uses one connection per node.
+        connection.execute(text(
+            "SELECT set_config('citus.multi_shard_modify_mode', 'sequential', false) "
+            "FROM pg_extension WHERE extname = 'citus'"))
         connection.commit()
         _configure(connection=connection)
         run_with_lock_retries(connection, _run_migrations, lock_timeout=float(

@@ -1,5 +1,5 @@
 """The Citus script: every table distributed by corpus, co-located, in foreign-key order,
-and a schema whose keys Citus accepts (Citus itself cannot be installed here)."""
+and a schema whose keys Citus accepts (tests/db/test_citus_cluster.py runs it on a cluster)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def test_every_table_is_distributed_by_corpus_colocated_and_after_what_it_refere
             assert order.index(fk.referred_table.name) < order.index(table.name), (table.name, fk.referred_table.name)
     assert lead == "corpora"
     assert script.index("CREATE EXTENSION IF NOT EXISTS citus;") < script.index("create_distributed_table")
+    # what Citus refuses goes first: subqueries in policies, triggers on a table to distribute
+    first = script.index("create_distributed_table")
+    assert script.index("ALTER POLICY %I ON %I.%I USING (corpus = ANY (app_mem.tnsrag_tenant_corpora()))") < first
+    for trigger in ("tnsrag_bm25_retire_deleted", "tnsrag_bm25_retire_rewritten"):
+        assert script.index(f"DROP TRIGGER IF EXISTS {trigger} ON app_mem.entries;") < first
     for statement in sqlglot.parse(script, read="postgres"):  # valid SQL as a whole
         assert statement is not None
 

@@ -231,6 +231,35 @@ def sql(schema: str, revision_range: str, citus: bool) -> None:
     click.echo(migrate.offline_sql(schema=schema, revision_range=revision_range), nl=False)
 
 
+@db.command()
+@db_options
+@click.option("--citus", is_flag=True, required=True,
+              help="Distribute on Citus (the only kind so far; required, so the command says what it does).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def distribute(url: str | None, schema: str, citus: bool, as_json: bool) -> None:
+    """Distribute the migrated tables by corpus on a Citus coordinator (after tnsrag db
+    upgrade, before the first write; safe to run again).
+
+    Every table is hash-distributed by corpus and co-located, so each store operation
+    routes to the one worker holding its corpus. The tenancy policies are rewritten without
+    the subquery Citus refuses, and the statement triggers kept for writers of releases
+    before 0011 are dropped (the schema must no longer serve them: tnsrag db upgrade
+    --finish). See docs/deployment.md, "Scale out with Citus".
+
+    Example: tnsrag db distribute --citus --url "$COORDINATOR_URL"
+    """
+    from tnsrag_db._store.citus import distribute as run
+
+    with _engine(url, schema) as engine:
+        report = run(engine, schema=schema)
+    emit({"schema": schema, "distributed": report.distributed, "already": report.already,
+          "policies": report.policies, "triggers_dropped": report.triggers}, as_json,
+         f"schema {schema}: {len(report.distributed)} tables distributed by corpus"
+         + (f", {len(report.already)} already were" if report.already else "")
+         + (f"; dropped triggers {', '.join(report.triggers)}" if report.triggers else ""))
+
+
 @db.command("partition-sql")
 @db_options
 @click.option("--partitions", type=click.IntRange(2, 1024), default=8, show_default=True,

@@ -20,18 +20,45 @@ Distributed Tables (DDL)" and "Citus Utility Functions"):
   (``create_reference_table``), copied to every node. The library has none today; the
   alembic version table stays a local table on the coordinator, where migrations run.
 * Extensions (``vector``, ``btree_gin``) must be installed on every node.
+* A row-level security policy of a distributed table may not hold a subquery ("Subqueries
+  are not supported in policies on distributed tables"). The tenancy policies' grant
+  lookup ``corpus = ANY (CAST((SELECT tnsrag_tenant_corpora()) AS text[]))`` is rewritten
+  to call the STABLE function directly, ``corpus = ANY (tnsrag_tenant_corpora())``.
+* A table with triggers is distributed only with ``citus.enable_unsafe_triggers`` on, and
+  a trigger then runs on each shard, where it may reach co-located shards of its own node
+  only. The statement triggers of ``entries`` (revision 0011) serve writers of releases
+  before 0011 alone (this release's writers retire merged entries themselves), and read
+  other tables by a corpus taken from their transition tables (never one shard): they are
+  dropped, once the schema serves no such release (``tnsrag_schema_compat()``).
+* Functions of a distributed schema (``tnsrag_tenant_corpora()``, the policies' lookup,
+  ``tnsrag_schema_compat()``) are propagated to every node by Citus as dependencies when
+  the tables are distributed; later ``CREATE OR REPLACE FUNCTION`` on the coordinator (the
+  finish of a rolling upgrade) is propagated as well.
 
-Nothing here connects to a database: :func:`citus_script` returns text.
+:func:`citus_script` returns the statements as text; :func:`distribute` runs them on a
+coordinator, after checking it can.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import sqlalchemy as sa
 from sqlalchemy import ForeignKeyConstraint, PrimaryKeyConstraint, Table, UniqueConstraint
+from sqlalchemy.engine import Engine
 
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._db.schema import metadata
+from tnsrag_db._errors import ConfigurationError
 
-__all__ = ["DISTRIBUTION_COLUMN", "citus_problems", "citus_script"]
+__all__ = ["DISTRIBUTION_COLUMN", "DistributeReport", "citus_problems", "citus_script", "distribute"]
+
+#: The policies of the tenancy revisions whose grant lookup holds a scalar subquery.
+TENANCY_POLICIES = ("tenant_isolation", "tenant_filter_pairs")
+#: The statement triggers of revision 0011 (for writers of releases before it).
+RETIRE_TRIGGERS = ("tnsrag_bm25_retire_deleted", "tnsrag_bm25_retire_rewritten")
+#: The first revision whose writers retire merged entries themselves.
+SELF_RETIRING = "0011"
 
 #: The column every shared table is keyed and distributed by.
 DISTRIBUTION_COLUMN = "corpus"
@@ -62,13 +89,9 @@ def citus_problems(tables: list[Table] | None = None) -> list[str]:
     return problems
 
 
-def citus_script(*, schema: str = "tnsrag") -> str:
-    """The SQL to run on a Citus coordinator after ``tnsrag db upgrade`` (schema ``schema``).
-
-    Raises :class:`~tnsrag_db._errors.ConfigurationError` for an invalid schema name and
-    ``RuntimeError`` if the declarations break a Citus rule (a test keeps them clean).
-    """
-    validate_schema_name(schema)
+def _ordered() -> tuple[list[Table], list[Table]]:
+    """The distributed tables (``corpora`` first, referenced tables before their referrers)
+    and the reference tables."""
     problems = citus_problems()
     if problems:  # pragma: no cover - tests/unit/test_citus.py keeps the schema clean
         raise RuntimeError("the schema breaks Citus rules: " + "; ".join(problems))
@@ -76,24 +99,128 @@ def citus_script(*, schema: str = "tnsrag") -> str:
     # the co-location group, since every other table references it.
     ordered = [t for t in metadata.sorted_tables if t.name == "corpora"] + [
         t for t in metadata.sorted_tables if t.name != "corpora"]
-    distributed = [t for t in ordered if DISTRIBUTION_COLUMN in t.c]
-    reference = [t for t in ordered if DISTRIBUTION_COLUMN not in t.c]
+    return [t for t in ordered if DISTRIBUTION_COLUMN in t.c], [t for t in ordered if DISTRIBUTION_COLUMN not in t.c]
+
+
+def _policies_sql(schema: str) -> str:
+    """Rewrite the tenancy policies that exist in ``schema`` without a subquery (a DO block,
+    so that the script finds them when it runs)."""
+    granted = f"corpus = ANY ({schema}.tnsrag_tenant_corpora())"
+    names = ", ".join(f"'{p}'" for p in TENANCY_POLICIES)
+    return (f"DO $tnsrag$ DECLARE r record; BEGIN "
+            f"FOR r IN SELECT tablename, policyname FROM pg_policies "
+            f"WHERE schemaname = '{schema}' AND policyname IN ({names}) LOOP "
+            f"EXECUTE format('ALTER POLICY %I ON %I.%I USING ({granted}) WITH CHECK ({granted})', "
+            f"r.policyname, '{schema}', r.tablename); END LOOP; END $tnsrag$;")
+
+
+def _distribute_sql(schema: str, table: Table, lead: str) -> str:
+    colocate = "" if table.name == lead else f", colocate_with => '{schema}.{lead}'"
+    return f"SELECT create_distributed_table('{schema}.{table.name}', '{DISTRIBUTION_COLUMN}'{colocate});"
+
+
+def citus_script(*, schema: str = "tnsrag") -> str:
+    """The SQL to run on a Citus coordinator after ``tnsrag db upgrade`` (schema ``schema``).
+
+    Raises :class:`~tnsrag_db._errors.ConfigurationError` for an invalid schema name and
+    ``RuntimeError`` if the declarations break a Citus rule (a test keeps them clean).
+    Unlike :func:`distribute`, the script checks nothing: run it on a schema that serves no
+    release before 0011 (``tnsrag db upgrade --finish``) and without tenancy triggers.
+    """
+    validate_schema_name(schema)
+    distributed, reference = _ordered()
     lines = [
         f"-- tnsrag_db on Citus: run on the coordinator, after `tnsrag db upgrade --schema {schema}`",
-        "-- and before the first write. Needs the citus extension on the coordinator, and",
-        "-- vector and btree_gin on every node. Every shared table is hash-distributed by",
-        f"-- {DISTRIBUTION_COLUMN} and co-located with {distributed[0].name}, so each store operation",
-        "-- (which names its corpus on every shared table) routes to one shard group.",
+        "-- and before the first write (`tnsrag db distribute` runs the same, after checks). Needs the",
+        "-- citus extension on the coordinator, and vector and btree_gin on every node. Every shared",
+        f"-- table is hash-distributed by {DISTRIBUTION_COLUMN} and co-located with {distributed[0].name}, so each",
+        "-- store operation (which names its corpus on every shared table) routes to one shard group.",
         "-- Run it once, as the tables' owner; each call is atomic on its own.",
         "CREATE EXTENSION IF NOT EXISTS citus;",
+        "-- Citus refuses subqueries in the policies of distributed tables: call the lookup directly.",
+        _policies_sql(schema),
+        "-- Statement triggers for writers of releases before 0011 (this release retires merged",
+        "-- entries itself); Citus distributes no table with triggers.",
+        *(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries;" for name in RETIRE_TRIGGERS),
     ]
-    lead = distributed[0].name
-    for table in distributed:
-        colocate = "" if table.name == lead else f", colocate_with => '{schema}.{lead}'"
-        lines.append(f"SELECT create_distributed_table('{schema}.{table.name}', '{DISTRIBUTION_COLUMN}'{colocate});")
+    lines += [_distribute_sql(schema, table, distributed[0].name) for table in distributed]
     for table in reference:
         lines.append(f"SELECT create_reference_table('{schema}.{table.name}');")
     if not reference:
         lines.append("-- No reference tables: every table has a corpus column. alembic_version stays a")
         lines.append("-- local table on the coordinator, where migrations run.")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class DistributeReport:
+    """What :func:`distribute` did: the tables it distributed now (in order) and those that
+    already were, the policies it rewrote and the triggers it dropped."""
+
+    distributed: list[str]
+    already: list[str]
+    policies: int
+    triggers: list[str]
+
+
+def distribute(engine: Engine, *, schema: str = "tnsrag") -> DistributeReport:
+    """Distribute ``schema``'s tables by corpus on the Citus coordinator ``engine`` reaches
+    (after ``tnsrag db upgrade``; safe to run again: distributed tables are skipped).
+
+    Raises :class:`~tnsrag_db._errors.ConfigurationError` when the server has no citus
+    extension, the schema is not at this release's head, it still serves releases before
+    0011 (run ``tnsrag db upgrade --finish`` first: their writers need the triggers), or
+    tenant isolation's triggers are attached (row-level security is not supported on a
+    distributed schema).
+    """
+    from tnsrag_db._db import migrate
+
+    validate_schema_name(schema)
+    distributed, reference = _ordered()
+    with engine.connect() as conn:
+        if conn.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first() is None:
+            raise ConfigurationError("the server has no citus extension: tnsrag db distribute runs on a Citus "
+                                     "coordinator (CREATE EXTENSION citus, with the workers added)")
+    current, head = migrate.current_revision(engine, schema=schema), migrate.head_revision()
+    if current != head:
+        raise ConfigurationError(f"schema {schema} is at {current or 'no revision'}, this release's head is "
+                                 f"{head}: run tnsrag db upgrade first")
+    served = migrate.served_releases(engine, schema=schema)
+    if served is None or served[0] < SELF_RETIRING:
+        raise ConfigurationError(f"schema {schema} still serves releases before {SELF_RETIRING}, whose writers "
+                                 "need the triggers Citus cannot distribute: run tnsrag db upgrade --finish first")
+    with engine.connect() as conn:
+        triggers = set(conn.execute(sa.text(
+            "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND NOT tg.tgisinternal"),
+            {"s": schema}).scalars())
+        foreign = sorted(triggers - set(RETIRE_TRIGGERS))
+        if foreign:
+            raise ConfigurationError(f"schema {schema} has triggers Citus cannot distribute ({', '.join(foreign)}): "
+                                     "tenant isolation (tnsrag db upgrade --tenancy rls) is not supported on a "
+                                     "distributed schema; switch it off first (--tenancy off)")
+        done = set(conn.execute(sa.text(
+            "SELECT c.relname FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s"), {"s": schema}).scalars())
+        policies = int(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_policies WHERE schemaname = :s AND policyname = ANY (:p)"),
+            {"s": schema, "p": list(TENANCY_POLICIES)}).scalar_one())
+    lead = distributed[0].name
+    new: list[str] = []
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        # The driver's own execute: the statements take no parameters, and the DO block's
+        # format() placeholders are not the driver's. Each statement commits on its own.
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.execute(_policies_sql(schema))
+        for name in sorted(triggers):
+            raw.execute(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries")
+        for table in distributed:
+            if table.name not in done:
+                raw.execute(_distribute_sql(schema, table, lead))
+                new.append(table.name)
+        for table in reference:  # pragma: no cover - the schema has none today
+            if table.name not in done:
+                raw.execute(f"SELECT create_reference_table('{schema}.{table.name}')")
+                new.append(table.name)
+    return DistributeReport(new, sorted(done), policies, sorted(triggers))

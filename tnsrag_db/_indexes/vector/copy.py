@@ -62,7 +62,9 @@ def encode_rows(corpus: str, space_id: int, ids: Sequence[str],
 #: A select-list item telling whether row-level security applies to this session's writes
 #: of ``embeddings`` (then COPY FROM into it is refused): a statement the write sends anyway
 #: carries it, and its answer is passed to :func:`copy_vectors` as ``row_security``.
-ROW_SECURITY_ACTIVE = "(SELECT row_security_active('embeddings'))"  # an InitPlan: evaluated once
+#: The table is named by a regclass constant, not by text resolved where the call runs: on
+#: Citus the statement runs on a worker, whose search path does not lead to the table.
+ROW_SECURITY_ACTIVE = "(SELECT row_security_active(CAST('embeddings' AS regclass)))"  # an InitPlan: evaluated once
 
 
 def copy_vectors(conn: Connection, corpus: str, space_id: int, ids: Sequence[str],

@@ -45,20 +45,21 @@ __all__ = ["SPACE_RECHECK_SECONDS", "EmbeddingSpace", "ProviderSpaces", "Space",
 #: (:class:`ProviderSpaces`' ``recheck_seconds``).
 SPACE_RECHECK_SECONDS = 5.0
 
-#: A space row's id and index name (alias ``s``; binds ``:schema``). The name is the recorded
-#: one, else that of a valid index the catalog holds under the space's index name: a build
-#: whose process died after PostgreSQL finished the index, but before it was recorded,
-#: left the space searched by exact scans until someone built it again.
-_SPACE_COLUMNS = """\
-s.space_id,
-coalesce(s.index_name, (
-    SELECT 'ix_embeddings_hnsw_' || s.space_id::text FROM pg_index i
-    WHERE i.indexrelid = to_regclass(:schema || '.ix_embeddings_hnsw_' || s.space_id::text) AND i.indisvalid
-)) AS index_name"""
-
-#: The space of one (corpus, provider, dimension).
-_SELECT_SPACE = f"""\
-SELECT {_SPACE_COLUMNS}
+#: The space of one (corpus, provider, dimension): its id and index name (binds ``:schema``).
+#: The name is the recorded one, else that of a valid index the catalog holds under the
+#: space's index name: a build whose process died after PostgreSQL finished the index, but
+#: before it was recorded, left the space searched by exact scans until someone built it
+#: again. The catalog is read in a CTE of its own, not in a subquery correlated with the
+#: space row: Citus runs such a CTE on the coordinator and routes the rest to the corpus'
+#: shard, but refuses a catalog table joined to a distributed one.
+_SELECT_SPACE = """\
+WITH ix AS MATERIALIZED (
+  SELECT CAST(c.relname AS text) AS relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+  WHERE c.relnamespace = to_regnamespace(:schema) AND c.relname LIKE 'ix\\_embeddings\\_hnsw\\_%' AND i.indisvalid
+)
+SELECT s.space_id,
+  coalesce(s.index_name, (SELECT x.relname FROM ix x WHERE x.relname = 'ix_embeddings_hnsw_' || s.space_id::text))
+    AS index_name
 FROM embedding_spaces s
 WHERE s.corpus = :c AND s.provider = :p AND s.dimension = :d"""
 

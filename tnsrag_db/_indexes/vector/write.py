@@ -50,7 +50,7 @@ CROSS JOIN LATERAL (
     WHERE e.corpus = :c AND e.id = n.id OFFSET 0
 ) e"""
 
-_HAS_VECTOR = "EXISTS (SELECT 1 FROM embeddings x WHERE x.corpus = e.corpus AND x.space_id = :s AND x.entry_id = e.id)"
+_HAS_VECTOR = "EXISTS (SELECT 1 FROM embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = e.id)"
 
 # The ids of the batch without a vector in the space, after the entry write (OFFSET 0: one
 # index probe per id, never an anti-join over the whole space), each with whether row-level

@@ -1,0 +1,258 @@
+"""The library on a real Citus cluster (a coordinator and two workers, tests/citus_cluster.py),
+its tables distributed by corpus with ``tnsrag db distribute --citus``: the same answers as
+a single server, and each corpus statement of a query routed to one worker."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import sql
+from sqlalchemy.engine import Engine
+
+from tests.citus_cluster import Cluster
+from tests.db._helpers import read_statements
+from tnsrag_db import (
+    BM25Index,
+    ConfigurationError,
+    Edge,
+    GraphRAGStrategy,
+    GraphStore,
+    HybridRAGStrategy,
+    KeywordRAGStrategy,
+    MemoryEntry,
+    MemoryTier,
+    RAGContext,
+    VectorMemoryStore,
+    VectorRAGStrategy,
+)
+from tnsrag_db._cli import main_group
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.citus import distribute
+from tnsrag_db._store.store import Store
+
+SCHEMA = "tnsrag"
+WORDS = ["agent", "memory", "vector", "keyword", "graph", "time", "tree", "query"]
+ENTRIES = [
+    MemoryEntry("a", "agent memory agent", MemoryTier.SEMANTIC),
+    MemoryEntry("b", "memory vector graph", MemoryTier.WORKING),
+    MemoryEntry("c", "agent keyword query", MemoryTier.SEMANTIC, metadata={"tenant": "acme"}),
+    MemoryEntry("d", "time tree memory memory", MemoryTier.EPISODIC),
+    MemoryEntry("e", "graph graph tree", MemoryTier.SEMANTIC),
+    MemoryEntry("f", "agent memory vector keyword", MemoryTier.WORKING, metadata={"tenant": "acme"}),
+]
+EDGES = [Edge("a", "e"), Edge("e", "d")]
+
+
+def _embedding(text: str) -> list[float]:
+    lowered = text.lower()
+    return [float(lowered.count(w)) + 0.01 * i for i, w in enumerate(WORDS)]
+
+
+@pytest.fixture(scope="module")
+def citus_engine(citus_cluster: Cluster) -> Iterator[Engine]:
+    """An engine on the coordinator, its schema migrated and distributed by corpus."""
+    engine = create_engine(citus_cluster.coordinator.url, schema=SCHEMA, pool_size=2)
+    migrate.upgrade(engine, schema=SCHEMA)
+    distribute(engine, schema=SCHEMA)
+    yield engine
+    engine.dispose()
+
+
+def _load(store: Store) -> dict[str, Any]:
+    """The test corpus written into ``store``, and the strategies over it."""
+    vectors = VectorMemoryStore(store, _embedding)
+    vectors.add_all(ENTRIES)
+    graph_store = GraphStore(store)
+    graph_store.add_edges(EDGES)
+    keywords = BM25Index(store)
+    G = GraphRAGStrategy
+    return {
+        "keyword": KeywordRAGStrategy(keywords),
+        "vector": VectorRAGStrategy(vectors),
+        "hybrid": HybridRAGStrategy(keywords, vectors),
+        "graph": G("test", graph_store, None, G.DEFAULT_MAX_DEPTH, G.DEFAULT_DEPTH_DECAY, G.DEFAULT_MAX_VISITED_NODES),
+    }
+
+
+def _answers(strategies: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
+    contexts = {"all": RAGContext(10, -1.0), "acme": RAGContext(10, -1.0, {"tenant": "acme"}),
+                "working": RAGContext(3, -1.0, {"tier": "WORKING"})}
+    return {f"{name} {label}": [(d.metadata["entryId"], d.score) for d in strategy.retrieve("agent memory", ctx)]
+            for name, strategy in strategies.items() for label, ctx in contexts.items()}
+
+
+def _cluster_store(engine: Engine) -> Store:
+    return Store(engine, corpus=f"citus_{uuid.uuid4().hex[:10]}", schema=SCHEMA)
+
+
+@pytest.mark.citus
+def test_distribute_puts_every_table_in_one_colocation_group_by_corpus(citus_cluster: Cluster,
+                                                                       citus_engine: Engine) -> None:
+    with psycopg.connect(citus_cluster.coordinator.conninfo) as conn:
+        rows = conn.execute("SELECT table_name::text, distribution_column, colocation_id FROM citus_tables "
+                            "WHERE table_name::text LIKE %s", (f"{SCHEMA}.%",)).fetchall()
+        policies = conn.execute("SELECT qual, with_check FROM pg_policies WHERE schemaname = %s "
+                                "AND policyname IN ('tenant_isolation', 'tenant_filter_pairs')", (SCHEMA,)).fetchall()
+        triggers = conn.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+                                (f"{SCHEMA}.entries",)).fetchall()
+    from tnsrag_db._db.schema import metadata
+
+    assert sorted(f"{SCHEMA}.{t.name}" for t in metadata.sorted_tables) == sorted(r[0] for r in rows)
+    assert {r[1] for r in rows} == {"corpus"} and len({r[2] for r in rows}) == 1
+    assert len(policies) == 13
+    for qual, check in policies:  # the grant lookup is a direct call, no subquery
+        assert qual == check == f"(corpus = ANY ({SCHEMA}.tnsrag_tenant_corpora()))"
+    assert triggers == []
+    for worker in citus_cluster.workers:  # the schema's functions reached every node
+        with psycopg.connect(worker.conninfo) as conn:
+            assert conn.execute(f"SELECT serves_from FROM {SCHEMA}.tnsrag_schema_compat()").fetchone() == ("0011",)
+            assert conn.execute(f"SELECT {SCHEMA}.tnsrag_tenant_corpora()").fetchone() == ([],)
+    again = distribute(citus_engine, schema=SCHEMA)  # safe to run again
+    assert again.distributed == [] and len(again.already) == len(rows) and again.triggers == []
+
+
+@pytest.mark.citus
+def test_answers_on_the_cluster_equal_the_single_servers(citus_engine: Engine,
+                                                        make_store: Callable[..., Store]) -> None:
+    single = _answers(_load(make_store()))
+    store = _cluster_store(citus_engine)
+    try:
+        on_cluster = _answers(_load(store))
+    finally:
+        store.drop_corpus()
+    assert on_cluster == single
+    assert [i for i, _ in single["graph all"]][:2] == ["a", "e"]  # the walk reached e through a -> e
+    assert {i for i, _ in single["keyword acme"]} == {"c", "f"}
+
+
+def _literal(value: Any) -> Any:
+    """A parameter as a literal PostgreSQL coerces to the parameter's type (a vector as its text)."""
+    if hasattr(value, "tolist"):
+        return "[" + ",".join(repr(float(x)) for x in value.tolist()) + "]"
+    return value
+
+
+def _explain(conn: psycopg.Connection[Any], text: str, values: tuple[Any, ...]) -> str:
+    """EXPLAIN of a statement the library sent (``$n`` parameters) with its values."""
+    conn.execute(sql.SQL("PREPARE tnsrag_probe AS {}").format(sql.SQL(text)))
+    try:
+        args = sql.SQL(", ").join(sql.Literal(_literal(v)) for v in values)
+        plan = conn.execute(sql.SQL("EXPLAIN EXECUTE tnsrag_probe({})").format(args)).fetchall()
+    finally:
+        conn.execute("DEALLOCATE tnsrag_probe")
+    return "\n".join(r[0] for r in plan)
+
+
+@pytest.mark.citus
+@pytest.mark.parametrize("strategy", ["keyword", "vector"])
+def test_each_corpus_statement_of_a_query_runs_as_one_task_on_one_worker(
+        citus_cluster: Cluster, citus_engine: Engine, strategy: str) -> None:
+    store = _cluster_store(citus_engine)
+    try:
+        strategies = _load(store)
+        strategies[strategy].retrieve("agent memory", RAGContext(5))  # warm: the space lookup is cached
+        with read_statements() as sent:
+            assert strategies[strategy].retrieve("agent memory", RAGContext(5))
+        assert sent
+        with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {SCHEMA}, public")
+            for _, text, values in sent:
+                plan = _explain(conn, text, values)
+                assert "Custom Scan (Citus Adaptive)" in plan, plan
+                assert re.findall(r"Task Count: (\d+)", plan) == ["1"], plan
+    finally:
+        store.drop_corpus()
+
+
+def _served_on_workers(cluster: Cluster, schema: str) -> set[str]:
+    served = set()
+    for worker in cluster.workers:
+        with psycopg.connect(worker.conninfo) as conn:
+            row = conn.execute(f"SELECT serves_from FROM {schema}.tnsrag_schema_compat()").fetchone()
+            assert row is not None
+            served.add(str(row[0]))
+    return served
+
+
+@pytest.mark.citus
+def test_upgrade_of_a_distributed_schema_reaches_every_node(citus_cluster: Cluster) -> None:
+    schema = "tnsrag_up"
+    engine = create_engine(citus_cluster.coordinator.url, schema=schema, pool_size=1)
+    try:
+        migrate.upgrade(engine, schema=schema, revision="0011")
+        migrate.upgrade(engine, schema=schema)  # a schema upgraded from 0011 serves 0010 ...
+        with pytest.raises(ConfigurationError, match="upgrade --finish"):
+            distribute(engine, schema=schema)  # ... whose writers need the triggers
+        migrate.finish(engine, schema=schema)
+        report = distribute(engine, schema=schema)
+        assert report.triggers == ["tnsrag_bm25_retire_deleted", "tnsrag_bm25_retire_rewritten"]
+        # A revision after distribution: 0012 again (it reads a distributed table, then
+        # replaces a function, which Citus propagates to every node).
+        migrate.downgrade(engine, schema=schema, revision="0011")
+        for worker in citus_cluster.workers:
+            with psycopg.connect(worker.conninfo) as conn:
+                assert conn.execute("SELECT to_regprocedure(%s)", (f"{schema}.tnsrag_schema_compat()",)
+                                    ).fetchone() == (None,)
+        migrate.upgrade(engine, schema=schema)  # from 0011 with no blocks: serves 0010 again
+        assert _served_on_workers(citus_cluster, schema) == {"0010"}
+        migrate.finish(engine, schema=schema)  # CREATE OR REPLACE FUNCTION, propagated as well
+        assert _served_on_workers(citus_cluster, schema) == {"0011"}
+        assert migrate.check(engine, schema=schema) == []
+    finally:
+        engine.dispose()
+        with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.mark.citus
+def test_cli_distributes(citus_cluster: Cluster) -> None:
+    schema = "tnsrag_cli"
+    runner = CliRunner()
+    url = citus_cluster.coordinator.url
+    try:
+        res = runner.invoke(main_group, ["db", "distribute", "--citus", "--url", url, "--schema", schema])
+        assert res.exit_code != 0 and "run tnsrag db upgrade first" in res.output
+        assert runner.invoke(main_group, ["db", "upgrade", "--url", url, "--schema", schema]).exit_code == 0
+        res = runner.invoke(main_group, ["db", "distribute", "--citus", "--url", url, "--schema", schema])
+        assert res.exit_code == 0, res.output
+        assert res.output.startswith(f"schema {schema}: 14 tables distributed by corpus")
+    finally:
+        with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_distribute_refuses_a_server_without_citus(engine: Engine) -> None:
+    with pytest.raises(ConfigurationError, match="no citus extension"):
+        distribute(engine, schema=SCHEMA)
+
+
+@pytest.mark.citus
+def test_export_and_restore_into_a_new_corpus_on_the_cluster(citus_cluster: Cluster, citus_engine: Engine,
+                                                             tmp_path: Any) -> None:
+    store = _cluster_store(citus_engine)
+    restored = _cluster_store(citus_engine)
+    url = citus_cluster.coordinator.url
+    runner = CliRunner()
+    try:
+        before = _answers(_load(store))
+        res = runner.invoke(main_group, ["export", "--url", url, "--corpus", store.corpus, "--vectors"])
+        assert res.exit_code == 0, res.output
+        dump = tmp_path / "corpus.jsonl"
+        dump.write_text("".join(line + "\n" for line in res.output.splitlines() if line.startswith("{")))
+        res = runner.invoke(main_group, ["ingest", "--url", url, "--corpus", restored.corpus, str(dump)])
+        assert res.exit_code == 0, res.output
+        assert "6 inserted" in res.output
+        again = _answers({"vector": VectorRAGStrategy(VectorMemoryStore(restored, _embedding)),
+                          "keyword": KeywordRAGStrategy(BM25Index(restored))})
+        assert again == {k: v for k, v in before.items() if k.split()[0] in ("vector", "keyword")}
+        assert restored.count() == store.count() == len(ENTRIES)
+    finally:
+        store.drop_corpus()
+        restored.drop_corpus()
