@@ -280,3 +280,19 @@ def test_pg_locks_revoked_hides_the_keys_and_the_holder(tenants: Tenants) -> Non
         finally:
             owner.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_lock_status() TO PUBLIC")
             owner.execute("GRANT SELECT ON pg_catalog.pg_locks TO PUBLIC")
+
+
+@pytest.mark.parametrize("command", [["query", "damaged parcels"], ["ingest", "--sample", "--embedding", "hash"]])
+def test_the_cli_names_the_holder(tenants: Tenants, command: list[str]) -> None:
+    """What a user of the command line sees: the error names A's role (the keyword query
+    reads through the lean driver path, the ingest through a store)."""
+    with psycopg.connect(_conninfo(tenants.a)) as conn:
+        conn.execute(sql.SQL("LOCK TABLE {}.entries IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(SCHEMA)))
+        try:
+            result = _in_thread(lambda: CliRunner().invoke(main_group, [
+                *command, "--url", _conninfo(tenants.b), "--corpus", tenants.corpus_b]))
+        finally:
+            conn.rollback()
+    assert not isinstance(result, BaseException)
+    assert result.exit_code != 0 and "lock_timeout" in result.output, result.output  # type: ignore[attr-defined]
+    assert f"role {tenants.role_a!r}" in result.output  # type: ignore[attr-defined]

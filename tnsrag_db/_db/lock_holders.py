@@ -21,16 +21,18 @@ error says the holder is unknown.
 
 from __future__ import annotations
 
-from typing import Any
-
-import psycopg
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._db.driver_errors import LOCK_TIMEOUT_SQLSTATE, sqlstate_of
-from tnsrag_db._errors import LockTimeoutError
+from tnsrag_db._db.statement import Plan, Rows, Statement
+from tnsrag_db._errors import DatabaseError, LockTimeoutError
 
-__all__ = ["ADVISORY_KEYS", "advisory_lock", "holders", "name_holders", "try_advisory_lock"]
+if TYPE_CHECKING:  # SQLAlchemy is not imported here: the CLI's lean read path names holders too
+    from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["ADVISORY_KEYS", "advisory_lock", "holders", "holders_plan", "name_holders", "plan_lookup",
+           "try_advisory_lock", "waited_keys", "with_holders"]
 
 #: The attribute of a driver error (and of the :class:`LockTimeoutError` mapped from it)
 #: naming the advisory keys its statement waited for.
@@ -68,9 +70,11 @@ def _lock_sql(shared: bool, xact: bool, attempt: bool) -> str:
 def advisory_lock(conn: Connection, key: int, *, shared: bool) -> None:
     """Take the transaction-level advisory lock ``key`` (a bigint) on ``conn``, waiting at
     most ``lock_timeout``; a timeout's driver error carries the key for :func:`name_holders`."""
+    import sqlalchemy as sa
+
     try:
         conn.execute(sa.text(f"SELECT {_lock_sql(shared, True, False)}"), {"key": key})
-    except (sa.exc.DBAPIError, psycopg.Error) as exc:
+    except Exception as exc:
         if sqlstate_of(exc) == LOCK_TIMEOUT_SQLSTATE:
             setattr(exc, ADVISORY_KEYS, (key,))
         raise
@@ -78,6 +82,8 @@ def advisory_lock(conn: Connection, key: int, *, shared: bool) -> None:
 
 def try_advisory_lock(conn: Connection, key: int, *, shared: bool = False) -> bool:
     """Take the transaction-level advisory lock ``key`` if no other session holds it; False if one does."""
+    import sqlalchemy as sa
+
     return bool(conn.execute(sa.text(f"SELECT {_lock_sql(shared, True, True)}"), {"key": key}).scalar_one())
 
 
@@ -87,6 +93,8 @@ def holders(conn: Connection, *, schema: str, keys: tuple[int, ...] = ()) -> lis
 
     Runs in a savepoint of ``conn``'s transaction, if one is open, so a refusal leaves it usable.
     """
+    import sqlalchemy as sa
+
     params: dict[str, Any] = {"keys": list(keys), "s": schema}
     try:
         if conn.in_transaction():
@@ -111,21 +119,34 @@ def describe(found: list[tuple[str, int]] | None) -> str:
     return "held by " + ", ".join(f"role {role!r} (pid {pid})" for role, pid in found)
 
 
-def name_holders(error: LockTimeoutError, engine: Engine, *, schema: str) -> LockTimeoutError:
-    """``error`` again with the roles holding the lock it waited for (:func:`holders`, on a
-    connection of ``engine`` checked out for the purpose), raised ``from`` the same driver
-    error; ``error`` itself when the lookup fails (it is never worse than the timeout)."""
+def holders_plan(schema: str, keys: tuple[int, ...] = ()) -> Plan[list[tuple[str, int]]]:
+    """:func:`holders` as a read plan, for a store that reads through the plan runner alone
+    (the CLI's lean path); a refusal raises :class:`~tnsrag_db._errors.PermissionDeniedError`."""
+    rows: Rows = yield Statement(_HOLDERS_SQL, {"keys": list(keys), "s": schema}, ("role", "pid"))
+    return [(str(r.role), int(r.pid)) for r in rows]
+
+
+def waited_keys(error: BaseException) -> tuple[int, ...]:
+    """The advisory keys the statement behind ``error`` waited for (:func:`advisory_lock`), if any."""
+    cause: BaseException | None = error
+    while cause is not None:
+        keys: tuple[int, ...] = getattr(cause, ADVISORY_KEYS, ())
+        if keys:
+            return keys
+        orig = getattr(cause, "orig", None)
+        cause = orig if isinstance(orig, BaseException) else cause.__cause__
+    return ()
+
+
+def with_holders(error: LockTimeoutError, lookup: Callable[[tuple[int, ...]], list[tuple[str, int]] | None]
+                 ) -> LockTimeoutError:
+    """``error`` again with the roles ``lookup(keys)`` finds holding the lock it waited for
+    (None: ``pg_locks`` not readable), raised ``from`` the same driver error; ``error``
+    itself when the lookup fails (it is never worse than the timeout)."""
     if error.holders_known:
         return error
-    keys: tuple[int, ...] = ()
-    cause: BaseException | None = error.__cause__
-    while cause is not None and not keys:
-        keys = getattr(cause, ADVISORY_KEYS, ())
-        cause = getattr(cause, "orig", None) if not keys else None
     try:
-        with engine.connect() as conn, conn.begin():
-            conn.execute(sa.text("SELECT set_config('statement_timeout', '5000', true)"))
-            found = holders(conn, schema=schema, keys=keys)
+        found = lookup(waited_keys(error))
     except Exception:  # noqa: BLE001 - the timeout is the error to report, not the lookup's
         return error
     named = LockTimeoutError(f"{error}; {describe(found)}", holders=tuple(dict.fromkeys(r for r, _ in found or ())),
@@ -133,3 +154,29 @@ def name_holders(error: LockTimeoutError, engine: Engine, *, schema: str) -> Loc
     named.sqlstate = error.sqlstate
     named.__cause__ = error.__cause__
     return named
+
+
+def name_holders(error: LockTimeoutError, engine: Engine, *, schema: str) -> LockTimeoutError:
+    """:func:`with_holders`, looked up on a connection of ``engine`` checked out for the purpose."""
+    def lookup(keys: tuple[int, ...]) -> list[tuple[str, int]] | None:
+        import sqlalchemy as sa
+
+        with engine.connect() as conn, conn.begin():
+            conn.execute(sa.text("SELECT set_config('statement_timeout', '5000', true)"))
+            return holders(conn, schema=schema, keys=keys)
+
+    return with_holders(error, lookup)
+
+
+def plan_lookup(run: Callable[[Plan[list[tuple[str, int]]]], list[tuple[str, int]]], schema: str
+                ) -> Callable[[tuple[int, ...]], list[tuple[str, int]] | None]:
+    """A lookup for :func:`with_holders` through a plan runner ``run``."""
+    def lookup(keys: tuple[int, ...]) -> list[tuple[str, int]] | None:
+        try:
+            return run(holders_plan(schema, keys))
+        except DatabaseError as exc:
+            if exc.sqlstate == "42501":
+                return None
+            raise
+
+    return lookup
