@@ -295,4 +295,5 @@ def test_the_cli_names_the_holder(tenants: Tenants, command: list[str]) -> None:
             conn.rollback()
     assert not isinstance(result, BaseException)
     assert result.exit_code != 0 and "lock_timeout" in result.output, result.output  # type: ignore[attr-defined]
-    assert f"role {tenants.role_a!r}" in result.output  # type: ignore[attr-defined]
+    error_line = next(line for line in result.output.splitlines() if "lock_timeout" in line)  # type: ignore[attr-defined]
+    assert f"held by role {tenants.role_a!r}" in error_line  # on the error's first line, before any statement

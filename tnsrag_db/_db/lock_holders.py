@@ -149,7 +149,9 @@ def with_holders(error: LockTimeoutError, lookup: Callable[[tuple[int, ...]], li
         found = lookup(waited_keys(error))
     except Exception:  # noqa: BLE001 - the timeout is the error to report, not the lookup's
         return error
-    named = LockTimeoutError(f"{error}; {describe(found)}", holders=tuple(dict.fromkeys(r for r, _ in found or ())),
+    # On the first line: the driver's message may go on with the statement and a caret.
+    first, newline, rest = str(error).partition("\n")
+    named = LockTimeoutError(f"{first}; {describe(found)}{newline}{rest}", holders=tuple(dict.fromkeys(r for r, _ in found or ())),
                              holders_known=found is not None)
     named.sqlstate = error.sqlstate
     named.__cause__ = error.__cause__
