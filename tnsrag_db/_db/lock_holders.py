@@ -15,8 +15,8 @@ right after the timeout, for the sessions still holding
 
 Row locks are not listed in ``pg_locks`` (a tenant can lock only rows its policy shows it
 anyway): a timeout behind one names no holder. Where ``pg_locks`` is not readable by the
-role (``REVOKE SELECT ON pg_catalog.pg_locks FROM PUBLIC``, see docs/deployment.md), the
-error says the holder is unknown.
+role (``REVOKE SELECT ON pg_catalog.pg_locks FROM PUBLIC``: docs/deployment.md, "What
+tenancy isolates, and what it does not"), the error says the holder is unknown.
 """
 
 from __future__ import annotations
