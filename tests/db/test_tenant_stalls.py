@@ -297,3 +297,30 @@ def test_the_cli_names_the_holder(tenants: Tenants, command: list[str]) -> None:
     assert result.exit_code != 0 and "lock_timeout" in result.output, result.output  # type: ignore[attr-defined]
     error_line = next(line for line in result.output.splitlines() if "lock_timeout" in line)  # type: ignore[attr-defined]
     assert f"held by role {tenants.role_a!r}" in error_line  # on the error's first line, before any statement
+
+
+def test_until_the_finish_the_old_keys_are_taken_too_and_after_it_no_longer(tenants: Tenants) -> None:
+    """A schema that still serves a release before the salted keys (a rolling upgrade not
+    finished): B takes the computed key too, so A delays it within the bound; once the
+    upgrade is finished the same long-lived store stops taking it."""
+    from tnsrag_db._db.migration_ops import compat_function_sql
+
+    engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(compat_function_sql(SCHEMA, "0012", "0013")))
+        with connect(tenants.b, corpus=tenants.corpus_b) as store, \
+                psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
+            store.add(MemoryEntry("window-0", "written before A takes the key"))
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))",
+                         (f"tnsrag_db.corpus:{SCHEMA}:{tenants.corpus_b}",))
+            try:
+                _named_a(_in_thread(lambda: store.add(MemoryEntry("window-1", "in the window"))), tenants)
+                assert migrate.finish(engine, schema=SCHEMA).serves_from == "0013"
+                assert not isinstance(_in_thread(lambda: store.add(MemoryEntry("window-2", "finished"))), BaseException)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock_all()")
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(compat_function_sql(SCHEMA, "0013", None)))
+        engine.dispose()

@@ -155,7 +155,9 @@ class Corpus:
                 advisory_lock(conn, key, shared=shared)
             row = conn.execute(sa.text(ROW_AFTER_LOCK_SQL), {"k": name, "c": self._name}).first()
             if row is not None and int(row.last_key) == keys[-1]:
-                self._keys = keys
+                # Kept for the next transaction, save the old keys of a rolling upgrade: read
+                # again each time, so that a process stops taking them once it is finished.
+                self._keys = keys if len(keys) == 1 else None
                 return str(row.text_config)
             self._keys = None
             if row is None:
