@@ -60,6 +60,7 @@ if _typing.TYPE_CHECKING:
         InvalidEntryError as InvalidEntryError,
         InvalidFilterError as InvalidFilterError,
         InvalidTimestampError as InvalidTimestampError,
+        LockTimeoutError as LockTimeoutError,
         MigrationError as MigrationError,
         PermissionDeniedError as PermissionDeniedError,
         ProviderBusyError as ProviderBusyError,

@@ -23,6 +23,7 @@ Every error the library raises on purpose derives from :class:`TnsragError`::
     │   ├── MigrationError           an alembic upgrade or downgrade failed
     │   ├── PermissionDeniedError    the role lacks a privilege, or the session is read-only
     │   ├── StatementTimeoutError    a statement ran past statement_timeout or lock_timeout
+    │   │   └── LockTimeoutError     a lock wait ran past lock_timeout (names the holders' roles)
     │   ├── DeadlockError            PostgreSQL aborted the transaction to break a deadlock
     │   ├── ConstraintViolationError a write broke a constraint (unique, foreign key, check)
     │   └── ConnectionLostError      the server connection broke during the operation
@@ -67,6 +68,7 @@ __all__ = [
     "InvalidEntryError",
     "InvalidFilterError",
     "InvalidTimestampError",
+    "LockTimeoutError",
     "MigrationError",
     "PermissionDeniedError",
     "ProviderBusyError",
@@ -222,6 +224,22 @@ class PermissionDeniedError(DatabaseError):
 
 class StatementTimeoutError(DatabaseError):
     """The server cancelled a statement (``statement_timeout``, ``lock_timeout`` or a cancel request)."""
+
+
+class LockTimeoutError(StatementTimeoutError):
+    """A lock wait ran past ``lock_timeout`` (SQLSTATE 55P03): another session held the
+    lock. Nothing of the transaction was committed.
+
+    :attr:`holders` lists the database roles of the sessions that held a lock the waiter
+    could have been waiting for, looked up right at the timeout (empty when none was
+    found: the holder let go meanwhile, or held a row lock); :attr:`holders_known` is
+    False when the lookup was not possible (``pg_locks`` not readable by the role).
+    """
+
+    def __init__(self, message: str, *, holders: tuple[str, ...] = (), holders_known: bool = False) -> None:
+        super().__init__(message)
+        self.holders = holders
+        self.holders_known = holders_known
 
 
 class DeadlockError(DatabaseError):

@@ -20,6 +20,8 @@ Every function takes an engine connected as the schema's owner and raises
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,8 +37,9 @@ from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError, TnsragError
 from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
-__all__ = ["PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES", "TenantGrant", "disable", "enable",
-           "filters_use_indexes", "grant", "grants", "is_enabled", "pair_triggers_attached", "revoke", "status"]
+__all__ = ["DEFAULT_LOCK_TIMEOUT_SECONDS", "PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES",
+           "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants", "is_enabled", "lock_timeout",
+           "pair_triggers_attached", "revoke", "status"]
 
 #: Every table keyed by corpus: each carries the ``tenant_isolation`` policy.
 _BASE_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
@@ -50,6 +53,15 @@ TENANT_TABLES = _BASE_TABLES + _BLOCK_TABLES
 #: with the tables above. Tenant roles only read it: triggers on ``entries`` write it.
 PAIRS_TABLE = "entry_filter_pairs"
 PAIRS_POLICY = "tenant_filter_pairs"
+
+
+_log = logging.getLogger("tnsrag_db")
+
+#: The ``lock_timeout`` :func:`grant` gives a tenant role in the schema's database: the
+#: longest any lock held by another session (another tenant's ``LOCK TABLE``, say) stalls
+#: one of the role's statements before it fails with
+#: :class:`~tnsrag_db._errors.LockTimeoutError` naming the holder's role.
+DEFAULT_LOCK_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -311,16 +323,41 @@ _PAIRS_PRIVILEGES = (
 )
 
 
-def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
+def _check_lock_timeout(seconds: object) -> int | None:
+    """``seconds`` as whole milliseconds (None stays None), else :class:`ConfigurationError`."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds < 0 or seconds > 86_400:
+        raise ConfigurationError(f"lock_timeout must be a number of seconds from 0 to 86400 (0: no bound), "
+                                 f"got {seconds!r}")
+    ms = round(seconds * 1000)
+    if seconds > 0 and ms == 0:
+        raise ConfigurationError(f"lock_timeout must be 0 (no bound) or at least 0.001 seconds, got {seconds!r}")
+    return ms
+
+
+def grant(engine: Engine, *, schema: str, role: str, corpus: str,
+          lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_SECONDS) -> bool:
     """Let ``role`` use ``corpus`` (which need not exist yet: the role's first write creates it).
 
     Also gives the role the table privileges a tenant needs and takes away those that
     would get round the policies (TRUNCATE, TRIGGER, REFERENCES, writes to
     ``tenant_grants``). Run as the tables' owner. Returns False when the grant existed.
     Raises :class:`ConfigurationError` for an unknown role or one that bypasses
-    row-level security (a superuser, a BYPASSRLS role, the owner).
+    row-level security (a superuser, a BYPASSRLS role, the owner), or a bad ``lock_timeout``.
+
+    ``lock_timeout`` (seconds; 0: no bound; None: leave the role's setting alone) becomes
+    the role's ``lock_timeout`` in this database (``ALTER ROLE ... IN DATABASE ... SET``),
+    for its sessions opened from then on: a lock another tenant holds (a ``LOCK TABLE`` its
+    UPDATE privilege allows) stalls the role that long at most, then the statement fails
+    with :class:`~tnsrag_db._errors.LockTimeoutError` naming the holder's role. Setting it
+    takes a superuser, or a role with CREATEROLE and the ADMIN option on ``role``; an owner
+    without either grants the corpus all the same and logs a warning with the statement
+    to run (:func:`lock_timeout` reads the setting).
     """
     validate_schema_name(schema)
+    timeout_ms = _check_lock_timeout(lock_timeout)
     from tnsrag_db._store.store import Store
 
     Store(engine, corpus=corpus, schema=schema)  # the corpus-name rules, checked without I/O
@@ -336,7 +373,42 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
         inserted = conn.execute(sa.text(
             f"INSERT INTO {schema}.tenant_grants (role_name, corpus) VALUES (:r, :c) "
             "ON CONFLICT DO NOTHING RETURNING 1"), {"r": role, "c": corpus}).first()
+        if timeout_ms is not None:
+            _set_lock_timeout(conn, role, timeout_ms)
     return inserted is not None
+
+
+def _set_lock_timeout(conn: Connection, role: str, ms: int) -> None:
+    ddl = str(conn.execute(sa.text("SELECT format('ALTER ROLE %I IN DATABASE %I SET lock_timeout = %L', "
+                                   "CAST(:r AS text), current_database(), CAST(:v AS text))"),
+                           {"r": role, "v": f"{ms}ms"}).scalar_one())
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.text(ddl))
+    except sa.exc.DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "42501":
+            raise
+        _log.warning("lock_timeout of role %r not set (%s): run as a superuser: %s", role,
+                     str(exc.orig).strip().splitlines()[0], ddl)
+
+
+def lock_timeout(engine: Engine, *, role: str) -> float | None:
+    """The ``lock_timeout`` in seconds the sessions of ``role`` get in this database from
+    the role's settings (``ALTER ROLE ... SET``, as :func:`grant` does: in this database
+    first, then for every database); None when neither sets it (the server's, by default
+    0: no bound)."""
+    with _connection(engine, f"lock_timeout of role {role!r}") as conn:
+        value = conn.execute(sa.text(
+            "SELECT substr(c, length('lock_timeout=') + 1) FROM pg_catalog.pg_db_role_setting s "
+            "JOIN pg_catalog.pg_roles r ON r.oid = s.setrole CROSS JOIN LATERAL unnest(s.setconfig) c "
+            "WHERE r.rolname = :r AND s.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database "
+            "WHERE datname = current_database())) AND c LIKE 'lock\\_timeout=%' "
+            "ORDER BY s.setdatabase DESC LIMIT 1"), {"r": role}).scalar_one_or_none()
+        if value is None:
+            return None
+        ms = conn.execute(sa.text("SELECT EXTRACT(EPOCH FROM CAST(CASE WHEN :v ~ '^[0-9]+$' THEN :v || 'ms' "
+                                  "ELSE :v END AS interval)) * 1000"), {"v": str(value)}).scalar_one()
+    return float(ms) / 1000
 
 
 def revoke(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:

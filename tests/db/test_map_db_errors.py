@@ -20,6 +20,7 @@ from tnsrag_db._errors import (
     DeadlockError,
     EmbeddingValidationError,
     InvalidEntryError,
+    LockTimeoutError,
     PermissionDeniedError,
     RetrievalError,
     StatementTimeoutError,
@@ -34,7 +35,7 @@ from tnsrag_db._types import MemoryEntry
 RAISED = [
     ("40P01", DeadlockError),
     ("57014", StatementTimeoutError),
-    ("55P03", StatementTimeoutError),
+    ("55P03", LockTimeoutError),
     ("42501", PermissionDeniedError),
     ("25006", PermissionDeniedError),
     ("23505", ConstraintViolationError),

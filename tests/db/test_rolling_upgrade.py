@@ -122,7 +122,7 @@ def test_the_previous_release_answers_exactly_beside_the_upgrade_until_the_finis
 
         # The finish, once the rollout is over: merges take effect, this release's answers stay.
         answer = _upgrade_cli(fresh_db_url, "--finish")
-        assert answer["finished"] is True and answer["serves_from"] == "0011"
+        assert answer["finished"] is True and answer["serves_from"] == "0013"  # the salted lock keys' revision
         assert store.merge_postings().entries > 0
         assert layout(store)["rows_entries"] == 0
         _same([[[i, s] for i, s in r] for r in _rankings(store, queries)], ours)
@@ -205,7 +205,7 @@ def test_merges_wait_for_the_finish_after_an_upgrade_of_a_used_schema(engine: En
     with engine.begin() as conn:  # the previous release's corpus (its rows, as it writes them)
         conn.execute(sa.text(f"INSERT INTO {SCHEMA}.corpora (corpus) VALUES ('used')"))
     migrate.upgrade(engine, schema=SCHEMA)
-    assert migrate.served_releases(engine, schema=SCHEMA) == (PREVIOUS_HEAD, "0011")
+    assert migrate.served_releases(engine, schema=SCHEMA) == (PREVIOUS_HEAD, "0013")
     store = Store(engine, corpus="used", schema=SCHEMA, merge_after_entries=1)
     store.add_all(generated_entries(random.Random(5), 40))
     store.add(MemoryEntry("one-more", "agent memory"))  # an automatic merge after each write: deferred
@@ -214,7 +214,7 @@ def test_merges_wait_for_the_finish_after_an_upgrade_of_a_used_schema(engine: En
     with pytest.raises(SchemaNotReadyError, match="still serves releases"):
         store.merge_postings()
     report = migrate.finish(engine, schema=SCHEMA)
-    assert (report.serves_from_before, report.serves_from, report.changed) == (PREVIOUS_HEAD, "0011", True)
+    assert (report.serves_from_before, report.serves_from, report.changed) == (PREVIOUS_HEAD, "0013", True)
     assert migrate.finish(engine, schema=SCHEMA).changed is False  # nothing waits any more
     assert store.merge_postings().entries > 0
     assert [[i for i, _ in r] for r in _rankings(store, QUERIES)] == [[i for i, _ in r] for r in before]
@@ -222,14 +222,19 @@ def test_merges_wait_for_the_finish_after_an_upgrade_of_a_used_schema(engine: En
 
 def test_a_new_schema_and_one_already_merged_need_no_finish(engine: Engine) -> None:
     migrate.upgrade(engine, schema=SCHEMA)
-    assert migrate.served_releases(engine, schema=SCHEMA) == ("0011", None)
+    assert migrate.served_releases(engine, schema=SCHEMA) == ("0013", None)
     store = Store(engine, corpus="merged", schema=SCHEMA, merge_after_entries=10**9)
     store.add_all(generated_entries(random.Random(9), 30))
     assert store.merge_postings().entries > 0
     # Down to 0011 and up again with blocks in place: a merge already hid rows from older readers.
     migrate.downgrade(engine, schema=SCHEMA, revision="0011")
-    migrate.upgrade(engine, schema=SCHEMA)
+    migrate.upgrade(engine, schema=SCHEMA, revision="0012")
     assert migrate.served_releases(engine, schema=SCHEMA) == ("0011", None)
+    # Revision 0013's salted lock keys wait for the finish (a release before it may run), merges do not.
+    migrate.upgrade(engine, schema=SCHEMA)
+    assert migrate.served_releases(engine, schema=SCHEMA) == ("0011", "0013")
+    assert store.merge_postings().deferred is False
+    assert migrate.finish(engine, schema=SCHEMA).serves_from == "0013"
 
 
 def _waiting_on_entries(engine: Engine) -> bool:

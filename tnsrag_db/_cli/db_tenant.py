@@ -24,41 +24,54 @@ def tenant() -> None:
     """
 
 
-def _run(url: str | None, schema: str, action: str, role: str, corpus: str, as_json: bool) -> None:
+def _run(url: str | None, schema: str, action: str, role: str, corpus: str, as_json: bool,
+         lock_timeout: float | None = None) -> None:
     from tnsrag_db import tenancy
 
     engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+    extra: dict[str, object] = {}
     try:
         if action == "grant":
-            changed = tenancy.grant(engine, schema=schema, role=role, corpus=corpus)
-            enabled = tenancy.is_enabled(engine, schema=schema)
+            changed = tenancy.grant(engine, schema=schema, role=role, corpus=corpus,
+                                    lock_timeout=tenancy.DEFAULT_LOCK_TIMEOUT_SECONDS if lock_timeout is None
+                                    else lock_timeout)
+            extra["lock_timeout"] = tenancy.lock_timeout(engine, role=role)
         else:
             changed = tenancy.revoke(engine, schema=schema, role=role, corpus=corpus)
-            enabled = tenancy.is_enabled(engine, schema=schema)
+        enabled = tenancy.is_enabled(engine, schema=schema)
     finally:
         engine.dispose()
     done = {"grant": ("granted", "already granted"), "revoke": ("revoked", "was not granted")}[action]
     text = f"{role} / {corpus}: {done[0] if changed else done[1]}"
+    if "lock_timeout" in extra:
+        bound = extra["lock_timeout"]
+        text += (f"; lock_timeout {bound:g} s" if bound else "; lock_timeout not set: another tenant's locks "
+                 "can stall this role without bound")
     if not enabled:
         text += " (row-level security is off: run tnsrag db upgrade --tenancy rls)"
-    emit({"schema": schema, "role": role, "corpus": corpus, action: changed, "tenancy": "rls" if enabled else "off"},
-         as_json, text)
+    emit({"schema": schema, "role": role, "corpus": corpus, action: changed, **extra,
+          "tenancy": "rls" if enabled else "off"}, as_json, text)
 
 
 @tenant.command()
 @click.argument("role")
 @click.argument("corpus")
 @db_options
+@click.option("--lock-timeout", "lock_timeout", type=click.FloatRange(0, 86_400), default=None, metavar="SECONDS",
+              help="The role's lock_timeout in this database: the longest another session's lock stalls it "
+                   "(default 30; 0: no bound).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def grant(role: str, corpus: str, url: str | None, schema: str, as_json: bool) -> None:
+def grant(role: str, corpus: str, url: str | None, schema: str, lock_timeout: float | None, as_json: bool) -> None:
     """Let database role ROLE use CORPUS (it may not exist yet), with the table privileges a tenant needs.
 
     ROLE must exist and be a plain role: not a superuser, not BYPASSRLS, not the owner.
+    Also sets the role's lock_timeout in this database (ALTER ROLE ... SET, which takes a
+    superuser or CREATEROLE with ADMIN on ROLE; otherwise a warning gives the statement).
 
     Example: tnsrag db tenant grant acme_app acme --url postgresql://owner@db.internal/app
     """
-    _run(url, schema, "grant", role, corpus, as_json)
+    _run(url, schema, "grant", role, corpus, as_json, lock_timeout)
 
 
 @tenant.command()

@@ -23,12 +23,13 @@ import psycopg
 import psycopg.conninfo
 
 from tnsrag_db._db.driver_errors import map_db_errors
+from tnsrag_db._db.lock_holders import plan_lookup, with_holders
 from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
 from tnsrag_db._db.revisions import schema_state_plan
 from tnsrag_db._db.runner import TIMEOUT_SET, PlanRunner
 from tnsrag_db._db.settings import check_timeout, validate_schema_name
 from tnsrag_db._db.statement import Plan, Statement, one
-from tnsrag_db._errors import ConfigurationError, DatabaseError
+from tnsrag_db._errors import ConfigurationError, DatabaseError, LockTimeoutError
 
 __all__ = ["DriverStore"]
 
@@ -159,7 +160,10 @@ class DriverStore:
         """Drive a read :data:`~tnsrag_db._db.statement.Plan` on this store's connection and
         return its result; ``snapshot=True``: all its statements in one read-only REPEATABLE
         READ transaction (as :meth:`tnsrag_db._db.session.Session.run`)."""
-        return self._runner.run(plan, snapshot=snapshot)
+        try:
+            return self._runner.run(plan, snapshot=snapshot)
+        except LockTimeoutError as exc:
+            raise with_holders(exc, plan_lookup(self._runner.run, self._schema)) from exc.__cause__
 
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run one read-only statement (``:name`` parameters) and return its rows."""

@@ -26,18 +26,21 @@ from tnsrag_db._errors import (
     ConstraintViolationError,
     DatabaseError,
     DeadlockError,
+    LockTimeoutError,
     PermissionDeniedError,
     StatementTimeoutError,
     TnsragError,
     ValidationError,
 )
 
-__all__ = ["DISCONNECT_SQLSTATES", "db_error", "driver_message", "map_db_errors", "sqlstate_of"]
+__all__ = ["DISCONNECT_SQLSTATES", "LOCK_TIMEOUT_SQLSTATE", "db_error", "driver_message", "map_db_errors", "sqlstate_of"]
 
 #: SQLSTATEs of a server that went away: admin/crash shutdown, cannot connect now, and
 #: the connection exception class (08).
 DISCONNECT_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
-_TIMEOUT = frozenset({"57014", "55P03"})  # query_canceled (statement_timeout), lock_not_available
+_TIMEOUT = frozenset({"57014"})  # query_canceled (statement_timeout, a cancel request)
+#: lock_not_available: ``lock_timeout``, or ``NOWAIT`` on a held lock.
+LOCK_TIMEOUT_SQLSTATE = "55P03"
 _DENIED = frozenset({"42501", "25006"})  # insufficient_privilege, read_only_sql_transaction
 
 
@@ -76,6 +79,8 @@ _Rule = tuple[type[DatabaseError], Callable[[BaseException, "str | None"], bool]
 #: Most specific first: ``(error class, matches(driver error, sqlstate), message template)``.
 _RULES: tuple[_Rule, ...] = (
     (DeadlockError, lambda exc, code: code == "40P01", "{what}: {exc}"),
+    (LockTimeoutError, lambda exc, code: code == LOCK_TIMEOUT_SQLSTATE,
+     "{what}: a lock wait ran past lock_timeout ({code}): {exc}"),
     (StatementTimeoutError, lambda exc, code: code in _TIMEOUT, "{what}: statement cancelled ({code}): {exc}"),
     (PermissionDeniedError, lambda exc, code: code in _DENIED,
      "{what}: not allowed for this database role or session ({code}): {exc}"),

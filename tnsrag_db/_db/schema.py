@@ -33,7 +33,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 
 __all__ = [
@@ -80,6 +80,9 @@ corpora = Table(
     # from the same text search configuration.
     Column("text_config", Text, nullable=False, server_default="english"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Mixed into the corpus's advisory lock keys (revision 0013): row-level security hides
+    # it from other tenants, so none of them can compute, and hold, this corpus's keys.
+    Column("lock_salt", UUID(as_uuid=False), nullable=False, server_default=func.gen_random_uuid()),
 )
 
 entries = Table(

@@ -7,7 +7,10 @@ A session is the plumbing a :class:`~tnsrag_db._store.store.Store` holds as ``st
 - transactions (:meth:`~Session.transaction`, :meth:`~Session.write_transaction`, which runs
   its work again after a deadlock) and :meth:`~Session.autocommit` connections;
 - session-level advisory locks (:meth:`~Session.session_lock`, :meth:`~Session.hnsw_build_lock`);
-- the ``statement_timeout`` of its statements (:meth:`~Session.timeout` for one block).
+- the ``statement_timeout`` of its statements (:meth:`~Session.timeout` for one block);
+- lock waits cut short by ``lock_timeout``: the :class:`~tnsrag_db._errors.LockTimeoutError`
+  leaving a transaction or a read names the roles holding the lock (see
+  :mod:`tnsrag_db._db.lock_holders`).
 
 Every driver error leaves it through :func:`map_db_errors` as a typed
 :class:`~tnsrag_db._errors.DatabaseError` subclass. It names no library table.
@@ -27,11 +30,12 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from tnsrag_db._db.settings import check_timeout
 from tnsrag_db._db.driver_errors import map_db_errors
+from tnsrag_db._db.lock_holders import name_holders
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token
 from tnsrag_db._db.runner import Checkout, PlanRunner, set_statement_timeout
 from tnsrag_db._db.statement import Plan, Rows, Statement, one, run_plan
-from tnsrag_db._errors import ConfigurationError, DatabaseError, DeadlockError
+from tnsrag_db._errors import ConfigurationError, DatabaseError, DeadlockError, LockTimeoutError
 
 __all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "retry_on_deadlock"]
 
@@ -215,12 +219,15 @@ class Session:
         refreshes). Driver errors are re-raised as :class:`DatabaseError` subclasses (see
         :func:`map_db_errors`); library errors pass through.
         """
-        with map_db_errors(self._what), self._engine.connect() as conn:
-            _apply_statement_timeout(conn, self.effective_timeout_ms() if limited else None)
-            if prepare is not None:
-                prepare(conn)
-            with conn.begin():
-                yield conn
+        try:
+            with map_db_errors(self._what), self._engine.connect() as conn:
+                _apply_statement_timeout(conn, self.effective_timeout_ms() if limited else None)
+                if prepare is not None:
+                    prepare(conn)
+                with conn.begin():
+                    yield conn
+        except LockTimeoutError as exc:
+            raise self._named(exc) from exc.__cause__
 
     def write_transaction(self, work: Callable[[Connection], _T], *,
                           prepare: Callable[[Connection], None] | None = None) -> _T:
@@ -241,7 +248,18 @@ class Session:
                     self._clock.advance(current_token(conn))  # after the commit: a read-your-writes token
                 return result
 
-        return retry_on_deadlock(attempt)
+        try:
+            return retry_on_deadlock(attempt)
+        except LockTimeoutError as exc:
+            raise self._named(exc) from exc.__cause__
+
+    def _named(self, error: LockTimeoutError) -> LockTimeoutError:
+        """``error`` naming the roles that held the lock it waited for (looked up on a
+        connection of its own, after the waiting one went back to the pool; not while a
+        plan holds a connection in this thread, which the lookup could wait for)."""
+        if _ACTIVE_PLAN.get() is not None:
+            return error
+        return name_holders(error, self._engine, schema=self._schema)
 
     def executor(self, *, snapshot: bool = False) -> AbstractContextManager[Callable[[Statement], Rows]]:
         """The statement executor :meth:`run` drives a plan with, for a caller that drives
@@ -363,9 +381,12 @@ class Session:
             # (a catalog question a statement builder asks midway, say): on the plan's own
             # connection. A second checkout would wait for a pool the plan may have emptied.
             return run_plan(plan, active[1])
-        with self._runner.executor(snapshot=snapshot) as execute:
-            token = _ACTIVE_PLAN.set(((self._engine, self._schema), execute))
-            try:
-                return run_plan(plan, execute)
-            finally:
-                _ACTIVE_PLAN.reset(token)
+        try:
+            with self._runner.executor(snapshot=snapshot) as execute:
+                token = _ACTIVE_PLAN.set(((self._engine, self._schema), execute))
+                try:
+                    return run_plan(plan, execute)
+                finally:
+                    _ACTIVE_PLAN.reset(token)
+        except LockTimeoutError as exc:
+            raise self._named(exc) from exc.__cause__

@@ -21,6 +21,8 @@ from tnsrag_db._validate import is_int
 from tnsrag_db._db.session import Session
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._store import sql
+from tnsrag_db._db.lock_holders import advisory_lock
+from tnsrag_db._store.lock_keys import ROW_AFTER_LOCK_SQL, corpus_keys
 from tnsrag_db._store.merge import MergeReport, merge_postings
 from tnsrag_db._store.staging import prepare_stage_tables
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, run_write, write_entries
@@ -47,6 +49,9 @@ _MERGED_TABLES = ("bm25_postings", "bm25_blocks", "bm25_docs")
 _MAX_CORPUS = 200
 
 _log = logging.getLogger("tnsrag_db")
+
+#: The name the corpus write lock's keys are hashed from (with the row's salt).
+_LOCK_NAME = "tnsrag_db.corpus:{schema}:{corpus}"
 
 
 def check_analyze_after_rows(value: object) -> int:
@@ -82,6 +87,8 @@ class Corpus:
         self._schema = schema
         self._text_config = text_config
         self._ready = False
+        #: The lock keys of the corpus row last seen (see :meth:`lock`).
+        self._keys: tuple[int, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -96,28 +103,28 @@ class Corpus:
     def text_config(self, conn: Connection) -> str:
         """The corpus's text search configuration, creating the corpus row on first use.
 
-        First takes the corpus's write lock in shared mode until ``conn``'s transaction
-        ends (see :meth:`lock`), as every write does before it touches an entry.
+        Also takes the corpus's write lock in shared mode until ``conn``'s transaction ends
+        (see :meth:`lock`), as every write does before it touches an entry.
         """
-        self.lock(conn, shared=True)
-        if not self._ready:
-            conn.execute(sa.text("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
-                                 "ON CONFLICT (corpus) DO NOTHING"), {"c": self._name, "cfg": self._text_config})
-        cfg = conn.execute(sa.text("SELECT text_config FROM corpora WHERE corpus = :c"),
-                           {"c": self._name}).scalar_one_or_none()
-        if cfg is None:  # the corpus was deleted meanwhile
-            self._ready = False
-            return self.text_config(conn)
-        self._ready = True
-        return str(cfg)
+        while True:
+            if not self._ready:
+                conn.execute(sa.text("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
+                                     "ON CONFLICT (corpus) DO NOTHING"), {"c": self._name, "cfg": self._text_config})
+            cfg = self._lock(conn, shared=True)
+            if cfg is not None:
+                self._ready = True
+                return cfg
+            self._ready = False  # the corpus was deleted meanwhile: create it again
 
     def forget(self) -> None:
         """The corpus row was deleted: the next write creates it again."""
         self._ready = False
+        self._keys = None
 
-    def lock(self, conn: Connection, *, shared: bool) -> None:
+    def lock(self, conn: Connection, *, shared: bool) -> bool:
         """Take the corpus's transaction-level advisory lock: shared for writes and deletes,
-        exclusive for ``drop_corpus``.
+        exclusive for ``drop_corpus``; False when the corpus has no row (nothing to lock:
+        no write created it yet, or a drop deleted it while this waited).
 
         BM25 postings carry no foreign key (bulk writes stay fast), so nothing else stops a
         write that only rewrites existing entries (it locks no corpus row) from committing
@@ -126,10 +133,35 @@ class Corpus:
         in flight and writes arriving later wait for the drop, which the lock manager queues
         fairly (a drop waiting for ``FOR UPDATE`` on the corpus row instead would starve
         behind writers whose ``FOR KEY SHARE`` locks overlap).
+
+        The key mixes in the corpus row's secret salt (see
+        :mod:`tnsrag_db._store.lock_keys`): no role the row is hidden from can compute it.
+        Its wait is bounded by the session's ``lock_timeout`` (a tenant role's, see
+        ``tnsrag_db.tenancy.grant``), past which
+        :class:`~tnsrag_db._errors.LockTimeoutError` names the holder's role. After the
+        wait the row is read again: a drop that went first deleted it (or a write re-created
+        it with a new salt), and the lock is taken again on what is there now.
         """
-        fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        conn.execute(sa.text(f"SELECT {fn}(hashtextextended(:k, 0))"),
-                     {"k": f"tnsrag_db.corpus:{self._schema}:{self._name}"})
+        return self._lock(conn, shared=shared) is not None
+
+    def _lock(self, conn: Connection, *, shared: bool) -> str | None:
+        """:meth:`lock`; returns the corpus's text search configuration (None: no row)."""
+        name = _LOCK_NAME.format(schema=self._schema, corpus=self._name)
+        while True:
+            keys = self._keys if self._keys is not None else corpus_keys(conn, name, self._name)
+            if keys is None:
+                return None
+            for key in keys:
+                advisory_lock(conn, key, shared=shared)
+            row = conn.execute(sa.text(ROW_AFTER_LOCK_SQL), {"k": name, "c": self._name}).first()
+            if row is not None and int(row.last_key) == keys[-1]:
+                # Kept for the next transaction, save the old keys of a rolling upgrade: read
+                # again each time, so that a process stops taking them once it is finished.
+                self._keys = keys if len(keys) == 1 else None
+                return str(row.text_config)
+            self._keys = None
+            if row is None:
+                return None
 
 
 class Writer:
@@ -198,6 +230,13 @@ class Writer:
                 if merged.entries:
                     if refreshed and merged.entries < self._analyze_after_rows:  # (more: merge() analysed)
                         self._analyze(_MERGED_TABLES)  # the delta was analysed full, the blocks before
+                elif merged.held_by:
+                    # Another role holds the corpus's merge lock (it learnt the key: see
+                    # tnsrag_db._store.lock_keys): the next write tries again.
+                    self._unmerged = self._merge_after
+                    _log.warning("BM25 postings of corpus %r not merged into blocks: its merge lock is held by "
+                                 "role(s) %s; they stay rows (queries read both) until a later merge",
+                                 self._corpus.name, ", ".join(map(repr, merged.held_by)))
                 elif merged.deferred and not self._deferral_logged:
                     self._deferral_logged = True
                     _log.info("BM25 postings of corpus %r stay rows until the rolling upgrade is finished "
@@ -217,8 +256,11 @@ class Writer:
 
         ``sweep`` also takes the entries written before blocks existed (a pass over the
         corpus's entries in id order; without it only the delta's rows are read).
-        ``wait=False`` gives up at once when another merge of the corpus is running (it
-        takes the same rows). ``progress`` gets each transaction's report.
+        ``wait=False`` gives up at once when another session holds the corpus's merge lock
+        (another merge takes the same rows; the report's ``held_by`` names the holder's
+        role when it is not this session's). ``wait=True`` waits for the lock at most the
+        session's ``lock_timeout``, then raises :class:`~tnsrag_db._errors.LockTimeoutError`
+        naming the holder's role. ``progress`` gets each transaction's report.
         """
         total = self._merge(sweep=sweep, wait=wait, progress=progress)
         if total.entries >= self._analyze_after_rows:
@@ -230,7 +272,8 @@ class Writer:
         after: str | None = "" if sweep else None
         while True:
             def run(conn: Connection) -> MergeReport:
-                self._corpus.lock(conn, shared=True)
+                if not self._corpus.lock(conn, shared=True):
+                    return MergeReport()  # no corpus row: nothing to merge
                 return merge_postings(conn, schema=self._corpus.schema, corpus=self._corpus.name,
                                       max_entries=MERGE_BATCH, after=after, max_tombstones=MERGE_BATCH, wait=wait)
 
@@ -240,7 +283,8 @@ class Writer:
             total = MergeReport(entries=total.entries + report.entries, postings=total.postings + report.postings,
                                 blocks_written=total.blocks_written + report.blocks_written,
                                 tombstones=total.tombstones + report.tombstones, last_id=report.last_id,
-                                ran=total.ran and report.ran, deferred=total.deferred or report.deferred)
+                                ran=total.ran and report.ran, deferred=total.deferred or report.deferred,
+                                held_by=total.held_by or report.held_by)
             # More to take: entries (a sweep goes on after the last id looked at; the delta
             # while a merge moved some, not when a writer holds every entry left), or
             # tombstones beyond one transaction's share.

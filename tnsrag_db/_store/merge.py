@@ -37,7 +37,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._db.lock_holders import advisory_lock, holders, try_advisory_lock
 from tnsrag_db._db.revisions import COMPAT_FUNCTION, shipped_chain
+from tnsrag_db._store.lock_keys import corpus_keys
 from tnsrag_db._store.sql import probe
 
 __all__ = ["BLOCKS_REVISION", "BLOCK", "MergeReport", "blocks_served", "merge_postings", "tid_scans_only"]
@@ -268,7 +270,7 @@ _PURGE_ALL_SQL = textwrap.dedent("""\
     emptied AS (DELETE FROM bm25_blocks b WHERE b.corpus = :c RETURNING 1)
     SELECT (SELECT count(*) FROM purged), (SELECT count(*) FROM emptied)""")
 
-#: The advisory lock of a corpus's merges (key: schema and corpus).
+#: The advisory lock of a corpus's merges (keys: this name and the corpus row's salt).
 _LOCK_KEY = "tnsrag_db.bm25-merge:{schema}:{corpus}"
 
 
@@ -288,6 +290,11 @@ class MergeReport:
     #: True when the schema still serves a release that reads postings only as rows (a
     #: rolling upgrade not finished: ``tnsrag db upgrade --finish``): nothing done.
     deferred: bool = False
+    #: The roles, other than the merging session's own, of the sessions that held the
+    #: corpus's merge lock when a merge that does not wait (``wait=False``) gave up: a role
+    #: that took the key by hand. Empty when nothing was skipped, when the holder was a
+    #: merge of the same role, or when ``pg_locks`` is not readable.
+    held_by: tuple[str, ...] = ()
 
 
 def blocks_served(conn: Connection) -> bool:
@@ -310,17 +317,24 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
     small by the merges after writes), or, with ``after`` (``""`` to start), from the
     corpus's entries in id order after it (a sweep of postings written before blocks
     existed; the report's ``last_id`` continues it). ``wait=False`` returns at once
-    (``ran=False``) when another merge of the corpus holds the lock. While the schema
+    (``ran=False``, ``held_by`` naming a holder of another role) when another session
+    holds the corpus's merge lock (its keys: :func:`~tnsrag_db._store.lock_keys.corpus_keys`);
+    ``wait=True`` waits at most ``lock_timeout``. While the schema
     still serves a release older than :data:`BLOCKS_REVISION` nothing moves
     (``deferred=True``).
     """
     if not blocks_served(conn):
         return MergeReport(ran=False, deferred=True)
-    key = {"k": _LOCK_KEY.format(schema=schema, corpus=corpus)}
-    if wait:
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), key)
-    elif not conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 0))"), key).scalar_one():
-        return MergeReport(ran=False)
+    keys = corpus_keys(conn, _LOCK_KEY.format(schema=schema, corpus=corpus), corpus)
+    if keys is None:
+        return MergeReport()  # no corpus row: nothing to merge
+    for key in keys:
+        if wait:
+            advisory_lock(conn, key, shared=False)
+        elif not try_advisory_lock(conn, key):
+            found = holders(conn, schema=schema, keys=(key,)) or []
+            me = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
+            return MergeReport(ran=False, held_by=tuple(dict.fromkeys(r for r, _ in found if r != me)))
     c = {"c": corpus}
     if after is None:
         chosen = looked = list(conn.execute(sa.text(_DELTA_ENTRIES_SQL), {**c, "n": max_entries}).scalars())

@@ -375,8 +375,12 @@ class Store:
             with self.session.transaction() as conn:
                 # Waits for every write and delete of the corpus in flight (see Corpus.lock);
                 # the postings are deleted after the wait, by a statement that sees what
-                # those writers committed.
-                self._corpus_row.lock(conn, shared=False)
+                # those writers committed. No row, nothing to drop: a corpus a writer is
+                # creating now comes after the drop. (Deleting on without the lock, a later
+                # statement could delete the row that writer committed meanwhile, under the
+                # feet of another writer holding its key.)
+                if not self._corpus_row.lock(conn, shared=False):
+                    return
                 # The document numbers first: the trigger on entries would tombstone every
                 # merged entry the cascade deletes, in a corpus that is going.
                 conn.execute(sa.text("DELETE FROM bm25_docs WHERE corpus = :c"), {"c": self._corpus})
