@@ -16,7 +16,7 @@ from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine, normalize_url
 from tnsrag_db._store.store import Store
 
-__all__ = ["SCHEMA", "arguments", "inconsistencies", "migrated_database", "print_table"]
+__all__ = ["SCHEMA", "arguments", "create_login_roles", "inconsistencies", "migrated_database", "print_table"]
 
 SCHEMA = "tnsrag"
 
@@ -48,6 +48,17 @@ def migrated_database(url: str | None) -> Iterator[str]:
         finally:
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def create_login_roles(admin: str, database: str, roles: Sequence[str], password: str) -> None:
+    """Create each of ``roles`` as a login role with ``password``, allowed to connect to
+    ``database`` and to create temporary tables there (what a tenant needs besides its
+    grant), through ``admin`` (a libpq URL of a role that may create roles)."""
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for role in roles:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
+            conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
+                sql.Identifier(database), sql.Identifier(role)))
 
 
 def inconsistencies(store: Store) -> dict[str, int]:

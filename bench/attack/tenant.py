@@ -35,7 +35,7 @@ from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from bench.attack._support import SCHEMA, arguments, engine_for, migrated_database, print_table
+from bench.attack._support import SCHEMA, arguments, create_login_roles, engine_for, migrated_database, print_table
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect
 from tnsrag_db import tenancy
 from tnsrag_db._cli import main_group
@@ -83,12 +83,7 @@ def main() -> None:
         a, b = f"alpha_{suffix}", f"beta_{suffix}"
         admin = _info(owner)
         engine = engine_for(url, pool_size=1)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            for role in (role_a, role_b):
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
-                                                                                 sql.Literal(PASSWORD)))
-                conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
-                    sql.Identifier(str(owner.database)), sql.Identifier(role)))
+        create_login_roles(admin, str(owner.database), (role_a, role_b), PASSWORD)
         tenancy.enable(engine, schema=SCHEMA)
         tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=a)
         tenancy.grant(engine, schema=SCHEMA, role=role_b, corpus=b)

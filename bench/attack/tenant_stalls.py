@@ -30,7 +30,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from bench.attack._support import SCHEMA, engine_for, migrated_database, print_table
+from bench.attack._support import SCHEMA, create_login_roles, engine_for, migrated_database, print_table
 from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect
 from tnsrag_db import tenancy
 
@@ -63,12 +63,7 @@ def main() -> None:
         a, b = f"alpha_{suffix}", f"beta_{suffix}"
         admin = _info(owner)
         engine = engine_for(url, pool_size=1)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            for role in (role_a, role_b):
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
-                                                                                 sql.Literal(PASSWORD)))
-                conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
-                    sql.Identifier(str(owner.database)), sql.Identifier(role)))
+        create_login_roles(admin, str(owner.database), (role_a, role_b), PASSWORD)
         tenancy.enable(engine, schema=SCHEMA)
         bounded = "lock_timeout" in inspect.signature(tenancy.grant).parameters
         for role, corpus in ((role_a, a), (role_b, b)):

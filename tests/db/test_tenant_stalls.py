@@ -16,7 +16,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import psycopg
 import pytest
@@ -25,6 +24,8 @@ from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import URL
 
+from bench.attack._support import create_login_roles
+from tests.db.test_tenancy import Tenants, _conninfo
 from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, LockTimeoutError, MemoryEntry, VectorMemoryStore, connect
 from tnsrag_db import tenancy
@@ -40,21 +41,6 @@ BOUND = 1.0
 GENEROUS = 60.0
 
 
-def _conninfo(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@dataclass(frozen=True)
-class Tenants:
-    owner: URL
-    a: URL
-    b: URL
-    role_a: str
-    role_b: str
-    corpus_a: str
-    corpus_b: str
-
-
 @pytest.fixture(scope="module")
 def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
     owner = make_database()
@@ -64,12 +50,7 @@ def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
     engine = create_engine(owner, schema=SCHEMA, pool_size=1)
     try:
         migrate.upgrade(engine, schema=SCHEMA)
-        with psycopg.connect(_conninfo(owner), autocommit=True) as conn:
-            for role in (role_a, role_b):
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
-                                                                                sql.Literal(PASSWORD)))
-                conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
-                    sql.Identifier(str(owner.database)), sql.Identifier(role)))
+        create_login_roles(_conninfo(owner), str(owner.database), (role_a, role_b), PASSWORD)
         tenancy.enable(engine, schema=SCHEMA)
         tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=corpus_a, lock_timeout=BOUND)
         tenancy.grant(engine, schema=SCHEMA, role=role_b, corpus=corpus_b, lock_timeout=BOUND)
