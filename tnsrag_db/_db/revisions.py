@@ -22,7 +22,7 @@ from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import DatabaseError, SchemaNotReadyError
 
 __all__ = ["COMPAT_FUNCTION", "SchemaState", "migrations_dir", "schema_revisions_plan", "schema_state_plan",
-           "shipped_chain", "shipped_head"]
+           "serves_releases_before", "shipped_chain", "shipped_head"]
 
 #: The function (in the library's schema) that tells which releases the schema serves.
 COMPAT_FUNCTION = "tnsrag_schema_compat"
@@ -66,6 +66,17 @@ def shipped_chain() -> tuple[str, ...] | None:
         chain.append(current)
         current = children.get(current)
     return tuple(chain) if chain and len(chain) == len(parent_of) else None
+
+
+def serves_releases_before(floor: str, revision: str) -> bool:
+    """Whether a schema serving releases from revision ``floor`` on (its ``serves_from``)
+    still serves releases older than ``revision``, one of this installation's revisions: a
+    change those releases cannot read must wait. A floor this installation does not ship
+    is newer than every revision it knows."""
+    chain = shipped_chain() or ()
+    if floor not in chain:
+        return False
+    return chain.index(floor) < chain.index(revision)
 
 
 def shipped_head() -> str | None:

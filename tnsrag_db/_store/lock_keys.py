@@ -18,7 +18,7 @@ import textwrap
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tnsrag_db._db.revisions import COMPAT_FUNCTION, shipped_chain
+from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 
 __all__ = ["ROW_AFTER_LOCK_SQL", "SALTED_KEYS_REVISION", "corpus_keys", "serves_unsalted"]
 
@@ -40,10 +40,7 @@ _FLOOR_SQL = f"SELECT f.serves_from FROM {COMPAT_FUNCTION}() f"
 def serves_unsalted(floor: str) -> bool:
     """Whether a schema whose oldest served release is ``floor`` serves releases that take
     the unsalted keys."""
-    chain = shipped_chain() or ()
-    if floor not in chain:
-        return False  # a floor this release does not ship is newer than every revision it knows
-    return chain.index(floor) < chain.index(SALTED_KEYS_REVISION)
+    return serves_releases_before(floor, SALTED_KEYS_REVISION)
 
 
 def corpus_keys(conn: Connection, name: str, corpus: str) -> tuple[int, ...] | None:

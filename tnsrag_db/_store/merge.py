@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db._db.lock_holders import advisory_lock, holders, try_advisory_lock
-from tnsrag_db._db.revisions import COMPAT_FUNCTION, shipped_chain
+from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 from tnsrag_db._store.lock_keys import corpus_keys
 from tnsrag_db._store.sql import probe
 
@@ -301,10 +301,7 @@ def blocks_served(conn: Connection) -> bool:
     """Whether every release the schema (on ``conn``'s search path) serves reads postings in
     blocks, so a merge may move them there."""
     floor = conn.execute(sa.text(f"SELECT serves_from FROM {COMPAT_FUNCTION}()")).scalar_one()
-    chain = shipped_chain() or ()
-    if floor not in chain:
-        return True  # a floor this release does not ship is newer than every revision it knows
-    return chain.index(floor) >= chain.index(BLOCKS_REVISION)
+    return not serves_releases_before(str(floor), BLOCKS_REVISION)
 
 
 def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: int = 20_000,
