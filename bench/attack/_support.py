@@ -6,17 +6,19 @@ import argparse
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from bench._common import database_url
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine, normalize_url
 from tnsrag_db._store.store import Store
 
-__all__ = ["SCHEMA", "arguments", "create_login_roles", "inconsistencies", "migrated_database", "print_table"]
+__all__ = ["SCHEMA", "TenantPair", "arguments", "create_login_roles", "inconsistencies", "libpq", "migrated_database",
+           "print_table", "tenant_pair"]
 
 SCHEMA = "tnsrag"
 
@@ -59,6 +61,41 @@ def create_login_roles(admin: str, database: str, roles: Sequence[str], password
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
             conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
                 sql.Identifier(database), sql.Identifier(role)))
+
+
+def libpq(url: object) -> str:
+    """``url`` (either form) as a libpq URL, for psycopg."""
+    return make_url(str(url)).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class TenantPair(NamedTuple):
+    """Two tenant login roles on one database, tenancy on, nothing granted yet."""
+
+    owner: URL
+    admin: str  # the owner's libpq URL
+    engine: Any  # the owner's engine (one connection)
+    role_a: str
+    role_b: str
+    corpus_a: str
+    corpus_b: str
+    url_a: URL
+    url_b: URL
+
+
+def tenant_pair(url: str, prefix: str, password: str) -> TenantPair:
+    """Create roles ``{prefix}_a_*`` and ``{prefix}_b_*`` with ``password`` on ``url``'s
+    database and switch tenancy on; the caller grants each its corpus (``alpha_*``, ``beta_*``)."""
+    from tnsrag_db import tenancy
+
+    owner = make_url(url)
+    suffix = uuid.uuid4().hex[:8]
+    role_a, role_b = f"{prefix}_a_{suffix}", f"{prefix}_b_{suffix}"
+    admin = libpq(owner)
+    engine = engine_for(url, pool_size=1)
+    create_login_roles(admin, str(owner.database), (role_a, role_b), password)
+    tenancy.enable(engine, schema=SCHEMA)
+    return TenantPair(owner, admin, engine, role_a, role_b, f"alpha_{suffix}", f"beta_{suffix}",
+                      owner.set(username=role_a, password=password), owner.set(username=role_b, password=password))
 
 
 def inconsistencies(store: Store) -> dict[str, int]:

@@ -26,16 +26,14 @@ import re
 import statistics
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import numpy as np
 import psycopg
 from click.testing import CliRunner
 from psycopg import sql
-from sqlalchemy.engine import make_url
 
-from bench.attack._support import SCHEMA, arguments, create_login_roles, engine_for, migrated_database, print_table
+from bench.attack._support import SCHEMA, arguments, libpq, migrated_database, print_table, tenant_pair
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect
 from tnsrag_db import tenancy
 from tnsrag_db._cli import main_group
@@ -44,10 +42,6 @@ from tnsrag_db._indexes.vector import VectorMemoryStore
 PASSWORD = "attack-tenant"
 SEQ = f"{SCHEMA}.embedding_spaces_space_id_seq"
 DIM = 32
-
-
-def _info(url: object) -> str:
-    return make_url(str(url)).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def _vec(v: np.ndarray) -> str:
@@ -77,18 +71,9 @@ def main() -> None:
 
     args = arguments(__doc__ or "", 60.0)
     with migrated_database(args.url) as url:
-        owner = make_url(url)
-        suffix = uuid.uuid4().hex[:8]
-        role_a, role_b = f"attack_a_{suffix}", f"attack_b_{suffix}"
-        a, b = f"alpha_{suffix}", f"beta_{suffix}"
-        admin = _info(owner)
-        engine = engine_for(url, pool_size=1)
-        create_login_roles(admin, str(owner.database), (role_a, role_b), PASSWORD)
-        tenancy.enable(engine, schema=SCHEMA)
+        owner, admin, engine, role_a, role_b, a, b, url_a, url_b = tenant_pair(url, "attack", PASSWORD)
         tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=a)
         tenancy.grant(engine, schema=SCHEMA, role=role_b, corpus=b)
-        url_a = owner.set(username=role_a, password=PASSWORD)
-        url_b = owner.set(username=role_b, password=PASSWORD)
         embed = HashingEmbedding(DIM)
         texts = [f"beta note {i}: refund rule for damaged parcel number {i} in region {i % 7}" for i in range(66)]
         try:
@@ -127,7 +112,7 @@ def main() -> None:
                 lexemes = [r[0] for r in conn.execute(
                     f"SELECT DISTINCT lexeme FROM {SCHEMA}.bm25_postings WHERE corpus = %s", (b,)).fetchall()]
 
-            with psycopg.connect(_info(url_a), autocommit=True) as conn:
+            with psycopg.connect(libpq(url_a), autocommit=True) as conn:
                 conn.execute(f"SET search_path TO {SCHEMA}, public")
 
                 def refused(statement: str, *params: object) -> bool:
@@ -216,7 +201,7 @@ def main() -> None:
 
             # Advisory locks: A takes B's corpus write lock under the key computed from the names;
             # B's next write no longer waits for it (the key has a salt A cannot read).
-            with psycopg.connect(_info(url_a), autocommit=True) as conn:
+            with psycopg.connect(libpq(url_a), autocommit=True) as conn:
                 conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"tnsrag_db.corpus:{SCHEMA}:{b}",))
                 done = threading.Event()
                 started = time.perf_counter()

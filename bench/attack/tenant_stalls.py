@@ -28,9 +28,8 @@ from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
-from sqlalchemy.engine import make_url
 
-from bench.attack._support import SCHEMA, create_login_roles, engine_for, migrated_database, print_table
+from bench.attack._support import SCHEMA, libpq, migrated_database, print_table, tenant_pair
 from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect
 from tnsrag_db import tenancy
 
@@ -39,10 +38,6 @@ PASSWORD = "attack-stall"
 TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df", "edges",
           "bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state")
 OPERATIONS = ("write", "keyword search", "vector search", "merge")
-
-
-def _info(url: object) -> str:
-    return make_url(str(url)).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def _arguments() -> argparse.Namespace:
@@ -57,14 +52,7 @@ def main() -> None:
     args = _arguments()
     rows: list[tuple[str, object]] = []
     with migrated_database(args.url) as url:
-        owner = make_url(url)
-        suffix = uuid.uuid4().hex[:8]
-        role_a, role_b = f"stall_a_{suffix}", f"stall_b_{suffix}"
-        a, b = f"alpha_{suffix}", f"beta_{suffix}"
-        admin = _info(owner)
-        engine = engine_for(url, pool_size=1)
-        create_login_roles(admin, str(owner.database), (role_a, role_b), PASSWORD)
-        tenancy.enable(engine, schema=SCHEMA)
+        owner, admin, engine, role_a, role_b, a, b, url_a, url_b = tenant_pair(url, "stall", PASSWORD)
         bounded = "lock_timeout" in inspect.signature(tenancy.grant).parameters
         for role, corpus in ((role_a, a), (role_b, b)):
             if bounded:
@@ -72,8 +60,6 @@ def main() -> None:
                               lock_timeout=args.bound)
             else:
                 tenancy.grant(engine, schema=SCHEMA, role=role, corpus=corpus)
-        url_a = owner.set(username=role_a, password=PASSWORD)
-        url_b = owner.set(username=role_b, password=PASSWORD)
         embed = HashingEmbedding(16)
         try:
             with connect(url_b, corpus=b) as store:
@@ -120,7 +106,7 @@ def main() -> None:
 
             measured: list[tuple[str, str, float]] = []
             for label, statement, params in stalls:
-                with psycopg.connect(_info(url_a)) as conn:
+                with psycopg.connect(libpq(url_a)) as conn:
                     conn.execute(statement, params or None)
                     results: dict[str, tuple[float, str]] = {}
 
