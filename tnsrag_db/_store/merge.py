@@ -30,8 +30,7 @@ nothing and says so (:attr:`MergeReport.deferred`).
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -40,7 +39,7 @@ from sqlalchemy.engine import Connection
 from tnsrag_db._db.lock_holders import advisory_lock, holders, try_advisory_lock
 from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 from tnsrag_db._store.lock_keys import corpus_keys
-from tnsrag_db._store.sql import probe
+from tnsrag_db._store.sql import planner_nodes_off, probe
 
 __all__ = ["BLOCKS_REVISION", "BLOCK", "MergeReport", "blocks_served", "merge_postings", "tid_scans_only"]
 
@@ -189,40 +188,26 @@ _BLOCKS_SQL = textwrap.dedent(f"""\
     SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM blocks)""")
 
 
-@contextmanager
-def _switched_off(conn: Connection, *names: str) -> Iterator[None]:
-    """The planner's ``enable_*`` settings ``names`` off for the statements of the block (in
-    ``conn``'s transaction). The planner takes a disabled kind of node only where no other
-    plan exists (PostgreSQL 18 counts them, earlier releases add a prohibitive cost): the
-    choice no longer rests on the statistics."""
-    settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
-    conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
-    try:
-        yield
-    finally:
-        conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
-
-
 def tid_scans_only(conn: Connection) -> AbstractContextManager[None]:
     """Index scans off for the statements of the block (in ``conn``'s transaction): a
     statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus = :c`` is then a
     TID scan whatever the statistics (stale ones can make an index scan of the whole
     corpus, testing every row against the array, look cheaper)."""
-    return _switched_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
+    return planner_nodes_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
 
 
 def _heap_order_scans(conn: Connection) -> AbstractContextManager[None]:
     """Plain index scans off for the statements of the block: rows a statement reads by an
     index are read by a bitmap, in heap order. Stale statistics can take a corpus for one
     row and read all of it through an index in another order, a random read per row."""
-    return _switched_off(conn, "enable_indexscan", "enable_indexonlyscan")
+    return planner_nodes_off(conn, "enable_indexscan", "enable_indexonlyscan")
 
 
 def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
     """Nested loops and merge joins off for the statements of the block: each join is a
     hash join, one pass over each side. Stale statistics can take a corpus's delta for one
     row and plan a nested loop that reads the stage, or the delta, once per row."""
-    return _switched_off(conn, "enable_nestloop", "enable_mergejoin")
+    return planner_nodes_off(conn, "enable_nestloop", "enable_mergejoin")
 
 
 #: The first ``:m`` tombstones of the corpus, by number.

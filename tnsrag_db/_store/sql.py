@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import textwrap
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-__all__ = ["APPLY_DF_SQL", "BM25_STAT_SHARDS", "WRITTEN", "bump_stats", "count_written", "lock_matching_sql", "probe",
+__all__ = ["APPLY_DF_SQL", "BM25_STAT_SHARDS", "WRITTEN", "bump_stats", "count_written", "lock_matching_sql", "planner_nodes_off",
+           "probe",
            "stat_shard"]
 
 #: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
@@ -47,6 +50,20 @@ def probe(table: str, alias: str, columns: str, key: str) -> str:
     """
     return (f"CROSS JOIN LATERAL (SELECT {columns} FROM {table} {alias} "
             f"WHERE {alias}.corpus = :c AND {key} OFFSET 0) {alias}")
+
+
+@contextmanager
+def planner_nodes_off(conn: Connection, *names: str) -> Iterator[None]:
+    """The planner's ``enable_*`` settings ``names`` off for the statements of the block (in
+    ``conn``'s transaction). The planner takes a disabled kind of node only where no other
+    plan exists (PostgreSQL 18 counts them, earlier releases add a prohibitive cost): the
+    choice no longer rests on the statistics."""
+    settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
+    conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
+    try:
+        yield
+    finally:
+        conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
 
 
 def count_written(conn: Connection, n: int) -> None:

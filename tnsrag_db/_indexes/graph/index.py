@@ -34,6 +34,7 @@ from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import DanglingReferenceError, ValidationError
 from tnsrag_db._indexes.graph import sql
 from tnsrag_db._indexes.graph.walk import DEFAULT_EDGE_BUDGET_FACTOR, hops_statement, walk_statement
+from tnsrag_db._store.sql import planner_nodes_off
 from tnsrag_db._store.staging import EDGE_STAGE_DDL
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
@@ -205,10 +206,8 @@ class GraphStore:
         if progress is not None:
             progress(len(batch))
         c = {"c": self.corpus}
-        settings = ", ".join(f"set_config('{name}', :v, true)" for name in sql.SORTS_OFF)
-        conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
-        missing = list(conn.execute(sa.text(sql.LOCK_ENDS_SQL), c).scalars())
-        conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+        with planner_nodes_off(conn, *sql.SORTS_OFF):
+            missing = list(conn.execute(sa.text(sql.LOCK_ENDS_SQL), c).scalars())
         if missing:
             raise _dangling(missing)
         flags = list(conn.execute(sa.text(sql.UPSERT_SQL), c).scalars())
