@@ -40,8 +40,8 @@ from bench._common import database_url
 from bench._corpus import generate_corpus
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.registry import build_strategy
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._types import MemoryEntry, RAGContext
+from tnsrag_db.embeddings import HashingEmbedding
 
 CONTEXT = RAGContext(10)
 
@@ -130,8 +130,8 @@ def run(store: Store, args: argparse.Namespace) -> None:
     print()
     print(f"{args.strategy}: {args.n} entries, {args.concurrency} concurrent callers, {args.calls} calls per "
           f"repetition, pool {args.pool_size}, medians of {args.repeats} repetitions")
-    print(f"| driver  | calls/s | median ms | p99 ms |")
-    print(f"|---------|--------:|----------:|-------:|")
+    print("| driver  | calls/s | median ms | p99 ms |")
+    print("|---------|--------:|----------:|-------:|")
     for mode in ("async", "threads"):
         t, p50, p99 = med[mode]
         print(f"| {mode:7s} | {t:7.0f} | {p50:9.1f} | {p99:6.1f} |")

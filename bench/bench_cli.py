@@ -220,7 +220,7 @@ def main() -> None:
             ratio = statistics.median(results[(label, "new")]) / statistics.median(results[(label, "old")])
             row += f" {_stats(results[(label, 'old')]):>24} {_ms(cpu[(label, 'old')]):>7} {ratio:8.2f}"
         print(row)
-    print(f"\nimports of one keyword query process (new, server running), by top-level package, ms:")
+    print("\nimports of one keyword query process (new, server running), by top-level package, ms:")
     print(f"{'package':32} {'self':>8} {'cumulative':>11}")
     for top, own_ms, cum_ms in breakdown[:12]:
         print(f"{top:32} {own_ms:8.1f} {cum_ms:11.1f}")

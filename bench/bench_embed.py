@@ -40,13 +40,13 @@ from pathlib import Path
 from bench._common import database_url
 from bench._corpus import generate_corpus
 from bench.cranfield import DEFAULT_DATA, load_documents, load_queries
-from tnsrag_db.embeddings import OnnxEmbedding, default_model
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._indexes.vector.pacing import CallPacer
 from tnsrag_db._store.store import connect
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._types import MemoryEntry, RAGContext
+from tnsrag_db.embeddings import OnnxEmbedding, default_model
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> float:

@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import sqlalchemy as sa
 
-from bench._corpus import GROUP_1PCT, generate_correlated_corpus, generate_corpus
+from bench._corpus import GROUP_1PCT, generate_corpus, generate_correlated_corpus
 from bench.bench_vector import Lookup, exact_top
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store, connect

@@ -51,10 +51,10 @@ import numpy.typing as npt
 
 from bench._common import database_url
 from bench._corpus import generate_corpus
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import connect
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.embeddings import HashingEmbedding
 
 
 class SyntheticModel:

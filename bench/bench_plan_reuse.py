@@ -39,12 +39,12 @@ from bench._common import scratch_database
 from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
 from tnsrag_db._db.runner import bind as native_sql
 from tnsrag_db._db.statement import Plan, Statement, run_plan
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy

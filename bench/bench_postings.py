@@ -376,7 +376,7 @@ WRITE_DELTA = _batch_rows("blk_delta", "corpus, lexeme, docno, tf, dl",
 # cannot deadlock) takes the batch's postings while it holds fewer than BLOCK; else the
 # batch's postings of that term start a new block.
 WRITE_DIRECT = [
-    f"""CREATE TEMP TABLE nb ON COMMIT DROP AS
+    """CREATE TEMP TABLE nb ON COMMIT DROP AS
         SELECT v.lexeme, array_agg(s.docno ORDER BY s.docno) AS d, array_agg(s.tf ORDER BY s.docno) AS t,
                array_agg(s.dl ORDER BY s.docno) AS l, count(*)::int AS c, max(s.tf) AS mt, min(s.dl) AS md,
                min(s.docno) AS f, max(s.docno) AS la

@@ -39,11 +39,11 @@ import numpy as np
 from bench._common import database_url
 from bench._corpus import generate_corpus
 from bench.bench_ingest_pipeline import SyntheticModel
-from tnsrag_db.admin import export_corpus, restore_corpus
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.admin import export_corpus, restore_corpus
 
 ROWS = ("add_all, vectors given", "add_all, embedding", "restore, export", "restore, export --vectors")
 

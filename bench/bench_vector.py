@@ -40,11 +40,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, Corpus, generate_corpus
+from tnsrag_db._db.statement import one
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
-from tnsrag_db._db.statement import one
-from tnsrag_db._store.store import connect
 from tnsrag_db._store import write as write_steps
+from tnsrag_db._store.store import connect
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.vector import VectorRAGStrategy
@@ -229,7 +229,7 @@ def main() -> None:
             assert raw is not None
             raw.execute(f"SET hnsw.ef_search = {ef}")
             out_lat, out_res = [], []
-            for rep in range(2):
+            for _rep in range(2):
                 out_lat, out_res = [], []
                 for i, q in enumerate(queries):
                     params = {"q": q, **(extra(i) if extra else {})}
@@ -340,7 +340,7 @@ def main() -> None:
     rows.append((f"vector top-{K} median ms, retrieve() vs bare SQL with the same columns", f"{ms(lat):.2f}",
                  f"{ms(dlat):.2f}", f"{ms(lat) / ms(dlat):.2f}x (per-query median {statistics.median(ratios):.2f}x)",
                  "<= 1.3x"))
-    rows.append((f"  the same, the two alone, alternating query by query", f"{ms(pairwise['retrieve']):.2f}",
+    rows.append(("  the same, the two alone, alternating query by query", f"{ms(pairwise['retrieve']):.2f}",
                  f"{ms(pairwise['bare_docs']):.2f}",
                  f"{ms(pairwise['retrieve']) / ms(pairwise['bare_docs']):.2f}x (per-query median "
                  f"{statistics.median(pair_ratios):.2f}x)", "<= 1.3x"))

@@ -54,7 +54,6 @@ import sqlalchemy as sa
 
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries, shipped_model
 from tnsrag_db import evaluation
-from tnsrag_db.evaluation import Query
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._loaders import FileLoader
@@ -64,6 +63,7 @@ from tnsrag_db._strategies.compose import STRATEGY_NAMES
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.registry import build_strategy
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.evaluation import Query
 
 STDLIB_PACKAGES = ("json", "email", "asyncio", "http", "logging", "urllib")
 DPKG_STATUS = "/var/lib/dpkg/status"

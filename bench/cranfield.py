@@ -34,9 +34,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from tnsrag_db import evaluation
-from tnsrag_db.embeddings import EmbeddingFunction, HashingEmbedding
 from tnsrag_db._errors import ConfigurationError
-from tnsrag_db.evaluation import Query
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store, connect
@@ -45,6 +43,8 @@ from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.vector import VectorRAGStrategy
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.embeddings import EmbeddingFunction, HashingEmbedding
+from tnsrag_db.evaluation import Query
 
 CORPUS = "bench_cranfield_core"
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cranfield"

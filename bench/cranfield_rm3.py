@@ -34,9 +34,9 @@ import sqlalchemy as sa
 from bench._common import database_url
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries
 from tnsrag_db import evaluation
-from tnsrag_db._strategies.expansion import QueryExpansion, RM3QueryExpander
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.store import Store, connect
+from tnsrag_db._strategies.expansion import QueryExpansion, RM3QueryExpander
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy
 from tnsrag_db._types import MemoryEntry

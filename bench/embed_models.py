@@ -35,14 +35,14 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries
-from tnsrag_db.evaluation import evaluate_strategies, ndcg_at, recall_at
-from tnsrag_db.embeddings import OnnxEmbedding, default_model
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import connect
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.vector import VectorRAGStrategy
+from tnsrag_db.embeddings import OnnxEmbedding, default_model
+from tnsrag_db.evaluation import evaluate_strategies, ndcg_at, recall_at
 
 
 def _exact_scores(doc_ids: list[str], docs: npt.NDArray[np.float32], queries: npt.NDArray[np.float32],

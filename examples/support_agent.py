@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 
 from tnsrag_db import Store, connect
+from tnsrag_db._types import MemoryEntry, MemoryTier
 from tnsrag_db.declarative import (
     OnFailure,
     RetrievalResult,
@@ -30,7 +31,6 @@ from tnsrag_db.declarative import (
     retrieval,
     retrieval_filters,
 )
-from tnsrag_db._types import MemoryEntry, MemoryTier
 
 #: The example's own corpus (see the module docstring).
 CORPUS = "support-agent-example"

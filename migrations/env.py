@@ -29,13 +29,13 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db._db.engine import create_engine, validate_schema_name
 from tnsrag_db._db.migrate import advisory_lock_key, bootstrap_statements, include_object
-from tnsrag_db._db.schema import DEFAULT_SCHEMA, metadata
 from tnsrag_db._db.migration_ops import (
     DEFAULT_LOCK_RETRIES,
     DEFAULT_LOCK_TIMEOUT,
     hold_migration_lock,
     run_with_lock_retries,
 )
+from tnsrag_db._db.schema import DEFAULT_SCHEMA, metadata
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from tnsrag_db._validate import is_int
 from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._validate import is_int
 
 __all__ = ["DEFAULT_CHUNK_CHARS", "Chunker", "chunker_for"]
 

@@ -17,7 +17,6 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from tnsrag_db._validate import check_int, is_int
 from tnsrag_db._errors import (
     InvalidContextError,
     InvalidEntryError,
@@ -26,6 +25,7 @@ from tnsrag_db._errors import (
     TemporalValidationError,
     ValidationError,
 )
+from tnsrag_db._validate import check_int, is_int
 
 __all__ = [
     "MAX_CANDIDATES",

@@ -31,11 +31,11 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from tnsrag_db._db.read_store import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
 from tnsrag_db._db.driver_errors import db_error
+from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
+from tnsrag_db._db.read_store import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError, TnsragError
-from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 
 __all__ = ["DEFAULT_LOCK_TIMEOUT_SECONDS", "PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES",
            "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants", "is_enabled", "lock_timeout",

@@ -20,9 +20,9 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from bench._common import database_url
 from bench.attack._previous_release import PreviousRelease, previous_release_tree
 from bench.attack._support import SCHEMA, arguments, engine_for, inconsistencies, print_table
-from bench._common import database_url
 from tnsrag_db import MemoryEntry
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import normalize_url

@@ -34,8 +34,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from bench.attack._support import SCHEMA, arguments, libpq, migrated_database, print_table, tenant_pair
-from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect
-from tnsrag_db import tenancy
+from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect, tenancy
 from tnsrag_db._cli import main_group
 from tnsrag_db._indexes.vector import VectorMemoryStore
 

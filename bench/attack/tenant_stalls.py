@@ -30,8 +30,7 @@ import psycopg
 from psycopg import sql
 
 from bench.attack._support import SCHEMA, libpq, migrated_database, print_table, tenant_pair
-from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect
-from tnsrag_db import tenancy
+from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect, tenancy
 
 PASSWORD = "attack-stall"
 #: The tables a tenant may update (so lock in ACCESS EXCLUSIVE mode), where the schema has them.

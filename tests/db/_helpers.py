@@ -11,9 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.reads import ENTRY_COLUMNS, document_from_row
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import resolve_context
-from tnsrag_db._store.reads import ENTRY_COLUMNS, document_from_row
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
 __all__ = ["FixedScores", "RecordingStore", "ids_of", "read_statements", "run_processes"]

@@ -20,14 +20,14 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.admin import corpus_exists, corpus_stats, empty_filter_notes, export_corpus, list_corpora, restore_corpus
 from tnsrag_db._cli import main_group
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._errors import CorpusNotFoundError, DanglingReferenceError
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry, MemoryTier
+from tnsrag_db.admin import corpus_exists, corpus_stats, empty_filter_notes, export_corpus, list_corpora, restore_corpus
+from tnsrag_db.embeddings import HashingEmbedding
 
 UTC = timezone.utc
 

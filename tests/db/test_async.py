@@ -13,13 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from tests._corpus_scope import corpus_violations
 from tests.db._helpers import read_statements
-from tests.fix_corpus_scope import pyformat
 from tests.db.test_explain import QUERIES, _corpus
+from tests.fix_corpus_scope import pyformat
 from tnsrag_db import (
     BM25Index,
     HashingEmbedding,

@@ -17,9 +17,8 @@ from tnsrag_db._errors import ConfigurationError, InvalidFilterError, Validation
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.analysis import analyze
 from tnsrag_db._store.store import Store
-from tnsrag_db._types import IngestCounts
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
-from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._types import IngestCounts, MemoryEntry, MemoryTier, RAGContext
 
 # -- an independent BM25 ------------------------------------------------------------------
 

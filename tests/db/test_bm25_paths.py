@@ -11,10 +11,10 @@ import pytest
 
 from tests.db._helpers import read_statements
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
-from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db import HybridMemoryRetriever, HybridRAGStrategy, VectorMemoryStore
 from tnsrag_db._indexes.bm25 import BM25Index, scoring
 from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import RAGContext
 

@@ -22,6 +22,7 @@ from tnsrag_db._errors import ConfigurationError, InvalidContextError, Statement
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MAX_RESULTS
 
+
 def _word(i: int) -> str:
     return "q" + "".join(chr(97 + (i // 26**n) % 26) for n in range(4))  # letters only: one term each
 

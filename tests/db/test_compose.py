@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from tnsrag_db.declarative import RetrievalConfig, RetrievalStrategy, build_strategy as declarative_build
 from tnsrag_db._errors import StrategyUnavailableError
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.compose import BUILDERS, EMBEDDING_STRATEGIES, STRATEGY_NAMES
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.registry import build_strategy
 from tnsrag_db._types import MemoryEntry, RAGContext
+from tnsrag_db.declarative import RetrievalConfig, RetrievalStrategy
+from tnsrag_db.declarative import build_strategy as declarative_build
 
 DECLARATIVE_OPTIONS: dict[RetrievalStrategy, dict[str, Any]] = {
     RetrievalStrategy.MULTI_QUERY: {"expansion_mode": "RM3", "expansion_model": "rm3"},
@@ -175,8 +176,8 @@ def _two_streams(store: Store, embedding: Any) -> HybridRAGStrategy:
 
 
 def test_hybrid_by_name_on_a_corpus_without_edges_ranks_as_the_two_streams(store: Store) -> None:
-    from tnsrag_db.embeddings import HashingEmbedding
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import HashingEmbedding
 
     words = ["engine", "wing", "flap", "rudder", "fuel", "pump", "blade", "crack", "oil", "filter"]
     VectorMemoryStore(store, HashingEmbedding()).add_all(
@@ -190,9 +191,9 @@ def test_hybrid_by_name_on_a_corpus_without_edges_ranks_as_the_two_streams(store
 
 
 def test_hybrid_by_name_fuses_only_what_edges_reach(store: Store) -> None:
-    from tnsrag_db.embeddings import HashingEmbedding
-    from tnsrag_db._indexes.graph import Edge, GraphStore
+    from tnsrag_db._indexes.graph import GraphStore
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import HashingEmbedding
 
     VectorMemoryStore(store, HashingEmbedding()).add_all([
         MemoryEntry("seed", "turbine blade inspection"),
@@ -216,9 +217,9 @@ def test_graph_by_name_on_a_corpus_without_edges_says_so(store: Store) -> None:
 
 
 def test_strategies_by_name_search_the_corpus_space_not_the_process_default(store: Store) -> None:
-    from tnsrag_db.embeddings import HashingEmbedding
     from tnsrag_db._errors import ProviderConfigurationError
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import HashingEmbedding
 
     corpus_model = HashingEmbedding(dimension=32)  # tnsrag-hash-32: not the process default
     VectorMemoryStore(store, corpus_model).add_all([MemoryEntry("a", "turbine blade"),

@@ -69,10 +69,10 @@ _WORDS = "alpha beta gamma delta agent memory vector graph".split()
 def _contender(url: str, corpus: str, seed: int, ops: int) -> None:
     import random
 
-    from tnsrag_db.embeddings import HashingEmbedding
     from tnsrag_db._errors import DanglingReferenceError
     from tnsrag_db._indexes.graph import Edge, GraphStore
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import HashingEmbedding
 
     engine = create_engine(url, schema="tnsrag", pool_size=1)
     store = Store(engine, corpus=corpus)

@@ -7,12 +7,12 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tnsrag_db._cli import main_group
-from tnsrag_db.embeddings import HashingEmbedding
-from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.embeddings import HashingEmbedding
 
 
 def _check(url: URL, *extra: str) -> object:

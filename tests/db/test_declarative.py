@@ -6,8 +6,8 @@ example role, and each embedding-provider discovery case through real entry poin
 from __future__ import annotations
 
 import importlib
-import json
 import importlib.util
+import json
 import multiprocessing
 import sys
 import threading
@@ -22,6 +22,24 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from tests._entrypoints import Installer, installer
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._errors import (
+    ConfigurationError,
+    DatabaseError,
+    EmbeddingValidationError,
+    ExecutionError,
+    HierarchyError,
+    ProviderBusyError,
+    ProviderConfigurationError,
+    ProviderTransportError,
+    StrategyUnavailableError,
+    TemporalValidationError,
+)
+from tnsrag_db._indexes.graph import GraphStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.expansion import EXPANDER_ENTRY_POINT_GROUP
+from tnsrag_db._strategies.navigation import NAVIGATOR_ENTRY_POINT_GROUP
+from tnsrag_db._types import IngestCounts, MemoryEntry, RetrievedDocument
 from tnsrag_db.declarative import (
     OnFailure,
     RetrievalResult,
@@ -36,25 +54,6 @@ from tnsrag_db.declarative import (
     retrieval_filters,
 )
 from tnsrag_db.embeddings import get_process_embedding, reset_process_embedding
-from tnsrag_db._errors import (
-    ConfigurationError,
-    DatabaseError,
-    EmbeddingValidationError,
-    ExecutionError,
-    HierarchyError,
-    ProviderBusyError,
-    ProviderConfigurationError,
-    ProviderTransportError,
-    StrategyUnavailableError,
-    TemporalValidationError,
-)
-from tnsrag_db._strategies.expansion import EXPANDER_ENTRY_POINT_GROUP
-from tnsrag_db._indexes.graph import GraphStore
-from tnsrag_db._strategies.navigation import NAVIGATOR_ENTRY_POINT_GROUP
-from tnsrag_db._db.engine import create_engine
-from tnsrag_db._store.store import Store
-from tnsrag_db._types import IngestCounts
-from tnsrag_db._types import MemoryEntry, RetrievedDocument
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support_agent.py"
 
@@ -753,8 +752,9 @@ def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(
     # PostgreSQL breaks by aborting one side. The lock is polled instead.
     import numpy as np
 
-    from tnsrag_db.declarative._ingest import lock_key as _lock_key, write_once as _write_once
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.declarative._ingest import lock_key as _lock_key
+    from tnsrag_db.declarative._ingest import write_once as _write_once
 
     vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0, 0.0], index_threshold=None)
     vectors.add_all([MemoryEntry(f"v{i}", f"vector {i}") for i in range(2000)],

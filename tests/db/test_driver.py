@@ -14,16 +14,13 @@ from sqlalchemy.engine import URL
 
 from tests.db._helpers import RecordingStore
 from tests.db.test_bm25 import PRUNE_QUERIES, pruning_entries
-from tnsrag_db._db import revisions
 from tnsrag_db._cli._common import DEFAULT_SCHEMA as CLI_DEFAULT_SCHEMA
-from tnsrag_db._db import driver, migrate, runner
+from tnsrag_db._db import migrate, revisions, runner
 from tnsrag_db._db.driver import DriverStore
 from tnsrag_db._db.read_store import ReadStore
-from tnsrag_db._db.settings import libpq_url
-from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._db.runner import bind
 from tnsrag_db._db.schema import DEFAULT_SCHEMA
-from tnsrag_db._db.settings import check_timeout
+from tnsrag_db._db.settings import check_timeout, libpq_url, validate_schema_name
 from tnsrag_db._errors import ConfigurationError, DatabaseError, StatementTimeoutError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.store import Store

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db._store.store import Store

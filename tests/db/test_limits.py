@@ -7,7 +7,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from tnsrag_db import Edge, GraphStore, HashingEmbedding, MemoryEntry, VectorMemoryStore
+from tnsrag_db import GraphStore, HashingEmbedding, MemoryEntry, VectorMemoryStore
 from tnsrag_db._errors import EmbeddingValidationError, InvalidEntryError, TemporalValidationError, ValidationError
 from tnsrag_db._store.store import Store
 

@@ -11,9 +11,9 @@ from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
 from tnsrag_db._cli import main_group
-from tnsrag_db._errors import SchemaNotReadyError
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._errors import SchemaNotReadyError
 from tnsrag_db._store.store import connect
 
 EXPECTED_TABLES = {"alembic_version", "bm25_blocks", "bm25_df", "bm25_docs", "bm25_merge_state", "bm25_postings", "bm25_stats", "bm25_tombstones", "corpora", "edges", "embedding_spaces",
@@ -184,10 +184,10 @@ def test_0002_keeps_data_and_keys_the_metadata_index_by_corpus(fresh_db_url: URL
 
 
 def test_0003_drops_the_unique_key_without_corpus_and_keeps_spaces(fresh_db_url: URL) -> None:
-    from tnsrag_db.embeddings import HashingEmbedding
     from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._store.store import Store
     from tnsrag_db._types import MemoryEntry
+    from tnsrag_db.embeddings import HashingEmbedding
 
     engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
 
@@ -215,10 +215,10 @@ def test_0003_drops_the_unique_key_without_corpus_and_keeps_spaces(fresh_db_url:
 def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL) -> None:
     # The upgrade's connection was opened before the vector extension existed, so it
     # lacks the vector type adaptation; it must not go back to the pool.
-    from tnsrag_db.embeddings import HashingEmbedding
     from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._store.store import Store
     from tnsrag_db._types import MemoryEntry
+    from tnsrag_db.embeddings import HashingEmbedding
 
     engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1, max_overflow=0)
     try:

@@ -20,9 +20,9 @@ from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db import MemoryEntry
-from tnsrag_db._errors import MigrationError
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._errors import MigrationError
 from tnsrag_db._store.store import Store
 
 WRITERS = 4

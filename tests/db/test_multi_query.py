@@ -8,14 +8,14 @@ from collections.abc import Sequence
 import pytest
 
 from tnsrag_db._errors import ConfigurationError, RetrievalCancelledError
-from tnsrag_db._strategies.expansion import CancellationToken, QueryExpansion, RM3QueryExpander, load_expander
-from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
-from tnsrag_db._strategies.navigation import LexicalTreeNavigator
 from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.expansion import CancellationToken, QueryExpansion, RM3QueryExpander, load_expander
+from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy
+from tnsrag_db._strategies.navigation import LexicalTreeNavigator
 from tnsrag_db._strategies.reasoning import ReasoningRAGStrategy
 from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 

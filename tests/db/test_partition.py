@@ -8,18 +8,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
+from tnsrag_db._db import migrate
 from tnsrag_db._db.partition import PARTITIONED_TABLES, partition_script
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._db import migrate
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.graph import GraphRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.vector import VectorRAGStrategy
 from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db.embeddings import HashingEmbedding
 
 WORDS = "harbor lighthouse keeper storm ledger beacon cliff tide lantern rope".split()
 

@@ -13,15 +13,15 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.admin import corpus_exists
 from tnsrag_db._cli import main_group
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._indexes.graph import GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.admin import corpus_exists
+from tnsrag_db.embeddings import HashingEmbedding
 
 LONG = ("Agents share memory across processes through PostgreSQL; every write commits with its "
         "postings and statistics, so a reader in another process sees a consistent corpus. ") * 3

@@ -228,8 +228,8 @@ def test_a_read_made_while_a_plan_runs_uses_the_plans_connection(db_url: URL) ->
     connection the plan holds (the first filtered vector search and hybrid retrieval
     of a fresh store timed out so)."""
     from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, RAGContext, VectorMemoryStore
-    from tnsrag_db._db.statement import Statement
     from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.statement import Statement
 
     with connect(db_url, corpus="one_connection", schema=SCHEMA) as writer:
         VectorMemoryStore(writer, HashingEmbedding(32), index_threshold=None).add_all(

@@ -18,6 +18,7 @@ from tnsrag_db._errors import (
     StrategyUnavailableError,
 )
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
+from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.navigation import (
     NAVIGATOR_ENTRY_POINT_GROUP,
     LexicalTreeNavigator,
@@ -26,7 +27,6 @@ from tnsrag_db._strategies.navigation import (
     installed_navigators,
     load_navigator,
 )
-from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.reasoning import ReasoningRAGStrategy
 from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 

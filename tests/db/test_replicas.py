@@ -12,11 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests._standby import PrimaryWithStandby
+from tnsrag_db._db.engine import create_engine
 from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteToken, verify_standby
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import MemoryEntry

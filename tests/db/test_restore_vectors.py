@@ -14,15 +14,15 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
-from tnsrag_db.admin import export_corpus, restore_corpus
 from tnsrag_db._cli import main_group
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._errors import InvalidEntryError, ProviderConfigurationError
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._loaders import FileLoader
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.admin import export_corpus, restore_corpus
+from tnsrag_db.embeddings import HashingEmbedding
 
 
 class Precomputed:

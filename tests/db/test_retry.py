@@ -7,9 +7,9 @@ import threading
 import pytest
 import sqlalchemy as sa
 
+from tnsrag_db._db.session import DEADLOCK_RETRIES, retry_on_deadlock
 from tnsrag_db._errors import DatabaseError
 from tnsrag_db._store.store import Store
-from tnsrag_db._db.session import DEADLOCK_RETRIES, retry_on_deadlock
 from tnsrag_db._types import MemoryEntry
 
 

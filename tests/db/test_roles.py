@@ -23,10 +23,10 @@ from sqlalchemy.engine import URL
 from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect
 from tnsrag_db._cli.db import db
-from tnsrag_db._errors import PermissionDeniedError
-from tnsrag_db._indexes.vector.hnsw import IndexBuildDeferred
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._errors import PermissionDeniedError
+from tnsrag_db._indexes.vector.hnsw import IndexBuildDeferred
 
 PASSWORD = "tnsrag-test-role"
 

@@ -271,8 +271,8 @@ def own_home(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_queries_embed_with_the_keepers_warm_model_and_fall_back_to_their_own(own_home: Path) -> None:
-    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, default_model
     from tnsrag_db._store.embedded.warm_model import served_model
+    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, default_model
 
     home = own_home
     ingested = json.loads(_tnsrag(home, "ingest", "--sample", "--json").stdout)

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 import tnsrag_db
-from tnsrag_db._store.store import Store
-
 from tests._docs import find_example
+from tnsrag_db._store.store import Store
 
 
 def _readme_example() -> tuple[Path, str]:

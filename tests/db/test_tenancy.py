@@ -31,12 +31,12 @@ from tnsrag_db import (
     MemoryEntry,
     VectorMemoryStore,
     connect,
+    tenancy,
 )
-from tnsrag_db import tenancy
 from tnsrag_db._cli import main_group
-from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, PermissionDeniedError
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, PermissionDeniedError
 from tnsrag_db._store.store import Store
 
 PASSWORD = "tnsrag-test-tenant"

@@ -16,9 +16,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from tests.db._helpers import read_statements
 from tests.db.test_tenancy import Tenants, _conninfo, _denied, _drop, _make_tenants, _populate
 from tests.fix_db import SCHEMA
-from tests.db._helpers import read_statements
 from tnsrag_db import (
     BM25Index,
     HashingEmbedding,
@@ -29,11 +29,11 @@ from tnsrag_db import (
     VectorMemoryStore,
     VectorRAGStrategy,
     connect,
+    tenancy,
 )
-from tnsrag_db import tenancy
-from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.store import Store
 

@@ -25,15 +25,14 @@ from sqlalchemy.engine import URL
 
 from tests.db.test_tenancy import PASSWORD, Tenants, _conninfo, _drop, _make_tenants
 from tests.fix_db import SCHEMA
-from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect
-from tnsrag_db import tenancy
+from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect, tenancy
 from tnsrag_db._cli import main_group
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._indexes.vector.hnsw import drop_space_index
 from tnsrag_db._indexes.vector.spaces import Space
-from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.store import Store
 
 SEQ = f"{SCHEMA}.embedding_spaces_space_id_seq"
@@ -137,7 +136,7 @@ def test_keys_a_tenant_plants_in_its_own_corpus_change_nothing_for_another(tenan
         conn.execute(f"SET search_path TO {SCHEMA}, public")
         conn.execute("INSERT INTO corpora (corpus) VALUES (%s) ON CONFLICT DO NOTHING", (a,))
         conn.execute("UPDATE corpora SET text_config = 'simple' WHERE corpus = %s", (a,))
-        for i, entry_id in enumerate(b_ids):
+        for entry_id in b_ids:
             conn.execute("INSERT INTO entries (corpus, id, content, tier, content_hash, doc_len, lexemes, metadata) "
                          "VALUES (%s, %s, 'planted', 'SEMANTIC', '\\x00', 1000000, %s, '{\"team\": \"globex\"}') "
                          "ON CONFLICT (corpus, id) DO UPDATE SET doc_len = 1000000",

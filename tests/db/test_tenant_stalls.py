@@ -27,8 +27,7 @@ from sqlalchemy.engine import URL
 from bench.attack._support import create_login_roles
 from tests.db.test_tenancy import Tenants, _conninfo
 from tests.fix_db import SCHEMA
-from tnsrag_db import BM25Index, HashingEmbedding, LockTimeoutError, MemoryEntry, VectorMemoryStore, connect
-from tnsrag_db import tenancy
+from tnsrag_db import BM25Index, HashingEmbedding, LockTimeoutError, MemoryEntry, VectorMemoryStore, connect, tenancy
 from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine

@@ -18,6 +18,7 @@ from tnsrag_db import (
     RAGContext,
     VectorMemoryStore,
 )
+from tnsrag_db._db.engine import create_engine
 from tnsrag_db._errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -26,7 +27,6 @@ from tnsrag_db._errors import (
     StatementTimeoutError,
     ValidationError,
 )
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.store import Store
 
 LONE = "bad \ud800 text"

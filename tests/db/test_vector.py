@@ -12,13 +12,12 @@ from sqlalchemy.engine import URL
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, generate_corpus
 from tests.fix_db import SCHEMA
+from tnsrag_db._db.engine import create_engine
 from tnsrag_db._errors import EmbeddingValidationError, InvalidFilterError
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.store import Store
-from tnsrag_db._types import IngestCounts
 from tnsrag_db._strategies.vector import VectorRAGStrategy
-from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._types import IngestCounts, MemoryEntry, MemoryTier, RAGContext
 
 
 class TableEmbedding:
@@ -343,8 +342,8 @@ def test_batches_count_outcomes_and_a_bad_vector_rejects_the_whole_batch(store: 
 def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: ignore[no-untyped-def]
     import sqlalchemy as sa
 
-    from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._db.schema import hnsw_index_name
+    from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._types import MemoryEntry
 
     store = make_store()

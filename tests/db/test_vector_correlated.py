@@ -17,8 +17,8 @@ from sqlalchemy.engine import URL
 
 from bench._corpus import GROUP_1PCT, CorrelatedCorpus, generate_correlated_corpus
 from tests.fix_db import SCHEMA
-from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import RAGContext
 

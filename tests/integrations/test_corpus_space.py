@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tnsrag_db.embeddings import HashingEmbedding
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.embeddings import HashingEmbedding
 
 QUERY = "turbine blade inspection"
 

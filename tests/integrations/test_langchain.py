@@ -15,15 +15,15 @@ from pydantic import ValidationError as PydanticValidationError
 
 from tnsrag_db._errors import InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+from tnsrag_db._types import MemoryEntry, MemoryTier
 from tnsrag_db.integrations.langchain import (
     NON_STRING_METADATA_KEY,
     TnsragRetriever,
     TnsragVectorStore,
     to_library_filters,
 )
-from tnsrag_db._store.store import Store
-from tnsrag_db._strategies.keyword import KeywordRAGStrategy
-from tnsrag_db._types import MemoryEntry, MemoryTier
 
 # The standard suites' async tests carry no asyncio mark (pytest-asyncio runs in strict
 # mode): the classes get it, and its warning for their sync tests is silenced.

@@ -10,10 +10,10 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.graph import GraphStore
-from tnsrag_db.integrations.llama_index import TnsragRetriever
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import MemoryEntry, MemoryTier
+from tnsrag_db.integrations.llama_index import TnsragRetriever
 
 STRATEGIES = ("vector", "keyword", "hybrid", "graph", "hierarchical", "temporal", "reasoning", "multi_query")
 

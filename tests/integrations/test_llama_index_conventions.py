@@ -20,10 +20,10 @@ from tnsrag_db._errors import InvalidFilterError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db.integrations.llama_index import LlamaIndexEmbedding, TnsragRetriever, to_library_filters
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import MemoryEntry, MemoryTier
+from tnsrag_db.integrations.llama_index import LlamaIndexEmbedding, TnsragRetriever, to_library_filters
 
 
 class HashEmbedding(BaseEmbedding):

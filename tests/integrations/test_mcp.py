@@ -17,15 +17,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import jsonschema
 import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 from sqlalchemy.engine import URL
 
 from tests.integrations._mcp_client import conforms, server_parameters
-from tnsrag_db.integrations.mcp import READ_TOOLS, WRITE_TOOLS, create_server
 from tnsrag_db._store.store import Store
+from tnsrag_db.integrations.mcp import READ_TOOLS, WRITE_TOOLS, create_server
 
 T = TypeVar("T")
 ALL_TOOLS = set(READ_TOOLS) | set(WRITE_TOOLS)

@@ -19,6 +19,22 @@ import numpy as np
 import pytest
 
 import tnsrag_db.declarative as declarative
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._errors import (
+    ConfigurationError,
+    DatabaseError,
+    EmbeddingValidationError,
+    ExecutionError,
+    InvalidEntryError,
+    InvalidFilterError,
+    ProviderBusyError,
+    ProviderConfigurationError,
+    ProviderTransportError,
+    StrategyUnavailableError,
+    ValidationError,
+)
+from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry, RAGContext, RetrievedDocument
 from tnsrag_db.declarative import (
     DeduplicatingStrategy,
     FileLoader,
@@ -37,22 +53,6 @@ from tnsrag_db.declarative import (
     strip_reserved,
 )
 from tnsrag_db.declarative._decorators import effective_filters
-from tnsrag_db._errors import (
-    ConfigurationError,
-    DatabaseError,
-    EmbeddingValidationError,
-    ExecutionError,
-    InvalidEntryError,
-    InvalidFilterError,
-    ProviderBusyError,
-    ProviderConfigurationError,
-    ProviderTransportError,
-    StrategyUnavailableError,
-    ValidationError,
-)
-from tnsrag_db._db.engine import create_engine
-from tnsrag_db._store.store import Store
-from tnsrag_db._types import MemoryEntry, RAGContext, RetrievedDocument
 
 
 def test_all_is_sorted_and_complete() -> None:

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from sqlalchemy import Column, ForeignKeyConstraint, Integer, MetaData, Table, Text, UniqueConstraint
 
 from tnsrag_db._cli import main_group
-from tnsrag_db._store.citus import citus_problems, citus_script
 from tnsrag_db._db.schema import metadata
+from tnsrag_db._store.citus import citus_problems, citus_script
 
 CALL = re.compile(r"SELECT create_distributed_table\('(\w+)\.(\w+)', 'corpus'(?:, colocate_with => '(\w+)\.(\w+)')?\);")
 

@@ -23,6 +23,17 @@ import pytest
 
 import tnsrag_db.embeddings as embeddings
 from tests._entrypoints import Installer, installer
+from tnsrag_db._errors import (
+    ConfigurationError,
+    EmbeddingValidationError,
+    ExecutionError,
+    ProviderBusyError,
+    ProviderConfigurationError,
+    ProviderTransportError,
+    RetrievalCancelledError,
+    StatementTimeoutError,
+    ValidationError,
+)
 from tnsrag_db.embeddings import (
     ENTRY_POINT_GROUP,
     MAX_EMBEDDING_DIMENSION,
@@ -35,17 +46,6 @@ from tnsrag_db.embeddings import (
     get_process_embedding,
     load_process_embedding,
     provider_name,
-)
-from tnsrag_db._errors import (
-    ConfigurationError,
-    EmbeddingValidationError,
-    ExecutionError,
-    ProviderBusyError,
-    ProviderConfigurationError,
-    ProviderTransportError,
-    RetrievalCancelledError,
-    StatementTimeoutError,
-    ValidationError,
 )
 
 # -- helpers ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from tnsrag_db._errors import InvalidFilterError
+from tnsrag_db._types import RetrievedDocument
 from tnsrag_db.integrations._core import (
     NO_SCORE_FLOOR,
     ArgumentError,
@@ -17,7 +18,6 @@ from tnsrag_db.integrations._core import (
     document_record,
     search_context,
 )
-from tnsrag_db._types import RetrievedDocument
 
 
 @pytest.mark.parametrize("args, name, message", [

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from tests._trees import messy_tree
 from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
 from tnsrag_db._cli._progress import PhaseProgress
-from tnsrag_db.embeddings import HashingEmbedding, ValidatingEmbedding
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._loaders import FileLoader, SkippedFile, file_format
+from tnsrag_db.embeddings import HashingEmbedding, ValidatingEmbedding
 
 
 def load(*patterns: str | Path, **options: object) -> tuple[dict[str, object], FileLoader]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError
 from tnsrag_db.embeddings import (
     EMBED_EXTRA,
     SHIPPED_MODEL_NAME,
@@ -20,7 +21,6 @@ from tnsrag_db.embeddings import (
     resolve_embedding,
     shipped_model_dir,
 )
-from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError
 
 
 @pytest.fixture(scope="module")

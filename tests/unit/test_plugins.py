@@ -12,8 +12,8 @@ from types import ModuleType
 import pytest
 from click.testing import CliRunner
 
-from tnsrag_db._plugins import is_missing, unavailable_unless_installed
 from tnsrag_db._errors import StrategyUnavailableError
+from tnsrag_db._plugins import is_missing, unavailable_unless_installed
 
 
 class _Block(importlib.abc.MetaPathFinder):
@@ -91,7 +91,7 @@ def _hidden_interrupt() -> ImportError:
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt:
-            raise ImportError("initialization failed")
+            raise ImportError("initialization failed")  # noqa: B904 -- the implicit context is what is tested
     except ImportError as exc:
         return exc
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tnsrag_db._errors import ConnectionLostError
 from tnsrag_db._cli._common import db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
+from tnsrag_db._errors import ConnectionLostError
 
 if TYPE_CHECKING:
-    from tnsrag_db.admin import SpaceInfo
     from tnsrag_db._store.store import Store
+    from tnsrag_db.admin import SpaceInfo
 
 __all__ = ["corpora", "delete", "drop", "export", "stats"]
 

@@ -11,14 +11,14 @@ import click
 from sqlalchemy.engine import Engine
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
-from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
+from tnsrag_db._cli._group import SuggestingGroup
+from tnsrag_db._db import migrate
+from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
 from tnsrag_db._indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db._indexes.vector.hnsw import build_due_indexes
-from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
-from tnsrag_db._db import migrate
 from tnsrag_db._store.embedded.resolve import embedded_url
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.store import Store
 
 __all__ = ["db"]

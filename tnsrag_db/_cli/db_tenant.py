@@ -6,8 +6,8 @@ import click
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors
 from tnsrag_db._cli._group import SuggestingGroup
-from tnsrag_db._store.embedded.resolve import embedded_url
 from tnsrag_db._db.engine import create_engine
+from tnsrag_db._store.embedded.resolve import embedded_url
 
 __all__ = ["tenant"]
 

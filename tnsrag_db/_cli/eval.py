@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from tnsrag_db._cli._common import STRATEGY_ALIASES, Suggesting, db_options, emit, handle_errors
-from tnsrag_db._errors import EvaluationDataError
 from tnsrag_db._cli._schema import open_existing
+from tnsrag_db._errors import EvaluationDataError
 from tnsrag_db._strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
 
 __all__ = ["eval_command"]
@@ -69,8 +69,8 @@ def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, qu
         names.insert(0, baseline)
     with open_existing(url, schema, corpus) as store:  # reads only: never creates a schema
         evaluation.check_corpus(store, qrels, queries)
-        from tnsrag_db.embeddings import HashingEmbedding
         from tnsrag_db._indexes.vector.spaces import query_embedding
+        from tnsrag_db.embeddings import HashingEmbedding
 
         # As `tnsrag query`: queries are embedded by the provider of the space searched.
         embedder = query_embedding(store, embedding) if EMBEDDING_STRATEGIES & set(names) else HashingEmbedding()

@@ -18,9 +18,9 @@ from tqdm import tqdm
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
 from tnsrag_db._cli._group import SuggestingGroup
+from tnsrag_db._cli._schema import open_existing
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._indexes.graph import DEFAULT_RELATION, Edge, GraphStore
-from tnsrag_db._cli._schema import open_existing
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.compose import graph_strategy
 

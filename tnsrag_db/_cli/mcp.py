@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tnsrag_db._cli._common import db_options, handle_errors
 from tnsrag_db._errors import ConfigurationError, SchemaNotReadyError
 from tnsrag_db._plugins import is_missing, reraise_interrupt
-from tnsrag_db._cli._common import db_options, handle_errors
 from tnsrag_db._store.store import Store, connect
 
 if TYPE_CHECKING:
@@ -89,10 +89,9 @@ def _provider(store: Store, embedding: str | None, read_only: bool) -> Validatin
     from sqlalchemy.engine import Connection
 
     from tnsrag_db._db.statement import run_plan
-
-    from tnsrag_db.embeddings import resolve_embedding
     from tnsrag_db._indexes.vector.spaces import bind_embedding, ensure_space_plan, query_embedding
     from tnsrag_db._indexes.vector.write import on_connection
+    from tnsrag_db.embeddings import resolve_embedding
 
     if embedding is None or store.count() > 0:
         provider = query_embedding(store, embedding)

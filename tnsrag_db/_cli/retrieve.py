@@ -49,8 +49,8 @@ __all__ = ["LEAN_STRATEGIES", "empty_answer_notes_plan", "lean_query", "query"]
 def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> Plan[list[str]]:
     """The notes printed with an empty answer from ``corpus``: why ``filters`` match
     nothing, or, without filters, that the corpus holds no entries yet (if so)."""
-    from tnsrag_db.admin.filter_notes import empty_filter_notes_plan
     from tnsrag_db._store.reads import count_plan
+    from tnsrag_db.admin.filter_notes import empty_filter_notes_plan
 
     notes = yield from empty_filter_notes_plan(corpus, filters)
     if not filters and (yield from count_plan(corpus)) == 0:
@@ -76,7 +76,6 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
     (``could not connect: ...``) when the server cannot be reached, what starting the
     embedded server raises, and for vector and hybrid what choosing and loading the
     query's embedding provider raises (as the full path does)."""
-    from tnsrag_db.admin.corpora import corpus_has_edges_plan, require_corpus_plan
     from tnsrag_db._cli._common import DEFAULT_SCHEMA
     from tnsrag_db._cli._schema import missing_schema_error, tnsrag_schemas_plan
     from tnsrag_db._db.driver import DriverStore
@@ -88,6 +87,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
     from tnsrag_db._store.embedded.resolve import kept_running_timeout
     from tnsrag_db._strategies.base import RAGStrategy
     from tnsrag_db._strategies.keyword import KeywordRAGStrategy
+    from tnsrag_db.admin.corpora import corpus_has_edges_plan, require_corpus_plan
 
     head = shipped_head()
     if head is None:
@@ -278,11 +278,11 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             _print_results(text, strategy, *answered, as_json)
             return
 
-    from tnsrag_db.admin.corpora import require_corpus
-    from tnsrag_db.admin.filter_notes import empty_filter_notes
     from tnsrag_db._cli._schema import open_existing
     from tnsrag_db._strategies.explain import explain_with
     from tnsrag_db._strategies.registry import build_strategy
+    from tnsrag_db.admin.corpora import require_corpus
+    from tnsrag_db.admin.filter_notes import empty_filter_notes
 
     with open_existing(url, schema, corpus, read_urls=standbys) as store:  # a query never creates a schema
         require_corpus(store)  # reads only: a query never creates a corpus

@@ -29,7 +29,7 @@ from tnsrag_db._db.revisions import schema_state_plan
 from tnsrag_db._db.runner import TIMEOUT_SET, PlanRunner
 from tnsrag_db._db.settings import check_timeout, validate_schema_name
 from tnsrag_db._db.statement import Plan, Statement, one
-from tnsrag_db._errors import ConfigurationError, DatabaseError, LockTimeoutError
+from tnsrag_db._errors import DatabaseError, LockTimeoutError
 
 __all__ = ["DriverStore"]
 

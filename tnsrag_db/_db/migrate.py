@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db._db.driver_errors import driver_message, map_db_errors, sqlstate_of
 from tnsrag_db._db.migration_ops import compat_function_sql, hold_migration_lock
+from tnsrag_db._db.partition import PARTITION_NAME
 from tnsrag_db._db.revisions import (  # no alembic: the CLI reads them too
     COMPAT_FUNCTION,
     SchemaState,
@@ -28,9 +29,8 @@ from tnsrag_db._db.revisions import (  # no alembic: the CLI reads them too
     shipped_head,
 )
 from tnsrag_db._db.settings import validate_schema_name
-from tnsrag_db._db.partition import PARTITION_NAME
 from tnsrag_db._db.statement import Rows, Statement, run_plan
-from tnsrag_db._errors import MigrationError, SchemaNotReadyError
+from tnsrag_db._errors import MigrationError
 
 if TYPE_CHECKING:
     from alembic.config import Config

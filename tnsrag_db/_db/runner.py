@@ -33,7 +33,7 @@ import contextlib
 import re
 import time
 from collections import namedtuple
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import lru_cache
 from typing import Any, Protocol, TypeVar

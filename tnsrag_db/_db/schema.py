@@ -35,7 +35,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-
 __all__ = [
     "DEFAULT_SCHEMA",
     "TIERS",

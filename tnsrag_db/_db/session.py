@@ -28,14 +28,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from tnsrag_db._db.settings import check_timeout
 from tnsrag_db._db.driver_errors import map_db_errors
 from tnsrag_db._db.lock_holders import name_holders
-from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token
 from tnsrag_db._db.runner import Checkout, PlanRunner, set_statement_timeout
+from tnsrag_db._db.settings import check_timeout, validate_schema_name
 from tnsrag_db._db.statement import Plan, Rows, Statement, one, run_plan
-from tnsrag_db._errors import ConfigurationError, DatabaseError, DeadlockError, LockTimeoutError
+from tnsrag_db._errors import DatabaseError, DeadlockError, LockTimeoutError
 
 __all__ = ["DEADLOCK_RETRIES", "SESSION_LOCK_POLL_SECONDS", "Session", "retry_on_deadlock"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from tnsrag_db._validate import is_number
 from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._validate import is_number
 
 __all__ = ["check_timeout", "libpq_url", "validate_schema_name"]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import gzip
 import io
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone

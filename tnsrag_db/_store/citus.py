@@ -47,8 +47,8 @@ import sqlalchemy as sa
 from sqlalchemy import ForeignKeyConstraint, PrimaryKeyConstraint, Table, UniqueConstraint
 from sqlalchemy.engine import Engine
 
-from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._db.schema import metadata
+from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError
 
 __all__ = ["DISTRIBUTION_COLUMN", "DistributeReport", "citus_problems", "citus_script", "distribute"]

@@ -17,16 +17,23 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tnsrag_db._validate import is_int
+from tnsrag_db._db.lock_holders import advisory_lock
 from tnsrag_db._db.session import Session
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._store import sql
-from tnsrag_db._db.lock_holders import advisory_lock
 from tnsrag_db._store.lock_keys import ROW_AFTER_LOCK_SQL, corpus_keys
 from tnsrag_db._store.merge import MergeReport, merge_postings
 from tnsrag_db._store.staging import prepare_stage_tables
-from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, run_write, write_entries
+from tnsrag_db._store.write import (
+    ValidatedBatch,
+    WriteExtension,
+    WriteReport,
+    delete_matching,
+    run_write,
+    write_entries,
+)
 from tnsrag_db._types import MemoryEntry, is_unicode_text, name_form
+from tnsrag_db._validate import is_int
 
 __all__ = ["DEFAULT_ANALYZE_AFTER_ROWS", "DEFAULT_MERGE_AFTER_ENTRIES", "Corpus", "Writer", "check_analyze_after_rows",
            "check_merge_after_entries"]

@@ -18,11 +18,10 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from tnsrag_db._validate import check_int, is_int
 from tnsrag_db._db import migrate
-from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
 from tnsrag_db._db.driver_errors import db_error, driver_message
 from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
+from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
 from tnsrag_db._db.replicas import (
     DEFAULT_MAX_LAG,
     DEFAULT_WAIT_TIMEOUT,
@@ -33,26 +32,35 @@ from tnsrag_db._db.replicas import (
     open_replicas,
 )
 from tnsrag_db._db.schema import DEFAULT_SCHEMA
-from tnsrag_db._db.session import DEADLOCK_RETRIES, SESSION_LOCK_POLL_SECONDS, Session, retry_on_deadlock
+from tnsrag_db._db.session import Session, retry_on_deadlock
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, DatabaseError, SchemaNotReadyError, TnsragError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
-from tnsrag_db._store.corpus import DEFAULT_ANALYZE_AFTER_ROWS, DEFAULT_MERGE_AFTER_ENTRIES, Corpus, Writer, check_corpus_name
-from tnsrag_db._store.merge import MergeReport
-from tnsrag_db._store.filters import filter_sql
-from tnsrag_db._store.reads import check_ids, content_hashes_plan, count_plan, entries_after_plan, get_many_plan, get_plan
-from tnsrag_db._store.maintenance import drop_orphan_hnsw_indexes
+from tnsrag_db._store.corpus import (
+    DEFAULT_ANALYZE_AFTER_ROWS,
+    DEFAULT_MERGE_AFTER_ENTRIES,
+    Corpus,
+    Writer,
+    check_corpus_name,
+)
 from tnsrag_db._store.embedded.resolve import embedded_url
-from tnsrag_db._store.sql import BM25_STAT_SHARDS
-from tnsrag_db._store.staging import STAGE_DDL, STAGE_READY
+from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.maintenance import drop_orphan_hnsw_indexes
+from tnsrag_db._store.merge import MergeReport
+from tnsrag_db._store.reads import (
+    check_ids,
+    content_hashes_plan,
+    count_plan,
+    entries_after_plan,
+    get_many_plan,
+    get_plan,
+)
 from tnsrag_db._store.write import (
-    ValidatedBatch,
     WriteExtension,
     WriteReport,
-    content_hash,
-    validate_batch,
 )
 from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db._validate import check_int, is_int
 
 __all__ = ["Store", "connect"]
 

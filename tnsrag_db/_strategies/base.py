@@ -9,14 +9,13 @@ metadata, exactly the keys metadata filters apply to.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from tnsrag_db._validate import check_query_text
 from tnsrag_db._db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
+from tnsrag_db._validate import check_query_text
 
 __all__ = [
     "overfetch",

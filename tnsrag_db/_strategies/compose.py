@@ -36,17 +36,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tnsrag_db._plugins import unavailable_unless_installed
 from tnsrag_db._errors import ConfigurationError, StrategyUnavailableError
+from tnsrag_db._plugins import unavailable_unless_installed
 from tnsrag_db._strategies.base import RAGStrategy
 
 if TYPE_CHECKING:  # these load numpy, SQLAlchemy or the strategies: only the builders that need them import them
-    from tnsrag_db._strategies.expansion import QueryExpander, QueryExpansion
     from tnsrag_db._indexes.temporal import TemporalIndex
     from tnsrag_db._indexes.vector import VectorMemoryStore
-    from tnsrag_db._strategies.navigation import TreeNavigator
     from tnsrag_db._store.store import Store
+    from tnsrag_db._strategies.expansion import QueryExpander, QueryExpansion
     from tnsrag_db._strategies.graph import GraphRAGStrategy
+    from tnsrag_db._strategies.navigation import TreeNavigator
 
 __all__ = [
     "BUILDERS",
@@ -200,7 +200,12 @@ def _reasoning(store: Store, options: StrategyOptions) -> RAGStrategy:
 
 
 def _expander(store: Store, options: StrategyOptions) -> tuple[QueryExpander, QueryExpansion]:
-    from tnsrag_db._strategies.expansion import EXPANDER_ENTRY_POINT_GROUP, QueryExpansion, installed_expanders, load_expander
+    from tnsrag_db._strategies.expansion import (
+        EXPANDER_ENTRY_POINT_GROUP,
+        QueryExpansion,
+        installed_expanders,
+        load_expander,
+    )
 
     mode = QueryExpansion.parse(options.expansion)
     name = options.expander

@@ -24,9 +24,9 @@ from dataclasses import replace
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
-from tnsrag_db.explain import ExplainedDocument, Explanation, SearchPlan
 from tnsrag_db._strategies.explain import explain_with
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
+from tnsrag_db.explain import ExplainedDocument, Explanation, SearchPlan
 
 __all__ = ["DUPLICATES_KEY", "FETCH_CAP", "DistinctContentRAGStrategy", "collapse_duplicates"]
 

@@ -21,12 +21,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from tnsrag_db._validate import is_int, is_number
 from tnsrag_db._errors import ConfigurationError, ExecutionError, RetrievalCancelledError
 from tnsrag_db._indexes.bm25 import BM25Index
-from tnsrag_db._strategies.navigation import _entry_points, load_plugin, plugin_names
 from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.navigation import _entry_points, load_plugin, plugin_names
 from tnsrag_db._types import validate_filters
+from tnsrag_db._validate import is_int, is_number
 
 __all__ = [
     "EXPANDER_ENTRY_POINT_GROUP",

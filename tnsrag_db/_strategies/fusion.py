@@ -13,9 +13,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tnsrag_db._validate import is_int, is_number
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._types import RetrievedDocument
+from tnsrag_db._validate import is_int, is_number
 
 __all__ = ["DEFAULT_RRF_K", "FusedDocument", "RankShare", "check_weights", "document_key", "fuse",
            "reciprocal_rank_fusion"]

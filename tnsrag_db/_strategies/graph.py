@@ -48,17 +48,17 @@ import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tnsrag_db._validate import check_int, is_number
 from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan, Statement, one
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.graph import GraphStore
 from tnsrag_db._indexes.graph.walk import DEFAULT_EDGE_BUDGET_FACTOR
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, run_apart, source_fence
-from tnsrag_db._store.reads import ENTRY_COLUMNS, ENTRY_COLUMN_NAMES, document_from_row
-from tnsrag_db.explain import Explanation, GraphExplanation, GraphHop, ScoreExplanation, SearchPlan
+from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
+from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, source_fence
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
+from tnsrag_db._validate import check_int, is_number
+from tnsrag_db.explain import Explanation, GraphExplanation, GraphHop, ScoreExplanation, SearchPlan
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index

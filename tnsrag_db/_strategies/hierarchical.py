@@ -26,17 +26,27 @@ import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from tnsrag_db._validate import is_int, is_number
 from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
-from tnsrag_db._strategies.fusion import document_key
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, has_plan, overfetch_plan, resolve_context, returned, run_apart, source_fence
-from tnsrag_db._store.reads import ENTRY_COLUMNS, ENTRY_COLUMN_NAMES, document_from_row
-from tnsrag_db.explain import ExplainedDocument, Explanation, HierarchyExplanation, ScoreExplanation
+from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
+from tnsrag_db._strategies.base import (
+    RAGStrategy,
+    check_query,
+    child_plan,
+    has_plan,
+    overfetch_plan,
+    resolve_context,
+    returned,
+    run_apart,
+    source_fence,
+)
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
+from tnsrag_db._strategies.fusion import document_key
 from tnsrag_db._types import RAGContext, RetrievedDocument
+from tnsrag_db._validate import is_int, is_number
+from tnsrag_db.explain import ExplainedDocument, Explanation, HierarchyExplanation, ScoreExplanation
 
 __all__ = ["HierarchicalRAGStrategy"]
 

@@ -23,18 +23,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._validate import check_int, is_int
+from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.hybrid import index as fused_index
-from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
-from tnsrag_db._db.read_store import ReadStore
-from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
 from tnsrag_db._store.reads import document_from_row
-from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, SearchPlan, StreamShare
+from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed, snapshot
+from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
 from tnsrag_db._strategies.keyword import bm25_plan
 from tnsrag_db._types import MAX_CANDIDATES, MAX_RESULTS, RAGContext, RetrievedDocument
+from tnsrag_db._validate import check_int, is_int
+from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, SearchPlan, StreamShare
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
-from tnsrag_db._strategies.base import check_query, resolve_context
 from tnsrag_db._store.reads import document_from_row
+from tnsrag_db._strategies.base import check_query, resolve_context
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:  # explanations (and the SQLAlchemy they run on) load only when one is asked for

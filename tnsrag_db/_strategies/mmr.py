@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._validate import check_int, is_number
 from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, TnsragError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, has_plan, resolve_context, run_apart
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
+from tnsrag_db._validate import check_int, is_number
 
 __all__ = ["DEFAULT_FETCH_K", "DEFAULT_LAMBDA_MULT", "MMRRAGStrategy", "check_lambda_mult",
            "maximal_marginal_relevance"]

@@ -26,15 +26,19 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tnsrag_db._validate import is_int
 from tnsrag_db._db.statement import Plan, run_plan
-from tnsrag_db._errors import ConfigurationError, ExecutionError, ProviderTransportError, RetrievalCancelledError, TnsragError
-from tnsrag_db._strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
-from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
+from tnsrag_db._errors import (
+    ConfigurationError,
+    ExecutionError,
+    TnsragError,
+)
 from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
-from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, StreamShare
+from tnsrag_db._strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed
+from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
+from tnsrag_db._validate import is_int
+from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, StreamShare
 
 __all__ = ["MultiQueryRAGStrategy"]
 

@@ -61,24 +61,22 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tnsrag_db._validate import is_int, is_number
 from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import (
     ConfigurationError,
     ExecutionError,
-    ProviderTransportError,
-    RetrievalCancelledError,
     TnsragError,
 )
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
-from tnsrag_db._strategies.navigation import NavNode, TreeNavigator
+from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import check_query, resolve_context, source_fence
-from tnsrag_db._store.reads import ENTRY_COLUMNS, ENTRY_COLUMN_NAMES, document_from_row
-from tnsrag_db.explain import Explanation, ReasoningExplanation, ReasoningStep, ScoreExplanation, SearchPlan
 from tnsrag_db._strategies.explain import explanation_of
+from tnsrag_db._strategies.navigation import NavNode, TreeNavigator
 from tnsrag_db._types import RAGContext, RetrievedDocument
+from tnsrag_db._validate import is_int, is_number
+from tnsrag_db.explain import Explanation, ReasoningExplanation, ReasoningStep, ScoreExplanation, SearchPlan
 
 __all__ = ["Descent", "ReasoningRAGStrategy"]
 

@@ -16,9 +16,9 @@ from tnsrag_db._strategies.base import RAGStrategy
 from tnsrag_db._strategies.compose import EMBEDDING_STRATEGIES, STRATEGY_NAMES, StrategyOptions, compose_strategy
 
 if TYPE_CHECKING:  # tnsrag_db.embeddings loads numpy, the store SQLAlchemy: imported where needed
-    from tnsrag_db.embeddings import EmbeddingFunction
     from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._store.store import Store
+    from tnsrag_db.embeddings import EmbeddingFunction
 
 __all__ = ["EMBEDDING_STRATEGIES", "STRATEGY_NAMES", "build_strategy"]
 

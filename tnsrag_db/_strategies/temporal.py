@@ -28,11 +28,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tnsrag_db._validate import is_number
 from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, TemporalValidationError
-from tnsrag_db._strategies.fusion import document_key
 from tnsrag_db._indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
 from tnsrag_db._strategies.base import (
     RAGStrategy,
@@ -45,9 +43,11 @@ from tnsrag_db._strategies.base import (
     run_apart,
     source_fence,
 )
-from tnsrag_db.explain import Explanation, ScoreExplanation, TemporalExplanation
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed
+from tnsrag_db._strategies.fusion import document_key
 from tnsrag_db._types import RAGContext, RetrievedDocument, TemporalMetadata, parse_instant
+from tnsrag_db._validate import is_number
+from tnsrag_db.explain import Explanation, ScoreExplanation, TemporalExplanation
 
 __all__ = ["TemporalRAGStrategy"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._strategies.base import check_query, resolve_context
 from tnsrag_db._store.reads import document_from_row
-from tnsrag_db.explain import Explanation, SearchPlan
+from tnsrag_db._strategies.base import check_query, resolve_context
 from tnsrag_db._strategies.explain import explanation_of
 from tnsrag_db._types import RAGContext, RetrievedDocument
+from tnsrag_db.explain import Explanation, SearchPlan
 
 __all__ = ["VectorRAGStrategy"]
 

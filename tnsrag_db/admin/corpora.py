@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tnsrag_db._validate import is_int
-from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError, CorpusNotFoundError
 from tnsrag_db._types import MemoryTier
+from tnsrag_db._validate import is_int
+from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
 
 if TYPE_CHECKING:
     from tnsrag_db._store.store import Store

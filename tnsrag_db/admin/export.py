@@ -8,14 +8,14 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
-from tnsrag_db._validate import is_int
-from tnsrag_db.admin.corpora import _not_found
-from tnsrag_db.admin.reports import ExportCounts
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError, ConnectionLostError
 from tnsrag_db._store.reads import entries_after_plan
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db._validate import is_int
+from tnsrag_db.admin.corpora import _not_found
+from tnsrag_db.admin.reports import ExportCounts
 
 __all__ = ["entry_record", "export_corpus", "lost_mid_export"]
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from tnsrag_db.admin.reports import RestoreCounts
 from tnsrag_db._errors import ProviderConfigurationError
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.admin.reports import RestoreCounts
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: the lean CLI paths import this package
     import numpy as np

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
-from tnsrag_db._validate import is_int, is_number
 from tnsrag_db._errors import ConfigurationError, InvalidFilterError
 from tnsrag_db._types import RetrievedDocument, validate_filters
+from tnsrag_db._validate import is_int, is_number
 
 __all__ = [
     "DEFAULT_DEDUP_THRESHOLD",

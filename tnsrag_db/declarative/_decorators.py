@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from tnsrag_db._errors import ConfigurationError, TnsragError
+from tnsrag_db._types import validate_filters
 from tnsrag_db.declarative._binding import QueryBinding, plan_binding
 from tnsrag_db.declarative._config import OnFailure, RetrievalConfig, strip_reserved
 from tnsrag_db.declarative._result import RetrievalResult
 from tnsrag_db.declarative._runtime import retrieve_for
-from tnsrag_db._errors import ConfigurationError, TnsragError
-from tnsrag_db._types import validate_filters
 
 __all__ = ["is_runtime_failure", "retrieval", "retrieval_config", "retrieval_filters"]
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._validate import is_number
-from tnsrag_db.declarative._config import DEFAULT_DEDUP_THRESHOLD
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
 from tnsrag_db._types import RAGContext, RetrievedDocument
+from tnsrag_db._validate import is_number
+from tnsrag_db.declarative._config import DEFAULT_DEDUP_THRESHOLD
 
 __all__ = ["DeduplicatingStrategy"]
 

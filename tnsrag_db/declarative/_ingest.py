@@ -23,19 +23,18 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from tnsrag_db._plugins import is_missing, reraise_interrupt, unavailable_unless_installed
-from tnsrag_db.declarative._config import RetrievalStrategy
-from tnsrag_db.declarative._sources import KnowledgeSource, collect_sources
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import content_hash, validate_batch
-from tnsrag_db._types import IngestCounts
 from tnsrag_db._strategies.compose import temporal_index
-from tnsrag_db._types import MemoryEntry
+from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db.declarative._config import RetrievalStrategy
+from tnsrag_db.declarative._sources import KnowledgeSource, collect_sources
 
 if TYPE_CHECKING:
-    from tnsrag_db.embeddings import ProcessEmbedding
     from tnsrag_db._indexes.hierarchy import HierarchyIndex
     from tnsrag_db._indexes.temporal import TemporalIndex
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import ProcessEmbedding
 
 __all__ = [
     "HIERARCHY_MODES",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from tnsrag_db.declarative._config import RetrievalStrategy
 from tnsrag_db._errors import TnsragError
 from tnsrag_db._pipeline import format_context as _pipeline_format
 from tnsrag_db._types import RetrievedDocument
+from tnsrag_db.declarative._config import RetrievalStrategy
 
 __all__ = ["RetrievalResult", "format_context"]
 

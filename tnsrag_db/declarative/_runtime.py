@@ -19,6 +19,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from tnsrag_db._errors import ConfigurationError, ExecutionError, TnsragError
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._strategies.compose import GRAPH_PROVIDER_NAME, StrategyOptions, compose_strategy, ensure_installed
+from tnsrag_db._types import IngestCounts, RAGContext, RetrievedDocument
 from tnsrag_db.declarative._config import RetrievalConfig, RetrievalStrategy
 from tnsrag_db.declarative._dedup import DeduplicatingStrategy
 from tnsrag_db.declarative._ingest import (
@@ -34,12 +39,6 @@ from tnsrag_db.declarative._ingest import (
 )
 from tnsrag_db.declarative._sources import collect_sources
 from tnsrag_db.embeddings import ProcessEmbedding, get_process_embedding
-from tnsrag_db._errors import ConfigurationError, ExecutionError, TnsragError
-from tnsrag_db._store.store import Store
-from tnsrag_db._types import IngestCounts
-from tnsrag_db._strategies.base import RAGStrategy
-from tnsrag_db._strategies.compose import GRAPH_PROVIDER_NAME, StrategyOptions, compose_strategy, ensure_installed
-from tnsrag_db._types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.vector import VectorMemoryStore

@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._errors import ProviderBusyError, ProviderConfigurationError
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction
 from tnsrag_db.embeddings._validating import ValidatingEmbedding
-from tnsrag_db._errors import ProviderBusyError, ProviderConfigurationError
 
 __all__ = [
     "ENTRY_POINT_GROUP",

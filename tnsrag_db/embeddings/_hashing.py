@@ -15,8 +15,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from tnsrag_db._validate import is_int
 from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._validate import is_int
 
 __all__ = ["DEFAULT_HASH_DIMENSION", "HashingEmbedding"]
 

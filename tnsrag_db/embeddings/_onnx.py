@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError
 from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db._validate import is_int
-from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError
 
 __all__ = ["DEFAULT_BATCH_SIZE", "OnnxEmbedding", "POOLING_MODES"]
 

@@ -24,12 +24,12 @@ from collections.abc import Callable
 from importlib import import_module, resources
 from pathlib import Path
 
+from tnsrag_db._errors import ProviderConfigurationError
 from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db.embeddings._discovery import ENTRY_POINT_GROUP, _build, discover_embedding_providers
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
 from tnsrag_db.embeddings._onnx import OnnxEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, provider_name
-from tnsrag_db._errors import ProviderConfigurationError
 
 __all__ = [
     "EMBED_EXTRA",

@@ -17,16 +17,15 @@ from typing import Any, NoReturn, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._validate import is_int, is_number
-from tnsrag_db.embeddings._protocol import EmbeddingFunction, batch_method, provider_name
 from tnsrag_db._errors import (
     ConfigurationError,
     EmbeddingValidationError,
     ExecutionError,
-    RetrievalError,
     TnsragError,
     ValidationError,
 )
+from tnsrag_db._validate import is_int, is_number
+from tnsrag_db.embeddings._protocol import EmbeddingFunction, batch_method, provider_name
 
 __all__ = ["MAX_EMBEDDING_DIMENSION", "ValidatingEmbedding"]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tnsrag_db._validate import is_int
 from tnsrag_db._errors import EvaluationDataError
+from tnsrag_db._validate import is_int
 
 if TYPE_CHECKING:
     from tnsrag_db._store.store import Store

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db.evaluation.report import EvaluationReport
 
 __all__ = ["plot_report", "require_plotting"]

@@ -11,12 +11,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._errors import ValidationError
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._types import RAGContext
 from tnsrag_db.evaluation.inputs import Qrels, Query, check_judged
 from tnsrag_db.evaluation.metrics import DEFAULT_METRICS, Metric
 from tnsrag_db.evaluation.report import EvaluationReport, MetricSummary, StrategyResult
 from tnsrag_db.evaluation.resampling import bootstrap_interval, paired_randomisation_test
-from tnsrag_db._strategies.base import RAGStrategy
-from tnsrag_db._types import RAGContext
 
 __all__ = ["evaluate_runs", "evaluate_strategies", "run_strategy"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from tnsrag_db.explain._derived import ScoreExplanation
 from tnsrag_db._types import RAGContext, RetrievedDocument
+from tnsrag_db.explain._derived import ScoreExplanation
 
 __all__ = ["ExplainableStrategy", "ExplainedDocument", "Explanation", "SearchPlan"]
 

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding, provider_name
 from tnsrag_db._errors import TnsragError, ValidationError
+from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import RAGStrategy, check_query
 from tnsrag_db._strategies.registry import build_strategy
-from tnsrag_db._store.store import Store
 from tnsrag_db._types import RAGContext, RetrievedDocument, validate_filters
+from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding, provider_name
 
 __all__ = ["NO_SCORE_FLOOR", "ArgumentError", "SerialEmbedding", "StrategyCache", "argument", "check_text_query",
            "document_record", "new_entry_id", "search_context"]

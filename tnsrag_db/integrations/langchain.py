@@ -35,18 +35,8 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from tnsrag_db._validate import check_int, is_int
 from tnsrag_db._errors import InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db.integrations._core import (
-    SerialEmbedding,
-    StrategyCache,
-    argument,
-    check_text_query,
-    document_record,
-    new_entry_id,
-    search_context,
-)
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.base import RAGStrategy
 from tnsrag_db._strategies.mmr import (
@@ -56,6 +46,16 @@ from tnsrag_db._strategies.mmr import (
     maximal_marginal_relevance,
 )
 from tnsrag_db._types import MAX_RESULTS, MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
+from tnsrag_db._validate import check_int, is_int
+from tnsrag_db.integrations._core import (
+    SerialEmbedding,
+    StrategyCache,
+    argument,
+    check_text_query,
+    document_record,
+    new_entry_id,
+    search_context,
+)
 
 __all__ = ["NON_STRING_METADATA_KEY", "TnsragRetriever", "TnsragVectorStore", "decode_metadata", "to_document",
            "to_library_filters"]

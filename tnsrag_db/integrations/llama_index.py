@@ -38,9 +38,12 @@ from llama_index.core.vector_stores.types import FilterCondition, FilterOperator
 
 from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan
-from tnsrag_db.embeddings import EmbeddingFunction
 from tnsrag_db._errors import ConfigurationError, InvalidFilterError
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._types import RAGContext, RetrievedDocument, validate_filters
+from tnsrag_db.embeddings import EmbeddingFunction
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
     StrategyCache,
@@ -49,9 +52,6 @@ from tnsrag_db.integrations._core import (
     document_record,
     search_context,
 )
-from tnsrag_db._store.store import Store
-from tnsrag_db._strategies.base import RAGStrategy
-from tnsrag_db._types import RAGContext, RetrievedDocument, validate_filters
 
 __all__ = ["BOOKKEEPING_KEYS", "LlamaIndexEmbedding", "TnsragRetriever", "to_library_filters", "to_node"]
 

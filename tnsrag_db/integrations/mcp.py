@@ -30,6 +30,7 @@ argument. ``search`` and ``stats`` on a corpus that does not exist are tool erro
 that is not a JSON-RPC message with a JSON-RPC error (the SDK's transport drops it).
 """
 
+import functools
 import io
 import json
 import os
@@ -42,8 +43,6 @@ from datetime import timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal, TextIO, TypeVar, cast
 
-import functools
-
 import jsonschema  # type: ignore[import-untyped]  # no stubs; the [mcp] extra installs it
 import pydantic
 import pydantic_core
@@ -55,13 +54,16 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnno
 from pydantic import BaseModel, Field
 from sqlalchemy.engine import Connection
 
-from tnsrag_db._validate import is_int
-from tnsrag_db.admin import corpus_names, corpus_stats, list_corpora
-from tnsrag_db.embeddings import EmbeddingFunction
 from tnsrag_db._errors import TnsragError
 from tnsrag_db._indexes.graph import DEFAULT_RELATION, GraphStore
 from tnsrag_db._indexes.temporal import TemporalIndex
 from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.registry import STRATEGY_NAMES
+from tnsrag_db._types import MemoryEntry, MemoryTier, parse_instant
+from tnsrag_db._validate import is_int
+from tnsrag_db.admin import corpus_names, corpus_stats, list_corpora
+from tnsrag_db.embeddings import EmbeddingFunction
 from tnsrag_db.integrations._core import (
     ArgumentError,
     SerialEmbedding,
@@ -71,9 +73,6 @@ from tnsrag_db.integrations._core import (
     document_record,
     search_context,
 )
-from tnsrag_db._store.store import Store
-from tnsrag_db._strategies.registry import STRATEGY_NAMES
-from tnsrag_db._types import MemoryEntry, MemoryTier, parse_instant
 
 __all__ = ["DEFAULT_MAX_CONTENT_CHARS", "DEFAULT_MAX_TOP_K", "READ_TOOLS", "WRITE_TOOLS", "create_server",
            "remember_id", "serve_stdio"]

@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
-from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, ValidationError
@@ -39,6 +38,7 @@ from tnsrag_db._indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_pa
 from tnsrag_db._store.analysis import analyze_query
 from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
+from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 
 if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
 

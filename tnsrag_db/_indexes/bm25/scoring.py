@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from tnsrag_db._validate import check_number
 from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._validate import check_number
 
 __all__ = [
     "DEFAULT_B",

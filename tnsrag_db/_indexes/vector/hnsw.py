@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tnsrag_db._validate import check_number
+from tnsrag_db._db.schema import hnsw_index_name
 from tnsrag_db._errors import ConfigurationError, PermissionDeniedError, TnsragError
 from tnsrag_db._indexes.vector.spaces import Space
 from tnsrag_db._indexes.vector.sql import HNSW_EF_CONSTRUCTION, HNSW_M
-from tnsrag_db._db.schema import hnsw_index_name
 from tnsrag_db._store.store import Store
+from tnsrag_db._validate import check_number
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.vector.index import IndexProgress

@@ -58,12 +58,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._validate import check_int, check_number, check_prefix
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
-from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ValidationError
-from tnsrag_db.explain import CosineExplanation, SearchPlan
 from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
 from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
 from tnsrag_db._indexes.vector.sql import (
@@ -79,6 +76,9 @@ from tnsrag_db._indexes.vector.sql import (
     ranking_sql,
 )
 from tnsrag_db._types import MAX_CANDIDATES, IngestCounts, MemoryEntry, is_unicode_text, validate_filters
+from tnsrag_db._validate import check_int, check_number, check_prefix
+from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
+from tnsrag_db.explain import CosineExplanation, SearchPlan
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

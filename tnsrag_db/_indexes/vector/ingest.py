@@ -21,8 +21,7 @@ from tnsrag_db._errors import IngestInterrupted, InvalidEntryError, TnsragError
 from tnsrag_db._indexes.vector.index import IngestProgress
 from tnsrag_db._indexes.vector.spaces import Space
 from tnsrag_db._store.write import ValidatedBatch, WriteReport
-from tnsrag_db._types import IngestCounts
-from tnsrag_db._types import MemoryEntry
+from tnsrag_db._types import IngestCounts, MemoryEntry
 
 __all__ = ["IngestProgress", "Stopped", "run_ingest"]
 

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tnsrag_db._validate import check_number, is_int
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
-from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding, embedding_install_hint, resolve_embedding
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ProviderConfigurationError
 from tnsrag_db._store.reads import count_plan
+from tnsrag_db._validate import check_number, is_int
+from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding, embedding_install_hint, resolve_embedding
 
 __all__ = ["SPACE_RECHECK_SECONDS", "EmbeddingSpace", "ProviderSpaces", "Space", "bind_embedding",
            "count_with_vectors", "ensure_space_plan", "list_spaces", "list_spaces_plan", "query_embedding",

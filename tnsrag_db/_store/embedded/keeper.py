@@ -418,9 +418,9 @@ def use_keeper_model(data_dir: Path | None = None,
     the model, and is then waited for a while): one that does not is passed by for the rest
     of the process, which loads the model itself, and ``notify`` gets one line saying so
     (:class:`~tnsrag_db._store.embedded.warm_model.KeeperLink`)."""
-    from tnsrag_db.embeddings._shipped import use_warm_model
     from tnsrag_db._store.embedded.server import default_data_dir
     from tnsrag_db._store.embedded.warm_model import KeeperLink, served_model
+    from tnsrag_db.embeddings._shipped import use_warm_model
 
     files = keeper_files((data_dir or default_data_dir()).expanduser().resolve())
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tnsrag_db._strategies.fusion import document_key
+from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db.explain._derived import ScoreExplanation
 from tnsrag_db.explain._results import ExplainedDocument, Explanation, SearchPlan
 from tnsrag_db.explain._scores import UnexplainedScore
-from tnsrag_db._types import RAGContext, RetrievedDocument
 
 __all__ = ["by_entry", "explain_with", "explanation_of", "prefixed"]
 
