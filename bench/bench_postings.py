@@ -493,8 +493,7 @@ def _production(engine: Any, terms: Sequence[str]) -> list[tuple[str, float]]:
     """The library's own ranking statements over layout A (plain, then MaxScore when a term is frequent)."""
     import sqlalchemy as sa
 
-    from tnsrag_db._indexes.bm25 import index as bindex
-    from tnsrag_db._indexes.bm25 import sql as bsql
+    from tnsrag_db._indexes.bm25 import index as bindex, sql as bsql
 
     p = "k"
     params = {"k_c": CORPUS, "k_chunks": [], "k_extras": list(terms), "k_k1p1": K1 + 1.0, "k_kb0": K1 * (1.0 - B),

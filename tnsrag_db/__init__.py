@@ -44,142 +44,65 @@ if _typing.TYPE_CHECKING:
     from tnsrag_db._db.engine import ConnectionHooks as ConnectionHooks
     from tnsrag_db._errors import (
         ConfigurationError as ConfigurationError,
-    )
-    from tnsrag_db._errors import (
         ConnectionLostError as ConnectionLostError,
-    )
-    from tnsrag_db._errors import (
         ConstraintViolationError as ConstraintViolationError,
-    )
-    from tnsrag_db._errors import (
         CorpusNotFoundError as CorpusNotFoundError,
-    )
-    from tnsrag_db._errors import (
         DanglingReferenceError as DanglingReferenceError,
-    )
-    from tnsrag_db._errors import (
         DatabaseError as DatabaseError,
-    )
-    from tnsrag_db._errors import (
         DeadlockError as DeadlockError,
-    )
-    from tnsrag_db._errors import (
         EmbeddingValidationError as EmbeddingValidationError,
-    )
-    from tnsrag_db._errors import (
         EvaluationDataError as EvaluationDataError,
-    )
-    from tnsrag_db._errors import (
         ExecutionError as ExecutionError,
-    )
-    from tnsrag_db._errors import (
         HierarchyError as HierarchyError,
-    )
-    from tnsrag_db._errors import (
         IdCollisionError as IdCollisionError,
-    )
-    from tnsrag_db._errors import (
         IngestInterrupted as IngestInterrupted,
-    )
-    from tnsrag_db._errors import (
         InvalidContextError as InvalidContextError,
-    )
-    from tnsrag_db._errors import (
         InvalidEntryError as InvalidEntryError,
-    )
-    from tnsrag_db._errors import (
         InvalidFilterError as InvalidFilterError,
-    )
-    from tnsrag_db._errors import (
         InvalidTimestampError as InvalidTimestampError,
-    )
-    from tnsrag_db._errors import (
         LockTimeoutError as LockTimeoutError,
-    )
-    from tnsrag_db._errors import (
         MigrationError as MigrationError,
-    )
-    from tnsrag_db._errors import (
         PermissionDeniedError as PermissionDeniedError,
-    )
-    from tnsrag_db._errors import (
         ProviderBusyError as ProviderBusyError,
-    )
-    from tnsrag_db._errors import (
         ProviderConfigurationError as ProviderConfigurationError,
-    )
-    from tnsrag_db._errors import (
         ProviderTransportError as ProviderTransportError,
-    )
-    from tnsrag_db._errors import (
         RetrievalCancelledError as RetrievalCancelledError,
-    )
-    from tnsrag_db._errors import (
         RetrievalError as RetrievalError,
-    )
-    from tnsrag_db._errors import (
         SchemaNotReadyError as SchemaNotReadyError,
-    )
-    from tnsrag_db._errors import (
         StatementTimeoutError as StatementTimeoutError,
-    )
-    from tnsrag_db._errors import (
         StrategyUnavailableError as StrategyUnavailableError,
-    )
-    from tnsrag_db._errors import (
         TemporalValidationError as TemporalValidationError,
-    )
-    from tnsrag_db._errors import (
         TnsragError as TnsragError,
-    )
-    from tnsrag_db._errors import (
         ValidationError as ValidationError,
     )
     from tnsrag_db._indexes.bm25 import BM25Index as BM25Index
-    from tnsrag_db._indexes.graph import Edge as Edge
-    from tnsrag_db._indexes.graph import GraphStore as GraphStore
+    from tnsrag_db._indexes.graph import Edge as Edge, GraphStore as GraphStore
     from tnsrag_db._indexes.hierarchy import HierarchyIndex as HierarchyIndex
     from tnsrag_db._indexes.temporal import TemporalIndex as TemporalIndex
     from tnsrag_db._indexes.vector import VectorMemoryStore as VectorMemoryStore
     from tnsrag_db._indexes.vector.hnsw import IndexBuildDeferred as IndexBuildDeferred
     from tnsrag_db._loaders.files import FileLoader as FileLoader
     from tnsrag_db._pipeline import RAGPipeline as RAGPipeline
-    from tnsrag_db._store.aio import AsyncStore as AsyncStore
-    from tnsrag_db._store.aio import connect_async as connect_async
-    from tnsrag_db._store.store import Store as Store
-    from tnsrag_db._store.store import connect as connect
+    from tnsrag_db._store.aio import AsyncStore as AsyncStore, connect_async as connect_async
+    from tnsrag_db._store.store import Store as Store, connect as connect
     from tnsrag_db._strategies.base import RAGStrategy as RAGStrategy
     from tnsrag_db._strategies.distinct import DistinctContentRAGStrategy as DistinctContentRAGStrategy
     from tnsrag_db._strategies.expansion import (
         CancellationToken as CancellationToken,
-    )
-    from tnsrag_db._strategies.expansion import (
         QueryExpander as QueryExpander,
-    )
-    from tnsrag_db._strategies.expansion import (
         QueryExpansion as QueryExpansion,
-    )
-    from tnsrag_db._strategies.expansion import (
         RM3QueryExpander as RM3QueryExpander,
     )
     from tnsrag_db._strategies.fusion import (
         FusedDocument as FusedDocument,
-    )
-    from tnsrag_db._strategies.fusion import (
         RankShare as RankShare,
-    )
-    from tnsrag_db._strategies.fusion import (
         fuse as fuse,
-    )
-    from tnsrag_db._strategies.fusion import (
         reciprocal_rank_fusion as reciprocal_rank_fusion,
     )
     from tnsrag_db._strategies.graph import GraphRAGStrategy as GraphRAGStrategy
     from tnsrag_db._strategies.hierarchical import HierarchicalRAGStrategy as HierarchicalRAGStrategy
     from tnsrag_db._strategies.hybrid import (
         HybridMemoryRetriever as HybridMemoryRetriever,
-    )
-    from tnsrag_db._strategies.hybrid import (
         HybridRAGStrategy as HybridRAGStrategy,
     )
     from tnsrag_db._strategies.keyword import KeywordRAGStrategy as KeywordRAGStrategy
@@ -187,11 +110,7 @@ if _typing.TYPE_CHECKING:
     from tnsrag_db._strategies.multi_query import MultiQueryRAGStrategy as MultiQueryRAGStrategy
     from tnsrag_db._strategies.navigation import (
         LexicalTreeNavigator as LexicalTreeNavigator,
-    )
-    from tnsrag_db._strategies.navigation import (
         NavNode as NavNode,
-    )
-    from tnsrag_db._strategies.navigation import (
         TreeNavigator as TreeNavigator,
     )
     from tnsrag_db._strategies.reasoning import ReasoningRAGStrategy as ReasoningRAGStrategy
@@ -200,56 +119,26 @@ if _typing.TYPE_CHECKING:
     from tnsrag_db._strategies.vector import VectorRAGStrategy as VectorRAGStrategy
     from tnsrag_db._types import (
         HierarchyMetadata as HierarchyMetadata,
-    )
-    from tnsrag_db._types import (
         IngestCounts as IngestCounts,
-    )
-    from tnsrag_db._types import (
         MemoryEntry as MemoryEntry,
-    )
-    from tnsrag_db._types import (
         MemoryTier as MemoryTier,
-    )
-    from tnsrag_db._types import (
         RAGContext as RAGContext,
-    )
-    from tnsrag_db._types import (
         RetrievedDocument as RetrievedDocument,
-    )
-    from tnsrag_db._types import (
         TemporalMetadata as TemporalMetadata,
     )
     from tnsrag_db.declarative import (
         OnFailure as OnFailure,
-    )
-    from tnsrag_db.declarative import (
         RetrievalResult as RetrievalResult,
-    )
-    from tnsrag_db.declarative import (
         RetrievalStrategy as RetrievalStrategy,
-    )
-    from tnsrag_db.declarative import (
         SourceLoader as SourceLoader,
-    )
-    from tnsrag_db.declarative import (
         knowledge_source as knowledge_source,
-    )
-    from tnsrag_db.declarative import (
         retrieval as retrieval,
     )
     from tnsrag_db.embeddings import (
         EmbeddingFunction as EmbeddingFunction,
-    )
-    from tnsrag_db.embeddings import (
         HashingEmbedding as HashingEmbedding,
-    )
-    from tnsrag_db.embeddings import (
         OnnxEmbedding as OnnxEmbedding,
-    )
-    from tnsrag_db.embeddings import (
         ValidatingEmbedding as ValidatingEmbedding,
-    )
-    from tnsrag_db.embeddings import (
         default_model as default_model,
     )
 

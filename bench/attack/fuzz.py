@@ -10,8 +10,7 @@ from __future__ import annotations
 import collections
 import time
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.attack._support import SCHEMA, arguments, engine_for, migrated_database, print_table
 from tnsrag_db import BM25Index, HashingEmbedding, KeywordRAGStrategy, MemoryEntry, RAGContext, VectorMemoryStore

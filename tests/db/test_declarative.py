@@ -753,8 +753,7 @@ def test_a_process_waiting_for_the_ingestion_lock_does_not_stall_an_index_build(
     import numpy as np
 
     from tnsrag_db._indexes.vector import VectorMemoryStore
-    from tnsrag_db.declarative._ingest import lock_key as _lock_key
-    from tnsrag_db.declarative._ingest import write_once as _write_once
+    from tnsrag_db.declarative._ingest import lock_key as _lock_key, write_once as _write_once
 
     vectors = VectorMemoryStore(store, lambda text: [1.0, 0.0, 0.0], index_threshold=None)
     vectors.add_all([MemoryEntry(f"v{i}", f"vector {i}") for i in range(2000)],

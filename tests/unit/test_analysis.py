@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tnsrag_db._store.analysis import CHUNK_CHARS, MAX_TERM_CHARS, MIN_PART_CHARS, analyze, camel_parts, chunk_text
 

@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tests._trees import messy_tree
 from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from langchain_core.vectorstores.utils import maximal_marginal_relevance as langchain_mmr
 
 from tnsrag_db._errors import ValidationError

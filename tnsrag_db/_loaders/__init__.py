@@ -15,8 +15,11 @@ to files), one module per format (:mod:`.text` for Markdown and plain text, :mod
 
 from __future__ import annotations
 
-from tnsrag_db._loaders.base import MAX_FILE_BYTES as MAX_FILE_BYTES  # public, though not in __all__
-from tnsrag_db._loaders.base import SkippedFile, SourceLoader
+from tnsrag_db._loaders.base import (
+    MAX_FILE_BYTES as MAX_FILE_BYTES,  # public, though not in __all__
+    SkippedFile,
+    SourceLoader,
+)
 from tnsrag_db._loaders.files import FileLoader
 from tnsrag_db._loaders.formats import file_format
 

@@ -10,8 +10,10 @@ same formula in Python, the very summands of the database's scores.
 from __future__ import annotations
 
 from tnsrag_db._indexes.bm25.index import BM25Index
-from tnsrag_db._indexes.bm25.scoring import DEFAULT_B as DEFAULT_B
-from tnsrag_db._indexes.bm25.scoring import DEFAULT_K1 as DEFAULT_K1
-from tnsrag_db._indexes.bm25.scoring import check_bm25_parameters as check_bm25_parameters
+from tnsrag_db._indexes.bm25.scoring import (
+    DEFAULT_B as DEFAULT_B,
+    DEFAULT_K1 as DEFAULT_K1,
+    check_bm25_parameters as check_bm25_parameters,
+)
 
 __all__ = ["DEFAULT_B", "DEFAULT_K1", "BM25Index"]
