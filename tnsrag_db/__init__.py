@@ -16,7 +16,7 @@ release.
 Layers, bottom up (each imports only from the layers below it, deferred imports and
 annotations included; ``tests/unit/test_structure.py`` holds the same order):
 
-1. ``_validate``, ``_plugins``, ``_errors``, ``_types``: checks, errors, value types;
+1. ``_counts``, ``_validate``, ``_plugins``, ``_errors``, ``_types``: checks, errors, value types;
 2. ``explain``: the explained-ranking values the indexes and strategies build;
 3. ``_db``: engines, the one read runner, sessions and writes, migrations, tenancy DDL;
 4. ``_store``, ``embeddings``, ``_chunking``: a corpus and its writes, the embedded server,
@@ -41,6 +41,7 @@ if _typing.TYPE_CHECKING:
     # The one list of the top level: each name as ``X as X`` (an explicit re-export for
     # type checkers); at run time __getattr__ reads this block to find a name's module.
     from tnsrag_db._chunking import chunker_for as chunker_for
+    from tnsrag_db._counts import IngestCounts as IngestCounts
     from tnsrag_db._db.engine import ConnectionHooks as ConnectionHooks
     from tnsrag_db._errors import (
         ConfigurationError as ConfigurationError,
@@ -119,7 +120,6 @@ if _typing.TYPE_CHECKING:
     from tnsrag_db._strategies.vector import VectorRAGStrategy as VectorRAGStrategy
     from tnsrag_db._types import (
         HierarchyMetadata as HierarchyMetadata,
-        IngestCounts as IngestCounts,
         MemoryEntry as MemoryEntry,
         MemoryTier as MemoryTier,
         RAGContext as RAGContext,

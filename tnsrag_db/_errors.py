@@ -48,7 +48,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tnsrag_db._types import IngestCounts
+    from tnsrag_db._counts import IngestCounts
 
 __all__ = [
     "ConfigurationError",

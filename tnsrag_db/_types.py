@@ -33,7 +33,6 @@ __all__ = [
     "MAX_RESULTS",
     "RESERVED_METADATA_KEYS",
     "HierarchyMetadata",
-    "IngestCounts",
     "MemoryEntry",
     "MemoryTier",
     "RAGContext",
@@ -378,21 +377,3 @@ class MemoryEntry:
         if self.source is not None:
             out["source"] = self.source
         return out
-
-
-@dataclass(frozen=True, slots=True)
-class IngestCounts:
-    """How a write classified its entries: new, changed, or identical to what was stored."""
-
-    inserted: int = 0
-    updated: int = 0
-    unchanged: int = 0
-
-    @property
-    def total(self) -> int:
-        """All entries of the write."""
-        return self.inserted + self.updated + self.unchanged
-
-    def __add__(self, other: IngestCounts) -> IngestCounts:
-        return IngestCounts(self.inserted + other.inserted, self.updated + other.updated,
-                            self.unchanged + other.unchanged)

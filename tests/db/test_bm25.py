@@ -13,12 +13,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ConfigurationError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.analysis import analyze
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
-from tnsrag_db._types import IngestCounts, MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
 # -- an independent BM25 ------------------------------------------------------------------
 

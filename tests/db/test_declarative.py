@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from tests._entrypoints import Installer, installer
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.engine import create_engine
 from tnsrag_db._errors import (
     ConfigurationError,
@@ -39,7 +40,7 @@ from tnsrag_db._indexes.graph import GraphStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.expansion import EXPANDER_ENTRY_POINT_GROUP
 from tnsrag_db._strategies.navigation import NAVIGATOR_ENTRY_POINT_GROUP
-from tnsrag_db._types import IngestCounts, MemoryEntry, RetrievedDocument
+from tnsrag_db._types import MemoryEntry, RetrievedDocument
 from tnsrag_db.declarative import (
     OnFailure,
     RetrievalResult,

@@ -12,11 +12,12 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tnsrag_db._cli.graph import graph, graph_strategy
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, ValidationError
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.graph import GraphRAGStrategy
-from tnsrag_db._types import IngestCounts, MemoryEntry, RAGContext, RetrievedDocument
+from tnsrag_db._types import MemoryEntry, RAGContext, RetrievedDocument
 
 D = 0.85
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.db._helpers import FixedScores, ids_of
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ConfigurationError, HierarchyError, InvalidEntryError
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.hierarchical import HierarchicalRAGStrategy
-from tnsrag_db._types import HierarchyMetadata, IngestCounts, MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
+from tnsrag_db._types import HierarchyMetadata, MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 
 
 def entry(eid: str, parent: str | None = None, source: str | None = None, **metadata: str) -> MemoryEntry:

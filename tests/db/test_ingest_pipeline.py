@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ExecutionError, IngestInterrupted, InvalidEntryError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
-from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db._types import MemoryEntry
 from tnsrag_db.embeddings import HashingEmbedding
 
 

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError, InvalidEntryError
 from tnsrag_db._store.store import Store
-from tnsrag_db._types import IngestCounts, MemoryEntry, MemoryTier
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 
 def test_add_get_roundtrip(store: Store) -> None:

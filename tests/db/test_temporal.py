@@ -7,11 +7,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.db._helpers import FixedScores, ids_of
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ConfigurationError, TemporalValidationError
 from tnsrag_db._indexes.temporal import TemporalIndex
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.temporal import TemporalRAGStrategy
-from tnsrag_db._types import IngestCounts, MemoryEntry, RAGContext, TemporalMetadata
+from tnsrag_db._types import MemoryEntry, RAGContext, TemporalMetadata
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAY = timedelta(days=1)

@@ -12,12 +12,13 @@ from sqlalchemy.engine import URL
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, generate_corpus
 from tests.fix_db import SCHEMA
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.engine import create_engine
 from tnsrag_db._errors import EmbeddingValidationError, InvalidFilterError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.vector import VectorRAGStrategy
-from tnsrag_db._types import IngestCounts, MemoryEntry, MemoryTier, RAGContext
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
 
 class TableEmbedding:

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from pgvector import Vector
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db import aio
 from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
 from tnsrag_db._errors import ConfigurationError, ValidationError
@@ -19,7 +20,7 @@ from tnsrag_db._indexes.vector.sql import DOCUMENT_COLUMNS
 from tnsrag_db._store.reads import ENTRY_COLUMNS, document_from_row
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.vector import VectorRAGStrategy
-from tnsrag_db._types import IngestCounts, MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext, RetrievedDocument
 
 
 class Counting:

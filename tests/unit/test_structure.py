@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 #: The layers, bottom up: each module prefix with the layers below it that it may import
 #: (the longest matching prefix places a module; the package's own ``__init__`` is outside).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("tnsrag_db._validate", "tnsrag_db._plugins", "tnsrag_db._errors", "tnsrag_db._types"),
+    ("tnsrag_db._counts", "tnsrag_db._validate", "tnsrag_db._plugins", "tnsrag_db._errors", "tnsrag_db._types"),
     ("tnsrag_db.explain",),
     ("tnsrag_db._db",),
     ("tnsrag_db._store", "tnsrag_db.embeddings", "tnsrag_db._chunking"),
@@ -43,8 +43,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "tnsrag_db.integrations", "tnsrag_db.tenancy"),
     ("tnsrag_db._cli",),
 )
-#: The layers whose modules may not import each other in a circle even lazily.
-NO_LAZY_CYCLES = ("tnsrag_db._db", "tnsrag_db._store")
+#: Deferred imports (inside a function or under ``TYPE_CHECKING``) make no circle either, in
+#: the whole package: a module imported lazily is still a module depended on.
+NO_LAZY_CYCLES = ("tnsrag_db",)
+#: Today's deferred circles, each named by its modules (emptied as they are broken).
+KNOWN_LAZY_CYCLES: set[frozenset[str]] = {
+    frozenset({"tnsrag_db._indexes.vector.hnsw", "tnsrag_db._indexes.vector.index",
+               "tnsrag_db._indexes.vector.ingest", "tnsrag_db._indexes.vector.write"}),
+}
 #: The layers that may import only public modules of other layers.
 BOUNDARY_LAYERS = ("tnsrag_db._cli", "tnsrag_db.declarative")
 #: Strategy modules that may mention tables (none of them runs SQL today).
@@ -310,8 +316,10 @@ def test_the_package_docstring_gives_the_same_layer_order() -> None:
     assert layer_starts == sorted(layer_starts)
 
 
-def test_no_import_circle_among_db_and_store_even_deferred() -> None:
-    assert import_cycles(ROOT, PACKAGE, lazy=True, within=NO_LAZY_CYCLES) == {}
+def test_no_import_circle_even_through_deferred_imports() -> None:
+    problems = _compare(import_cycles(ROOT, PACKAGE, lazy=True, within=NO_LAZY_CYCLES), KNOWN_LAZY_CYCLES,
+                        "import circle through deferred imports")
+    assert not problems, "\n".join(problems)
 
 
 def test_cli_and_declarative_import_no_private_module_of_another_layer() -> None:

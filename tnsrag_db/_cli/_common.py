@@ -1,7 +1,7 @@
 """Shared CLI plumbing: database options, JSON output, error reporting.
 
 The root group is defined in ``tnsrag_db/_cli/__init__.py`` (commands register there, in
-``COMMANDS``); ``main_group`` is re-exported here for modules that import it from here.
+``COMMANDS``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from typing import Any, TypeVar
 
 import click
 
-from tnsrag_db._cli import main_group  # re-exported: the root group lives in tnsrag_db/_cli/__init__.py
 from tnsrag_db._errors import TnsragError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["DEFAULT_SCHEMA", "STRATEGY_ALIASES", "Suggesting", "db_options", "did_you_mean", "emit", "error_text",
-           "handle_errors", "main_group", "natural_key", "parse_pairs", "plural"]
+           "handle_errors", "natural_key", "parse_pairs", "plural"]
 
 def did_you_mean(word: str, names: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
     """`` Did you mean 'x'?`` for the names close to ``word`` (difflib, any case), or the name

@@ -254,11 +254,11 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
     from tnsrag_db._cli._progress import ingest_progress
     from tnsrag_db._cli._roots import ROOT_KEY, find_roots, read_roots
+    from tnsrag_db._counts import IngestCounts
     from tnsrag_db._loaders import FileLoader
     from tnsrag_db._loaders.formats import file_format
     from tnsrag_db._loaders.owners import claims_of
     from tnsrag_db._store.write import validate_batch
-    from tnsrag_db._types import IngestCounts
     from tnsrag_db.admin.restore import ExportedVectors
     from tnsrag_db.embeddings import provider_name
 
@@ -431,11 +431,11 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
     was written) and, for a dry run, ``prune_ids``."""
     from tnsrag_db._cli._roots import check_roots, stale_ids
     from tnsrag_db._cli._schema import open_existing
+    from tnsrag_db._counts import IngestCounts
     from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._indexes.vector.spaces import bind_embedding
     from tnsrag_db._store.store import connect
     from tnsrag_db._store.write import content_hash
-    from tnsrag_db._types import IngestCounts
 
     if not entries and not plan.prune:
         return IngestCounts(), {}

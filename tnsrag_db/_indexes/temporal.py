@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ConfigurationError, TemporalValidationError, ValidationError
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension
-from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db._types import MemoryEntry
 
 __all__ = ["Clock", "TemporalIndex", "check_clock", "check_skew", "now_from", "utc_now"]
 

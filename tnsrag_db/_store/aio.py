@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.aio import aclose_engines, arun, check_async_installed
 from tnsrag_db._db.replicas import DEFAULT_MAX_LAG, DEFAULT_WAIT_TIMEOUT
 from tnsrag_db._db.schema import DEFAULT_SCHEMA
@@ -27,7 +28,7 @@ from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db._store.reads import check_ids, count_plan, get_many_plan, get_plan
 from tnsrag_db._store.store import Store, connect
-from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db._types import MemoryEntry
 
 __all__ = ["AsyncStore", "connect_async"]
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db import migrate
 from tnsrag_db._db.driver_errors import db_error, driver_message
 from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
@@ -59,7 +60,7 @@ from tnsrag_db._store.write import (
     WriteExtension,
     WriteReport,
 )
-from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db._types import MemoryEntry
 from tnsrag_db._validate import check_int, is_int
 
 __all__ = ["Store", "connect"]

@@ -27,11 +27,12 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import DatabaseError, InvalidEntryError
 from tnsrag_db._store import sql
 from tnsrag_db._store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db._store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
-from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db._types import MemoryEntry
 
 __all__ = ["StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "classify", "content_hash",
            "delete_matching", "rewrite_changed", "run_write", "stage", "stage_terms", "validate_batch", "write_entries",

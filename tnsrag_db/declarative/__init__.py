@@ -26,9 +26,10 @@ from tnsrag_db.declarative._config import (
     OnFailure,
     RetrievalConfig,
     RetrievalStrategy,
+    retrieval_config,
     strip_reserved,
 )
-from tnsrag_db.declarative._decorators import is_runtime_failure, retrieval, retrieval_config, retrieval_filters
+from tnsrag_db.declarative._decorators import is_runtime_failure, retrieval, retrieval_filters
 from tnsrag_db.declarative._dedup import DeduplicatingStrategy
 from tnsrag_db.declarative._result import RetrievalResult, format_context
 from tnsrag_db.declarative._runtime import (

@@ -20,6 +20,7 @@ __all__ = [
     "Reranker",
     "RetrievalConfig",
     "RetrievalStrategy",
+    "retrieval_config",
     "strip_reserved",
 ]
 
@@ -185,3 +186,14 @@ def _parse_enum(kind: type[_E], value: object, what: str) -> _E:
     if isinstance(value, str) and value in kind.__members__:
         return kind[value]
     raise ConfigurationError(f"{what} must be one of {', '.join(kind.__members__)}, got {value!r}")
+
+
+#: The attribute ``@retrieval`` sets on the function it wraps.
+CONFIG_ATTRIBUTE = "__tnsrag_retrieval__"
+
+
+def retrieval_config(action: Callable[..., object]) -> RetrievalConfig | None:
+    """The :class:`RetrievalConfig` of a decorated action (bound or not), or None."""
+    func = getattr(action, "__func__", action)
+    config = getattr(func, CONFIG_ATTRIBUTE, None)
+    return config if isinstance(config, RetrievalConfig) else None

@@ -28,18 +28,16 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from tnsrag_db._errors import ConfigurationError, TnsragError
 from tnsrag_db._types import validate_filters
 from tnsrag_db.declarative._binding import QueryBinding, plan_binding
-from tnsrag_db.declarative._config import OnFailure, RetrievalConfig, strip_reserved
+from tnsrag_db.declarative._config import CONFIG_ATTRIBUTE, OnFailure, RetrievalConfig, strip_reserved
 from tnsrag_db.declarative._result import RetrievalResult
 from tnsrag_db.declarative._runtime import retrieve_for
 
-__all__ = ["is_runtime_failure", "retrieval", "retrieval_config", "retrieval_filters"]
+__all__ = ["is_runtime_failure", "retrieval", "retrieval_filters"]
 
 _log = logging.getLogger("tnsrag_db.declarative")
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
-
-CONFIG_ATTRIBUTE = "__tnsrag_retrieval__"
 
 _request_filters: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
     "tnsrag_db_request_filters", default=MappingProxyType({}))
@@ -189,8 +187,3 @@ def retrieval(*args: Any, **options: Any) -> RetrievalDecorator:
     return decorate
 
 
-def retrieval_config(action: Callable[..., Any]) -> RetrievalConfig | None:
-    """The :class:`RetrievalConfig` of a decorated action (bound or not), or None."""
-    func = getattr(action, "__func__", action)
-    config = getattr(func, CONFIG_ATTRIBUTE, None)
-    return config if isinstance(config, RetrievalConfig) else None

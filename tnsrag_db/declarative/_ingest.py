@@ -22,12 +22,13 @@ from collections.abc import Callable, Hashable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._plugins import is_missing, reraise_interrupt, unavailable_unless_installed
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import content_hash, validate_batch
 from tnsrag_db._strategies.compose import temporal_index
-from tnsrag_db._types import IngestCounts, MemoryEntry
-from tnsrag_db.declarative._config import RetrievalStrategy
+from tnsrag_db._types import MemoryEntry
+from tnsrag_db.declarative._config import RetrievalStrategy, retrieval_config
 from tnsrag_db.declarative._sources import KnowledgeSource, collect_sources
 
 if TYPE_CHECKING:
@@ -138,8 +139,6 @@ def role_modes(cls: type) -> frozenset[RetrievalStrategy]:
 
     Cached per class: it runs on every retrieval, and decorators are applied once.
     """
-    from tnsrag_db.declarative._decorators import retrieval_config  # it imports the runtime
-
     modes: set[RetrievalStrategy] = set()
     seen: set[str] = set()
     for klass in cls.__mro__:

@@ -19,11 +19,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ConfigurationError, ExecutionError, TnsragError
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import RAGStrategy
 from tnsrag_db._strategies.compose import GRAPH_PROVIDER_NAME, StrategyOptions, compose_strategy, ensure_installed
-from tnsrag_db._types import IngestCounts, RAGContext, RetrievedDocument
+from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db.declarative._config import RetrievalConfig, RetrievalStrategy
 from tnsrag_db.declarative._dedup import DeduplicatingStrategy
 from tnsrag_db.declarative._ingest import (

@@ -42,8 +42,8 @@ from tnsrag_db._validate import check_int, check_number, check_prefix, check_que
 
 if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
 
+    from tnsrag_db._counts import IngestCounts
     from tnsrag_db._store.store import Store
-    from tnsrag_db._types import IngestCounts
     from tnsrag_db.explain import BM25Explanation
 
 __all__ = ["BM25Index"]

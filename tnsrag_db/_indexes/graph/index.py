@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import DanglingReferenceError, ValidationError
 from tnsrag_db._indexes.graph import sql
@@ -37,7 +38,7 @@ from tnsrag_db._store.sql import planner_nodes_off
 from tnsrag_db._store.staging import EDGE_STAGE_DDL
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
-from tnsrag_db._types import IngestCounts, MemoryEntry, is_unicode_text, name_form
+from tnsrag_db._types import MemoryEntry, is_unicode_text, name_form
 from tnsrag_db._validate import is_int, is_number
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]

@@ -18,13 +18,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.statement import Statement
 from tnsrag_db._errors import ConfigurationError, HierarchyError, ValidationError
 from tnsrag_db._indexes.hierarchy import sql
 from tnsrag_db._indexes.hierarchy.problems import MESSAGE_LIMIT, cycles_of, raise_problems
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
-from tnsrag_db._types import IngestCounts, MemoryEntry
+from tnsrag_db._types import MemoryEntry
 from tnsrag_db._validate import is_int
 
 __all__ = ["HierarchyIndex"]

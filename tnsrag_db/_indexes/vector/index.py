@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ValidationError
@@ -75,7 +76,7 @@ from tnsrag_db._indexes.vector.sql import (
     documents_sql,
     ranking_sql,
 )
-from tnsrag_db._types import MAX_CANDIDATES, IngestCounts, MemoryEntry, is_unicode_text, validate_filters
+from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry, is_unicode_text, validate_filters
 from tnsrag_db._validate import check_int, check_number, check_prefix
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db.explain import CosineExplanation, SearchPlan
