@@ -26,6 +26,7 @@ __all__ = [
     "has_plan",
     "returned",
     "run_apart",
+    "run_own_io",
     "resolve_context",
     "source_fence",
 ]
@@ -98,9 +99,8 @@ def overfetch(
     max_candidates: int = 1000,
 ) -> list[RetrievedDocument]:
     """:func:`overfetch_plan` for a ``fetch`` and a ``rerank`` that do their own I/O."""
-    return run_plan(overfetch_plan(lambda n: returned(fetch, n), lambda c: returned(rerank, c), ceiling, k,
-                                   min_candidates=min_candidates, factor=factor, max_candidates=max_candidates),
-                    _no_statements)
+    return run_own_io(overfetch_plan(lambda n: returned(fetch, n), lambda c: returned(rerank, c), ceiling, k,
+                                     min_candidates=min_candidates, factor=factor, max_candidates=max_candidates))
 
 
 def overfetch_plan(
@@ -140,6 +140,12 @@ def returned(fn: Callable[..., _T], *args: Any) -> Plan[_T]:
     a step doing its own I/O, or none, inside a plan."""
     return fn(*args)
     yield  # pragma: no cover - makes this a generator
+
+
+def run_own_io(plan: Plan[_T]) -> _T:
+    """Drive a plan whose steps do their own I/O (child strategies' ``retrieve``, a fetch
+    and rerank of their own): it yields no statement, and one would be a bug."""
+    return run_plan(plan, _no_statements)
 
 
 def _no_statements(statement: Statement) -> Rows:

@@ -21,9 +21,9 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
+from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
+from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned, run_own_io
 from tnsrag_db._strategies.explain import explain_with
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db.explain import ExplainedDocument, Explanation, SearchPlan
@@ -98,7 +98,7 @@ class DistinctContentRAGStrategy:
         """The base's results for ``query`` with identical contents collapsed, at most ``max_results``."""
         text, ctx = check_query(query), resolve_context(context)
         plan = _collapsing(lambda n: returned(self._base.retrieve, text, ctx.with_max_results(n)), ctx)
-        return run_plan(plan, _no_statements)[0]
+        return run_own_io(plan)[0]
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` through the base's ``aretrieve`` (in a thread for a base without one)."""
@@ -168,6 +168,3 @@ def _collapsing(fetch: Callable[[int], Plan[list[RetrievedDocument]]], ctx: RAGC
             return kept, asked
         asked = nxt
 
-
-def _no_statements(statement: Statement) -> Rows:
-    raise AssertionError(f"a base's retrieve does its own I/O; no statement expected: {statement.sql[:80]!r}")

@@ -26,13 +26,13 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tnsrag_db._db.statement import Plan, run_plan
+from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import (
     ConfigurationError,
     ExecutionError,
     TnsragError,
 )
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned
+from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned, run_own_io
 from tnsrag_db._strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
@@ -168,8 +168,7 @@ class MultiQueryRAGStrategy:
         """
         # This strategy has no store of its own: each query runs through the base's
         # retrieve (its own connection use), the rest of the plan does no I/O.
-        return run_plan(self._plan(query, context, lambda q, c: returned(self._base.retrieve, q, c)),
-                        _no_statements)
+        return run_own_io(self._plan(query, context, lambda q, c: returned(self._base.retrieve, q, c)))
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` with the base strategy's ``aretrieve`` for each query (its
@@ -257,6 +256,3 @@ class MultiQueryRAGStrategy:
         except Exception as exc:
             raise ExecutionError(f"{what} failed: {exc}") from exc
 
-
-def _no_statements(statement: object) -> Any:
-    raise AssertionError("MultiQueryRAGStrategy.retrieve runs no statement itself")
