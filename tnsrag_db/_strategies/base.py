@@ -26,6 +26,7 @@ __all__ = [
     "has_plan",
     "returned",
     "run_apart",
+    "run_around",
     "run_own_io",
     "resolve_context",
     "source_fence",
@@ -172,3 +173,13 @@ def run_apart(store: Store, plan: Plan[_T]) -> _T:
     plans that do other I/O between their statements (a child strategy without a plan,
     explanations): no pooled connection is held while that I/O waits for one."""
     return run_plan(plan, lambda statement: store.run(one(statement)))
+
+
+def run_around(store: Store, child: object, plan: Plan[_T]) -> _T:
+    """Run the plan of a strategy around ``child`` (hierarchical, temporal, MMR) in
+    autocommit, so every statement sees the latest commit: on one connection when the
+    child is a plan too; each statement apart when the child does its own I/O between
+    them (no connection is held across it)."""
+    if has_plan(child):
+        return store.run(plan)
+    return run_apart(store, plan)

@@ -35,11 +35,11 @@ from tnsrag_db._strategies.base import (
     RAGStrategy,
     check_query,
     child_plan,
-    has_plan,
     overfetch_plan,
     resolve_context,
     returned,
     run_apart,
+    run_around,
     source_fence,
 )
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
@@ -149,12 +149,7 @@ class HierarchicalRAGStrategy:
         Raises :class:`ValidationError` for a bad query or context; errors of the child
         strategy propagate.
         """
-        # Autocommit: every statement sees the latest commit, as each child search and each
-        # walk always did (a transaction apiece). A child without a plan does its own I/O
-        # between the walks, so then no connection is held across it.
-        if has_plan(self._child):
-            return self._index.store.run(self.plan(query, context))
-        return run_apart(self._index.store, self.plan(query, context))
+        return run_around(self._index.store, self._child, self.plan(query, context))
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same statements)."""

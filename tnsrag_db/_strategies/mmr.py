@@ -31,7 +31,13 @@ from tnsrag_db._db.aio import arun
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, TnsragError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, has_plan, resolve_context, run_apart
+from tnsrag_db._strategies.base import (
+    RAGStrategy,
+    check_query,
+    child_plan,
+    resolve_context,
+    run_around,
+)
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_number
 
@@ -176,10 +182,7 @@ class MMRRAGStrategy:
         Raises :class:`ValidationError` for a bad query or context; errors of the base
         strategy and of the embedding function propagate.
         """
-        store = self._vectors.store
-        if has_plan(self._base):
-            return store.run(self.plan(query, context))
-        return run_apart(store, self.plan(query, context))
+        return run_around(self._vectors.store, self._base, self.plan(query, context))
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same statements)."""
