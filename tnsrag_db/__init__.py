@@ -16,7 +16,8 @@ release.
 Layers, bottom up (each imports only from the layers below it, deferred imports and
 annotations included; ``tests/unit/test_structure.py`` holds the same order):
 
-1. ``_counts``, ``_validate``, ``_plugins``, ``_errors``, ``_types``: checks, errors, value types;
+1. ``_counts``, ``_lazy``, ``_validate``, ``_plugins``, ``_errors``, ``_types``: checks, errors, value
+   types, lazily loaded names;
 2. ``explain``: the explained-ranking values the indexes and strategies build;
 3. ``_db``: engines, the one read runner, sessions and writes, migrations, tenancy DDL;
 4. ``_store``, ``embeddings``, ``_chunking``: a corpus and its writes, the embedded server,
@@ -34,12 +35,13 @@ strategies it does not run.
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
 
+from tnsrag_db._lazy import lazy_names as _lazy_names
+
 if _typing.TYPE_CHECKING:
-    # The one list of the top level: each name as ``X as X`` (an explicit re-export for
-    # type checkers); at run time __getattr__ reads this block to find a name's module.
+    # Each name as ``X as X`` (an explicit re-export for type checkers); _EXPORTS below is
+    # the list the run time reads.
     from tnsrag_db._chunking import chunker_for as chunker_for
     from tnsrag_db._counts import IngestCounts as IngestCounts
     from tnsrag_db._db.engine import ConnectionHooks as ConnectionHooks
@@ -143,35 +145,101 @@ if _typing.TYPE_CHECKING:
     )
 
 
-def _read_exports() -> dict[str, str]:
-    """Public name -> defining module, read from the ``TYPE_CHECKING`` block above (parsed
-    once, on the first lookup of a lazy name, never at ``import tnsrag_db``)."""
-    import ast
-    from pathlib import Path
+#: Each public name and the module that defines it: the one list of the top level, read by
+#: :func:`~tnsrag_db._lazy.lazy_names` at run time. The ``TYPE_CHECKING`` block above says
+#: the same for type checkers (``tests/unit/test_exports.py`` holds the two equal).
+_EXPORTS: dict[str, str] = {
+    "AsyncStore": "tnsrag_db._store.aio",
+    "BM25Index": "tnsrag_db._indexes.bm25",
+    "CancellationToken": "tnsrag_db._strategies.expansion",
+    "ConfigurationError": "tnsrag_db._errors",
+    "ConnectionHooks": "tnsrag_db._db.engine",
+    "ConnectionLostError": "tnsrag_db._errors",
+    "ConstraintViolationError": "tnsrag_db._errors",
+    "CorpusNotFoundError": "tnsrag_db._errors",
+    "DanglingReferenceError": "tnsrag_db._errors",
+    "DatabaseError": "tnsrag_db._errors",
+    "DeadlockError": "tnsrag_db._errors",
+    "DistinctContentRAGStrategy": "tnsrag_db._strategies.distinct",
+    "Edge": "tnsrag_db._indexes.graph",
+    "EmbeddingFunction": "tnsrag_db.embeddings",
+    "EmbeddingValidationError": "tnsrag_db._errors",
+    "EvaluationDataError": "tnsrag_db._errors",
+    "ExecutionError": "tnsrag_db._errors",
+    "FileLoader": "tnsrag_db._loaders.files",
+    "FusedDocument": "tnsrag_db._strategies.fusion",
+    "GraphRAGStrategy": "tnsrag_db._strategies.graph",
+    "GraphStore": "tnsrag_db._indexes.graph",
+    "HashingEmbedding": "tnsrag_db.embeddings",
+    "HierarchicalRAGStrategy": "tnsrag_db._strategies.hierarchical",
+    "HierarchyError": "tnsrag_db._errors",
+    "HierarchyIndex": "tnsrag_db._indexes.hierarchy",
+    "HierarchyMetadata": "tnsrag_db._types",
+    "HybridMemoryRetriever": "tnsrag_db._strategies.hybrid",
+    "HybridRAGStrategy": "tnsrag_db._strategies.hybrid",
+    "IdCollisionError": "tnsrag_db._errors",
+    "IndexBuildDeferred": "tnsrag_db._indexes.vector.hnsw",
+    "IngestCounts": "tnsrag_db._counts",
+    "IngestInterrupted": "tnsrag_db._errors",
+    "InvalidContextError": "tnsrag_db._errors",
+    "InvalidEntryError": "tnsrag_db._errors",
+    "InvalidFilterError": "tnsrag_db._errors",
+    "InvalidTimestampError": "tnsrag_db._errors",
+    "KeywordRAGStrategy": "tnsrag_db._strategies.keyword",
+    "LexicalTreeNavigator": "tnsrag_db._strategies.navigation",
+    "LockTimeoutError": "tnsrag_db._errors",
+    "MMRRAGStrategy": "tnsrag_db._strategies.mmr",
+    "MemoryEntry": "tnsrag_db._types",
+    "MemoryTier": "tnsrag_db._types",
+    "MigrationError": "tnsrag_db._errors",
+    "MultiQueryRAGStrategy": "tnsrag_db._strategies.multi_query",
+    "NavNode": "tnsrag_db._strategies.navigation",
+    "OnFailure": "tnsrag_db.declarative",
+    "OnnxEmbedding": "tnsrag_db.embeddings",
+    "PermissionDeniedError": "tnsrag_db._errors",
+    "ProviderBusyError": "tnsrag_db._errors",
+    "ProviderConfigurationError": "tnsrag_db._errors",
+    "ProviderTransportError": "tnsrag_db._errors",
+    "QueryExpander": "tnsrag_db._strategies.expansion",
+    "QueryExpansion": "tnsrag_db._strategies.expansion",
+    "RAGContext": "tnsrag_db._types",
+    "RAGPipeline": "tnsrag_db._pipeline",
+    "RAGStrategy": "tnsrag_db._strategies.base",
+    "RM3QueryExpander": "tnsrag_db._strategies.expansion",
+    "RankShare": "tnsrag_db._strategies.fusion",
+    "ReasoningRAGStrategy": "tnsrag_db._strategies.reasoning",
+    "RetrievalCancelledError": "tnsrag_db._errors",
+    "RetrievalError": "tnsrag_db._errors",
+    "RetrievalResult": "tnsrag_db.declarative",
+    "RetrievalStrategy": "tnsrag_db.declarative",
+    "RetrievedDocument": "tnsrag_db._types",
+    "SchemaNotReadyError": "tnsrag_db._errors",
+    "SourceLoader": "tnsrag_db.declarative",
+    "StatementTimeoutError": "tnsrag_db._errors",
+    "Store": "tnsrag_db._store.store",
+    "StrategyUnavailableError": "tnsrag_db._errors",
+    "TemporalIndex": "tnsrag_db._indexes.temporal",
+    "TemporalMetadata": "tnsrag_db._types",
+    "TemporalRAGStrategy": "tnsrag_db._strategies.temporal",
+    "TemporalValidationError": "tnsrag_db._errors",
+    "TnsragError": "tnsrag_db._errors",
+    "TreeNavigator": "tnsrag_db._strategies.navigation",
+    "ValidatingEmbedding": "tnsrag_db.embeddings",
+    "ValidationError": "tnsrag_db._errors",
+    "VectorMemoryStore": "tnsrag_db._indexes.vector",
+    "VectorRAGStrategy": "tnsrag_db._strategies.vector",
+    "build_strategy": "tnsrag_db._strategies.registry",
+    "chunker_for": "tnsrag_db._chunking",
+    "connect": "tnsrag_db._store.store",
+    "connect_async": "tnsrag_db._store.aio",
+    "default_model": "tnsrag_db.embeddings",
+    "fuse": "tnsrag_db._strategies.fusion",
+    "knowledge_source": "tnsrag_db.declarative",
+    "reciprocal_rank_fusion": "tnsrag_db._strategies.fusion",
+    "retrieval": "tnsrag_db.declarative",
+}
 
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    block = next(node for node in tree.body if isinstance(node, ast.If)
-                 and ast.unparse(node.test) == "_typing.TYPE_CHECKING")
-    return {alias.asname or alias.name: node.module for node in block.body
-            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
-
+__all__ = sorted(_EXPORTS, key=lambda n: (n[0].islower(), n))  # classes first, then functions
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above; at run time names load lazily
-    _exports: dict[str, str] | None = None
-
-    def __getattr__(name: str) -> _typing.Any:
-        global _exports
-        if _exports is None:
-            _exports = _read_exports()
-        if name in ("__all__", "_EXPORTS"):
-            value: _typing.Any = (sorted(_exports, key=lambda n: (n[0].islower(), n)) if name == "__all__"
-                                  else dict(_exports))
-        elif name in _exports:
-            value = getattr(_importlib.import_module(_exports[name]), name)
-        else:
-            raise AttributeError(f"module 'tnsrag_db' has no attribute {name!r}")
-        globals()[name] = value  # later lookups skip __getattr__
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__getattr__("_EXPORTS")))
+    __getattr__, __dir__ = _lazy_names(__name__, _EXPORTS)

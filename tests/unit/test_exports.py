@@ -66,3 +66,33 @@ def test_public_subpackages_export_what_they_list() -> None:
     assert public is keep_running
     assert {"FileLoader", "chunker_for", "build_strategy", "DistinctContentRAGStrategy", "MMRRAGStrategy",
             "ConnectionHooks", "IndexBuildDeferred"} <= set(tnsrag_db.__all__)
+
+
+def _type_checking_imports(package: str) -> dict[str, str]:
+    """Name -> module of the ``if TYPE_CHECKING:`` imports of ``package``'s ``__init__``."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    path = Path(importlib.import_module(package).__file__ or "")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                 and not isinstance(node.test, ast.UnaryOp))
+    return {alias.asname or alias.name: node.module for node in block.body
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+
+
+def test_lazy_packages_tell_type_checkers_what_they_load() -> None:
+    """Each package whose names load on first use (tnsrag_db._lazy) imports exactly the same
+    names from the same modules for type checkers, and ``__all__`` lists them."""
+    import importlib
+
+    for package, homes in (("tnsrag_db", "_EXPORTS"), ("tnsrag_db.admin", "_HOMES"),
+                           ("tnsrag_db._indexes.graph", "_HOMES")):
+        module = importlib.import_module(package)
+        lazy = getattr(module, homes)
+        assert _type_checking_imports(package) == lazy, package
+        assert set(module.__all__) == set(lazy), package
+        for name in lazy:
+            assert getattr(module, name) is getattr(importlib.import_module(lazy[name]), name)
+        assert set(lazy) <= set(dir(module))

@@ -32,8 +32,9 @@ restore need.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tnsrag_db._lazy import lazy_names
 
 if TYPE_CHECKING:
     from tnsrag_db.admin.corpora import (
@@ -55,27 +56,27 @@ if TYPE_CHECKING:
     from tnsrag_db.admin.restore import restore_corpus
     from tnsrag_db.admin.server import keep_running
 
-#: The module of this package that defines each public name.
+#: Each public name and the module of this package that defines it (loaded on first use).
 _HOMES = {
-    "CorpusInfo": "reports", "CorpusStats": "reports", "ExportCounts": "reports", "RestoreCounts": "reports",
-    "SpaceInfo": "reports", "corpus_exists": "corpora", "corpus_names": "corpora", "corpus_stats": "corpora",
-    "list_corpora": "corpora", "require_corpus": "corpora", "empty_filter_notes": "filter_notes",
-    "entry_record": "export", "export_corpus": "export", "restore_corpus": "restore", "keep_running": "server",
+    "CorpusInfo": "tnsrag_db.admin.reports",
+    "CorpusStats": "tnsrag_db.admin.reports",
+    "ExportCounts": "tnsrag_db.admin.reports",
+    "RestoreCounts": "tnsrag_db.admin.reports",
+    "SpaceInfo": "tnsrag_db.admin.reports",
+    "corpus_exists": "tnsrag_db.admin.corpora",
+    "corpus_names": "tnsrag_db.admin.corpora",
+    "corpus_stats": "tnsrag_db.admin.corpora",
+    "list_corpora": "tnsrag_db.admin.corpora",
+    "require_corpus": "tnsrag_db.admin.corpora",
+    "empty_filter_notes": "tnsrag_db.admin.filter_notes",
+    "entry_record": "tnsrag_db.admin.export",
+    "export_corpus": "tnsrag_db.admin.export",
+    "restore_corpus": "tnsrag_db.admin.restore",
+    "keep_running": "tnsrag_db.admin.server",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])
-
+if not TYPE_CHECKING:  # type checkers see the imports above
+    __getattr__, __dir__ = lazy_names(__name__, _HOMES)
 
 __all__ = [
     "CorpusInfo",

@@ -9,18 +9,17 @@ statement text (:mod:`.sql`) is importable without the write side's SQLAlchemy.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tnsrag_db._lazy import lazy_names
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.graph.index import DEFAULT_RELATION, Edge, GraphStore
 
 __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
 
+#: Each public name and the module that defines it (loaded on first use).
+_HOMES = {name: "tnsrag_db._indexes.graph.index" for name in __all__}
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.index"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # type checkers see the imports above
+    __getattr__, __dir__ = lazy_names(__name__, _HOMES)
