@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._db.statement import Plan, Statement, one
 from tnsrag_db._errors import ConfigurationError, CorpusNotFoundError
 from tnsrag_db._types import MemoryTier
 from tnsrag_db._validate import is_int
@@ -28,10 +28,7 @@ _TIERS = tuple(tier.name for tier in MemoryTier)
 
 
 def _rows(store: Store, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
-    import sqlalchemy as sa
-
-    with store.session.transaction() as conn:
-        return list(conn.execute(sa.text(sql), dict(params or {})).all())
+    return list(store.run(one(Statement(sql, dict(params or {})))))
 
 
 def corpus_names_plan() -> Plan[list[str]]:

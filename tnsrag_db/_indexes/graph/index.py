@@ -236,15 +236,14 @@ class GraphStore:
         """
         if limit is not None and (not is_int(limit) or limit < 1):
             raise ValidationError(f"limit must be a positive int or None, got {limit!r}")
-        with self._store.session.transaction() as conn:
-            rows = conn.execute(sa.text(sql.NEIGHBOURS_SQL),
-                                {"c": self.corpus, "s": entry_id, "r": relation, "n": limit}).all()
+        rows = self._store.run(one(Statement(sql.NEIGHBOURS_SQL, {"c": self.corpus, "s": entry_id, "r": relation,
+                                                                  "n": limit},
+                                             ("src", "dst", "relation", "weight", "source"))))
         return [Edge(r.src, r.dst, r.relation, r.weight, r.source) for r in rows]
 
     def count(self) -> int:
         """Number of edges in the corpus."""
-        with self._store.session.transaction() as conn:
-            return int(conn.execute(sa.text(sql.COUNT_SQL), {"c": self.corpus}).scalar_one())
+        return int(self._store.run(one(Statement(sql.COUNT_SQL, {"c": self.corpus}, ("n",))))[0][0])
 
     def has_edges(self) -> bool:
         """Whether the corpus has any edge (one index probe)."""

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tnsrag_db._counts import IngestCounts
-from tnsrag_db._db.statement import Statement
+from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ConfigurationError, HierarchyError, ValidationError
 from tnsrag_db._indexes.hierarchy import sql
 from tnsrag_db._indexes.hierarchy.problems import MESSAGE_LIMIT, cycles_of, raise_problems
@@ -156,16 +156,14 @@ class HierarchyIndex:
         out: dict[str, list[str]] = {pid: [] for pid in wanted}
         if not wanted:
             return out
-        with self._store.session.transaction() as conn:
-            rows = conn.execute(sa.text(sql.CHILD_IDS_SQL), {"c": self._store.corpus, "ids": wanted})
-            for row in rows:
-                out[row.parent_id].append(row.id)
+        for row in self._store.run(one(Statement(sql.CHILD_IDS_SQL, {"c": self._store.corpus, "ids": wanted},
+                                                 ("parent_id", "id")))):
+            out[row.parent_id].append(row.id)
         return out
 
     def roots(self) -> list[str]:
         """The ids of the entries without a parent, sorted."""
-        with self._store.session.transaction() as conn:
-            return list(conn.execute(sa.text(sql.ROOTS_SQL), {"c": self._store.corpus}).scalars())
+        return [row[0] for row in self._store.run(one(Statement(sql.ROOTS_SQL, {"c": self._store.corpus}, ("id",))))]
 
     def ancestors(self, entry_id: str, max_depth: int | None = None) -> list[str]:
         """The parent chain of ``entry_id``, nearest first, at most ``max_depth`` levels (None = all).
@@ -178,9 +176,9 @@ class HierarchyIndex:
         if max_depth is not None and (not is_int(max_depth) or max_depth < 0):
             raise ValidationError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
         depth = 2**31 - 1 if max_depth is None else max_depth
-        with self._store.session.transaction() as conn:
-            return list(conn.execute(sa.text(sql.ANCESTORS_SQL),
-                                     {"c": self._store.corpus, "id": entry_id, "max_depth": depth}).scalars())
+        rows = self._store.run(one(Statement(sql.ANCESTORS_SQL, {"c": self._store.corpus, "id": entry_id,
+                                                                 "max_depth": depth}, ("id",))))
+        return [row[0] for row in rows]
 
     # -- statements (no I/O; run them with Store.run) ------------------------------------
     def lineage_statement(self, entry_ids: Sequence[str]) -> Statement:
