@@ -142,6 +142,22 @@ def test_bad_arguments_are_tool_errors_naming_the_argument(store: Store) -> None
     run(session, create_server(store))
 
 
+def test_remember_cannot_close_a_parent_loop(store: Store) -> None:
+    """remember checks the hierarchy as the hierarchy index does: a parent that is the
+    entry's own descendant is refused, naming parent_id, and nothing changes. (Before, only
+    the parent's existence was checked, and the loop was written.)"""
+    async def session(client: Client) -> None:
+        await ok(client, "remember", {"content": "the root note", "id": "root"})
+        await ok(client, "remember", {"content": "a child note", "id": "child", "parent_id": "root"})
+        message = await error(client, "remember", {"content": "the root note", "id": "root", "parent_id": "child"})
+        assert "parent_id" in message and "cycle" in message and "root" in message, message
+        assert store.get("root").parent_id is None  # type: ignore[union-attr]
+        assert (await ok(client, "remember", {"content": "a second child", "id": "child2",
+                                              "parent_id": "child"}))["status"] == "inserted"
+
+    run(session, create_server(store))
+
+
 def test_read_only_server_registers_no_write_tool(store: Store) -> None:
     async def session(client: Client) -> None:
         assert {t.name for t in (await client.list_tools()).tools} == set(READ_TOOLS)

@@ -46,7 +46,6 @@ from typing import Annotated, Any, Literal, TextIO, TypeVar, cast
 import jsonschema  # type: ignore[import-untyped]  # no stubs; the [mcp] extra installs it
 import pydantic
 import pydantic_core
-import sqlalchemy as sa
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
@@ -56,6 +55,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db._errors import TnsragError
 from tnsrag_db._indexes.graph import DEFAULT_RELATION, GraphStore
+from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._indexes.temporal import TemporalIndex
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
@@ -387,6 +387,7 @@ def _write_tools(store: Store, serial: SerialEmbedding,
     """Register ``remember``, ``forget`` and ``link`` on ``store``."""
     vectors = VectorMemoryStore(store, serial)
     temporal = TemporalIndex(store)
+    hierarchy = HierarchyIndex(store)
     graph = GraphStore(store)
 
     # Idempotent for real: without an id, the id is derived from the call (remember_id), so
@@ -420,14 +421,14 @@ def _write_tools(store: Store, serial: SerialEmbedding,
         with argument("timestamp"):
             temporal.check_timestamps([entry])
 
-        def parent_exists(conn: Connection) -> None:
-            if entry.parent_id is not None and conn.execute(sa.text(
-                    "SELECT 1 FROM entries WHERE corpus = :c AND id = :p"),
-                    {"c": store.corpus, "p": entry.parent_id}).first() is None:
-                raise ArgumentError("parent_id", f"parent_id {entry.parent_id!r} is not an entry of corpus "
-                                                 f"{store.corpus!r}")
+        def parent_checked(conn: Connection) -> None:
+            # The hierarchy index's own check, in the write's transaction: the parent exists
+            # and the new parent does not close a loop through this entry.
+            if entry.parent_id is not None:
+                with argument("parent_id"):
+                    hierarchy.check_written(conn, [entry.id])
 
-        counts = vectors.add_all([entry], check=parent_exists)
+        counts = vectors.add_all([entry], check=parent_checked)
         return RememberResult(id=entry_id, status=_status(counts.inserted, counts.updated))
 
     @register(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
