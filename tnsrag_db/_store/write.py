@@ -34,7 +34,7 @@ from tnsrag_db._store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db._store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "classify", "content_hash",
+__all__ = ["StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "WriteTarget", "classify", "content_hash",
            "delete_matching", "rewrite_changed", "run_write", "stage", "stage_terms", "validate_batch", "write_entries",
            "write_postings"]
 
@@ -42,7 +42,7 @@ __all__ = ["StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "cl
 ANALYZE_STAGE_ROWS = 1000
 
 
-class Corpus(Protocol):
+class WriteTarget(Protocol):
     """What the steps need of the corpus written (:class:`tnsrag_db._store.corpus.Corpus`)."""
 
     @property
@@ -266,7 +266,7 @@ def write_postings(conn: Connection, corpus: str, report: WriteReport, old_len: 
     sql.bump_stats(conn, corpus, len(report.inserted), int(new_len) - old_len)
 
 
-def write_entries(conn: Connection, corpus: Corpus, batch: Sequence[MemoryEntry], *,
+def write_entries(conn: Connection, corpus: WriteTarget, batch: Sequence[MemoryEntry], *,
                   progress: Callable[[int], None] | None = None) -> WriteReport:
     """Steps 2 to 6 for already-validated ``batch`` inside ``conn``'s open transaction."""
     text_config = corpus.text_config(conn)  # takes the corpus's write lock, shared
@@ -279,7 +279,7 @@ def write_entries(conn: Connection, corpus: Corpus, batch: Sequence[MemoryEntry]
     return report
 
 
-def delete_matching(conn: Connection, corpus: Corpus, predicate: str, params: dict[str, Any]) -> int:
+def delete_matching(conn: Connection, corpus: WriteTarget, predicate: str, params: dict[str, Any]) -> int:
     """Delete the entries matching ``predicate`` (the library's filter SQL over ``e``) with
     their postings, df counts and statistics, in ``conn``'s open transaction; returns how many.
 
@@ -297,7 +297,7 @@ def delete_matching(conn: Connection, corpus: Corpus, predicate: str, params: di
     return int(count)
 
 
-def run_write(conn: Connection, corpus: Corpus, batch: Sequence[MemoryEntry],
+def run_write(conn: Connection, corpus: WriteTarget, batch: Sequence[MemoryEntry],
               extensions: Sequence[WriteExtension], *,
               progress: Callable[[int], None] | None = None) -> WriteReport:
     """The entry steps between the extensions' ``before`` and ``after`` hooks, in ``conn``'s
