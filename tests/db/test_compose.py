@@ -19,7 +19,7 @@ from tnsrag_db._strategies.compose import BUILDERS, EMBEDDING_STRATEGIES, STRATE
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.registry import build_strategy
 from tnsrag_db._types import MemoryEntry, RAGContext
-from tnsrag_db.declarative import RetrievalConfig, RetrievalStrategy, build_strategy as declarative_build
+from tnsrag_db.declarative import RetrievalConfig, RetrievalStrategy, strategy_for as declarative_build
 
 DECLARATIVE_OPTIONS: dict[RetrievalStrategy, dict[str, Any]] = {
     RetrievalStrategy.MULTI_QUERY: {"expansion_mode": "RM3", "expansion_model": "rm3"},

@@ -35,11 +35,11 @@ from tnsrag_db.declarative._result import RetrievalResult, format_context
 from tnsrag_db.declarative._runtime import (
     Runtime,
     bind_store,
-    build_strategy,
     configure,
     ingest_sources,
     reset_runtime,
     resolve_store,
+    strategy_for,
 )
 from tnsrag_db.declarative._sources import FileLoader, KnowledgeSource, SourceLoader, collect_sources, knowledge_source
 
@@ -58,7 +58,6 @@ __all__ = [
     "Runtime",
     "SourceLoader",
     "bind_store",
-    "build_strategy",
     "collect_sources",
     "configure",
     "format_context",
@@ -71,5 +70,6 @@ __all__ = [
     "retrieval",
     "retrieval_config",
     "retrieval_filters",
+    "strategy_for",
     "strip_reserved",
 ]

@@ -49,7 +49,7 @@ __all__ = [
     "MODE_STRATEGIES",
     "Runtime",
     "bind_store",
-    "build_strategy",
+    "strategy_for",
     "configure",
     "ingest_sources",
     "reset_runtime",
@@ -91,13 +91,13 @@ def _options(config: RetrievalConfig, vectors: Callable[[], VectorMemoryStore] |
         max_expansions=config.max_expansions)
 
 
-def build_strategy(mode: RetrievalStrategy, config: RetrievalConfig, store: Store,
-                   embedding: ProcessEmbedding | None) -> RAGStrategy:
+def strategy_for(mode: RetrievalStrategy, config: RetrievalConfig, store: Store,
+                 embedding: ProcessEmbedding | None) -> RAGStrategy:
     """Compose ``mode`` over ``store`` as the SPI defines the mode (``embedding`` for vector-backed modes).
 
     Raises :class:`StrategyUnavailableError` when the mode's modules are not installed.
     """
-    return _PROCESS.build_strategy(mode, config, store, embedding)
+    return _PROCESS.strategy_for(mode, config, store, embedding)
 
 
 class Runtime:
@@ -180,9 +180,9 @@ class Runtime:
                               checked)
 
     # -- composition and retrieval ------------------------------------------------------
-    def build_strategy(self, mode: RetrievalStrategy, config: RetrievalConfig, store: Store,
-                       embedding: ProcessEmbedding | None) -> RAGStrategy:
-        """Compose ``mode`` over ``store`` with ``config``'s options (see :func:`build_strategy`)."""
+    def strategy_for(self, mode: RetrievalStrategy, config: RetrievalConfig, store: Store,
+                     embedding: ProcessEmbedding | None) -> RAGStrategy:
+        """Compose ``mode`` over ``store`` with ``config``'s options (see :func:`strategy_for`)."""
         vectors = None if embedding is None else (lambda: self.vector_store(store, embedding))
         return compose_strategy(MODE_STRATEGIES[mode], store, _options(config, vectors), what=mode_label(mode))
 
@@ -203,7 +203,7 @@ class Runtime:
             self.ingest(role, store, modes=modes)
         if mode in HIERARCHY_MODES:
             validate_hierarchy(self._once, role, store)
-        strategy = self.build_strategy(mode, config, store, embedding if needs_vectors else None)
+        strategy = self.strategy_for(mode, config, store, embedding if needs_vectors else None)
         if config.deduplicate:
             assert embedding is not None
             strategy = DeduplicatingStrategy(strategy, embedding.embed_batch, threshold=config.dedup_threshold)
