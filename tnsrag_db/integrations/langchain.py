@@ -46,7 +46,7 @@ from tnsrag_db._strategies.mmr import (
     maximal_marginal_relevance,
 )
 from tnsrag_db._types import MAX_RESULTS, MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
-from tnsrag_db._validate import check_int, is_int
+from tnsrag_db._validate import check_int, check_query_text, is_int
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
     StrategyCache,
@@ -339,8 +339,7 @@ class TnsragVectorStore(VectorStore):
 
     def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
         """Like :meth:`similarity_search`, each with its cosine similarity (in [-1, 1], higher is better)."""
-        if not isinstance(query, str):
-            raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        check_query_text(query)
         if _nothing_asked(k):
             return []
         return self._by_vector(self._embeddings.embed_query(query), k, kwargs.get("filter"))
@@ -371,8 +370,7 @@ class TnsragVectorStore(VectorStore):
         (LangChain's rule). The candidates' stored vectors are used (not embedded again).
         Raises :class:`~tnsrag_db._errors.ValidationError` for a bad ``k``, ``fetch_k`` or
         ``lambda_mult``, :class:`~tnsrag_db._errors.InvalidFilterError` for a bad filter."""
-        if not isinstance(query, str):
-            raise ValidationError(f"query must be a string, got {type(query).__name__}")
+        check_query_text(query)
         self._check_mmr(k, fetch_k, lambda_mult)
         if _nothing_asked(k):
             return []

@@ -37,7 +37,7 @@ from tnsrag_db._indexes.bm25 import scoring, sql
 from tnsrag_db._indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
 from tnsrag_db._store.analysis import analyze_query
 from tnsrag_db._store.filters import filter_sql, pairs_alone
-from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry, is_unicode_text
+from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 
 if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
@@ -292,8 +292,7 @@ class BM25Index:
         ``lexeme``, ``df`` and ``tf`` (0 when the entry lacks the term), read from the same
         statistics as :meth:`candidates_sql`; :func:`explain_rows` turns them into
         figures by :mod:`~tnsrag_db._indexes.bm25.scoring`, the very summands of the scores."""
-        if not isinstance(query, str) or "\x00" in query:
-            raise ValidationError("query must be a string without NUL characters")
+        check_query_text(query)
         p = check_prefix(prefix, error=ConfigurationError)
         params: dict[str, Any] = {**self._analysis_params(query, p), f"{p}_ids": list(entry_ids),
                                   **self._formula_params(p)}
@@ -337,8 +336,7 @@ class BM25Index:
     # -- term statistics (for pseudo-relevance feedback and tests) -------------------------
     def query_terms(self, query: str) -> list[str]:
         """The distinct analysed terms of ``query`` (as documents are analysed), sorted."""
-        if not isinstance(query, str) or "\x00" in query or not is_unicode_text(query):
-            raise ValidationError("query must be Unicode text without NUL characters")
+        check_query_text(query)
         rows = self._store.read(sql.sorted_query_terms_sql("k"), self._analysis_params(query, "k"))
         return [r.lexeme for r in rows]
 

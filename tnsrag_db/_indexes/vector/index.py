@@ -61,7 +61,7 @@ import numpy.typing as npt
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
-from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ValidationError
+from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
 from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
 from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
 from tnsrag_db._indexes.vector.sql import (
@@ -76,8 +76,8 @@ from tnsrag_db._indexes.vector.sql import (
     documents_sql,
     ranking_sql,
 )
-from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry, is_unicode_text, validate_filters
-from tnsrag_db._validate import check_int, check_number, check_prefix
+from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry, validate_filters
+from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db.explain import CosineExplanation, SearchPlan
 
@@ -741,14 +741,11 @@ class VectorMemoryStore:
     def _embed_text_query(self, query: object, k: object, filters: object,
                           min_score: object) -> npt.NDArray[np.float32]:
         """Validate a text query's arguments (before embedding it) and embed it."""
-        if not isinstance(query, str):
-            raise ValidationError(f"query must be a string, got {type(query).__name__}")
-        if not is_unicode_text(query):
-            raise ValidationError("query contains a lone surrogate (not Unicode text)")
+        text = check_query_text(query)
         _check_k(k)
         check_number(min_score, "min_score")
         validate_filters(filters)  # type: ignore[arg-type]
-        return self.embed_query(query)
+        return self.embed_query(text)
 
     def rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                        min_score: float = 0.0,
