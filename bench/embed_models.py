@@ -41,7 +41,7 @@ from tnsrag_db._store.store import connect
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.vector import VectorRAGStrategy
-from tnsrag_db.embeddings import OnnxEmbedding, default_model
+from tnsrag_db.embeddings import OnnxEmbedding, default_model, model_folder
 from tnsrag_db.evaluation import evaluate_strategies, ndcg_at, recall_at
 
 
@@ -73,7 +73,7 @@ def main() -> None:
     texts, doc_ids = [d.content for d in documents], [d.id for d in documents]
     query_texts, query_ids = [q.text for q in queries], [q.id for q in queries]
     shipped = default_model()
-    models = [shipped] + [OnnxEmbedding(d) for d in args.model]
+    models = [shipped] + [model_folder(d) for d in args.model]
     reference = None
     if args.reference is not None:
         ref_model = OnnxEmbedding(args.reference, name="reference")

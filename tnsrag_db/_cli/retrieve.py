@@ -224,8 +224,9 @@ def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[
 @click.option("--min-score", default=0.0, show_default=True, type=float, help="Inclusive score threshold.")
 @click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
               help="Exact metadata filter, e.g. tier=SEMANTIC (repeatable; all must match).")
-@click.option("--embedding", default=None, metavar="NAME",
-              help="Search the corpus's embedding space of this provider. Default: its newest complete space.")
+@click.option("--embedding", default=None, metavar="NAME|DIR",
+              help="Search the corpus's embedding space of this provider (a name, or the model folder it was "
+                   "embedded with). Default: its newest complete space.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--explain", "explain", is_flag=True,
               help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")
