@@ -21,7 +21,8 @@ lean one cannot do, before any query statement is sent: a schema to migrate or s
 (the embedded server's), ``--explain``, ``--distinct``, standbys (``--read-url`` /
 ``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, the embedded server
 when the command runs outside ``tnsrag`` (no kept-running server), a hybrid query of a
-corpus with edges (its graph stream), and the other strategies.
+corpus with edges while hybrid by name weights its graph stream above 0, and the other
+strategies.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
     from tnsrag_db._store.embedded.keeper import ensure_running
     from tnsrag_db._store.embedded.resolve import kept_running_timeout
     from tnsrag_db._strategies.base import RAGStrategy
+    from tnsrag_db._strategies.compose import HYBRID_GRAPH_WEIGHT
     from tnsrag_db._strategies.keyword import KeywordRAGStrategy
     from tnsrag_db.admin.corpora import corpus_has_edges_plan, require_corpus_plan
 
@@ -121,7 +123,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
         else:
             # The full path's order: a missing corpus is an error before any model loads.
             store.run(require_corpus_plan(corpus))
-            if strategy == "hybrid" and store.run(corpus_has_edges_plan(corpus)):
+            if strategy == "hybrid" and HYBRID_GRAPH_WEIGHT and store.run(corpus_has_edges_plan(corpus)):
                 return None  # hybrid's graph stream walks the edges: the full path's graph store
             from tnsrag_db._indexes.vector import VectorMemoryStore
 
@@ -132,7 +134,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
 
                 chosen = VectorRAGStrategy(vectors)
             else:
-                # Without edges the graph stream finds nothing: the two streams rank alone.
+                # Without edges, or weighted 0, the graph stream adds nothing: the two streams rank alone.
                 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 
                 chosen = HybridRAGStrategy(BM25Index(store), vectors)
