@@ -44,6 +44,7 @@ from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import connect
+from tnsrag_db._strategies.base import RAGStrategy
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._strategies.vector import VectorRAGStrategy
@@ -132,7 +133,7 @@ def main() -> None:
             vectors_store = VectorMemoryStore(store, shipped)
             vectors_store.add_all(documents, embeddings=shipped_vectors)  # the vectors of part 1
             keywords = BM25Index(store)
-            rows = {"keyword (BM25)": KeywordRAGStrategy(keywords),
+            rows: dict[str, RAGStrategy] = {"keyword (BM25)": KeywordRAGStrategy(keywords),
                     "vector": VectorRAGStrategy(vectors_store),
                     "hybrid (RRF)": HybridRAGStrategy(keywords, vectors_store)}
             report = evaluate_strategies(rows, queries, qrels, baseline="keyword (BM25)", depth=100)
