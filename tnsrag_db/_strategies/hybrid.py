@@ -259,8 +259,8 @@ class HybridRAGStrategy:
 
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan` (validation happens when the
-        plan starts). The graph stream, when given, runs through its own ``retrieve`` (it is
-        not a plan yet), between the plan's statements."""
+        plan starts). The graph stream, when given and weighted above 0, runs through its own
+        ``retrieve`` (it is not a plan yet), between the plan's statements."""
         query = check_query(query)
         ctx = resolve_context(context)
         if self._graph is None or not self._weights[2] or not (yield from self._graph_has_evidence()):
