@@ -234,6 +234,16 @@ class BM25Index:
         params.update({f"{p}_ner": self._prune_ratio, f"{p}_tol": sql.BOUND_TOLERANCE, f"{p}_pc": self._probe_cost})
         return Statement(_ranking_sql(p, predicate, limit, ids, probe), params, ("entry_id", "score"))
 
+    def scores_sql(self, query: str, source: str, *, prefix: str = "ks") -> tuple[str, dict[str, Any]]:
+        """A SELECT of ``(entry_id, score)``: the BM25 score of ``query`` for each entry of the
+        CTE ``source`` (a code constant naming a CTE with an ``entry_id`` column, defined by
+        the statement this one is embedded in), exactly as :meth:`ranking_statement` scores
+        it; 0 for an entry holding no query term. Names and parameters start with
+        ``prefix``. Errors as :meth:`candidates_sql`."""
+        text = check_query_text(query)
+        p = check_prefix(prefix, error=ConfigurationError)
+        return sql.scores_sql(p, source), {**self._analysis_params(text, p), **self._formula_params(p)}
+
     def documents_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                             min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:
         """The ranking of :meth:`ranking_statement` with each entry's row: columns ``score``,

@@ -51,6 +51,7 @@ __all__ = [
     "documents_sql",
     "figures_sql",
     "query_terms_sql",
+    "scores_sql",
     "ranking_sql",
     "sorted_query_terms_sql",
 ]
@@ -475,6 +476,43 @@ def figures_sql(p: str) -> str:
         LEFT JOIN bm25_postings bp ON bp.corpus = :{p}_c AND bp.lexeme = w.lexeme AND bp.entry_id = x.id
         LEFT JOIN LATERAL ({block_tf}) bb ON TRUE""", p=p, terms=_term_ctes(p, known_terms_only=False),
         block_tf=_block_tf(f":{p}_c", "w.lexeme", "kd.docno"))
+
+
+def scores_sql(p: str, source: str) -> str:
+    """A SELECT of ``(entry_id, score)``: the BM25 score of each entry of the CTE ``source``
+    (column ``entry_id``; entries not in the corpus are left out), 0 for an entry holding no
+    query term. The same statistics and the same sum as :func:`ranking_sql` (each term's
+    :func:`_part`, in lexeme order), so an entry scores bit for bit what a ranking gives it;
+    each posting is one primary-key probe (rows, or the merged entry's block). Binds what
+    :func:`ranking_sql` binds for the terms and the formula (``:{p}_c``, ``:{p}_chunks``,
+    ``:{p}_extras``, ``:{p}_k1p1``, ``:{p}_kb0``, ``:{p}_kb1``)."""
+    return _render("""\
+        WITH {terms}
+        SELECT x.entry_id,
+               coalesce(sum({part} ORDER BY w.lexeme) FILTER (WHERE p.tf IS NOT NULL), 0.0::float8) AS score
+        FROM (SELECT DISTINCT s.entry_id FROM {source} s) x
+        JOIN entries e ON e.corpus = :{p}_c AND e.id = x.entry_id
+        LEFT JOIN bm25_docs kd ON kd.corpus = :{p}_c AND kd.entry_id = x.entry_id
+        CROSS JOIN {p}_w w
+        LEFT JOIN LATERAL (
+          -- The entry's posting of the term: its row, else its place in the merged block.
+          SELECT bp.tf, bp.doc_len FROM bm25_postings bp
+          WHERE bp.corpus = :{p}_c AND bp.lexeme = w.lexeme AND bp.entry_id = x.entry_id
+          UNION ALL
+          {block}
+          LIMIT 1
+        ) p ON TRUE
+        GROUP BY x.entry_id""", p=p, source=source, terms=_term_ctes(p, known_terms_only=True),
+                   part=_part(p, "w", "p"), block=_block_posting(f":{p}_c", "w.lexeme", "kd.docno"))
+
+
+def _block_posting(corpus: str, lexeme: str, docno: str) -> str:
+    """A SELECT of ``tf, doc_len`` of the merged entry numbered ``docno`` in the block of
+    ``lexeme`` holding it (no row when it lacks the term or is not merged)."""
+    return (f"SELECT bk.tfs[i] AS tf, bk.dls[i] AS doc_len FROM (SELECT b.docnos, b.tfs, b.dls FROM bm25_blocks b "
+            f"WHERE b.corpus = {corpus} AND b.lexeme = {lexeme} AND b.first_docno <= {docno} "
+            f"ORDER BY b.first_docno DESC LIMIT 1) bk CROSS JOIN LATERAL array_position(bk.docnos, {docno}) AS i "
+            "WHERE i IS NOT NULL")
 
 
 def _block_tf(corpus: str, lexeme: str, docno: str) -> str:
