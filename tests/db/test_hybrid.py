@@ -307,3 +307,23 @@ def test_fusion_option_is_checked(store: Store) -> None:
     assert HybridRAGStrategy(retriever).retriever.fusion == "zscore"
     with pytest.raises(ConfigurationError, match="fusion='rrf' differs"):
         HybridRAGStrategy(retriever, fusion="rrf")
+
+
+def test_both_scores_come_from_either_postings_layout(store: Store) -> None:
+    """BM25 scores the vector stream's candidates exactly as it ranks them, whether an entry's
+    postings are rows or merged blocks (some of each here: merged, then one rewritten)."""
+    keywords, vectors = _corpus(store)
+    store.merge_postings()
+    vectors.add(MemoryEntry("d", "time tree memory agent", MemoryTier.EPISODIC))  # back to rows
+    merged = store.read("SELECT count(*) AS n FROM bm25_docs WHERE corpus = :c", {"c": store.corpus})[0].n
+    assert merged == 5
+    retriever = HybridMemoryRetriever(keywords, vectors, min_candidates=6)
+    for query in ("agent memory", "tree graph", "keyword"):
+        vector = vectors.embed_query(query)
+        rows = store.read(*_text(retriever.candidates_statement(query, RAGContext(6), vector, (1.0, 1.0))))
+        bm25 = dict(keywords.search(query, 50))
+        assert {r.entry_id: r.score for r in rows if r.stream == 1} == {
+            r.entry_id: bm25.get(r.entry_id, 0.0) for r in rows if r.stream == 1}
+        assert {r.entry_id for r in rows} == {"a", "b", "c", "d", "e", "f"}
+        got = [(d.metadata["entryId"], d.score) for d in retriever.fused(query, RAGContext(6))]
+        assert got == _score_fused(retriever, query, RAGContext(6), (2.0, 1.0))

@@ -479,30 +479,34 @@ def figures_sql(p: str) -> str:
 
 
 def scores_sql(p: str, source: str) -> str:
-    """A SELECT of ``(entry_id, score)``: the BM25 score of each entry of the CTE ``source``
-    (column ``entry_id``; entries not in the corpus are left out), 0 for an entry holding no
-    query term. The same statistics and the same sum as :func:`ranking_sql` (each term's
-    :func:`_part`, in lexeme order), so an entry scores bit for bit what a ranking gives it;
-    each posting is one primary-key probe (rows, or the merged entry's block). Binds what
-    :func:`ranking_sql` binds for the terms and the formula (``:{p}_c``, ``:{p}_chunks``,
-    ``:{p}_extras``, ``:{p}_k1p1``, ``:{p}_kb0``, ``:{p}_kb1``)."""
+    """A SELECT of ``(entry_id, score)``: the BM25 score of each entry of ``source`` (a CTE
+    name or parenthesised subquery with an ``entry_id`` column, entries of the corpus), 0
+    for an entry holding no query term. The same statistics and the same sum as
+    :func:`ranking_sql` (each term's :func:`_part`, in lexeme order), so an entry scores bit
+    for bit what a ranking gives it. Per query term one scan of the postings' primary key
+    for all the entries at once (the id array), and for merged entries their blocks. Binds
+    what :func:`ranking_sql` binds for the terms and the formula (``:{p}_c``,
+    ``:{p}_chunks``, ``:{p}_extras``, ``:{p}_k1p1``, ``:{p}_kb0``, ``:{p}_kb1``)."""
     return _render("""\
-        WITH {terms}
-        SELECT x.entry_id,
-               coalesce(sum({part} ORDER BY w.lexeme) FILTER (WHERE p.tf IS NOT NULL), 0.0::float8) AS score
-        FROM (SELECT DISTINCT s.entry_id FROM {source} s) x
-        JOIN entries e ON e.corpus = :{p}_c AND e.id = x.entry_id
-        LEFT JOIN bm25_docs kd ON kd.corpus = :{p}_c AND kd.entry_id = x.entry_id
-        CROSS JOIN {p}_w w
-        LEFT JOIN LATERAL (
-          -- The entry's posting of the term: its row, else its place in the merged block.
-          SELECT bp.tf, bp.doc_len FROM bm25_postings bp
-          WHERE bp.corpus = :{p}_c AND bp.lexeme = w.lexeme AND bp.entry_id = x.entry_id
-          UNION ALL
-          {block}
-          LIMIT 1
-        ) p ON TRUE
-        GROUP BY x.entry_id""", p=p, source=source, terms=_term_ctes(p, known_terms_only=True),
+        WITH {terms}, {p}_x AS MATERIALIZED (
+          SELECT DISTINCT s.entry_id FROM {source} s
+        )
+        SELECT x.entry_id, coalesce(s.score, 0.0::float8) AS score
+        FROM {p}_x x LEFT JOIN (
+          SELECT u.entry_id, sum(u.part ORDER BY u.lexeme) AS score
+          FROM (
+            -- Rows: the term's postings of the entries, one primary-key scan per term.
+            SELECT p.entry_id, w.lexeme, {part} AS part
+            FROM {p}_w w JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = w.lexeme
+              AND p.entry_id = ANY(ARRAY(SELECT y.entry_id FROM {p}_x y))
+            UNION ALL
+            -- Merged entries: the block of each term holding the entry's number.
+            SELECT kd.entry_id, w.lexeme, {part} AS part
+            FROM {p}_x y JOIN bm25_docs kd ON kd.corpus = :{p}_c AND kd.entry_id = y.entry_id
+            CROSS JOIN {p}_w w CROSS JOIN LATERAL ({block}) p
+          ) u
+          GROUP BY u.entry_id
+        ) s ON s.entry_id = x.entry_id""", p=p, source=source, terms=_term_ctes(p, known_terms_only=True),
                    part=_part(p, "w", "p"), block=_block_posting(f":{p}_c", "w.lexeme", "kd.docno"))
 
 
