@@ -20,7 +20,11 @@ and checked on the others (debian, CACM, manpages); never per collection. Per ru
 
 Usage::
 
-    python -m bench.fusion_rules [--url URL] [--collection NAME ...] [--cache DIR]
+    python -m bench.fusion_rules [--url URL] [--collection NAME ...] [--cache DIR] [--latency N]
+
+With ``--latency N`` it instead times hybrid search through the strategy (the query
+embedded each time), the default rule against RRF in alternation, over the first N
+queries of each collection at ``top_k`` 5 and 100: medians and their ratio.
 
 The candidates of each collection are cached as JSON in ``--cache`` (default
 ``/tmp/tnsrag_fusion_rules``): a second run only recomputes the rules.
@@ -31,6 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,13 +128,42 @@ def evaluate(name: str, data: Mapping[str, Any], resamples: int) -> evaluation.E
     return evaluation.evaluate_runs(runs, qrels, baseline="keyword", resamples=resamples, permutations=resamples)
 
 
+def latency(url: str | None, name: str, count: int) -> None:
+    """Median times of hybrid search by the default rule and by RRF, in alternation."""
+    from tnsrag_db._strategies.hybrid import HybridRAGStrategy
+
+    model, why = shipped_model()
+    if model is None:
+        raise SystemExit(f"this benchmark needs the shipped model: {why}")
+    with connect(url, corpus=f"bench_byname_{name}", auto_migrate=True if url else None) as store:
+        queries, _, _ = load_collection(store, name, True)
+        keywords, vectors = BM25Index(store), VectorMemoryStore(store, model)
+        rules = {"default": HybridRAGStrategy(keywords, vectors), "rrf": HybridRAGStrategy(keywords, vectors,
+                                                                                           fusion="rrf")}
+        for top_k in (5, 100):
+            times: dict[str, list[float]] = {rule: [] for rule in rules}
+            for query in queries[:count]:
+                for rule, strategy in rules.items():
+                    strategy.retrieve(query.text, RAGContext(top_k))  # warm: the same query's plan and cache
+                    start = time.perf_counter()
+                    strategy.retrieve(query.text, RAGContext(top_k))
+                    times[rule].append((time.perf_counter() - start) * 1000)
+            new, old = statistics.median(times["default"]), statistics.median(times["rrf"])
+            print(f"{name} top_k {top_k}: default {new:.1f} ms, rrf {old:.1f} ms, ratio {new / old:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
     parser.add_argument("--collection", nargs="*", choices=COLLECTIONS, default=list(COLLECTIONS))
     parser.add_argument("--cache", type=Path, default=Path("/tmp/tnsrag_fusion_rules"))
     parser.add_argument("--resamples", type=int, default=2_000)
+    parser.add_argument("--latency", type=int, default=0, help="time N queries per collection instead")
     args = parser.parse_args()
+    if args.latency:
+        for name in args.collection:
+            latency(args.url, name, args.latency)
+        return
     args.cache.mkdir(parents=True, exist_ok=True)
     for name in args.collection:
         path = args.cache / f"{name}.json"

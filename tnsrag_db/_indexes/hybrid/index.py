@@ -44,8 +44,11 @@ def _streams(keywords: BM25Index, vectors: VectorMemoryStore, query: str, contex
     ctes: list[str] = []
     ranked: list[str] = []
     if weights[0] > 0:
-        bm25 = keywords.ranking_statement(query, pool, filters=filters, min_score=0.0, prefix="hk", plain=plain)
+        # The query's terms once, for the BM25 stream and for its scores of the vector stream's candidates.
+        bm25 = keywords.ranking_statement(query, pool, filters=filters, min_score=0.0, prefix="hk", plain=plain,
+                                          shared_terms=True)
         params.update(bm25.params)
+        ctes.append(keywords.terms_ctes("hk"))
         ctes.append(sql.stream_cte("hk_r", bm25.sql))
         ranked.append(sql.ranked_stream(1, sql.weight_sql(weights[0], "h_w1", params), "hk_r"))
     if weights[1] > 0:
@@ -59,28 +62,29 @@ def _streams(keywords: BM25Index, vectors: VectorMemoryStore, query: str, contex
 
 
 def _complete(keywords: BM25Index, vectors: VectorMemoryStore, query: str, vector: npt.NDArray[np.float32] | None,
-              weights: tuple[float, float], params: dict[str, Any]) -> str:
+              weights: tuple[float, float], params: dict[str, Any], depth: int) -> tuple[str, list[tuple[int, str]]]:
     """The CTEs of complete information (:func:`~.sql.scored_ctes`) after :func:`_streams`: every
-    candidate scored by each stream run, BM25 scoring the vector stream's candidates (prefix
-    ``hs``) and the stored vectors scoring BM25's (prefix ``hw``)."""
-    extras: list[str] = []
-    streams: list[tuple[int, str]] = []
+    candidate scored by each stream run, BM25 scoring the vector stream's candidates (with the
+    BM25 stream's terms, prefix ``hk``) and the stored vectors scoring BM25's (prefix ``hw``);
+    and the streams run with their weights' SQL."""
+    extras: list[tuple[int, str]] = []
+    run: list[tuple[int, str]] = []
     if weights[0] > 0:
-        text, extra = keywords.scores_sql(query, _MISSING.format(stream=1), prefix="hs")
+        text, extra = keywords.scores_sql(query, _MISSING.format(stream=1), prefix="hk", shared_terms=True)
         params.update(extra)
-        extras.append(f"SELECT 1 AS stream, hs_x.entry_id, hs_x.score FROM (\n{text}\n) hs_x")
-        streams.append((1, sql.weight_sql(weights[0], "h_w1", params)))
+        extras.append((1, text))
+        run.append((1, sql.weight_sql(weights[0], "h_w1", params)))
     if weights[1] > 0:
         assert vector is not None
         text, extra = vectors.cosines_sql(vector, _MISSING.format(stream=2), prefix="hw")
         params.update(extra)
-        extras.append(f"SELECT 2 AS stream, hw_x.entry_id, hw_x.score FROM (\n{text}\n) hw_x")
-        streams.append((2, sql.weight_sql(weights[1], "h_w2", params)))
-    return sql.scored_ctes(extras, streams)
+        extras.append((2, text))
+        run.append((2, sql.weight_sql(weights[1], "h_w2", params)))
+    return sql.scored_ctes(extras, depth), run
 
 
-#: The candidates a stream did not propose (a subquery over ``h_miss``).
-_MISSING = "(SELECT m.entry_id FROM h_miss m WHERE m.stream = {stream})"
+#: The candidates a stream did not propose (a subquery over ``h_pair``).
+_MISSING = "(SELECT m.entry_id FROM h_pair m WHERE m.r{stream} IS NULL)"
 
 
 def _documents_sql(keywords: BM25Index, source: str, columns: str, order_by: str, *, left_join: bool = False) -> str:
@@ -125,10 +129,9 @@ def candidates_statement(keywords: BM25Index, vectors: VectorMemoryStore, query:
     its first ``depth`` rows (``hi``, ``lo``, ``mu``, ``sd``). What a normalised score fusion
     reads (:func:`~tnsrag_db._strategies.fusion.score_fusion` computes it from these rows)."""
     ctes, params = _streams(keywords, vectors, query, context, vector, weights, pool=pool, plain=False)
-    ctes += ",\n" + _complete(keywords, vectors, query, vector, weights, params)
-    params["h_d"] = depth
-    return Statement(sql.candidates_sql(ctes), params, ("entry_id", "stream", "w", "score", "rank", "hi", "lo", "mu",
-                                                        "sd"))
+    complete, run = _complete(keywords, vectors, query, vector, weights, params, depth)
+    return Statement(sql.candidates_sql(f"{ctes},\n{complete}", run), params,
+                     ("entry_id", "stream", "w", "score", "rank", "hi", "lo", "mu", "sd"))
 
 
 def fused_statement(keywords: BM25Index, vectors: VectorMemoryStore, query: str, context: RAGContext,
@@ -142,15 +145,17 @@ def fused_statement(keywords: BM25Index, vectors: VectorMemoryStore, query: str,
     stream weighted above 0), one row of NULLs instead when the BM25 stream needs its pruned
     statement: nothing else runs then, the vector stream included."""
     ctes, params = _streams(keywords, vectors, query, context, vector, weights, pool=pool, plain=plain)
+    score = None
     if normalization is not None:
-        ctes += ",\n" + _complete(keywords, vectors, query, vector, weights, params)
-        params["h_d"] = depth
+        complete, run = _complete(keywords, vectors, query, vector, weights, params, depth)
+        ctes += ",\n" + complete
+        score = sql.fused_score(normalization, run)
     else:
         params["h_k"] = rrf_k
     text = sql.fused_sql(ctes, deferrable=plain and weights[0] > 0, limit=context.max_results,
                          documents=_documents_sql(keywords, "h_top", "r.score",
                                                   "r.score DESC NULLS FIRST, r.best, r.entry_id", left_join=True),
-                         normalization=normalization)
+                         score=score)
     params.update({"h_c": vectors.store.corpus, "h_min": context.min_score})
     return Statement(text, params, DOCUMENT_COLUMNS)
 
