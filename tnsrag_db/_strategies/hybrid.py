@@ -2,12 +2,14 @@
 
 Each stream proposes its top ``max(50, 4 × max_results)`` candidates (options
 ``min_candidates`` and ``candidate_factor``, or a fixed ``candidates``), all with the
-metadata filter applied in SQL before their own limit. By default (``fusion="minmax"``)
+metadata filter applied in SQL before their own limit. By default (``fusion="zscore"``)
 every candidate either stream proposes is then scored by both: BM25 scores the vector
 stream's candidates, the stored vectors give the cosine of BM25's; each score is
-normalised against its stream's first ``pool_size(1)`` rows (the same rows whatever
-``max_results``, so the top 5 is always the first five of the top 10) and the fused score
-is the weighted sum (:func:`~tnsrag_db._strategies.fusion.score_fusion`). ``fusion="rrf"``
+normalised (its z-score plus 3, floored at 0) against its stream's first
+``pool_size(1)`` rows (the same rows whatever ``max_results``, so the top 5 is always the
+first five of the top 10) and the fused score is the weighted sum, keyword 2 to vector 1
+by default (:func:`~tnsrag_db._strategies.fusion.score_fusion`); ``fusion="minmax"``
+normalises between those rows' lowest and best score instead. ``fusion="rrf"``
 is the SPI's Reciprocal Rank Fusion, ``weight / (k + rank)`` summed over the lists a
 document appears in (k = 60). Either way the BM25 and vector streams run as ONE statement
 (one round trip); the graph stream, when given and when it has edges to walk, is a third
@@ -92,8 +94,8 @@ class HybridMemoryRetriever:
     ``candidates`` fixes each stream's pool size; without it a query asking ``max_results``
     fetches ``max(min_candidates, candidate_factor × max_results)`` per stream
     (``min_candidates`` an int from 1 to 100,000, default 50; ``candidate_factor`` an int
-    from 1 to 10, default 4). ``fusion`` is the rule: ``"minmax"`` (the default) or
-    ``"zscore"``, normalised score fusion of every candidate scored by both streams, each
+    from 1 to 10, default 4). ``fusion`` is the rule: ``"zscore"`` (the default) or
+    ``"minmax"``, normalised score fusion of every candidate scored by both streams, each
     stream's reference rows its first :meth:`reference_depth`; or ``"rrf"``, the SPI's
     Reciprocal Rank Fusion with constant ``rrf_k`` (default 60). Raises
     :class:`ConfigurationError` for views over different corpora, an unknown rule or bad
@@ -124,7 +126,7 @@ class HybridMemoryRetriever:
 
     @property
     def normalization(self) -> str | None:
-        """The normalisation of the score fusion (``"minmax"``, ``"zscore"``); None for RRF."""
+        """The normalisation of the score fusion (``"zscore"``, ``"minmax"``); None for RRF."""
         return None if self.fusion == "rrf" else self.fusion
 
     def reference_depth(self) -> int:
@@ -298,8 +300,8 @@ class HybridRAGStrategy:
 
     ``min_candidates`` and ``candidate_factor``, keyword-only, size each stream's candidate
     pool, ``max(min_candidates, candidate_factor × max_results)``; ``fusion`` is the rule
-    of the keyword and vector streams (``"minmax"``, ``"zscore"`` or ``"rrf"``, see
-    :class:`HybridMemoryRetriever`). None (the default) means 50, 4 and ``"minmax"``, or
+    of the keyword and vector streams (``"zscore"``, ``"minmax"`` or ``"rrf"``, see
+    :class:`HybridMemoryRetriever`). None (the default) means 50, 4 and ``"zscore"``, or
     with a retriever the retriever's own (bounds and errors as
     :class:`HybridMemoryRetriever`'s). With a retriever, a value different from the
     retriever's raises :class:`ConfigurationError`: set it on the retriever. A graph

@@ -1,8 +1,11 @@
 """The fused BM25 + vector statements and plans over one corpus, built without I/O.
 
 Each stream is its index's own ranking statement, embedded as a CTE (BM25 as ``hk_r``
-with prefix ``hk``, vector as ``hv_r`` with prefix ``hv``); :data:`~.sql.FUSED_SQL` fuses
-them with Reciprocal Rank Fusion (``weight / (k + rank)`` per stream, ranks from 1) and
+with prefix ``hk``, its query terms once beside it, vector as ``hv_r`` with prefix ``hv``);
+:data:`~.sql.FUSED_SQL` fuses them, by default on complete information (every candidate
+scored by both streams, the BM25 index's ``scores_sql`` and the vector store's
+``cosines_sql`` scoring the other stream's candidates, then a normalised score fusion),
+or with Reciprocal Rank Fusion (``weight / (k + rank)`` per stream, ranks from 1), and
 reads only the final rows from ``entries``. The callers
 (:class:`~tnsrag_db._strategies.hybrid.HybridMemoryRetriever`) validate the weights and
 choose the pool size; a stream weighted 0 is not run.

@@ -1,12 +1,14 @@
 """The text of the fused BM25 + vector statement (no I/O).
 
-:data:`FUSED_SQL` fuses the streams' rankings with Reciprocal Rank Fusion inside the
-database; its ``{...}`` fields are code constants: the streams' CTEs (each stream a
+:data:`FUSED_SQL` fuses the streams' rankings inside the database, by a normalised score
+fusion of complete information (:func:`scored_ctes`, :data:`SCORE_FUSION_SQL`) or by
+Reciprocal Rank Fusion (:data:`RRF_SQL`); its ``{...}`` fields are code constants: the
+streams' CTEs (the BM25 stream's query terms ``hk_q``, ``hk_st``, ``hk_w``, each stream a
 ranking statement of its index, embedded as ``hk_r`` or ``hv_r``, and ``ranked``, built
-by :func:`ranked_cte`), the deferral gate (:data:`DEFER_SQL`), the limit (a validated
-int) and the entry rows (the BM25 index's documents SELECT over ``h_top``). Every value
-is bound: ``:h_k`` (the RRF constant), ``:h_min`` (the fused score's floor), ``:h_c``
-(the corpus) and the streams' own parameters.
+by :func:`ranked_cte`), the deferral gate (:data:`DEFER_SQL`), the limit and the
+reference depth (validated ints) and the entry rows (the BM25 index's documents SELECT
+over ``h_top``). Every value is bound: ``:h_k`` (the RRF constant), ``:h_min`` (the fused
+score's floor), ``:h_c`` (the corpus), the weights and the streams' own parameters.
 """
 
 from __future__ import annotations
