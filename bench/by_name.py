@@ -3,8 +3,8 @@
 Users build strategies by name (``tnsrag query --strategy NAME``, MCP ``search``,
 ``TnsragRetriever(store, strategy=NAME)``): :func:`tnsrag_db._strategies.registry.build_strategy`.
 This benchmark evaluates each of the eight that way, next to the parts they are
-assembled from (BM25 alone and the two-stream hybrid of BM25 and vector search), with
-the shipped embedding model.
+assembled from (BM25 alone and the two-stream hybrid of BM25 and vector search, by the
+default fusion rule and by the SPI's RRF), with the shipped embedding model.
 
 Collections:
 
@@ -27,22 +27,32 @@ Collections:
 With ``--multi-query-bases`` it also ranks RM3 expansion over vector search and over
 BM25 alone, the alternatives to the hybrid base that multi_query by name uses.
 
+* ``cacm``: ``../shared/data/cacm`` (3,204 Communications of the ACM abstracts, 52 judged
+  queries), each record one flat entry (title, abstract and authors);
+* ``manpages``: a known-item collection over the installed section-1 manual pages
+  (``/usr/share/man/man1``): each page's DESCRIPTION section (roff markup stripped, at
+  most 300 words; pages whose text is unique and at least 15 words, 2,000 chosen
+  deterministically) is an entry, its NAME line's one-line summary (``list directory
+  contents``) the query, the page the relevant entry (300 queries). Like ``debian``, the
+  summary paraphrases what the text explains, in other words and other registers.
+
 Per row: nDCG@10, recall@100 and MRR@10 with 95 % bootstrap intervals, and against
 ``keyword`` the difference and a paired randomisation test
 (:func:`tnsrag_db.evaluation.evaluate_strategies`).
 
 Usage::
 
-    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|debian|all] [--reuse] [--json]
+    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|debian|cacm|manpages|all] [--reuse] [--json]
 
 Without ``--url`` (or ``TNSRAG_DATABASE_URL``) the embedded server of ``connect()`` is
-used, with the corpora ``bench_byname_cranfield`` and ``bench_byname_stdlib``.
+used, with the corpora ``bench_byname_<collection>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import gzip
 import json
 import os
 import random
@@ -66,6 +76,14 @@ from tnsrag_db._types import MemoryEntry
 from tnsrag_db.evaluation import Query
 
 STDLIB_PACKAGES = ("json", "email", "asyncio", "http", "logging", "urllib")
+#: The judged collections' folder: ``../shared/data`` beside the checkout, or ``TNSRAG_BENCH_DATA``.
+DATA_ROOT = Path(os.environ.get("TNSRAG_BENCH_DATA", DEFAULT_DATA.parent))
+CRANFIELD_DATA = DATA_ROOT / "cranfield"
+CACM_DATA = DATA_ROOT / "cacm"
+MAN_DIR = Path("/usr/share/man/man1")
+MAN_PAGES = 2_000
+MAN_QUERIES = 300
+COLLECTIONS = ("cranfield", "stdlib", "debian", "cacm", "manpages")
 DPKG_STATUS = "/var/lib/dpkg/status"
 DEBIAN_QUERIES = 300
 STDLIB_QUERIES = 200
@@ -78,7 +96,7 @@ def _refresh(store: Store) -> None:
 
 
 def load_cranfield(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]]]:
-    data = DEFAULT_DATA
+    data = CRANFIELD_DATA
     documents = load_documents(data)
     if not (reuse and store.count() == len(documents)):
         store.clear()
@@ -191,6 +209,134 @@ def load_debian(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[
     return queries, qrels
 
 
+def _cacm_records(path: Path) -> list[tuple[str, dict[str, str]]]:
+    """``(number, {field letter: text})`` of each ``.I`` record of a SMART file."""
+    records: list[tuple[str, dict[str, str]]] = []
+    for block in re.split(r"^\.I ", path.read_text(encoding="utf-8", errors="replace"), flags=re.M)[1:]:
+        number, _, rest = block.partition("\n")
+        fields: dict[str, str] = {}
+        for part in re.split(r"^\.(?=[A-Z]\s*$)", rest, flags=re.M):
+            letter, _, text = part.partition("\n")
+            if letter.strip():
+                fields[letter.strip()] = " ".join(text.split())
+        records.append((str(int(number.strip())), fields))
+    return records
+
+
+def cacm_documents() -> list[MemoryEntry]:
+    """The CACM records as entries ``<number>``: title, abstract and authors."""
+    return [MemoryEntry(n, "\n".join(f[k] for k in ("T", "W", "A") if f.get(k)))
+            for n, f in _cacm_records(CACM_DATA / "cacm.all")]
+
+
+def load_cacm(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]]]:
+    documents = cacm_documents()
+    if not (reuse and store.count() == len(documents)):
+        store.clear()
+        store.add_all(documents)
+        _refresh(store)
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (CACM_DATA / "qrels.text").read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            qrels.setdefault(str(int(parts[0])), {})[str(int(parts[1]))] = 1
+    queries = [Query(n, f["W"], str(CACM_DATA / "query.text")) for n, f in _cacm_records(CACM_DATA / "query.text")
+               if n != "0" and f.get("W") and n in qrels]
+    return queries, qrels
+
+
+_ROFF_TEXT_MACROS = {"B", "I", "BR", "IR", "RB", "BI", "IB", "RI", "SM", "SB", "IP", "TP", "HP", "Nm", "Nd", "Ar",
+                     "Fl", "Xr", "Pa", "Em", "Sy", "Op", "Dq", "Qq", "Ql"}
+
+
+def _roff_text(lines: list[str]) -> str:
+    """The words of roff source lines: text lines and the text macros' arguments, escapes removed."""
+    out: list[str] = []
+    for line in lines:
+        if line.startswith((".\\\"", "'\\\"")):
+            continue
+        if line.startswith((".", "'")):
+            macro, _, args = line[1:].partition(" ")
+            if macro.strip() not in _ROFF_TEXT_MACROS:
+                continue
+            line = args.replace('"', " ")
+        line = re.sub(r"\\f(\[[^]]*\]|\(..|.)", "", line)
+        line = re.sub(r"\\[(*](\(..|\[[^]]*\]|..)", " ", line)
+        line = line.replace("\\-", "-").replace("\\e", "\\").replace("\\&", "")
+        line = re.sub(r"\\.", " ", line)
+        out.append(line)
+    return " ".join(" ".join(out).split())
+
+
+def man_pages() -> list[tuple[str, str, str]]:
+    """``(page, summary, description)`` of the section-1 manual pages with a NAME summary of
+    at least 3 words and a unique DESCRIPTION of at least 15 words (at most 300 kept),
+    :data:`MAN_PAGES` of them chosen deterministically."""
+    found: list[tuple[str, str, str]] = []
+    for path in sorted(MAN_DIR.glob("*.gz")):
+        try:
+            source = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+        except (OSError, EOFError):
+            continue
+        sections: dict[str, list[str]] = {}
+        current = ""
+        for line in source.splitlines():
+            head = re.match(r'^\.(?:SH|Sh)\s+"?([^"]*)"?\s*$', line)
+            if head:
+                current = head.group(1).strip().upper()
+                continue
+            if current:
+                sections.setdefault(current, []).append(line)
+        name = _roff_text(sections.get("NAME", []))
+        summary = re.split(r"\s+-+\s+", name, maxsplit=1)
+        description = _roff_text(sections.get("DESCRIPTION", [])).split()
+        if len(summary) != 2 or len(summary[1].split()) < 3 or len(description) < 15:
+            continue
+        found.append((path.name.removesuffix(".gz"), summary[1].strip(), " ".join(description[:300])))
+    counts: dict[str, int] = {}
+    for _, _, text in found:
+        counts[text] = counts.get(text, 0) + 1
+    unique = [p for p in found if counts[p[2]] == 1]
+    random.Random(7).shuffle(unique)
+    return sorted(unique[:MAN_PAGES])
+
+
+def load_manpages(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]]]:
+    pages = man_pages()
+    entries = [MemoryEntry(name, text) for name, _, text in pages]
+    if not (reuse and store.count() == len(entries)):
+        store.clear()
+        store.add_all(entries)
+        _refresh(store)
+    chosen = list(pages)
+    random.Random(7).shuffle(chosen)
+    chosen = chosen[:MAN_QUERIES]
+    queries = [Query(str(n), summary, str(MAN_DIR)) for n, (_, summary, _) in enumerate(chosen, 1)]
+    qrels = {str(n): {name: 1} for n, (name, _, _) in enumerate(chosen, 1)}
+    return queries, qrels
+
+
+def load_collection(store: Store, name: str, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]],
+                                                                    list[MemoryEntry]]:
+    """Load collection ``name`` into ``store`` (unless ``reuse`` finds it complete): its
+    queries, judgements and entries."""
+    if name == "cranfield":
+        queries, qrels = load_cranfield(store, reuse)
+        return queries, qrels, load_documents(CRANFIELD_DATA)
+    if name == "debian":
+        queries, qrels = load_debian(store, reuse)
+        return queries, qrels, [MemoryEntry(n, body) for n, _, body in debian_packages()]
+    if name == "cacm":
+        queries, qrels = load_cacm(store, reuse)
+        return queries, qrels, cacm_documents()
+    if name == "manpages":
+        queries, qrels = load_manpages(store, reuse)
+        return queries, qrels, [MemoryEntry(n, text) for n, _, text in man_pages()]
+    queries, qrels = load_stdlib(store, reuse)
+    root = _stdlib_root()
+    return queries, qrels, list(FileLoader(*(root / p for p in STDLIB_PACKAGES), base_dir=root).load())
+
+
 def embed_all(store: Store, entries_of: list[MemoryEntry]) -> None:
     model, why = shipped_model()
     if model is None:
@@ -200,22 +346,15 @@ def embed_all(store: Store, entries_of: list[MemoryEntry]) -> None:
 
 def run_collection(url: str | None, name: str, args: argparse.Namespace) -> evaluation.EvaluationReport:
     with connect(url, corpus=f"bench_byname_{name}", auto_migrate=True if url else None) as store:
-        if name == "cranfield":
-            queries, qrels = load_cranfield(store, args.reuse)
-            entries = load_documents(DEFAULT_DATA)
-        elif name == "debian":
-            queries, qrels = load_debian(store, args.reuse)
-            entries = [MemoryEntry(n, body) for n, _, body in debian_packages()]
-        else:
-            queries, qrels = load_stdlib(store, args.reuse)
-            root = _stdlib_root()
-            entries = list(FileLoader(*(root / p for p in STDLIB_PACKAGES), base_dir=root).load())
+        queries, qrels, entries = load_collection(store, name, args.reuse)
         embed_all(store, entries)
         model, _ = shipped_model()
         assert model is not None
         strategies: dict[str, RAGStrategy] = {
             "keyword": build_strategy("keyword", store),
             "hybrid (two streams)": HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, model)),
+            "hybrid (two streams, RRF)": HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, model),
+                                                           fusion="rrf"),
         }
         for strategy in STRATEGY_NAMES:
             if strategy != "keyword" and (not args.only or strategy in args.only):
@@ -240,7 +379,7 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
-    parser.add_argument("--collection", choices=("cranfield", "stdlib", "debian", "all"), default="all")
+    parser.add_argument("--collection", choices=(*COLLECTIONS, "all"), default="all")
     parser.add_argument("--only", nargs="*", default=None, help="strategies by name to run (default: all)")
     parser.add_argument("--reuse", action="store_true", help="reuse loaded corpora of the same size")
     parser.add_argument("--multi-query-bases", action="store_true",
@@ -248,7 +387,7 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=2_000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    names = ("cranfield", "stdlib", "debian") if args.collection == "all" else (args.collection,)
+    names = COLLECTIONS if args.collection == "all" else (args.collection,)
     for name in names:
         run_collection(args.url, name, args)
 

@@ -88,21 +88,26 @@ def test_hybrid_with_a_frequent_term_fuses_the_same(store: Store) -> None:
     vectors = VectorMemoryStore(store, lambda text: [1.0 + text.count("zzrare"), 1.0 + len(text) % 7, 0.5])
     vectors.add_all(entries)
     results = {}
-    for threshold, statements_per_query in ((10**9, 1), (1, 2)):
-        retriever = HybridMemoryRetriever(BM25Index(store, prune_min_df=threshold), vectors)
-        hybrid = HybridRAGStrategy(retriever)
-        with counted(store) as statements:
-            assert hybrid.retrieve("zzcommon zzrare")
-        # The second statement (pruned BM25 stream) only after the first one deferred.
-        assert len([s for s in statements if "bm25_postings" in s]) == statements_per_query
-        for q in PRUNE_QUERIES:
-            for ctx in (RAGContext(5), RAGContext(10, 0.0, {"tier": "WORKING"}), RAGContext(10, 0.02)):
-                docs = hybrid.retrieve(q, ctx)
-                kw, vec = retriever.rankings(q, ctx)
-                expected = [d for d in reciprocal_rank_fusion(kw, vec) if d.score >= ctx.min_score][: ctx.max_results]
-                assert [d.metadata["entryId"] for d in docs] == [d.metadata["entryId"] for d in expected]
-                assert [d.score for d in docs] == pytest.approx([d.score for d in expected], rel=1e-12)
-                results.setdefault((q, str(ctx)), []).append([d.metadata["entryId"] for d in docs])
+    for fusion in ("rrf", "zscore"):  # the SPI's RRF and the default fusion on complete information
+        for threshold, statements_per_query in ((10**9, 1), (1, 2)):
+            retriever = HybridMemoryRetriever(BM25Index(store, prune_min_df=threshold), vectors, fusion=fusion)
+            hybrid = HybridRAGStrategy(retriever)
+            with counted(store) as statements:
+                assert hybrid.retrieve("zzcommon zzrare")
+            # The second statement (pruned BM25 stream) only after the first one deferred.
+            assert len([s for s in statements if "bm25_postings" in s]) == statements_per_query
+            for q in PRUNE_QUERIES:
+                for ctx in (RAGContext(5), RAGContext(10, 0.0, {"tier": "WORKING"}), RAGContext(10, 0.02)):
+                    docs = hybrid.retrieve(q, ctx)
+                    if fusion == "rrf":
+                        kw, vec = retriever.rankings(q, ctx)
+                        expected = [d for d in reciprocal_rank_fusion(kw, vec)
+                                    if d.score >= ctx.min_score][: ctx.max_results]
+                        assert [d.metadata["entryId"] for d in docs] == [d.metadata["entryId"] for d in expected]
+                        assert [d.score for d in docs] == pytest.approx([d.score for d in expected], rel=1e-12)
+                    results.setdefault((fusion, q, str(ctx)), []).append(
+                        [(d.metadata["entryId"], d.score) for d in docs])
+    # Pruned or plain, the BM25 stream gives the same candidates and scores: the same fusion.
     assert all(a == b for a, b in results.values())
 
 

@@ -45,7 +45,7 @@ def test_query_explain_json_and_text(db_url: URL) -> None:
     text = runner.invoke(main_group, ["query", "agent memory", "--strategy", "hybrid", *args, "--explain"])
     assert text.exit_code == 0, text.output
     assert "plan keyword: bm25" in text.output and "plan vector: exact" in text.output
-    assert "rrf " in text.output and "keyword: rank 1" in text.output and "cosine " in text.output
+    assert "zscore fusion " in text.output and "keyword: rank 1" in text.output and "cosine " in text.output
 
 
 def test_explain_json_keeps_the_filter_notes(db_url: URL) -> None:

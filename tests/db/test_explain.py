@@ -50,6 +50,7 @@ from tnsrag_db.explain import (
     GraphExplanation,
     HierarchyExplanation,
     ReasoningExplanation,
+    ScoreFusionExplanation,
     TemporalExplanation,
     UnexplainedScore,
 )
@@ -102,6 +103,18 @@ def check(explanation: object, score: float) -> None:
             total += s.share
             if s.explanation is not None:
                 check(s.explanation, s.stream_score)
+        assert total == score
+    elif isinstance(explanation, ScoreFusionExplanation):
+        total = 0.0
+        for p in explanation.streams:
+            if p.stream_score is None or p.center is None or p.scale is None or p.floor is None:
+                assert p.normalized == 0.0
+            elif p.scale > 0:
+                assert p.normalized == max((p.stream_score - p.center) / p.scale + p.floor, 0.0)
+            assert p.share == p.weight * p.normalized
+            total += p.share
+            if p.explanation is not None:
+                check(p.explanation, p.stream_score)  # type: ignore[arg-type]
         assert total == score
     elif isinstance(explanation, GraphExplanation):
         value = explanation.seed_score

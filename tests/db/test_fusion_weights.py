@@ -44,7 +44,7 @@ def _ids(docs: Sequence[object]) -> list[str]:
 @pytest.mark.parametrize("weights", [(1.0, 1.0), (2.0, 0.5), (0.3, 3.0), (1.0, 0.0), (0.0, 1.0)])
 def test_hybrid_sql_fusion_equals_weighted_rrf_of_its_streams(store: Store, weights: tuple[float, float]) -> None:
     keywords, vectors = _corpus(store)
-    hybrid = HybridRAGStrategy(keywords, vectors, weights=weights)
+    hybrid = HybridRAGStrategy(keywords, vectors, weights=weights, fusion="rrf")
     assert hybrid.weights == weights
     for query in ["agent memory", "vector keyword search", "fusion"]:
         ctx = RAGContext(6, 0.0, None)

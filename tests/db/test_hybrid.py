@@ -1,4 +1,5 @@
-"""Hybrid retrieval: RRF over BM25, vector and the optional graph stream, filters before top-K."""
+"""Hybrid retrieval: score fusion on complete information (the default) or RRF over BM25, vector
+and the optional graph stream, filters before top-K."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def _ids(docs: list) -> list[str]:  # type: ignore[type-arg]
 
 def test_fused_scores_are_exact_rrf_sums(store: Store) -> None:
     keywords, vectors = _corpus(store)
-    hybrid = HybridRAGStrategy(keywords, vectors)
+    hybrid = HybridRAGStrategy(keywords, vectors, fusion="rrf")
     assert hybrid.name == "hybrid"
     pool = RAGContext(50)
     kw = _ids(KeywordRAGStrategy(keywords).retrieve("agent memory", pool))
@@ -103,7 +104,7 @@ def test_graph_stream_is_a_third_ranking_and_none_keeps_two(store: Store) -> Non
     G = GraphRAGStrategy
     graph = G("test", graph_store, None, G.DEFAULT_MAX_DEPTH, G.DEFAULT_DEPTH_DECAY, G.DEFAULT_MAX_VISITED_NODES)
     with_graph = HybridRAGStrategy(keywords, vectors, graph)
-    without = HybridRAGStrategy(keywords, vectors, None)
+    without = HybridRAGStrategy(keywords, vectors, None, fusion="rrf")
     pool = RAGContext(50)
     kw = _ids(KeywordRAGStrategy(keywords).retrieve("agent memory", pool))
     vec = _ids(VectorRAGStrategy(vectors).retrieve("agent memory", pool.with_min_score(-1.0)))
@@ -154,7 +155,7 @@ def test_candidate_pool_options_size_each_stream(store: Store) -> None:
     # The strategy passes them to the retriever it builds; it fuses those pools.
     from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 
-    strategy = HybridRAGStrategy(keywords, vectors, min_candidates=1, candidate_factor=1)
+    strategy = HybridRAGStrategy(keywords, vectors, min_candidates=1, candidate_factor=1, fusion="rrf")
     kw, vec = strategy.retriever.rankings("agent memory vector", RAGContext(2))
     assert (len(kw), len(vec)) == (2, 2) and strategy.retriever.pool_size(2) == 2
     assert [(d.metadata["entryId"], d.score) for d in strategy.retrieve("agent memory vector", RAGContext(2))] == [
@@ -183,7 +184,7 @@ def test_sql_fusion_equals_python_fusion(store: Store) -> None:
     from tnsrag_db._strategies.fusion import reciprocal_rank_fusion
 
     keywords, vectors = _corpus(store)
-    retriever = HybridMemoryRetriever(keywords, vectors)
+    retriever = HybridMemoryRetriever(keywords, vectors, fusion="rrf")
     for query in ("agent memory", "graph tree", "keyword", "time"):
         for ctx in (RAGContext(3), RAGContext(10), RAGContext(10, 0.02), RAGContext(5, 0.0, {"tier": "SEMANTIC"})):
             kw, vec = retriever.rankings(query, ctx)
@@ -192,3 +193,137 @@ def test_sql_fusion_equals_python_fusion(store: Store) -> None:
             assert [(d.metadata["entryId"], d.score) for d in got] == [
                 (d.metadata["entryId"], d.score) for d in expected]
             assert [dict(d.metadata) for d in got] == [dict(d.metadata) for d in expected]
+
+
+def _score_fused(retriever: HybridMemoryRetriever, query: str, ctx: RAGContext,
+                 weights: tuple[float, float] = (1.0, 1.0)) -> list[tuple[str, float]]:
+    """What :func:`score_fusion` makes of the rows of the retriever's candidates statement."""
+    from tnsrag_db._strategies.fusion import Reference, score_fusion
+
+    vector = retriever.vectors.embed_query(query) if weights[1] > 0 else None
+    rows = retriever.keywords.store.read(*_text(retriever.candidates_statement(query, ctx, vector, weights)))
+    streams = [s for s, w in ((1, weights[0]), (2, weights[1])) if w > 0]
+    scores: dict[str, list[float | None]] = {}
+    refs: dict[int, Reference | None] = {s: None for s in streams}
+    best: dict[str, int] = {}
+    for r in rows:
+        scores.setdefault(r.entry_id, [None] * len(streams))[streams.index(r.stream)] = r.score
+        if r.hi is not None:
+            refs[r.stream] = Reference(r.hi, r.lo, r.mu, r.sd)
+        if r.rank is not None:
+            best[r.entry_id] = min(best.get(r.entry_id, r.rank), r.rank)
+    fused = score_fusion(scores, [refs[s] for s in streams], method=retriever.fusion,
+                         weights=[w for w in weights if w > 0], best=best)
+    return [(k, f) for k, f, _ in fused if f >= ctx.min_score][: ctx.max_results]
+
+
+def _text(statement: object) -> tuple[str, object]:
+    return statement.sql, statement.params  # type: ignore[attr-defined]
+
+
+def test_score_fusion_is_the_default_and_equals_its_python_reference(store: Store) -> None:
+    from tnsrag_db._strategies.fusion import DEFAULT_FUSION
+
+    keywords, vectors = _corpus(store)
+    default = HybridRAGStrategy(keywords, vectors)
+    assert default.retriever.fusion == DEFAULT_FUSION == "zscore" and default.weights == (2.0, 1.0)
+    for fusion in ("zscore", "minmax"):
+        retriever = HybridMemoryRetriever(keywords, vectors, fusion=fusion, min_candidates=2, candidate_factor=1)
+        for query in ("agent memory", "graph tree", "keyword", "time"):
+            for ctx in (RAGContext(3), RAGContext(6), RAGContext(5, 0.5), RAGContext(5, 0.0, {"tier": "SEMANTIC"})):
+                got = [(d.metadata["entryId"], d.score) for d in retriever.fused(query, ctx)]
+                assert got == _score_fused(retriever, query, ctx, (2.0, 1.0)), (fusion, query, ctx)
+                for weights in ((1.0, 1.0), (1.0, 0.0), (0.0, 1.0)):
+                    got = [(d.metadata["entryId"], d.score) for d in retriever.fused(query, ctx, weights=weights)]
+                    assert got == _score_fused(retriever, query, ctx, weights), (fusion, query, ctx, weights)
+
+
+def test_the_order_does_not_depend_on_the_number_of_results(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    # Pools of 2 at one result, 2 x max_results beyond: the streams' lists grow with k.
+    hybrid = HybridRAGStrategy(keywords, vectors, min_candidates=2, candidate_factor=2)
+    for query in ("agent memory", "memory vector graph", "keyword query tree", "time"):
+        ranked = {k: [(d.metadata["entryId"], d.score) for d in hybrid.retrieve(query, RAGContext(k))]
+                  for k in (1, 2, 3, 5, 6)}
+        for k in (1, 2, 3, 5):
+            assert ranked[k] == ranked[6][:k], (query, k)
+
+
+def test_a_candidate_of_one_stream_is_scored_by_both(store: Store) -> None:
+    from tnsrag_db.explain import ScoreFusionExplanation
+
+    keywords, vectors = _corpus(store)
+    hybrid = HybridRAGStrategy(keywords, vectors, min_candidates=1, candidate_factor=1)
+    query, ctx = "agent keyword", RAGContext(6)  # pools of 6: BM25 lists its 3 matches, vector all 6
+    kw_list, vec_list = hybrid.retriever.rankings(query, ctx)
+    only_one = (set(_ids(kw_list)) ^ set(_ids(vec_list)))
+    explained = hybrid.explain(query, ctx)
+    assert explained.documents == hybrid.retrieve(query, ctx)
+    bm25 = dict(keywords.search(query, 50))
+    cosine = {d.metadata["entryId"]: d.score
+              for d in VectorRAGStrategy(vectors).retrieve(query, RAGContext(50, -1.0))}
+    seen_single = False
+    for result in explained.results:
+        entry_id = result.document.metadata["entryId"]
+        explanation = result.explanation
+        assert isinstance(explanation, ScoreFusionExplanation) and explanation.method == "zscore"
+        keyword, vector = explanation.streams
+        assert (keyword.stream, vector.stream) == ("keyword", "vector")
+        # Both streams scored it, proposed or not: the score each stream gives it alone.
+        assert keyword.stream_score == bm25.get(entry_id, 0.0) and vector.stream_score == cosine[entry_id]
+        assert (keyword.rank is None) == (entry_id not in _ids(kw_list))
+        assert (vector.rank is None) == (entry_id not in _ids(vec_list))
+        seen_single |= entry_id in only_one
+        total = 0.0
+        for part in explanation.streams:
+            assert part.share == part.weight * part.normalized
+            if part.scale:
+                assert part.normalized == max((part.stream_score - part.center) / part.scale + part.floor, 0.0)
+            total += part.share
+        assert total == result.document.score
+        assert keyword.explanation is not None and vector.explanation is not None
+    assert seen_single
+    assert "keyword: not in its list, scored" in "\n".join(explained.results[-1].explanation.lines())
+
+
+def test_hybrid_by_name_uses_the_default_rule(store: Store) -> None:
+    from tnsrag_db._strategies.fusion import DEFAULT_FUSION
+    from tnsrag_db._strategies.registry import build_strategy
+
+    keywords, vectors = _corpus(store)
+    by_name = build_strategy("hybrid", store, embedding=_embedding)
+    assert isinstance(by_name, HybridRAGStrategy) and by_name.retriever.fusion == DEFAULT_FUSION
+    plain = HybridRAGStrategy(keywords, vectors)
+    for query in ("agent memory", "graph tree"):
+        assert by_name.retrieve(query, RAGContext(4)) == plain.retrieve(query, RAGContext(4))
+
+
+def test_fusion_option_is_checked(store: Store) -> None:
+    keywords, vectors = _corpus(store)
+    for bad in ("RRF", "borda", 1, None):
+        with pytest.raises(ConfigurationError, match="fusion"):
+            HybridMemoryRetriever(keywords, vectors, fusion=bad)  # type: ignore[arg-type]
+    retriever = HybridMemoryRetriever(keywords, vectors, fusion="zscore")
+    assert HybridRAGStrategy(retriever).retriever.fusion == "zscore"
+    with pytest.raises(ConfigurationError, match="fusion='rrf' differs"):
+        HybridRAGStrategy(retriever, fusion="rrf")
+
+
+def test_both_scores_come_from_either_postings_layout(store: Store) -> None:
+    """BM25 scores the vector stream's candidates exactly as it ranks them, whether an entry's
+    postings are rows or merged blocks (some of each here: merged, then one rewritten)."""
+    keywords, vectors = _corpus(store)
+    store.merge_postings()
+    vectors.add(MemoryEntry("d", "time tree memory agent", MemoryTier.EPISODIC))  # back to rows
+    merged = store.read("SELECT count(*) AS n FROM bm25_docs WHERE corpus = :c", {"c": store.corpus})[0].n
+    assert merged == 5
+    retriever = HybridMemoryRetriever(keywords, vectors, min_candidates=6)
+    for query in ("agent memory", "tree graph", "keyword"):
+        vector = vectors.embed_query(query)
+        rows = store.read(*_text(retriever.candidates_statement(query, RAGContext(6), vector, (1.0, 1.0))))
+        bm25 = dict(keywords.search(query, 50))
+        assert {r.entry_id: r.score for r in rows if r.stream == 1} == {
+            r.entry_id: bm25.get(r.entry_id, 0.0) for r in rows if r.stream == 1}
+        assert {r.entry_id for r in rows} == {"a", "b", "c", "d", "e", "f"}
+        got = [(d.metadata["entryId"], d.score) for d in retriever.fused(query, RAGContext(6))]
+        assert got == _score_fused(retriever, query, RAGContext(6), (2.0, 1.0))

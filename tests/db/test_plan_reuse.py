@@ -77,7 +77,7 @@ def test_keyword_and_hybrid_statements_are_planned_once_and_reused(make_database
             assert hybrid.retrieve(q, RAGContext(10)), q
         # 21 runs of each: the driver prepares from the sixth on; PostgreSQL makes five custom
         # plans, then keeps the generic one (the plain BM25 statement and the fused one).
-        for start in ("WITH k_rk AS", "WITH hk_r AS"):
+        for start in ("WITH k_rk AS", "WITH hk_q AS"):
             generic, custom = _plans(store, start)
             assert generic >= 10 and custom <= 5, (start, generic, custom)
         for _ in range(8):

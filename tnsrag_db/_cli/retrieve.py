@@ -231,7 +231,7 @@ def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[
                    "embedded with). Default: its newest complete space.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--explain", "explain", is_flag=True,
-              help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")
+              help="Show how each score arose (BM25 terms, cosine, fusion shares, decays) and the search plans.")
 @click.option("--read-url", "read_urls", multiple=True, metavar="URL",
               help="A hot standby of --url's server to read from (repeatable; default: TNSRAG_READ_URLS, "
                    "space-separated). The primary answers while no standby can.")

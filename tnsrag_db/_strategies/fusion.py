@@ -1,27 +1,138 @@
-"""Reciprocal rank fusion (RRF) of any number of rankings, optionally weighted.
+"""Fusion of rankings: reciprocal rank fusion (RRF) and normalised score fusion.
 
-A document's fused score is the sum, over the rankings it appears in, of
+RRF: a document's fused score is the sum, over the rankings it appears in, of
 ``weight / (k + rank)`` with 1-based ranks, ``k`` 60 and every weight 1 by default
-(Cormack, Clarke and Büttcher, 2009; the SPI's fusion score). Hybrid and multi-query retrieval
-both fuse through this one function; :func:`fuse` also reports each ranking's share.
+(Cormack, Clarke and Büttcher, 2009; the SPI's fusion score). Multi-query retrieval and
+hybrid search with ``fusion="rrf"`` (or a graph stream) fuse through this one function;
+:func:`fuse` also reports each ranking's share.
+
+Normalised score fusion (:func:`score_fusion`, hybrid search's default rule) needs
+complete information: every candidate scored by every stream. Each stream's score is
+normalised against the stream's *reference figures*, taken from its own first rows (a
+fixed number, whatever the number of results asked, so the order never depends on it):
+by default its z-score, floored at three deviations below the mean (:func:`normalize`).
+The fused score is the weighted sum of the normalised scores, keyword 2 to vector 1 by
+default (:data:`DEFAULT_SCORE_WEIGHTS`).
+The hybrid statement computes the same figures in SQL; these functions are its
+reference, and what benchmarks and explanations compute with.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._types import RetrievedDocument
 from tnsrag_db._validate import is_int, is_number
 
-__all__ = ["DEFAULT_RRF_K", "FusedDocument", "RankShare", "check_weights", "document_key", "fuse",
-           "reciprocal_rank_fusion"]
+__all__ = ["DEFAULT_FUSION", "DEFAULT_RRF_K", "DEFAULT_SCORE_WEIGHTS", "FUSION_RULES", "ZSCORE_FLOOR", "FusedDocument",
+           "RankShare", "Reference", "check_fusion", "check_weights", "default_weights", "document_key", "fuse",
+           "normalization_of", "normalize", "reciprocal_rank_fusion", "reference_of", "score_fusion"]
 
 #: The RRF constant of hybrid and multi-query fusion (docs/design.md, "The contract: the TnsAI RAG Strategy SPI").
 DEFAULT_RRF_K = 60
+
+
+#: Hybrid search's fusion rules: normalised score fusion of complete information by
+#: z-score or min-max normalisation (:func:`score_fusion`), or the SPI's RRF over the
+#: streams' own lists (:func:`reciprocal_rank_fusion`).
+FUSION_RULES = ("zscore", "minmax", "rrf")
+#: Hybrid search's default rule, chosen by measurement (docs/performance.md, "Fusion rules").
+DEFAULT_FUSION = "zscore"
+#: The default weights (keyword, vector) of a score fusion, fixed on the development
+#: collections (docs/performance.md, "Fusion rules"); RRF's are 1 and 1.
+DEFAULT_SCORE_WEIGHTS = (2.0, 1.0)
+#: How many standard deviations below its reference mean a z-scored stream bottoms out
+#: (there its normalised score is 0).
+ZSCORE_FLOOR = 3.0
+
+
+def check_fusion(fusion: object) -> str:
+    """``fusion`` if it names one of :data:`FUSION_RULES`; else :class:`ConfigurationError`."""
+    if not isinstance(fusion, str) or fusion not in FUSION_RULES:
+        raise ConfigurationError(f"fusion must be one of {', '.join(FUSION_RULES)}, got {fusion!r}")
+    return fusion
+
+
+def default_weights(fusion: str, streams: int) -> tuple[float, ...]:
+    """The weights of ``streams`` streams fused by rule ``fusion`` when none are given:
+    :data:`DEFAULT_SCORE_WEIGHTS` for a score fusion of the two streams, else all 1."""
+    if fusion != "rrf" and streams == 2:
+        return DEFAULT_SCORE_WEIGHTS
+    return (1.0,) * streams
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A stream's reference figures over its first rows: the best score ``hi``, the lowest
+    ``lo``, the mean ``mu`` and the population standard deviation ``sd``."""
+
+    hi: float
+    lo: float
+    mu: float
+    sd: float
+
+
+def reference_of(scores: Sequence[float]) -> Reference | None:
+    """The :class:`Reference` of a stream's first rows' ``scores``; None without any."""
+    if not scores:
+        return None
+    mu = math.fsum(scores) / len(scores)
+    return Reference(max(scores), min(scores), mu, math.sqrt(math.fsum((x - mu) ** 2 for x in scores) / len(scores)))
+
+
+def normalization_of(reference: Reference, method: str) -> tuple[float, float, float]:
+    """``(center, scale, floor)`` of a stream's normalisation: a score ``s`` normalises to
+    ``max((s - center) / scale + floor, 0)``. ``minmax``: the reference's lowest, its range
+    and 0 (the best reference row scores 1, the lowest 0); ``zscore``: its mean, its
+    standard deviation and :data:`ZSCORE_FLOOR` (the z-score, 0 at three deviations below
+    the mean)."""
+    if method == "minmax":
+        return reference.lo, reference.hi - reference.lo, 0.0
+    return reference.mu, reference.sd, ZSCORE_FLOOR
+
+
+def normalize(score: float | None, reference: Reference | None, method: str) -> float:
+    """A stream's ``score`` normalised against its ``reference`` (``method`` ``"zscore"`` or
+    ``"minmax"``): ``max((score - center) / scale + floor, 0)`` (:func:`normalization_of`);
+    with a zero scale 1 at or above the reference's best, else 0; 0 without a reference or
+    a score. Never negative."""
+    if reference is None or score is None:
+        return 0.0
+    center, scale, floor = normalization_of(reference, method)
+    if scale > 0:
+        return max((score - center) / scale + floor, 0.0)
+    return 1.0 if score >= reference.hi else 0.0
+
+
+def score_fusion(scores: Mapping[str, Sequence[float | None]], references: Sequence[Reference | None], *,
+                 method: str = DEFAULT_FUSION, weights: Sequence[float] | None = None,
+                 best: Mapping[str, int] | None = None) -> list[tuple[str, float, tuple[float, ...]]]:
+    """Normalised score fusion of complete information: ``scores`` maps each candidate to
+    its score in every stream (None: the stream cannot score it), ``references`` holds each
+    stream's :class:`Reference` (None: the stream has no rows). A candidate's fused score
+    is ``sum(weight × normalize(score, reference))`` over the streams, added in stream order
+    (``weights`` default all 1); ``best`` (a candidate's best rank in any stream's own
+    list) breaks ties, then the key. Returns ``(key, fused score, shares)`` best first, each
+    share ``weight × normalised``. Raises :class:`ConfigurationError` for bad weights or a
+    method that is not a score fusion.
+    """
+    if method not in ("minmax", "zscore"):
+        raise ConfigurationError(f"score fusion method must be zscore or minmax, got {method!r}")
+    w = check_weights(weights, len(references), per="stream")
+    fused: list[tuple[str, float, tuple[float, ...]]] = []
+    for key, per_stream in scores.items():
+        shares = tuple(w[i] * normalize(per_stream[i], references[i], method) for i in range(len(references)))
+        total = shares[0]
+        for share in shares[1:]:
+            total += share
+        fused.append((key, total, shares))
+    ranks = best or {}
+    fused.sort(key=lambda f: (-f[1], ranks.get(f[0], 0), f[0]))
+    return fused
 
 
 def document_key(doc: RetrievedDocument) -> str:

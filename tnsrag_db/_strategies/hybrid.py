@@ -1,18 +1,25 @@
-"""``HybridRAGStrategy``: BM25 + vector (+ optional graph) fused with Reciprocal Rank Fusion.
+"""``HybridRAGStrategy``: BM25 + vector (+ optional graph), fused on complete information.
 
-Each stream contributes its top ``max(50, 4 × max_results)`` candidates (options
-``min_candidates`` and ``candidate_factor``, or a fixed ``candidates``),
-all with the metadata filter applied in SQL before their own limit; the fused score is
-the RRF sum of ``1 / (k + rank)`` over the streams a document appears in (ranks from 1,
-k = 60). The BM25 and vector streams run as ONE statement (one round trip); the graph
-stream, when given, is a third ranking. ``min_score`` (inclusive) applies to the fused
+Each stream proposes its top ``max(50, 4 × max_results)`` candidates (options
+``min_candidates`` and ``candidate_factor``, or a fixed ``candidates``), all with the
+metadata filter applied in SQL before their own limit. By default (``fusion="zscore"``)
+every candidate either stream proposes is then scored by both: BM25 scores the vector
+stream's candidates, the stored vectors give the cosine of BM25's; each score is
+normalised (its z-score plus 3, floored at 0) against its stream's first
+``pool_size(1)`` rows (the same rows whatever ``max_results``, so the top 5 is always the
+first five of the top 10) and the fused score is the weighted sum, keyword 2 to vector 1
+by default (:func:`~tnsrag_db._strategies.fusion.score_fusion`); ``fusion="minmax"``
+normalises between those rows' lowest and best score instead. ``fusion="rrf"``
+is the SPI's Reciprocal Rank Fusion, ``weight / (k + rank)`` summed over the lists a
+document appears in (k = 60). Either way the BM25 and vector streams run as ONE statement
+(one round trip); the graph stream, when given and when it has edges to walk, is a third
+ranking, fused with the other two by RRF. ``min_score`` (inclusive) applies to the fused
 score. A missing graph keeps the two other streams fused: hybrid never collapses into
 vector only.
 
-Fusion weights (``weights=``, one per stream, default all 1: plain RRF) scale each
-stream's term to ``weight / (k + rank)``; a stream weighted 0 is not run. ``explain``
-returns the same results with each stream's rank, weight and share (see
-:mod:`tnsrag_db._strategies.explain`).
+Fusion weights (``weights=``, one per stream, default all 1) scale each stream's part; a
+stream weighted 0 is not run. ``explain`` returns the same results with each stream's
+part (see :mod:`tnsrag_db._strategies.explain`).
 """
 
 from __future__ import annotations
@@ -30,11 +37,31 @@ from tnsrag_db._indexes.hybrid import index as fused_index
 from tnsrag_db._store.reads import document_from_row
 from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed, snapshot
-from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
+from tnsrag_db._strategies.fusion import (
+    DEFAULT_FUSION,
+    DEFAULT_RRF_K,
+    Reference,
+    check_fusion,
+    check_weights,
+    default_weights,
+    document_key,
+    fuse,
+    normalization_of,
+    normalize,
+    reciprocal_rank_fusion,
+)
 from tnsrag_db._strategies.keyword import bm25_plan
 from tnsrag_db._types import MAX_CANDIDATES, MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_int
-from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, SearchPlan, StreamShare
+from tnsrag_db.explain import (
+    Explanation,
+    FusionExplanation,
+    ScoreExplanation,
+    ScoreFusionExplanation,
+    SearchPlan,
+    StreamScore,
+    StreamShare,
+)
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index
@@ -62,19 +89,22 @@ def _describe(store: ReadStore) -> str:
 
 
 class HybridMemoryRetriever:
-    """A configured hybrid retriever: BM25 + vector over one corpus, fused with RRF.
+    """A configured hybrid retriever: BM25 + vector over one corpus, fused in the database.
 
     ``candidates`` fixes each stream's pool size; without it a query asking ``max_results``
     fetches ``max(min_candidates, candidate_factor × max_results)`` per stream
     (``min_candidates`` an int from 1 to 100,000, default 50; ``candidate_factor`` an int
-    from 1 to 10, default 4). ``rrf_k`` is the RRF constant (default 60). Raises
-    :class:`ConfigurationError` for views over different corpora or bad numbers (naming
-    the option).
+    from 1 to 10, default 4). ``fusion`` is the rule: ``"zscore"`` (the default) or
+    ``"minmax"``, normalised score fusion of every candidate scored by both streams, each
+    stream's reference rows its first :meth:`reference_depth`; or ``"rrf"``, the SPI's
+    Reciprocal Rank Fusion with constant ``rrf_k`` (default 60). Raises
+    :class:`ConfigurationError` for views over different corpora, an unknown rule or bad
+    numbers (naming the option).
     """
 
     def __init__(self, keywords: BM25Index, vectors: VectorMemoryStore, *, candidates: int | None = None,
                  rrf_k: int = DEFAULT_RRF_K, min_candidates: int = DEFAULT_MIN_CANDIDATES,
-                 candidate_factor: int = DEFAULT_CANDIDATE_FACTOR) -> None:
+                 candidate_factor: int = DEFAULT_CANDIDATE_FACTOR, fusion: str = DEFAULT_FUSION) -> None:
         if keywords is None or vectors is None:
             raise ConfigurationError("HybridMemoryRetriever needs both a BM25Index and a VectorMemoryStore")
         if _place(keywords.store) != _place(vectors.store):
@@ -92,6 +122,17 @@ class HybridMemoryRetriever:
                                           maximum=MAX_CANDIDATE_FACTOR, error=ConfigurationError)
         self.candidates = candidates
         self.rrf_k = rrf_k
+        self.fusion = check_fusion(fusion)
+
+    @property
+    def normalization(self) -> str | None:
+        """The normalisation of the score fusion (``"zscore"``, ``"minmax"``); None for RRF."""
+        return None if self.fusion == "rrf" else self.fusion
+
+    def reference_depth(self) -> int:
+        """How many of each stream's first rows give its reference figures in a score fusion:
+        :meth:`pool_size` of one result, the same whatever ``max_results`` (every pool holds them)."""
+        return self.pool_size(1)
 
     def pool_size(self, max_results: int) -> int:
         """Candidates fetched per stream for a query asking ``max_results``: ``candidates`` when
@@ -125,26 +166,38 @@ class HybridMemoryRetriever:
         row of NULLs instead when the BM25 stream needs its pruned statement: nothing else runs
         then, the vector stream included (see :func:`tnsrag_db._indexes.hybrid.fused_statement`)."""
         return fused_index.fused_statement(self.keywords, self.vectors, query, context, vector, weights,
-                                           pool=self.pool_size(context.max_results), rrf_k=self.rrf_k, plain=plain)
+                                           pool=self.pool_size(context.max_results), rrf_k=self.rrf_k, plain=plain,
+                                           normalization=self.normalization, depth=self.reference_depth())
+
+    def candidates_statement(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
+                             weights: tuple[float, float]) -> Statement:
+        """Every candidate scored by each stream run, with the streams' reference figures
+        (see :func:`tnsrag_db._indexes.hybrid.candidates_statement`)."""
+        return fused_index.candidates_statement(self.keywords, self.vectors, query, context, vector, weights,
+                                                pool=self.pool_size(context.max_results),
+                                                depth=self.reference_depth())
 
     def fused_plan(self, query: str, context: RAGContext, *,
                    weights: Sequence[float] | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`fused` as a :data:`~tnsrag_db._db.statement.Plan`: one statement, a second
         only when a frequent query term makes the BM25 stream take its pruned statement.
         Raises :class:`ConfigurationError` for bad weights (when the plan starts)."""
-        w = check_weights(weights, 2)
+        w = default_weights(self.fusion, 2) if weights is None else check_weights(weights, 2)
         return (yield from fused_index.fused_plan(self.keywords, self.vectors, query, context, (w[0], w[1]),
-                                                  pool=self.pool_size(context.max_results), rrf_k=self.rrf_k))
+                                                  pool=self.pool_size(context.max_results), rrf_k=self.rrf_k,
+                                                  normalization=self.normalization, depth=self.reference_depth()))
 
     def fused(self, query: str, context: RAGContext, *,
               weights: Sequence[float] | None = None) -> list[RetrievedDocument]:
-        """BM25 + vector fused with RRF inside the database, in one statement.
+        """BM25 + vector fused by the retriever's rule inside the database, in one statement.
 
-        ``weights`` (keyword, vector; default 1 and 1) scale each stream's ``1 / (k + rank)``;
-        a stream weighted 0 is not run. Only the final ``max_results`` rows are read from
-        ``entries``. Scores and order equal :func:`~tnsrag_db._strategies.fusion.reciprocal_rank_fusion`
-        over :meth:`rankings` with the same weights: the sum of two float8 terms is exact
-        whatever the order, and ties go to the best single-stream rank, then the entry id.
+        ``weights`` (keyword, vector; default 1 and 1) scale each stream's part; a stream
+        weighted 0 is not run. Only the final ``max_results`` rows are read from
+        ``entries``. Scores and order equal, for RRF,
+        :func:`~tnsrag_db._strategies.fusion.reciprocal_rank_fusion` over :meth:`rankings`
+        with the same weights, and for a score fusion
+        :func:`~tnsrag_db._strategies.fusion.score_fusion` over the rows of
+        :meth:`candidates_statement`: ties go to the best single-stream rank, then the entry id.
         (A query with a frequent term takes a second statement: see :meth:`fused_plan`.)
         Raises :class:`ConfigurationError` for bad weights.
         """
@@ -152,7 +205,10 @@ class HybridMemoryRetriever:
 
     def explain_fused(self, query: str, context: RAGContext, weights: tuple[float, float]) -> Explanation:
         """:meth:`fused` explained: the same statement ranks, then (same snapshot) the two
-        rankings give each result's ranks and shares, BM25 term figures and cosines."""
+        rankings (RRF) or every candidate's scores in both streams (a score fusion) give each
+        result's parts, with BM25 term figures and cosines."""
+        if self.normalization is not None:
+            return self._explain_score_fusion(query, context, weights)
         vector = self.vectors.embed_query(query) if weights[1] > 0 else None
         store = self.vectors.store
         fused = self.fused_statement(query, context, vector, weights)
@@ -190,32 +246,78 @@ class HybridMemoryRetriever:
         return explanation_of("hybrid", query, docs, explanations, plans)
 
 
+    def _explain_score_fusion(self, query: str, context: RAGContext, weights: tuple[float, float]) -> Explanation:
+        """:meth:`explain_fused` of a score fusion: each result's score in both streams (rank in
+        the stream's list, or scored for completeness), normalised and weighted."""
+        method = self.fusion
+        vector = self.vectors.embed_query(query) if weights[1] > 0 else None
+        store = self.vectors.store
+        fused = self.fused_statement(query, context, vector, weights)
+        scored = self.candidates_statement(query, context, vector, weights)
+        plans: list[SearchPlan] = []
+        with snapshot(store) as execute:
+            docs = [document_from_row(r, float(r.score)) for r in execute(fused)]
+            wanted = {d.metadata["entryId"] for d in docs}
+            rows = [r for r in execute(scored) if r.entry_id in wanted]
+            if weights[0] > 0:
+                plans.append(bm25_plan(context))
+            if vector is not None:
+                plans.append(self.vectors.explain_plan(execute, vector, self.pool_size(context.max_results),
+                                                       filters=context.metadata_filters, min_score=-1.0))
+            bm25 = self.keywords.explain_scores(execute, query, {r.entry_id: float(r.score) for r in rows
+                                                                 if r.stream == 1 and r.score is not None})
+        names = {1: "keyword", 2: "vector"}
+        by_entry: dict[str, list[StreamScore]] = {}
+        for r in rows:
+            reference = None if r.hi is None else Reference(float(r.hi), float(r.lo), float(r.mu), float(r.sd))
+            raw = None if r.score is None else float(r.score)
+            normalized = normalize(raw, reference, method)
+            detail: ScoreExplanation | None = None
+            if raw is not None:
+                detail = bm25.get(r.entry_id) if r.stream == 1 else self.vectors.explain_cosine(vector, raw)  # type: ignore[arg-type]
+            center, scale, floor = (None, None, None) if reference is None else normalization_of(reference, method)
+            by_entry.setdefault(r.entry_id, []).append(StreamScore(
+                names[r.stream], None if r.rank is None else int(r.rank), raw, center, scale, floor, normalized,
+                float(r.w), float(r.w) * normalized, detail))
+        depth = self.reference_depth()
+        explanations: list[ScoreExplanation] = [
+            ScoreFusionExplanation(d.score, method, depth, tuple(sorted(by_entry.get(d.metadata["entryId"], []),
+                                                                         key=lambda s: s.stream != "keyword")))
+            for d in docs]
+        return explanation_of("hybrid", query, docs, explanations, plans)
+
+
 class HybridRAGStrategy:
     """Hybrid retrieval; ``name == "hybrid"``.
 
     Forms: ``HybridRAGStrategy(keywords, vectors)``, ``HybridRAGStrategy(keywords, vectors,
     graph)`` with ``graph: GraphRAGStrategy | None`` as a third RRF stream, and
     ``HybridRAGStrategy(hybrid_memory_retriever)``. ``weights`` (keyword-only) holds one
-    fusion weight per stream, in the order keyword, vector[, graph]: each stream adds
-    ``weight / (k + rank)``; default all 1 (plain RRF), a stream weighted 0 is
-    not run. Raises :class:`ConfigurationError` for weights of the wrong length, negative,
+    fusion weight per stream, in the order keyword, vector[, graph]: each stream's part
+    (its normalised score, or ``1 / (k + rank)`` under RRF) is multiplied by it; default
+    all 1, a stream weighted 0 is not run. Raises :class:`ConfigurationError` for weights of the wrong length, negative,
     non-finite or all zero (see :func:`~tnsrag_db._strategies.fusion.check_weights`).
 
     ``min_candidates`` and ``candidate_factor``, keyword-only, size each stream's candidate
-    pool, ``max(min_candidates, candidate_factor × max_results)``; None (the default) means
-    50 and 4, or with a retriever the retriever's own (bounds and errors as
+    pool, ``max(min_candidates, candidate_factor × max_results)``; ``fusion`` is the rule
+    of the keyword and vector streams (``"zscore"``, ``"minmax"`` or ``"rrf"``, see
+    :class:`HybridMemoryRetriever`). None (the default) means 50, 4 and ``"zscore"``, or
+    with a retriever the retriever's own (bounds and errors as
     :class:`HybridMemoryRetriever`'s). With a retriever, a value different from the
-    retriever's raises :class:`ConfigurationError`: set it on the retriever.
+    retriever's raises :class:`ConfigurationError`: set it on the retriever. A graph
+    stream with edges to walk is fused with the other two by RRF (over their own lists).
     """
 
     def __init__(self, keywords: BM25Index | HybridMemoryRetriever, vectors: VectorMemoryStore | None = None,
                  graph: RAGStrategy | None = None, *, weights: Sequence[float] | None = None,
-                 min_candidates: int | None = None, candidate_factor: int | None = None) -> None:
+                 min_candidates: int | None = None, candidate_factor: int | None = None,
+                 fusion: str | None = None) -> None:
         if isinstance(keywords, HybridMemoryRetriever):
             if vectors is not None:
                 raise ConfigurationError("pass either a HybridMemoryRetriever or (keywords, vectors[, graph])")
             for option, value, own in (("min_candidates", min_candidates, keywords.min_candidates),
-                                       ("candidate_factor", candidate_factor, keywords.candidate_factor)):
+                                       ("candidate_factor", candidate_factor, keywords.candidate_factor),
+                                       ("fusion", fusion, keywords.fusion)):
                 if value is not None and value != own:
                     raise ConfigurationError(f"{option}={value!r} differs from the HybridMemoryRetriever's "
                                              f"({own}): set {option} on the retriever")
@@ -226,7 +328,8 @@ class HybridRAGStrategy:
             self._retriever = HybridMemoryRetriever(
                 keywords, vectors,
                 min_candidates=DEFAULT_MIN_CANDIDATES if min_candidates is None else min_candidates,
-                candidate_factor=DEFAULT_CANDIDATE_FACTOR if candidate_factor is None else candidate_factor)
+                candidate_factor=DEFAULT_CANDIDATE_FACTOR if candidate_factor is None else candidate_factor,
+                fusion=DEFAULT_FUSION if fusion is None else fusion)
         if graph is not None and not callable(getattr(graph, "retrieve", None)):
             raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
         graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
@@ -235,7 +338,13 @@ class HybridRAGStrategy:
                                      f"{_describe(self._retriever.keywords.store)}")
         self._graph = graph
         streams = "keyword, vector, graph" if graph is not None else "keyword, vector"
-        self._weights = check_weights(weights, 3 if graph is not None else 2, f"weights ({streams})")
+        count = 3 if graph is not None else 2
+        fusion_rule = self._retriever.fusion
+        self._weights = (default_weights(fusion_rule, count) if weights is None
+                         else check_weights(weights, count, f"weights ({streams})"))
+        # The keyword and vector streams' weights when they are fused alone (no graph, or a
+        # graph without edges to walk): the rule's defaults unless weights were given.
+        self._pair = default_weights(fusion_rule, 2) if weights is None else self._weights[:2]
 
     @property
     def name(self) -> str:
@@ -254,7 +363,8 @@ class HybridRAGStrategy:
 
     @property
     def weights(self) -> tuple[float, ...]:
-        """The fusion weights: keyword, vector[, graph]."""
+        """The fusion weights: keyword, vector[, graph] (by default 2 and 1 for a score fusion
+        of the two streams, all 1 under RRF and with a graph stream)."""
         return self._weights
 
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
@@ -264,9 +374,9 @@ class HybridRAGStrategy:
         query = check_query(query)
         ctx = resolve_context(context)
         if self._graph is None or not self._weights[2] or not (yield from self._graph_has_evidence()):
-            if not any(self._weights[:2]):  # only the graph stream was weighted, and it has nothing
+            if not any(self._pair):  # only the graph stream was weighted, and it has nothing
                 return []
-            return (yield from self._retriever.fused_plan(query, ctx, weights=self._weights[:2]))
+            return (yield from self._retriever.fused_plan(query, ctx, weights=self._pair))
         keyword_docs, vector_docs = yield from self._retriever.rankings_plan(query, ctx)
         pool = self._retriever.pool_size(ctx.max_results)
         graph_docs = self._graph.retrieve(query, RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters))
@@ -287,7 +397,7 @@ class HybridRAGStrategy:
         return bool(rows[0][0])
 
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """Fused results, best first; ``min_score`` applies to the RRF score (inclusive)."""
+        """Fused results, best first; ``min_score`` applies to the fused score (inclusive)."""
         return self._retriever.vectors.store.run(self.plan(query, context))
 
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
@@ -297,15 +407,22 @@ class HybridRAGStrategy:
         return await aio.arun(self._retriever.vectors.store, self.plan(query, context))
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
-        """The results of :meth:`retrieve`, each with its :class:`FusionExplanation`: per stream
-        the rank, weight and share ``weight / (k + rank)`` (summed in stream order they give
-        the score), with the stream's own explanation (BM25 term figures, cosine, graph
-        path); plus the search plan of each stream. Errors as :meth:`retrieve`."""
+        """The results of :meth:`retrieve`, each with its explanation: under a score fusion a
+        :class:`ScoreFusionExplanation` (per stream its score of the result, proposed or
+        not, normalised and weighted), under RRF (or with a graph stream that has edges to
+        walk) a :class:`FusionExplanation` (per stream the rank, weight and share
+        ``weight / (k + rank)``); the shares, summed in stream order, give the score, each
+        with the stream's own explanation (BM25 term figures, cosine, graph path); plus the
+        search plan of each stream. Errors as :meth:`retrieve`."""
         query = check_query(query)
         ctx = resolve_context(context)
         retriever = self._retriever
-        if self._graph is None or not self._weights[2]:  # a stream weighted 0 is not run
-            return retriever.explain_fused(query, ctx, (self._weights[0], self._weights[1]))
+        # A stream weighted 0 is not run.
+        if (self._graph is None or not self._weights[2]
+                or not retriever.vectors.store.run(self._graph_has_evidence())):
+            if not any(self._pair):  # only the graph stream was weighted, and it has nothing
+                return explanation_of(self.name, query, [], [], [])
+            return retriever.explain_fused(query, ctx, (self._pair[0], self._pair[1]))
         vector = retriever.vectors.embed_query(query)
         ranks = retriever.rankings_statement(query, ctx, vector)
         pool = retriever.pool_size(ctx.max_results)

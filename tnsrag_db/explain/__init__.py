@@ -10,6 +10,9 @@ with a typed score explanation whose figures give the score:
 * :class:`FusionExplanation`: each stream's rank and RRF share ``weight / (k + rank)``,
   summed in stream order they give the score exactly, each with the stream's own
   explanation;
+* :class:`ScoreFusionExplanation`: each stream's score of the result (whether or not the
+  stream proposed it), normalised against the stream's reference rows, weighted; summed
+  in stream order the shares give the score exactly;
 * :class:`GraphExplanation`: the seed's score and one :class:`GraphHop` per edge walked,
   each multiplying by the decay;
 * :class:`HierarchyExplanation`: the hit's score times ``decay`` once per level;
@@ -40,6 +43,8 @@ from tnsrag_db.explain._derived import (
     GraphHop,
     HierarchyExplanation,
     ScoreExplanation,
+    ScoreFusionExplanation,
+    StreamScore,
     StreamShare,
     TemporalExplanation,
 )
@@ -67,7 +72,9 @@ __all__ = [
     "ReasoningExplanation",
     "ReasoningStep",
     "ScoreExplanation",
+    "ScoreFusionExplanation",
     "SearchPlan",
+    "StreamScore",
     "StreamShare",
     "TemporalExplanation",
     "UnexplainedScore",

@@ -16,7 +16,7 @@ from tnsrag_db.explain._scores import (
 )
 
 __all__ = ["FusionExplanation", "GraphExplanation", "GraphHop", "HierarchyExplanation", "ScoreExplanation",
-           "StreamShare", "TemporalExplanation"]
+           "ScoreFusionExplanation", "StreamScore", "StreamShare", "TemporalExplanation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,73 @@ class FusionExplanation:
         out = [f"rrf {_fmt(self.score)} = sum of weight/({self.k} + rank) over {len(self.streams)} stream(s)"]
         for s in self.streams:
             out.append(f"  {s.stream}: rank {s.rank}, weight {s.weight:g} -> {_fmt(s.share)}")
+            if s.explanation is not None:
+                out.extend("    " + line for line in s.explanation.lines())
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StreamScore:
+    """One stream's part of a normalised score fusion.
+
+    ``stream`` names it (``"keyword"``, ``"vector"``); ``rank`` is the document's 1-based
+    rank in the stream's own list, or None when the stream did not propose it and scored
+    it only for the fusion (complete information); ``stream_score`` is the stream's score
+    (None: no stored vector). ``normalized = max((stream_score - center) / scale + floor, 0)``
+    with ``center``, ``scale`` and ``floor`` from the stream's reference rows (its first
+    ``depth`` rows): their mean, standard deviation and 3 (z-score) or their lowest score,
+    range and 0 (min-max); 0 without a score or reference rows, and with a zero scale 1 at
+    or above the reference's best, else 0. ``share = weight × normalized``; ``explanation``
+    is how the stream scored the document.
+    """
+
+    stream: str
+    rank: int | None
+    stream_score: float | None
+    center: float | None
+    scale: float | None
+    floor: float | None
+    normalized: float
+    weight: float
+    share: float
+    explanation: ScoreExplanation | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict."""
+        return {"stream": self.stream, "rank": self.rank, "stream_score": self.stream_score, "center": self.center,
+                "scale": self.scale, "floor": self.floor, "normalized": self.normalized, "weight": self.weight,
+                "share": self.share, "explanation": None if self.explanation is None else self.explanation.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreFusionExplanation:
+    """A normalised score fusion: the sum of the streams' shares (in stream order).
+
+    ``method`` is ``"zscore"`` or ``"minmax"``, ``depth`` the number of each stream's first
+    rows its reference figures come from; ``streams`` lists every stream run, each having
+    scored the document whether or not it proposed it.
+    """
+
+    kind: ClassVar[str] = "score_fusion"
+    score: float
+    method: str
+    depth: int
+    streams: tuple[StreamScore, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (with ``kind``)."""
+        return {"kind": self.kind, "score": self.score, "method": self.method, "depth": self.depth,
+                "streams": [s.to_dict() for s in self.streams]}
+
+    def lines(self) -> list[str]:
+        """Human-readable lines."""
+        out = [f"{self.method} fusion {_fmt(self.score)} = sum of weight x normalised score over "
+               f"{len(self.streams)} stream(s) (references: each stream's first {self.depth} rows)"]
+        for s in self.streams:
+            where = f"rank {s.rank}" if s.rank is not None else "not in its list, scored"
+            raw = "no score" if s.stream_score is None else _fmt(s.stream_score)
+            out.append(f"  {s.stream}: {where}, score {raw} -> {_fmt(s.normalized)} x weight {s.weight:g} "
+                       f"-> {_fmt(s.share)}")
             if s.explanation is not None:
                 out.extend("    " + line for line in s.explanation.lines())
         return out
@@ -190,5 +257,6 @@ class TemporalExplanation:
 
 
 #: Any of the typed score explanations.
-ScoreExplanation = Union[BM25Explanation, CosineExplanation, FusionExplanation, GraphExplanation,
-                         HierarchyExplanation, TemporalExplanation, ReasoningExplanation, UnexplainedScore]
+ScoreExplanation = Union[BM25Explanation, CosineExplanation, FusionExplanation, ScoreFusionExplanation,
+                         GraphExplanation, HierarchyExplanation, TemporalExplanation, ReasoningExplanation,
+                         UnexplainedScore]

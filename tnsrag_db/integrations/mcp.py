@@ -106,7 +106,7 @@ class Document(BaseModel):
     id: str | None = Field(description="The entry id.")
     content: str = Field(description="The entry's text, cut to the server's max_content_chars characters.")
     truncated: bool = Field(description="Whether content was cut (the entry holds more).")
-    score: float = Field(description="The strategy's score (cosine, BM25, RRF sum, ...); higher is better.")
+    score: float = Field(description="The strategy's score (cosine, BM25, fused score, ...); higher is better.")
     tier: str | None
     source: str | None
     metadata: dict[str, str] = Field(description="The entry's own metadata plus what the strategy added.")

@@ -67,13 +67,13 @@ DEFAULT_FILTER_PROBE_MAX = 2000.0
 # The rendered statements depend only on the prefix and the filter predicate (values are
 # bound): render each once.
 @lru_cache(maxsize=256)
-def _ranking_sql(p: str, predicate: str, limit: int, ids: str, probe: str) -> str:
-    return sql.ranking_sql(p, predicate, limit=limit, ids=ids, probe=probe)
+def _ranking_sql(p: str, predicate: str, limit: int, ids: str, probe: str, shared: bool = False) -> str:
+    return sql.ranking_sql(p, predicate, limit=limit, ids=ids, probe=probe, shared_terms=shared)
 
 
 @lru_cache(maxsize=256)
-def _plain_ranking_sql(p: str, predicate: str, limit: int, ids: str, probe: str) -> str:
-    return sql.plain_ranking_sql(p, predicate, limit=limit, ids=ids, probe=probe)
+def _plain_ranking_sql(p: str, predicate: str, limit: int, ids: str, probe: str, shared: bool = False) -> str:
+    return sql.plain_ranking_sql(p, predicate, limit=limit, ids=ids, probe=probe, shared_terms=shared)
 
 
 @lru_cache(maxsize=256)
@@ -204,9 +204,14 @@ class BM25Index:
         return statement.sql, dict(statement.params)
 
     def ranking_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                          min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:
+                          min_score: float = 0.0, prefix: str = "k", plain: bool = False,
+                          shared_terms: bool = False) -> Statement:
         """:meth:`candidates_sql` as a :class:`~tnsrag_db._db.statement.Statement` (columns
         ``entry_id``, ``score``), built without I/O.
+
+        With ``shared_terms`` the statement does not define its query-term CTEs: the
+        statement it is embedded in defines them once (:meth:`terms_ctes`, same prefix),
+        for it and for :meth:`scores_sql` with ``shared_terms``.
 
         With ``plain`` the statement is the short one of the common case (no query term
         frequent enough for pruning to pay): the same rows when it applies, else one row
@@ -230,9 +235,29 @@ class BM25Index:
             f"{p}_fsmall": self._filter_probe_max,
         }
         if plain:
-            return Statement(_plain_ranking_sql(p, predicate, limit, ids, probe), params, ("entry_id", "score"))
+            return Statement(_plain_ranking_sql(p, predicate, limit, ids, probe, shared_terms), params,
+                             ("entry_id", "score"))
         params.update({f"{p}_ner": self._prune_ratio, f"{p}_tol": sql.BOUND_TOLERANCE, f"{p}_pc": self._probe_cost})
-        return Statement(_ranking_sql(p, predicate, limit, ids, probe), params, ("entry_id", "score"))
+        return Statement(_ranking_sql(p, predicate, limit, ids, probe, shared_terms), params, ("entry_id", "score"))
+
+    def terms_ctes(self, prefix: str) -> str:
+        """The query-term CTEs (``<prefix>_q``, ``<prefix>_st``, ``<prefix>_w``) that statements
+        built with ``shared_terms`` and the same prefix read; their parameters are those
+        statements' own."""
+        return sql.terms_ctes(check_prefix(prefix, error=ConfigurationError))
+
+    def scores_sql(self, query: str, source: str, *, prefix: str = "ks",
+                   shared_terms: bool = False) -> tuple[str, dict[str, Any]]:
+        """A SELECT of ``(entry_id, score)``: the BM25 score of ``query`` for each entry of the
+        CTE ``source`` (a code constant naming a CTE with an ``entry_id`` column, defined by
+        the statement this one is embedded in), exactly as :meth:`ranking_statement` scores
+        it; 0 for an entry holding no query term. Names and parameters start with
+        ``prefix``; with ``shared_terms`` the query's terms are the enclosing statement's
+        (:meth:`terms_ctes`). Errors as :meth:`candidates_sql`."""
+        text = check_query_text(query)
+        p = check_prefix(prefix, error=ConfigurationError)
+        return (sql.scores_sql(p, source, shared_terms=shared_terms),
+                {**self._analysis_params(text, p), **self._formula_params(p)})
 
     def documents_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                             min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:

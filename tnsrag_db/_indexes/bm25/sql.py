@@ -51,6 +51,8 @@ __all__ = [
     "documents_sql",
     "figures_sql",
     "query_terms_sql",
+    "scores_sql",
+    "terms_ctes",
     "ranking_sql",
     "sorted_query_terms_sql",
 ]
@@ -343,7 +345,8 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
         keep_a=_keep(p, layout, f"(SELECT ess_df FROM {p}_b)", predicate, probe))
 
 
-def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "") -> str:
+def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "",
+                shared_terms: bool = False) -> str:
     """The ranking SELECT of ``(entry_id, score)``, best first (ties by entry id), at most
     ``:{p}_lim`` rows, each scoring at least ``:{p}_min``, restricted to the entries
     (alias ``{p}_e``) matching ``predicate``. One complete SELECT with its own ``WITH``
@@ -355,7 +358,7 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", p
     Each layout of the postings (:class:`_Layout`) is ranked on its own, exactly (an entry's
     postings are all in one); the answer is the best of both results."""
     return _render("""\
-        WITH {fe}{terms}, {p}_t AS MATERIALIZED (
+        WITH {fe}{terms}{p}_t AS MATERIALIZED (
           -- Non-essential terms: the most frequent ones (at least PRUNE_MIN_DF entries each),
           -- while their summed bounds wt stay below a share of the remaining terms' (at least
           -- one term stays essential). None when no term is frequent: then the plain scoring runs.
@@ -378,7 +381,7 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", p
                  count(*) FILTER (WHERE t.ne) AS n_ne
           FROM {p}_t t
         ), {layout}, {rows}, {blocks}
-        {best}""", p=p, fe=_filtered_entries(p, predicate, ids), terms=_term_ctes(p, known_terms_only=True),
+        {best}""", p=p, fe=_filtered_entries(p, predicate, ids), terms=_own_terms(p, shared_terms),
         layout=_layout_ctes(p, predicate, ids),
         rows=_pruned_ctes(p, _ROWS, predicate, probe, limit), blocks=_pruned_ctes(p, _BLOCKS, predicate, probe, limit),
         best=_best(p, f"{p}_resr", f"{p}_resb", _limit(limit)))
@@ -406,14 +409,15 @@ def _full_cte(p: str, layout: _Layout, predicate: str, all_df: str, probe: str, 
                    top=layout.top("s.score", _limit(limit)))
 
 
-def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "") -> str:
+def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "",
+                      shared_terms: bool = False) -> str:
     """:func:`ranking_sql` without the pruned scoring, when it does not apply: the same rows,
     or, when some query term is frequent (pruning might pay), a single row ``(NULL, NULL)``
     instead, and nothing scored. A short statement, quick to plan, for the common case of
     specific query terms; the caller runs :func:`ranking_sql` after a ``NULL`` row."""
     all_df = f"(SELECT all_df FROM {p}_g)"
     return _render("""\
-        WITH {fe}{terms}, {p}_g AS MATERIALIZED (
+        WITH {fe}{terms}{p}_g AS MATERIALIZED (
           -- Whether pruning might pay (some term is frequent and is not the only term): decided
           -- from the df just read. all_df: the postings the plain scoring reads.
           SELECT count(*) > 1 AND coalesce(max(w.df), 0.0::float8) >= CAST(:{p}_nedf AS float8) AS prune,
@@ -429,7 +433,7 @@ def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str =
           SELECT NULL, NULL FROM {p}_g g WHERE g.prune
         ) u
         ORDER BY u.score DESC NULLS FIRST, u.entry_id""", p=p, fe=_filtered_entries(p, predicate, ids),
-                   terms=_term_ctes(p, known_terms_only=True), layout=_layout_ctes(p, predicate, ids),
+                   terms=_own_terms(p, shared_terms), layout=_layout_ctes(p, predicate, ids),
                    full_r=_full_cte(p, _ROWS, predicate, all_df, probe, limit),
                    full_b=_full_cte(p, _BLOCKS, predicate, all_df, probe, limit),
                    best=_indent(_best(p, f"{p}_fullr", f"{p}_fullb", _limit(limit)), 2))
@@ -480,6 +484,60 @@ def figures_sql(p: str) -> str:
         LEFT JOIN bm25_postings bp ON bp.corpus = :{p}_c AND bp.lexeme = w.lexeme AND bp.entry_id = x.id
         LEFT JOIN LATERAL ({block_tf}) bb ON TRUE""", p=p, terms=_term_ctes(p, known_terms_only=False),
         block_tf=_block_tf(f":{p}_c", "w.lexeme", "kd.docno"))
+
+
+def terms_ctes(p: str) -> str:
+    """The query-term CTEs of a ranking (``{p}_q``, ``{p}_st``, ``{p}_w``), for a statement
+    that defines them once for a ranking and a scoring built with ``shared_terms``."""
+    return _term_ctes(p, known_terms_only=True)
+
+
+def _own_terms(p: str, shared: bool) -> str:
+    """The term CTEs (and a comma) a statement defines itself, or nothing when ``shared``
+    (the enclosing statement defines :func:`terms_ctes` with the same prefix)."""
+    return "" if shared else _term_ctes(p, known_terms_only=True) + ", "
+
+
+def scores_sql(p: str, source: str, *, shared_terms: bool = False) -> str:
+    """A SELECT of ``(entry_id, score)``: the BM25 score of each entry of ``source`` (a CTE
+    name or parenthesised subquery with an ``entry_id`` column, entries of the corpus), 0
+    for an entry holding no query term. The same statistics and the same sum as
+    :func:`ranking_sql` (each term's :func:`_part`, in lexeme order), so an entry scores bit
+    for bit what a ranking gives it. Per query term one scan of the postings' primary key
+    for all the entries at once (the id array), and for merged entries their blocks. Binds
+    what :func:`ranking_sql` binds for the terms and the formula (``:{p}_c``,
+    ``:{p}_chunks``, ``:{p}_extras``, ``:{p}_k1p1``, ``:{p}_kb0``, ``:{p}_kb1``). With
+    ``shared_terms`` the terms are the enclosing statement's (:func:`terms_ctes`)."""
+    return _render("""\
+        WITH {terms}{p}_sx AS MATERIALIZED (
+          SELECT DISTINCT s.entry_id FROM {source} s
+        )
+        SELECT x.entry_id, coalesce(s.score, 0.0::float8) AS score
+        FROM {p}_sx x LEFT JOIN (
+          SELECT u.entry_id, sum(u.part ORDER BY u.lexeme) AS score
+          FROM (
+            -- Rows: the term's postings of the entries, one primary-key scan per term.
+            SELECT p.entry_id, w.lexeme, {part} AS part
+            FROM {p}_w w JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = w.lexeme
+              AND p.entry_id = ANY(ARRAY(SELECT y.entry_id FROM {p}_sx y))
+            UNION ALL
+            -- Merged entries: the block of each term holding the entry's number.
+            SELECT kd.entry_id, w.lexeme, {part} AS part
+            FROM {p}_sx y JOIN bm25_docs kd ON kd.corpus = :{p}_c AND kd.entry_id = y.entry_id
+            CROSS JOIN {p}_w w CROSS JOIN LATERAL ({block}) p
+          ) u
+          GROUP BY u.entry_id
+        ) s ON s.entry_id = x.entry_id""", p=p, source=source, terms=_own_terms(p, shared_terms),
+                   part=_part(p, "w", "p"), block=_block_posting(f":{p}_c", "w.lexeme", "kd.docno"))
+
+
+def _block_posting(corpus: str, lexeme: str, docno: str) -> str:
+    """A SELECT of ``tf, doc_len`` of the merged entry numbered ``docno`` in the block of
+    ``lexeme`` holding it (no row when it lacks the term or is not merged)."""
+    return (f"SELECT bk.tfs[i] AS tf, bk.dls[i] AS doc_len FROM (SELECT b.docnos, b.tfs, b.dls FROM bm25_blocks b "
+            f"WHERE b.corpus = {corpus} AND b.lexeme = {lexeme} AND b.first_docno <= {docno} "
+            f"ORDER BY b.first_docno DESC LIMIT 1) bk CROSS JOIN LATERAL array_position(bk.docnos, {docno}) AS i "
+            "WHERE i IS NOT NULL")
 
 
 def _block_tf(corpus: str, lexeme: str, docno: str) -> str:

@@ -1,4 +1,4 @@
-"""BM25 and vector search fused with Reciprocal Rank Fusion in one statement.
+"""BM25 and vector search fused in one statement (on complete information, or by RRF).
 
 :mod:`.index` builds the fused statement and its plan (and the two streams' rankings in
 one statement) from a BM25 index and a vector store of the same corpus; :mod:`.sql` is

@@ -1,8 +1,11 @@
 """The fused BM25 + vector statements and plans over one corpus, built without I/O.
 
 Each stream is its index's own ranking statement, embedded as a CTE (BM25 as ``hk_r``
-with prefix ``hk``, vector as ``hv_r`` with prefix ``hv``); :data:`~.sql.FUSED_SQL` fuses
-them with Reciprocal Rank Fusion (``weight / (k + rank)`` per stream, ranks from 1) and
+with prefix ``hk``, its query terms once beside it, vector as ``hv_r`` with prefix ``hv``);
+:data:`~.sql.FUSED_SQL` fuses them, by default on complete information (every candidate
+scored by both streams, the BM25 index's ``scores_sql`` and the vector store's
+``cosines_sql`` scoring the other stream's candidates, then a normalised score fusion),
+or with Reciprocal Rank Fusion (``weight / (k + rank)`` per stream, ranks from 1), and
 reads only the final rows from ``entries``. The callers
 (:class:`~tnsrag_db._strategies.hybrid.HybridMemoryRetriever`) validate the weights and
 choose the pool size; a stream weighted 0 is not run.
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index
     from tnsrag_db._indexes.vector import VectorMemoryStore
 
-__all__ = ["fused_plan", "fused_statement", "rankings_plan", "rankings_statement", "split_rankings"]
+__all__ = ["candidates_statement", "fused_plan", "fused_statement", "rankings_plan", "rankings_statement", "split_rankings"]
 
 #: Documents of one ranking each: BM25 first, then vector.
 Rankings = tuple[list[RetrievedDocument], list[RetrievedDocument]]
@@ -44,8 +47,11 @@ def _streams(keywords: BM25Index, vectors: VectorMemoryStore, query: str, contex
     ctes: list[str] = []
     ranked: list[str] = []
     if weights[0] > 0:
-        bm25 = keywords.ranking_statement(query, pool, filters=filters, min_score=0.0, prefix="hk", plain=plain)
+        # The query's terms once, for the BM25 stream and for its scores of the vector stream's candidates.
+        bm25 = keywords.ranking_statement(query, pool, filters=filters, min_score=0.0, prefix="hk", plain=plain,
+                                          shared_terms=True)
         params.update(bm25.params)
+        ctes.append(keywords.terms_ctes("hk"))
         ctes.append(sql.stream_cte("hk_r", bm25.sql))
         ranked.append(sql.ranked_stream(1, sql.weight_sql(weights[0], "h_w1", params), "hk_r"))
     if weights[1] > 0:
@@ -56,6 +62,32 @@ def _streams(keywords: BM25Index, vectors: VectorMemoryStore, query: str, contex
         ranked.append(sql.ranked_stream(2, sql.weight_sql(weights[1], "h_w2", params), "hv_r"))
     ctes.append(sql.ranked_cte(ranked))
     return ",\n".join(ctes), params
+
+
+def _complete(keywords: BM25Index, vectors: VectorMemoryStore, query: str, vector: npt.NDArray[np.float32] | None,
+              weights: tuple[float, float], params: dict[str, Any], depth: int) -> tuple[str, list[tuple[int, str]]]:
+    """The CTEs of complete information (:func:`~.sql.scored_ctes`) after :func:`_streams`: every
+    candidate scored by each stream run, BM25 scoring the vector stream's candidates (with the
+    BM25 stream's terms, prefix ``hk``) and the stored vectors scoring BM25's (prefix ``hw``);
+    and the streams run with their weights' SQL."""
+    extras: list[tuple[int, str]] = []
+    run: list[tuple[int, str]] = []
+    if weights[0] > 0:
+        text, extra = keywords.scores_sql(query, _MISSING.format(stream=1), prefix="hk", shared_terms=True)
+        params.update(extra)
+        extras.append((1, text))
+        run.append((1, sql.weight_sql(weights[0], "h_w1", params)))
+    if weights[1] > 0:
+        assert vector is not None
+        text, extra = vectors.cosines_sql(vector, _MISSING.format(stream=2), prefix="hw")
+        params.update(extra)
+        extras.append((2, text))
+        run.append((2, sql.weight_sql(weights[1], "h_w2", params)))
+    return sql.scored_ctes(extras, depth), run
+
+
+#: The candidates a stream did not propose (a subquery over ``h_pair``).
+_MISSING = "(SELECT m.entry_id FROM h_pair m WHERE m.r{stream} IS NULL)"
 
 
 def _documents_sql(keywords: BM25Index, source: str, columns: str, order_by: str, *, left_join: bool = False) -> str:
@@ -90,9 +122,25 @@ def rankings_plan(keywords: BM25Index, vectors: VectorMemoryStore, query: str, c
     return split_rankings(rows)
 
 
+def candidates_statement(keywords: BM25Index, vectors: VectorMemoryStore, query: str, context: RAGContext,
+                         vector: npt.NDArray[np.float32] | None, weights: tuple[float, float], *, pool: int,
+                         depth: int) -> Statement:
+    """Every candidate either stream proposes (each its top ``pool``), scored by each stream
+    run, in one statement: columns ``entry_id``, ``stream`` (1 BM25, 2 vector), ``w`` (the
+    stream's weight), ``score`` (NULL: no stored vector), ``rank`` (in the stream's own
+    list; NULL when the stream did not propose it) and the stream's reference figures over
+    its first ``depth`` rows (``hi``, ``lo``, ``mu``, ``sd``). What a normalised score fusion
+    reads (:func:`~tnsrag_db._strategies.fusion.score_fusion` computes it from these rows)."""
+    ctes, params = _streams(keywords, vectors, query, context, vector, weights, pool=pool, plain=False)
+    complete, run = _complete(keywords, vectors, query, vector, weights, params, depth)
+    return Statement(sql.candidates_sql(f"{ctes},\n{complete}", run), params,
+                     ("entry_id", "stream", "w", "score", "rank", "hi", "lo", "mu", "sd"))
+
+
 def fused_statement(keywords: BM25Index, vectors: VectorMemoryStore, query: str, context: RAGContext,
                     vector: npt.NDArray[np.float32] | None, weights: tuple[float, float], *, pool: int,
-                    rrf_k: int, plain: bool = False) -> Statement:
+                    rrf_k: int, plain: bool = False, normalization: str | None = None,
+                    depth: int = 0) -> Statement:
     """The fused ranking with its entry rows, in one statement (columns ``score`` and the
     entry columns, best first, at most ``context.max_results``, each scoring at least
     ``context.min_score``). ``weights`` (keyword, vector) are validated by the caller; a
@@ -100,21 +148,30 @@ def fused_statement(keywords: BM25Index, vectors: VectorMemoryStore, query: str,
     stream weighted above 0), one row of NULLs instead when the BM25 stream needs its pruned
     statement: nothing else runs then, the vector stream included."""
     ctes, params = _streams(keywords, vectors, query, context, vector, weights, pool=pool, plain=plain)
+    score = None
+    if normalization is not None:
+        complete, run = _complete(keywords, vectors, query, vector, weights, params, depth)
+        ctes += ",\n" + complete
+        score = sql.fused_score(normalization, run)
+    else:
+        params["h_k"] = rrf_k
     text = sql.fused_sql(ctes, deferrable=plain and weights[0] > 0, limit=context.max_results,
                          documents=_documents_sql(keywords, "h_top", "r.score",
-                                                  "r.score DESC NULLS FIRST, r.best, r.entry_id", left_join=True))
-    params.update({"h_c": vectors.store.corpus, "h_k": rrf_k, "h_min": context.min_score})
+                                                  "r.score DESC NULLS FIRST, r.best, r.entry_id", left_join=True),
+                         score=score)
+    params.update({"h_c": vectors.store.corpus, "h_min": context.min_score})
     return Statement(text, params, DOCUMENT_COLUMNS)
 
 
 def fused_plan(keywords: BM25Index, vectors: VectorMemoryStore, query: str, context: RAGContext,
-               weights: tuple[float, float], *, pool: int, rrf_k: int) -> Plan[list[RetrievedDocument]]:
+               weights: tuple[float, float], *, pool: int, rrf_k: int, normalization: str | None = None,
+               depth: int = 0) -> Plan[list[RetrievedDocument]]:
     """The fused documents as a :data:`~tnsrag_db._db.statement.Plan`: one statement, a second
     only when a frequent query term makes the BM25 stream take its pruned statement. The
     query is embedded only when the vector stream is weighted above 0."""
     vector = vectors.embed_query(query) if weights[1] > 0 else None
-    rows = yield fused_statement(keywords, vectors, query, context, vector, weights, pool=pool, rrf_k=rrf_k,
-                                 plain=True)
+    options: dict[str, Any] = {"pool": pool, "rrf_k": rrf_k, "normalization": normalization, "depth": depth}
+    rows = yield fused_statement(keywords, vectors, query, context, vector, weights, plain=True, **options)
     if rows and rows[0].entry_id is None:
-        rows = yield fused_statement(keywords, vectors, query, context, vector, weights, pool=pool, rrf_k=rrf_k)
+        rows = yield fused_statement(keywords, vectors, query, context, vector, weights, **options)
     return [document_from_row(r, float(r.score)) for r in rows]

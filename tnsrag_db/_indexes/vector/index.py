@@ -73,6 +73,7 @@ from tnsrag_db._indexes.vector.sql import (
     MAX_SCAN_TUPLES,
     STORED_VECTORS,
     Ranking,
+    cosines_sql,
     documents_sql,
     ranking_sql,
 )
@@ -655,6 +656,21 @@ class VectorMemoryStore:
         if space is None:
             return EMPTY_RANKING, {}
         return ranking_sql(self._ranking(space, vec, k, filters, score, p))
+
+    def cosines_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], source: str, *,
+                    prefix: str = "vs") -> tuple[str, dict[str, Any]]:
+        """A SELECT of ``(entry_id, score)``: the cosine of ``query_vector`` with the stored
+        vector of each entry of the CTE ``source`` (a code constant naming a CTE with an
+        ``entry_id`` column, defined by the statement this one is embedded in), the score a
+        ranking gives it; entries without a vector in the query's space are left out, and
+        before the space's first write nothing is returned. Names and parameters start
+        with ``prefix``. Reads the space row first when the cache cannot answer."""
+        p = check_prefix(prefix, error=ConfigurationError)
+        vec, _, _ = self._query_vector(query_vector, 1, None, 0.0)
+        space = self._space_for_query(int(vec.shape[0]))
+        if space is None:
+            return EMPTY_RANKING, {}
+        return cosines_sql(self._store.corpus, space.space_id, vec, source, p)
 
     def ranking_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
                      filters: Mapping[str, str] | None = None, min_score: float = 0.0,

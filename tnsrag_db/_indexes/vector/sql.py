@@ -25,7 +25,7 @@ from tnsrag_db._store.reads import ENTRY_COLUMNS
 from tnsrag_db._types import validate_filters
 
 __all__ = ["DOCUMENT_COLUMNS", "EMPTY_RANKING", "HNSW_EF_CONSTRUCTION", "HNSW_M", "MAX_EF", "MAX_SCAN_TUPLES",
-           "STORED_VECTORS", "Ranking", "documents_sql", "ranking_sql"]
+           "STORED_VECTORS", "Ranking", "cosines_sql", "documents_sql", "ranking_sql"]
 
 #: HNSW build parameters (defaults of the view's ``hnsw_m`` and ``hnsw_ef_construction``).
 #: ``ef_construction`` is twice pgvector's default: with 64, graphs of clustered embeddings
@@ -368,6 +368,26 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
                                     ids=ids or _MATCH_IDS.format(**names), **names)
     return _HNSW_RANKING.format(ctes=", ".join(ctes), hnsw_score=score("d"), ok=ok, exact=_indent(exact, 2),
                                 gate=gate, small=small_branch, **names)
+
+
+# The cosine of the query with the stored vector of each entry of a CTE (one array of ids,
+# their vectors through the primary key, as _ALL_MATCHES reads them).
+_COSINES = """\
+SELECT {p}_y.entry_id, {score} AS score
+FROM embeddings {p}_y
+WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid}
+  AND {p}_y.entry_id = ANY(ARRAY(SELECT {p}_s.entry_id FROM {source} {p}_s))"""
+
+
+def cosines_sql(corpus: str, space_id: int, vector: npt.NDArray[np.float32], source: str,
+                prefix: str) -> tuple[str, dict[str, Any]]:
+    """A SELECT of ``(entry_id, score)``: the cosine of ``vector`` with the stored vector of
+    each entry of the CTE ``source`` (column ``entry_id``) in space ``space_id``, the
+    expression a ranking scores with (entries without a vector there are left out)."""
+    p = prefix
+    text = _COSINES.format(p=p, sid=int(space_id), source=source,
+                           score=score(f"{p}_y.embedding <=> CAST(:{p}_q AS vector)"))
+    return text, {f"{p}_c": corpus, f"{p}_q": vector}
 
 
 @lru_cache(maxsize=512)
