@@ -68,7 +68,7 @@ __all__ = [
 #: Fusion weight of the original query's ranking in multi_query by name with RM3 (the expanded query: 1).
 MULTI_QUERY_ORIGINAL_WEIGHT = 3.0
 
-#: Fusion weight of the graph stream in hybrid by name (BM25 and vector: 1). 0: the stream
+#: Fusion weight of the graph stream in hybrid by name (BM25 and vector: the default fusion's). 0: the stream
 #: is built but not run; weights 0.02-2 all ranked below it on CACM's citation links.
 HYBRID_GRAPH_WEIGHT = 0.0
 
@@ -153,6 +153,7 @@ def _graph(store: Store, options: StrategyOptions) -> RAGStrategy:
 
 def _hybrid(store: Store, options: StrategyOptions) -> RAGStrategy:
     from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._strategies.fusion import DEFAULT_FUSION, default_weights
     from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 
     graph: RAGStrategy | None = None
@@ -161,7 +162,8 @@ def _hybrid(store: Store, options: StrategyOptions) -> RAGStrategy:
             graph = graph_strategy(store, include_seeds=False)  # the seeds are BM25's: counted once
     except StrategyUnavailableError:  # without a graph store the two streams stay fused
         graph = None
-    weights = None if graph is None else (1.0, 1.0, HYBRID_GRAPH_WEIGHT)
+    # The two streams keep the default fusion's weights; the graph stream gets its own.
+    weights = None if graph is None else (*default_weights(DEFAULT_FUSION, 2), HYBRID_GRAPH_WEIGHT)
     return HybridRAGStrategy(BM25Index(store), _vector_store(options), graph, weights=weights)
 
 
