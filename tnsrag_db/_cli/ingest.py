@@ -624,8 +624,8 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
         if not todo:
             continue
         try:
-            vectors.ingest(todo, batch_size=plan.batch_size, progress=advance, index_progress=index_advance,
-                           on_stop=plan.on_stop)
+            vectors.fill_vectors(todo, batch_size=plan.batch_size, progress=advance, index_progress=index_advance,
+                                 on_stop=plan.on_stop)
         except IngestInterrupted as exc:
             if exc.__cause__ is not None:
                 raise

@@ -1,6 +1,6 @@
 """The write side of a :class:`~tnsrag_db._indexes.vector.VectorMemoryStore`: which entries of a
-batch need a vector, and :class:`VectorWrite`, the extension that writes them in the entry
-write's transaction.
+batch need a vector, :class:`VectorWrite`, the extension that writes them in the entry
+write's transaction, and :func:`write_stored_vectors`, the vectors of stored entries alone.
 
 Which entries need a vector: new ones, those whose text changed and those lacking one in
 the space. A pre-read (:func:`needing_vectors`, before the transaction, so the embedding
@@ -11,6 +11,11 @@ source only) keeps the vector, so only those entries' stored texts are read back
 the transaction the entry write deletes the vectors of changed texts, and whatever still
 lacks one is embedded then (a concurrent writer changed it after the pre-read) and copied
 in binary form.
+
+The vector pass over entries already written (:func:`write_stored_vectors`, what
+:meth:`~tnsrag_db._indexes.vector.VectorMemoryStore.fill_vectors` runs after a keyword-first
+write) skips the entry write altogether: it locks the batch's stored entries, keeps those
+whose text is the one embedded, and copies the vectors they lack.
 
 The view imports this module (and SQLAlchemy with it) only when it writes: a process that
 only queries never loads it.
@@ -35,7 +40,7 @@ from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import WriteExtension, WriteReport, content_hash
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["VectorWrite", "needing_vectors", "on_connection", "run_on_primary"]
+__all__ = ["VectorWrite", "needing_vectors", "on_connection", "run_on_primary", "write_stored_vectors"]
 
 # The pre-read: per entry of the batch (one primary-key probe each, OFFSET 0 keeps it a
 # probe), whether its stored change hash equals the new one, its stored text only when it
@@ -60,6 +65,19 @@ SELECT i.id, {ROW_SECURITY_ACTIVE} AS rls FROM unnest(CAST(:ids AS text[])) AS i
 WHERE NOT EXISTS (
     SELECT 1 FROM embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id OFFSET 0
 )"""
+
+# The vector pass over stored entries: the batch's entries locked as every entry writer
+# takes them (FOR NO KEY UPDATE, in id order: no deadlock with a writer, and a concurrent
+# writer's change of the text waits for this commit, so no vector outlives its text), each
+# with whether its stored change hash is the one given and, when it is not, its stored text
+# (a metadata-only change keeps the text the vector was made of).
+_LOCK_STORED = """\
+SELECT e.id, e.content_hash = n.hash AS same,
+       CASE WHEN e.content_hash = n.hash THEN NULL ELSE e.content END AS content
+FROM unnest(CAST(:ids AS text[]), CAST(:hashes AS bytea[])) AS n(id, hash)
+JOIN entries e ON e.corpus = :c AND e.id = n.id
+ORDER BY e.id
+FOR NO KEY UPDATE OF e"""
 
 Vectors = dict[str, npt.NDArray[np.float32]]
 
@@ -170,3 +188,46 @@ class VectorWrite(WriteExtension):
             copy_vectors(conn, corpus, space.space_id, lacking, np.vstack([self._vectors[i] for i in lacking]),
                          row_security=bool(rows[0].rls))
         return space
+
+
+def write_stored_vectors(store: Store, spaces: ProviderSpaces, dimension: int, batch: Sequence[MemoryEntry],
+                         vectors: Vectors, *, stop: threading.Event | None = None) -> tuple[int, Space | None]:
+    """COPY ``vectors`` (by entry id, made of the texts of ``batch``) into the space of
+    ``dimension`` for the entries of ``batch`` that the corpus holds with that same text
+    and without a vector in the space, in one transaction of their own; nothing else is
+    written (no stage, no analysis, no entry row). An entry deleted, or whose text another
+    writer changed since, is left alone (that writer's own write keeps its vectors right).
+    ``stop``, once set, aborts the transaction after the current statement. Returns the
+    number of vectors written and the space (None when the corpus has no row)."""
+    corpus = spaces.corpus
+    by_id = {e.id: e for e in batch if e.id in vectors}
+    if not by_id:
+        return 0, None
+
+    def check_stop(*_: object) -> None:
+        if stop is not None and stop.is_set():
+            raise Stopped
+
+    def work(conn: Connection) -> tuple[int, Space | None]:
+        sa.event.listen(conn, "after_cursor_execute", check_stop)
+        try:
+            if not store.writer.corpus.lock(conn, shared=True):
+                return 0, None  # the corpus was dropped: its entries went with it
+            ids = sorted(by_id)
+            locked = conn.execute(sa.text(_LOCK_STORED), {"c": corpus, "ids": ids,
+                                                          "hashes": [content_hash(by_id[i]) for i in ids]}).all()
+            same = [r.id for r in locked if r.same or r.content == by_id[r.id].content]
+            if not same:
+                return 0, None
+            space = run_plan(spaces.ensure_plan(dimension), on_connection(conn))
+            rows = conn.execute(sa.text(_LACKING), {"c": corpus, "s": space.space_id, "ids": same}).all()
+            lacking = [r.id for r in rows]
+            if lacking:
+                copy_vectors(conn, corpus, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]),
+                             row_security=bool(rows[0].rls))
+                check_stop()
+            return len(lacking), space
+        finally:
+            sa.event.remove(conn, "after_cursor_execute", check_stop)
+
+    return store.writer.transaction(work, analyze=VectorWrite.analyze)
