@@ -10,18 +10,22 @@ Rows, each the median of ``--repeats`` runs:
 * ``paced calls``: the model alone in the calls a store makes of a local model (about
   half a second each, shortest texts first), no database: what the pacing costs;
 * ``vector pass``: what ``tnsrag ingest`` times after its keyword pass: the entries
-  already written without vectors (not timed), ``ingest`` embedding and writing their
-  vectors, in calls of about half a second (target ≥ 0.9× the model alone);
+  already written without vectors (not timed), ``fill_vectors`` embedding and writing
+  their vectors, in calls of about half a second (target ≥ 0.9× the model alone);
+* ``keyword-first``: both passes of ``tnsrag ingest`` timed together (``ingest`` with
+  ``vectors=False``, then ``fill_vectors``);
 
 on two text sets: the Cranfield abstracts (1,400 texts, ≈ 180 tokens on average) and
 ``--generated`` synthetic texts (default 10,000, ≈ 40 words, from ``bench/_corpus.py``).
 Then query time on the Cranfield corpus: the model's embedding of one query, and a
 whole hybrid search (BM25 + vector, RRF) including that embedding — medians over the
-225 Cranfield queries.
+225 Cranfield queries. ``--methods`` picks the end-to-end rows (comma-separated),
+``--no-cranfield`` keeps the generated texts only.
 
 Usage::
 
     python -m bench.bench_embed [--url URL] [--data DIR] [--generated N] [--repeats R] [--limit N] [--no-queries]
+        [--methods vector pass,keyword-first] [--no-cranfield]
 
 Without ``--url`` (or ``TNSRAG_DATABASE_URL``) a throwaway embedded server is started.
 The machine's other load moves these figures; compare rows of the same run.
@@ -65,8 +69,11 @@ def _ingest_once(url: str, model: OnnxEmbedding, entries: Sequence[MemoryEntry],
             vectors = VectorMemoryStore(store, model, index_threshold=None)
             if method == "vector pass":  # the keyword pass of tnsrag ingest first, not timed
                 vectors.ingest(entries, vectors=False)
-                method = "ingest"
+                method = "fill_vectors"
             started = time.perf_counter()
+            if method == "keyword-first":  # both passes of tnsrag ingest, timed together
+                vectors.ingest(entries, vectors=False)
+                method = "fill_vectors"
             getattr(vectors, method)(entries)
             return time.perf_counter() - started
         finally:
@@ -84,15 +91,17 @@ def _paced_once(model: OnnxEmbedding, texts: Sequence[str]) -> float:
     return time.perf_counter() - started
 
 
+METHODS = ("paced calls", "ingest", "add_all", "vector pass", "keyword-first")
+
+
 def throughput(url: str, model: OnnxEmbedding, label: str, entries: Sequence[MemoryEntry],
-               repeats: int) -> list[tuple[str, str, float, str]]:
+               repeats: int, methods: Sequence[str] = METHODS) -> list[tuple[str, str, float, str]]:
     """Each repeat runs the model alone, then each end-to-end method, back to back: a ratio
     is the median over the repeats of a method's rate over the model's rate of the same
     repeat (other jobs' load drifts less between neighbours than over a whole run)."""
     texts = [e.content for e in entries]
     model.embed_batch(texts[:64])  # warm-up: first-run allocations
     tokens = statistics.mean(min(model.count_tokens(t), model.max_tokens) for t in texts[:500])
-    methods = ("paced calls", "ingest", "add_all", "vector pass")
     alone: list[float] = []
     seconds: dict[str, list[float]] = {m: [] for m in methods}
     for _ in range(repeats):
@@ -106,7 +115,8 @@ def throughput(url: str, model: OnnxEmbedding, label: str, entries: Sequence[Mem
         rate = len(texts) / statistics.median(seconds[method])
         ratio = statistics.median(a / b for a, b in zip(alone, seconds[method]))
         what = {"paced calls": "model in calls of ~0.5 s (no database)",
-                "vector pass": "vector pass (tnsrag ingest)"}.get(method, f"end to end ({method})")
+                "vector pass": "vector pass (tnsrag ingest)",
+                "keyword-first": "both passes (tnsrag ingest)"}.get(method, f"end to end ({method})")
         rows.append((label, what, rate, f"{ratio:.2f}x model (paired)"))
     return rows
 
@@ -145,6 +155,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="use only the first N Cranfield abstracts (default: all 1400; for busy machines)")
     parser.add_argument("--no-queries", action="store_true", help="skip the query times (throughput rows only)")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated end-to-end rows to run (default: {','.join(METHODS)})")
+    parser.add_argument("--no-cranfield", action="store_true", help="the generated texts only")
     args = parser.parse_args()
     model = default_model()
     documents = load_documents(args.data)[:args.limit]
@@ -154,8 +167,10 @@ def main() -> None:
           f"{os.cpu_count()} cores; medians of {args.repeats} runs")
     print(f"\n{'texts':<10} {'what':<48} {'docs/s':>8}  ratio", flush=True)
     with database_url(args.url) as url:
-        for label, entries in (("cranfield", documents), ("generated", generated)):
-            for label_, what, rate, ratio in throughput(url, model, label, entries, args.repeats):
+        sets = (("cranfield", documents), ("generated", generated))[1 if args.no_cranfield else 0:]
+        for label, entries in sets:
+            for label_, what, rate, ratio in throughput(url, model, label, entries, args.repeats,
+                                                        args.methods.split(",")):
                 print(f"{label_:<10} {what:<48} {rate:>8.1f}  {ratio}", flush=True)
         if args.no_queries:
             return

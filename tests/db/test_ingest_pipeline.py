@@ -107,6 +107,49 @@ def test_ingest_reports_phases_and_is_idempotent(store: Store) -> None:
     assert hits[0][0] == data[6].id and hits[0][1] == pytest.approx(1.0)
 
 
+def test_fill_vectors_writes_only_the_vectors_of_entries_stored_with_their_text(store: Store) -> None:
+    data = entries(7)
+    VectorMemoryStore(store, HashingEmbedding(16)).ingest(data, batch_size=3, vectors=False)
+    store.add(MemoryEntry(data[1].id, "another writer's text"))  # changed after the keyword pass
+    store.delete(data[2].id)  # and deleted
+    sql = "SELECT id, xmin::text AS x FROM entries WHERE corpus = :c"
+    before = {r.id: r.x for r in store.read(sql, {"c": store.corpus})}
+    postings = store.read("SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c", {"c": store.corpus})[0].n
+    events: list[tuple[str, str]] = []
+    embedding = Recording(events)
+    vectors = VectorMemoryStore(store, embedding)
+    statements: list[str] = []
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(store.engine, "after_cursor_execute", on_execute)
+    try:
+        counts = vectors.fill_vectors(data, batch_size=3)
+    finally:
+        sa.event.remove(store.engine, "after_cursor_execute", on_execute)
+    assert counts == IngestCounts(unchanged=7)
+    # Nothing staged, no entry row written: the entries and their postings are as they were.
+    assert not any(("tnsrag_stage_entries" in s and "CREATE TEMP TABLE" not in s) or "INSERT INTO entries" in s
+                   for s in statements)
+    assert {r.id: r.x for r in store.read(sql, {"c": store.corpus})} == before
+    assert store.read("SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c", {"c": store.corpus})[0].n == postings
+    # A vector for each entry stored with the text it was made of; none for the changed
+    # text (its own writer's business) nor for the deleted entry (not written back).
+    stored = vectors.stored_vectors([e.id for e in data], 16)
+    assert sorted(stored) == [e.id for e in data if e.id not in (data[1].id, data[2].id)]
+    for e in data:
+        if e.id in stored:
+            assert np.allclose(stored[e.id], HashingEmbedding(16)(e.content))
+    assert store.get(data[2].id) is None and store.get(data[1].id).content == "another writer's text"
+    # Again: the vectors are there, so only the changed and the deleted entry (both of the
+    # first batch) are embedded, in one call, and get no vector again.
+    events.clear()
+    assert vectors.fill_vectors(data, batch_size=3) == IngestCounts(unchanged=7)
+    assert events == [("embed", data[1].content)]
+    assert sorted(vectors.stored_vectors([e.id for e in data], 16)) == sorted(stored)
+
+
 def test_ingest_error_after_some_batches_keeps_them_and_names_the_cause(store: Store) -> None:
     def fail_third(n: int) -> None:
         if n == 3:

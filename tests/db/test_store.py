@@ -127,6 +127,28 @@ def test_a_bulk_write_refreshes_planner_statistics(fresh_db_url: object, monkeyp
     store.close()
 
 
+def test_a_batched_ingest_refreshes_planner_statistics_once_for_all_its_batches(fresh_db_url: object) -> None:
+    # Each batch commits on its own, below the threshold; the ingest as a whole is above it.
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._store.store import connect
+    from tnsrag_db.embeddings import HashingEmbedding
+
+    store = connect(fresh_db_url, corpus="batched", auto_migrate=True, analyze_after_rows=30)  # type: ignore[arg-type]
+    entries = [MemoryEntry(f"b-{i}", f"batched entry {i}") for i in range(400)]
+    VectorMemoryStore(store, HashingEmbedding(16)).ingest(entries, batch_size=100, vectors=False)
+    with store.session.transaction() as conn:
+        estimated = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
+    assert estimated == 400
+    # A second corpus, under a tenth of the table but unknown to the statistics: refreshed too.
+    other = connect(fresh_db_url, corpus="other", auto_migrate=True, analyze_after_rows=30)  # type: ignore[arg-type]
+    VectorMemoryStore(other, HashingEmbedding(16)).ingest(entries[:35], batch_size=10, vectors=False)
+    with other.session.transaction() as conn:
+        estimated = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
+    assert estimated == 435
+    store.close()
+    other.close()
+
+
 def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Store, engine: sa.Engine,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # A concurrent index build holds SHARE UPDATE EXCLUSIVE on embeddings and waits for

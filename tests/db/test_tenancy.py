@@ -132,6 +132,10 @@ def test_the_library_works_for_a_tenant_on_its_own_corpus(tenants: Tenants) -> N
         assert [i for i, _ in vectors.search("refund policy 3", 3)]
         hybrid = HybridRAGStrategy(BM25Index(store), vectors).retrieve("refund policy 3")
         assert hybrid and all(d.content.startswith("acme") for d in hybrid)
+        # The vector pass of a keyword-first ingest, under the policies: another space filled.
+        wider = VectorMemoryStore(store, HashingEmbedding(48), index_threshold=None)
+        wider.fill_vectors(list(store.iter_entries()), batch_size=5)
+        assert wider.count() == 12
         assert store.delete("acme11") is True and store.count() == 11
     # The tenant sees its own grant and no other.
     engine = create_engine(tenants.a, schema=SCHEMA, pool_size=1)

@@ -60,8 +60,8 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
             try:
                 # The stored entries are unchanged, so only the vectors they lack are embedded
                 # and written; each batch embeds on a worker while the previous one is written.
-                vectors.ingest(store.iter_entries(batch_size=batch_size), batch_size=batch_size, progress=advance,
-                               on_stop=lambda: tqdm.write(STOPPING, file=sys.stderr))
+                vectors.fill_vectors(store.iter_entries(batch_size=batch_size), batch_size=batch_size,
+                                     progress=advance, on_stop=lambda: tqdm.write(STOPPING, file=sys.stderr))
             except IngestInterrupted as exc:
                 if exc.__cause__ is not None:
                     raise

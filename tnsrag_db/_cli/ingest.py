@@ -1,13 +1,13 @@
 """``tnsrag ingest``: read a document tree into a corpus, batch by batch, with progress.
 
-The steps: pick the embedding (:func:`choose_embedding`), then
-:meth:`VectorMemoryStore.ingest` twice: the entries without vectors (each batch commits
-on its own and is keyword-searchable at once, written as the files are read:
-:func:`_write_streaming`), then their vectors (embedding overlaps the writes), then the
-summary. A run that must see every file before writing (``--strict`` refuses any skip,
-``--dry-run``, ``--prune``, JSONL records, two roots giving one path) reads and validates
-everything first (:func:`_write`), and prunes last. What PATHs are and the ids they give:
-:mod:`tnsrag_db._cli._roots`.
+The steps: pick the embedding (:func:`choose_embedding`), then :func:`_write`, the one
+writer: :meth:`VectorMemoryStore.ingest` of the entries without vectors (each batch
+commits on its own and is keyword-searchable at once, written as the files are read),
+then :meth:`VectorMemoryStore.fill_vectors` (only the vectors, embedding overlapping the
+writes), then the summary. A run that must see every file before writing (``--strict``
+refuses any skip, ``--dry-run``, ``--prune``, JSONL records, two roots giving one path)
+reads and validates everything first, hands the writer the whole list, and prunes last.
+What PATHs are and the ids they give: :mod:`tnsrag_db._cli._roots`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import hashlib
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -254,7 +254,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     """
     from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
     from tnsrag_db._cli._progress import ingest_progress
-    from tnsrag_db._cli._roots import ROOT_KEY, find_roots, read_roots
+    from tnsrag_db._cli._roots import ROOT_KEY, Reading, find_roots, iter_roots, read_roots
     from tnsrag_db._counts import IngestCounts
     from tnsrag_db._loaders import FileLoader
     from tnsrag_db._loaders.formats import file_format
@@ -310,10 +310,13 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             if streaming:
                 assert provider is not None  # resolved above: a streamed run reads no JSONL
                 claims = claims_of(item for selection in selections for item in selection)
-                reading, entries, counts, outcome = _write_streaming(
-                    roots, lambda root: loaders[roots.index(root)], shaped, plan, provider, progress, ledger,
-                    claims, read_progress)
+                reading = Reading([], [], [], {}, 0, {})
                 providers = [provider]
+                # Written batch by batch as the files are read and chunked.
+                counts, entries, outcome = _write(
+                    (shaped(e) for e in iter_roots(roots, lambda root: loaders[roots.index(root)], reading,
+                                                   read_progress)),
+                    plan, providers, progress, ledger, roots, claims)
                 read_seconds = outcome.pop("read_at") - started
             else:
                 try:
@@ -342,7 +345,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                 claims = {e.metadata["path"]: root.key for e in entries
                           if (root := reading.root_of.get(e.id)) is not None and e.metadata.get(ROOT_KEY) == root.key
                           and "path" in e.metadata}
-                counts, outcome = _write(entries, reading.edges, roots, plan, providers, progress, ledger, claims)
+                counts, _, outcome = _write(entries, plan, providers, progress, ledger, roots, claims, reading.edges)
             skipped = reading.skipped
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
@@ -418,18 +421,30 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
     return int(rows[0].n)
 
 
-def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan: _Plan, embeddings: list[Any],
-           progress: Any, ledger: _Ledger, claims: dict[str, str]) -> tuple[Any, dict[str, Any]]:
-    """Connect, refuse files whose ids another root's entries hold (``claims``: id path ->
-    root, :func:`~tnsrag_db._cli._roots.check_roots`), find what ``--prune`` removes
-    (asking first when that is more than the run writes), write ``entries`` batch by
-    batch without vectors (keyword-searchable as each batch commits; their counts go to
-    ``ledger``), then fill their vectors
-    (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then prune. A dry run
-    classifies the entries against the stored ones instead and writes nothing. Returns
-    the entry counts and ``pruned``, ``duplicates`` (new entries whose text is stored
-    under another id), ``searchable_at`` (the ``time.perf_counter()`` when every entry
-    was written) and, for a dry run, ``prune_ids``."""
+def _write(entries: Iterable[MemoryEntry], plan: _Plan, embeddings: list[Any], progress: Any, ledger: _Ledger,
+           roots: list[Any], claims: dict[str, str], edges: Sequence[Any] = ()) -> tuple[Any, list[MemoryEntry],
+                                                                                      dict[str, Any]]:
+    """The one writer of ``tnsrag ingest``: connect, refuse files whose ids another root's
+    entries hold (``claims``: id path -> root, :func:`~tnsrag_db._cli._roots.check_roots`),
+    write ``entries`` batch by batch without vectors (keyword-searchable as each batch
+    commits; their counts go to ``ledger``), then fill their vectors
+    (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then the ``edges`` and
+    the prune.
+
+    ``entries`` is either the list of everything read and validated as a whole (a run that
+    must see every file first: ``--strict``, ``--dry-run``, ``--prune``, JSONL records):
+    then the ends of ``edges`` are checked and what ``--prune`` removes is found before
+    anything is written (asking first when that is more than the run writes), and a dry run
+    classifies the entries against the stored ones instead and writes nothing; or an
+    iterator of the entries as the files are read (:func:`_streamable`), whose batches are
+    then written while the next files are read and chunked. An error met while reading (two
+    files giving one id) stops the ingest there: the batches committed before stay, as
+    after an interrupt.
+
+    Returns the entry counts, the entries written and the outcome: ``duplicates`` (new
+    entries whose text is stored under another id), ``first_searchable_at`` (the
+    ``time.perf_counter()`` when the first batch committed), ``searchable_at`` (every entry
+    written), ``read_at`` (every entry read), ``pruned`` and, for a dry run, ``prune_ids``."""
     from tnsrag_db._cli._roots import check_roots, stale_ids
     from tnsrag_db._cli._schema import open_existing
     from tnsrag_db._counts import IngestCounts
@@ -438,39 +453,61 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
     from tnsrag_db._store.store import connect
     from tnsrag_db._store.write import content_hash
 
-    if not entries and not plan.prune:
-        return IngestCounts(), {}
+    whole = entries if isinstance(entries, list) else None
+    if whole is not None and not whole and not plan.prune:
+        return IngestCounts(), [], {}
     if plan.dry_run:
         store = open_existing(plan.url, plan.schema, plan.corpus)  # a dry run creates no schema
     else:
         store = connect(plan.url, corpus=plan.corpus, schema=plan.schema,
                         auto_migrate=None if plan.url is None else False)
+    outcome: dict[str, Any] = {}
+    written: list[MemoryEntry] = []
+    fresh: list[MemoryEntry] = []  # entries whose id the corpus did not hold before this run
     with store:
         check_roots(store, roots, claims)
-        if edges:
-            _check_edge_ends(store, edges, {e.id for e in entries})
-        run_ids = [e.id for e in entries]
-        stale = stale_ids(store, roots, set(run_ids)) if plan.prune else []
-        stored = store.content_hashes(run_ids) if entries else {}
-        fresh = [e for e in entries if e.id not in stored]
-        # Entries about to be pruned do not count as "stored under other ids".
-        outcome: dict[str, Any] = {"duplicates": _duplicates(store, fresh, run_ids + stale)}
-        if plan.dry_run:
-            unchanged = sum(1 for e in entries if stored.get(e.id) == content_hash(e))
-            outcome.update(prune_ids=sorted(stale, key=natural_key), pruned=len(stale) if plan.prune else None)
-            return IngestCounts(len(fresh), len(stored) - unchanged, unchanged), outcome
-        if len(stale) > len(entries):
-            with progress.held():
-                confirm_destruction(f"prune {plural(len(stale), 'entry')} of corpus {plan.corpus!r} read earlier from "
-                                    f"{_roots_text(roots)}: more than the {len(entries)} this run writes "
-                                    "(--dry-run lists them)", yes=plan.yes)
-        # Bound to the corpus's spaces: a provider whose dimension differs from its own
-        # stored space is refused before anything is written.
+        stale: list[str] = []
+        if whole is not None:
+            if edges:
+                _check_edge_ends(store, edges, {e.id for e in whole})
+            stale = stale_ids(store, roots, {e.id for e in whole}) if plan.prune else []
+            if plan.dry_run:
+                stored = store.content_hashes([e.id for e in whole]) if whole else {}
+                new = [e for e in whole if e.id not in stored]
+                unchanged = sum(1 for e in whole if stored.get(e.id) == content_hash(e))
+                # Entries about to be pruned do not count as "stored under other ids".
+                outcome.update(duplicates=_duplicates(store, new, [e.id for e in whole] + stale),
+                               prune_ids=sorted(stale, key=natural_key), pruned=len(stale) if plan.prune else None)
+                return IngestCounts(len(new), len(stored) - unchanged, unchanged), whole, outcome
+            if len(stale) > len(whole):
+                with progress.held():
+                    confirm_destruction(f"prune {plural(len(stale), 'entry')} of corpus {plan.corpus!r} read earlier "
+                                        f"from {_roots_text(roots)}: more than the {len(whole)} this run writes "
+                                        "(--dry-run lists them)", yes=plan.yes)
+        # Bound to the corpus's spaces before anything is written: a provider whose
+        # dimension differs from its own stored space is refused here.
         views = [VectorMemoryStore(store, bind_embedding(store, embedding)) for embedding in embeddings]
+
+        def taken(batch: list[MemoryEntry]) -> list[MemoryEntry]:
+            # Read before the batch is written (the ingest reads one batch ahead of its writes).
+            stored = store.content_hashes([e.id for e in batch]) if batch else {}
+            fresh.extend(e for e in batch if e.id not in stored)
+            written.extend(batch)
+            return batch
+
+        def batches() -> Iterator[MemoryEntry]:
+            batch: list[MemoryEntry] = []
+            for entry in entries:
+                batch.append(entry)
+                if len(batch) == plan.batch_size:
+                    yield from taken(batch)
+                    batch = []
+            yield from taken(batch)
+            outcome["read_at"] = time.perf_counter()
 
         def advance(phase: str, done: int, total: int | None) -> None:
             if phase == "write":  # the read line counts files, done by now; nothing embeds
-                progress.update(phase, done, total)
+                progress.update(phase, done, total if whole is None else len(whole))
                 if done:
                     outcome.setdefault("first_searchable_at", time.perf_counter())
 
@@ -478,11 +515,16 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
             progress.update("index", done, total, note=phase)
 
         progress.start("write")
-        counts = views[0].ingest(entries, batch_size=plan.batch_size, progress=advance, vectors=False,
+        counts = views[0].ingest(batches(), batch_size=plan.batch_size, progress=advance, vectors=False,
                                  on_stop=plan.on_stop)
         ledger.committed = counts
         outcome["searchable_at"] = time.perf_counter()
-        _fill_vectors(store, views, entries, plan, progress, index_advance)
+        outcome.setdefault("read_at", outcome["searchable_at"])
+        progress.update("write", counts.total, len(written))
+        # After the writes, the run's own ids (and those pruned) left out: what the corpus
+        # held under other ids before this run.
+        outcome["duplicates"] = _duplicates(store, fresh, [e.id for e in written] + stale)
+        _fill_vectors(store, views, written, plan, progress, index_advance)
         if edges:
             from tnsrag_db._indexes.graph import GraphStore
 
@@ -492,12 +534,12 @@ def _write(entries: list[MemoryEntry], edges: list[Any], roots: list[Any], plan:
             GraphStore(store).add_edges(edges)
         if plan.prune:
             outcome["pruned"] = store.delete_many(stale)
-        return counts, outcome
+    return counts, written, outcome
 
 
 def _streamable(selections: list[list[tuple[Path, str, str | None]]]) -> bool:
     """Whether the files each loader selected (:meth:`FileLoader.selected_roots`) can be
-    written while they are read (see :func:`_write_streaming`): none is JSONL (whose
+    written while they are read (see :func:`_write`): none is JSONL (whose
     records bring their own ids, edges and vectors, checked as a whole before anything is
     written) and no two roots give one file path (the ids would clash: reading everything
     first refuses that before writing)."""
@@ -510,76 +552,6 @@ def _streamable(selections: list[list[tuple[Path, str, str | None]]]) -> bool:
                 return False
             seen.add(rel)
     return True
-
-
-def _write_streaming(roots: list[Any], make_loader: Any, shaped: Any, plan: _Plan, provider: Any, progress: Any,
-                     ledger: _Ledger, claims: dict[str, str],
-                     read_progress: Any) -> tuple[Any, list[MemoryEntry], Any, dict[str, Any]]:
-    """The ingest of files that need no check as a whole (:func:`_streamable`): the entries
-    are written batch by batch without vectors *as the files are read*, each batch
-    committing (keyword-searchable) while the next files are read and chunked; then their
-    vectors are filled (:func:`_fill_vectors`). ``shaped(entry)`` applies --source and --meta.
-    Files whose ids another root's entries hold (``claims``: the id path of every file
-    selected -> its root) are refused first, before any file is read or anything written.
-
-    Returns the reading (skips, files read), the entries, their counts and the outcome:
-    ``duplicates``, ``first_searchable_at`` (``time.perf_counter()`` when the first batch
-    committed), ``searchable_at`` (every entry written) and ``read_at`` (every file read).
-    An error met while reading (two files giving one id) stops the ingest there: the
-    batches committed before stay, as after an interrupt."""
-    from tnsrag_db._cli._roots import Reading, check_roots, iter_roots
-    from tnsrag_db._indexes.vector import VectorMemoryStore
-    from tnsrag_db._indexes.vector.spaces import bind_embedding
-    from tnsrag_db._store.store import connect
-
-    reading = Reading([], [], [], {}, 0, {})
-    entries = reading.entries
-    fresh: list[MemoryEntry] = []  # entries whose id the corpus did not hold before this run
-    outcome: dict[str, Any] = {}
-    store = connect(plan.url, corpus=plan.corpus, schema=plan.schema, auto_migrate=None if plan.url is None else False)
-    with store:
-        check_roots(store, roots, claims)
-        # Bound before anything is written: a provider whose dimension differs from its
-        # own stored space is refused here.
-        view = VectorMemoryStore(store, bind_embedding(store, provider))
-
-        def taken(batch: list[MemoryEntry]) -> list[MemoryEntry]:
-            # Read before the batch is written (the ingest reads one batch ahead of its writes).
-            stored = store.content_hashes([e.id for e in batch]) if batch else {}
-            fresh.extend(e for e in batch if e.id not in stored)
-            entries.extend(batch)
-            return batch
-
-        def source() -> Iterator[MemoryEntry]:
-            batch: list[MemoryEntry] = []
-            for entry in iter_roots(roots, make_loader, reading, read_progress):
-                batch.append(shaped(entry))
-                if len(batch) == plan.batch_size:
-                    yield from taken(batch)
-                    batch = []
-            yield from taken(batch)
-            outcome["read_at"] = time.perf_counter()
-
-        def advance(phase: str, done: int, total: int | None) -> None:
-            if phase == "write":
-                progress.update(phase, done, total)
-                if done:
-                    outcome.setdefault("first_searchable_at", time.perf_counter())
-
-        def index_advance(phase: str, done: int, total: int) -> None:
-            progress.update("index", done, total, note=phase)
-
-        progress.start("write")
-        counts = view.ingest(source(), batch_size=plan.batch_size, progress=advance, vectors=False,
-                             on_stop=plan.on_stop)
-        ledger.committed = counts
-        outcome["searchable_at"] = time.perf_counter()
-        outcome.setdefault("read_at", outcome["searchable_at"])
-        progress.update("write", counts.total, len(entries))
-        # After the writes: the run's own ids are left out, so this counts what it did before.
-        outcome["duplicates"] = _duplicates(store, fresh, [e.id for e in entries])
-        _fill_vectors(store, [view], entries, plan, progress, index_advance)
-    return reading, entries, counts, outcome
 
 
 @dataclasses.dataclass
@@ -625,8 +597,8 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
         if not todo:
             continue
         try:
-            vectors.ingest(todo, batch_size=plan.batch_size, progress=advance, index_progress=index_advance,
-                           on_stop=plan.on_stop)
+            vectors.fill_vectors(todo, batch_size=plan.batch_size, progress=advance, index_progress=index_advance,
+                                 on_stop=plan.on_stop)
         except IngestInterrupted as exc:
             if exc.__cause__ is not None:
                 raise

@@ -333,7 +333,9 @@ class Writer:
         """ANALYZE ``entries`` and ``bm25_postings`` (and ``extra_tables``, library table
         names) after a bulk write of ``written`` rows, when that is at least 10 % of the
         ``entries`` table (autovacuum's rule, but now rather than a minute later: until then
-        the planner sizes a freshly loaded corpus from stale statistics and picks slow plans).
+        the planner sizes a freshly loaded corpus from stale statistics and picks slow plans),
+        or when the planner estimates the corpus at less than a tenth of ``written`` (a new
+        corpus in a large table).
 
         Skipped below :attr:`analyze_after_rows` rows. Runs in a transaction of its own after
         the write committed and never waits for a table lock (``SKIP_LOCKED``): a table that
@@ -349,10 +351,19 @@ class Writer:
             return False
         with self._session.transaction(limited=False) as conn:
             rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
-            if rows >= 0 and written < 0.1 * rows:
+            if rows >= 0 and written < 0.1 * rows and self._planned_rows(conn) * 10 >= written:
                 return False
         self._analyze(("entries", "bm25_postings", *extra_tables))
         return True
+
+    def _planned_rows(self, conn: Connection) -> float:
+        """The planner's estimate of the corpus's entries. A corpus the statistics have not
+        seen is about one row to it, however large the table: a write that is a small share
+        of the table but most of its corpus refreshes them too, or every probe of the
+        corpus's entries by id may take an index on ``corpus`` alone and scan them all."""
+        plan = conn.execute(sa.text("EXPLAIN (FORMAT JSON) SELECT 1 FROM entries WHERE corpus = :c"),
+                            {"c": self._corpus.name}).scalar_one()
+        return float(plan[0]["Plan"]["Plan Rows"])
 
     def _analyze(self, tables: Sequence[str]) -> None:
         """``ANALYZE (SKIP_LOCKED)`` of library tables, in a transaction of its own."""

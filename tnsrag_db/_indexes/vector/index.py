@@ -443,10 +443,20 @@ class VectorMemoryStore:
         ``vectors=False`` (default True) writes the entries only: content, metadata and
         BM25 postings, batch by batch as above but embedding nothing, so each batch is
         keyword-searchable as soon as it commits (a changed text still loses its stale
-        vector). A second call with the default then finds those entries unchanged and
-        embeds only the ones lacking a vector in this space: the two calls are the
-        keyword-first ingest of ``tnsrag ingest``, and an interrupted second call resumes
-        by running again.
+        vector). :meth:`fill_vectors` then embeds and writes only the vectors those entries
+        lack in this space, staging nothing again: the two calls are the keyword-first
+        ingest of ``tnsrag ingest``, and an interrupted second call resumes by running
+        again.
+
+        A batch commits without waiting for its WAL to reach the disk: a crash of the
+        server may lose the batches committed in its last moments, each whole, and the
+        same call run again writes them again (an interrupt or an error loses nothing
+        committed). :meth:`fill_vectors` commits its batches the same way.
+
+        Once every batch is written, the planner statistics of the entries are refreshed
+        when the call wrote a large share of them (the rule of a single bulk write, see
+        :meth:`~tnsrag_db._store.corpus.Writer.refresh_statistics`), so the corpus just
+        loaded is planned for as it is.
         """
         from tnsrag_db._indexes.vector.ingest import run_ingest
 
@@ -463,8 +473,57 @@ class VectorMemoryStore:
         def write(batch: ValidatedBatch, batch_vectors: Vectors,
                   stop: threading.Event) -> tuple[WriteReport, Space | None]:
             return self._write_batch(store, batch, batch_vectors, batch_size, stop=stop, embed_lock=embed_lock,
-                                     with_vectors=vectors)
+                                     with_vectors=vectors, relaxed_commit=True)
 
+        counts = run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress),
+                            on_stop)
+        # Each batch is too small to refresh the planner statistics on its own, so the call
+        # refreshes them once for all it wrote: to statistics taken before, a new corpus is
+        # one row, and a probe of its entries by id may then scan the whole corpus per id.
+        store.writer.refresh_statistics(counts.inserted + counts.updated)
+        return counts
+
+    def fill_vectors(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
+                     progress: IngestProgress | None = None, index_progress: IndexProgress | None = None,
+                     on_stop: Callable[[], None] | None = None) -> IngestCounts:
+        """Embed and write the vectors of entries the corpus already holds, writing nothing
+        else: the vector pass after :meth:`ingest` with ``vectors=False`` (and ``tnsrag
+        embed``'s over the stored entries).
+
+        The loop is :meth:`ingest`'s (batches read one ahead, each embedded on a worker
+        while the previous one's vectors are written, Ctrl-C and ``on_stop`` alike, the
+        HNSW index built at the end once due, the same ``progress`` phases), but a batch
+        is neither staged nor analysed: its transaction locks its stored entries, and
+        copies the vectors of those stored with the same text and lacking one in this
+        view's space. Entries that already have a vector are not embedded (a pre-read
+        per batch), so an interrupted call resumes by running again. An entry the corpus
+        does not hold, or holds with another text (a concurrent writer changed it), gets
+        no vector here. Returns the entries' counts: all of them ``unchanged`` (none is
+        written). Errors as in :meth:`ingest`.
+        """
+        from tnsrag_db._indexes.vector.ingest import run_ingest
+        from tnsrag_db._indexes.vector.write import write_stored_vectors
+        from tnsrag_db._store.write import WriteReport
+
+        check_int(batch_size, "batch_size", minimum=1)
+        store = self._writable("fill_vectors")
+
+        def prepare(batch: ValidatedBatch, embedded: Callable[[int], None]) -> Vectors:
+            return self._prepare(batch, batch_size, embedded)
+
+        def write(batch: ValidatedBatch, batch_vectors: Vectors,
+                  stop: threading.Event) -> tuple[WriteReport, Space | None]:
+            space = None
+            if batch_vectors and self._dimension is not None:
+                _, space = write_stored_vectors(store, self._spaces, self._dimension, batch, batch_vectors, stop=stop)
+            return WriteReport(unchanged=[e.id for e in batch]), space
+
+        return run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress), on_stop)
+
+    def _builder(self, store: Store,
+                 index_progress: IndexProgress | None) -> Callable[[Space, Callable[[str, int, int], None]], None]:
+        """The end of :meth:`ingest` and :meth:`fill_vectors`: the space's index once due,
+        its progress to the loop's ``advance`` and to ``index_progress``."""
         def build(space: Space, advance: Callable[[str, int, int], None]) -> None:
             def index_advance(phase: str, done: int, of: int) -> None:
                 advance(phase, done, of)
@@ -473,7 +532,7 @@ class VectorMemoryStore:
 
             self._maybe_build_index(store, space, index_advance)
 
-        return run_ingest(entries, batch_size, progress, prepare, write, build, on_stop)
+        return build
 
     def _prepare(self, batch: Sequence[MemoryEntry], batch_size: int,
                  progress: Callable[[int], None] | None = None) -> Vectors:
@@ -508,16 +567,18 @@ class VectorMemoryStore:
 
     def _write_batch(self, store: Store, batch: ValidatedBatch, vectors: Vectors, batch_size: int, *,
                      check: Callable[[Connection], None] | None = None, stop: threading.Event | None = None,
-                     embed_lock: threading.Lock | None = None,
-                     with_vectors: bool = True) -> tuple[WriteReport, Space | None]:
+                     embed_lock: threading.Lock | None = None, with_vectors: bool = True,
+                     relaxed_commit: bool = False) -> tuple[WriteReport, Space | None]:
         """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
         meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement.
-        ``with_vectors=False`` writes the entries only (no space: None)."""
+        ``with_vectors=False`` writes the entries only (no space: None); ``relaxed_commit``:
+        a batch of :meth:`ingest` (see :data:`~tnsrag_db._indexes.vector.write.RELAXED_COMMIT`)."""
         from tnsrag_db._indexes.vector.write import VectorWrite
 
         extension = VectorWrite(self._spaces, self._dimension, vectors,
                                 lambda entries: self._embed_entries(entries, batch_size),
-                                check=check, stop=stop, embed_lock=embed_lock, with_vectors=with_vectors)
+                                check=check, stop=stop, embed_lock=embed_lock, with_vectors=with_vectors,
+                                relaxed_commit=relaxed_commit)
         report = store.write(batch, extensions=[extension])
         return report, extension.space
 

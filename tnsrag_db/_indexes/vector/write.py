@@ -1,6 +1,6 @@
 """The write side of a :class:`~tnsrag_db._indexes.vector.VectorMemoryStore`: which entries of a
-batch need a vector, and :class:`VectorWrite`, the extension that writes them in the entry
-write's transaction.
+batch need a vector, :class:`VectorWrite`, the extension that writes them in the entry
+write's transaction, and :func:`write_stored_vectors`, the vectors of stored entries alone.
 
 Which entries need a vector: new ones, those whose text changed and those lacking one in
 the space. A pre-read (:func:`needing_vectors`, before the transaction, so the embedding
@@ -11,6 +11,11 @@ source only) keeps the vector, so only those entries' stored texts are read back
 the transaction the entry write deletes the vectors of changed texts, and whatever still
 lacks one is embedded then (a concurrent writer changed it after the pre-read) and copied
 in binary form.
+
+The vector pass over entries already written (:func:`write_stored_vectors`, what
+:meth:`~tnsrag_db._indexes.vector.VectorMemoryStore.fill_vectors` runs after a keyword-first
+write) skips the entry write altogether: it locks the batch's stored entries, keeps those
+whose text is the one embedded, and copies the vectors they lack.
 
 The view imports this module (and SQLAlchemy with it) only when it writes: a process that
 only queries never loads it.
@@ -35,7 +40,8 @@ from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import WriteExtension, WriteReport, content_hash
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["VectorWrite", "needing_vectors", "on_connection", "run_on_primary"]
+__all__ = ["RELAXED_COMMIT", "VectorWrite", "needing_vectors", "on_connection", "run_on_primary",
+           "write_stored_vectors"]
 
 # The pre-read: per entry of the batch (one primary-key probe each, OFFSET 0 keeps it a
 # probe), whether its stored change hash equals the new one, its stored text only when it
@@ -60,6 +66,26 @@ SELECT i.id, {ROW_SECURITY_ACTIVE} AS rls FROM unnest(CAST(:ids AS text[])) AS i
 WHERE NOT EXISTS (
     SELECT 1 FROM embeddings x WHERE x.corpus = :c AND x.space_id = :s AND x.entry_id = i.id OFFSET 0
 )"""
+
+# The vector pass over stored entries: the batch's entries locked as every entry writer
+# takes them (FOR NO KEY UPDATE, in id order: no deadlock with a writer, and a concurrent
+# writer's change of the text waits for this commit, so no vector outlives its text), each
+# with whether its stored change hash is the one given and, when it is not, its stored text
+# (a metadata-only change keeps the text the vector was made of).
+_LOCK_STORED = """\
+SELECT e.id, e.content_hash = n.hash AS same,
+       CASE WHEN e.content_hash = n.hash THEN NULL ELSE e.content END AS content
+FROM unnest(CAST(:ids AS text[]), CAST(:hashes AS bytea[])) AS n(id, hash)
+JOIN entries e ON e.corpus = :c AND e.id = n.id
+ORDER BY e.id
+FOR NO KEY UPDATE OF e"""
+
+#: What a batch of an ingest runs first: its commit does not wait for its WAL to reach the
+#: disk. A crash of the server (or of its machine) may lose the batches committed in the
+#: last moments before it, each whole (a transaction is never partly kept), and the same
+#: ingest run again writes them again; an interrupted or failed ingest loses nothing it
+#: committed. Every other write stays durable at its commit.
+RELAXED_COMMIT = "SET LOCAL synchronous_commit = off"
 
 Vectors = dict[str, npt.NDArray[np.float32]]
 
@@ -104,7 +130,8 @@ def needing_vectors(store: Store, spaces: ProviderSpaces, dimension: int,
 class VectorWrite(WriteExtension):
     """A batch's vectors joining its entry write: ``check`` and the vectors after the
     entries (none when ``with_vectors`` is False); with ``stop``, a check after every
-    statement that aborts the write once set.
+    statement that aborts the write once set; with ``relaxed_commit``, an ingest's batch
+    (:data:`RELAXED_COMMIT`).
 
     ``vectors`` are the batch's prepared vectors by entry id (from the pre-read), in the
     space of ``dimension`` (None: nothing embedded and no dimension known, so nothing to
@@ -117,7 +144,8 @@ class VectorWrite(WriteExtension):
     def __init__(self, spaces: ProviderSpaces, dimension: int | None, vectors: Vectors,
                  embed: Callable[[Sequence[MemoryEntry]], npt.NDArray[np.float32]], *,
                  check: Callable[[Connection], None] | None = None, stop: threading.Event | None = None,
-                 embed_lock: threading.Lock | None = None, with_vectors: bool = True) -> None:
+                 embed_lock: threading.Lock | None = None, with_vectors: bool = True,
+                 relaxed_commit: bool = False) -> None:
         self._spaces = spaces
         self._dimension = dimension
         self._vectors = vectors
@@ -126,6 +154,7 @@ class VectorWrite(WriteExtension):
         self._stop = stop
         self._embed_lock = embed_lock
         self._with_vectors = with_vectors
+        self._relaxed_commit = relaxed_commit
         self.space: Space | None = None
 
     def _stop_check(self, *_: object) -> None:
@@ -133,6 +162,8 @@ class VectorWrite(WriteExtension):
             raise Stopped
 
     def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
+        if self._relaxed_commit:
+            conn.execute(sa.text(RELAXED_COMMIT))
         if self._stop is not None:
             sa.event.listen(conn, "after_cursor_execute", self._stop_check)
 
@@ -170,3 +201,47 @@ class VectorWrite(WriteExtension):
             copy_vectors(conn, corpus, space.space_id, lacking, np.vstack([self._vectors[i] for i in lacking]),
                          row_security=bool(rows[0].rls))
         return space
+
+
+def write_stored_vectors(store: Store, spaces: ProviderSpaces, dimension: int, batch: Sequence[MemoryEntry],
+                         vectors: Vectors, *, stop: threading.Event | None = None) -> tuple[int, Space | None]:
+    """COPY ``vectors`` (by entry id, made of the texts of ``batch``) into the space of
+    ``dimension`` for the entries of ``batch`` that the corpus holds with that same text
+    and without a vector in the space, in one transaction of their own; nothing else is
+    written (no stage, no analysis, no entry row). An entry deleted, or whose text another
+    writer changed since, is left alone (that writer's own write keeps its vectors right).
+    ``stop``, once set, aborts the transaction after the current statement. Returns the
+    number of vectors written and the space (None when the corpus has no row)."""
+    corpus = spaces.corpus
+    by_id = {e.id: e for e in batch if e.id in vectors}
+    if not by_id:
+        return 0, None
+
+    def check_stop(*_: object) -> None:
+        if stop is not None and stop.is_set():
+            raise Stopped
+
+    def work(conn: Connection) -> tuple[int, Space | None]:
+        conn.execute(sa.text(RELAXED_COMMIT))  # a batch of the vector pass of an ingest
+        sa.event.listen(conn, "after_cursor_execute", check_stop)
+        try:
+            if not store.writer.corpus.lock(conn, shared=True):
+                return 0, None  # the corpus was dropped: its entries went with it
+            ids = sorted(by_id)
+            locked = conn.execute(sa.text(_LOCK_STORED), {"c": corpus, "ids": ids,
+                                                          "hashes": [content_hash(by_id[i]) for i in ids]}).all()
+            same = [r.id for r in locked if r.same or r.content == by_id[r.id].content]
+            if not same:
+                return 0, None
+            space = run_plan(spaces.ensure_plan(dimension), on_connection(conn))
+            rows = conn.execute(sa.text(_LACKING), {"c": corpus, "s": space.space_id, "ids": same}).all()
+            lacking = [r.id for r in rows]
+            if lacking:
+                copy_vectors(conn, corpus, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]),
+                             row_security=bool(rows[0].rls))
+                check_stop()
+            return len(lacking), space
+        finally:
+            sa.event.remove(conn, "after_cursor_execute", check_stop)
+
+    return store.writer.transaction(work, analyze=VectorWrite.analyze)
