@@ -473,7 +473,7 @@ class VectorMemoryStore:
         def write(batch: ValidatedBatch, batch_vectors: Vectors,
                   stop: threading.Event) -> tuple[WriteReport, Space | None]:
             return self._write_batch(store, batch, batch_vectors, batch_size, stop=stop, embed_lock=embed_lock,
-                                     with_vectors=vectors, relaxed_commit=True)
+                                     with_vectors=vectors)
 
         counts = run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress),
                             on_stop)
@@ -567,18 +567,16 @@ class VectorMemoryStore:
 
     def _write_batch(self, store: Store, batch: ValidatedBatch, vectors: Vectors, batch_size: int, *,
                      check: Callable[[Connection], None] | None = None, stop: threading.Event | None = None,
-                     embed_lock: threading.Lock | None = None, with_vectors: bool = True,
-                     relaxed_commit: bool = False) -> tuple[WriteReport, Space | None]:
+                     embed_lock: threading.Lock | None = None,
+                     with_vectors: bool = True) -> tuple[WriteReport, Space | None]:
         """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
         meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement.
-        ``with_vectors=False`` writes the entries only (no space: None); ``relaxed_commit``:
-        a batch of :meth:`ingest` (see :data:`~tnsrag_db._indexes.vector.write.RELAXED_COMMIT`)."""
+        ``with_vectors=False`` writes the entries only (no space: None)."""
         from tnsrag_db._indexes.vector.write import VectorWrite
 
         extension = VectorWrite(self._spaces, self._dimension, vectors,
                                 lambda entries: self._embed_entries(entries, batch_size),
-                                check=check, stop=stop, embed_lock=embed_lock, with_vectors=with_vectors,
-                                relaxed_commit=relaxed_commit)
+                                check=check, stop=stop, embed_lock=embed_lock, with_vectors=with_vectors)
         report = store.write(batch, extensions=[extension])
         return report, extension.space
 

@@ -40,8 +40,7 @@ from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import WriteExtension, WriteReport, content_hash
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["RELAXED_COMMIT", "VectorWrite", "needing_vectors", "on_connection", "run_on_primary",
-           "write_stored_vectors"]
+__all__ = ["VectorWrite", "needing_vectors", "on_connection", "run_on_primary", "write_stored_vectors"]
 
 # The pre-read: per entry of the batch (one primary-key probe each, OFFSET 0 keeps it a
 # probe), whether its stored change hash equals the new one, its stored text only when it
@@ -79,13 +78,6 @@ FROM unnest(CAST(:ids AS text[]), CAST(:hashes AS bytea[])) AS n(id, hash)
 JOIN entries e ON e.corpus = :c AND e.id = n.id
 ORDER BY e.id
 FOR NO KEY UPDATE OF e"""
-
-#: What a batch of an ingest runs first: its commit does not wait for its WAL to reach the
-#: disk. A crash of the server (or of its machine) may lose the batches committed in the
-#: last moments before it, each whole (a transaction is never partly kept), and the same
-#: ingest run again writes them again; an interrupted or failed ingest loses nothing it
-#: committed. Every other write stays durable at its commit.
-RELAXED_COMMIT = "SET LOCAL synchronous_commit = off"
 
 Vectors = dict[str, npt.NDArray[np.float32]]
 
@@ -130,8 +122,7 @@ def needing_vectors(store: Store, spaces: ProviderSpaces, dimension: int,
 class VectorWrite(WriteExtension):
     """A batch's vectors joining its entry write: ``check`` and the vectors after the
     entries (none when ``with_vectors`` is False); with ``stop``, a check after every
-    statement that aborts the write once set; with ``relaxed_commit``, an ingest's batch
-    (:data:`RELAXED_COMMIT`).
+    statement that aborts the write once set.
 
     ``vectors`` are the batch's prepared vectors by entry id (from the pre-read), in the
     space of ``dimension`` (None: nothing embedded and no dimension known, so nothing to
@@ -144,8 +135,7 @@ class VectorWrite(WriteExtension):
     def __init__(self, spaces: ProviderSpaces, dimension: int | None, vectors: Vectors,
                  embed: Callable[[Sequence[MemoryEntry]], npt.NDArray[np.float32]], *,
                  check: Callable[[Connection], None] | None = None, stop: threading.Event | None = None,
-                 embed_lock: threading.Lock | None = None, with_vectors: bool = True,
-                 relaxed_commit: bool = False) -> None:
+                 embed_lock: threading.Lock | None = None, with_vectors: bool = True) -> None:
         self._spaces = spaces
         self._dimension = dimension
         self._vectors = vectors
@@ -154,7 +144,6 @@ class VectorWrite(WriteExtension):
         self._stop = stop
         self._embed_lock = embed_lock
         self._with_vectors = with_vectors
-        self._relaxed_commit = relaxed_commit
         self.space: Space | None = None
 
     def _stop_check(self, *_: object) -> None:
@@ -162,8 +151,6 @@ class VectorWrite(WriteExtension):
             raise Stopped
 
     def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
-        if self._relaxed_commit:
-            conn.execute(sa.text(RELAXED_COMMIT))
         if self._stop is not None:
             sa.event.listen(conn, "after_cursor_execute", self._stop_check)
 
@@ -222,7 +209,6 @@ def write_stored_vectors(store: Store, spaces: ProviderSpaces, dimension: int, b
             raise Stopped
 
     def work(conn: Connection) -> tuple[int, Space | None]:
-        conn.execute(sa.text(RELAXED_COMMIT))  # a batch of the vector pass of an ingest
         sa.event.listen(conn, "after_cursor_execute", check_stop)
         try:
             if not store.writer.corpus.lock(conn, shared=True):
