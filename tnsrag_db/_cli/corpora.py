@@ -101,7 +101,7 @@ def corpora(url: str | None, schema: str, as_json: bool) -> None:
 @handle_errors
 def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: bool) -> None:
     """Show what a corpus holds: entries by tier and source, embedding spaces and their
-    index state, BM25 statistics, edges, last write.
+    index state, BM25 statistics, edges, last write, expired and expiring entries.
 
     Example: tnsrag stats --corpus docs --sources 5
     """
@@ -127,6 +127,8 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
                  f"{s.bm25_terms} distinct terms ({s.text_config})")
     lines.append(f"edges:    {s.edges}" + (": " + ", ".join(f"{r} {n}" for r, n in s.edges_by_relation.items())
                                             if s.edges else ""))
+    lines.append(f"expiry:   {s.expired} expired (not returned; `tnsrag db sweep` deletes them), {s.expiring} expiring"
+                 + (f", next at {s.next_expiry:%Y-%m-%d %H:%M:%S %Z}" if s.next_expiry else ""))
     click.echo("\n".join(lines))
 
 

@@ -98,7 +98,11 @@ class WriteExtension:
 def content_hash(entry: MemoryEntry) -> bytes:
     """SHA-256 over every stored field of ``entry``: equal hashes mean an identical entry."""
     ts = entry.timestamp.astimezone(timezone.utc).isoformat() if entry.timestamp is not None else None
-    payload = [entry.content, entry.tier.name, entry.source, entry.parent_id, ts, sorted(entry.metadata.items())]
+    payload: list[object] = [entry.content, entry.tier.name, entry.source, entry.parent_id, ts,
+                             sorted(entry.metadata.items())]
+    if entry.expires_at is not None or entry.ttl is not None:  # no expiry: the hash of earlier releases
+        expires = entry.expires_at.astimezone(timezone.utc).isoformat() if entry.expires_at is not None else None
+        payload.append([expires, entry.ttl])
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()).digest()
 
 
@@ -142,6 +146,8 @@ class StagedBatch:
 
     size: int
     large: bool
+    #: Some entry of the batch expires (``expires_at`` or ``ttl``).
+    expiring: bool = False
 
 
 def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
@@ -153,10 +159,11 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
     assert raw is not None
     with raw.cursor() as cur:
         with cur.copy("COPY tnsrag_stage_entries (ord, id, content, tier, source, parent_id, ts, metadata, "
-                      "content_hash) FROM STDIN") as copy:
+                      "content_hash, expires_at, ttl) FROM STDIN") as copy:
             for i, e in enumerate(batch):
                 copy.write_row((i, e.id, e.content, e.tier.name, e.source, e.parent_id, e.timestamp,
-                                json.dumps(dict(e.metadata), ensure_ascii=False), content_hash(e)))
+                                json.dumps(dict(e.metadata), ensure_ascii=False), content_hash(e), e.expires_at,
+                                e.ttl))
         # One COPY at a time per connection: analyse first, then stream each table.
         analyzed = []
         for i, e in enumerate(batch):
@@ -175,7 +182,8 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
                         copy.write_row((i, term))
     if progress is not None:
         progress(len(batch))
-    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS)
+    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS,
+                       any(e.expires_at is not None or e.ttl is not None for e in batch))
 
 
 # -- step 3: terms --------------------------------------------------------------------
@@ -205,7 +213,7 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
     arrays: ``= ANY(array)`` over a large array is quadratic.
     """
     c = {"c": corpus}
-    inserted = list(conn.execute(sa.text(sql.INSERT_OR_LOCK_SQL), c).scalars())
+    inserted = list(conn.execute(sa.text(sql.insert_or_lock_sql(staged.expiring)), c).scalars())
     report = WriteReport()
     old_len = 0
     if len(inserted) < staged.size:

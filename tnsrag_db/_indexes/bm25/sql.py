@@ -40,6 +40,7 @@ import re
 from textwrap import dedent
 
 from tnsrag_db._db.statement import hidden
+from tnsrag_db._store.expiry import expired_ids, not_expired
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 
 __all__ = [
@@ -172,8 +173,10 @@ class _Layout:
                 f"CROSS JOIN LATERAL unnest({p}_bk.docnos, {p}_bk.tfs, {p}_bk.dls) AS p(docno, tf, doc_len)")
 
     def live(self, p: str) -> str:
-        """The condition every scanned posting meets (not a tombstoned number)."""
-        return "TRUE" if self.suffix == "r" else f"p.docno NOT IN (SELECT ts.docno FROM {p}_ts ts)"
+        """The condition every scanned posting meets: not an expired entry's; in blocks, not a
+        tombstoned or expired number (``{p}_ts``)."""
+        return not_expired(POSTING_ENTRY, f":{p}_c") if self.suffix == "r" \
+            else f"p.docno NOT IN (SELECT ts.docno FROM {p}_ts ts)"
 
     def entry(self, p: str) -> str:
         """The entry id of posting ``p``, for a filter's per-posting check."""
@@ -234,8 +237,12 @@ def _layout_ctes(p: str, predicate: str, ids: str) -> str:
     """The CTEs both layouts' scans read: ``{p}_ts`` (the tombstoned numbers) and, with a
     filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
     ctes = (f"{p}_ts AS MATERIALIZED (\n"
-            f"  -- Numbers of merged entries deleted or rewritten since: their postings do not count.\n"
-            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n)")
+            f"  -- Numbers of merged entries deleted or rewritten since, or expired (none, from an\n"
+            f"  -- empty index range, in a corpus without expiry): their postings do not count.\n"
+            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n"
+            f"  UNION ALL\n"
+            f"  SELECT d.docno FROM ({expired_ids(f':{p}_c')}) x CROSS JOIN LATERAL (SELECT k.docno "
+            f"FROM bm25_docs k WHERE k.corpus = :{p}_c AND k.entry_id = x.id OFFSET 0) d\n)")
     if predicate != "TRUE":
         ctes += (f", {p}_fd AS MATERIALIZED (\n"
                  f"  SELECT d.docno FROM {p}_fe fe JOIN bm25_docs d ON d.corpus = :{p}_c AND d.entry_id = fe.id\n)")

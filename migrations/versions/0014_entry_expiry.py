@@ -1,0 +1,49 @@
+"""Entries that expire: ``entries.expires_at`` and the partial index that finds the expired.
+
+An entry may carry an instant after which no read returns it (``MemoryEntry.expires_at``
+or ``ttl``); ``Store.sweep()`` (``tnsrag db sweep``) deletes it with its postings and
+vectors. The column is nullable without a default (adding it rewrites nothing), and the
+index is partial (``WHERE expires_at IS NOT NULL``): a corpus without expiring entries has
+no row in it, so the reads' "expired" lookups find nothing at the cost of one empty index
+probe.
+
+Additive: processes of earlier releases keep reading and writing the schema (they do not
+know the column, so they still return expired entries until a sweep deletes them), and
+nothing waits for ``tnsrag db upgrade --finish``: the floor of served releases is left as
+it is.
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-07
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import context, op
+
+from tnsrag_db._db.migration_ops import create_index_concurrently, drop_index_concurrently
+
+revision: str = "0014"
+down_revision: str | None = "0013"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+INDEX = "ix_entries_corpus_expires_at"
+
+
+def _schema() -> str:
+    return str(context.config.attributes["tnsrag_schema"])
+
+
+def upgrade() -> None:
+    s = _schema()
+    op.execute(f"ALTER TABLE {s}.entries ADD COLUMN IF NOT EXISTS expires_at timestamptz")
+    create_index_concurrently(INDEX, "entries", ["corpus", "expires_at"], schema=s,
+                              where="expires_at IS NOT NULL")
+
+
+def downgrade() -> None:
+    s = _schema()
+    drop_index_concurrently(INDEX, schema=s)
+    op.execute(f"ALTER TABLE {s}.entries DROP COLUMN IF EXISTS expires_at")
