@@ -203,3 +203,19 @@ def test_db_sweep_command(memory: Store, db_url: URL) -> None:
     result = CliRunner().invoke(main_group, ["stats", "--url", url, "--corpus", memory.corpus])
     assert result.exit_code == 0, result.output
     assert "expiry:   0 expired" in result.output and "1 expiring, next at 2999-01-01" in result.output
+
+
+def test_export_keeps_the_expiry_and_ingest_reads_it_back(memory: Store, make_store: object, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tnsrag_db._loaders import FileLoader
+
+    out = io.StringIO()
+    export_corpus(memory, out)
+    records = {r["id"]: r for r in map(json.loads, out.getvalue().splitlines())}
+    assert records["kept"]["expiresAt"] == FUTURE.isoformat() and "expiresAt" not in records["root"]
+    path = Path(str(tmp_path)) / "memory.jsonl"
+    path.write_text(out.getvalue() + json.dumps({"id": "brief", "content": "x", "ttlSeconds": 60}) + "\n")
+    entries = {e.id: e for e in FileLoader(path).load()}
+    assert entries["kept"].expires_at == FUTURE and entries["root"].expires_at is None
+    assert entries["brief"].ttl == 60.0
