@@ -5,9 +5,10 @@ Usage::
 
     python -m bench.bench_expiry [--url URL] [--n 20000] [--dim 128] [--queries 200] [--rounds 3]
 
-Two corpora of the same ``n`` generated entries (:func:`bench._corpus.generate_corpus`, with
-vectors, HNSW built, ``VACUUM (ANALYZE)``) in a scratch database: ``none`` (no entry
-expires) and ``some`` (10 % expired, 20 % expiring in the future). For each corpus, each
+Three corpora of the same ``n`` generated entries (:func:`bench._corpus.generate_corpus`,
+with vectors, HNSW built, ``VACUUM (ANALYZE)``) in a scratch database: ``none`` (no entry
+expires), ``ahead`` (30 % expiring in the future, none expired: a corpus swept in time)
+and ``some`` (10 % expired and not swept, 20 % expiring in the future). For each corpus, each
 query runs two statements, alternating query by query: this version's ranking (keyword:
 :meth:`BM25Index.ranking_statement`, vector: :meth:`VectorMemoryStore.candidates_sql`, top
 10) and the same statement rendered without the expiry condition (the functions of
@@ -18,6 +19,7 @@ Then the sweep: ``some`` gets 50 % of its entries expired, the sizes of the libr
 tables and of the corpus's HNSW index are taken, ``Store.sweep(vacuum=True)`` runs, the
 sizes are taken again, then as many new entries (with vectors) are written as were swept
 and the sizes taken a third time: a swept table reuses the freed space instead of growing.
+Rows are counted per table (``bm25_blocks``: the postings its blocks hold).
 """
 
 from __future__ import annotations
@@ -49,15 +51,18 @@ TABLES = ("entries", "bm25_postings", "bm25_blocks", "bm25_docs", "embeddings")
 @contextmanager
 def without_expiry() -> Iterator[None]:
     """The rankings rendered as before expiry: no expired ids, no condition."""
-    saved = (bm25_sql.not_expired, bm25_sql.expired_ids, vector_sql.not_expired, vector_sql.live)
+    saved = (bm25_sql.not_expired, bm25_sql.expired_ids, vector_sql.not_expired, vector_sql.live,
+             vector_sql.unexpired_row)
     bm25_sql.not_expired = vector_sql.not_expired = lambda column, corpus: "TRUE"  # type: ignore[assignment]
+    vector_sql.unexpired_row = lambda column, corpus: "TRUE"  # type: ignore[assignment]
     bm25_sql.expired_ids = lambda corpus, alias="xp": "SELECT NULL::text AS id WHERE false"  # type: ignore[assignment]
     vector_sql.live = lambda alias: "TRUE"  # type: ignore[assignment]
     _clear()
     try:
         yield
     finally:
-        bm25_sql.not_expired, bm25_sql.expired_ids, vector_sql.not_expired, vector_sql.live = saved
+        (bm25_sql.not_expired, bm25_sql.expired_ids, vector_sql.not_expired, vector_sql.live,
+         vector_sql.unexpired_row) = saved
         _clear()
 
 
@@ -122,6 +127,8 @@ def rows(store: Store) -> dict[str, int]:
         column = "id" if table == "entries" else "corpus"
         out[table] = int(store.read(f"SELECT count({column}) AS n FROM {table} WHERE corpus = :c",
                                     {"c": store.corpus})[0].n)
+    out["bm25_blocks"] = int(store.read("SELECT coalesce(sum(n), 0) AS n FROM bm25_blocks WHERE corpus = :c",
+                                        {"c": store.corpus})[0].n)  # postings in blocks, not block rows
     return out
 
 
@@ -141,10 +148,11 @@ def main() -> None:
     past, future = datetime(2020, 1, 1, tzinfo=timezone.utc), datetime.now(timezone.utc) + timedelta(days=365)
     some = [replace(e, expires_at=past if i % 10 == 0 else future if i % 10 in (1, 2) else None)
             for i, e in enumerate(corpus.entries)]
+    ahead = [replace(e, expires_at=future if i % 10 < 3 else None) for i, e in enumerate(corpus.entries)]
     lookup = Lookup(queries, {})
     with scratch_database(args.url, "bench_expiry") as (url, _):
         stores = {}
-        for name, entries in (("none", corpus.entries), ("some", some)):
+        for name, entries in (("none", corpus.entries), ("ahead", ahead), ("some", some)):
             store = connect(url.render_as_string(hide_password=False), corpus=f"expiry_{name}", auto_migrate=True)
             vectors = VectorMemoryStore(store, lookup, name=PROVIDER, index_threshold=None)
             load(store, vectors, entries, corpus.embeddings)
@@ -159,7 +167,8 @@ def main() -> None:
             print(f"  {name:5} keyword {kw[0]:.2f} / {kw[1]:.2f} / {kw[0] / kw[1]:.3f}   "
                   f"vector {vec[0]:.2f} / {vec[1]:.2f} / {vec[0] / vec[1]:.3f}", flush=True)
         store, vectors = stores["some"]
-        stores["none"][0].drop_corpus()  # the sizes below are the swept corpus's alone
+        for other in ("none", "ahead"):  # the sizes below are the swept corpus's alone
+            stores[other][0].drop_corpus()
         with store.session.transaction() as conn:
             conn.execute(sa.text("UPDATE entries SET expires_at = :past WHERE corpus = :c "
                                  "AND right(id, 1) IN ('1', '2', '3', '4')"), {"c": store.corpus, "past": past})

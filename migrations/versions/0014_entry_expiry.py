@@ -2,10 +2,11 @@
 
 An entry may carry an instant after which no read returns it (``MemoryEntry.expires_at``
 or ``ttl``); ``Store.sweep()`` (``tnsrag db sweep``) deletes it with its postings and
-vectors. The column is nullable without a default (adding it rewrites nothing), and the
-index is partial (``WHERE expires_at IS NOT NULL``): a corpus without expiring entries has
-no row in it, so the reads' "expired" lookups find nothing at the cost of one empty index
-probe.
+vectors. The column is nullable without a default (adding it rewrites nothing), and its
+two indexes are partial (``WHERE expires_at IS NOT NULL``), one by expiry (the expired
+entries of a corpus) and one by id (is this entry expired?): a corpus without expiring
+entries has no row in them, so the reads' lookups find nothing at the cost of one empty
+index probe, and writes of entries that do not expire do not touch them.
 
 Additive: processes of earlier releases keep reading and writing the schema (they do not
 know the column, so they still return expired entries until a sweep deletes them), and
@@ -30,6 +31,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 INDEX = "ix_entries_corpus_expires_at"
+PROBE_INDEX = "ix_entries_corpus_id_expiring"
 
 
 def _schema() -> str:
@@ -39,11 +41,17 @@ def _schema() -> str:
 def upgrade() -> None:
     s = _schema()
     op.execute(f"ALTER TABLE {s}.entries ADD COLUMN IF NOT EXISTS expires_at timestamptz")
-    create_index_concurrently(INDEX, "entries", ["corpus", "expires_at"], schema=s,
+    # The ids included: the reads' lookup of a corpus's expired entries is an index-only scan.
+    create_index_concurrently(INDEX, "entries", ["corpus", "expires_at"], schema=s, include=["id"],
+                              where="expires_at IS NOT NULL")
+    # By id, for the check of one entry (an HNSW scan's rows): an index-only probe of the
+    # expiring entries alone, not of the whole table's primary key and heap.
+    create_index_concurrently(PROBE_INDEX, "entries", ["corpus", "id"], schema=s, include=["expires_at"],
                               where="expires_at IS NOT NULL")
 
 
 def downgrade() -> None:
     s = _schema()
+    drop_index_concurrently(PROBE_INDEX, schema=s)
     drop_index_concurrently(INDEX, schema=s)
     op.execute(f"ALTER TABLE {s}.entries DROP COLUMN IF EXISTS expires_at")

@@ -365,7 +365,7 @@ def sweep(url: str | None, schema: str, corpora: tuple[str, ...], vacuum: bool, 
     """Delete the expired entries of every corpus (or --corpus) with their postings, vectors and edges.
 
     No read returns an entry past its expiry, swept or not; the sweep frees what it
-    holds. It runs beside readers and writers (see docs/memory.md).
+    holds. It runs beside readers and writers (see docs/memory.md, "The sweep").
 
     Example: tnsrag db sweep --url "$DATABASE_URL" --json
     """

@@ -115,7 +115,10 @@ entries = Table(
     Index(None, "corpus", "ts"),
     # Only expiring entries: a corpus without any has no row here, and the reads' lookup of
     # its expired entries is one probe of an empty range (revision 0014).
-    Index("ix_entries_corpus_expires_at", "corpus", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+    Index("ix_entries_corpus_expires_at", "corpus", "expires_at", postgresql_include=["id"],
+          postgresql_where=text("expires_at IS NOT NULL")),
+    Index("ix_entries_corpus_id_expiring", "corpus", "id", postgresql_include=["expires_at"],
+          postgresql_where=text("expires_at IS NOT NULL")),
     # GIN over (corpus, metadata) with btree_gin: a metadata filter reads only its corpus's rows.
     Index("ix_entries_corpus_metadata", "corpus", "metadata", postgresql_using="gin",
           postgresql_ops={"metadata": "jsonb_path_ops"}),

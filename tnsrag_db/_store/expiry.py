@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "live", "not_expired"]
+__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "live", "not_expired", "unexpired_row"]
 
 #: The instant a statement compares expiries with.
 NOW = "statement_timestamp()"
@@ -55,6 +55,16 @@ def expired_ids(corpus: str, *, alias: str = "xp") -> str:
     expression: a bound parameter such as ``:c``); read through the partial expiry index."""
     return (f"SELECT {alias}.id FROM entries {alias} WHERE {alias}.corpus = {corpus} "
             f"AND {alias}.expires_at <= {NOW}")
+
+
+def unexpired_row(column: str, corpus: str) -> str:
+    """The condition that the entry id ``column`` (of ``corpus``) is not an expired entry's,
+    checked row by row: nothing more than one empty index probe per statement in a corpus
+    without expired entries, else one primary-key probe of the entry per row checked. For
+    scans that stop after a few rows (an HNSW scan's top k), where :func:`not_expired` would
+    read every expired id of the corpus first."""
+    return (f"((SELECT NOT EXISTS ({expired_ids(corpus, alias='xa')})) OR NOT EXISTS (SELECT 1 FROM entries xr "
+            f"WHERE xr.corpus = {corpus} AND xr.id = {column} AND xr.expires_at <= {NOW}))")
 
 
 def not_expired(column: str, corpus: str) -> str:

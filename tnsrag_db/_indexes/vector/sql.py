@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._store.expiry import live, not_expired
+from tnsrag_db._store.expiry import live, not_expired, unexpired_row
 from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 from tnsrag_db._types import validate_filters
@@ -180,7 +180,7 @@ _HNSW = """\
 {p}_h AS MATERIALIZED (
     SELECT {p}_x.entry_id, ({p}_x.embedding::vector({dim}) <=> {qv}) AS d
     FROM embeddings {p}_x
-    WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xp_x}{gate}
+    WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xr_x}{gate}
     ORDER BY {p}_x.embedding::vector({dim}) <=> {qv}
     LIMIT {k}
 )"""
@@ -204,7 +204,7 @@ _HNSW_FILTERED = """\
     SELECT {p}_x.entry_id, {p}_x.d FROM (
         SELECT {p}_x.corpus, {p}_x.entry_id, ({p}_x.embedding::vector({dim}) <=> {qv}) AS d
         FROM embeddings {p}_x
-        WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xp_x}{gate}
+        WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xr_x}{gate}
         ORDER BY {p}_x.embedding::vector({dim}) <=> {qv}
         LIMIT (SELECT r FROM {p}_b)
     ) {p}_x
@@ -333,9 +333,11 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
             max_scan: int = MAX_SCAN_TUPLES) -> str:
     filtered = predicate != "TRUE"
     # Expired entries are left out of every scan (tnsrag_db._store.expiry): by their ids where
-    # the vectors are scanned alone, on the entry row where the filter reads it.
+    # the vectors are scanned in full, row by row where the HNSW scan stops after a few rows,
+    # on the entry row where the filter reads it.
     names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate, "live_e": live(f"{p}_e"),
-             "xp_x": not_expired(f"{p}_x.entry_id", f":{p}_c"), "xp_y": not_expired(f"{p}_y.entry_id", f":{p}_c")}
+             "xp_x": not_expired(f"{p}_x.entry_id", f":{p}_c"), "xp_y": not_expired(f"{p}_y.entry_id", f":{p}_c"),
+             "xr_x": unexpired_row(f"{p}_x.entry_id", f":{p}_c")}
     base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
     if zero:
         return _ZERO_QUERY.format(base=base, **names)
