@@ -219,3 +219,45 @@ def test_export_keeps_the_expiry_and_ingest_reads_it_back(memory: Store, make_st
     entries = {e.id: e for e in FileLoader(path).load()}
     assert entries["kept"].expires_at == FUTURE and entries["root"].expires_at is None
     assert entries["brief"].ttl == 60.0
+
+
+def test_the_async_store_sweeps_and_forgets_by_age(store: Store) -> None:
+    import asyncio
+
+    from tnsrag_db import AsyncStore
+
+    store.add_all([MemoryEntry("a", "old text", expires_at=PAST), MemoryEntry("b", "new text")])
+
+    async def scenario() -> tuple[int, int, int]:
+        astore = AsyncStore(store)
+        try:
+            swept = (await astore.sweep()).deleted
+            aged = await astore.delete_where(older_than=timedelta(days=1))
+            return swept, aged, await astore.count()
+        finally:
+            await astore.close()
+
+    assert asyncio.run(scenario()) == (1, 0, 1)
+
+
+def test_tnsrag_delete_older_than(memory: Store, db_url: URL) -> None:
+    from click.testing import CliRunner
+
+    from tnsrag_db._cli import main_group
+
+    with memory.session.transaction() as conn:
+        conn.execute(sa.text("UPDATE entries SET created_at = now() - interval '40 days' "
+                             "WHERE corpus = :c AND id IN ('root', 'other')"), {"c": memory.corpus})
+    url = db_url.render_as_string(hide_password=False)
+    base = ["delete", "--url", url, "--corpus", memory.corpus, "--json", "--older-than", "30"]
+    dry = CliRunner().invoke(main_group, [*base, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["ids"] == ["other", "root"]
+    done = CliRunner().invoke(main_group, [*base, "--filter", "source=nowhere"])
+    assert json.loads(done.output)["deleted"] == 0
+    done = CliRunner().invoke(main_group, base)
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output) == {"corpus": memory.corpus, "deleted": 2, "older_than_days": 30.0}
+    assert memory.get("root") is None and memory.get("kept") is not None
+    refused = CliRunner().invoke(main_group, [*base, "--id-prefix", "x"])
+    assert refused.exit_code != 0 and "--older-than" in refused.output
