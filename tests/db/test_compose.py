@@ -189,9 +189,12 @@ def test_hybrid_by_name_on_a_corpus_without_edges_ranks_as_the_two_streams(store
         assert by_name.retrieve(query, RAGContext(10)) == two.retrieve(query, RAGContext(10)), query
 
 
-def test_hybrid_by_name_fuses_only_what_edges_reach(store: Store) -> None:
-    from tnsrag_db._indexes.graph import GraphStore
+def test_hybrid_by_name_weights_its_graph_stream_in_one_place_and_runs_it_only_above_zero(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tnsrag_db._indexes.graph import Edge, GraphStore
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._strategies import compose
+    from tnsrag_db._strategies.graph import GraphRAGStrategy
     from tnsrag_db.embeddings import HashingEmbedding
 
     VectorMemoryStore(store, HashingEmbedding()).add_all([
@@ -199,9 +202,25 @@ def test_hybrid_by_name_fuses_only_what_edges_reach(store: Store) -> None:
         MemoryEntry("linked", "maintenance schedule for the hangar"),
         MemoryEntry("alone", "catering menu"),
     ])
-    GraphStore(store).add_edge("seed", "linked", "see-also")
+    GraphStore(store).add_edges([Edge("seed", "linked", "see-also")])
+    # Weighted 0 (CACM's measurement): the stream is built but never run, so hybrid by name
+    # ranks as the two streams even on a corpus with edges.
     by_name = build_strategy("hybrid", store, embedding=HashingEmbedding())
-    explained = by_name.explain("turbine blade", RAGContext(5))  # type: ignore[attr-defined]
+    assert isinstance(by_name, HybridRAGStrategy) and by_name.graph is not None
+    assert by_name.weights == (1.0, 1.0, compose.HYBRID_GRAPH_WEIGHT) == (1.0, 1.0, 0.0)
+    monkeypatch.setattr(GraphRAGStrategy, "retrieve", lambda *a, **k: pytest.fail("a 0-weighted stream ran"))
+    monkeypatch.setattr(GraphRAGStrategy, "explain", lambda *a, **k: pytest.fail("a 0-weighted stream ran"))
+    two = _two_streams(store, HashingEmbedding())
+    assert by_name.retrieve("turbine blade", RAGContext(5)) == two.retrieve("turbine blade", RAGContext(5))
+    streams = {r.document.metadata["entryId"]: [s.stream for s in r.explanation.streams]
+               for r in by_name.explain("turbine blade", RAGContext(5)).results}  # type: ignore[attr-defined]
+    assert streams and all("graph" not in s for s in streams.values())
+    monkeypatch.undo()
+    # Weighted above 0 (the one constant), it fuses only what the edges reach.
+    monkeypatch.setattr(compose, "HYBRID_GRAPH_WEIGHT", 0.5)
+    weighted = build_strategy("hybrid", store, embedding=HashingEmbedding())
+    assert weighted.weights == (1.0, 1.0, 0.5)  # type: ignore[attr-defined]
+    explained = weighted.explain("turbine blade", RAGContext(5))  # type: ignore[attr-defined]
     streams = {r.document.metadata["entryId"]: [s.stream for s in r.explanation.streams]
                for r in explained.results}
     assert "graph" not in streams["seed"]  # the seed is BM25's: counted once

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests._entrypoints import Installer, installer
+from tests.unit.test_model_folder import export_folder
 from tnsrag_db._cli import main_group
 from tnsrag_db._errors import EmbeddingValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -114,6 +115,31 @@ def test_cli_ingests_with_the_shipped_model_and_queries_its_space(db_url: URL, t
     assert res["results"][0]["metadata"]["entryId"] == "cat"
     bad = run("query", "x", "--corpus", corpus, "--strategy", "vector", "--embedding", "hash-64", code=1)
     assert "no embedding space for provider tnsrag-hash-64" in bad.output
+
+
+def test_cli_ingests_and_queries_with_a_model_folder(db_url: URL, tmp_path: Path,
+                                                     make_store: Callable[..., Store]) -> None:
+    run = _cli(db_url)
+    corpus = f"emb_{uuid.uuid4().hex[:8]}"
+    folder = export_folder(tmp_path, default_model(), name="my-minilm")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("\n".join(json.dumps({"id": i, "content": t}) for i, t in DOCS) + "\n")
+    out = json.loads(run("ingest", str(docs), "--corpus", corpus, "--embedding", str(folder), "--json").stdout)
+    assert out["embedding"].startswith("my-minilm@") and out["inserted"] == 3
+    store = make_store(corpus)
+    assert [(s.provider, s.dimension, s.complete) for s in list_spaces(store)] == [(out["embedding"], 384, True)]
+    res = json.loads(run("query", "a young cat sleeping on a couch", "--corpus", corpus, "--strategy", "hybrid",
+                         "--embedding", str(folder), "--json").output)
+    assert res["results"][0]["metadata"]["entryId"] == "cat"
+    # Without the folder, a query says which folder to pass; another model is refused.
+    bad = run("query", "cat", "--corpus", corpus, "--strategy", "vector", code=1)
+    assert f"provider {out['embedding']}, which is not installed" in bad.output
+    assert "the model folder my-minilm it was embedded with and pass its path (--embedding DIR)" in bad.output
+    (tmp_path / "other").mkdir()
+    other = export_folder(tmp_path / "other", default_model(), name="my-minilm")
+    (other / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
+    bad = run("query", "cat", "--corpus", corpus, "--strategy", "vector", "--embedding", str(other), code=1)
+    assert "has no embedding space for provider my-minilm@" in bad.output and out["embedding"] in bad.output
 
 
 def test_query_fails_clearly_when_the_space_provider_is_not_installed(db_url: URL, make_store: Callable[..., Store],

@@ -278,14 +278,19 @@ def test_a_missing_corpus_or_space_is_the_full_paths_error_on_the_lean_path(
     assert full_path_calls == [] and "Traceback" not in res.output
 
 
-def test_a_hybrid_query_of_a_corpus_with_edges_takes_the_full_path(db_url: URL, embedded: Store,
-                                                                   full_path_calls: list[object]) -> None:
+def test_a_hybrid_query_of_a_corpus_with_edges_takes_the_full_path_only_with_a_graph_weight(
+        db_url: URL, embedded: Store, full_path_calls: list[object], monkeypatch: pytest.MonkeyPatch) -> None:
     from tnsrag_db._indexes.graph import GraphStore
+    from tnsrag_db._strategies import compose
 
     GraphStore(embedded).add_edge("memory-guide", "working-note", "see-also")
+    lean = _strategy_query(_url(db_url), "hybrid", "agents share memory", "--corpus", embedded.corpus, "--json")
+    assert lean.exit_code == 0 and json.loads(lean.stdout)["results"], lean.output
+    assert full_path_calls == []  # hybrid by name does not run its 0-weighted graph stream
+    monkeypatch.setattr(compose, "HYBRID_GRAPH_WEIGHT", 0.5)
     res = _strategy_query(_url(db_url), "hybrid", "agents share memory", "--corpus", embedded.corpus, "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["results"], res.output
-    assert full_path_calls == [_url(db_url)]  # the graph stream is the full path's
+    assert full_path_calls == [_url(db_url)]  # a weighted graph stream is the full path's
     res = _strategy_query(_url(db_url), "vector", "agents share memory", "--corpus", embedded.corpus, "--json")
     assert res.exit_code == 0 and len(full_path_calls) == 1  # vector search has no graph stream
 

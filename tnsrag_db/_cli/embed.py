@@ -20,9 +20,9 @@ __all__ = ["embed"]
 @click.command()
 @db_options
 @click.option("--corpus", required=True, help="Corpus to re-embed.")
-@click.option("--embedding", required=True, metavar="NAME",
-              help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model) or an installed "
-                   "entry-point provider.")
+@click.option("--embedding", required=True, metavar="NAME|DIR",
+              help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model), a model folder (an "
+                   "exported sentence-transformers model) or an installed entry-point provider.")
 @click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Entries per embedding batch (and per write).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")

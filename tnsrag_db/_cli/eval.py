@@ -36,7 +36,7 @@ _DEFAULT_STRATEGIES = ("keyword", "vector", "hybrid")
               help="Leave out queries without judgements instead of failing on the first one.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw a bar chart with the intervals to this PNG file (needs tnsrag-db[plot]).")
-@click.option("--embedding", default=None, metavar="NAME",
+@click.option("--embedding", default=None, metavar="NAME|DIR",
               help="Embedding space the strategies that embed search (default: the corpus's newest complete space).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (with per-query values).")
 @handle_errors

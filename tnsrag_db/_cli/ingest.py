@@ -200,9 +200,10 @@ def _vectors_text(result: dict[str, Any]) -> str:
 @click.option("--strict", is_flag=True, help="Fail (writing nothing) when any file would be skipped.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Entries per embedding call and per committed batch.")
-@click.option("--embedding", default=None, metavar="NAME",
-              help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model) or an installed "
-                   "entry-point provider. Default: the shipped model when installed, else hash.")
+@click.option("--embedding", default=None, metavar="NAME|DIR",
+              help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model), a model folder (an "
+                   "exported sentence-transformers model) or an installed entry-point provider. Default: the "
+                   "shipped model when installed, else hash.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors

@@ -126,7 +126,7 @@ def _provider(store: Store, embedding: str | None, read_only: bool) -> Validatin
 @click.option("--all-corpora", is_flag=True,
               help="Let the corpora tool (and the missing-corpus error) name every corpus of the schema; "
                    "default: only the served one.")
-@click.option("--embedding", default=None, metavar="NAME",
+@click.option("--embedding", default=None, metavar="NAME|DIR",
               help="Embedding provider for searches and writes. Default: the provider of the corpus's "
                    "newest complete space (a new corpus: the shipped model when installed, else hash).")
 @handle_errors

@@ -21,7 +21,8 @@ lean one cannot do, before any query statement is sent: a schema to migrate or s
 (the embedded server's), ``--explain``, ``--distinct``, standbys (``--read-url`` /
 ``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, the embedded server
 when the command runs outside ``tnsrag`` (no kept-running server), a hybrid query of a
-corpus with edges (its graph stream), and the other strategies.
+corpus with edges while hybrid by name weights its graph stream above 0, and the other
+strategies.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
     from tnsrag_db._store.embedded.keeper import ensure_running
     from tnsrag_db._store.embedded.resolve import kept_running_timeout
     from tnsrag_db._strategies.base import RAGStrategy
+    from tnsrag_db._strategies.compose import HYBRID_GRAPH_WEIGHT
     from tnsrag_db._strategies.keyword import KeywordRAGStrategy
     from tnsrag_db.admin.corpora import corpus_has_edges_plan, require_corpus_plan
 
@@ -121,7 +123,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
         else:
             # The full path's order: a missing corpus is an error before any model loads.
             store.run(require_corpus_plan(corpus))
-            if strategy == "hybrid" and store.run(corpus_has_edges_plan(corpus)):
+            if strategy == "hybrid" and HYBRID_GRAPH_WEIGHT and store.run(corpus_has_edges_plan(corpus)):
                 return None  # hybrid's graph stream walks the edges: the full path's graph store
             from tnsrag_db._indexes.vector import VectorMemoryStore
 
@@ -132,7 +134,7 @@ def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy
 
                 chosen = VectorRAGStrategy(vectors)
             else:
-                # Without edges the graph stream finds nothing: the two streams rank alone.
+                # Without edges, or weighted 0, the graph stream adds nothing: the two streams rank alone.
                 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 
                 chosen = HybridRAGStrategy(BM25Index(store), vectors)
@@ -224,8 +226,9 @@ def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[
 @click.option("--min-score", default=0.0, show_default=True, type=float, help="Inclusive score threshold.")
 @click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
               help="Exact metadata filter, e.g. tier=SEMANTIC (repeatable; all must match).")
-@click.option("--embedding", default=None, metavar="NAME",
-              help="Search the corpus's embedding space of this provider. Default: its newest complete space.")
+@click.option("--embedding", default=None, metavar="NAME|DIR",
+              help="Search the corpus's embedding space of this provider (a name, or the model folder it was "
+                   "embedded with). Default: its newest complete space.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--explain", "explain", is_flag=True,
               help="Show how each score arose (BM25 terms, cosine, RRF shares, decays) and the search plans.")

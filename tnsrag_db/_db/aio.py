@@ -7,11 +7,11 @@ The connections come from a SQLAlchemy asyncio engine over psycopg 3's
 store's engine and the running event loop, with the sync engine's set-up: the same
 URL, ``search_path`` and pool limits, and the same registered connection hooks
 (:class:`~tnsrag_db._db.engine.ConnectionHooks`: pgvector types, the ping-after-idle
-rule, any registered later), read at each connection event. Statements
-are compiled to the driver's form exactly as the sync fast lane compiles them, and they
-pass through SQLAlchemy's engine events (``before_cursor_execute`` and friends) as the
-sync ones do. The async engines of a sync engine are closed when it is disposed
-(:meth:`Store.close` of the store that owns it) or by :func:`aclose_engines`
+rule, any registered later), read at each connection event. Statements are sent by
+:class:`~tnsrag_db._db.runner.AsyncPlanRunner`, the await form of the sync runner behind
+:meth:`Store.run`: the same text, values and statement listeners. The async engines of
+a sync engine are closed when it is disposed (:meth:`Store.close` of the store that
+owns it) or by :func:`aclose_engines`
 (:meth:`AsyncStore.close <tnsrag_db._store.aio.AsyncStore.close>`).
 
 A cancelled call (``task.cancel()``, ``asyncio.timeout``, ``wait_for``) cancels its

@@ -28,6 +28,7 @@ __all__ = [
     "run_apart",
     "run_around",
     "run_own_io",
+    "widen_plan",
     "resolve_context",
     "source_fence",
 ]
@@ -125,15 +126,32 @@ def overfetch_plan(
     Within the cap the top ``k`` is exact.
     """
     cap = min(MAX_RESULTS, max(max_candidates, min_candidates, factor * k))
-    want = min(cap, max(min_candidates, factor * k))
-    while True:
-        candidates = yield from fetch(want)
+
+    def ranked(n: int) -> Plan[tuple[list[RetrievedDocument], list[RetrievedDocument]]]:
+        candidates = yield from fetch(n)
         results = yield from rerank(candidates)
-        if len(candidates) < want or want >= cap:
-            return results[:k]
-        if len(results) >= k and results[k - 1].score > ceiling(min(c.score for c in candidates)):
-            return results[:k]
-        want = min(cap, want * 2)
+        return candidates, results
+
+    def settled(got: tuple[list[RetrievedDocument], list[RetrievedDocument]], asked: int) -> bool:
+        candidates, results = got
+        return len(candidates) < asked or (
+            len(results) >= k and results[k - 1].score > ceiling(min(c.score for c in candidates)))
+
+    (_, results), _ = yield from widen_plan(ranked, settled, max(min_candidates, factor * k), cap)
+    return results[:k]
+
+
+def widen_plan(fetch: Callable[[int], Plan[_T]], settled: Callable[[_T, int], bool], first: int, cap: int
+               ) -> Plan[tuple[_T, int]]:
+    """The one widen-and-retry loop of the strategies that wrap a child: ``fetch(n)`` for
+    ``n = min(first, cap)``, doubling up to ``cap``, until ``settled(result, n)`` says the
+    result is final or ``n`` reached the cap. Returns the last result and its ``n``."""
+    asked = min(first, cap)
+    while True:
+        got = yield from fetch(asked)
+        if asked >= cap or settled(got, asked):
+            return got, asked
+        asked = min(cap, asked * 2)
 
 
 def returned(fn: Callable[..., _T], *args: Any) -> Plan[_T]:

@@ -23,7 +23,15 @@ from dataclasses import replace
 
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned, run_own_io
+from tnsrag_db._strategies.base import (
+    RAGStrategy,
+    check_query,
+    child_plan,
+    resolve_context,
+    returned,
+    run_own_io,
+    widen_plan,
+)
 from tnsrag_db._strategies.explain import explain_with
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db.explain import ExplainedDocument, Explanation, SearchPlan
@@ -108,24 +116,20 @@ class DistinctContentRAGStrategy:
             import asyncio
 
             return await asyncio.to_thread(self.retrieve, text, ctx)
-        asked = _first_request(ctx.max_results)
-        while True:
+        want, asked, cap = ctx.max_results, _first_request(ctx.max_results), _cap(ctx.max_results)
+        while True:  # widen_plan's loop, awaiting the base between rounds
             docs = await fetch(text, ctx.with_max_results(asked))
-            kept, done, asked = _step(docs, ctx.max_results, asked)
-            if done:
-                return kept
+            if asked >= cap or _settled(docs, want, asked):
+                return collapse_duplicates(docs)[0][:want]
+            asked = min(cap, asked * 2)
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The base's explanation of the same candidates, collapsed as :meth:`retrieve` collapses
         them, with a ``distinct`` plan saying how many copies of which ids were folded."""
         text, ctx = check_query(query), resolve_context(context)
         want = ctx.max_results
-        asked = _first_request(want)
-        while True:
-            base = explain_with(self._base, text, ctx.with_max_results(asked))
-            _, done, asked = _step(base.documents, want, asked)
-            if done:
-                break
+        base, _ = run_own_io(widen_plan(lambda n: returned(explain_with, self._base, text, ctx.with_max_results(n)),
+                                        lambda e, n: _settled(e.documents, want, n), _first_request(want), _cap(want)))
         kept, collapsed = collapse_duplicates(base.documents)
         by_id = {_entry_id(r.document): r for r in base.results}
         results = tuple(ExplainedDocument(n, doc, by_id[_entry_id(doc)].explanation)
@@ -147,24 +151,15 @@ def _cap(want: int) -> int:
     return min(MAX_RESULTS, max(FETCH_CAP, want))
 
 
-def _step(docs: Sequence[RetrievedDocument], want: int, asked: int) -> tuple[list[RetrievedDocument], bool, int]:
-    """One round: the collapsed documents (at most ``want``), whether they are final, and the
-    next request size."""
-    kept, _ = collapse_duplicates(docs)
-    if len(kept) >= want or len(docs) < asked or asked >= _cap(want):
-        return kept[:want], True, asked
-    return kept, False, min(_cap(want), asked * 2)
+def _settled(docs: Sequence[RetrievedDocument], want: int, asked: int) -> bool:
+    """Whether a round's documents are final: ``want`` distinct contents, or all the base has."""
+    return len(docs) < asked or len(collapse_duplicates(docs)[0]) >= want
 
 
 def _collapsing(fetch: Callable[[int], Plan[list[RetrievedDocument]]], ctx: RAGContext
                 ) -> Plan[tuple[list[RetrievedDocument], int]]:
     """Ask ``fetch(n)`` for candidates until ``ctx.max_results`` distinct contents (or all there
     are) came back; the collapsed documents and the last request size."""
-    asked = _first_request(ctx.max_results)
-    while True:
-        docs = yield from fetch(asked)
-        kept, done, nxt = _step(docs, ctx.max_results, asked)
-        if done:
-            return kept, asked
-        asked = nxt
-
+    want = ctx.max_results
+    docs, asked = yield from widen_plan(fetch, lambda d, n: _settled(d, want, n), _first_request(want), _cap(want))
+    return collapse_duplicates(docs)[0][:want], asked

@@ -259,11 +259,11 @@ class HybridRAGStrategy:
 
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan` (validation happens when the
-        plan starts). The graph stream, when given, runs through its own ``retrieve`` (it is
-        not a plan yet), between the plan's statements."""
+        plan starts). The graph stream, when given and weighted above 0, runs through its own
+        ``retrieve`` (it is not a plan yet), between the plan's statements."""
         query = check_query(query)
         ctx = resolve_context(context)
-        if self._graph is None or not (yield from self._graph_has_evidence()):
+        if self._graph is None or not self._weights[2] or not (yield from self._graph_has_evidence()):
             if not any(self._weights[:2]):  # only the graph stream was weighted, and it has nothing
                 return []
             return (yield from self._retriever.fused_plan(query, ctx, weights=self._weights[:2]))
@@ -304,7 +304,7 @@ class HybridRAGStrategy:
         query = check_query(query)
         ctx = resolve_context(context)
         retriever = self._retriever
-        if self._graph is None:
+        if self._graph is None or not self._weights[2]:  # a stream weighted 0 is not run
             return retriever.explain_fused(query, ctx, (self._weights[0], self._weights[1]))
         vector = retriever.vectors.embed_query(query)
         ranks = retriever.rankings_statement(query, ctx, vector)

