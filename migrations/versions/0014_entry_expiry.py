@@ -1,7 +1,7 @@
 """Entries that expire: ``entries.expires_at`` and the partial index that finds the expired.
 
 An entry may carry an instant after which no read returns it (``MemoryEntry.expires_at``
-or ``ttl``); ``Store.sweep()`` (``tnsrag db sweep``) deletes it with its postings and
+or ``ttl``, or the corpus's default time-to-live in ``corpora.expiry``); ``Store.sweep()`` (``tnsrag db sweep``) deletes it with its postings and
 vectors. The column is nullable without a default (adding it rewrites nothing), and its
 two indexes are partial (``WHERE expires_at IS NOT NULL``), one by expiry (the expired
 entries of a corpus) and one by id (is this entry expired?): a corpus without expiring
@@ -40,6 +40,10 @@ def _schema() -> str:
 
 def upgrade() -> None:
     s = _schema()
+    # corpora first: writers read its row before they touch entries, and a revision that
+    # locked entries first would wait for writers waiting for it (until lock_timeout, every try).
+    # The corpus's default time-to-live of entries written without an expiry (Store.set_expiry).
+    op.execute(f"ALTER TABLE {s}.corpora ADD COLUMN IF NOT EXISTS expiry jsonb")
     op.execute(f"ALTER TABLE {s}.entries ADD COLUMN IF NOT EXISTS expires_at timestamptz")
     # The ids included: the reads' lookup of a corpus's expired entries is an index-only scan.
     create_index_concurrently(INDEX, "entries", ["corpus", "expires_at"], schema=s, include=["id"],
@@ -54,4 +58,5 @@ def downgrade() -> None:
     s = _schema()
     drop_index_concurrently(PROBE_INDEX, schema=s)
     drop_index_concurrently(INDEX, schema=s)
+    op.execute(f"ALTER TABLE {s}.corpora DROP COLUMN IF EXISTS expiry")
     op.execute(f"ALTER TABLE {s}.entries DROP COLUMN IF EXISTS expires_at")

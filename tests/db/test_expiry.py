@@ -17,7 +17,7 @@ from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
-from tnsrag_db._types import MemoryEntry, RAGContext
+from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 from tnsrag_db.admin import corpus_stats, export_corpus
 
 PAST = datetime(2020, 1, 1, tzinfo=timezone.utc)
@@ -261,3 +261,30 @@ def test_tnsrag_delete_older_than(memory: Store, db_url: URL) -> None:
     assert memory.get("root") is None and memory.get("kept") is not None
     refused = CliRunner().invoke(main_group, [*base, "--id-prefix", "x"])
     assert refused.exit_code != 0 and "--older-than" in refused.output
+
+
+def test_a_corpus_default_ttl_per_tier_applies_to_entries_written_without_one(store: Store) -> None:
+    store.set_expiry(3600, tiers={"WORKING": 60, MemoryTier.PROCEDURAL: None})
+    assert store.expiry_policy() == {"ttl": 3600.0, "tiers": {"WORKING": 60.0, "PROCEDURAL": None}}
+    store.add_all([MemoryEntry("w", "working note", MemoryTier.WORKING),
+                   MemoryEntry("s", "semantic fact"),
+                   MemoryEntry("p", "procedure", MemoryTier.PROCEDURAL),
+                   MemoryEntry("own", "own expiry wins", MemoryTier.WORKING, expires_at=FUTURE)])
+    with store.session.transaction() as conn:
+        left = dict(conn.execute(sa.text(
+            "SELECT id, extract(epoch FROM expires_at - now()) FROM entries WHERE corpus = :c"),
+            {"c": store.corpus}).all())
+    assert 0 < left["w"] <= 60 and 60 < left["s"] <= 3600 and left["p"] is None
+    assert store.get("own").expires_at == FUTURE  # type: ignore[union-attr]
+    assert corpus_stats(store).to_dict()["expiry"]["default"] == {"ttl": 3600.0,
+                                                                  "tiers": {"WORKING": 60.0, "PROCEDURAL": None}}
+    store.set_expiry()
+    assert store.expiry_policy() is None and corpus_stats(store).default_expiry is None
+    assert store.add(MemoryEntry("later", "written after the default went")).inserted == 1
+    assert store.get("later").expires_at is None  # type: ignore[union-attr]
+    assert store.get("w").expires_at is not None  # type: ignore[union-attr]  # written before: kept
+    for bad, match in ((0, "ttl must be a positive"), (float("inf"), "ttl must be a positive")):
+        with pytest.raises(ValidationError, match=match):
+            store.set_expiry(bad)
+    with pytest.raises(ValidationError, match="tiers"):
+        store.set_expiry(tiers={"NOPE": 5})

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from datetime import timedelta
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -129,8 +130,17 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
     lines.append(f"edges:    {s.edges}" + (": " + ", ".join(f"{r} {n}" for r, n in s.edges_by_relation.items())
                                             if s.edges else ""))
     lines.append(f"expiry:   {s.expired} expired (not returned; `tnsrag db sweep` deletes them), {s.expiring} expiring"
-                 + (f", next at {s.next_expiry:%Y-%m-%d %H:%M:%S %Z}" if s.next_expiry else ""))
+                 + (f", next at {s.next_expiry:%Y-%m-%d %H:%M:%S %Z}" if s.next_expiry else "")
+                 + (f"; default {_default_expiry(s.default_expiry)}" if s.default_expiry else ""))
     click.echo("\n".join(lines))
+
+
+def _default_expiry(policy: Mapping[str, Any]) -> str:
+    """A corpus's default time-to-live as ``stats`` shows it: ``3600 s, WORKING 60 s``."""
+    parts = [f"{policy['ttl']:g} s"] if policy.get("ttl") is not None else []
+    parts += [f"{tier} {'never' if seconds is None else f'{seconds:g} s'}"
+              for tier, seconds in (policy.get("tiers") or {}).items()]
+    return ", ".join(parts)
 
 
 #: Ids a dry run lists in its text output (--json lists all).

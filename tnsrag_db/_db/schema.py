@@ -82,6 +82,9 @@ corpora = Table(
     # Mixed into the corpus's advisory lock keys (revision 0013): row-level security hides
     # it from other tenants, so none of them can compute, and hold, this corpus's keys.
     Column("lock_salt", UUID(as_uuid=False), nullable=False, server_default=func.gen_random_uuid()),
+    # The default time-to-live of entries written without an expiry (revision 0014): {"ttl":
+    # seconds, "tiers": {tier: seconds}}; NULL: none (Store.set_expiry).
+    Column("expiry", JSONB),
 )
 
 entries = Table(

@@ -11,6 +11,8 @@ transactions are its :attr:`Store.writer`. The strategy-facing views (``VectorMe
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -62,7 +64,7 @@ from tnsrag_db._store.write import (
     WriteExtension,
     WriteReport,
 )
-from tnsrag_db._types import MemoryEntry
+from tnsrag_db._types import MemoryEntry, MemoryTier
 from tnsrag_db._validate import check_int, is_int
 
 __all__ = ["Store", "connect"]
@@ -353,6 +355,45 @@ class Store:
                                      "the corpus")
         return self.writer.delete(predicate, params)
 
+    def set_expiry(self, ttl: float | None = None, *,
+                   tiers: Mapping[MemoryTier | str, float | None] | None = None) -> None:
+        """Set the corpus's default time-to-live: entries written from now on without an
+        expiry of their own (``MemoryEntry.expires_at`` or ``ttl``) expire ``ttl`` seconds
+        after their write, or, for a tier named in ``tiers``, that tier's seconds (None in
+        ``tiers``: that tier never expires by default). Every write renews it, as an
+        entry's own ``ttl``. ``set_expiry()`` removes the default; entries already written
+        keep their expiry. Creates the corpus when it does not exist.
+
+        Raises :class:`ValidationError` for a ``ttl`` that is not a positive finite number
+        or an unknown tier.
+        """
+        policy: dict[str, Any] = {}
+        if ttl is not None:
+            policy["ttl"] = _seconds(ttl, "ttl")
+        if tiers:
+            named: dict[str, float | None] = {}
+            for tier, seconds in tiers.items():
+                try:
+                    name = MemoryTier.parse(tier).name
+                except ValueError as exc:
+                    raise ValidationError(f"tiers: {exc}") from None
+                named[name] = None if seconds is None else _seconds(seconds, f"tiers[{name!r}]")
+            policy["tiers"] = named
+        value = json.dumps(policy) if policy else None
+
+        def work(conn: sa.Connection) -> None:
+            self._corpus_row.text_config(conn)  # creates the row, under the corpus's write lock
+            conn.execute(sa.text("UPDATE corpora SET expiry = CAST(:p AS jsonb) WHERE corpus = :c"),
+                         {"p": value, "c": self._corpus})
+
+        self.writer.transaction(work)
+
+    def expiry_policy(self) -> dict[str, Any] | None:
+        """The corpus's default time-to-live as :meth:`set_expiry` stored it (``{"ttl":
+        seconds, "tiers": {tier: seconds or None}}``, keys present when set), or None."""
+        rows = self.read("SELECT expiry FROM corpora WHERE corpus = :c", {"c": self._corpus})
+        return dict(rows[0].expiry) if rows and rows[0].expiry else None
+
     def sweep(self, *, vacuum: bool = False) -> SweepReport:
         """Delete the corpus's expired entries (see :class:`MemoryEntry`'s ``expires_at`` and
         ``ttl``) with their postings, vectors and edges, then take them out of the merged BM25
@@ -445,6 +486,13 @@ class Store:
 #: The tables a sweep's deletes leave dead rows in (``VACUUM`` with ``sweep(vacuum=True)``).
 _SWEPT_TABLES = ("entries", "bm25_postings", "bm25_blocks", "bm25_docs", "bm25_tombstones", "bm25_df", "embeddings",
                  "edges")
+
+
+def _seconds(value: object, what: str) -> float:
+    """``value`` as a positive finite number of seconds, else :class:`ValidationError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValidationError(f"{what} must be a positive finite number of seconds, got {value!r}")
+    return float(value)
 
 
 def _cutoff(older_than: object, params: dict[str, Any]) -> str:

@@ -180,7 +180,7 @@ def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
     if not is_int(max_sources) or max_sources < 1:
         raise ConfigurationError(f"max_sources must be an int >= 1, got {max_sources!r}")
     c = {"c": store.corpus}
-    head = _rows(store, "SELECT text_config, created_at FROM corpora WHERE corpus = :c", c)
+    head = _rows(store, "SELECT text_config, created_at, expiry FROM corpora WHERE corpus = :c", c)
     if not head:
         raise _not_found(store.corpus, corpus_names(store))
     by_tier = {r.tier: int(r.n) for r in _rows(
@@ -209,4 +209,4 @@ def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
         bm25_average_length=round(int(bm25.len) / docs, 3) if docs else 0.0, bm25_terms=int(terms),
         edges=sum(relations.values()), edges_by_relation=relations, text_config=head[0].text_config,
         created_at=head[0].created_at, last_write=last, expired=int(expiry.expired), expiring=int(expiry.expiring),
-        next_expiry=expiry.next)
+        next_expiry=expiry.next, default_expiry=head[0].expiry or None)
