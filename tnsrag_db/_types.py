@@ -278,7 +278,9 @@ def parse_instant(value: str) -> datetime:
 @dataclass(frozen=True, slots=True)
 class MemoryEntry:
     """A unit of memory: ``id``, ``content``, ``tier`` and optional ``source``,
-    ``parent_id``, timezone-aware ``timestamp`` and ``metadata`` (str to str).
+    ``parent_id``, timezone-aware ``timestamp`` and ``metadata`` (str to str), and an
+    optional expiry: ``expires_at`` (a timezone-aware instant) or ``ttl`` (seconds from the
+    write, by the database's clock), after which no read returns the entry (docs/memory.md).
 
     ``tier`` may be a :class:`MemoryTier` or its name. The metadata keys
     ``HierarchyMetadata.PARENT_ID`` and ``TemporalMetadata.TIMESTAMP`` are accepted as
@@ -295,6 +297,10 @@ class MemoryEntry:
     parent_id: str | None = None
     timestamp: datetime | None = None
     metadata: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    #: The instant from which no read returns the entry (timezone-aware), or None.
+    expires_at: datetime | None = None
+    #: Seconds the entry lives from the write that stores it (the database's clock), or None.
+    ttl: float | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -368,6 +374,25 @@ class MemoryEntry:
                                             entry_id=eid, index=index)
         object.__setattr__(self, "timestamp", ts)
         object.__setattr__(self, "metadata", MappingProxyType(clean) if clean else _EMPTY)
+        self._validate_expiry(raw_id, eid, index)
+
+    def _validate_expiry(self, raw_id: object, eid: str | None, index: int | None) -> None:
+        expires, ttl = self.expires_at, self.ttl
+        if expires is not None:
+            if not isinstance(expires, datetime):
+                raise InvalidEntryError(f"entry {raw_id!r}: expires_at must be a datetime, got {type(expires).__name__}",
+                                        entry_id=eid, index=index)
+            if expires.tzinfo is None or expires.utcoffset() is None:
+                raise InvalidEntryError(f"entry {raw_id!r}: expires_at {expires.isoformat()} has no time zone",
+                                        entry_id=eid, index=index)
+        if ttl is not None:
+            if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
+                raise InvalidEntryError(f"entry {raw_id!r}: ttl must be a positive finite number of seconds, "
+                                        f"got {ttl!r}", entry_id=eid, index=index)
+            if expires is not None:
+                raise InvalidEntryError(f"entry {raw_id!r}: give expires_at or ttl, not both", entry_id=eid,
+                                        index=index)
+            object.__setattr__(self, "ttl", float(ttl))
 
     def result_metadata(self) -> dict[str, str]:
         """The metadata a direct strategy attaches to a result: own metadata plus tier, entryId, source."""

@@ -178,7 +178,10 @@ def test_0002_keeps_data_and_keys_the_metadata_index_by_corpus(fresh_db_url: URL
         assert Store(engine, corpus="a").count({"group": "g1"}) == 10
         migrate.downgrade(engine, schema="tnsrag", revision="0001")
         assert set(metadata_indexes()) == {"ix_entries_metadata"}
-        assert Store(engine, corpus="b").count({"group": "g2"}) == 10
+        # (this release's reads need its own schema, with expiry: counted here by hand)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM tnsrag.entries WHERE corpus = 'b' "
+                                        "AND metadata @> '{\"group\": \"g2\"}'")).scalar_one() == 10
     finally:
         engine.dispose()
 

@@ -325,3 +325,15 @@ def test_mmr_bad_arguments(mmr_store: TnsragVectorStore, kwargs: dict[str, Any],
         mmr_store.max_marginal_relevance_search("q", **kwargs)
     with pytest.raises(InvalidFilterError, match="operator"):
         mmr_store.max_marginal_relevance_search("q", filter={"$or": []})
+
+
+def test_vector_store_takes_an_expiry_from_metadata(vs: TnsragVectorStore) -> None:
+    vs.add_texts(["kept zebra", "expired zebra", "renewed zebra"], ids=["k", "x", "r"],
+                 metadatas=[{"expiresAt": "2999-01-01T00:00:00Z"}, {"expiresAt": "2020-01-01T00:00:00Z", "topic": "t"},
+                            {"ttlSeconds": 3600}])
+    assert {d.id for d in vs.similarity_search("zebra", k=10)} == {"k", "r"}
+    assert not vs.get_by_ids(["x"])
+    with pytest.raises(InvalidEntryError, match="'expiresAt'"):
+        vs.add_texts(["bad"], metadatas=[{"expiresAt": "soon"}])
+    with pytest.raises(InvalidEntryError, match="ttl must be a positive"):
+        vs.add_texts(["bad"], metadatas=[{"ttlSeconds": -5}])

@@ -644,3 +644,18 @@ def test_host_config_names_the_database_through_args_or_env(store: Store, db_url
                                        env={**path_only, "TNSRAG_DATABASE_URL": url})
         assert run(session, by_args) == run(session, by_env) == ["cfg"]
     assert not (home / ".local").exists()  # no embedded cluster (onnxruntime leaves its ~/.cache/Microsoft)
+
+
+def test_remember_with_an_expiry_and_search_leaves_the_expired_out(store: Store) -> None:
+    async def session(client: Client) -> None:
+        live = await ok(client, "remember", {"content": "the zebra memo that lasts", "ttl_seconds": 3600})
+        await ok(client, "remember", {"content": "the zebra memo that expired", "expires_at": "2020-01-01T00:00:00Z"})
+        for strategy in ("keyword", "hybrid", "vector"):
+            found = await ok(client, "search", {"query": "zebra memo", "strategy": strategy})
+            assert [d["id"] for d in found["documents"]] == [live["id"]], strategy
+        assert "ttl_seconds" in await error(client, "remember", {"content": "x", "ttl_seconds": -1})
+        assert "expires_at" in await error(client, "remember", {"content": "x", "expires_at": "tomorrow"})
+        assert "not both" in await error(client, "remember", {"content": "x", "ttl_seconds": 5,
+                                                              "expires_at": "2999-01-01T00:00:00Z"})
+
+    run(session, create_server(store))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
+from datetime import timedelta
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -101,7 +103,7 @@ def corpora(url: str | None, schema: str, as_json: bool) -> None:
 @handle_errors
 def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: bool) -> None:
     """Show what a corpus holds: entries by tier and source, embedding spaces and their
-    index state, BM25 statistics, edges, last write.
+    index state, BM25 statistics, edges, last write, expired and expiring entries.
 
     Example: tnsrag stats --corpus docs --sources 5
     """
@@ -127,7 +129,18 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
                  f"{s.bm25_terms} distinct terms ({s.text_config})")
     lines.append(f"edges:    {s.edges}" + (": " + ", ".join(f"{r} {n}" for r, n in s.edges_by_relation.items())
                                             if s.edges else ""))
+    lines.append(f"expiry:   {s.expired} expired (not returned; `tnsrag db sweep` deletes them), {s.expiring} expiring"
+                 + (f", next at {s.next_expiry:%Y-%m-%d %H:%M:%S %Z}" if s.next_expiry else "")
+                 + (f"; default {_default_expiry(s.default_expiry)}" if s.default_expiry else ""))
     click.echo("\n".join(lines))
+
+
+def _default_expiry(policy: Mapping[str, Any]) -> str:
+    """A corpus's default time-to-live as ``stats`` shows it: ``3600 s, WORKING 60 s``."""
+    parts = [f"{policy['ttl']:g} s"] if policy.get("ttl") is not None else []
+    parts += [f"{tier} {'never' if seconds is None else f'{seconds:g} s'}"
+              for tier, seconds in (policy.get("tiers") or {}).items()]
+    return ", ".join(parts)
 
 
 #: Ids a dry run lists in its text output (--json lists all).
@@ -137,7 +150,7 @@ _PREFIX_SQL = "SELECT id FROM entries WHERE corpus = :c AND starts_with(id, :p) 
 
 
 def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_prefix: str | None,
-                missing_ok: bool) -> tuple[list[str], list[str]]:
+                missing_ok: bool, age: timedelta | None = None) -> tuple[list[str], list[str]]:
     """The ids a delete removes (that exist; in natural order, ``a#2`` before ``a#10``, but
     ids given in the order given) and the ids given that do not exist."""
     from tnsrag_db._errors import ValidationError
@@ -146,10 +159,13 @@ def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_p
     if id_prefix is not None:
         return sorted((r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})),
                       key=natural_key), []
-    if chosen:
+    if chosen or age is not None:
         # Through the filter pairs only where the schema keeps them (tenancy on), as the
         # delete itself matches: elsewhere the pairs table is empty or stale.
         predicate, params = filter_sql(chosen, corpus_param="c" if store.uses_filter_pairs() else None)
+        if age is not None:
+            predicate += " AND e.created_at < statement_timestamp() - CAST(:age AS interval)"
+            params["age"] = age
         # The predicate is built from code constants; the filter values are bound parameters.
         rows = store.read(f"SELECT e.id FROM entries e WHERE e.corpus = :c AND {predicate} ORDER BY e.id",
                           {**params, "c": store.corpus})
@@ -173,25 +189,32 @@ def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_p
 @click.option("--id-prefix", default=None, metavar="PREFIX",
               help="Delete every entry whose id starts with PREFIX/ (what ingest --id-prefix PREFIX wrote), "
                    "instead of IDS.")
+@click.option("--older-than", type=click.FloatRange(min=0, min_open=True), default=None, metavar="DAYS",
+              help="Delete every entry first written more than DAYS days ago (with --filter: those matching too), "
+                   "instead of IDS.")
 @click.option("--missing-ok", is_flag=True, help="Delete the IDS that exist and ignore the others.")
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @json_option
 @handle_errors
 def delete(ids: tuple[str, ...], url: str | None, schema: str, corpus: str, filters: tuple[str, ...],
-           id_prefix: str | None, missing_ok: bool, dry_run: bool, as_json: bool) -> None:
+           id_prefix: str | None, older_than: float | None, missing_ok: bool, dry_run: bool, as_json: bool) -> None:
     """Delete entries (with their vectors, BM25 postings and edges) by id, every entry
     matching --filter, or every entry under --id-prefix.
 
     By id, every id must exist (unless --missing-ok): a missing one deletes nothing.
     --id-prefix docs deletes the ids beginning "docs/" (an ingest's --id-prefix, e.g. one
-    given by mistake). --dry-run lists the ids instead of deleting them.
+    given by mistake). --older-than 30 deletes what was first written more than 30 days
+    ago (forgetting by age, see docs/memory.md, "Forgetting"). --dry-run lists the ids
+    instead of deleting them.
 
     Example: tnsrag delete guide.md#3 guide.md#4 --corpus docs   (or: --filter source=old.md, or: --id-prefix docs --dry-run)
     """
     from tnsrag_db.admin import require_corpus
 
-    if sum(map(bool, (ids, filters, id_prefix is not None))) != 1:
-        raise click.UsageError("give entry IDS, --filter KEY=VALUE or --id-prefix PREFIX (one of them)")
+    if sum(map(bool, (ids, filters or older_than is not None, id_prefix is not None))) != 1:
+        raise click.UsageError("give entry IDS, --filter KEY=VALUE and/or --older-than DAYS, or --id-prefix PREFIX "
+                               "(one of them)")
+    age = timedelta(days=older_than) if older_than is not None else None
     prefix = None
     if id_prefix is not None:
         prefix = id_prefix.strip("/") + "/"
@@ -202,10 +225,10 @@ def delete(ids: tuple[str, ...], url: str | None, schema: str, corpus: str, filt
         require_corpus(store)
         found: list[str] = []
         missing: list[str] = []
-        if chosen and not dry_run:
-            deleted = store.delete_where(chosen)  # one statement: what matches when it runs
+        if (chosen or age) and not dry_run:
+            deleted = store.delete_where(chosen, older_than=age)  # one statement: what matches when it runs
         else:
-            found, missing = _chosen_ids(store, ids, chosen, prefix, missing_ok)
+            found, missing = _chosen_ids(store, ids, chosen, prefix, missing_ok, age)
             deleted = len(found) if dry_run else store.delete_many(found)
         if not deleted and chosen and not as_json:
             from tnsrag_db.admin import empty_filter_notes
@@ -214,12 +237,16 @@ def delete(ids: tuple[str, ...], url: str | None, schema: str, corpus: str, filt
                 click.echo(f"note: {note}", err=True)
     what = (f" matching {', '.join(f'{k}={v}' for k, v in chosen.items())}" if chosen
             else f" under {prefix!r}" if prefix else "")
+    if older_than is not None:
+        what += f" first written more than {older_than:g} days ago"
     data: dict[str, object] = {"corpus": corpus, "deleted": deleted}
+    if older_than is not None:
+        data["older_than_days"] = older_than
     if chosen:
         data["filter"] = chosen
     elif prefix:
         data["id_prefix"] = prefix
-    else:
+    elif older_than is None:
         data["missing"] = missing
     if dry_run:
         data.update(dry_run=True, ids=found)

@@ -353,6 +353,37 @@ def merge_postings(url: str | None, schema: str, corpora: tuple[str, ...], as_js
     emit({"schema": schema, "corpora": rows}, as_json, "\n".join(lines) or f"schema {schema}: no corpus")
 
 
+@db.command("sweep")
+@db_options
+@click.option("--corpus", "corpora", multiple=True,
+              help="Sweep this corpus only (repeatable; default: every corpus with expired entries).")
+@click.option("--vacuum", is_flag=True, help="Then VACUUM the library's tables: the space is free for new rows at "
+                                             "once, HNSW entries included (autovacuum does it later otherwise).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def sweep(url: str | None, schema: str, corpora: tuple[str, ...], vacuum: bool, as_json: bool) -> None:
+    """Delete the expired entries of every corpus (or --corpus) with their postings, vectors and edges.
+
+    No read returns an entry past its expiry, swept or not; the sweep frees what it
+    holds. It runs beside readers and writers (see docs/memory.md, "The sweep").
+
+    Example: tnsrag db sweep --url "$DATABASE_URL" --json
+    """
+    rows = []
+    with _engine(url, schema) as engine:
+        store = Store(engine, schema=schema)
+        names = list(corpora) or [r.corpus for r in store.read(
+            "/* tnsrag:all-corpora */ SELECT DISTINCT corpus FROM entries "
+            "WHERE expires_at <= statement_timestamp() ORDER BY corpus", {})]
+        for name in names:
+            report = store.with_corpus(name).sweep(vacuum=vacuum)
+            rows.append({"corpus": name, "deleted": report.deleted, "tombstones_purged": report.tombstones,
+                         "vacuumed": report.vacuumed})
+    lines = [f"{r['corpus']}: deleted {plural(r['deleted'], 'expired entry', 'expired entries')}"
+             + (", vacuumed" if r["vacuumed"] else "") for r in rows]
+    emit({"schema": schema, "corpora": rows}, as_json, "\n".join(lines) or f"schema {schema}: nothing expired")
+
+
 def _space_vectors(store: Store, space_id: int) -> int:
     """The number of vectors embedding space ``space_id`` of the store's corpus holds."""
     rows = store.read("SELECT count(*) AS n FROM embeddings WHERE corpus = :c AND space_id = :s",

@@ -195,20 +195,23 @@ def _no_lock_timeout() -> Iterator[Connection | None]:
 
 
 def create_index_concurrently(name: str, table: str, columns: Sequence[str], *, schema: str,
-                              using: str = "btree", where: str | None = None) -> None:
+                              using: str = "btree", where: str | None = None,
+                              include: Sequence[str] = ()) -> None:
     """In a revision: build index ``name`` on ``schema.table`` (``columns`` are plain column
     names or expressions from the revision's code) with ``CREATE INDEX CONCURRENTLY``, outside
     the revision's transaction.
 
-    An invalid index of that name (left by an interrupted build) is dropped first; a valid
-    one is kept (the revision can be run again).
+    ``include`` names columns the index carries without ordering by them (``INCLUDE``), for
+    index-only scans. An invalid index of that name (left by an interrupted build) is
+    dropped first; a valid one is kept (the revision can be run again).
     """
     from alembic import op
 
     s, n, t = _ident(schema), _ident(name), _ident(table)
     predicate = f" WHERE {where}" if where else ""
+    covering = f" INCLUDE ({', '.join(_ident(c) for c in include)})" if include else ""
     create = (f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {n} ON {s}.{t} "
-              f"USING {_ident(using)} ({', '.join(columns)}){predicate}")
+              f"USING {_ident(using)} ({', '.join(columns)}){covering}{predicate}")
     with _no_lock_timeout() as bind:
         if bind is None:
             op.execute(create)

@@ -82,6 +82,9 @@ corpora = Table(
     # Mixed into the corpus's advisory lock keys (revision 0013): row-level security hides
     # it from other tenants, so none of them can compute, and hold, this corpus's keys.
     Column("lock_salt", UUID(as_uuid=False), nullable=False, server_default=func.gen_random_uuid()),
+    # The default time-to-live of entries written without an expiry (revision 0014): {"ttl":
+    # seconds, "tiers": {tier: seconds}}; NULL: none (Store.set_expiry).
+    Column("expiry", JSONB),
 )
 
 entries = Table(
@@ -104,6 +107,8 @@ entries = Table(
     Column("lexemes", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The instant from which no read returns the entry (revision 0014); NULL: it never expires.
+    Column("expires_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("corpus", "id"),
     ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
     CheckConstraint("tier IN ('WORKING', 'EPISODIC', 'SEMANTIC', 'PROCEDURAL')", name="tier"),
@@ -111,6 +116,12 @@ entries = Table(
     Index(None, "corpus", "source"),
     Index(None, "corpus", "parent_id"),
     Index(None, "corpus", "ts"),
+    # Only expiring entries: a corpus without any has no row here, and the reads' lookup of
+    # its expired entries is one probe of an empty range (revision 0014).
+    Index("ix_entries_corpus_expires_at", "corpus", "expires_at", postgresql_include=["id"],
+          postgresql_where=text("expires_at IS NOT NULL")),
+    Index("ix_entries_corpus_id_expiring", "corpus", "id", postgresql_include=["expires_at"],
+          postgresql_where=text("expires_at IS NOT NULL")),
     # GIN over (corpus, metadata) with btree_gin: a metadata filter reads only its corpus's rows.
     Index("ix_entries_corpus_metadata", "corpus", "metadata", postgresql_using="gin",
           postgresql_ops={"metadata": "jsonb_path_ops"}),

@@ -27,6 +27,7 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
            vectors_out: SpaceVectors | None = None) -> Iterator[MemoryEntry]:
     # The record format is the export format of tnsrag_db.admin (see its docstring):
     # a present "source": null stays None, "timestamp" is the entry's timestamp,
+    # "expiresAt" (an instant) or "ttlSeconds" (a number) its expiry,
     # "edges" (outgoing, {"dst", "relation", "weight", "source"}) are collected for
     # the caller in edges_out, and "vectors" ([{"provider", "vector"}]) in vectors_out.
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -46,14 +47,18 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
         if not isinstance(metadata, dict):
             raise InvalidEntryError(f"{where}: 'metadata' must be an object of strings")
         stamp = obj.get("timestamp")
+        expires = obj.get("expiresAt")
         try:
             if stamp is not None and not isinstance(stamp, str):
                 raise InvalidEntryError(f"'timestamp' must be an ISO-8601 string, got {stamp!r}")
+            if expires is not None and not isinstance(expires, str):
+                raise InvalidEntryError(f"'expiresAt' must be an ISO-8601 string, got {expires!r}")
             entry = MemoryEntry(
                 str(obj.get("id") or f"{rel}#{lineno}"), content, obj.get("tier") or tier,
                 source=None if "source" in obj and obj["source"] is None else (obj.get("source") or rel),
                 parent_id=obj.get("parentId", obj.get("parent_id")),
                 timestamp=parse_instant(stamp) if stamp else None, metadata=metadata,
+                expires_at=parse_instant(expires) if expires else None, ttl=obj.get("ttlSeconds"),
             )
             edges = _record_edges(entry.id, obj.get("edges"))
             vectors = _record_vectors(obj.get("vectors"))

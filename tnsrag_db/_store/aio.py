@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
@@ -26,6 +27,7 @@ from tnsrag_db._db.schema import DEFAULT_SCHEMA
 from tnsrag_db._db.statement import Plan, Rows, Statement, one
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
+from tnsrag_db._store.expiry import SweepReport
 from tnsrag_db._store.reads import check_ids, count_plan, get_many_plan, get_plan
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._types import MemoryEntry
@@ -159,9 +161,15 @@ class AsyncStore:
         """Delete the entries with these ids in one transaction; runs in a worker thread."""
         return await self._in_thread(self._store.delete_many, list(entry_ids))
 
-    async def delete_where(self, filters: Mapping[str, str]) -> int:
-        """Delete every entry matching ``filters`` (see :meth:`Store.delete_where`); runs in a worker thread."""
-        return await self._in_thread(self._store.delete_where, filters)
+    async def delete_where(self, filters: Mapping[str, str] | None = None, *,
+                           older_than: timedelta | datetime | None = None) -> int:
+        """Delete every entry matching ``filters`` and ``older_than`` (see :meth:`Store.delete_where`);
+        runs in a worker thread."""
+        return await self._in_thread(self._store.delete_where, filters, older_than=older_than)
+
+    async def sweep(self, *, vacuum: bool = False) -> SweepReport:
+        """Delete the corpus's expired entries (see :meth:`Store.sweep`); runs in a worker thread."""
+        return await self._in_thread(self._store.sweep, vacuum=vacuum)
 
     async def clear(self) -> int:
         """Delete every entry of the corpus; runs in a worker thread."""

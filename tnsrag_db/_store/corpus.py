@@ -96,6 +96,7 @@ class Corpus:
         self._ready = False
         #: The lock keys of the corpus row last seen (see :meth:`lock`).
         self._keys: tuple[int, ...] | None = None
+        self._expiry: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -122,6 +123,13 @@ class Corpus:
                 self._ready = True
                 return cfg
             self._ready = False  # the corpus was deleted meanwhile: create it again
+
+    @property
+    def expiry_policy(self) -> dict[str, Any] | None:
+        """The corpus's default expiry as its row held it when this transaction took the
+        write lock (``{"ttl": seconds, "tiers": {tier: seconds}}``, see
+        :meth:`tnsrag_db.Store.set_expiry`), or None."""
+        return self._expiry
 
     def forget(self) -> None:
         """The corpus row was deleted: the next write creates it again."""
@@ -162,6 +170,7 @@ class Corpus:
                 advisory_lock(conn, key, shared=shared)
             row = conn.execute(sa.text(ROW_AFTER_LOCK_SQL), {"k": name, "c": self._name}).first()
             if row is not None and int(row.last_key) == keys[-1]:
+                self._expiry = row.expiry if isinstance(row.expiry, dict) else None
                 # Kept for the next transaction, save the old keys of a rolling upgrade: read
                 # again each time, so that a process stops taking them once it is finished.
                 self._keys = keys if len(keys) == 1 else None

@@ -57,11 +57,12 @@ def corpus_keys(conn: Connection, name: str, corpus: str) -> tuple[int, ...] | N
     return (int(row.unsalted), int(row.salted)) if serves_unsalted(str(floor)) else (int(row.salted),)
 
 
-#: The corpus row's configuration and the last of its keys (as :func:`corpus_keys` orders
-#: them), to check after a wait that the keys taken still belong to the row: a drop may
-#: have deleted it, and a write re-created it with another salt, meanwhile.
+#: The corpus row's configuration (and its default expiry, NULL before revision 0014) and
+#: the last of its keys (as :func:`corpus_keys` orders them), to check after a wait that the
+#: keys taken still belong to the row: a drop may have deleted it, and a write re-created it
+#: with another salt, meanwhile.
 ROW_AFTER_LOCK_SQL = textwrap.dedent("""\
-    SELECT c.text_config,
+    SELECT c.text_config, to_jsonb(c) -> 'expiry' AS expiry,
            coalesce(hashtextextended(CAST(:k AS text) || ':' || (to_jsonb(c) ->> 'lock_salt'), 0),
                     hashtextextended(CAST(:k AS text), 0)) AS last_key
     FROM corpora c WHERE c.corpus = :c""")

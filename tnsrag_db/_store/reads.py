@@ -9,6 +9,7 @@ from typing import Any
 
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ValidationError
+from tnsrag_db._store.expiry import NOW, live
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._types import MemoryEntry, MemoryTier, RetrievedDocument, is_unicode_text, name_form
 
@@ -20,8 +21,10 @@ ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
 ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 #: The columns of an entry as :func:`row_to_entry` reads them.
-ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata")
-_SELECT = f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries"
+ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata", "expires_at")
+_SELECT = f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries e"
+#: Entries that have not expired (every read below leaves the expired out).
+_LIVE = live("e")
 
 
 def check_ids(entry_ids: Iterable[object]) -> list[str]:
@@ -41,18 +44,21 @@ def check_ids(entry_ids: Iterable[object]) -> list[str]:
 def row_to_entry(row: Any) -> MemoryEntry:
     """The :class:`MemoryEntry` of a row with the :data:`ENTRY_FIELDS` columns."""
     return MemoryEntry(id=row.id, content=row.content, tier=MemoryTier[row.tier], source=row.source,
-                       parent_id=row.parent_id, timestamp=row.ts, metadata=row.metadata or {})
+                       parent_id=row.parent_id, timestamp=row.ts, metadata=row.metadata or {},
+                       expires_at=row.expires_at)
 
 
 def get_plan(corpus: str, entry_id: str) -> Plan[MemoryEntry | None]:
     """The entry ``entry_id`` of ``corpus``, or None."""
-    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = :id", {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = :id AND {_LIVE}", {"c": corpus, "id": entry_id},
+                           ENTRY_FIELDS)
     return row_to_entry(rows[0]) if rows else None
 
 
 def get_many_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, MemoryEntry]]:
     """The entries of ``corpus`` with these ids that exist, by id."""
-    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = ANY(:ids)", {"c": corpus, "ids": list(entry_ids)},
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = ANY(:ids) AND {_LIVE}",
+                           {"c": corpus, "ids": list(entry_ids)},
                            ENTRY_FIELDS)
     return {r.id: row_to_entry(r) for r in rows}
 
@@ -61,14 +67,18 @@ def count_plan(corpus: str, filters: Mapping[str, str] | None = None) -> Plan[in
     """How many entries of ``corpus`` match ``filters`` (exact-match, as in retrieval; checked
     when the plan starts)."""
     predicate, params = filter_sql(filters)
-    rows = yield Statement(f"SELECT count(*) AS n FROM entries e WHERE e.corpus = :c AND {predicate}",
+    # All matches less the expired ones (found through the partial expiry index): the count
+    # stays the index-only scan it was, whatever the corpus's expiry.
+    rows = yield Statement(f"SELECT (SELECT count(*) FROM entries e WHERE e.corpus = :c AND {predicate}) - "
+                           f"(SELECT count(*) FROM entries e WHERE e.corpus = :c AND {predicate} "
+                           f"AND e.expires_at <= {NOW}) AS n",
                            {"c": corpus, **params}, ("n",))
     return int(rows[0].n)
 
 
 def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEntry]]:
     """Up to ``limit`` entries of ``corpus`` with ids after ``last``, in id order (keyset pages)."""
-    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last ORDER BY id LIMIT :n",
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last AND {_LIVE} ORDER BY id LIMIT :n",
                            {"c": corpus, "last": last, "n": limit}, ENTRY_FIELDS)
     return [row_to_entry(r) for r in rows]
 

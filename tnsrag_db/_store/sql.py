@@ -17,7 +17,8 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-__all__ = ["APPLY_DF_SQL", "BM25_STAT_SHARDS", "WRITTEN", "bump_stats", "count_written", "lock_matching_sql", "planner_nodes_off",
+__all__ = ["APPLY_DF_SQL", "BM25_STAT_SHARDS", "WRITTEN", "bump_stats", "count_written", "insert_or_lock_sql",
+           "lock_matching_sql", "planner_nodes_off",
            "probe",
            "stat_shard"]
 
@@ -95,6 +96,12 @@ APPLY_DF_SQL = textwrap.dedent("""\
     SELECT :c, lexeme, :shard, sum(delta) FROM {source} GROUP BY lexeme HAVING sum(delta) <> 0 ORDER BY lexeme
     ON CONFLICT (corpus, lexeme, shard) DO UPDATE SET df = t.df + excluded.df""")
 
+def _expires(stage: str) -> str:
+    """A staged entry's expiry (alias ``stage``): its instant, or its time-to-live from this
+    statement's start (the database's clock), or NULL."""
+    return f"coalesce({stage}.expires_at, statement_timestamp() + {stage}.ttl * interval '1 second')"
+
+
 # One pass in id order inserts the new entries and locks the existing ones. Returns the
 # inserted ids in batch order.
 INSERT_OR_LOCK_SQL = textwrap.dedent("""\
@@ -108,9 +115,9 @@ INSERT_OR_LOCK_SQL = textwrap.dedent("""\
     -- edge inserts checking their foreign keys.
     ins AS (
       INSERT INTO entries AS e (corpus, id, content, tier, source, parent_id, ts, metadata, content_hash,
-                                doc_len, lexemes)
+                                doc_len, lexemes{EXPIRY_COLUMN})
       SELECT :c, s.id, s.content, s.tier, s.source, s.parent_id, s.ts, s.metadata, s.content_hash,
-             coalesce(l.doc_len, 0), coalesce(l.lexemes, '{}')
+             coalesce(l.doc_len, 0), coalesce(l.lexemes, '{}'){EXPIRY_VALUE}
       FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord
       ORDER BY s.id
       ON CONFLICT (corpus, id) DO UPDATE SET content = e.content WHERE false
@@ -124,10 +131,20 @@ INSERT_OR_LOCK_SQL = textwrap.dedent("""\
     )
     SELECT id FROM marked ORDER BY ord""")
 
+
+def insert_or_lock_sql(expiring: bool) -> str:
+    """:data:`INSERT_OR_LOCK_SQL` for a batch with (``expiring``) or without an entry that
+    expires: without, the statement leaves the column alone (the entries never expire), so
+    a batch without expiry writes a schema from before revision 0014 as well."""
+    if not expiring:
+        return INSERT_OR_LOCK_SQL.replace("{EXPIRY_COLUMN}", "").replace("{EXPIRY_VALUE}", "")
+    return INSERT_OR_LOCK_SQL.replace("{EXPIRY_COLUMN}", ", expires_at").replace("{EXPIRY_VALUE}", ", " + _expires("s"))
+
 # The existing rows are locked by INSERT_OR_LOCK_SQL; this statement's snapshot sees their
-# newest committed versions. Identical hash = unchanged.
+# newest committed versions. Identical hash = unchanged, unless a time-to-live is given: each
+# write of it sets the expiry anew.
 COMPARE_SQL = textwrap.dedent(f"""\
-    SELECT x.id, s.ord, x.content_hash = s.content_hash AS same, x.content <> s.content AS text_changed, x.doc_len
+    SELECT x.id, s.ord, x.content_hash = s.content_hash AND s.ttl IS NULL AS same, x.content <> s.content AS text_changed, x.doc_len
     FROM tnsrag_stage_entries s
     {probe('entries', 'x', 'x.id, x.content_hash, x.content, x.doc_len', 'x.id = s.id')}
     WHERE s.state IS NULL
@@ -190,7 +207,7 @@ UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
     )
     UPDATE entries e
     SET content = v.content, tier = v.tier, source = v.source, parent_id = v.parent_id, ts = v.ts,
-        metadata = v.metadata, content_hash = v.content_hash,
+        metadata = v.metadata, content_hash = v.content_hash, expires_at = {_expires('v')},
         doc_len = CASE WHEN v.state = 'c' THEN coalesce(v.new_len, 0) ELSE e.doc_len END,
         lexemes = CASE WHEN v.state = 'c' THEN coalesce(v.new_lexemes, '{{}}') ELSE e.lexemes END,
         updated_at = now()

@@ -11,8 +11,11 @@ transactions are its :attr:`Store.writer`. The strategy-facing views (``VectorMe
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -35,7 +38,7 @@ from tnsrag_db._db.replicas import (
 from tnsrag_db._db.schema import DEFAULT_SCHEMA
 from tnsrag_db._db.session import Session, retry_on_deadlock
 from tnsrag_db._db.statement import Plan
-from tnsrag_db._errors import ConfigurationError, DatabaseError, SchemaNotReadyError, TnsragError
+from tnsrag_db._errors import ConfigurationError, DatabaseError, SchemaNotReadyError, TnsragError, ValidationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db._store.corpus import (
     DEFAULT_ANALYZE_AFTER_ROWS,
@@ -45,6 +48,7 @@ from tnsrag_db._store.corpus import (
     check_corpus_name,
 )
 from tnsrag_db._store.embedded.resolve import embedded_url
+from tnsrag_db._store.expiry import EXPIRED, NOW, SweepReport
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.maintenance import drop_orphan_hnsw_indexes
 from tnsrag_db._store.merge import MergeReport
@@ -60,7 +64,7 @@ from tnsrag_db._store.write import (
     WriteExtension,
     WriteReport,
 )
-from tnsrag_db._types import MemoryEntry
+from tnsrag_db._types import MemoryEntry, MemoryTier
 from tnsrag_db._validate import check_int, is_int
 
 __all__ = ["Store", "connect"]
@@ -332,15 +336,81 @@ class Store:
             return 0
         return self.writer.delete("e.id = ANY(CAST(:ids AS text[]))", {"ids": ids})
 
-    def delete_where(self, filters: Mapping[str, str]) -> int:
-        """Delete every entry matching ``filters`` (exact-match, as in retrieval); returns how many.
+    def delete_where(self, filters: Mapping[str, str] | None = None, *,
+                     older_than: timedelta | datetime | None = None) -> int:
+        """Delete every entry matching ``filters`` (exact-match, as in retrieval) and, with
+        ``older_than``, written before that instant (a timezone-aware datetime) or more than
+        that long ago (a positive timedelta, by the database's clock; an entry's age counts
+        from its first write); returns how many. Their postings, vectors and edges go with
+        them (see :meth:`sweep` for the space).
 
-        An empty filter is refused with :class:`ConfigurationError` (use :meth:`clear`).
+        Neither a filter nor an age is refused with :class:`ConfigurationError` (use
+        :meth:`clear`); a bad ``older_than`` with :class:`ValidationError`.
         """
         predicate, params = filter_sql(filters)
-        if not params:
-            raise ConfigurationError("delete_where needs at least one filter; use clear() to empty the corpus")
+        if older_than is not None:
+            predicate = f"{predicate} AND e.created_at < {_cutoff(older_than, params)}"
+        elif not params:
+            raise ConfigurationError("delete_where needs at least one filter or older_than; use clear() to empty "
+                                     "the corpus")
         return self.writer.delete(predicate, params)
+
+    def set_expiry(self, ttl: float | None = None, *,
+                   tiers: Mapping[MemoryTier | str, float | None] | None = None) -> None:
+        """Set the corpus's default time-to-live: entries written from now on without an
+        expiry of their own (``MemoryEntry.expires_at`` or ``ttl``) expire ``ttl`` seconds
+        after their write, or, for a tier named in ``tiers``, that tier's seconds (None in
+        ``tiers``: that tier never expires by default). Every write renews it, as an
+        entry's own ``ttl``. ``set_expiry()`` removes the default; entries already written
+        keep their expiry. Creates the corpus when it does not exist.
+
+        Raises :class:`ValidationError` for a ``ttl`` that is not a positive finite number
+        or an unknown tier.
+        """
+        policy: dict[str, Any] = {}
+        if ttl is not None:
+            policy["ttl"] = _seconds(ttl, "ttl")
+        if tiers:
+            named: dict[str, float | None] = {}
+            for tier, seconds in tiers.items():
+                try:
+                    name = MemoryTier.parse(tier).name
+                except ValueError as exc:
+                    raise ValidationError(f"tiers: {exc}") from None
+                named[name] = None if seconds is None else _seconds(seconds, f"tiers[{name!r}]")
+            policy["tiers"] = named
+        value = json.dumps(policy) if policy else None
+
+        def work(conn: sa.Connection) -> None:
+            self._corpus_row.text_config(conn)  # creates the row, under the corpus's write lock
+            conn.execute(sa.text("UPDATE corpora SET expiry = CAST(:p AS jsonb) WHERE corpus = :c"),
+                         {"p": value, "c": self._corpus})
+
+        self.writer.transaction(work)
+
+    def expiry_policy(self) -> dict[str, Any] | None:
+        """The corpus's default time-to-live as :meth:`set_expiry` stored it (``{"ttl":
+        seconds, "tiers": {tier: seconds or None}}``, keys present when set), or None."""
+        rows = self.read("SELECT expiry FROM corpora WHERE corpus = :c", {"c": self._corpus})
+        return dict(rows[0].expiry) if rows and rows[0].expiry else None
+
+    def sweep(self, *, vacuum: bool = False) -> SweepReport:
+        """Delete the corpus's expired entries (see :class:`MemoryEntry`'s ``expires_at`` and
+        ``ttl``) with their postings, vectors and edges, then take them out of the merged BM25
+        blocks (a merge, unless a rolling upgrade is not finished); returns the counts.
+
+        Reads leave an expired entry out from the instant it expires, whether swept or not;
+        the sweep frees what it holds. ``vacuum`` then runs ``VACUUM`` on the library's tables
+        (shared by every corpus of the schema; autovacuum does the same later), which frees
+        the deleted rows' space for new ones and removes their vectors from the HNSW indexes.
+        """
+        deleted = self.writer.delete(EXPIRED, {})
+        # (a merge running meanwhile purges them instead: no wait for it)
+        tombstones = self.writer.merge(sweep=False, wait=False).tombstones if deleted else 0
+        if vacuum and deleted:
+            with self._session.autocommit() as conn:
+                conn.execute(sa.text(f"VACUUM (ANALYZE) {', '.join(_SWEPT_TABLES)}"))
+        return SweepReport(deleted=deleted, tombstones=tombstones, vacuumed=vacuum and deleted > 0)
 
     def merge_postings(self, *, sweep: bool = True,
                        progress: Callable[[MergeReport], None] | None = None) -> MergeReport:
@@ -411,6 +481,34 @@ class Store:
         next call of this method (any corpus) removes.
         """
         return drop_orphan_hnsw_indexes(self._session, self._schema)
+
+
+#: The tables a sweep's deletes leave dead rows in (``VACUUM`` with ``sweep(vacuum=True)``).
+_SWEPT_TABLES = ("entries", "bm25_postings", "bm25_blocks", "bm25_docs", "bm25_tombstones", "bm25_df", "embeddings",
+                 "edges")
+
+
+def _seconds(value: object, what: str) -> float:
+    """``value`` as a positive finite number of seconds, else :class:`ValidationError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValidationError(f"{what} must be a positive finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def _cutoff(older_than: object, params: dict[str, Any]) -> str:
+    """The SQL instant before which ``older_than`` (a timezone-aware datetime or a positive
+    timedelta back from the statement's start) puts an entry's first write; binds ``:age``."""
+    if isinstance(older_than, datetime):
+        if older_than.tzinfo is None or older_than.utcoffset() is None:
+            raise ValidationError(f"older_than {older_than.isoformat()} has no time zone")
+        params["age"] = older_than
+        return "CAST(:age AS timestamptz)"
+    if isinstance(older_than, timedelta):
+        if older_than <= timedelta(0):
+            raise ValidationError(f"older_than must be a positive timedelta, got {older_than!r}")
+        params["age"] = older_than
+        return f"{NOW} - CAST(:age AS interval)"
+    raise ValidationError(f"older_than must be a datetime or a timedelta, got {type(older_than).__name__}")
 
 
 def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any, Protocol
@@ -51,6 +51,9 @@ class WriteTarget(Protocol):
     def text_config(self, conn: Connection) -> str: ...
 
     def lock(self, conn: Connection, *, shared: bool) -> bool: ...
+
+    @property
+    def expiry_policy(self) -> Mapping[str, Any] | None: ...
 
 
 @dataclass(slots=True)
@@ -98,7 +101,11 @@ class WriteExtension:
 def content_hash(entry: MemoryEntry) -> bytes:
     """SHA-256 over every stored field of ``entry``: equal hashes mean an identical entry."""
     ts = entry.timestamp.astimezone(timezone.utc).isoformat() if entry.timestamp is not None else None
-    payload = [entry.content, entry.tier.name, entry.source, entry.parent_id, ts, sorted(entry.metadata.items())]
+    payload: list[object] = [entry.content, entry.tier.name, entry.source, entry.parent_id, ts,
+                             sorted(entry.metadata.items())]
+    if entry.expires_at is not None or entry.ttl is not None:  # no expiry: the hash of earlier releases
+        expires = entry.expires_at.astimezone(timezone.utc).isoformat() if entry.expires_at is not None else None
+        payload.append([expires, entry.ttl])
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()).digest()
 
 
@@ -142,21 +149,28 @@ class StagedBatch:
 
     size: int
     large: bool
+    #: Some entry of the batch expires (``expires_at`` or ``ttl``).
+    expiring: bool = False
 
 
 def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
-          progress: Callable[[int], None] | None = None) -> StagedBatch:
+          progress: Callable[[int], None] | None = None, expiry: Mapping[str, Any] | None = None) -> StagedBatch:
     """COPY the batch (with its hashes), its text chunks and extra terms into the stage
-    tables of ``conn``'s open transaction; ``progress`` gets the number analysed so far."""
+    tables of ``conn``'s open transaction; ``progress`` gets the number analysed so far.
+    ``expiry`` is the corpus's default (see :func:`default_ttl`) for entries without one."""
     reset_entry_stage(conn)
+    expiring = False
     raw = conn.connection.driver_connection
     assert raw is not None
     with raw.cursor() as cur:
         with cur.copy("COPY tnsrag_stage_entries (ord, id, content, tier, source, parent_id, ts, metadata, "
-                      "content_hash) FROM STDIN") as copy:
+                      "content_hash, expires_at, ttl) FROM STDIN") as copy:
             for i, e in enumerate(batch):
+                ttl = e.ttl if e.ttl is not None or e.expires_at is not None else default_ttl(expiry, e.tier.name)
+                expiring = expiring or ttl is not None or e.expires_at is not None
                 copy.write_row((i, e.id, e.content, e.tier.name, e.source, e.parent_id, e.timestamp,
-                                json.dumps(dict(e.metadata), ensure_ascii=False), content_hash(e)))
+                                json.dumps(dict(e.metadata), ensure_ascii=False), content_hash(e), e.expires_at,
+                                ttl))
         # One COPY at a time per connection: analyse first, then stream each table.
         analyzed = []
         for i, e in enumerate(batch):
@@ -175,7 +189,17 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
                         copy.write_row((i, term))
     if progress is not None:
         progress(len(batch))
-    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS)
+    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS, expiring)
+
+
+def default_ttl(expiry: Mapping[str, Any] | None, tier: str) -> float | None:
+    """The corpus's default time-to-live for an entry of ``tier`` without an expiry of its
+    own: its tier's (``expiry["tiers"][tier]``), else the corpus's (``expiry["ttl"]``)."""
+    if not expiry:
+        return None
+    tiers = expiry.get("tiers") or {}
+    value = tiers.get(tier, expiry.get("ttl"))
+    return float(value) if value is not None else None
 
 
 # -- step 3: terms --------------------------------------------------------------------
@@ -205,7 +229,7 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
     arrays: ``= ANY(array)`` over a large array is quadratic.
     """
     c = {"c": corpus}
-    inserted = list(conn.execute(sa.text(sql.INSERT_OR_LOCK_SQL), c).scalars())
+    inserted = list(conn.execute(sa.text(sql.insert_or_lock_sql(staged.expiring)), c).scalars())
     report = WriteReport()
     old_len = 0
     if len(inserted) < staged.size:
@@ -270,7 +294,7 @@ def write_entries(conn: Connection, corpus: WriteTarget, batch: Sequence[MemoryE
                   progress: Callable[[int], None] | None = None) -> WriteReport:
     """Steps 2 to 6 for already-validated ``batch`` inside ``conn``'s open transaction."""
     text_config = corpus.text_config(conn)  # takes the corpus's write lock, shared
-    staged = stage(conn, batch, progress=progress)
+    staged = stage(conn, batch, progress=progress, expiry=corpus.expiry_policy)
     stage_terms(conn, staged, text_config)
     report, old_len = classify(conn, corpus.name, staged)
     rewrite_changed(conn, corpus.name, report)

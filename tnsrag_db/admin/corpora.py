@@ -180,7 +180,7 @@ def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
     if not is_int(max_sources) or max_sources < 1:
         raise ConfigurationError(f"max_sources must be an int >= 1, got {max_sources!r}")
     c = {"c": store.corpus}
-    head = _rows(store, "SELECT text_config, created_at FROM corpora WHERE corpus = :c", c)
+    head = _rows(store, "SELECT text_config, created_at, expiry FROM corpora WHERE corpus = :c", c)
     if not head:
         raise _not_found(store.corpus, corpus_names(store))
     by_tier = {r.tier: int(r.n) for r in _rows(
@@ -196,6 +196,11 @@ def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
         store, "SELECT relation, count(*) AS n FROM edges WHERE corpus = :c GROUP BY relation ORDER BY relation", c)}
     last = _rows(store, "SELECT greatest((SELECT max(updated_at) FROM entries WHERE corpus = :c), "
                         "(SELECT max(created_at) FROM edges WHERE corpus = :c)) AS at", c)[0].at
+    # Only expiring entries are read (the partial index of revision 0014).
+    expiry = _rows(store, "SELECT count(*) FILTER (WHERE expires_at <= statement_timestamp()) AS expired, "
+                          "count(*) FILTER (WHERE expires_at > statement_timestamp()) AS expiring, "
+                          "min(expires_at) FILTER (WHERE expires_at > statement_timestamp()) AS next "
+                          "FROM entries WHERE corpus = :c AND expires_at IS NOT NULL", c)[0]
     docs = int(bm25.docs)
     return CorpusStats(
         corpus=store.corpus, entries=sum(by_tier.values()), by_tier={t: by_tier[t] for t in _TIERS if t in by_tier},
@@ -203,4 +208,5 @@ def corpus_stats(store: Store, *, max_sources: int = 20) -> CorpusStats:
         spaces=tuple(_spaces(store, store.corpus).get(store.corpus, [])), bm25_documents=docs,
         bm25_average_length=round(int(bm25.len) / docs, 3) if docs else 0.0, bm25_terms=int(terms),
         edges=sum(relations.values()), edges_by_relation=relations, text_config=head[0].text_config,
-        created_at=head[0].created_at, last_write=last)
+        created_at=head[0].created_at, last_write=last, expired=int(expiry.expired), expiring=int(expiry.expiring),
+        next_expiry=expiry.next, default_expiry=head[0].expiry or None)

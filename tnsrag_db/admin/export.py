@@ -33,6 +33,8 @@ def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
             "metadata": dict(entry.metadata),
             "edges": [{"dst": e["dst"], "relation": e["relation"], "weight": e["weight"], "source": e["source"]}
                       for e in edges]}
+    if entry.expires_at is not None:  # only then: files of corpora without expiry stay as they were
+        record["expiresAt"] = entry.expires_at.isoformat()
     shown = [{"provider": provider, "float32": _float32_base64(vector)} for provider, vector in vectors]
     if shown:
         record["vectors"] = shown

@@ -76,7 +76,11 @@ class CorpusStats:
       ``bm25_terms`` (distinct terms): the BM25 corpus statistics queries score with;
     * ``edges`` and ``edges_by_relation``;
     * ``last_write``: the latest entry insert or update or edge creation (deletes leave
-      no trace), None for an empty corpus.
+      no trace), None for an empty corpus;
+    * ``expired``: the entries (counted in ``entries``) past their expiry, which no read
+      returns and the next sweep deletes (``tnsrag db sweep``); ``expiring``: the entries
+      with an expiry still ahead, the first of which is ``next_expiry`` (None: none);
+      ``default_expiry``: the corpus's default time-to-live (:meth:`Store.set_expiry`), or None.
     """
 
     corpus: str
@@ -93,6 +97,10 @@ class CorpusStats:
     text_config: str
     created_at: datetime
     last_write: datetime | None
+    expired: int = 0
+    expiring: int = 0
+    next_expiry: datetime | None = None
+    default_expiry: Mapping[str, Any] | None = None
 
     def missing(self, space: SpaceInfo) -> int:
         """Entries of the corpus without a vector in ``space`` (0 when it is complete; more
@@ -110,6 +118,8 @@ class CorpusStats:
             "edges": self.edges, "edges_by_relation": dict(self.edges_by_relation),
             "text_config": self.text_config, "created_at": _iso(self.created_at),
             "last_write": _iso(self.last_write),
+            "expiry": {"expired": self.expired, "expiring": self.expiring, "next": _iso(self.next_expiry),
+                       "default": dict(self.default_expiry) if self.default_expiry else None},
         }
 
 

@@ -45,7 +45,14 @@ from tnsrag_db._strategies.mmr import (
     check_lambda_mult,
     maximal_marginal_relevance,
 )
-from tnsrag_db._types import MAX_RESULTS, MemoryEntry, MemoryTier, RetrievedDocument, validate_filters
+from tnsrag_db._types import (
+    MAX_RESULTS,
+    MemoryEntry,
+    MemoryTier,
+    RetrievedDocument,
+    parse_instant,
+    validate_filters,
+)
 from tnsrag_db._validate import check_int, check_query_text, is_int
 from tnsrag_db.integrations._core import (
     SerialEmbedding,
@@ -224,6 +231,7 @@ def _entry(text: str, metadata: Mapping[str, Any] | None, entry_id: str, tier: M
     if source is not None and not isinstance(source, str):
         raise InvalidEntryError(f"{where}: metadata 'source' must be a string, got {type(source).__name__}",
                                 entry_id=entry_id, index=index)
+    expiry = _expiry(md.pop(EXPIRES_AT_KEY, None), md.pop(TTL_KEY, None), where, entry_id, index)
     strings: dict[str, str] = {}
     others: dict[str, Any] = {}
     for key, value in md.items():
@@ -240,7 +248,27 @@ def _entry(text: str, metadata: Mapping[str, Any] | None, entry_id: str, tier: M
         except (TypeError, ValueError) as exc:
             raise InvalidEntryError(f"{where}: metadata values must be strings or JSON values: {exc}",
                                     entry_id=entry_id, index=index) from None
-    return MemoryEntry(entry_id, text, tier, source=source, metadata=strings)
+    return MemoryEntry(entry_id, text, tier, source=source, metadata=strings, **expiry)
+
+
+#: The metadata keys of a document's expiry (taken out of its metadata, see :class:`TnsragVectorStore`).
+EXPIRES_AT_KEY, TTL_KEY = "expiresAt", "ttlSeconds"
+
+
+def _expiry(expires: object, ttl: object, where: str, entry_id: str, index: int) -> dict[str, Any]:
+    """``expires_at`` and ``ttl`` of an entry from its document's metadata values."""
+    out: dict[str, Any] = {}
+    if isinstance(expires, str):
+        try:
+            out["expires_at"] = parse_instant(expires)
+        except ValidationError as exc:
+            raise InvalidEntryError(f"{where}: metadata {EXPIRES_AT_KEY!r}: {exc}", entry_id=entry_id,
+                                    index=index) from None
+    elif expires is not None:
+        out["expires_at"] = expires  # a datetime, checked by MemoryEntry
+    if ttl is not None:
+        out["ttl"] = ttl
+    return out
 
 
 def _document(row: Any) -> Document:
@@ -257,7 +285,9 @@ class TnsragVectorStore(VectorStore):
     Documents become entries (``id``: the given one, else a random UUID; tier ``tier``,
     default ``SEMANTIC``) with their vector from ``embedding.embed_documents``, in the
     embedding space named ``embedding_name`` (default: the ``Embeddings`` class and its
-    ``model``). Metadata: ``source`` becomes the entry's source; other string values are
+    ``model``). Metadata: ``source`` becomes the entry's source; ``expiresAt`` (an ISO-8601
+    instant with a zone, or a timezone-aware ``datetime``) or ``ttlSeconds`` (a number) its
+    expiry (the entry is found by nothing after it; docs/memory.md); other string values are
     entry metadata (filterable); non-string JSON values (numbers, lists, ...) are kept
     in one JSON string under :data:`NON_STRING_METADATA_KEY`, returned as they were but
     not filterable; the keys ``tier`` and ``entryId`` are reserved. Search results carry

@@ -14,8 +14,10 @@ Tools (``read_only=True`` registers only the first three):
 * ``stats()`` and ``corpora()`` (``corpora`` names only the served corpus unless the
   server is built with ``all_corpora=True``)
 * ``remember(content, tier="SEMANTIC", metadata=None, source=None, parent_id=None,
-  timestamp=None, id=None)``: an upsert keyed by ``id``; without one, the id is derived
-  from the call (:func:`remember_id`), so a retried call stores nothing new
+  timestamp=None, id=None, ttl_seconds=None, expires_at=None)``: an upsert keyed by ``id``;
+  without one, the id is derived from the call (:func:`remember_id`; the expiry does not
+  count, so remembering the same thing again renews its time-to-live), so a retried call
+  stores nothing new. An entry past its expiry is found by no tool
 * ``forget(id=None, filters=None)``: exactly one of them
 * ``link(src, dst, relation="related", weight=1.0, source=None)``
 
@@ -407,6 +409,11 @@ def _write_tools(store: Store, serial: SerialEmbedding,
         id: Annotated[str | None, Field(
             description="Entry id; the same id updates the entry. Default: derived from the other arguments "
                         "(a name-based UUID), so repeating a call stores nothing new.")] = None,
+        ttl_seconds: Annotated[float | None, Field(
+            description="Forget the entry this many seconds from now (each remember renews it); "
+                        "not with expires_at.")] = None,
+        expires_at: Annotated[str | None, Field(
+            description="Forget the entry from this ISO-8601 instant with a zone on; not with ttl_seconds.")] = None,
     ) -> RememberResult:
         """Store one memory entry (embedded and indexed for every strategy); returns its id.
         Idempotent: the same call twice stores one entry."""
@@ -416,8 +423,10 @@ def _write_tools(store: Store, serial: SerialEmbedding,
             raise ArgumentError("content", "content must not be blank")
         with argument("timestamp"):
             when = None if timestamp is None else parse_instant(timestamp)
+        with argument("expires_at"):
+            until = None if expires_at is None else parse_instant(expires_at)
         entry = _entry(id=entry_id, content=content, tier=tier, source=source, parent_id=parent_id,
-                       timestamp=when, metadata=metadata or {})
+                       timestamp=when, metadata=metadata or {}, expires_at=until, ttl=ttl_seconds)
         with argument("timestamp"):
             temporal.check_timestamps([entry])
 
@@ -471,9 +480,11 @@ def _entry(**fields: Any) -> MemoryEntry:
     with argument("id"):
         MemoryEntry(fields["id"], "")
     probe: dict[str, Any] = {"id": fields["id"], "content": ""}
-    for name in ("content", "tier", "source", "metadata", "parent_id"):
-        with argument(name):
+    for name in ("content", "tier", "source", "metadata", "parent_id", "expires_at", "ttl"):
+        with argument("ttl_seconds" if name == "ttl" else name):
             MemoryEntry(**{**probe, name: fields[name]})
+    if fields["expires_at"] is not None and fields["ttl"] is not None:
+        raise ArgumentError("ttl_seconds", "give ttl_seconds or expires_at, not both")
     with argument("metadata"):
         return MemoryEntry(**fields)
 

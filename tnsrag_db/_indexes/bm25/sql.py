@@ -40,6 +40,7 @@ import re
 from textwrap import dedent
 
 from tnsrag_db._db.statement import hidden
+from tnsrag_db._store.expiry import expired_ids, not_expired
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 
 __all__ = [
@@ -179,8 +180,14 @@ class _Layout:
                 f"CROSS JOIN LATERAL unnest({p}_bk.docnos, {p}_bk.tfs, {p}_bk.dls) AS p(docno, tf, doc_len)")
 
     def live(self, p: str) -> str:
-        """The condition every scanned posting meets (not a tombstoned number)."""
+        """The condition every scanned posting meets (in blocks: not a tombstoned or expired number)."""
         return "TRUE" if self.suffix == "r" else f"p.docno NOT IN (SELECT ts.docno FROM {p}_ts ts)"
+
+    def unexpired(self, p: str, a: str) -> str:
+        """The condition that the entry of the summed row ``a`` has not expired (rows: checked
+        per entry after the sum; a condition with a subquery stays there, so the scan of the
+        postings keeps its plan. Blocks: :meth:`live` checked it per posting)."""
+        return not_expired(f"{a}.entry_id", f":{p}_c") if self.suffix == "r" else "TRUE"
 
     def entry(self, p: str) -> str:
         """The entry id of posting ``p``, for a filter's per-posting check."""
@@ -241,8 +248,12 @@ def _layout_ctes(p: str, predicate: str, ids: str) -> str:
     """The CTEs both layouts' scans read: ``{p}_ts`` (the tombstoned numbers) and, with a
     filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
     ctes = (f"{p}_ts AS MATERIALIZED (\n"
-            f"  -- Numbers of merged entries deleted or rewritten since: their postings do not count.\n"
-            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n)")
+            f"  -- Numbers of merged entries deleted or rewritten since, or expired (none, from an\n"
+            f"  -- empty index range, in a corpus without expiry): their postings do not count.\n"
+            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n"
+            f"  UNION ALL\n"
+            f"  SELECT d.docno FROM ({expired_ids(f':{p}_c')}) x CROSS JOIN LATERAL (SELECT k.docno "
+            f"FROM bm25_docs k WHERE k.corpus = :{p}_c AND k.entry_id = x.id OFFSET 0) d\n)")
     if predicate != "TRUE":
         ctes += (f", {p}_fd AS MATERIALIZED (\n"
                  f"  SELECT d.docno FROM {p}_fe fe JOIN bm25_docs d ON d.corpus = :{p}_c AND d.entry_id = fe.id\n)")
@@ -278,6 +289,7 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
           FROM {scan_t}
           WHERE NOT t.ne AND {live} AND {keep_a}
           GROUP BY p.{key}
+          HAVING {unexpired}
         ), {p}_c1{s} AS MATERIALIZED (
           -- The k best partial scores, scored in full. Their k-th best full score th1 bounds
           -- phase A's k-th best from below, so an entry with ps + bne < max(th1, min_score)
@@ -340,7 +352,7 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
           SELECT f.{key}, f.score FROM {p}_full{s} f WHERE NOT (SELECT pruned FROM {p}_use{s})
         )""", p=p, s=s, key=key, floor=floor, tol=tol, lim=lim,
         part_t=_part(p, "t", "p"), ne_a=layout.ne_sum(p, "a"), scan_t=layout.scan(p, f"{p}_t"),
-        live=layout.live(p), top_f=layout.top("f.score", lim),
+        live=layout.live(p), unexpired=layout.unexpired(p, "p"), top_f=layout.top("f.score", lim),
         full=_full_cte(p, layout, predicate, f"(SELECT all_df FROM {p}_b)", probe, limit),
         keep_a=_keep(p, layout, f"(SELECT ess_df FROM {p}_b)", predicate, probe))
 
@@ -402,10 +414,10 @@ def _full_cte(p: str, layout: _Layout, predicate: str, all_df: str, probe: str, 
             WHERE {live} AND {keep}
             GROUP BY p.{key}
           ) s
-          WHERE s.score >= CAST(:{p}_min AS float8)
+          WHERE s.score >= CAST(:{p}_min AS float8) AND {unexpired}
           {top}
         )""", p=p, s=layout.suffix, key=layout.key, part=_part(p, "t", "p"), scan=layout.scan(p, f"{p}_w"),
-                   live=layout.live(p), keep=_keep(p, layout, all_df, predicate, probe),
+                   live=layout.live(p), unexpired=layout.unexpired(p, "s"), keep=_keep(p, layout, all_df, predicate, probe),
                    top=layout.top("s.score", _limit(limit)))
 
 

@@ -23,6 +23,7 @@ from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ConfigurationError, HierarchyError, ValidationError
 from tnsrag_db._indexes.hierarchy import sql
 from tnsrag_db._indexes.hierarchy.problems import MESSAGE_LIMIT, cycles_of, raise_problems
+from tnsrag_db._store.expiry import live
 from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
 from tnsrag_db._types import MemoryEntry
@@ -199,7 +200,7 @@ class HierarchyIndex:
                                   "decay": decay, "depth": max_depth}
         if fence is not None:
             params["fence"] = sorted(fence)
-        text = sql.PARENTS_SQL.format(fence="TRUE" if fence is None else "p.source = ANY(:fence)", columns=columns)
+        text = sql.PARENTS_SQL.format(fence=_fence("p", fence), columns=columns)
         return Statement(text, params, ("child_id", "level", "score", *column_names))
 
     def branches_statement(self, hits: Statement, *, fence: Collection[str] | None,
@@ -211,11 +212,9 @@ class HierarchyIndex:
         best hit score at or beneath it. Entries outside ``fence`` are left out, with
         everything above them (a fenced-out entry hides its subtree)."""
         params: dict[str, Any] = {**hits.params, "c": self._store.corpus, "max_hops": max_hops}
-        if fence is None:
-            fence_e = "TRUE"
-        else:
+        if fence is not None:
             params["fence"] = sorted(fence)
-            fence_e = "e.source = ANY(:fence)"
+        fence_e = _fence("e", fence)
         text = sql.BRANCHES_SQL.format(hits=textwrap.indent(hits.sql.rstrip(), "  "), fence_e=fence_e)
         return Statement(text, params, ("id", "parent_id", "score"))
 
@@ -235,11 +234,9 @@ class HierarchyIndex:
             params["among"] = list(among)
         if parent_id is not None:
             params["pid"] = parent_id
-        if fence is None:
-            fence_e = fence_h = fence_d = "TRUE"
-        else:
+        if fence is not None:
             params["fence"] = sorted(fence)
-            fence_e, fence_h, fence_d = "e.source = ANY(:fence)", "h.source = ANY(:fence)", "d.source = ANY(:fence)"
+        fence_e, fence_h, fence_d = _fence("e", fence), _fence("h", fence), _fence("d", fence)
         template = sql.KIDS_SQL if among is None else sql.CHOSEN_KIDS_SQL if only_among else sql.RANKED_KIDS_SQL
         kids = template.format(columns=columns, fence_e=fence_e, names=", ".join(f"u.{n}" for n in column_names),
                                parent="e.parent_id IS NULL" if parent_id is None else "e.parent_id = :pid")
@@ -250,6 +247,12 @@ class HierarchyIndex:
             params["cap"], params["rows"] = subtree
             text = sql.CHILDREN_WITH_TEXT_SQL.format(kids=kids, has_children=has_children, fence_d=fence_d)
         return Statement(text, params, (*column_names, "has_children", "subtree_text"))
+
+
+def _fence(alias: str, fence: Collection[str] | None) -> str:
+    """The condition on entry row ``alias`` of the tree reads: not expired (an expired entry
+    hides its subtree, as a fenced-out one does), and with a ``fence``, of its sources."""
+    return live(alias) if fence is None else f"{live(alias)} AND {alias}.source = ANY(:fence)"
 
 
 def _id_list(ids: object, what: str) -> list[str]:

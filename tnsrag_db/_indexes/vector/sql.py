@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._store.expiry import live, not_expired, unexpired_row
 from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 from tnsrag_db._types import validate_filters
@@ -102,11 +103,11 @@ CROSS JOIN LATERAL (
     WHERE {p}_y.corpus = {p}_e.corpus AND {p}_y.space_id = {sid} AND {p}_y.entry_id = {p}_e.id
     OFFSET 0
 ) {p}_x
-WHERE {p}_e.corpus = :{p}_c AND {predicate}"""
+WHERE {p}_e.corpus = :{p}_c AND {predicate} AND {live_e}"""
 
 _UNFILTERED_BASE = """\
 FROM embeddings {p}_x
-WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}"""
+WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xp_x}"""
 
 # A zero query vector scores 0 against everything: ties, broken by entry id.
 _ZERO_QUERY = """\
@@ -179,7 +180,7 @@ _HNSW = """\
 {p}_h AS MATERIALIZED (
     SELECT {p}_x.entry_id, ({p}_x.embedding::vector({dim}) <=> {qv}) AS d
     FROM embeddings {p}_x
-    WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}{gate}
+    WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xr_x}{gate}
     ORDER BY {p}_x.embedding::vector({dim}) <=> {qv}
     LIMIT {k}
 )"""
@@ -203,7 +204,7 @@ _HNSW_FILTERED = """\
     SELECT {p}_x.entry_id, {p}_x.d FROM (
         SELECT {p}_x.corpus, {p}_x.entry_id, ({p}_x.embedding::vector({dim}) <=> {qv}) AS d
         FROM embeddings {p}_x
-        WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}{gate}
+        WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xr_x}{gate}
         ORDER BY {p}_x.embedding::vector({dim}) <=> {qv}
         LIMIT (SELECT r FROM {p}_b)
     ) {p}_x
@@ -231,7 +232,7 @@ _SMALL = """\
 SELECT {p}_y.entry_id, {score} AS score
 FROM embeddings {p}_y
 WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid}
-  AND {p}_y.entry_id = ANY(ARRAY(SELECT id FROM {p}_m))
+  AND {p}_y.entry_id = ANY(ARRAY(SELECT id FROM {p}_m)) AND {xp_y}
   AND (SELECT n FROM {p}_n) <= {t}
 ORDER BY score DESC, {p}_y.entry_id
 LIMIT {k}"""
@@ -243,7 +244,7 @@ _ALL_MATCHES = """\
 SELECT {p}_y.entry_id, {score} AS score
 FROM embeddings {p}_y
 WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid}
-  AND {p}_y.entry_id = ANY(ARRAY({ids}))
+  AND {p}_y.entry_id = ANY(ARRAY({ids})) AND {xp_y}
 ORDER BY score DESC, {p}_y.entry_id
 LIMIT {k}"""
 
@@ -331,7 +332,12 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
             indexed: bool, ef: int, t: int, path: bool, ids: str = "", probe: str = "",
             max_scan: int = MAX_SCAN_TUPLES) -> str:
     filtered = predicate != "TRUE"
-    names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate}
+    # Expired entries are left out of every scan (tnsrag_db._store.expiry): by their ids where
+    # the vectors are scanned in full, row by row where the HNSW scan stops after a few rows,
+    # on the entry row where the filter reads it.
+    names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate, "live_e": live(f"{p}_e"),
+             "xp_x": not_expired(f"{p}_x.entry_id", f":{p}_c"), "xp_y": not_expired(f"{p}_y.entry_id", f":{p}_c"),
+             "xr_x": unexpired_row(f"{p}_x.entry_id", f":{p}_c")}
     base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
     if zero:
         return _ZERO_QUERY.format(base=base, **names)

@@ -1,0 +1,74 @@
+"""Entry expiry as SQL: the one source of every read path's "not expired" condition.
+
+An entry whose ``expires_at`` is at or before the statement's start
+(``statement_timestamp()``, one instant for every part of one statement) is expired: no read
+returns it from that instant on, and a sweep (:meth:`tnsrag_db.Store.sweep`) deletes it with
+its postings and vectors. Two forms, for the two kinds of read:
+
+* :func:`live` tests an entry row already read (a primary-key probe, a walk step): a
+  comparison of one column.
+* :func:`expired_ids` selects the corpus's expired entries through the partial index on
+  ``(corpus, expires_at) WHERE expires_at IS NOT NULL`` (revision 0014). The rankings, which
+  score postings and vectors without reading entry rows, exclude those ids with ``NOT IN``
+  a hashed subplan (:func:`not_expired`; merged postings: their document numbers, beside
+  the tombstones): in a corpus without expired entries the index
+  probe finds nothing and PostgreSQL answers ``NOT IN`` an empty subplan without hashing
+  the left side, so an unexpiring corpus pays one empty index probe per statement.
+
+BM25 statistics (N, average length, df) count an expired entry until the sweep deletes it;
+its postings are never scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "live", "not_expired", "unexpired_row"]
+
+#: The instant a statement compares expiries with.
+NOW = "statement_timestamp()"
+
+
+#: The condition that entry row ``e`` has expired (what a sweep deletes; an index range).
+EXPIRED = f"e.expires_at <= {NOW}"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What :meth:`tnsrag_db.Store.sweep` did: ``deleted`` expired entries (with their postings,
+    vectors and edges), ``tombstones`` purged from the merged BM25 blocks by the merge that
+    follows, and whether the tables were vacuumed (``vacuumed``: their space, HNSW entries
+    included, is then free for new rows)."""
+
+    deleted: int = 0
+    tombstones: int = 0
+    vacuumed: bool = False
+
+
+def live(alias: str) -> str:
+    """The condition that the entry row ``alias`` has not expired (``alias``: a code constant)."""
+    return f"({alias}.expires_at IS NULL OR {alias}.expires_at > {NOW})"
+
+
+def expired_ids(corpus: str, *, alias: str = "xp") -> str:
+    """A SELECT of the ids (column ``id``) of the expired entries of ``corpus`` (an SQL
+    expression: a bound parameter such as ``:c``); read through the partial expiry index."""
+    return (f"SELECT {alias}.id FROM entries {alias} WHERE {alias}.corpus = {corpus} "
+            f"AND {alias}.expires_at <= {NOW}")
+
+
+def unexpired_row(column: str, corpus: str) -> str:
+    """The condition that the entry id ``column`` (of ``corpus``) is not an expired entry's,
+    checked row by row: nothing more than one empty index probe per statement in a corpus
+    without expired entries, else one primary-key probe of the entry per row checked. For
+    scans that stop after a few rows (an HNSW scan's top k), where :func:`not_expired` would
+    read every expired id of the corpus first."""
+    return (f"((SELECT NOT EXISTS ({expired_ids(corpus, alias='xa')})) OR NOT EXISTS (SELECT 1 FROM entries xr "
+            f"WHERE xr.corpus = {corpus} AND xr.id = {column} AND xr.expires_at <= {NOW}))")
+
+
+def not_expired(column: str, corpus: str) -> str:
+    """The condition that the entry id ``column`` (of ``corpus``, an SQL expression) is not
+    an expired entry's: ``NOT IN`` :func:`expired_ids`, an uncorrelated subquery that
+    PostgreSQL runs once per statement into a hash table."""
+    return f"{column} NOT IN ({expired_ids(corpus)})"
