@@ -77,6 +77,10 @@ CREATE TABLE bm25_df (corpus text, lexeme text, shard smallint, df bigint NOT NU
 -- A: today's layout, same name and columns, so the library's statements run on it.
 CREATE TABLE bm25_postings (corpus text NOT NULL, lexeme text NOT NULL, entry_id text NOT NULL,
                             tf int NOT NULL, doc_len int NOT NULL);
+-- The entries the library's statements check for expiry (none expires here): the columns
+-- and the partial index they read.
+CREATE TABLE entries (corpus text NOT NULL, id text NOT NULL, expires_at timestamptz, PRIMARY KEY (corpus, id));
+CREATE INDEX ix_entries_corpus_expires_at ON entries (corpus, expires_at) INCLUDE (id) WHERE expires_at IS NOT NULL;
 -- The library's merged layout, empty here: its statements read it beside A.
 CREATE TABLE bm25_docs (corpus text NOT NULL, docno bigint NOT NULL, entry_id text NOT NULL,
                         PRIMARY KEY (corpus, docno) INCLUDE (entry_id));
