@@ -82,7 +82,7 @@ class ContextualEmbedding:
         return value if isinstance(value, int) else None
 
     def __getattr__(self, attribute: str) -> Any:  # max_tokens, truncated_texts, ...
-        if attribute.startswith("_"):
+        if attribute.startswith("_") or attribute == "embed_entries":
             raise AttributeError(attribute)
         return getattr(self._provider, attribute)
 
@@ -98,6 +98,7 @@ class ContextualEmbedding:
             return self._batch(list(texts))
         return [self._provider(t) for t in texts]
 
-    def embed_entries(self, entries: Sequence[MemoryEntry]) -> Sequence[Any]:
-        """The vectors of ``entries``, each embedded as :func:`embedding_text` gives it."""
-        return self.embed_batch([embedding_text(e) for e in entries])
+    def entry_text(self, entry: MemoryEntry) -> str:
+        """The text embedded for ``entry`` (:func:`embedding_text`); a vector store embeds
+        an entry's ``entry_text`` rather than its content."""
+        return embedding_text(entry)
