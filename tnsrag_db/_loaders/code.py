@@ -26,17 +26,19 @@ _SCOPE = re.compile(r"^(?:export\s+)?(?:default\s+)?(?:async\s+)?(?:def|class|fu
 def _code(rel: str, text: str, language: str, chunker: Chunker, tier: MemoryTier) -> Iterator[MemoryEntry]:
     metadata = {"path": rel, "format": "code", "language": language}
     lines = text.splitlines()
-    at = 0  # the line the search for the next chunk's first line starts at
-    scope = ""  # the last top-level definition line above ``at``
+    search = 0  # the line the search for the next chunk's first line starts at: the last one's last line
+    scanned = 0  # the lines above this one are read for ``scope``
+    scope = ""  # the last top-level definition line above ``scanned``
     for index, chunk in enumerate(_code_chunks(text, chunker)):
         first = chunk.split("\n", 1)[0]
-        start = next((n for n in range(at, len(lines)) if first in lines[n]), at)
-        for line in lines[at:start]:
+        start = next((n for n in range(search, len(lines)) if first in lines[n]), search)
+        for line in lines[scanned:start]:
             if _SCOPE.match(line):
                 scope = line
             elif line.strip() and not line[0].isspace() and not line.lstrip().startswith(("#", "//", "/*", "*", "@")):
                 scope = ""  # top-level code after the definition ended it
-        at = start
+        scanned = max(scanned, start)
+        search = start + chunk.count("\n")
         inside = bool(scope) and start < len(lines) and lines[start][:1].isspace()
         extra = {"definition": " ".join(scope.split())[:200]} if inside else {}
         yield _entry(tier, f"{rel}#{index}", chunk, rel, {**metadata, **extra})
