@@ -42,7 +42,7 @@ Per row: nDCG@10, recall@100 and MRR@10 with 95 % bootstrap intervals, and again
 
 Usage::
 
-    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|debian|cacm|manpages|all] [--reuse] [--json]
+    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|debian|cacm|manpages|all] [--reuse] [--context] [--corpus-prefix P] [--json]
 
 Without ``--url`` (or ``TNSRAG_DATABASE_URL``) the embedded server of ``connect()`` is
 used, with the corpora ``bench_byname_<collection>``.
@@ -73,6 +73,7 @@ from tnsrag_db._strategies.compose import STRATEGY_NAMES
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.registry import build_strategy
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.embeddings import ContextualEmbedding
 from tnsrag_db.evaluation import Query
 
 STDLIB_PACKAGES = ("json", "email", "asyncio", "http", "logging", "urllib")
@@ -337,22 +338,31 @@ def load_collection(store: Store, name: str, reuse: bool) -> tuple[list[Query], 
     return queries, qrels, list(FileLoader(*(root / p for p in STDLIB_PACKAGES), base_dir=root).load())
 
 
-def embed_all(store: Store, entries_of: list[MemoryEntry]) -> None:
+def embed_all(store: Store, entries_of: list[MemoryEntry], context: bool = False) -> None:
+    """Fill the shipped model's plain space, then with ``context`` its contextual one
+    (which by-name strategies then search: the newest complete space)."""
     model, why = shipped_model()
     if model is None:
         raise SystemExit(f"this benchmark needs the shipped model: {why}")
     VectorMemoryStore(store, model).add_all(entries_of)
+    if context:
+        VectorMemoryStore(store, ContextualEmbedding(model)).add_all(entries_of)
 
 
 def run_collection(url: str | None, name: str, args: argparse.Namespace) -> evaluation.EvaluationReport:
-    with connect(url, corpus=f"bench_byname_{name}", auto_migrate=True if url else None) as store:
+    with connect(url, corpus=f"{args.corpus_prefix}{name}", auto_migrate=True if url else None) as store:
         queries, qrels, entries = load_collection(store, name, args.reuse)
-        embed_all(store, entries)
+        embed_all(store, entries, args.context)
         model, _ = shipped_model()
         assert model is not None
         strategies: dict[str, RAGStrategy] = {
             "keyword": build_strategy("keyword", store),
             "hybrid (two streams)": HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, model)),
+        }
+        if args.context:
+            strategies["hybrid (two streams, context)"] = HybridRAGStrategy(
+                BM25Index(store), VectorMemoryStore(store, ContextualEmbedding(model)))
+        strategies |= {
             "hybrid (two streams, RRF)": HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, model),
                                                            fusion="rrf"),
         }
@@ -384,6 +394,9 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="reuse loaded corpora of the same size")
     parser.add_argument("--multi-query-bases", action="store_true",
                         help="also rank multi_query (RM3) over vector and over keyword search")
+    parser.add_argument("--corpus-prefix", default="bench_byname_", help="corpus names: PREFIX<collection>")
+    parser.add_argument("--context", action="store_true",
+                        help="also fill the contextual space (<model>+context1), which by-name strategies then use")
     parser.add_argument("--resamples", type=int, default=2_000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -146,6 +146,17 @@ def test_code_chunks_start_at_definitions_and_keep_lines(tmp_path: Path) -> None
     assert all(f"def f{i}(x):\n    y = x + {i}\n    return y * {i}" in joined for i in range(30))
 
 
+
+def test_a_code_chunk_inside_a_definition_records_its_first_line(tmp_path: Path) -> None:
+    methods = "\n\n".join(f"    def m{i}(self):\n        return {i}  # one step of the walk" for i in range(12))
+    (tmp_path / "walk.py").write_text(f"class Walker(Base):\n{methods}\n\n\nTOP = 1\n\n\ndef after():\n    pass\n")
+    entries, _ = load(tmp_path / "walk.py", chunker=Chunker(200))
+    chunks = list(entries.values())  # type: ignore[attr-defined]
+    inside = [c for c in chunks if c.content.startswith("    def m")]
+    assert inside and all(c.metadata["definition"] == "class Walker(Base):" for c in inside)
+    # The chunk holding the class line, and what follows the class, name no definition.
+    assert all("definition" not in c.metadata for c in chunks if not c.content.startswith("    "))
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.text(alphabet="abcdefghij .!?\n", min_size=0, max_size=40), min_size=1, max_size=40),
        st.integers(min_value=20, max_value=120))

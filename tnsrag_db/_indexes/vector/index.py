@@ -307,10 +307,13 @@ class VectorMemoryStore:
         """The vectors of ``entries``, row i for entry i: from the provider's
         ``embed_entries(entries)`` when it has one (a provider whose vectors belong to entry
         ids, such as a restore's exported vectors), validated as precomputed rows; else the
-        embedding of their texts."""
+        embedding of their texts: the provider's ``entry_text(entry)`` when it has one (a
+        :class:`~tnsrag_db.embeddings.ContextualEmbedding`), else their contents."""
         by_entry = getattr(self._embedding.provider, "embed_entries", None)
         if by_entry is None:
-            return self._embed([e.content for e in entries], batch_size, progress, done)
+            text_of = getattr(self._embedding.provider, "entry_text", None)
+            texts = [e.content for e in entries] if text_of is None else [text_of(e) for e in entries]
+            return self._embed(texts, batch_size, progress, done)
         matrix = self._validate_rows(by_entry(entries), len(entries))
         if progress is not None:
             progress(done + len(entries))
