@@ -13,16 +13,17 @@ What is recorded:
   ``tnsrag.corpus``, the corpus its statements read), ``tnsrag.write``,
   ``tnsrag.delete``, ``tnsrag.merge`` and ``tnsrag.sweep`` (``tnsrag.corpus`` and
   ``tnsrag.entries``: entries written, deleted or merged), with
-  ``tnsrag.statement_durations_ms``, the durations of the read statements it sent;
-- a child span per read statement (a database client span: ``db.system.name``
-  ``postgresql``, ``db.operation.name``, ``db.response.returned_rows``; never the query
-  text or values, which carry user content);
+  ``tnsrag.statement_durations_ms``, the durations of the statements it sent;
+- a child span per statement, of the read runner (:func:`statement`) and of the store's
+  SQLAlchemy engine (:func:`watch_engine`: writes, maintenance): a database client span,
+  ``db.system.name`` ``postgresql``, ``db.operation.name``, ``db.response.returned_rows``
+  (reads); never the query text or values, which carry user content;
 - a failed operation or statement: status ERROR and ``error.type`` (the exception's class;
   not its message, which may quote user content);
 - metrics: ``tnsrag.operation.duration`` (histogram, seconds, by ``tnsrag.operation``
   and ``tnsrag.strategy``), ``tnsrag.operation.entries`` (counter: results returned,
   entries written, deleted or merged, by the same attributes) and
-  ``db.client.operation.duration`` (histogram, seconds) of the read statements.
+  ``db.client.operation.duration`` (histogram, seconds) of the statements.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections.abc import Callable, Sized
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
-__all__ = ["Operation", "operation", "read_corpus", "statement", "traced_retrieve"]
+__all__ = ["Operation", "operation", "read_corpus", "statement", "traced_retrieve", "watch_engine"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -69,7 +70,7 @@ class _Otel:
             description="Entries returned by retrieves, written by writes, deleted by deletes and sweeps, "
                         "moved by merges")
         self.statements = _histogram(meter, "db.client.operation.duration",
-                                     "Duration of the read statements tnsrag_db sent")
+                                     "Duration of the statements tnsrag_db sent")
 
 
 def _histogram(meter: Any, name: str, description: str) -> Any:
@@ -216,7 +217,7 @@ def read_corpus(corpus: str) -> None:
 
 
 class _Statement:
-    """One read statement's client span and duration (see :func:`statement`)."""
+    """One statement's client span and duration (see :func:`statement`)."""
 
     __slots__ = ("_operation", "_otel", "_span", "_start")
 
@@ -267,13 +268,55 @@ def _operation_name(text: str) -> str | None:
 
 
 def statement(text: str) -> _Statement | _Nothing:
-    """A context manager around sending one read statement (``text`` as sent; only the
+    """A context manager around sending one statement (``text`` as sent; only the
     operation name it starts with is recorded): its client span, a child of the current
     span, and its duration for the current operation and the statement histogram."""
     otel = _get()
     if otel is None:
         return _NOTHING
     return _Statement(otel, text)
+
+
+#: The attribute of a SQLAlchemy execution context that holds its statement's hook.
+_SENT = "_tnsrag_telemetry_statement"
+
+
+def watch_engine(engine: Any) -> None:
+    """Give every statement ``engine`` (a SQLAlchemy engine: the write transactions, DDL,
+    maintenance) executes the client span and timing :func:`statement` gives the read
+    runner's statements (once per engine; nothing without OpenTelemetry). Statements a
+    write sends through the driver's COPY are not among them."""
+    if _get() is None:
+        return
+    import sqlalchemy as sa
+
+    if not sa.event.contains(engine, "before_cursor_execute", _before_execute):
+        sa.event.listen(engine, "before_cursor_execute", _before_execute)
+        sa.event.listen(engine, "after_cursor_execute", _after_execute)
+        sa.event.listen(engine, "handle_error", _failed_execute)
+
+
+def _before_execute(conn: Any, cursor: Any, text: str, parameters: Any, context: Any, executemany: bool) -> None:
+    if context is not None:
+        sent = statement(text)
+        setattr(context, _SENT, sent)
+        sent.__enter__()
+
+
+def _after_execute(conn: Any, cursor: Any, text: str, parameters: Any, context: Any, executemany: bool) -> None:
+    sent = getattr(context, _SENT, None)
+    if sent is not None:
+        setattr(context, _SENT, None)
+        sent.__exit__(None, None, None)
+
+
+def _failed_execute(exception_context: Any) -> None:
+    context = exception_context.execution_context
+    sent = getattr(context, _SENT, None) if context is not None else None
+    if sent is not None:
+        setattr(context, _SENT, None)
+        error = exception_context.original_exception
+        sent.__exit__(type(error), error, None)
 
 
 def _k(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:

@@ -140,6 +140,10 @@ def test_writes_deletes_merges_and_sweeps_are_spans(store: Store, recorded: Reco
     [write] = recorded.spans("tnsrag.write")
     assert write.attributes["tnsrag.corpus"] == store.corpus
     assert write.attributes["tnsrag.entries"] == 3 and write.attributes["tnsrag.batch"] == 3
+    # The write transaction's statements (sent by SQLAlchemy) are client spans under it, timed.
+    statements = _children(recorded, write)
+    assert statements and all(s.attributes["db.system.name"] == "postgresql" for s in statements)
+    assert len(write.attributes["tnsrag.statement_durations_ms"]) >= len(statements)
 
     store.add_all([MemoryEntry("c", "gamma delta")])
     report = store.merge_postings()
