@@ -1,5 +1,6 @@
 """The cost of the OpenTelemetry hooks: keyword and vector retrieve latency with OpenTelemetry
-absent, installed without a provider, and with the SDK recording to memory.
+absent, installed but not imported, imported without a provider, and with the SDK
+recording to memory.
 
 Usage::
 
@@ -11,8 +12,10 @@ one child process per mode, in turn:
 
 - ``absent``: ``opentelemetry`` blocked (``sys.modules["opentelemetry"] = None``), as
   when the ``otel`` extra is not installed: the hooks return at once;
-- ``no provider``: the API installed, no provider configured (the API's no-op tracer and
-  meter: what a library user gets by default);
+- ``not imported``: installed, and not imported by the application (the library never
+  imports it first): the hooks return at once;
+- ``API, no provider``: the application imported the API but set no provider (the API's
+  no-op tracer and meter);
 - ``SDK in memory``: the SDK's ``TracerProvider`` with a ``SimpleSpanProcessor`` into an
   ``InMemorySpanExporter`` and a ``MeterProvider`` with an ``InMemoryMetricReader``, set
   as the global providers (every span and metric recorded; the exporter cleared between
@@ -39,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("absent", "no provider", "SDK in memory")
+MODES = ("absent", "not imported", "API, no provider", "SDK in memory")
 CORPUS = "bench_otel"
 DIMENSION = 256
 
@@ -48,6 +51,9 @@ def _child(mode: str, url: str, queries: list[str]) -> dict[str, list[float]]:
     if mode == "absent":
         sys.modules["opentelemetry"] = None  # type: ignore[assignment]
     exporter: Any = None
+    if mode == "API, no provider":
+        import opentelemetry.metrics
+        import opentelemetry.trace  # noqa: F401
     if mode == "SDK in memory":
         from opentelemetry import metrics, trace
         from opentelemetry.sdk.metrics import MeterProvider

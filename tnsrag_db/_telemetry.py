@@ -2,9 +2,10 @@
 
 The library only uses OpenTelemetry's API (``trace.get_tracer("tnsrag_db", version)``,
 ``metrics.get_meter(...)``): it never configures a provider or an exporter. Until the
-application sets one, the API's providers are no-ops and nothing is recorded or sent;
-without the ``opentelemetry`` package every hook here returns at once and nothing of it
-is imported (the import is tried once, at the first operation).
+application sets one, the API's providers are no-ops and nothing is recorded or sent.
+The hooks start once the process has imported the API (an application that sets a
+provider has): before that, and without the ``opentelemetry`` package, every hook here
+returns at once and the library imports nothing of it (see :func:`_get`).
 
 What is recorded:
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sys
 import time
 from collections.abc import Callable, Sized
 from contextvars import ContextVar
@@ -91,18 +93,29 @@ def _version() -> str:
 
 
 _otel: _Otel | None = None
-_tried = False
 
 
 def _get() -> _Otel | None:
-    """The OpenTelemetry API, imported at the first call; None when it is not installed."""
-    global _otel, _tried
-    if not _tried:
-        try:
-            _otel = _Otel()
-        except ImportError:
-            _otel = None
-        _tried = True
+    """The tracer and instruments once the process has imported OpenTelemetry's API, else
+    None (a dictionary lookup per call).
+
+    The library never imports OpenTelemetry itself first: an application that sets a
+    provider (or uses the API at all) has imported it, and until one is set every span
+    would be a no-op anyway. So a process that does not use OpenTelemetry pays nothing
+    for it (no import, no no-op spans), installed or not."""
+    if _otel is not None:
+        return _otel
+    if sys.modules.get("opentelemetry.trace") is None and sys.modules.get("opentelemetry.metrics") is None:
+        return None
+    return _load()
+
+
+def _load() -> _Otel | None:
+    global _otel
+    try:
+        _otel = _Otel()
+    except ImportError:  # (imported in part, then blocked)
+        return None
     return _otel
 
 
@@ -284,10 +297,9 @@ _SENT = "_tnsrag_telemetry_statement"
 def watch_engine(engine: Any) -> None:
     """Give every statement ``engine`` (a SQLAlchemy engine: the write transactions, DDL,
     maintenance) executes the client span and timing :func:`statement` gives the read
-    runner's statements (once per engine; nothing without OpenTelemetry). Statements a
-    write sends through the driver's COPY are not among them."""
-    if _get() is None:
-        return
+    runner's statements, from when the process imports OpenTelemetry (the listeners, added
+    once per engine, return at once before). Statements a write sends through the
+    driver's COPY are not among them."""
     import sqlalchemy as sa
 
     if not sa.event.contains(engine, "before_cursor_execute", _before_execute):
@@ -297,7 +309,7 @@ def watch_engine(engine: Any) -> None:
 
 
 def _before_execute(conn: Any, cursor: Any, text: str, parameters: Any, context: Any, executemany: bool) -> None:
-    if context is not None:
+    if context is not None and (_otel is not None or _get() is not None):
         sent = statement(text)
         setattr(context, _SENT, sent)
         sent.__enter__()

@@ -1,8 +1,8 @@
 """OpenTelemetry on a real database: a span per retrieve (every strategy, sync and async)
 with its corpus, strategy, k, result count and statement timings, client spans of the
-read statements, spans of writes, deletes, merges and sweeps, and the metrics; nothing
-recorded without a provider, and nothing of OpenTelemetry imported when it is not
-installed.
+statements, spans of writes, deletes, merges and sweeps, and the metrics; nothing
+recorded without a provider, and nothing of OpenTelemetry imported by the library when it
+is not installed or the application does not import it.
 
 The in-process tests hand the library providers of their own (the SDK's in-memory span
 exporter and metric reader) instead of setting the process's global ones, which can be set
@@ -70,7 +70,6 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorded]:
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
     monkeypatch.setattr(_telemetry, "_otel", _telemetry._Otel(tracer_provider, meter_provider))
-    monkeypatch.setattr(_telemetry, "_tried", True)
     yield Recorded(exporter, reader)
     tracer_provider.shutdown()
     meter_provider.shutdown()
@@ -213,12 +212,15 @@ def work():
 
 def test_without_a_provider_nothing_is_recorded(db_url: URL, store: Store) -> None:
     code = _WORK + """
-import json
+import json, sys
+from tnsrag_db import _telemetry
+
+before_import = work()  # OpenTelemetry installed, not imported by the application: the library leaves it
+assert "opentelemetry.trace" not in sys.modules and _telemetry._otel is None
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from tnsrag_db import _telemetry
 
 before = work()
 assert _telemetry._otel is not None  # the API is in use, with its no-op provider
@@ -229,10 +231,10 @@ recorded_before = len(exporter.get_finished_spans())
 trace.set_tracer_provider(provider)  # as an application does: the library's tracer follows
 work()
 names = sorted({s.name for s in exporter.get_finished_spans()})
-print(json.dumps({"before": before, "recorded_before": recorded_before, "names": names}))
+print(json.dumps({"before": before + before_import, "recorded_before": recorded_before, "names": names}))
 """
     result = _child(code, db_url, store.corpus)
-    assert result["before"] == 2
+    assert result["before"] == 4
     assert result["recorded_before"] == 0
     assert {"tnsrag.write", "tnsrag.retrieve", "tnsrag.merge", "tnsrag.sweep", "tnsrag.delete",
             "SELECT"} <= set(result["names"])
@@ -247,7 +249,7 @@ import json
 from tnsrag_db import _telemetry
 found = work()
 loaded = sorted(name for name, module in sys.modules.items() if name.startswith("opentelemetry") and module is not None)
-print(json.dumps({"found": found, "loaded": loaded, "otel": _telemetry._otel is not None, "tried": _telemetry._tried}))
+print(json.dumps({"found": found, "loaded": loaded, "otel": _telemetry._otel is not None}))
 """
     result = _child(code, db_url, store.corpus)
-    assert result == {"found": 2, "loaded": [], "otel": False, "tried": True}
+    assert result == {"found": 2, "loaded": [], "otel": False}
