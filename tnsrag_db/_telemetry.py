@@ -13,8 +13,9 @@ What is recorded:
   ``aretrieve``: attributes ``tnsrag.strategy``, ``tnsrag.k``, ``tnsrag.results`` and
   ``tnsrag.corpus``, the corpus its statements read), ``tnsrag.write``,
   ``tnsrag.delete``, ``tnsrag.merge`` and ``tnsrag.sweep`` (``tnsrag.corpus`` and
-  ``tnsrag.entries``: entries written, deleted or merged), with
-  ``tnsrag.statement_durations_ms``, the durations of the statements it sent;
+  ``tnsrag.entries``: entries written, deleted or merged), with ``tnsrag.statements``,
+  the number of statements it sent, and ``tnsrag.statement_durations_ms``, their
+  durations (the first :data:`MAX_DURATIONS`);
 - a child span per statement, of the read runner (:func:`statement`) and of the store's
   SQLAlchemy engine (:func:`watch_engine`: writes, maintenance): a database client span,
   ``db.system.name`` ``postgresql``, ``db.operation.name``, ``db.response.returned_rows``
@@ -43,6 +44,8 @@ __all__ = ["Operation", "operation", "read_corpus", "statement", "traced_retriev
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 _NAME = "tnsrag_db"
+#: The most statement durations an operation's span lists (``tnsrag.statements`` counts them all).
+MAX_DURATIONS = 128
 #: Bucket bounds (seconds) of the duration histograms: OpenTelemetry's advice for
 #: ``db.client.operation.duration``.
 _BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
@@ -126,13 +129,15 @@ _current: ContextVar[Operation | None] = ContextVar("tnsrag_telemetry_operation"
 class Operation:
     """One store operation's span and metrics, as a context manager (see :func:`operation`)."""
 
-    __slots__ = ("_attributes", "_count", "_durations", "_otel", "_parent", "_span", "_start", "_tokens")
+    __slots__ = ("_attributes", "_count", "_durations", "_otel", "_parent", "_span", "_start", "_statements",
+                 "_tokens")
 
     def __init__(self, otel: _Otel, name: str, attributes: dict[str, Any]) -> None:
         self._otel = otel
         self._attributes = attributes
         self._count: int | None = None
         self._durations: list[float] = []
+        self._statements = 0
         self._span: Any = otel.tracer.start_span(f"tnsrag.{name}", attributes=attributes)
         self._start = 0.0
         self._tokens: tuple[Any, Any] | None = None
@@ -160,7 +165,8 @@ class Operation:
         if self._count is not None and exc is None:
             otel.entries.add(self._count, metric)
         if span.is_recording():
-            if self._durations:
+            if self._statements:
+                span.set_attribute("tnsrag.statements", self._statements)
                 span.set_attribute("tnsrag.statement_durations_ms", self._durations)
             if exc is not None:
                 span.set_attribute("error.type", type(exc).__qualname__)
@@ -168,7 +174,7 @@ class Operation:
         span.end()
 
     def set(self, key: str, value: Any) -> None:
-        """Set attribute ``key`` of the span (and of its metrics, for the operation's own ones)."""
+        """Set attribute ``key`` of the span."""
         if key == "tnsrag.corpus":
             self._attributes[key] = value
         self._span.set_attribute(key, value)
@@ -179,11 +185,13 @@ class Operation:
         self._span.set_attribute(key, entries)
 
     def _statement(self, milliseconds: float) -> None:
-        self._durations.append(round(milliseconds, 3))
+        self._statements += 1
+        if len(self._durations) < MAX_DURATIONS:
+            self._durations.append(round(milliseconds, 3))
 
 
 class _Nothing:
-    """What the hooks hand out when OpenTelemetry is not installed: does nothing."""
+    """What the hooks hand out while OpenTelemetry is not in use: does nothing."""
 
     __slots__ = ()
 

@@ -94,6 +94,7 @@ def test_a_retrieve_by_each_strategy_is_a_span_with_its_attributes(store: Store,
     assert attributes["tnsrag.operation"] == "retrieve"
     durations = attributes["tnsrag.statement_durations_ms"]
     assert durations and all(d >= 0 for d in durations)
+    assert attributes["tnsrag.statements"] == len(durations)
     # Each read statement is a client span under the retrieve (or under a strategy it wraps).
     statements = recorded.spans("SELECT")
     assert len(statements) == len(durations)
@@ -253,3 +254,13 @@ print(json.dumps({"found": found, "loaded": loaded, "otel": _telemetry._otel is 
 """
     result = _child(code, db_url, store.corpus)
     assert result == {"found": 2, "loaded": [], "otel": False}
+
+
+def test_an_operation_lists_its_first_statement_durations_and_counts_them_all(recorded: Recorded) -> None:
+    with _telemetry.operation("merge", "c"):
+        for _ in range(_telemetry.MAX_DURATIONS + 5):
+            with _telemetry.statement("SELECT 1") as sent:
+                sent.rows([(1,)])
+    [span] = recorded.spans("tnsrag.merge")
+    assert span.attributes["tnsrag.statements"] == _telemetry.MAX_DURATIONS + 5
+    assert len(span.attributes["tnsrag.statement_durations_ms"]) == _telemetry.MAX_DURATIONS
