@@ -16,8 +16,8 @@ release.
 Layers, bottom up (each imports only from the layers below it, deferred imports and
 annotations included; ``tests/unit/test_structure.py`` holds the same order):
 
-1. ``_counts``, ``_lazy``, ``_validate``, ``_plugins``, ``_errors``, ``_types``: checks, errors, value
-   types, lazily loaded names;
+1. ``_counts``, ``_lazy``, ``_validate``, ``_plugins``, ``_errors``, ``_types``, ``_telemetry``: checks,
+   errors, value types, lazily loaded names, OpenTelemetry spans and metrics;
 2. ``explain``: the explained-ranking values the indexes and strategies build;
 3. ``_db``: engines, the one read runner, sessions and writes, migrations, tenancy DDL;
 4. ``_store``, ``embeddings``, ``_chunking``: a corpus and its writes, the embedded server,

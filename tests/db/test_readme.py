@@ -125,6 +125,11 @@ def test_every_python_block_of_the_page_runs(page: Path, data_home: Path, tmp_pa
     out = _run_page(page, data_home, tmp_path)
     if page.name == "python.md":  # the tests have the async extra: the async example runs
         assert "[['a1'], ['a2']]" in out and "pip install" not in out, out
+        # Traces and metrics: the example prints what its comments say.
+        assert ("{'tnsrag.operation': 'retrieve', 'tnsrag.strategy': 'keyword', 'tnsrag.k': 2, "
+                "'tnsrag.corpus': 'readme', 'tnsrag.results': 2}") in out, out
+        assert "['SELECT', 'tnsrag.retrieve']" in out, out
+        assert "['db.client.operation.duration', 'tnsrag.operation.duration', 'tnsrag.operation.entries']" in out
 
 
 def test_the_python_page_without_the_async_extra_says_so_and_leaves_no_corpus(

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 #: The layers, bottom up: each module prefix with the layers below it that it may import
 #: (the longest matching prefix places a module; the package's own ``__init__`` is outside).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("tnsrag_db._counts", "tnsrag_db._lazy", "tnsrag_db._validate", "tnsrag_db._plugins", "tnsrag_db._errors", "tnsrag_db._types"),
+    ("tnsrag_db._counts", "tnsrag_db._lazy", "tnsrag_db._validate", "tnsrag_db._plugins", "tnsrag_db._errors", "tnsrag_db._types",
+     "tnsrag_db._telemetry"),
     ("tnsrag_db.explain",),
     ("tnsrag_db._db",),
     ("tnsrag_db._store", "tnsrag_db.embeddings", "tnsrag_db._chunking"),

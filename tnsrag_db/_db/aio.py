@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import psycopg
 import sqlalchemy as sa
 
+from tnsrag_db import _telemetry
 from tnsrag_db._db.engine import HookKind, engine_hooks, libpq_options, pool_limits, run_hooks
 from tnsrag_db._db.runner import AsyncPlanRunner
 from tnsrag_db._errors import ConfigurationError
@@ -270,6 +271,7 @@ async def arun(store: AsyncRunTarget, plan: Plan[_T], *, snapshot: bool = False)
     :meth:`Store.run` in a worker thread instead, so its reads are routed exactly as
     sync ones (not cancelled on the server when the await is).
     """
+    _telemetry.read_corpus(store.corpus)
     if store.read_replicas is not None:
         # Reads routed to standbys (round robin, lag bounds, read-your-writes waits) are the
         # sync runner's for now: its run in a worker thread (a cancelled await leaves the

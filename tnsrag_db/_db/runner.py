@@ -41,6 +41,7 @@ from typing import Any, Protocol, TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from tnsrag_db import _telemetry
 from tnsrag_db._db.driver_errors import map_db_errors, sqlstate_of
 from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
 
@@ -329,7 +330,10 @@ class PlanRunner:
                     try:
                         for listener in _listeners:
                             listener(text, values)
-                        return _send(current.driver, text, values)
+                        with _telemetry.statement(text) as sent:
+                            rows = _send(current.driver, text, values)
+                            sent.rows(rows)
+                            return rows
                     except psycopg.Error as exc:
                         if not server_gone(exc, current.driver):
                             raise
@@ -411,7 +415,10 @@ class AsyncPlanRunner:
                     try:
                         for listener in _listeners:
                             listener(text, values)
-                        return await _asend(current.driver, text, values)
+                        with _telemetry.statement(text) as sent:
+                            rows = await _asend(current.driver, text, values)
+                            sent.rows(rows)
+                            return rows
                     except psycopg.Error as exc:
                         if not server_gone(exc, current.driver) or not attempts.again(False):
                             raise

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from tnsrag_db import _telemetry
 from tnsrag_db._db.driver_errors import map_db_errors
 from tnsrag_db._db.lock_holders import name_holders
 from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token
@@ -156,6 +157,7 @@ class Session:
                  read_token: Callable[[], WriteToken | None] | None = None,
                  clock: WriteClock | None = None) -> None:
         self._engine = engine
+        _telemetry.watch_engine(engine)
         self._replicas = read_replicas
         self._read_token = read_token
         self._clock = clock if clock is not None else WriteClock()

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db import _telemetry
 from tnsrag_db._db.lock_holders import advisory_lock
 from tnsrag_db._db.session import Session
 from tnsrag_db._errors import ConfigurationError, DatabaseError
@@ -278,9 +279,12 @@ class Writer:
         session's ``lock_timeout``, then raises :class:`~tnsrag_db._errors.LockTimeoutError`
         naming the holder's role. ``progress`` gets each transaction's report.
         """
-        total = self._merge(sweep=sweep, wait=wait, progress=progress)
-        if total.entries >= self._analyze_after_rows:
-            self._analyze(_MERGED_TABLES)
+        with _telemetry.operation("merge", self._corpus.name, sweep=sweep) as op:
+            total = self._merge(sweep=sweep, wait=wait, progress=progress)
+            op.count(total.entries)
+            op.set("tnsrag.tombstones", total.tombstones)
+            if total.entries >= self._analyze_after_rows:
+                self._analyze(_MERGED_TABLES)
         return total
 
     def _merge(self, *, sweep: bool, wait: bool, progress: Callable[[MergeReport], None] | None) -> MergeReport:
@@ -321,8 +325,11 @@ class Writer:
         if not batch and not extensions:
             return WriteReport()
         analyze = tuple(dict.fromkeys(table for extension in extensions for table in extension.analyze))
-        return self.transaction(lambda conn: run_write(conn, self._corpus, batch, extensions, progress=progress),
-                                analyze=analyze)
+        with _telemetry.operation("write", self._corpus.name, batch=len(batch)) as op:
+            report = self.transaction(lambda conn: run_write(conn, self._corpus, batch, extensions, progress=progress),
+                                      analyze=analyze)
+            op.count(len(report.inserted) + len(report.updated))
+        return report
 
     def write_in(self, conn: Connection, batch: Sequence[MemoryEntry], *,
                  progress: Callable[[int], None] | None = None) -> WriteReport:
@@ -336,7 +343,10 @@ class Writer:
         ``add_with_edges`` reaching entries outside its batch can cross it, and then
         PostgreSQL may pick the delete to abort: it runs again.
         """
-        return self.transaction(lambda conn: delete_matching(conn, self._corpus, predicate, params))
+        with _telemetry.operation("delete", self._corpus.name) as op:
+            deleted = self.transaction(lambda conn: delete_matching(conn, self._corpus, predicate, params))
+            op.count(deleted)
+        return deleted
 
     def refresh_statistics(self, written: int, extra_tables: Sequence[str] = ()) -> bool:
         """ANALYZE ``entries`` and ``bm25_postings`` (and ``extra_tables``, library table

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
+from tnsrag_db import _telemetry
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db import migrate
 from tnsrag_db._db.driver_errors import db_error, driver_message
@@ -264,6 +265,7 @@ class Store:
 
     def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
         """Drive a read plan on one connection (see :meth:`Session.run`)."""
+        _telemetry.read_corpus(self._corpus)
         return self.session.run(plan, snapshot=snapshot)
 
     # -- writes -----------------------------------------------------------------------
@@ -404,12 +406,15 @@ class Store:
         (shared by every corpus of the schema; autovacuum does the same later), which frees
         the deleted rows' space for new ones and removes their vectors from the HNSW indexes.
         """
-        deleted = self.writer.delete(EXPIRED, {})
-        # (a merge running meanwhile purges them instead: no wait for it)
-        tombstones = self.writer.merge(sweep=False, wait=False).tombstones if deleted else 0
-        if vacuum and deleted:
-            with self._session.autocommit() as conn:
-                conn.execute(sa.text(f"VACUUM (ANALYZE) {', '.join(_SWEPT_TABLES)}"))
+        with _telemetry.operation("sweep", self._corpus, vacuum=vacuum) as op:
+            deleted = self.writer.delete(EXPIRED, {})
+            # (a merge running meanwhile purges them instead: no wait for it)
+            tombstones = self.writer.merge(sweep=False, wait=False).tombstones if deleted else 0
+            if vacuum and deleted:
+                with self._session.autocommit() as conn:
+                    conn.execute(sa.text(f"VACUUM (ANALYZE) {', '.join(_SWEPT_TABLES)}"))
+            op.count(deleted)
+            op.set("tnsrag.tombstones", tombstones)
         return SweepReport(deleted=deleted, tombstones=tombstones, vacuumed=vacuum and deleted > 0)
 
     def merge_postings(self, *, sweep: bool = True,

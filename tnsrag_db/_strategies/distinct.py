@@ -33,6 +33,7 @@ from tnsrag_db._strategies.base import (
     widen_plan,
 )
 from tnsrag_db._strategies.explain import explain_with
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db.explain import ExplainedDocument, Explanation, SearchPlan
 
@@ -102,12 +103,14 @@ class DistinctContentRAGStrategy:
         docs, _ = yield from _collapsing(lambda n: child_plan(self._base, text, ctx.with_max_results(n)), ctx)
         return docs
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The base's results for ``query`` with identical contents collapsed, at most ``max_results``."""
         text, ctx = check_query(query), resolve_context(context)
         plan = _collapsing(lambda n: returned(self._base.retrieve, text, ctx.with_max_results(n)), ctx)
         return run_own_io(plan)[0]
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` through the base's ``aretrieve`` (in a thread for a base without one)."""
         text, ctx = check_query(query), resolve_context(context)

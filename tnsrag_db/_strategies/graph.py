@@ -56,6 +56,7 @@ from tnsrag_db._indexes.graph.walk import DEFAULT_EDGE_BUDGET_FACTOR
 from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
 from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, source_fence
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_number
 from tnsrag_db.explain import Explanation, GraphExplanation, GraphHop, ScoreExplanation, SearchPlan
@@ -241,6 +242,7 @@ class GraphRAGStrategy:
         seeds = yield from self._seeds_plan(query)
         return (yield from self._traverse_plan(seeds, ctx))
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Entries reached from the query's seeds, best first, at most ``context.max_results``.
 
@@ -254,6 +256,7 @@ class GraphRAGStrategy:
         # the walk always were (two transactions): the walk reads edges only once.
         return self._store.store.run(self.plan(query, context))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same statements)."""
         return await arun(self._store.store, self.plan(query, context))

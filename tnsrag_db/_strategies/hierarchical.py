@@ -44,6 +44,7 @@ from tnsrag_db._strategies.base import (
 )
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
 from tnsrag_db._strategies.fusion import document_key
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.explain import ExplainedDocument, Explanation, HierarchyExplanation, ScoreExplanation
@@ -143,6 +144,7 @@ class HierarchicalRAGStrategy:
         ctx = resolve_context(context)
         return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c)))
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Hits and their parents for ``query``, best first, at most ``max_results``, each ≥ ``min_score``.
 
@@ -151,6 +153,7 @@ class HierarchicalRAGStrategy:
         """
         return run_around(self._index.store, self._child, self.plan(query, context))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same statements)."""
         return await arun(self._index.store, self.plan(query, context))

@@ -51,6 +51,7 @@ from tnsrag_db._strategies.fusion import (
     reciprocal_rank_fusion,
 )
 from tnsrag_db._strategies.keyword import bm25_plan
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_CANDIDATES, MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.explain import (
@@ -396,10 +397,12 @@ class HybridRAGStrategy:
         rows = yield graph.store.has_edges_statement()  # type: ignore[attr-defined]
         return bool(rows[0][0])
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Fused results, best first; ``min_score`` applies to the fused score (inclusive)."""
         return self._retriever.vectors.store.run(self.plan(query, context))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (the same plan and statements)."""
         from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers

@@ -10,6 +10,7 @@ from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.reads import document_from_row
 from tnsrag_db._strategies.base import check_query, resolve_context
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
 if TYPE_CHECKING:  # explanations (and the SQLAlchemy they run on) load only when one is asked for
@@ -59,6 +60,7 @@ class KeywordRAGStrategy:
                                                         min_score=ctx.min_score)
         return [document_from_row(row, float(row.score)) for row in rows]
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The best ``context.max_results`` entries for ``query`` scoring ≥ ``context.min_score``
         and matching ``context.metadata_filters``, best first (ties by entry id).
@@ -68,6 +70,7 @@ class KeywordRAGStrategy:
         """
         return self._keywords.store.run(self.plan(query, context))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (the same plan and statement)."""
         from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers

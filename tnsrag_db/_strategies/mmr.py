@@ -38,6 +38,7 @@ from tnsrag_db._strategies.base import (
     resolve_context,
     run_around,
 )
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_number
 
@@ -176,6 +177,7 @@ class MMRRAGStrategy:
         picks = maximal_marginal_relevance(query_vector, matrix, ctx.max_results, self._lambda_mult)
         return [candidates[n] for n in picks]
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """At most ``min(max_results, fetch_k)`` of the base strategy's candidates, in MMR order.
 
@@ -184,6 +186,7 @@ class MMRRAGStrategy:
         """
         return run_around(self._vectors.store, self._base, self.plan(query, context))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same statements)."""
         return await arun(self._vectors.store, self.plan(query, context))

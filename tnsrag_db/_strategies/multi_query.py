@@ -36,6 +36,7 @@ from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, res
 from tnsrag_db._strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_int
 from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, StreamShare
@@ -157,6 +158,7 @@ class MultiQueryRAGStrategy:
         wrapping strategy, or ``Store.run`` of the base's store)."""
         return (yield from self._plan(query, context, lambda q, c: child_plan(self._base, q, c)))
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """RRF fusion of the base strategy's rankings for ``query`` and its variants, at most
         ``max_results``, each with fused score ≥ ``min_score``, best first (ties: best rank in
@@ -170,6 +172,7 @@ class MultiQueryRAGStrategy:
         # retrieve (its own connection use), the rest of the plan does no I/O.
         return run_own_io(self._plan(query, context, lambda q, c: returned(self._base.retrieve, q, c)))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` with the base strategy's ``aretrieve`` for each query (its
         ``retrieve`` in a worker thread when it has none); the expander runs in a worker

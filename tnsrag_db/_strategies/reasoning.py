@@ -74,6 +74,7 @@ from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import check_query, resolve_context, source_fence
 from tnsrag_db._strategies.explain import explanation_of
 from tnsrag_db._strategies.navigation import NavNode, TreeNavigator
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.explain import Explanation, ReasoningExplanation, ReasoningStep, ScoreExplanation, SearchPlan
@@ -227,10 +228,12 @@ class ReasoningRAGStrategy:
         descent, _ = yield from self._descent_plan(query, context)
         return descent.documents
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same statements)."""
         return await arun(self._store, self.plan(query, context))
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The stop nodes of the descent for ``query``, best path score first (ties by entry id),
         filtered, at least ``min_score``, at most ``max_results``; each with ``path`` (a JSON

@@ -45,6 +45,7 @@ from tnsrag_db._strategies.base import (
 )
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db._strategies.fusion import document_key
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument, TemporalMetadata, parse_instant
 from tnsrag_db._validate import is_number
 from tnsrag_db.explain import Explanation, ScoreExplanation, TemporalExplanation
@@ -173,6 +174,7 @@ class TemporalRAGStrategy:
 
         return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c), rerank))
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The child's candidates for ``query`` re-ranked by freshness: best first, at most
         ``max_results``, each ≥ ``min_score``.
@@ -183,6 +185,7 @@ class TemporalRAGStrategy:
         """
         return run_around(self._index.store, self._child, self.plan(query, context))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same statements)."""
         return await arun(self._index.store, self.plan(query, context))

@@ -14,6 +14,7 @@ from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.reads import document_from_row
 from tnsrag_db._strategies.base import check_query, resolve_context
 from tnsrag_db._strategies.explain import explanation_of
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db.explain import Explanation, SearchPlan
 
@@ -57,10 +58,12 @@ class VectorRAGStrategy:
                                                           min_score=ctx.min_score)
         return [document_from_row(row, float(row.score)) for row in rows]
 
+    @traced_retrieve
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """At most ``context.max_results`` documents scoring ≥ ``context.min_score``, best first."""
         return self._vectors.store.run(self.plan(query, context))
 
+    @traced_retrieve
     async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """:meth:`retrieve` on an async connection (same plan, same statements)."""
         from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers
