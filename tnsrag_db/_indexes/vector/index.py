@@ -451,10 +451,8 @@ class VectorMemoryStore:
         ingest of ``tnsrag ingest``, and an interrupted second call resumes by running
         again.
 
-        A batch commits without waiting for its WAL to reach the disk: a crash of the
-        server may lose the batches committed in its last moments, each whole, and the
-        same call run again writes them again (an interrupt or an error loses nothing
-        committed). :meth:`fill_vectors` commits its batches the same way.
+        Each batch is durable at its commit; an interrupt or an error loses nothing
+        committed, and the same call run again continues.
 
         Once every batch is written, the planner statistics of the entries are refreshed
         when the call wrote a large share of them (the rule of a single bulk write, see
