@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -58,13 +59,21 @@ def planner_nodes_off(conn: Connection, *names: str) -> Iterator[None]:
     """The planner's ``enable_*`` settings ``names`` off for the statements of the block (in
     ``conn``'s transaction). The planner takes a disabled kind of node only where no other
     plan exists (PostgreSQL 18 counts them, earlier releases add a prohibitive cost): the
-    choice no longer rests on the statistics."""
+    choice no longer rests on the statistics.
+
+    A statement of the block that fails (a deadlock, say) leaves the settings to the
+    transaction's rollback: setting them back in the aborted transaction would fail, and
+    hide the error the caller retries on."""
     settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
     conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
     try:
         yield
-    finally:
-        conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+    except BaseException:
+        raw = conn.connection.driver_connection
+        if raw is None or raw.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+        raise
+    conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
 
 
 def count_written(conn: Connection, n: int) -> None:
@@ -142,18 +151,21 @@ def insert_or_lock_sql(expiring: bool) -> str:
 
 # The existing rows are locked by INSERT_OR_LOCK_SQL; this statement's snapshot sees their
 # newest committed versions. Identical hash = unchanged, unless a time-to-live is given: each
-# write of it sets the expiry anew.
+# write of it sets the expiry anew. Returns each row's ctid too: the row stays where it is
+# until this write updates it (it is locked), so the steps before the update reach it by ctid.
 COMPARE_SQL = textwrap.dedent(f"""\
-    SELECT x.id, s.ord, x.content_hash = s.content_hash AND s.ttl IS NULL AS same, x.content <> s.content AS text_changed, x.doc_len
+    SELECT x.id, s.ord, x.content_hash = s.content_hash AND s.ttl IS NULL AS same, x.content <> s.content AS text_changed, x.doc_len,
+           x.ctid AS tid
     FROM tnsrag_stage_entries s
-    {probe('entries', 'x', 'x.id, x.content_hash, x.content, x.doc_len', 'x.id = s.id')}
+    {probe('entries', 'x', 'x.id, x.content_hash, x.content, x.doc_len, x.ctid', 'x.id = s.id')}
     WHERE s.state IS NULL
     ORDER BY x.id""")
 
-# The states the comparison found ('c' text changed, 'u' other fields, 'n' unchanged), by ord.
+# The states the comparison found ('c' text changed, 'u' other fields, 'n' unchanged) and
+# the rows' ctids, by ord.
 SET_STATES_SQL = textwrap.dedent("""\
-    UPDATE tnsrag_stage_entries s SET state = v.state
-    FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[])) AS v(ord, state)
+    UPDATE tnsrag_stage_entries s SET state = v.state, tid = v.tid
+    FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[]), CAST(:tids AS tid[])) AS v(ord, state, tid)
     WHERE s.ord = v.ord""")
 
 # The old postings of the entries whose text changed, counted as negative df deltas. An
@@ -164,12 +176,12 @@ SET_STATES_SQL = textwrap.dedent("""\
 STAGE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
     WITH
     -- staged, the old postings in the delta, found through the entry's stored lexemes
-    -- (primary-key probes; postings carry no per-entry index, which keeps bulk writes
-    -- fast), staged by ctid with their lexeme.
+    -- (the entry by its ctid from the comparison, then primary-key probes; postings carry
+    -- no per-entry index, which keeps bulk writes fast), staged by ctid with their lexeme.
     staged AS (
       INSERT INTO tnsrag_stage_old (tid, lexeme)
       SELECT q.ctid, q.lexeme FROM tnsrag_stage_entries s
-      {probe('entries', 'x', 'x.id, x.lexemes', 'x.id = s.id')}
+      {probe('entries', 'x', 'x.id, x.lexemes', 'x.ctid = s.tid')}
       CROSS JOIN unnest(x.lexemes) AS l(lexeme)
       {probe('bm25_postings', 'q', 'q.ctid, q.lexeme', 'q.lexeme = l.lexeme AND q.entry_id = x.id')}
       WHERE s.state = 'c'
@@ -204,26 +216,23 @@ OLD_VECTORS_GONE_SQL = textwrap.dedent("""\
     DELETE FROM embeddings v
     WHERE v.corpus = :c AND v.ctid = ANY (ARRAY(SELECT o.tid FROM tnsrag_stage_old o))""")
 
-# The changed entries' rows (locked by INSERT_OR_LOCK_SQL): ctid and stage ord, for UPDATE_CHANGED_SQL.
-CHANGED_ROWS_SQL = textwrap.dedent(f"""\
-    SELECT x.ctid, s.ord FROM tnsrag_stage_entries s
-    {probe('entries', 'x', 'x.ctid', 'x.id = s.id')}
-    WHERE s.state IN ('u', 'c')""")
+# The changed entries' rows' ctids (from the comparison), for UPDATE_CHANGED_SQL.
+CHANGED_ROWS_SQL = "SELECT s.tid FROM tnsrag_stage_entries s WHERE s.state IN ('u', 'c')"
 
 # Every changed entry's new fields; length and lexemes only where the text changed. The
 # targets are named by their ctids :tids (a constant array: tested by hash, once per row
 # read, whether the rows are read by a TID scan or, on statistics that do not know the
-# corpus yet, through an index of the corpus), each with its stage row :ords, joined by
-# hash (the caller turns nested loops off: on such statistics the corpus looks like one
-# row, and a nested loop would read the stage once per row). Index scans stay on: the
-# triggers on entries probe other tables by key.
+# corpus yet, through an index of the corpus), joined to their stage rows by hash (the
+# caller turns nested loops off: on such statistics the corpus looks like one row, and a
+# nested loop would read the stage once per row). Index scans stay on: the triggers on
+# entries probe other tables by key.
 UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
     WITH
-    -- v, each changed entry's ctid with its stage row and new length.
+    -- v, each changed entry's stage row (with its row's ctid) and new length.
     v AS MATERIALIZED (
-      SELECT t.tid, s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes
-      FROM unnest(CAST(:tids AS tid[]), CAST(:ords AS int[])) AS t(tid, ord)
-      JOIN tnsrag_stage_entries s ON s.ord = t.ord LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord
+      SELECT s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes
+      FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord
+      WHERE s.state IN ('u', 'c')
     )
     UPDATE entries e
     SET content = v.content, tier = v.tier, source = v.source, parent_id = v.parent_id, ts = v.ts,
