@@ -241,6 +241,7 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
                                 "entries; the transaction was rolled back")
         ords: list[int] = []
         states: list[str] = []
+        tids: list[str] = []
         for row in rows:
             if row.same:
                 report.unchanged.append(row.id)
@@ -255,8 +256,9 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
                 state = "u"
             ords.append(row.ord)
             states.append(state)
+            tids.append(row.tid)
         if ords:
-            conn.execute(sa.text(sql.SET_STATES_SQL), {"ords": ords, "states": states})
+            conn.execute(sa.text(sql.SET_STATES_SQL), {"ords": ords, "states": states, "tids": tids})
     if staged.large:  # the states are set now, and the steps below filter on them
         conn.execute(sa.text("ANALYZE tnsrag_stage_entries (ord, id, state)"))
         conn.execute(sa.text("ANALYZE tnsrag_stage_terms"))
@@ -277,10 +279,9 @@ def rewrite_changed(conn: Connection, corpus: str, report: WriteReport) -> None:
     if report.content_changed:
         _delete_staged(conn, sql.STAGE_OLD_POSTINGS_SQL, sql.OLD_POSTINGS_GONE_SQL, c)
     if report.updated:
-        rows = conn.execute(sa.text(sql.CHANGED_ROWS_SQL), c).all()
+        tids = list(conn.execute(sa.text(sql.CHANGED_ROWS_SQL)).scalars())
         with _hash_joins_only(conn):
-            conn.execute(sa.text(sql.UPDATE_CHANGED_SQL),
-                         {**c, "tids": [r.ctid for r in rows], "ords": [r.ord for r in rows]})
+            conn.execute(sa.text(sql.UPDATE_CHANGED_SQL), {**c, "tids": tids})
     if report.content_changed:
         _delete_staged(conn, sql.STAGE_STALE_VECTORS_SQL, sql.OLD_VECTORS_GONE_SQL, c)
 
