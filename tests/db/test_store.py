@@ -180,22 +180,12 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _plan_nodes(child)
 
 
-def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.Engine, make_store: Any) -> None:
-    """A corpus created after the last ANALYZE is estimated at one row; the write path must
-    still reach its rows by key, not scan the whole corpus once per written entry. Checked
-    on the real plans (auto_explain, sent to the client as notices): no plan node of an
-    update, a delete or an edge write reads more than a handful of rows."""
+def _explained_engine(engine: sa.Engine, plans: list[dict[str, Any]]) -> sa.Engine:
+    """A fresh engine whose connections send every statement's real plan (auto_explain at
+    NOTICE level) to ``plans``; skips the test where auto_explain cannot be loaded."""
     import json
 
     import psycopg
-
-    seed = make_store()
-    seed.add_all([MemoryEntry(f"s{i}", "a few seed words") for i in range(20)])
-    with engine.begin() as conn:
-        conn.execute(sa.text("ANALYZE entries, bm25_postings, embeddings"))  # statistics without the new corpus
-    store = make_store()
-    store.add_all([MemoryEntry(f"e{i:04d}", f"entry {i} with some shared words") for i in range(2000)])
-    plans: list[dict[str, Any]] = []
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
         text = diag.message_primary or ""
@@ -210,13 +200,12 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
         except psycopg.errors.InsufficientPrivilege:
             pytest.skip("LOAD 'auto_explain' needs a superuser on this server")
         raw.commit()
-    # A fresh engine whose connections load auto_explain at NOTICE level.
     from tests.fix_db import SCHEMA
     from tnsrag_db._db.engine import create_engine
 
-    probe_engine = create_engine(engine.url, schema=SCHEMA, pool_size=1)
+    explained = create_engine(engine.url, schema=SCHEMA, pool_size=1)
 
-    @sa.event.listens_for(probe_engine, "connect")
+    @sa.event.listens_for(explained, "connect")
     def _explain(dbapi_conn: Any, record: Any) -> None:
         with dbapi_conn.cursor() as cur:
             for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
@@ -226,6 +215,22 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
         dbapi_conn.commit()
         dbapi_conn.add_notice_handler(on_notice)
 
+    return explained
+
+
+def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.Engine, make_store: Any) -> None:
+    """A corpus created after the last ANALYZE is estimated at one row; the write path must
+    still reach its rows by key, not scan the whole corpus once per written entry. Checked
+    on the real plans (auto_explain, sent to the client as notices): no plan node of an
+    update, a delete or an edge write reads more than a handful of rows."""
+    seed = make_store()
+    seed.add_all([MemoryEntry(f"s{i}", "a few seed words") for i in range(20)])
+    with engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE entries, bm25_postings, embeddings"))  # statistics without the new corpus
+    store = make_store()
+    store.add_all([MemoryEntry(f"e{i:04d}", f"entry {i} with some shared words") for i in range(2000)])
+    plans: list[dict[str, Any]] = []
+    probe_engine = _explained_engine(engine, plans)
     try:
         probe = Store(probe_engine, corpus=store.corpus)
         probe.add(MemoryEntry("e0007", "entry 7 rewritten with other words"))  # content changed
@@ -239,6 +244,60 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
     worst = max((node.get("Actual Rows", 0) * node.get("Actual Loops", 1), node.get("Node Type"), node.get("Relation Name"))
                 for plan in plans for node in _plan_nodes(plan))
     assert worst[0] <= 100, worst
+
+
+def _handled(node: dict[str, Any]) -> float:
+    """The rows a plan node looked at: those it returned and those its filters removed, over all its loops."""
+    return (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+            + node.get("Rows Removed by Index Recheck", 0)) * node.get("Actual Loops", 1)
+
+
+def test_bulk_deletes_and_rewrites_read_their_targets_by_ctid_when_statistics_predate_the_corpus(
+        engine: sa.Engine, make_store: Any) -> None:
+    """On statistics that predate the corpus (estimated at one row), the postings and
+    vectors a delete_many or a rewrite of 2,000 entries removes are read by ctid: no node
+    over bm25_postings or embeddings looks at many more rows than the postings deleted (reading
+    the whole corpus through its index, each row tested against every target, is
+    quadratic). The entries themselves are read at most once each (their ctids are a
+    constant array, tested by hash). Probes reading one row per stage row are not
+    counted here (see test_writes_probe_by_key_even_when_statistics_predate_the_corpus)."""
+    from tnsrag_db import VectorMemoryStore
+
+    seed = make_store()
+    seed.add_all([MemoryEntry(f"s{i}", "a few seed words") for i in range(20)])
+    with engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE entries, bm25_postings, embeddings, bm25_docs"))  # without the new corpus
+    size = 6000
+    store = make_store(analyze_after_rows=10**9, merge_after_entries=10**9)
+    entries = [MemoryEntry(f"e{i:05d}", f"entry {i} with some shared words and term{i % 97}") for i in range(size)]
+    store.add_all(entries)
+    VectorMemoryStore(store, lambda text: [1.0, float(len(text))], index_threshold=None).fill_vectors(entries[2000:4000])
+    rewritten = [entry.id for entry in entries[2000:4000]]
+    c = {"c": store.corpus}
+    with engine.connect() as conn:
+        postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND entry_id < 'e02000'"),
+                                c).scalar_one()
+    plans: list[dict[str, Any]] = []
+    explained = _explained_engine(engine, plans)
+    try:
+        probe = Store(explained, corpus=store.corpus, analyze_after_rows=10**9, merge_after_entries=10**9)
+        assert probe.delete_many([f"e{i:05d}" for i in range(2000)]) == 2000
+        counts = probe.add_all([MemoryEntry(entry_id, f"{entry_id} rewritten with other words") for entry_id in rewritten])
+        assert counts.updated == 2000
+    finally:
+        explained.dispose()
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"), c).scalar_one() == size - 2000
+        assert conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"), c).scalar_one() == 0
+    nodes = [node for plan in plans for node in _plan_nodes(plan)]
+    side = [node for node in nodes if node.get("Relation Name") in ("bm25_postings", "embeddings")
+            and node.get("Actual Loops", 1) == 1 and "Scan" in node.get("Node Type", "")]
+    assert any(node["Node Type"] == "Tid Scan" for node in side)
+    worst = max((_handled(node), node.get("Node Type"), node.get("Relation Name")) for node in side)
+    assert worst[0] <= 1.5 * postings, worst  # the rewrite's postings number about the delete's
+    worst = max((_handled(node), node.get("Node Type"), node.get("Relation Name")) for node in nodes
+                if node.get("Relation Name") == "entries" and node.get("Actual Loops", 1) == 1)
+    assert worst[0] <= size, worst
 
 
 def _one_connection_store(db_url: Any, corpus: str, *, ping_after_idle: float = 1.0) -> Store:

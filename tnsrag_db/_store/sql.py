@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -58,13 +59,21 @@ def planner_nodes_off(conn: Connection, *names: str) -> Iterator[None]:
     """The planner's ``enable_*`` settings ``names`` off for the statements of the block (in
     ``conn``'s transaction). The planner takes a disabled kind of node only where no other
     plan exists (PostgreSQL 18 counts them, earlier releases add a prohibitive cost): the
-    choice no longer rests on the statistics."""
+    choice no longer rests on the statistics.
+
+    A statement of the block that fails (a deadlock, say) leaves the settings to the
+    transaction's rollback: setting them back in the aborted transaction would fail, and
+    hide the error the caller retries on."""
     settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
     conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
     try:
         yield
-    finally:
-        conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+    except BaseException:
+        raw = conn.connection.driver_connection
+        if raw is None or raw.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+        raise
+    conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
 
 
 def count_written(conn: Connection, n: int) -> None:
@@ -142,39 +151,41 @@ def insert_or_lock_sql(expiring: bool) -> str:
 
 # The existing rows are locked by INSERT_OR_LOCK_SQL; this statement's snapshot sees their
 # newest committed versions. Identical hash = unchanged, unless a time-to-live is given: each
-# write of it sets the expiry anew.
+# write of it sets the expiry anew. Returns each row's ctid too: the row stays where it is
+# until this write updates it (it is locked), so the steps before the update reach it by ctid.
 COMPARE_SQL = textwrap.dedent(f"""\
-    SELECT x.id, s.ord, x.content_hash = s.content_hash AND s.ttl IS NULL AS same, x.content <> s.content AS text_changed, x.doc_len
+    SELECT x.id, s.ord, x.content_hash = s.content_hash AND s.ttl IS NULL AS same, x.content <> s.content AS text_changed, x.doc_len,
+           x.ctid AS tid
     FROM tnsrag_stage_entries s
-    {probe('entries', 'x', 'x.id, x.content_hash, x.content, x.doc_len', 'x.id = s.id')}
+    {probe('entries', 'x', 'x.id, x.content_hash, x.content, x.doc_len, x.ctid', 'x.id = s.id')}
     WHERE s.state IS NULL
     ORDER BY x.id""")
 
-# The states the comparison found ('c' text changed, 'u' other fields, 'n' unchanged), by ord.
+# The states the comparison found ('c' text changed, 'u' other fields, 'n' unchanged) and
+# the rows' ctids, by ord.
 SET_STATES_SQL = textwrap.dedent("""\
-    UPDATE tnsrag_stage_entries s SET state = v.state
-    FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[])) AS v(ord, state)
+    UPDATE tnsrag_stage_entries s SET state = v.state, tid = v.tid
+    FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[]), CAST(:tids AS tid[])) AS v(ord, state, tid)
     WHERE s.ord = v.ord""")
 
 # The old postings of the entries whose text changed, counted as negative df deltas. An
 # entry's postings are rows of bm25_postings (the delta) or, once merged, in bm25_blocks
 # under its document number (see tnsrag_db._store.merge); a merged entry is retired here,
 # before its row changes (so the trigger of revision 0011, for writers that do not, finds
-# nothing to do).
-DELETE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
+# nothing to do). Rows of the delta are found here and deleted by OLD_POSTINGS_GONE_SQL.
+STAGE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
     WITH
-    -- d, the old postings in the delta, found through the entry's stored lexemes
-    -- (primary-key probes; postings carry no per-entry index, which keeps bulk writes
-    -- fast) and deleted by ctid.
-    d AS (
-      DELETE FROM bm25_postings p
-      WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(
-        SELECT q.ctid FROM tnsrag_stage_entries s
-        {probe('entries', 'x', 'x.id, x.lexemes', 'x.id = s.id')}
-        CROSS JOIN unnest(x.lexemes) AS l(lexeme)
-        {probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = x.id')}
-        WHERE s.state = 'c'))
-      RETURNING p.lexeme
+    -- staged, the old postings in the delta, found through the entry's stored lexemes
+    -- (the entry by its ctid from the comparison, then primary-key probes; postings carry
+    -- no per-entry index, which keeps bulk writes fast), staged by ctid with their lexeme.
+    staged AS (
+      INSERT INTO tnsrag_stage_old (tid, lexeme)
+      SELECT q.ctid, q.lexeme FROM tnsrag_stage_entries s
+      {probe('entries', 'x', 'x.id, x.lexemes', 'x.ctid = s.tid')}
+      CROSS JOIN unnest(x.lexemes) AS l(lexeme)
+      {probe('bm25_postings', 'q', 'q.ctid, q.lexeme', 'q.lexeme = l.lexeme AND q.entry_id = x.id')}
+      WHERE s.state = 'c'
+      RETURNING lexeme
     ),
     -- m, the merged ones: their numbers retired, tombstoned with their terms (queries skip
     -- them until a merge takes them out of the blocks).
@@ -191,18 +202,36 @@ DELETE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
     )
     INSERT INTO tnsrag_stage_df (lexeme, delta)
     SELECT lexeme, -count(*)
-    FROM (SELECT lexeme FROM d UNION ALL SELECT l.lexeme FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)) u
+    FROM (SELECT lexeme FROM staged UNION ALL SELECT l.lexeme FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)) u
     GROUP BY lexeme""")
 
-# Every changed entry's new fields; length and lexemes only where the text changed.
+# The staged rows of bm25_postings (OLD_POSTINGS_GONE_SQL) or embeddings (OLD_VECTORS_GONE_SQL)
+# deleted by ctid, run under tnsrag_db._store.merge.tid_scans_only: a TID scan whatever the
+# statistics. Planned on them, a corpus the statistics do not know yet (estimated at one
+# row) is read whole through its index instead, every row tested against every target.
+OLD_POSTINGS_GONE_SQL = textwrap.dedent("""\
+    DELETE FROM bm25_postings p
+    WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(SELECT o.tid FROM tnsrag_stage_old o))""")
+OLD_VECTORS_GONE_SQL = textwrap.dedent("""\
+    DELETE FROM embeddings v
+    WHERE v.corpus = :c AND v.ctid = ANY (ARRAY(SELECT o.tid FROM tnsrag_stage_old o))""")
+
+# The changed entries' rows' ctids (from the comparison), for UPDATE_CHANGED_SQL.
+CHANGED_ROWS_SQL = "SELECT s.tid FROM tnsrag_stage_entries s WHERE s.state IN ('u', 'c')"
+
+# Every changed entry's new fields; length and lexemes only where the text changed. The
+# targets are named by their ctids :tids (a constant array: tested by hash, once per row
+# read, whether the rows are read by a TID scan or, on statistics that do not know the
+# corpus yet, through an index of the corpus), joined to their stage rows by hash (the
+# caller turns nested loops off: on such statistics the corpus looks like one row, and a
+# nested loop would read the stage once per row). Index scans stay on: the triggers on
+# entries probe other tables by key.
 UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
     WITH
-    -- v, each changed entry's stage row with its row's ctid and new length (materialized:
-    -- the UPDATE names its targets by ctid, a TID scan, instead of joining entries).
+    -- v, each changed entry's stage row (with its row's ctid) and new length.
     v AS MATERIALIZED (
-      SELECT x.ctid AS tid, s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes
+      SELECT s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes
       FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord
-      {probe('entries', 'x', 'x.ctid', 'x.id = s.id')}
       WHERE s.state IN ('u', 'c')
     )
     UPDATE entries e
@@ -212,15 +241,15 @@ UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
         lexemes = CASE WHEN v.state = 'c' THEN coalesce(v.new_lexemes, '{{}}') ELSE e.lexemes END,
         updated_at = now()
     FROM v
-    WHERE e.corpus = :c AND e.ctid = ANY (ARRAY(SELECT tid FROM v)) AND e.ctid = v.tid""")
+    WHERE e.corpus = :c AND e.ctid = ANY (CAST(:tids AS tid[])) AND e.ctid = v.tid""")
 
-# Stale vectors must not outlive the text they were computed from.
-DELETE_STALE_VECTORS_SQL = textwrap.dedent(f"""\
-    DELETE FROM embeddings x
-    WHERE x.corpus = :c AND x.ctid = ANY (ARRAY(
-      SELECT q.ctid FROM tnsrag_stage_entries s
-      {probe('embeddings', 'q', 'q.ctid', 'q.entry_id = s.id')}
-      WHERE s.state = 'c'))""")
+# Stale vectors must not outlive the text they were computed from: staged here, deleted
+# by OLD_VECTORS_GONE_SQL.
+STAGE_STALE_VECTORS_SQL = textwrap.dedent(f"""\
+    INSERT INTO tnsrag_stage_old (tid)
+    SELECT q.ctid FROM tnsrag_stage_entries s
+    {probe('embeddings', 'q', 'q.ctid', 'q.entry_id = s.id')}
+    WHERE s.state = 'c'""")
 
 # The postings of new and rewritten texts, in primary-key order: btree inserts then touch
 # each leaf page once.
@@ -263,30 +292,38 @@ def lock_matching_sql(predicate: str) -> str:
     return _LOCK_MATCHING_SQL.format(predicate=predicate)
 
 
-# Then, in a statement whose snapshot sees every change committed by the writers waited
+# Then, in statements whose snapshots see every change committed by the writers waited
 # for, delete exactly those rows with their postings and df counts. Deleting by the
 # predicate again instead would reach rows committed in between, and wait for (and orphan
-# the postings of) a writer that locked one of them meanwhile. Returns how many went and
-# their total length.
-DELETE_LOCKED_SQL = textwrap.dedent(f"""\
+# the postings of) a writer that locked one of them meanwhile. First the locked rows' ctids
+# (returned) and their postings in the delta (staged by ctid with their lexeme, deleted by
+# OLD_POSTINGS_GONE_SQL; the postings of a locked entry change only under its lock).
+STAGE_LOCKED_SQL = textwrap.dedent(f"""\
     WITH
-    -- gone, the locked entries deleted (by ctid, found by primary-key probes), with the
-    -- lexemes that lead to their postings.
+    -- locked, the locked entries (primary-key probes) with the lexemes that lead to their postings.
+    locked AS MATERIALIZED (
+      SELECT x.ctid AS tid, x.id, x.lexemes FROM tnsrag_stage_ids k
+      {probe('entries', 'x', 'x.ctid, x.id, x.lexemes', 'x.id = k.id')}
+    ),
+    -- staged, their postings in the delta, found through the stored lexemes.
+    staged AS (
+      INSERT INTO tnsrag_stage_old (tid, lexeme)
+      SELECT q.ctid, q.lexeme FROM locked g
+      CROSS JOIN unnest(g.lexemes) AS l(lexeme)
+      {probe('bm25_postings', 'q', 'q.ctid, q.lexeme', 'q.lexeme = l.lexeme AND q.entry_id = g.id')}
+    )
+    SELECT tid FROM locked""")
+
+# Last the entries themselves, named by their ctids :tids (a constant array, tested by hash:
+# see UPDATE_CHANGED_SQL), each staged posting a -1 df delta. Returns how many went and
+# their total length.
+DELETE_LOCKED_SQL = textwrap.dedent("""\
+    WITH
+    -- gone, the locked entries deleted, with their lengths and lexemes.
     gone AS (
       DELETE FROM entries e
-      WHERE e.corpus = :c AND e.ctid = ANY (ARRAY(
-        SELECT x.ctid FROM tnsrag_stage_ids k
-        {probe('entries', 'x', 'x.ctid', 'x.id = k.id')}))
+      WHERE e.corpus = :c AND e.ctid = ANY (CAST(:tids AS tid[]))
       RETURNING e.id, e.doc_len, e.lexemes
-    ),
-    -- d, their postings in the delta, found through the stored lexemes, each a -1 df delta.
-    d AS (
-      DELETE FROM bm25_postings p
-      WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(
-        SELECT q.ctid FROM gone g
-        CROSS JOIN unnest(g.lexemes) AS l(lexeme)
-        {probe('bm25_postings', 'q', 'q.ctid', 'q.lexeme = l.lexeme AND q.entry_id = g.id')}))
-      RETURNING p.lexeme, -1 AS delta
     ),
     -- m, the merged ones: numbers retired and tombstoned (in this statement, so the trigger
     -- of revision 0011, run after it, finds nothing to do), each term a -1 df delta.
@@ -300,13 +337,13 @@ DELETE_LOCKED_SQL = textwrap.dedent(f"""\
       INSERT INTO bm25_tombstones (corpus, docno, lexemes) SELECT :c, docno, lexemes FROM ml
     ),
     dm AS (
-      SELECT lexeme, delta FROM d
+      SELECT o.lexeme, -1 AS delta FROM tnsrag_stage_old o
       UNION ALL
       SELECT l.lexeme, -1 FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)
     ),
     -- df, the deltas applied (in lexeme order, as every writer does).
     df AS (
-    {{apply_df}}
+    {apply_df}
     )
     SELECT count(*), coalesce(sum(doc_len), 0) FROM gone""").format(
     apply_df=textwrap.indent(APPLY_DF_SQL.format(source="dm"), "  "))

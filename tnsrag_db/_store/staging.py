@@ -28,7 +28,7 @@ _STAGE_TX = "tnsrag_stage_tx"
 STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_entries (ord int PRIMARY KEY, id text NOT NULL, "
     "content text NOT NULL, tier text NOT NULL, source text, parent_id text, ts timestamptz, metadata jsonb NOT NULL, "
-    "content_hash bytea NOT NULL, state char(1), expires_at timestamptz, ttl float8) ON COMMIT DELETE ROWS",
+    "content_hash bytea NOT NULL, state char(1), expires_at timestamptz, ttl float8, tid tid) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL, "
     "single boolean NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_extras (ord int NOT NULL, term text NOT NULL) ON COMMIT DELETE ROWS",
@@ -38,6 +38,10 @@ STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_lens (ord int PRIMARY KEY, doc_len int NOT NULL, "
     "lexemes text[] NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_ids (id text PRIMARY KEY) ON COMMIT DELETE ROWS",
+    # The rows of bm25_postings (with their lexeme) or embeddings that a rewrite or delete
+    # removes, by ctid: found by primary-key probes in one statement, deleted by a TID scan
+    # in the next (see tnsrag_db._store.sql.OLD_ROWS_GONE_SQL). Emptied before each use.
+    "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_old (tid tid NOT NULL, lexeme text) ON COMMIT DELETE ROWS",
 )
 
 #: The stage tables one entry write fills (emptied before a second write in one transaction).

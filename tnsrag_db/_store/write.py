@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import DatabaseError, InvalidEntryError
 from tnsrag_db._store import sql
 from tnsrag_db._store.analysis import STAGED_TERMS_SQL, analyze
+from tnsrag_db._store.merge import tid_scans_only
 from tnsrag_db._store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
 from tnsrag_db._types import MemoryEntry
 
@@ -239,6 +241,7 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
                                 "entries; the transaction was rolled back")
         ords: list[int] = []
         states: list[str] = []
+        tids: list[str] = []
         for row in rows:
             if row.same:
                 report.unchanged.append(row.id)
@@ -253,8 +256,9 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
                 state = "u"
             ords.append(row.ord)
             states.append(state)
+            tids.append(row.tid)
         if ords:
-            conn.execute(sa.text(sql.SET_STATES_SQL), {"ords": ords, "states": states})
+            conn.execute(sa.text(sql.SET_STATES_SQL), {"ords": ords, "states": states, "tids": tids})
     if staged.large:  # the states are set now, and the steps below filter on them
         conn.execute(sa.text("ANALYZE tnsrag_stage_entries (ord, id, state)"))
         conn.execute(sa.text("ANALYZE tnsrag_stage_terms"))
@@ -266,14 +270,36 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
 # -- step 5: rewrite ------------------------------------------------------------------
 def rewrite_changed(conn: Connection, corpus: str, report: WriteReport) -> None:
     """Update the changed entries; for those whose text changed, drop their old postings
-    (counted as df deltas) and their vectors (stale vectors must not outlive their text)."""
+    (counted as df deltas) and their vectors (stale vectors must not outlive their text).
+
+    Rows to delete are found by primary-key probes in one statement and deleted by ctid in
+    the next (:func:`_delete_staged`), so the statistics, which may not know the corpus
+    yet, choose neither."""
     c = {"c": corpus}
     if report.content_changed:
-        conn.execute(sa.text(sql.DELETE_OLD_POSTINGS_SQL), c)
+        _delete_staged(conn, sql.STAGE_OLD_POSTINGS_SQL, sql.OLD_POSTINGS_GONE_SQL, c)
     if report.updated:
-        conn.execute(sa.text(sql.UPDATE_CHANGED_SQL), c)
+        tids = list(conn.execute(sa.text(sql.CHANGED_ROWS_SQL)).scalars())
+        with _hash_joins_only(conn):
+            conn.execute(sa.text(sql.UPDATE_CHANGED_SQL), {**c, "tids": tids})
     if report.content_changed:
-        conn.execute(sa.text(sql.DELETE_STALE_VECTORS_SQL), c)
+        _delete_staged(conn, sql.STAGE_STALE_VECTORS_SQL, sql.OLD_VECTORS_GONE_SQL, c)
+
+
+def _delete_staged(conn: Connection, stage_sql: str, gone_sql: str, params: dict[str, Any]) -> None:
+    """Stage rows by ctid into ``tnsrag_stage_old`` with ``stage_sql`` (planned as usual),
+    then delete them with ``gone_sql`` under TID scans only (no trigger on the tables
+    deleted from, whose queries would be planned so too)."""
+    conn.execute(sa.text("DELETE FROM tnsrag_stage_old"))
+    conn.execute(sa.text(stage_sql), params)
+    with tid_scans_only(conn):
+        conn.execute(sa.text(gone_sql), params)
+
+
+def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
+    """Nested loops and merge joins off for the statements of the block (a lateral probe,
+    which only a nested loop can run, stays one)."""
+    return sql.planner_nodes_off(conn, "enable_nestloop", "enable_mergejoin")
 
 
 # -- step 6: postings -----------------------------------------------------------------
@@ -315,7 +341,14 @@ def delete_matching(conn: Connection, corpus: WriteTarget, predicate: str, param
     ensure_stage_tables(conn)
     conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
     conn.execute(sa.text(sql.lock_matching_sql(predicate)), {"c": corpus.name, **params})
-    count, length = conn.execute(sa.text(sql.DELETE_LOCKED_SQL), {"c": corpus.name, "shard": sql.stat_shard()}).one()
+    c = {"c": corpus.name}
+    conn.execute(sa.text("DELETE FROM tnsrag_stage_old"))
+    tids = list(conn.execute(sa.text(sql.STAGE_LOCKED_SQL), c).scalars())
+    if not tids:
+        return 0
+    with tid_scans_only(conn):
+        conn.execute(sa.text(sql.OLD_POSTINGS_GONE_SQL), c)
+    count, length = conn.execute(sa.text(sql.DELETE_LOCKED_SQL), {**c, "tids": tids, "shard": sql.stat_shard()}).one()
     if count:
         sql.bump_stats(conn, corpus.name, -int(count), -int(length))
     return int(count)
