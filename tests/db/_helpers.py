@@ -44,8 +44,8 @@ class RecordingStore:
     def location(self) -> str:
         return str(self._inner.location)
 
-    def uses_filter_pairs(self) -> bool:
-        return bool(self._inner.uses_filter_pairs())
+    def filter_pairs_plan(self) -> Any:
+        return self._inner.filter_pairs_plan()
 
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         self.reads.append((sql, dict(params)))

@@ -221,39 +221,33 @@ def test_a_pooled_connection_the_driver_knows_is_closed_is_replaced(filled: Stor
         one.close()
 
 
-def test_a_read_made_while_a_plan_runs_uses_the_plans_connection(db_url: URL) -> None:
-    """A statement builder that asks the database something midway through a plan (the
-    first filtered retrieval asks whether tenancy's filter pairs are in use) reads on the
-    plan's own connection: with a pool of one, a second checkout would wait for the
-    connection the plan holds (the first filtered vector search and hybrid retrieval
-    of a fresh store timed out so)."""
-    from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, RAGContext, VectorMemoryStore
+def test_every_strategy_answers_and_explains_on_a_pool_of_one_connection(db_url: URL) -> None:
+    """A retrieval holds one connection from its first statement to its last: what its
+    statements need to know first (the space a query vector searches, whether tenancy's
+    filter pairs are in use) is read by the plan's own first statements, never by a second
+    checkout while the plan holds the first. With a pool of one, a second checkout would
+    wait for the connection the plan holds (the first filtered vector search and hybrid
+    retrieval of a fresh store timed out so once)."""
+    from tnsrag_db import GraphStore, HashingEmbedding, RAGContext, VectorMemoryStore
     from tnsrag_db._db.engine import create_engine
-    from tnsrag_db._db.statement import Statement
+    from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
 
     with connect(db_url, corpus="one_connection", schema=SCHEMA) as writer:
         VectorMemoryStore(writer, HashingEmbedding(32), index_threshold=None).add_all(
-            [MemoryEntry(f"e{i}", f"refund policy {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
+            [MemoryEntry(f"e{i}", f"refund policy {i}", metadata={"shelf": f"s{i % 2}"},
+                         parent_id=None if i < 2 else f"e{i % 2}") for i in range(6)])
+        GraphStore(writer).add_edge("e3", "e5", "refers")
     engine = create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, pool_timeout=2)
     try:
-        for strategy in ("vector", "hybrid"):
-            store = Store(engine, corpus="one_connection", schema=SCHEMA)  # knows nothing yet
-            vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
-            ctx = RAGContext(5, 0.0, {"shelf": "s1"})
-            found = (vectors.search("refund", 5, filters={"shelf": "s1"}) if strategy == "vector" else
-                     HybridRAGStrategy(BM25Index(store), vectors).retrieve("refund policy", ctx))
-            assert len(found) == 3, strategy
-        # A plan whose second statement's builder reads: one connection throughout.
-        store = Store(engine, corpus="one_connection", schema=SCHEMA)
-
-        def plan() -> Any:
-            first = yield Statement("SELECT pg_backend_pid() AS pid")
-            inner = store.read("SELECT pg_backend_pid() AS pid", {})
-            second = yield Statement("SELECT pg_backend_pid() AS pid")
-            return first[0].pid, inner[0].pid, second[0].pid
-
-        pids = store.run(plan())
-        assert len(set(pids)) == 1, pids
+        ctx = RAGContext(5, 0.0, {"shelf": "s1"})
+        for name in STRATEGY_NAMES:
+            for explain in (False, True):
+                store = Store(engine, corpus="one_connection", schema=SCHEMA)  # knows nothing yet
+                strategy = build_strategy(name, store, embedding=HashingEmbedding(32))
+                found = (strategy.explain("refund policy", ctx).documents if explain  # type: ignore[attr-defined]
+                         else strategy.retrieve("refund policy", ctx))
+                assert found and all(d.metadata["shelf"] == "s1" for d in found), (name, explain, found)
+                assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         engine.dispose()
 

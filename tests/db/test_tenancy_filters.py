@@ -33,7 +33,7 @@ from tnsrag_db import (
 )
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
-from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
+from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS, FilterPairs
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.store import Store
 
@@ -257,7 +257,7 @@ def test_without_tenancy_no_trigger_and_filtered_statements_use_metadata_contain
         assert "entry_filter_pairs" not in sql and predicate in sql, sql
         assert predicate == f"{p}_e.tier = :{p}_f_tier AND {p}_e.metadata @> CAST(:{p}_f_meta AS jsonb)"
     # The same statements as a store told outright that the pairs are off (no catalog query).
-    told = Store(store.engine, corpus=store.corpus, schema=SCHEMA, _pairs=False)
+    told = Store(store.engine, corpus=store.corpus, schema=SCHEMA, _pairs=FilterPairs(SCHEMA, False))
     assert VectorMemoryStore(told, HashingEmbedding(32), index_threshold=None).candidates_sql(
         HashingEmbedding(32)("refund"), 5, filters=filters)[0] == vsql
 
@@ -282,11 +282,11 @@ def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(f
         url = libpq_url(fresh_db_url.render_as_string(hide_password=False))
         assert url is not None
         with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
-            assert lean.uses_filter_pairs() is True
+            assert lean.run(lean.filter_pairs_plan()) is True
             assert BM25Index(lean).search("refund", 10, filters={"shelf": "s1"}) == before
         tenancy.disable(engine, schema=SCHEMA)
         with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
-            assert lean.uses_filter_pairs() is False
+            assert lean.run(lean.filter_pairs_plan()) is False
         # A store opened while tenancy was on keeps the pairs after it is switched off:
         # they are still kept, so its answers stay those of @> (new writes included).
         early.add_all([MemoryEntry("e9", "refund note written after tenancy off", metadata={"shelf": "s1"})])

@@ -24,7 +24,7 @@ import psycopg.conninfo
 
 from tnsrag_db._db.driver_errors import map_db_errors
 from tnsrag_db._db.lock_holders import plan_lookup, with_holders
-from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
+from tnsrag_db._db.read_store import FilterPairs
 from tnsrag_db._db.revisions import schema_state_plan
 from tnsrag_db._db.runner import TIMEOUT_SET, PlanRunner
 from tnsrag_db._db.settings import check_timeout, validate_schema_name
@@ -64,7 +64,7 @@ class DriverStore:
         self._what = f"database error in corpus {corpus!r}"
         self._conn: psycopg.Connection[Any] | None = None
         self._info: dict[Any, Any] = {}
-        self._pairs: bool | None = None
+        self._pairs = FilterPairs(schema)
         timeout = self._timeout_ms
         self._runner = PlanRunner(self, what=self._what, timeout_ms=lambda: timeout)
 
@@ -90,12 +90,10 @@ class DriverStore:
         """How many words of a query are analysed."""
         return self._max_query_terms
 
-    def uses_filter_pairs(self) -> bool:
+    def filter_pairs_plan(self) -> Plan[bool]:
         """Whether metadata filters go through the filter pairs (see :class:`ReadStore`):
         the same test as a full store's, on this connection."""
-        if self._pairs is None:
-            self._pairs = bool(self.read(FILTER_PAIRS_SQL, {"s": self._schema})[0][0])
-        return self._pairs
+        return self._pairs.plan()
 
     def __repr__(self) -> str:
         return f"DriverStore(corpus={self._corpus!r}, schema={self._schema!r})"

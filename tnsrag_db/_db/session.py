@@ -46,12 +46,6 @@ SESSION_LOCK_POLL_SECONDS = 0.2
 
 _T = TypeVar("_T")
 
-#: The plan :meth:`Session.run` is driving in this thread or task: its engine and schema,
-#: and the function running its statements (on its connection).
-_ACTIVE_PLAN: ContextVar[tuple[tuple[Engine, str], Callable[[Statement], Rows]] | None] = ContextVar(
-    "tnsrag_active_plan", default=None)
-
-
 def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRIES) -> _T:
     """Run ``operation`` (which opens and commits its own transaction) and run it again,
     up to ``retries`` times, when PostgreSQL aborted it to break a deadlock
@@ -256,10 +250,7 @@ class Session:
 
     def _named(self, error: LockTimeoutError) -> LockTimeoutError:
         """``error`` naming the roles that held the lock it waited for (looked up on a
-        connection of its own, after the waiting one went back to the pool; not while a
-        plan holds a connection in this thread, which the lookup could wait for)."""
-        if _ACTIVE_PLAN.get() is not None:
-            return error
+        connection of its own, after the waiting one went back to the pool)."""
         return name_holders(error, self._engine, schema=self._schema)
 
     def executor(self, *, snapshot: bool = False) -> AbstractContextManager[Callable[[Statement], Rows]]:
@@ -376,18 +367,8 @@ class Session:
         (explanations). The connection is checked out at the plan's first statement.
         Driver errors become :class:`DatabaseError` subclasses (thrown into the plan first).
         """
-        active = _ACTIVE_PLAN.get()
-        if active is not None and active[0] == (self._engine, self._schema) and not snapshot:
-            # A read made while a plan of this engine and schema runs in this thread or task
-            # (a catalog question a statement builder asks midway, say): on the plan's own
-            # connection. A second checkout would wait for a pool the plan may have emptied.
-            return run_plan(plan, active[1])
         try:
             with self._runner.executor(snapshot=snapshot) as execute:
-                token = _ACTIVE_PLAN.set(((self._engine, self._schema), execute))
-                try:
-                    return run_plan(plan, execute)
-                finally:
-                    _ACTIVE_PLAN.reset(token)
+                return run_plan(plan, execute)
         except LockTimeoutError as exc:
             raise self._named(exc) from exc.__cause__

@@ -6,7 +6,7 @@ equality; every entry must match (AND); a missing key excludes. ``tier``,
 the entry's own jsonb metadata with exactly that string value. Values are always bound
 parameters.
 
-With tenancy on (:mod:`tnsrag_db.tenancy`; a store's ``uses_filter_pairs()``), the retrieval
+With tenancy on (:mod:`tnsrag_db.tenancy`; a store's ``filter_pairs_plan()``), the retrieval
 statements (the vector and BM25 indexes then pass ``corpus_param``) match a metadata key
 through the entries' filter pairs (``entry_filter_pairs``, migration 0007: one row per
 top-level string value, kept in the writing transaction by triggers on ``entries`` that

@@ -26,7 +26,7 @@ from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db import migrate
 from tnsrag_db._db.driver_errors import db_error, driver_message
 from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
-from tnsrag_db._db.read_store import FILTER_PAIRS_SQL
+from tnsrag_db._db.read_store import FilterPairs
 from tnsrag_db._db.replicas import (
     DEFAULT_MAX_LAG,
     DEFAULT_WAIT_TIMEOUT,
@@ -101,7 +101,7 @@ class Store:
                  read_replicas: ReadReplicas | None = None, consistency: str = "eventual",
                  analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS,
                  merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES, _clock: WriteClock | None = None,
-                 _after: WriteToken | None = None, _pairs: bool | None = None) -> None:
+                 _after: WriteToken | None = None, _pairs: FilterPairs | None = None) -> None:
         check_replica_options(read_replicas, consistency)
         corpus = check_corpus_name(corpus)
         if not is_int(max_query_terms) or not 1 <= max_query_terms <= 100_000:
@@ -120,7 +120,7 @@ class Store:
         self._writer = Writer(self._session, self._corpus_row, analyze_after_rows=analyze_after_rows,
                               merge_after_entries=merge_after_entries)
         self._closed = False
-        self._pairs = _pairs
+        self._pairs = _pairs if _pairs is not None else FilterPairs(schema)
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -180,12 +180,15 @@ class Store:
         """The statement timeout in seconds in effect here (inside :meth:`timeout`, its value); None: the server's."""
         return self._session.statement_timeout
 
+    def filter_pairs_plan(self) -> Plan[bool]:
+        """Whether retrievals' metadata filters use the filter pairs (tenancy on, see :mod:`tnsrag_db.tenancy`),
+        as a plan a retrieval's plan runs first: one catalog statement the first time, kept by
+        this store and its views; none afterwards."""
+        return self._pairs.plan()
+
     def uses_filter_pairs(self) -> bool:
-        """Whether retrievals' metadata filters use the filter pairs (tenancy on, see :mod:`tnsrag_db.tenancy`;
-        one catalog query by the first filtered retrieval, kept by this store and its views)."""
-        if self._pairs is None:
-            self._pairs = bool(self.read(FILTER_PAIRS_SQL, {"s": self._schema})[0][0])
-        return self._pairs
+        """:meth:`filter_pairs_plan` run on its own (for a caller outside a plan)."""
+        return self.run(self._pairs.plan())
 
     def with_corpus(self, corpus: str) -> Store:
         """A store over another corpus sharing this store's engine, replicas, write token and options."""

@@ -24,7 +24,7 @@ part (see :mod:`tnsrag_db._strategies.explain`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -66,7 +66,7 @@ from tnsrag_db.explain import (
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index
-    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.vector import QueryBasis, VectorMemoryStore
 
 __all__ = ["HybridMemoryRetriever", "HybridRAGStrategy"]
 
@@ -142,13 +142,21 @@ class HybridMemoryRetriever:
             return self.candidates
         return max(self.min_candidates, self.candidate_factor * max_results)
 
-    def rankings_statement(self, query: str, context: RAGContext,
-                           vector: npt.NDArray[np.float32] | None) -> Statement:
+    def basis(self, context: RAGContext, vector: npt.NDArray[np.float32] | None) -> QueryBasis:
+        """What the statements below need before they are built (the vector stream's space and
+        the filter pairs' test; see :func:`tnsrag_db._indexes.hybrid.basis_plan`), read now:
+        for a caller outside a plan. A plan runs ``basis_plan`` itself."""
+        return self.vectors.store.run(fused_index.basis_plan(self.vectors, context, vector))
+
+    def rankings_statement(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
+                           basis: QueryBasis | None = None) -> Statement:
         """Both streams' rankings with their entry rows, in one statement: columns ``stream``
         (1 BM25, 2 vector), ``rank``, ``score`` and the entry columns; without ``vector``
-        only the BM25 stream (see :func:`tnsrag_db._indexes.hybrid.rankings_statement`)."""
+        only the BM25 stream (see :func:`tnsrag_db._indexes.hybrid.rankings_statement`).
+        Without ``basis`` (:meth:`basis`) it is read first."""
         return fused_index.rankings_statement(self.keywords, self.vectors, query, context, vector,
-                                              pool=self.pool_size(context.max_results))
+                                              pool=self.pool_size(context.max_results),
+                                              basis=basis or self.basis(context, vector))
 
     def rankings_plan(self, query: str, context: RAGContext) -> Plan[tuple[list[RetrievedDocument],
                                                                          list[RetrievedDocument]]]:
@@ -161,22 +169,27 @@ class HybridMemoryRetriever:
         return self.vectors.store.run(self.rankings_plan(query, context))
 
     def fused_statement(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
-                        weights: tuple[float, float], *, plain: bool = False) -> Statement:
+                        weights: tuple[float, float], *, plain: bool = False,
+                        basis: QueryBasis | None = None) -> Statement:
         """The fused ranking with its entry rows, in one statement (columns ``score`` and the
         entry columns, best first). With ``plain`` (and the BM25 stream weighted above 0), one
         row of NULLs instead when the BM25 stream needs its pruned statement: nothing else runs
-        then, the vector stream included (see :func:`tnsrag_db._indexes.hybrid.fused_statement`)."""
+        then, the vector stream included (see :func:`tnsrag_db._indexes.hybrid.fused_statement`).
+        Without ``basis`` (:meth:`basis`) it is read first."""
         return fused_index.fused_statement(self.keywords, self.vectors, query, context, vector, weights,
                                            pool=self.pool_size(context.max_results), rrf_k=self.rrf_k, plain=plain,
-                                           normalization=self.normalization, depth=self.reference_depth())
+                                           normalization=self.normalization, depth=self.reference_depth(),
+                                           basis=basis or self.basis(context, vector))
 
     def candidates_statement(self, query: str, context: RAGContext, vector: npt.NDArray[np.float32] | None,
-                             weights: tuple[float, float]) -> Statement:
+                             weights: tuple[float, float], basis: QueryBasis | None = None) -> Statement:
         """Every candidate scored by each stream run, with the streams' reference figures
-        (see :func:`tnsrag_db._indexes.hybrid.candidates_statement`)."""
+        (see :func:`tnsrag_db._indexes.hybrid.candidates_statement`). Without ``basis``
+        (:meth:`basis`) it is read first."""
         return fused_index.candidates_statement(self.keywords, self.vectors, query, context, vector, weights,
                                                 pool=self.pool_size(context.max_results),
-                                                depth=self.reference_depth())
+                                                depth=self.reference_depth(),
+                                                basis=basis or self.basis(context, vector))
 
     def fused_plan(self, query: str, context: RAGContext, *,
                    weights: Sequence[float] | None = None) -> Plan[list[RetrievedDocument]]:
@@ -212,8 +225,9 @@ class HybridMemoryRetriever:
             return self._explain_score_fusion(query, context, weights)
         vector = self.vectors.embed_query(query) if weights[1] > 0 else None
         store = self.vectors.store
-        fused = self.fused_statement(query, context, vector, weights)
-        ranks = self.rankings_statement(query, context, vector)
+        basis = self.basis(context, vector)
+        fused = self.fused_statement(query, context, vector, weights, basis=basis)
+        ranks = self.rankings_statement(query, context, vector, basis)
         plans: list[SearchPlan] = []
         with snapshot(store) as execute:
             docs = [document_from_row(r, float(r.score)) for r in execute(fused)]
@@ -242,7 +256,7 @@ class HybridMemoryRetriever:
             if entry_id in vec_rank and vector is not None:
                 rank, score = vec_rank[entry_id]
                 streams.append(StreamShare("vector", rank, weights[1], weights[1] / (self.rrf_k + rank), score,
-                                           self.vectors.explain_cosine(vector, score)))
+                                           self.vectors.explain_cosine(vector, score, basis=basis)))
             explanations.append(FusionExplanation(doc.score, self.rrf_k, tuple(streams)))
         return explanation_of("hybrid", query, docs, explanations, plans)
 
@@ -253,8 +267,9 @@ class HybridMemoryRetriever:
         method = self.fusion
         vector = self.vectors.embed_query(query) if weights[1] > 0 else None
         store = self.vectors.store
-        fused = self.fused_statement(query, context, vector, weights)
-        scored = self.candidates_statement(query, context, vector, weights)
+        basis = self.basis(context, vector)
+        fused = self.fused_statement(query, context, vector, weights, basis=basis)
+        scored = self.candidates_statement(query, context, vector, weights, basis)
         plans: list[SearchPlan] = []
         with snapshot(store) as execute:
             docs = [document_from_row(r, float(r.score)) for r in execute(fused)]
@@ -275,7 +290,7 @@ class HybridMemoryRetriever:
             normalized = normalize(raw, reference, method)
             detail: ScoreExplanation | None = None
             if raw is not None:
-                detail = bm25.get(r.entry_id) if r.stream == 1 else self.vectors.explain_cosine(vector, raw)  # type: ignore[arg-type]
+                detail = bm25.get(r.entry_id) if r.stream == 1 else self.vectors.explain_cosine(vector, raw, basis=basis)  # type: ignore[arg-type]
             center, scale, floor = (None, None, None) if reference is None else normalization_of(reference, method)
             by_entry.setdefault(r.entry_id, []).append(StreamScore(
                 names[r.stream], None if r.rank is None else int(r.rank), raw, center, scale, floor, normalized,
@@ -338,6 +353,10 @@ class HybridRAGStrategy:
             raise ConfigurationError(f"graph corpus {_describe(graph_store)} differs from the hybrid's corpus "
                                      f"{_describe(self._retriever.keywords.store)}")
         self._graph = graph
+        # A graph stream over this very corpus runs as a plan on the hybrid's connection.
+        graph_plan = getattr(graph, "plan", None)
+        self._graph_plan: Callable[[str, RAGContext], Plan[list[RetrievedDocument]]] | None = (
+            graph_plan if isinstance(graph_store, ReadStore) and callable(graph_plan) else None)
         streams = "keyword, vector, graph" if graph is not None else "keyword, vector"
         count = 3 if graph is not None else 2
         fusion_rule = self._retriever.fusion
@@ -370,8 +389,8 @@ class HybridRAGStrategy:
 
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan` (validation happens when the
-        plan starts). The graph stream, when given and weighted above 0, runs through its own
-        ``retrieve`` (it is not a plan yet), between the plan's statements."""
+        plan starts). The graph stream, when given and weighted above 0, runs as its own plan
+        (a graph stream without one, through its ``retrieve``), between the plan's statements."""
         query = check_query(query)
         ctx = resolve_context(context)
         if self._graph is None or not self._weights[2] or not (yield from self._graph_has_evidence()):
@@ -380,7 +399,11 @@ class HybridRAGStrategy:
             return (yield from self._retriever.fused_plan(query, ctx, weights=self._pair))
         keyword_docs, vector_docs = yield from self._retriever.rankings_plan(query, ctx)
         pool = self._retriever.pool_size(ctx.max_results)
-        graph_docs = self._graph.retrieve(query, RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters))
+        graph_ctx = RAGContext(min(MAX_RESULTS, pool), 0.0, ctx.metadata_filters)
+        if self._graph_plan is not None:
+            graph_docs = yield from self._graph_plan(query, graph_ctx)
+        else:
+            graph_docs = self._graph.retrieve(query, graph_ctx)
         fused = reciprocal_rank_fusion(keyword_docs, vector_docs, graph_docs, k=self._retriever.rrf_k,
                                        weights=self._weights)
         return [d for d in fused if d.score >= ctx.min_score][: ctx.max_results]
@@ -427,7 +450,8 @@ class HybridRAGStrategy:
                 return explanation_of(self.name, query, [], [], [])
             return retriever.explain_fused(query, ctx, (self._pair[0], self._pair[1]))
         vector = retriever.vectors.embed_query(query)
-        ranks = retriever.rankings_statement(query, ctx, vector)
+        basis = retriever.basis(ctx, vector)
+        ranks = retriever.rankings_statement(query, ctx, vector, basis)
         pool = retriever.pool_size(ctx.max_results)
         with snapshot(retriever.vectors.store) as execute:
             keyword_docs, vector_docs = fused_index.split_rankings(list(execute(ranks)))
@@ -440,7 +464,8 @@ class HybridRAGStrategy:
         rankings = [keyword_docs, vector_docs, graph.documents]
         details: list[Mapping[str, ScoreExplanation | None]] = [
             {document_key(d): bm25.get(d.metadata["entryId"]) for d in keyword_docs},
-            {document_key(d): retriever.vectors.explain_cosine(vector, d.score) for d in vector_docs},
+            {document_key(d): retriever.vectors.explain_cosine(vector, d.score, basis=basis)
+             for d in vector_docs},
             {k: r.explanation for k, r in by_entry(graph).items()},
         ]
         names = ("keyword", "vector", "graph")

@@ -47,9 +47,10 @@ class KeywordRAGStrategy:
     def __repr__(self) -> str:
         return f"KeywordRAGStrategy({self._keywords!r})"
 
-    def _statement(self, text: str, ctx: RAGContext) -> Statement:
+    def _statement_plan(self, text: str, ctx: RAGContext) -> Plan[Statement]:
+        pairs = bool(ctx.metadata_filters) and (yield from self._keywords.store.filter_pairs_plan())
         return self._keywords.documents_statement(text, ctx.max_results, filters=ctx.metadata_filters,
-                                                  min_score=ctx.min_score)
+                                                  min_score=ctx.min_score, pairs=pairs)
 
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan` (validation
@@ -88,7 +89,7 @@ class KeywordRAGStrategy:
 
         ctx = resolve_context(context)
         text = check_query(query)
-        rows = yield self._statement(text, ctx)
+        rows = yield (yield from self._statement_plan(text, ctx))
         docs = [document_from_row(row, float(row.score)) for row in rows]
         figures = yield from bm25_figures_plan(self._keywords, text, {d.metadata["entryId"]: d.score for d in docs})
         return explanation_of(self.name, text, docs, [figures[d.metadata["entryId"]] for d in docs],

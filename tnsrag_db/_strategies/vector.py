@@ -78,8 +78,9 @@ class VectorRAGStrategy:
                                                                min_score=ctx.min_score, explain=True)
         assert isinstance(search, SearchPlan)
         docs = [document_from_row(row, float(row.score)) for row in rows]
-        return explanation_of(self.name, text, docs, [self._vectors.explain_cosine(vec, d.score) for d in docs],
-                              [search])
+        basis = yield from self._vectors.basis_plan(int(vec.shape[0]))  # the space, known since the ranking
+        return explanation_of(self.name, text, docs,
+                              [self._vectors.explain_cosine(vec, d.score, basis=basis) for d in docs], [search])
 
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`CosineExplanation`, and the

@@ -200,14 +200,19 @@ class BM25Index:
         non-finite ``min_score``; :class:`ConfigurationError` for a bad ``prefix``;
         :class:`InvalidFilterError` for a bad filter.
         """
-        statement = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix)
+        pairs = bool(filters) and self._store.run(self._store.filter_pairs_plan())
+        statement = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix, pairs=pairs)
         return statement.sql, dict(statement.params)
 
     def ranking_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                           min_score: float = 0.0, prefix: str = "k", plain: bool = False,
-                          shared_terms: bool = False) -> Statement:
+                          shared_terms: bool = False, pairs: bool = False) -> Statement:
         """:meth:`candidates_sql` as a :class:`~tnsrag_db._db.statement.Statement` (columns
         ``entry_id``, ``score``), built without I/O.
+
+        ``pairs``: whether ``filters`` go through the filter pairs, the answer of the store's
+        ``filter_pairs_plan()``, which the calling plan runs first (tenancy on); False:
+        ``metadata @>``.
 
         With ``shared_terms`` the statement does not define its query-term CTEs: the
         statement it is embedded in defines them once (:meth:`terms_ctes`, same prefix),
@@ -224,11 +229,11 @@ class BM25Index:
         p = check_prefix(prefix, error=ConfigurationError)
         limit = check_int(k, "k", minimum=1, maximum=MAX_CANDIDATES)
         floor = check_number(min_score, "min_score")
-        # The filter pairs only where tenancy is on (the store knows); else metadata @>.
-        pairs = f"{p}_c" if filters and self._store.uses_filter_pairs() else None
-        predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=pairs)
+        # The filter pairs only where tenancy is on (the caller's plan asked the store); else metadata @>.
+        corpus_param = f"{p}_c" if filters and pairs else None
+        predicate, fparams = filter_sql(filters, alias=f"{p}_e", prefix=f"{p}_f", corpus_param=corpus_param)
         # Metadata keys only: the filtered ids, and the per-posting check, from the pairs alone.
-        ids, probe = pairs_alone(filters, prefix=f"{p}_f", corpus_param=pairs, probe=sql.POSTING_ENTRY)
+        ids, probe = pairs_alone(filters, prefix=f"{p}_f", corpus_param=corpus_param, probe=sql.POSTING_ENTRY)
         params: dict[str, Any] = {
             **self._analysis_params(text, p), **fparams, **self._formula_params(p),
             f"{p}_min": floor, f"{p}_lim": limit, f"{p}_nedf": float(self._prune_min_df),
@@ -260,22 +265,25 @@ class BM25Index:
                 {**self._analysis_params(text, p), **self._formula_params(p)})
 
     def documents_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                            min_score: float = 0.0, prefix: str = "k", plain: bool = False) -> Statement:
+                            min_score: float = 0.0, prefix: str = "k", plain: bool = False,
+                            pairs: bool = False) -> Statement:
         """The ranking of :meth:`ranking_statement` with each entry's row: columns ``score``,
         ``entry_id``, ``content``, ``tier``, ``source``, ``metadata``, best first (ties by
         entry id), as :func:`~tnsrag_db._store.reads.document_from_row` reads them; with
         ``plain``, one row of NULLs when the plain scoring does not apply (see
-        :meth:`ranking_statement`). Errors as :meth:`candidates_sql`."""
-        ranking = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix, plain=plain)
+        :meth:`ranking_statement`; ``pairs`` as there). Errors as :meth:`candidates_sql`."""
+        ranking = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix, plain=plain,
+                                         pairs=pairs)
         return Statement(_documents_of_ranking_sql(prefix, ranking.sql), ranking.params, DOCUMENT_COLUMNS)
 
     def documents_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                        min_score: float = 0.0) -> Plan[Rows]:
         """The rows of :meth:`documents_statement` as a :data:`~tnsrag_db._db.statement.Plan`:
         the plain statement first, the pruned one only when some query term is frequent."""
-        rows = yield self.documents_statement(query, k, filters=filters, min_score=min_score, plain=True)
+        pairs = bool(filters) and (yield from self._store.filter_pairs_plan())
+        rows = yield self.documents_statement(query, k, filters=filters, min_score=min_score, plain=True, pairs=pairs)
         if rows and rows[0].entry_id is None:
-            rows = yield self.documents_statement(query, k, filters=filters, min_score=min_score)
+            rows = yield self.documents_statement(query, k, filters=filters, min_score=min_score, pairs=pairs)
         return rows
 
     def documents_sql(self, source: str, *, columns: str, order_by: str, prefix: str,
@@ -294,9 +302,10 @@ class BM25Index:
                     min_score: float = 0.0) -> Plan[list[tuple[str, float]]]:
         """:meth:`search` as an I/O-free :data:`~tnsrag_db._db.statement.Plan`: the plain
         statement first, the pruned one only when some query term is frequent."""
-        rows = yield self.ranking_statement(query, k, filters=filters, min_score=min_score, plain=True)
+        pairs = bool(filters) and (yield from self._store.filter_pairs_plan())
+        rows = yield self.ranking_statement(query, k, filters=filters, min_score=min_score, plain=True, pairs=pairs)
         if rows and rows[0].entry_id is None:
-            rows = yield self.ranking_statement(query, k, filters=filters, min_score=min_score)
+            rows = yield self.ranking_statement(query, k, filters=filters, min_score=min_score, pairs=pairs)
         return [(r.entry_id, float(r.score)) for r in rows]
 
     def search(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,

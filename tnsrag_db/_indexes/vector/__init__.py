@@ -20,6 +20,7 @@ from tnsrag_db._indexes.vector.index import (
     HNSW_M,
     IndexProgress,
     IngestProgress,
+    QueryBasis,
     VectorMemoryStore,
 )
 
@@ -32,5 +33,6 @@ __all__ = [
     "HNSW_M",
     "IndexProgress",
     "IngestProgress",
+    "QueryBasis",
     "VectorMemoryStore",
 ]

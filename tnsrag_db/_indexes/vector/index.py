@@ -53,6 +53,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -60,7 +61,7 @@ import numpy.typing as npt
 
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.read_store import ReadStore
-from tnsrag_db._db.statement import Plan, Rows, Statement
+from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
 from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
 from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
@@ -97,6 +98,7 @@ __all__ = [
     "HNSW_M",
     "IndexProgress",
     "IngestProgress",
+    "QueryBasis",
     "VectorMemoryStore",
 ]
 
@@ -126,6 +128,17 @@ Vectors = dict[str, npt.NDArray[np.float32]]
 
 def _check_k(k: object) -> int:
     return check_int(k, "k", minimum=1, maximum=MAX_CANDIDATES)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryBasis:
+    """What a query's statements need to know of the database before they are built
+    (:meth:`VectorMemoryStore.basis_plan`): the space its vector searches (None before the
+    space's first write, or when the query has no vector) and whether its metadata filters
+    go through the filter pairs (tenancy on)."""
+
+    space: Space | None
+    pairs: bool
 
 
 class _Rows:
@@ -320,10 +333,19 @@ class VectorMemoryStore:
         return matrix
 
     # -- spaces ---------------------------------------------------------------------
-    def _space_for_query(self, dimension: int) -> Space | None:
-        """The space a query of ``dimension`` searches (:meth:`ProviderSpaces.query_plan`,
-        at most one round trip)."""
-        return self._store.run(self._spaces.query_plan(dimension))
+    def basis_plan(self, dimension: int | None, filters: Mapping[str, str] | None = None) -> Plan[QueryBasis]:
+        """What the statements of a query need to know before they are built, as the first
+        statements of the query's plan (none once the store and the space cache know it):
+        the space a query vector of ``dimension`` searches (not read for None) and whether
+        ``filters`` go through the filter pairs."""
+        space = None if dimension is None else (yield from self._spaces.query_plan(dimension))
+        pairs = bool(filters) and (yield from self._store.filter_pairs_plan())
+        return QueryBasis(space, pairs)
+
+    def _basis(self, dimension: int, filters: Mapping[str, str] | None, basis: QueryBasis | None) -> QueryBasis:
+        """``basis`` when the caller's plan resolved it; else resolved now (a builder called
+        outside any plan: at most two round trips of its own)."""
+        return basis if basis is not None else self._store.run(self.basis_plan(dimension, filters))
 
     def _writable(self, what: str) -> Store:
         """The store, when it can write (a full :class:`Store`); else :class:`ConfigurationError`."""
@@ -676,11 +698,10 @@ class VectorMemoryStore:
                                (self._filtered_ef_search if filtered else 0)))
 
     def _ranking(self, space: Space, vec: npt.NDArray[np.float32], k: int, filters: Mapping[str, str] | None,
-                 min_score: float, prefix: str) -> Ranking:
+                 min_score: float, prefix: str, pairs: bool) -> Ranking:
         return Ranking(self._store.corpus, space.space_id, space.dimension, space.index_name, vec, k,
                        filters, min_score, prefix, self._ef_for(k, bool(validate_filters(filters))),
-                       self._exact_threshold, bool(filters) and self._store.uses_filter_pairs(),
-                       self._max_scan_tuples)
+                       self._exact_threshold, bool(filters) and pairs, self._max_scan_tuples)
 
     def _query_vector(self, query_vector: Sequence[float] | npt.NDArray[Any], k: object, filters: object,
                       min_score: object, *, fix: bool = False) -> tuple[npt.NDArray[np.float32], int, float]:
@@ -698,7 +719,7 @@ class VectorMemoryStore:
 
     def candidates_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
                        filters: Mapping[str, str] | None = None, min_score: float = 0.0,
-                       prefix: str = "v") -> tuple[str, dict[str, Any]]:
+                       prefix: str = "v", basis: QueryBasis | None = None) -> tuple[str, dict[str, Any]]:
         """One SELECT of ``(entry_id, score)``, best first (ties by entry id), at most ``k`` rows.
 
         The statement can be embedded as a CTE body by another statement (Hybrid fuses it
@@ -707,27 +728,29 @@ class VectorMemoryStore:
         and needs no separate ``SET``. ``prefix`` (a short lower-case identifier, default
         ``"v"``) keeps its parameter names and CTE names (``<prefix>_...``) unique. The
         query vector is validated like stored vectors and must have the space's dimension.
-        May read the space row first (one round trip) unless the space is known to be
-        indexed; returns an empty SELECT when the space does not exist yet.
+        Built without I/O when ``basis`` is given (:meth:`basis_plan`, run by the caller's
+        plan); else the space row and the filter pairs' test are read first when not known.
+        Returns an empty SELECT when the space does not exist yet.
         """
         p = check_prefix(prefix, error=ConfigurationError)
         vec, k, score = self._query_vector(query_vector, k, filters, min_score)
-        space = self._space_for_query(int(vec.shape[0]))
-        if space is None:
+        basis = self._basis(int(vec.shape[0]), filters, basis)
+        if basis.space is None:
             return EMPTY_RANKING, {}
-        return ranking_sql(self._ranking(space, vec, k, filters, score, p))
+        return ranking_sql(self._ranking(basis.space, vec, k, filters, score, p, basis.pairs))
 
     def cosines_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], source: str, *,
-                    prefix: str = "vs") -> tuple[str, dict[str, Any]]:
+                    prefix: str = "vs", basis: QueryBasis | None = None) -> tuple[str, dict[str, Any]]:
         """A SELECT of ``(entry_id, score)``: the cosine of ``query_vector`` with the stored
         vector of each entry of the CTE ``source`` (a code constant naming a CTE with an
         ``entry_id`` column, defined by the statement this one is embedded in), the score a
         ranking gives it; entries without a vector in the query's space are left out, and
         before the space's first write nothing is returned. Names and parameters start
-        with ``prefix``. Reads the space row first when the cache cannot answer."""
+        with ``prefix``. Built without I/O when ``basis`` is given (:meth:`basis_plan`); else
+        the space row is read first when the cache cannot answer."""
         p = check_prefix(prefix, error=ConfigurationError)
         vec, _, _ = self._query_vector(query_vector, 1, None, 0.0)
-        space = self._space_for_query(int(vec.shape[0]))
+        space = self._basis(int(vec.shape[0]), None, basis).space
         if space is None:
             return EMPTY_RANKING, {}
         return cosines_sql(self._store.corpus, space.space_id, vec, source, p)
@@ -740,10 +763,10 @@ class VectorMemoryStore:
         the space does not exist yet (nothing to find)."""
         p = check_prefix(prefix, error=ConfigurationError)
         vec, k, score = self._query_vector(query_vector, k, filters, min_score)
-        space = yield from self._spaces.query_plan(int(vec.shape[0]))
-        if space is None:
+        basis = yield from self.basis_plan(int(vec.shape[0]), filters)
+        if basis.space is None:
             return None
-        sql, params = ranking_sql(self._ranking(space, vec, k, filters, score, p))
+        sql, params = ranking_sql(self._ranking(basis.space, vec, k, filters, score, p, basis.pairs))
         return Statement(sql, params, ("entry_id", "score"))
 
     def documents_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
@@ -756,10 +779,11 @@ class VectorMemoryStore:
         plan: run it with ``snapshot=True`` for the same answer); else None."""
         vec, k, score = self._query_vector(query_vector, k, filters, min_score)
         filtered = bool(validate_filters(filters))
-        space = yield from self._spaces.query_plan(int(vec.shape[0]))
+        basis = yield from self.basis_plan(int(vec.shape[0]), filters)
+        space = basis.space
         if space is None:
             return [], (SearchPlan("vector", "none", filtered, detail="no embedding space yet") if explain else None)
-        ranking = self._ranking(space, vec, k, filters, score, "v")
+        ranking = self._ranking(space, vec, k, filters, score, "v", basis.pairs)
         sql, params = ranking_sql(ranking)
         rows = yield Statement(documents_sql(sql, "v"), params, DOCUMENT_COLUMNS)
         if not explain:
@@ -829,10 +853,10 @@ class VectorMemoryStore:
         """The statement :meth:`search_rows` runs, with the query vector; None when the space
         does not exist yet (then there is nothing to find)."""
         vec = self._embed_text_query(query, k, filters, min_score)
-        space = self._space_for_query(int(vec.shape[0]))
-        if space is None:
+        basis = self._basis(int(vec.shape[0]), filters, None)
+        if basis.space is None:
             return None
-        sql, params = ranking_sql(self._ranking(space, vec, k, filters, float(min_score), "v"))
+        sql, params = ranking_sql(self._ranking(basis.space, vec, k, filters, float(min_score), "v", basis.pairs))
         return documents_sql(sql, "v", columns or "e.id AS entry_id"), params, vec
 
     def search_rows(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
@@ -867,14 +891,18 @@ class VectorMemoryStore:
         return self._store.run(self.stored_vectors_plan(entry_ids, dimension))
 
     # -- explanations -----------------------------------------------------------------
-    def space_of(self, query_vector: npt.NDArray[np.float32]) -> tuple[int, int] | None:
-        """``(space_id, dimension)`` of the space a query vector searches; None before the first write."""
-        space = self._space_for_query(int(query_vector.shape[0]))
+    def space_of(self, query_vector: npt.NDArray[np.float32], *,
+                 basis: QueryBasis | None = None) -> tuple[int, int] | None:
+        """``(space_id, dimension)`` of the space a query vector searches; None before the first
+        write. Without I/O given ``basis`` (:meth:`basis_plan`)."""
+        space = self._basis(int(query_vector.shape[0]), None, basis).space
         return None if space is None else (space.space_id, space.dimension)
 
-    def explain_cosine(self, query_vector: npt.NDArray[np.float32], score: float) -> CosineExplanation:
-        """The :class:`CosineExplanation` of a score this store's search returned for ``query_vector``."""
-        space = self.space_of(query_vector)
+    def explain_cosine(self, query_vector: npt.NDArray[np.float32], score: float, *,
+                       basis: QueryBasis | None = None) -> CosineExplanation:
+        """The :class:`CosineExplanation` of a score this store's search returned for
+        ``query_vector``. Without I/O given ``basis`` (:meth:`basis_plan`)."""
+        space = self.space_of(query_vector, basis=basis)
         dim = int(query_vector.shape[0])
         return CosineExplanation(score, score, self._embedding.name, dim, None if space is None else space[0])
 
@@ -887,11 +915,12 @@ class VectorMemoryStore:
         part with ``execute`` (a statement executor: run it in the snapshot that ranked, same
         answer)."""
         vec, k, score = self._query_vector(query_vector, k, filters, min_score, fix=True)
-        space = self._space_for_query(int(vec.shape[0]))
+        basis = run_plan(self.basis_plan(int(vec.shape[0]), filters), execute)
+        space = basis.space
         if space is None:
             return SearchPlan(stream, "none", bool(validate_filters(filters)),
                               detail="no embedding space yet: nothing to search")
-        ranking = self._ranking(space, vec, k, filters, score, "v")
+        ranking = self._ranking(space, vec, k, filters, score, "v", basis.pairs)
         row = None
         if space.index_name is not None and np.any(vec):
             sql, params = ranking_sql(ranking, path=True)

@@ -80,7 +80,7 @@ class Ranking:
     ef_search: int
     #: Matching entries up to which a filtered query scans exactly.
     exact_threshold: int
-    #: Metadata filters through the filter pairs (the store's ``uses_filter_pairs()``: tenancy on).
+    #: Metadata filters through the filter pairs (the store's ``filter_pairs_plan()``: tenancy on).
     pairs: bool = False
     #: ``hnsw.max_scan_tuples`` of the HNSW scan.
     max_scan_tuples: int = MAX_SCAN_TUPLES
