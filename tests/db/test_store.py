@@ -277,6 +277,9 @@ def test_bulk_deletes_and_rewrites_read_their_targets_by_ctid_when_statistics_pr
     with engine.connect() as conn:
         postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND entry_id < 'e02000'"),
                                 c).scalar_one()
+        # The other corpora's entries in the table (other tests' in one database): a plan that
+        # reads the table once in one pass (a sequential scan) reads them too.
+        others = conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus <> :c"), c).scalar_one()
     plans: list[dict[str, Any]] = []
     explained = _explained_engine(engine, plans)
     try:
@@ -297,7 +300,7 @@ def test_bulk_deletes_and_rewrites_read_their_targets_by_ctid_when_statistics_pr
     assert worst[0] <= 1.5 * postings, worst  # the rewrite's postings number about the delete's
     worst = max((_handled(node), node.get("Node Type"), node.get("Relation Name")) for node in nodes
                 if node.get("Relation Name") == "entries" and node.get("Actual Loops", 1) == 1)
-    assert worst[0] <= size, worst
+    assert worst[0] <= size + others, worst
 
 
 def _one_connection_store(db_url: Any, corpus: str, *, ping_after_idle: float = 1.0) -> Store:
