@@ -13,13 +13,11 @@ from datetime import datetime
 from functools import wraps
 from typing import Any, TypeVar
 
-from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._db.statement import AS_OF_PARAM, Plan, Statement
 from tnsrag_db._errors import ValidationError
 
-__all__ = ["AS_OF_PARAM", "as_of", "asked_as_of", "check_as_of", "honours_as_of"]
+__all__ = ["AS_OF_PARAM", "as_of", "asked_as_of", "check_as_of", "honours_as_of", "with_instant"]
 
-#: The bound parameter that carries the instant a read answers at (NULL: now).
-AS_OF_PARAM = "tnsrag_as_of"
 
 _AS_OF: ContextVar[datetime | None] = ContextVar("tnsrag_as_of", default=None)
 
@@ -83,8 +81,16 @@ def honours_as_of(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def with_instant(sql: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``sql`` and ``params`` with the block's ``as_of`` bound (:data:`AS_OF_PARAM`) when
+    ``sql`` needs it: for statements handed to callers that run them on their own."""
+    if f":{AS_OF_PARAM}" in sql:
+        params = {**params, AS_OF_PARAM: _AS_OF.get()}
+    return sql, params
+
+
 def _at(statement: Statement, instant: datetime) -> Statement:
-    if AS_OF_PARAM in statement.params:
+    if statement.params.get(AS_OF_PARAM) is not None:
         return statement
     return Statement(statement.sql, {**statement.params, AS_OF_PARAM: instant}, statement.columns)
 

@@ -81,8 +81,9 @@ def _values(statement: Statement) -> tuple[str, tuple[Any, ...]]:
     if missing:
         raise psycopg.ProgrammingError(f"the statement needs parameter(s) {', '.join(missing)}, "
                                        "which were not given")
-    # The instant of the validity conditions (tnsrag_db._store.validity): the block's as_of.
-    return text, tuple(params[name] if name in params else asked_as_of() for name in names)
+    # The instant of the validity conditions (tnsrag_db._store.validity): the statement's
+    # own, else the block's as_of (None: now).
+    return text, tuple(params[name] if name != AS_OF_PARAM else params.get(name) or asked_as_of() for name in names)
 
 
 #: ``listener(text, values)``: called before each statement is sent, with the ``$n`` text

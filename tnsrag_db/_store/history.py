@@ -25,14 +25,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tnsrag_db._store.validity import VERSION_KEY, VERSION_SEPARATOR
 from tnsrag_db._types import MemoryEntry
 
 __all__ = ["VERSION_KEY", "VERSION_SEPARATOR", "close_matching", "keep_versions", "reopen", "write_validity"]
 
-#: Between an entry's id and the number of one of its kept versions.
-VERSION_SEPARATOR = "\x1e"
-#: The metadata key a kept version carries: the id of the entry it was a version of.
-VERSION_KEY = "versionOf"
 
 _LOCK_CURRENT_SQL = """\
 SELECT e.id, e.content_hash, e.content, e.tier, e.source, e.parent_id, e.ts, e.metadata, e.expires_at,

@@ -13,8 +13,7 @@ from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._store.expiry import expired_ids, live
 from tnsrag_db._store.filters import filter_sql
-from tnsrag_db._store.history import VERSION_KEY
-from tnsrag_db._store.validity import ASKED
+from tnsrag_db._store.validity import ASKED, VERSION_KEY
 from tnsrag_db._types import MemoryEntry, MemoryTier, RetrievedDocument, is_unicode_text, name_form
 
 __all__ = ["ENTRY_COLUMNS", "EntryVersion", "history_plan", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]

@@ -30,11 +30,18 @@ from __future__ import annotations
 
 from tnsrag_db._db.as_of import AS_OF_PARAM, as_of, asked_as_of, check_as_of, honours_as_of
 
-__all__ = ["AS_OF_PARAM", "ASKED", "INSTANT", "as_of", "asked_as_of", "check_as_of", "honours_as_of", "invalid_ids",
+__all__ = ["AS_OF_PARAM", "ASKED", "INSTANT", "VERSION_KEY", "VERSION_SEPARATOR", "as_of", "asked_as_of", "check_as_of", "honours_as_of", "invalid_ids",
            "valid_row"]
 
-#: The ``as_of`` asked, or NULL.
-ASKED = f"CAST(:{AS_OF_PARAM} AS timestamptz)"
+#: Between an entry's id and the number of one of its kept versions (tnsrag_db._store.history).
+VERSION_SEPARATOR = "\x1e"
+#: The metadata key a kept version carries: the id of the entry it was a version of.
+VERSION_KEY = "versionOf"
+
+#: The ``as_of`` asked, or NULL. A scalar subquery (an InitPlan): its value reaches the
+#: executor, not the planner, so a statement's generic plan costs what its custom plans do
+#: and is kept (a visible NULL would fold the as_of branches away from the custom plans).
+ASKED = f"(SELECT CAST(:{AS_OF_PARAM} AS timestamptz))"
 #: The instant a statement answers at: the ``as_of`` asked, else the statement's start.
 INSTANT = f"coalesce({ASKED}, statement_timestamp())"
 

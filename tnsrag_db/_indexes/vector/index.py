@@ -59,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.as_of import with_instant
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
@@ -708,14 +709,17 @@ class VectorMemoryStore:
         ``"v"``) keeps its parameter names and CTE names (``<prefix>_...``) unique. The
         query vector is validated like stored vectors and must have the space's dimension.
         May read the space row first (one round trip) unless the space is known to be
-        indexed; returns an empty SELECT when the space does not exist yet.
+        indexed; returns an empty SELECT when the space does not exist yet. One parameter is
+        shared by every statement of the library, ``:tnsrag_as_of``: the instant the
+        statement answers at, bound to the ``as_of`` of the block it is built in (see
+        :func:`tnsrag_db.as_of`; None: now).
         """
         p = check_prefix(prefix, error=ConfigurationError)
         vec, k, score = self._query_vector(query_vector, k, filters, min_score)
         space = self._space_for_query(int(vec.shape[0]))
         if space is None:
             return EMPTY_RANKING, {}
-        return ranking_sql(self._ranking(space, vec, k, filters, score, p))
+        return with_instant(*ranking_sql(self._ranking(space, vec, k, filters, score, p)))
 
     def cosines_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], source: str, *,
                     prefix: str = "vs") -> tuple[str, dict[str, Any]]:
@@ -730,7 +734,7 @@ class VectorMemoryStore:
         space = self._space_for_query(int(vec.shape[0]))
         if space is None:
             return EMPTY_RANKING, {}
-        return cosines_sql(self._store.corpus, space.space_id, vec, source, p)
+        return with_instant(*cosines_sql(self._store.corpus, space.space_id, vec, source, p))
 
     def ranking_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
                      filters: Mapping[str, str] | None = None, min_score: float = 0.0,
