@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings, strategies as st
+from sqlalchemy.engine import URL
 
 import tnsrag_db
 from tnsrag_db._errors import InvalidContextError, InvalidEntryError, ValidationError
@@ -98,6 +99,44 @@ def test_reads_and_exports_answer_at_their_instant(memory: Store) -> None:
     with tnsrag_db.as_of(PAST - timedelta(days=1)):
         assert memory.count() == 0 and memory.get("root") is None
     assert _found(memory, "keyword", "zebra", as_of=PAST - timedelta(days=1)) == set()
+
+
+def test_query_command_answers_as_of(store: Store, db_url: URL) -> None:
+    from click.testing import CliRunner
+
+    from tnsrag_db._cli import main_group
+
+    store.set_history()
+    store.add(MemoryEntry("pref", "zebra light"))
+    between = _clock(store)
+    store.add(MemoryEntry("pref", "zebra dark"))
+    url = db_url.render_as_string(hide_password=False)
+    base = ["query", "zebra", "--url", url, "--corpus", store.corpus, "--strategy", "keyword", "--json"]
+    for extra, expected in (([], ["zebra dark"]), (["--as-of", between.isoformat()], ["zebra light"]),
+                            (["--as-of", "2020-01-01T00:00:00Z"], [])):
+        result = CliRunner().invoke(main_group, base + extra)
+        assert result.exit_code == 0, result.output
+        assert [d["content"] for d in json.loads(result.output)["results"]] == expected, extra
+    result = CliRunner().invoke(main_group, [*base, "--as-of", "2020-01-01"])
+    assert result.exit_code != 0 and "--as-of" in result.output
+
+
+def test_export_keeps_the_validity_and_ingest_reads_it_back(memory: Store, tmp_path: Any) -> None:
+    from tnsrag_db._loaders import FileLoader
+
+    out = io.StringIO()
+    export_corpus(memory, out)
+    records = {r["id"]: r for r in map(json.loads, out.getvalue().splitlines())}
+    assert records["now"]["validFrom"] == PAST.isoformat() and records["now"]["validUntil"] == FUTURE.isoformat()
+    assert "validFrom" not in records["root"]
+    path = tmp_path / "memory.jsonl"
+    path.write_text(out.getvalue() + json.dumps({"id": "bad", "content": "x", "validFrom": 5}) + "\n")
+    with pytest.raises(InvalidEntryError, match="'validFrom' must be an ISO-8601 string"):
+        list(FileLoader(path).load())
+    path.write_text(out.getvalue())
+    entries = {e.id: e for e in FileLoader(path).load()}
+    assert (entries["now"].valid_from, entries["now"].valid_until) == (PAST, FUTURE)
+    assert entries["root"].valid_from is None
 
 
 def test_rewriting_an_entry_sets_or_clears_its_validity(store: Store) -> None:

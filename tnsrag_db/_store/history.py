@@ -1,4 +1,4 @@
-"""Versions kept by a corpus that keeps history, and the validity its writes state.
+"""Versions kept by a corpus that keeps history.
 
 In such a corpus (:meth:`tnsrag_db.Store.set_history`) a write of an id whose entry
 differs (any stored field) or was deleted first keeps the entry's current row as a version
@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 from tnsrag_db._store.validity import VERSION_KEY, VERSION_SEPARATOR
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["VERSION_KEY", "VERSION_SEPARATOR", "close_matching", "keep_versions", "reopen", "write_validity"]
+__all__ = ["VERSION_KEY", "VERSION_SEPARATOR", "close_matching", "keep_versions", "reopen"]
 
 
 _LOCK_CURRENT_SQL = """\
@@ -90,35 +90,6 @@ def reopen(conn: Connection, corpus: str, ids: Sequence[str]) -> None:
     """Record the current rows of ``ids`` from this transaction on, open (a new version)."""
     if ids:
         conn.execute(sa.text(_REOPEN_SQL), {"c": corpus, "ids": list(ids)})
-
-
-_STATE_VALIDITY_SQL = """\
-UPDATE entries e SET valid_from = v.f, valid_until = v.u
-FROM unnest(CAST(:ids AS text[]), CAST(:f AS timestamptz[]), CAST(:u AS timestamptz[])) AS v(id, f, u)
-WHERE e.corpus = :c AND e.id = v.id AND (e.valid_from IS DISTINCT FROM v.f OR e.valid_until IS DISTINCT FROM v.u)"""
-
-_ANY_VALIDITY_SQL = """\
-SELECT EXISTS (SELECT 1 FROM entries e WHERE e.corpus = :c AND e.valid_from IS NOT NULL)
-    OR EXISTS (SELECT 1 FROM entries e WHERE e.corpus = :c AND e.valid_until IS NOT NULL)"""
-
-_CLEAR_VALIDITY_SQL = """\
-UPDATE entries e SET valid_from = NULL, valid_until = NULL
-WHERE e.corpus = :c AND e.id = ANY(CAST(:ids AS text[])) AND (e.valid_from IS NOT NULL OR e.valid_until IS NOT NULL)"""
-
-
-def write_validity(conn: Connection, corpus: str, batch: Sequence[MemoryEntry], inserted: Sequence[str]) -> None:
-    """Store the validity ``batch`` states on the rows just written (their lock held), and clear it
-    on the rewritten rows of entries that state none; a batch without validity in a corpus
-    without any costs two empty index probes."""
-    stated = [e for e in batch if e.valid_from is not None or e.valid_until is not None]
-    if stated:
-        conn.execute(sa.text(_STATE_VALIDITY_SQL), {"c": corpus, "ids": [e.id for e in stated],
-                                                    "f": [e.valid_from for e in stated],
-                                                    "u": [e.valid_until for e in stated]})
-    new = set(inserted)
-    cleared = [e.id for e in batch if e.valid_from is None and e.valid_until is None and e.id not in new]
-    if cleared and conn.execute(sa.text(_ANY_VALIDITY_SQL), {"c": corpus}).scalar_one():
-        conn.execute(sa.text(_CLEAR_VALIDITY_SQL), {"c": corpus, "ids": cleared})
 
 
 def close_matching(conn: Connection, corpus: str, predicate: str, params: dict[str, Any]) -> int:

@@ -156,6 +156,8 @@ class StagedBatch:
     large: bool
     #: Some entry of the batch expires (``expires_at`` or ``ttl``).
     expiring: bool = False
+    #: Some entry of the batch states a validity (``valid_from`` or ``valid_until``).
+    bounded: bool = False
 
 
 def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
@@ -164,18 +166,19 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
     tables of ``conn``'s open transaction; ``progress`` gets the number analysed so far.
     ``expiry`` is the corpus's default (see :func:`default_ttl`) for entries without one."""
     reset_entry_stage(conn)
-    expiring = False
+    expiring = bounded = False
     raw = conn.connection.driver_connection
     assert raw is not None
     with raw.cursor() as cur:
         with cur.copy("COPY tnsrag_stage_entries (ord, id, content, tier, source, parent_id, ts, metadata, "
-                      "content_hash, expires_at, ttl) FROM STDIN") as copy:
+                      "content_hash, expires_at, ttl, valid_from, valid_until) FROM STDIN") as copy:
             for i, e in enumerate(batch):
                 ttl = e.ttl if e.ttl is not None or e.expires_at is not None else default_ttl(expiry, e.tier.name)
                 expiring = expiring or ttl is not None or e.expires_at is not None
+                bounded = bounded or e.valid_from is not None or e.valid_until is not None
                 copy.write_row((i, e.id, e.content, e.tier.name, e.source, e.parent_id, e.timestamp,
                                 json.dumps(dict(e.metadata), ensure_ascii=False), content_hash(e), e.expires_at,
-                                ttl))
+                                ttl, e.valid_from, e.valid_until))
         # One COPY at a time per connection: analyse first, then stream each table.
         analyzed = []
         for i, e in enumerate(batch):
@@ -194,7 +197,7 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
                         copy.write_row((i, term))
     if progress is not None:
         progress(len(batch))
-    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS, expiring)
+    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS, expiring, bounded)
 
 
 def default_ttl(expiry: Mapping[str, Any] | None, tier: str) -> float | None:
@@ -234,7 +237,7 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
     arrays: ``= ANY(array)`` over a large array is quadratic.
     """
     c = {"c": corpus}
-    inserted = list(conn.execute(sa.text(sql.insert_or_lock_sql(staged.expiring)), c).scalars())
+    inserted = list(conn.execute(sa.text(sql.insert_or_lock_sql(staged.expiring, staged.bounded)), c).scalars())
     report = WriteReport()
     old_len = 0
     if len(inserted) < staged.size:
@@ -342,7 +345,6 @@ def _write_rows(conn: Connection, corpus: str, batch: Sequence[MemoryEntry], tex
     report, old_len = classify(conn, corpus, staged)
     rewrite_changed(conn, corpus, report)
     write_postings(conn, corpus, report, old_len)
-    history.write_validity(conn, corpus, batch, report.inserted)
     sql.count_written(conn, len(report.inserted) + len(report.updated))
     return report
 
