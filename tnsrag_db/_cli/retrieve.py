@@ -267,8 +267,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     Example: tnsrag query "user preferences" --as-of 2026-03-01T12:00:00Z
     """
     from tnsrag_db._db.as_of import as_of as answering_at
-    from tnsrag_db._strategies.base import check_query
     from tnsrag_db._errors import TemporalValidationError
+    from tnsrag_db._strategies.base import check_query
     from tnsrag_db._types import parse_instant
 
     check_query(text)
