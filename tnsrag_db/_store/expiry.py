@@ -69,12 +69,15 @@ def expired_ids(corpus: str, *, alias: str = "xp") -> str:
 
 def unexpired_row(column: str, corpus: str) -> str:
     """The condition that the entry id ``column`` (of ``corpus``) is not an expired entry's,
-    checked row by row: nothing more than one empty index probe per statement in a corpus
+    nor one not valid or not recorded at the instant, checked row by row: nothing more than one empty index probe per statement in a corpus
     without expired entries, else one primary-key probe of the entry per row checked. For
     scans that stop after a few rows (an HNSW scan's top k), where :func:`not_expired` would
     read every expired id of the corpus first."""
-    return (f"((SELECT NOT EXISTS ({expired_ids(corpus, alias='xa')})) OR NOT EXISTS (SELECT 1 FROM entries xr "
-            f"WHERE xr.corpus = {corpus} AND xr.id = {column} AND NOT ({live('xr')})))")
+    # A scalar subquery, not NOT EXISTS: PostgreSQL may run a correlated EXISTS as a hashed
+    # subplan over every row it could match (here the whole corpus: the condition has no
+    # index of its own), where a probe per scanned row is what an HNSW scan wants.
+    return (f"((SELECT NOT EXISTS ({expired_ids(corpus, alias='xa')})) OR (SELECT {live('xr')} FROM entries xr "
+            f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
 
 
 def not_expired(column: str, corpus: str) -> str:
