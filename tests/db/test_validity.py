@@ -217,6 +217,25 @@ def test_sweep_deletes_expired_versions_outright(store: Store) -> None:
     assert [v.entry.content for v in store.history("k")] == ["new"]
 
 
+def test_the_async_store_keeps_history_and_answers_as_of(store: Store) -> None:
+    import asyncio
+
+    from tnsrag_db._store.aio import AsyncStore
+
+    async def scenario() -> tuple[list[str], str | None, str | None]:
+        async with AsyncStore(store) as a:
+            await a.set_history()
+            await a.add(MemoryEntry("k", "first"))
+            between = _clock(store)
+            await a.add(MemoryEntry("k", "second"))
+            now = await a.get("k")
+            with tnsrag_db.as_of(between):
+                then = await a.get("k")
+            return ([v.entry.content for v in await a.history("k")], now and now.content, then and then.content)
+
+    assert asyncio.run(scenario()) == (["first", "second"], "second", "first")
+
+
 def test_set_history_refuses_a_bad_value(store: Store) -> None:
     with pytest.raises(ValidationError, match="keep must be a bool"):
         store.set_history("yes")  # type: ignore[arg-type]

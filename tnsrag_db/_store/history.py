@@ -41,17 +41,20 @@ _LAST_VERSION_SQL = """\
 SELECT v.version_of AS id, max(CAST(split_part(v.id, E'\\x1e', 2) AS int)) AS n FROM entries v
 WHERE v.corpus = :c AND v.version_of = ANY(CAST(:ids AS text[])) GROUP BY v.version_of"""
 
+# The rows are named by key arrays (primary-key and entry-id index conditions) besides the
+# join: a corpus the planner statistics do not know yet is estimated at one row, and a join
+# alone may be planned as a scan of it per target.
 _MARK_VERSIONS_SQL = """\
 UPDATE entries e SET version_of = v.key, recorded_at = v.since, recorded_until = coalesce(v.until, now())
 FROM unnest(CAST(:vids AS text[]), CAST(:keys AS text[]), CAST(:since AS timestamptz[]),
             CAST(:until AS timestamptz[])) AS v(id, key, since, until)
-WHERE e.corpus = :c AND e.id = v.id"""
+WHERE e.corpus = :c AND e.id = ANY(CAST(:vids AS text[])) AND e.id = v.id"""
 
 _COPY_VECTORS_SQL = """\
 INSERT INTO embeddings (corpus, space_id, entry_id, embedding)
 SELECT x.corpus, x.space_id, v.id, x.embedding
 FROM unnest(CAST(:vids AS text[]), CAST(:keys AS text[])) AS v(id, key)
-JOIN embeddings x ON x.corpus = :c AND x.entry_id = v.key"""
+JOIN embeddings x ON x.corpus = :c AND x.entry_id = ANY(CAST(:keys AS text[])) AND x.entry_id = v.key"""
 
 _REOPEN_SQL = """\
 UPDATE entries e SET recorded_at = now(), recorded_until = NULL
