@@ -189,11 +189,15 @@ def test_a_corpus_that_keeps_history_keeps_versions(store: Store) -> None:
     vectors.add_all([MemoryEntry("pref", "horse dark", metadata={"user": "7"})])
     assert [v.entry.content for v in store.history("pref")] == ["zebra light", "horse dark", "horse dark"]
     assert store.get("pref") is not None and _found(store, "keyword", "horse") == {"pref"}
+    assert store.content_hashes(["pref"])  # an open entry: an identical write would be skipped
+    store.delete("pref")
+    assert store.content_hashes(["pref"]) == {}  # a closed one: writing it again is not skipped
+    vectors.add_all([MemoryEntry("pref", "horse dark", metadata={"user": "7"})])
     # Opting out: deletes remove the entry outright; the versions kept stay.
     store.set_history(False)
     assert store.delete("pref") and store.get("pref") is None
-    assert [v.current for v in store.history("pref")] == [False, False]
-    assert store.clear() == 2 and store.history("pref") == []
+    assert [v.current for v in store.history("pref")] == [False, False, False]
+    assert store.clear() == 3 and store.history("pref") == []
 
 
 def test_a_kept_version_keeps_its_vectors_and_postings(store: Store) -> None:

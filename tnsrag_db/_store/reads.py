@@ -98,7 +98,9 @@ def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEn
 def content_hashes_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, bytes]]:
     """The stored change hash (see :func:`~tnsrag_db._store.write.content_hash`) of each of
     these ids that exists in ``corpus``, by id."""
-    rows = yield Statement("SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids)",
+    # A row a delete closed (a corpus that keeps history) is no entry: writing it is not skipped.
+    rows = yield Statement("SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids) "
+                           "AND recorded_until IS NULL",
                            {"c": corpus, "ids": list(entry_ids)}, ("id", "content_hash"))
     return {r.id: bytes(r.content_hash) for r in rows}
 
