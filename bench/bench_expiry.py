@@ -89,9 +89,11 @@ def timed(store: Store, statement: tuple[str, dict[str, Any]]) -> float:
     return time.perf_counter() - t
 
 
-def compare(store: Store, make: Callable[[int], tuple[str, dict[str, Any]]], n: int, rounds: int) -> tuple[float, float]:
-    """Median ms of this version's statements and of those without the condition, alternating."""
-    with without_expiry():
+def compare(store: Store, make: Callable[[int], tuple[str, dict[str, Any]]], n: int, rounds: int, *,
+            without: Callable[[], Any] | None = None) -> tuple[float, float]:
+    """Median ms of this version's statements and of those without the condition (rendered
+    inside ``without()``, default :func:`without_expiry`), alternating."""
+    with (without or without_expiry)():
         old = [make(i) for i in range(n)]
     new = [make(i) for i in range(n)]
     for i in range(min(n, 20)):  # warm both plans and the cache

@@ -44,6 +44,7 @@ if _typing.TYPE_CHECKING:
     # the list the run time reads.
     from tnsrag_db._chunking import chunker_for as chunker_for
     from tnsrag_db._counts import IngestCounts as IngestCounts
+    from tnsrag_db._db.as_of import as_of as as_of
     from tnsrag_db._db.engine import ConnectionHooks as ConnectionHooks
     from tnsrag_db._errors import (
         ConfigurationError as ConfigurationError,
@@ -87,6 +88,7 @@ if _typing.TYPE_CHECKING:
     from tnsrag_db._loaders.files import FileLoader as FileLoader
     from tnsrag_db._pipeline import RAGPipeline as RAGPipeline
     from tnsrag_db._store.aio import AsyncStore as AsyncStore, connect_async as connect_async
+    from tnsrag_db._store.reads import EntryVersion as EntryVersion
     from tnsrag_db._store.store import Store as Store, connect as connect
     from tnsrag_db._strategies.base import RAGStrategy as RAGStrategy
     from tnsrag_db._strategies.distinct import DistinctContentRAGStrategy as DistinctContentRAGStrategy
@@ -190,6 +192,8 @@ _EXPORTS: dict[str, str] = {
     "LockTimeoutError": "tnsrag_db._errors",
     "MMRRAGStrategy": "tnsrag_db._strategies.mmr",
     "MemoryEntry": "tnsrag_db._types",
+    "EntryVersion": "tnsrag_db._store.reads",
+    "as_of": "tnsrag_db._db.as_of",
     "MemoryTier": "tnsrag_db._types",
     "MigrationError": "tnsrag_db._errors",
     "MultiQueryRAGStrategy": "tnsrag_db._strategies.multi_query",

@@ -200,7 +200,8 @@ class RetrievedDocument:
 @dataclass(frozen=True, slots=True, init=False)
 class RAGContext:
     """Per-query options: ``max_results`` (default 10, at most :data:`MAX_RESULTS`, 10,000),
-    inclusive ``min_score`` (default 0.0) and exact metadata filters (default none).
+    inclusive ``min_score`` (default 0.0), exact metadata filters (default none) and the
+    instant ``as_of`` the retrieval answers at (default None: now).
 
     Raises :class:`InvalidContextError` for ``max_results`` outside 1 to 10,000 or a non-finite
     ``min_score`` and :class:`InvalidFilterError` for a bad filter, at construction.
@@ -209,12 +210,16 @@ class RAGContext:
     max_results: int
     min_score: float
     metadata_filters: Mapping[str, str]
+    #: The instant the retrieval answers at (timezone-aware; None: now): from the entries
+    #: valid, recorded and not expired then (docs/memory.md).
+    as_of: datetime | None
 
     def __init__(
         self,
         max_results: int = 10,
         min_score: float = 0.0,
         metadata_filters: Mapping[str, str] | None = None,
+        as_of: datetime | None = None,
     ) -> None:
         check_int(max_results, "max_results", minimum=1, maximum=MAX_RESULTS, error=InvalidContextError)
         if not (is_int(min_score) or isinstance(min_score, float)):
@@ -224,18 +229,26 @@ class RAGContext:
         object.__setattr__(self, "max_results", max_results)
         object.__setattr__(self, "min_score", float(min_score))
         object.__setattr__(self, "metadata_filters", validate_filters(metadata_filters))
+        if as_of is not None and (not isinstance(as_of, datetime) or as_of.tzinfo is None
+                                  or as_of.utcoffset() is None):
+            raise InvalidContextError(f"as_of must be a timezone-aware datetime or None, got {as_of!r}")
+        object.__setattr__(self, "as_of", as_of)
 
     def with_max_results(self, max_results: int) -> RAGContext:
         """Return a new context with another ``max_results``."""
-        return RAGContext(max_results, self.min_score, self.metadata_filters)
+        return RAGContext(max_results, self.min_score, self.metadata_filters, self.as_of)
 
     def with_min_score(self, min_score: float) -> RAGContext:
         """Return a new context with another ``min_score``."""
-        return RAGContext(self.max_results, min_score, self.metadata_filters)
+        return RAGContext(self.max_results, min_score, self.metadata_filters, self.as_of)
 
     def with_metadata_filters(self, metadata_filters: Mapping[str, str] | None) -> RAGContext:
         """Return a new context whose filters are a copy of ``metadata_filters``."""
-        return RAGContext(self.max_results, self.min_score, metadata_filters)
+        return RAGContext(self.max_results, self.min_score, metadata_filters, self.as_of)
+
+    def with_as_of(self, as_of: datetime | None) -> RAGContext:
+        """Return a new context answering at ``as_of`` (None: now)."""
+        return RAGContext(self.max_results, self.min_score, self.metadata_filters, as_of)
 
     def matches(self, metadata: Mapping[str, str]) -> bool:
         """True when every filter entry equals ``metadata``'s value exactly (a missing key excludes)."""
@@ -280,7 +293,10 @@ class MemoryEntry:
     """A unit of memory: ``id``, ``content``, ``tier`` and optional ``source``,
     ``parent_id``, timezone-aware ``timestamp`` and ``metadata`` (str to str), and an
     optional expiry: ``expires_at`` (a timezone-aware instant) or ``ttl`` (seconds from the
-    write, by the database's clock), after which no read returns the entry (docs/memory.md).
+    write, by the database's clock), after which no read returns the entry, and an optional
+    validity: ``valid_from`` (inclusive) and ``valid_until`` (exclusive), timezone-aware
+    instants bounding the interval in which the entry is true; a read answers from the
+    entries valid at its instant (now, or its ``as_of``; docs/memory.md).
 
     ``tier`` may be a :class:`MemoryTier` or its name. The metadata keys
     ``HierarchyMetadata.PARENT_ID`` and ``TemporalMetadata.TIMESTAMP`` are accepted as
@@ -301,6 +317,10 @@ class MemoryEntry:
     expires_at: datetime | None = None
     #: Seconds the entry lives from the write that stores it (the database's clock), or None.
     ttl: float | None = None
+    #: The first instant at which the entry is true (timezone-aware), or None: since ever.
+    valid_from: datetime | None = None
+    #: The instant from which the entry is no longer true (timezone-aware), or None: still.
+    valid_until: datetime | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -310,6 +330,9 @@ class MemoryEntry:
         raw_id = self.id
         eid = raw_id if isinstance(raw_id, str) else None
         _check_text(raw_id, "entry id", eid, index)
+        if "\x1e" in raw_id:  # the separator of kept versions' ids (tnsrag_db._store.history)
+            raise InvalidEntryError("entry id contains U+001E (reserved for the ids of kept versions)",
+                                    entry_id=eid, index=index)
         if len(raw_id) > 512:
             raise InvalidEntryError("entry id is longer than 512 characters", entry_id=eid, index=index)
         _check_key_bytes(raw_id, "entry id", eid, index)
@@ -393,6 +416,17 @@ class MemoryEntry:
                 raise InvalidEntryError(f"entry {raw_id!r}: give expires_at or ttl, not both", entry_id=eid,
                                         index=index)
             object.__setattr__(self, "ttl", float(ttl))
+        for name in ("valid_from", "valid_until"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, datetime):
+                raise InvalidEntryError(f"entry {raw_id!r}: {name} must be a datetime, got {type(value).__name__}",
+                                        entry_id=eid, index=index)
+            if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+                raise InvalidEntryError(f"entry {raw_id!r}: {name} {value.isoformat()} has no time zone",
+                                        entry_id=eid, index=index)
+        if self.valid_from is not None and self.valid_until is not None and self.valid_from >= self.valid_until:
+            raise InvalidEntryError(f"entry {raw_id!r}: valid_from {self.valid_from.isoformat()} is not before "
+                                    f"valid_until {self.valid_until.isoformat()}", entry_id=eid, index=index)
 
     def result_metadata(self) -> dict[str, str]:
         """The metadata a direct strategy attaches to a result: own metadata plus tier, entryId, source."""

@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.statement import AS_OF_PARAM
 from tnsrag_db._errors import ConfigurationError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.analysis import analyze
@@ -378,7 +379,7 @@ def test_candidates_sql_embeds_as_a_cte(store: Store) -> None:
                    MemoryEntry("c", "memory", MemoryTier.WORKING)])
     one, p1 = index.candidates_sql("agent memory", 5, prefix="k")
     two, p2 = index.candidates_sql("memory", 5, filters={"tier": "WORKING"}, prefix="k2")
-    assert not set(p1) & set(p2)
+    assert set(p1) & set(p2) == {AS_OF_PARAM}  # one instant for the whole statement
     sql = (f"WITH k AS ({one}), k2 AS ({two}) SELECT 'k' AS s, entry_id, score FROM k "
            "UNION ALL SELECT 'k2', entry_id, score FROM k2 ORDER BY s, score DESC, entry_id")
     with store.session.transaction() as conn:

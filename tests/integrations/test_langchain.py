@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -99,6 +100,16 @@ def test_retriever_filters_and_k_as_fields_and_per_call(notes: Store) -> None:
     assert isinstance(caught.value.__cause__, InvalidFilterError)
     with pytest.raises(ValidationError, match="'query'.*blank"):
         acme.invoke("  ")
+
+
+def test_retriever_answers_as_of_an_instant(notes: Store) -> None:
+    before = datetime(2020, 1, 1, tzinfo=timezone.utc)  # before the notes were written
+    assert TnsragRetriever(store=notes, strategy="keyword").invoke("memory")
+    assert TnsragRetriever(store=notes, strategy="keyword", as_of=before).invoke("memory") == []
+    assert TnsragRetriever(store=notes, strategy="keyword").invoke("memory", as_of=before) == []
+    assert asyncio.run(TnsragRetriever(store=notes, strategy="keyword", as_of=before).ainvoke("memory")) == []
+    with pytest.raises(PydanticValidationError, match="as_of must be a timezone-aware datetime"):
+        TnsragRetriever(store=notes, strategy="keyword", as_of=datetime(2020, 1, 1))
 
 
 def test_retriever_async_matches_sync_for_every_strategy(notes: Store) -> None:
@@ -337,3 +348,13 @@ def test_vector_store_takes_an_expiry_from_metadata(vs: TnsragVectorStore) -> No
         vs.add_texts(["bad"], metadatas=[{"expiresAt": "soon"}])
     with pytest.raises(InvalidEntryError, match="ttl must be a positive"):
         vs.add_texts(["bad"], metadatas=[{"ttlSeconds": -5}])
+
+
+def test_vector_store_takes_a_validity_from_metadata_and_searches_as_of(vs: TnsragVectorStore) -> None:
+    vs.add_texts(["valid zebra", "past zebra", "future zebra"], ids=["v", "p", "f"],
+                 metadatas=[{"validFrom": "2020-01-01T00:00:00Z"}, {"validUntil": "2020-01-01T00:00:00Z"},
+                            {"validFrom": datetime(2999, 1, 1, tzinfo=timezone.utc)}])
+    assert {d.id for d in vs.similarity_search("zebra", k=10)} == {"v"}
+    assert vs.similarity_search("zebra", k=10, as_of=datetime(2019, 1, 1, tzinfo=timezone.utc)) == []  # not yet written
+    with pytest.raises(InvalidEntryError, match="'validFrom'"):
+        vs.add_texts(["bad"], metadatas=[{"validFrom": "soon"}])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 
 import pytest
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
@@ -68,3 +69,11 @@ def test_strategy_object_and_bad_settings(notes: Store) -> None:
         TnsragRetriever(strategy="keyword")
     with pytest.raises(ValidationError, match="'query'.*blank"):
         retriever.retrieve(" ")
+
+
+def test_answers_as_of_an_instant(notes: Store) -> None:
+    query = QueryBundle("memory")
+    assert TnsragRetriever(notes, "keyword").retrieve(query)
+    assert TnsragRetriever(notes, "keyword", as_of=datetime(2020, 1, 1, tzinfo=timezone.utc)).retrieve(query) == []
+    with pytest.raises(ValidationError, match="as_of"):
+        TnsragRetriever(notes, "keyword", as_of=datetime(2020, 1, 1))

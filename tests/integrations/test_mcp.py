@@ -332,7 +332,7 @@ def test_tool_schemas_are_strict(store: Store) -> None:
             assert not await conforms(client, tool, args), (tool, args)
             message = await error(client, tool, args)
             assert repr(name) in message, (tool, args, message)
-        assert "unknown argument 'topk' (arguments: query, strategy, top_k, filters, min_score)" in await error(
+        assert "unknown argument 'topk' (arguments: query, strategy, top_k, filters, min_score, as_of)" in await error(
             client, "search", {"query": "x", "topk": 3})
         assert "invalid argument 'top_k': true is not of type 'integer'" in await error(
             client, "search", {"query": "x", "top_k": True})
@@ -657,5 +657,28 @@ def test_remember_with_an_expiry_and_search_leaves_the_expired_out(store: Store)
         assert "expires_at" in await error(client, "remember", {"content": "x", "expires_at": "tomorrow"})
         assert "not both" in await error(client, "remember", {"content": "x", "ttl_seconds": 5,
                                                               "expires_at": "2999-01-01T00:00:00Z"})
+
+    run(session, create_server(store))
+
+
+def test_remember_with_a_validity_and_search_as_of(store: Store) -> None:
+    store.set_history()
+
+    async def session(client: Client) -> None:
+        first = await ok(client, "remember", {"content": "the zebra memo, first draft", "id": "memo",
+                                              "valid_from": "2020-01-01T00:00:00Z"})
+        await ok(client, "remember", {"content": "the zebra memo that was", "valid_until": "2020-01-01T00:00:00Z"})
+        between = store.read("SELECT clock_timestamp() AS t", {})[0].t.isoformat()
+        await ok(client, "remember", {"content": "the zebra memo, second draft", "id": "memo"})
+        for strategy in ("keyword", "hybrid", "vector"):
+            now = await ok(client, "search", {"query": "zebra memo", "strategy": strategy})
+            assert [d["content"] for d in now["documents"]] == ["the zebra memo, second draft"], strategy
+            then = await ok(client, "search", {"query": "zebra memo", "strategy": strategy, "as_of": between})
+            assert [d["content"] for d in then["documents"]] == ["the zebra memo, first draft"], strategy
+        assert first["id"] == "memo"
+        assert "as_of" in await error(client, "search", {"query": "zebra", "as_of": "yesterday"})
+        assert "valid_from" in await error(client, "remember", {"content": "x", "valid_from": "soon"})
+        assert "valid_until" in await error(client, "remember", {"content": "x", "valid_from": "2030-01-01T00:00:00Z",
+                                                                  "valid_until": "2020-01-01T00:00:00Z"})
 
     run(session, create_server(store))

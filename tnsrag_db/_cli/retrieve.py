@@ -238,10 +238,13 @@ def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[
 @click.option("--distinct", is_flag=True,
               help="Collapse results with identical content into the best-scored one (its metadata lists the "
                    "others' ids under duplicateIds); still returns --top-k results when there are that many.")
+@click.option("--as-of", "as_of", default=None, metavar="INSTANT",
+              help="Answer from the entries valid, recorded and not expired at this ISO-8601 instant with a "
+                   "zone (e.g. 2026-03-01T12:00:00Z). Default: now.")
 @handle_errors
 def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, top_k: int, min_score: float,
           filters: tuple[str, ...], embedding: str | None, as_json: bool, explain: bool,
-          read_urls: tuple[str, ...], distinct: bool) -> None:
+          read_urls: tuple[str, ...], distinct: bool, as_of: str | None) -> None:
     """Retrieve the best entries for TEXT with one of the strategies.
 
     Vector and hybrid search embed TEXT with the provider that filled the embedding
@@ -260,11 +263,22 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     Example: tnsrag query "lighthouse" --url "$PRIMARY_URL" --read-url "$STANDBY_URL"
 
     Example: tnsrag query "release notes" --distinct
+
+    Example: tnsrag query "user preferences" --as-of 2026-03-01T12:00:00Z
     """
+    from tnsrag_db._db.as_of import as_of as answering_at
+    from tnsrag_db._errors import TemporalValidationError
     from tnsrag_db._strategies.base import check_query
+    from tnsrag_db._types import parse_instant
 
     check_query(text)
-    context = RAGContext(top_k, min_score, parse_pairs(filters, "--filter"))
+    try:
+        instant = None if as_of is None else parse_instant(as_of)
+    except TemporalValidationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--as-of") from None
+    context = RAGContext(top_k, min_score, parse_pairs(filters, "--filter"), instant)
+    # Every read of the command answers at the instant (the lean path's statements too).
+    click.get_current_context().with_resource(answering_at(instant))
     standbys = list(read_urls) or os.environ.get("TNSRAG_READ_URLS", "").split()
     if standbys and url is None:
         raise click.UsageError("--read-url needs --url: standbys belong to a server named by URL")

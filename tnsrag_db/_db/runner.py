@@ -42,6 +42,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from tnsrag_db import _telemetry
+from tnsrag_db._db.as_of import AS_OF_PARAM, asked_as_of
 from tnsrag_db._db.driver_errors import map_db_errors, sqlstate_of
 from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
 
@@ -76,11 +77,13 @@ def _values(statement: Statement) -> tuple[str, tuple[Any, ...]]:
     is a driver error (nothing sent)."""
     text, names = bind(statement.sql)
     params = statement.params
-    missing = [name for name in names if name not in params]
+    missing = [name for name in names if name not in params and name != AS_OF_PARAM]
     if missing:
         raise psycopg.ProgrammingError(f"the statement needs parameter(s) {', '.join(missing)}, "
                                        "which were not given")
-    return text, tuple(params[name] for name in names)
+    # The instant of the validity conditions (tnsrag_db._store.validity): the statement's
+    # own, else the block's as_of (None: now).
+    return text, tuple(params[name] if name != AS_OF_PARAM else params.get(name) or asked_as_of() for name in names)
 
 
 #: ``listener(text, values)``: called before each statement is sent, with the ``$n`` text

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -85,6 +86,9 @@ corpora = Table(
     # The default time-to-live of entries written without an expiry (revision 0014): {"ttl":
     # seconds, "tiers": {tier: seconds}}; NULL: none (Store.set_expiry).
     Column("expiry", JSONB),
+    # Whether the corpus keeps the versions its writes replace and its deletes close
+    # (revision 0015, Store.set_history); NULL: it does not.
+    Column("history", Boolean),
 )
 
 entries = Table(
@@ -109,6 +113,16 @@ entries = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     # The instant from which no read returns the entry (revision 0014); NULL: it never expires.
     Column("expires_at", DateTime(timezone=True)),
+    # The interval in which the entry is true, as stated by the application (revision
+    # 0015); NULL: unbounded on that side.
+    Column("valid_from", DateTime(timezone=True)),
+    Column("valid_until", DateTime(timezone=True)),
+    # When this version was written in a corpus that keeps history (NULL: created_at) and
+    # when a later version or a delete closed it (NULL: it is current).
+    Column("recorded_at", DateTime(timezone=True)),
+    Column("recorded_until", DateTime(timezone=True)),
+    # A kept earlier version: the id of the entry it was a version of (NULL: an entry).
+    Column("version_of", Text),
     PrimaryKeyConstraint("corpus", "id"),
     ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
     CheckConstraint("tier IN ('WORKING', 'EPISODIC', 'SEMANTIC', 'PROCEDURAL')", name="tier"),
@@ -122,6 +136,15 @@ entries = Table(
           postgresql_where=text("expires_at IS NOT NULL")),
     Index("ix_entries_corpus_id_expiring", "corpus", "id", postgresql_include=["expires_at"],
           postgresql_where=text("expires_at IS NOT NULL")),
+    # Only entries with a bound: the reads' lookups of the entries not valid at an instant
+    # are empty ranges in a corpus without validity or history (revision 0015).
+    Index("ix_entries_corpus_valid_from", "corpus", "valid_from", postgresql_include=["id"],
+          postgresql_where=text("valid_from IS NOT NULL")),
+    Index("ix_entries_corpus_valid_until", "corpus", "valid_until", postgresql_include=["id"],
+          postgresql_where=text("valid_until IS NOT NULL")),
+    Index("ix_entries_corpus_recorded_until", "corpus", "recorded_until", postgresql_include=["id"],
+          postgresql_where=text("recorded_until IS NOT NULL")),
+    Index("ix_entries_corpus_version_of", "corpus", "version_of", postgresql_where=text("version_of IS NOT NULL")),
     # GIN over (corpus, metadata) with btree_gin: a metadata filter reads only its corpus's rows.
     Index("ix_entries_corpus_metadata", "corpus", "metadata", postgresql_using="gin",
           postgresql_ops={"metadata": "jsonb_path_ops"}),

@@ -20,9 +20,13 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["Plan", "Rows", "Statement", "arun_plan", "hidden", "one", "run_plan"]
+__all__ = ["AS_OF_PARAM", "Plan", "Rows", "Statement", "arun_plan", "hidden", "one", "run_plan"]
 
 _T = TypeVar("_T")
+
+#: The bound parameter that carries the instant a read answers at (None: the block's
+#: ``as_of``, see :mod:`tnsrag_db._db.as_of`, else now).
+AS_OF_PARAM = "tnsrag_as_of"
 
 #: Result rows: sequences with attribute access by column name (SQLAlchemy ``Row``).
 Rows = Sequence[Any]
@@ -40,6 +44,12 @@ class Statement:
     sql: str
     params: Mapping[str, Any] = field(default_factory=dict)
     columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A statement that answers at an instant (tnsrag_db._store.validity) names its
+        # parameter even when its builder did not: None, the block's as_of or now.
+        if f":{AS_OF_PARAM}" in self.sql and AS_OF_PARAM not in self.params:
+            object.__setattr__(self, "params", {**self.params, AS_OF_PARAM: None})
 
 
 def hidden(expr: str) -> str:

@@ -63,7 +63,8 @@ class FileLoader:
     * JSONL: one object per non-blank line with ``content`` (or ``text``) and optional
       ``id`` (default ``path#line``), ``tier``, ``source`` (default the path; ``null``
       means none), ``parentId``, ``timestamp`` (ISO-8601 with a zone), ``expiresAt`` (ISO-8601
-      with a zone) or ``ttlSeconds`` (the entry's expiry), ``metadata`` (str to
+      with a zone) or ``ttlSeconds`` (the entry's expiry), ``validFrom`` and ``validUntil``
+      (ISO-8601 with a zone: its validity), ``metadata`` (str to
       str), ``edges`` (outgoing: ``[{"dst", "relation", "weight", "source"}]``, returned
       by :attr:`edges`) and ``vectors`` (``[{"provider", "float32"}]``, returned by
       :attr:`vectors`): the export format of ``tnsrag export``, read back exactly.

@@ -27,7 +27,8 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
            vectors_out: SpaceVectors | None = None) -> Iterator[MemoryEntry]:
     # The record format is the export format of tnsrag_db.admin (see its docstring):
     # a present "source": null stays None, "timestamp" is the entry's timestamp,
-    # "expiresAt" (an instant) or "ttlSeconds" (a number) its expiry,
+    # "expiresAt" (an instant) or "ttlSeconds" (a number) its expiry, "validFrom" and
+    # "validUntil" (instants) its validity,
     # "edges" (outgoing, {"dst", "relation", "weight", "source"}) are collected for
     # the caller in edges_out, and "vectors" ([{"provider", "vector"}]) in vectors_out.
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -48,7 +49,11 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
             raise InvalidEntryError(f"{where}: 'metadata' must be an object of strings")
         stamp = obj.get("timestamp")
         expires = obj.get("expiresAt")
+        bounds = {"validFrom": obj.get("validFrom"), "validUntil": obj.get("validUntil")}
         try:
+            for key, value in bounds.items():
+                if value is not None and not isinstance(value, str):
+                    raise InvalidEntryError(f"{key!r} must be an ISO-8601 string, got {value!r}")
             if stamp is not None and not isinstance(stamp, str):
                 raise InvalidEntryError(f"'timestamp' must be an ISO-8601 string, got {stamp!r}")
             if expires is not None and not isinstance(expires, str):
@@ -59,6 +64,8 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
                 parent_id=obj.get("parentId", obj.get("parent_id")),
                 timestamp=parse_instant(stamp) if stamp else None, metadata=metadata,
                 expires_at=parse_instant(expires) if expires else None, ttl=obj.get("ttlSeconds"),
+                valid_from=parse_instant(bounds["validFrom"]) if bounds["validFrom"] else None,
+                valid_until=parse_instant(bounds["validUntil"]) if bounds["validUntil"] else None,
             )
             edges = _record_edges(entry.id, obj.get("edges"))
             vectors = _record_vectors(obj.get("vectors"))

@@ -28,7 +28,7 @@ from tnsrag_db._db.statement import Plan, Rows, Statement, one
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db._store.expiry import SweepReport
-from tnsrag_db._store.reads import check_ids, count_plan, get_many_plan, get_plan
+from tnsrag_db._store.reads import EntryVersion, check_ids, count_plan, get_many_plan, get_plan, history_plan
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._types import MemoryEntry
 
@@ -170,6 +170,17 @@ class AsyncStore:
     async def sweep(self, *, vacuum: bool = False) -> SweepReport:
         """Delete the corpus's expired entries (see :meth:`Store.sweep`); runs in a worker thread."""
         return await self._in_thread(self._store.sweep, vacuum=vacuum)
+
+    async def set_history(self, keep: bool = True) -> None:
+        """Keep history or not (see :meth:`Store.set_history`); runs in a worker thread."""
+        await self._in_thread(self._store.set_history, keep)
+
+    async def history(self, entry_id: str) -> list[EntryVersion]:
+        """The versions of the entry ``entry_id``, oldest first (see :meth:`Store.history`)."""
+        if self._store.read_replicas is not None:
+            return await self._in_thread(self._store.history, entry_id)
+        [entry_id] = check_ids([entry_id])
+        return await self.run(history_plan(self._store.corpus, entry_id))
 
     async def clear(self) -> int:
         """Delete every entry of the corpus; runs in a worker thread."""

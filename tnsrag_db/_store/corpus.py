@@ -98,6 +98,7 @@ class Corpus:
         #: The lock keys of the corpus row last seen (see :meth:`lock`).
         self._keys: tuple[int, ...] | None = None
         self._expiry: dict[str, Any] | None = None
+        self._history = False
 
     @property
     def name(self) -> str:
@@ -131,6 +132,12 @@ class Corpus:
         write lock (``{"ttl": seconds, "tiers": {tier: seconds}}``, see
         :meth:`tnsrag_db.Store.set_expiry`), or None."""
         return self._expiry
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether the corpus keeps the versions its writes replace and its deletes close, as its
+        row held it when this transaction took the write lock (:meth:`tnsrag_db.Store.set_history`)."""
+        return self._history
 
     def forget(self) -> None:
         """The corpus row was deleted: the next write creates it again."""
@@ -172,6 +179,7 @@ class Corpus:
             row = conn.execute(sa.text(ROW_AFTER_LOCK_SQL), {"k": name, "c": self._name}).first()
             if row is not None and int(row.last_key) == keys[-1]:
                 self._expiry = row.expiry if isinstance(row.expiry, dict) else None
+                self._history = row.history is True
                 # Kept for the next transaction, save the old keys of a rolling upgrade: read
                 # again each time, so that a process stops taking them once it is finished.
                 self._keys = keys if len(keys) == 1 else None
@@ -336,15 +344,18 @@ class Writer:
         """Write already-validated ``batch`` inside the caller's open transaction ``conn``."""
         return write_entries(conn, self._corpus, batch, progress=progress)
 
-    def delete(self, predicate: str, params: dict[str, Any]) -> int:
+    def delete(self, predicate: str, params: dict[str, Any], *, outright: bool = False) -> int:
         """Delete the entries matching ``predicate`` in a write transaction; returns how many.
+        In a corpus that keeps history the current versions are closed instead (kept as
+        versions), unless ``outright``.
 
         A delete takes its rows in id order like every writer; only a ``GraphStore``
         ``add_with_edges`` reaching entries outside its batch can cross it, and then
         PostgreSQL may pick the delete to abort: it runs again.
         """
         with _telemetry.operation("delete", self._corpus.name) as op:
-            deleted = self.transaction(lambda conn: delete_matching(conn, self._corpus, predicate, params))
+            deleted = self.transaction(lambda conn: delete_matching(conn, self._corpus, predicate, params,
+                                                                    outright=outright))
             op.count(deleted)
         return deleted
 

@@ -17,11 +17,19 @@ its postings and vectors. Two forms, for the two kinds of read:
 
 BM25 statistics (N, average length, df) count an expired entry until the sweep deletes it;
 its postings are never scored.
+
+Every read also answers at an instant (:mod:`tnsrag_db._store.validity`: the ``as_of``
+asked, else the statement's start), and these conditions include validity: :func:`live`,
+:func:`expired_ids` and the two exclusions leave out the entries expired, not valid or not
+recorded at that instant (the sweep alone compares with the statement's start,
+:data:`EXPIRED`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tnsrag_db._store.validity import INSTANT, invalid_ids, valid_row
 
 __all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "live", "not_expired", "unexpired_row"]
 
@@ -46,25 +54,30 @@ class SweepReport:
 
 
 def live(alias: str) -> str:
-    """The condition that the entry row ``alias`` has not expired (``alias``: a code constant)."""
-    return f"({alias}.expires_at IS NULL OR {alias}.expires_at > {NOW})"
+    """The condition that the entry row ``alias`` has not expired and is valid and recorded at
+    the instant (``alias``: a code constant)."""
+    return f"({alias}.expires_at IS NULL OR {alias}.expires_at > {INSTANT}) AND {valid_row(alias)}"
 
 
 def expired_ids(corpus: str, *, alias: str = "xp") -> str:
-    """A SELECT of the ids (column ``id``) of the expired entries of ``corpus`` (an SQL
-    expression: a bound parameter such as ``:c``); read through the partial expiry index."""
+    """A SELECT of the ids (column ``id``, possibly repeated) of the entries of ``corpus`` (an
+    SQL expression: a bound parameter such as ``:c``) expired, not valid or not recorded at
+    the instant; read through the partial expiry and validity indexes."""
     return (f"SELECT {alias}.id FROM entries {alias} WHERE {alias}.corpus = {corpus} "
-            f"AND {alias}.expires_at <= {NOW}")
+            f"AND {alias}.expires_at <= {INSTANT} UNION ALL {invalid_ids(corpus, alias=alias + 'v')}")
 
 
 def unexpired_row(column: str, corpus: str) -> str:
     """The condition that the entry id ``column`` (of ``corpus``) is not an expired entry's,
-    checked row by row: nothing more than one empty index probe per statement in a corpus
+    nor one not valid or not recorded at the instant, checked row by row: nothing more than one empty index probe per statement in a corpus
     without expired entries, else one primary-key probe of the entry per row checked. For
     scans that stop after a few rows (an HNSW scan's top k), where :func:`not_expired` would
     read every expired id of the corpus first."""
-    return (f"((SELECT NOT EXISTS ({expired_ids(corpus, alias='xa')})) OR NOT EXISTS (SELECT 1 FROM entries xr "
-            f"WHERE xr.corpus = {corpus} AND xr.id = {column} AND xr.expires_at <= {NOW}))")
+    # A scalar subquery, not NOT EXISTS: PostgreSQL may run a correlated EXISTS as a hashed
+    # subplan over every row it could match (here the whole corpus: the condition has no
+    # index of its own), where a probe per scanned row is what an HNSW scan wants.
+    return (f"((SELECT NOT EXISTS ({expired_ids(corpus, alias='xa')})) OR (SELECT {live('xr')} FROM entries xr "
+            f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
 
 
 def not_expired(column: str, corpus: str) -> str:

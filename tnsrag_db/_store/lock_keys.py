@@ -62,7 +62,7 @@ def corpus_keys(conn: Connection, name: str, corpus: str) -> tuple[int, ...] | N
 #: keys taken still belong to the row: a drop may have deleted it, and a write re-created it
 #: with another salt, meanwhile.
 ROW_AFTER_LOCK_SQL = textwrap.dedent("""\
-    SELECT c.text_config, to_jsonb(c) -> 'expiry' AS expiry,
+    SELECT c.text_config, to_jsonb(c) -> 'expiry' AS expiry, to_jsonb(c) -> 'history' AS history,
            coalesce(hashtextextended(CAST(:k AS text) || ':' || (to_jsonb(c) ->> 'lock_salt'), 0),
                     hashtextextended(CAST(:k AS text), 0)) AS last_key
     FROM corpora c WHERE c.corpus = :c""")

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ValidationError
-from tnsrag_db._store.expiry import NOW, live
+from tnsrag_db._store.expiry import expired_ids, live
 from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.validity import ASKED, VERSION_KEY
 from tnsrag_db._types import MemoryEntry, MemoryTier, RetrievedDocument, is_unicode_text, name_form
 
-__all__ = ["ENTRY_COLUMNS", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+__all__ = ["ENTRY_COLUMNS", "EntryVersion", "history_plan", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
 
 #: The entry columns (alias ``e``) that :func:`document_from_row` needs.
 ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
@@ -21,8 +24,11 @@ ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
 ENTRY_COLUMN_NAMES = ("entry_id", "content", "tier", "source", "metadata")
 
 #: The columns of an entry as :func:`row_to_entry` reads them.
-ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata", "expires_at")
+ENTRY_FIELDS = ("id", "content", "tier", "source", "parent_id", "ts", "metadata", "expires_at", "valid_from",
+                "valid_until")
 _SELECT = f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries e"
+#: The same, a kept version named by the id of its entry.
+_SELECT_VERSION = f"SELECT coalesce(e.version_of, e.id) AS {', '.join(ENTRY_FIELDS)} FROM entries e"
 #: Entries that have not expired (every read below leaves the expired out).
 _LIVE = live("e")
 
@@ -42,16 +48,22 @@ def check_ids(entry_ids: Iterable[object]) -> list[str]:
 
 
 def row_to_entry(row: Any) -> MemoryEntry:
-    """The :class:`MemoryEntry` of a row with the :data:`ENTRY_FIELDS` columns."""
+    """The :class:`MemoryEntry` of a row with the :data:`ENTRY_FIELDS` columns (a kept version's
+    id read as ``coalesce(version_of, id)``: the mark of its metadata is left out)."""
+    metadata = dict(row.metadata or {})
+    if metadata.get(VERSION_KEY) == row.id:
+        del metadata[VERSION_KEY]
     return MemoryEntry(id=row.id, content=row.content, tier=MemoryTier[row.tier], source=row.source,
-                       parent_id=row.parent_id, timestamp=row.ts, metadata=row.metadata or {},
-                       expires_at=row.expires_at)
+                       parent_id=row.parent_id, timestamp=row.ts, metadata=metadata,
+                       expires_at=row.expires_at, valid_from=row.valid_from, valid_until=row.valid_until)
 
 
 def get_plan(corpus: str, entry_id: str) -> Plan[MemoryEntry | None]:
     """The entry ``entry_id`` of ``corpus``, or None."""
-    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = :id AND {_LIVE}", {"c": corpus, "id": entry_id},
-                           ENTRY_FIELDS)
+    # At an earlier instant (an as_of) the entry may be one of its kept versions.
+    rows = yield Statement(f"{_SELECT_VERSION} WHERE corpus = :c AND (id = :id OR ({ASKED} IS NOT NULL AND "
+                           f"version_of = :id)) AND {_LIVE} ORDER BY version_of NULLS FIRST LIMIT 1",
+                           {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
     return row_to_entry(rows[0]) if rows else None
 
 
@@ -71,7 +83,7 @@ def count_plan(corpus: str, filters: Mapping[str, str] | None = None) -> Plan[in
     # stays the index-only scan it was, whatever the corpus's expiry.
     rows = yield Statement(f"SELECT (SELECT count(*) FROM entries e WHERE e.corpus = :c AND {predicate}) - "
                            f"(SELECT count(*) FROM entries e WHERE e.corpus = :c AND {predicate} "
-                           f"AND e.expires_at <= {NOW}) AS n",
+                           f"AND e.id IN ({expired_ids(':c')})) AS n",
                            {"c": corpus, **params}, ("n",))
     return int(rows[0].n)
 
@@ -86,7 +98,9 @@ def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEn
 def content_hashes_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, bytes]]:
     """The stored change hash (see :func:`~tnsrag_db._store.write.content_hash`) of each of
     these ids that exists in ``corpus``, by id."""
-    rows = yield Statement("SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids)",
+    # A row a delete closed (a corpus that keeps history) is no entry: writing it is not skipped.
+    rows = yield Statement("SELECT id, content_hash FROM entries WHERE corpus = :c AND id = ANY(:ids) "
+                           "AND recorded_until IS NULL",
                            {"c": corpus, "ids": list(entry_ids)}, ("id", "content_hash"))
     return {r.id: bytes(r.content_hash) for r in rows}
 
@@ -102,3 +116,30 @@ def document_from_row(row: Any, score: float, extra: Mapping[str, str] | None = 
     if extra:
         metadata.update(extra)
     return RetrievedDocument._of_row(row.content, row.source, score, metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryVersion:
+    """One version of an entry (:meth:`tnsrag_db.Store.history`): the ``entry`` as it was
+    written, the interval in which the corpus recorded it (``recorded_at``, inclusive, to
+    ``recorded_until``, exclusive; None: it is the current version), and whether it is the
+    ``current`` row (the entry's own, not a kept version). Its stated validity is the
+    entry's ``valid_from`` and ``valid_until``."""
+
+    entry: MemoryEntry
+    recorded_at: datetime
+    recorded_until: datetime | None
+    current: bool
+
+
+def history_plan(corpus: str, entry_id: str) -> Plan[list[EntryVersion]]:
+    """The versions of the entry ``entry_id`` of ``corpus``, oldest first (see :class:`EntryVersion`)."""
+    columns = ", ".join(ENTRY_FIELDS[1:])
+    rows = yield Statement(f"SELECT coalesce(e.version_of, e.id) AS id, {columns}, "
+                           "coalesce(e.recorded_at, e.created_at) AS recorded_at, e.recorded_until, "
+                           "e.version_of IS NULL AS current FROM entries e "
+                           "WHERE e.corpus = :c AND (e.id = :id OR e.version_of = :id) "
+                           "ORDER BY e.version_of IS NULL, coalesce(e.recorded_at, e.created_at), e.id",
+                           {"c": corpus, "id": entry_id},
+                           (*ENTRY_FIELDS, "recorded_at", "recorded_until", "current"))
+    return [EntryVersion(row_to_entry(r), r.recorded_at, r.recorded_until, bool(r.current)) for r in rows]

@@ -141,13 +141,14 @@ INSERT_OR_LOCK_SQL = textwrap.dedent("""\
     SELECT id FROM marked ORDER BY ord""")
 
 
-def insert_or_lock_sql(expiring: bool) -> str:
+def insert_or_lock_sql(expiring: bool, bounded: bool = False) -> str:
     """:data:`INSERT_OR_LOCK_SQL` for a batch with (``expiring``) or without an entry that
-    expires: without, the statement leaves the column alone (the entries never expire), so
-    a batch without expiry writes a schema from before revision 0014 as well."""
-    if not expiring:
-        return INSERT_OR_LOCK_SQL.replace("{EXPIRY_COLUMN}", "").replace("{EXPIRY_VALUE}", "")
-    return INSERT_OR_LOCK_SQL.replace("{EXPIRY_COLUMN}", ", expires_at").replace("{EXPIRY_VALUE}", ", " + _expires("s"))
+    expires, and with (``bounded``) or without one that states a validity: without, the
+    statement leaves those columns alone (NULL), so a batch without expiry or validity
+    writes a schema from before revision 0014 (0015) as well."""
+    columns = (", expires_at" if expiring else "") + (", valid_from, valid_until" if bounded else "")
+    values = (", " + _expires("s") if expiring else "") + (", s.valid_from, s.valid_until" if bounded else "")
+    return INSERT_OR_LOCK_SQL.replace("{EXPIRY_COLUMN}", columns).replace("{EXPIRY_VALUE}", values)
 
 # The existing rows are locked by INSERT_OR_LOCK_SQL; this statement's snapshot sees their
 # newest committed versions. Identical hash = unchanged, unless a time-to-live is given: each
@@ -237,6 +238,7 @@ UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
     UPDATE entries e
     SET content = v.content, tier = v.tier, source = v.source, parent_id = v.parent_id, ts = v.ts,
         metadata = v.metadata, content_hash = v.content_hash, expires_at = {_expires('v')},
+        valid_from = v.valid_from, valid_until = v.valid_until,
         doc_len = CASE WHEN v.state = 'c' THEN coalesce(v.new_len, 0) ELSE e.doc_len END,
         lexemes = CASE WHEN v.state = 'c' THEN coalesce(v.new_lexemes, '{{}}') ELSE e.lexemes END,
         updated_at = now()

@@ -28,7 +28,8 @@ _STAGE_TX = "tnsrag_stage_tx"
 STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_entries (ord int PRIMARY KEY, id text NOT NULL, "
     "content text NOT NULL, tier text NOT NULL, source text, parent_id text, ts timestamptz, metadata jsonb NOT NULL, "
-    "content_hash bytea NOT NULL, state char(1), expires_at timestamptz, ttl float8, tid tid) ON COMMIT DELETE ROWS",
+    "content_hash bytea NOT NULL, state char(1), expires_at timestamptz, ttl float8, tid tid, valid_from timestamptz, "
+    "valid_until timestamptz) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_chunks (ord int NOT NULL, chunk text NOT NULL, "
     "single boolean NOT NULL) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_extras (ord int NOT NULL, term text NOT NULL) ON COMMIT DELETE ROWS",

@@ -54,12 +54,14 @@ from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.maintenance import drop_orphan_hnsw_indexes
 from tnsrag_db._store.merge import MergeReport
 from tnsrag_db._store.reads import (
+    EntryVersion,
     check_ids,
     content_hashes_plan,
     count_plan,
     entries_after_plan,
     get_many_plan,
     get_plan,
+    history_plan,
 )
 from tnsrag_db._store.write import (
     WriteExtension,
@@ -399,6 +401,38 @@ class Store:
         rows = self.read("SELECT expiry FROM corpora WHERE corpus = :c", {"c": self._corpus})
         return dict(rows[0].expiry) if rows and rows[0].expiry else None
 
+    def set_history(self, keep: bool = True) -> None:
+        """Keep history (``keep``, the default) or not: in a corpus that keeps it, a write of an
+        id whose entry differs, or was deleted, keeps the entry's current version as a row of
+        its own, closed at the write, and a delete closes the current version instead of
+        removing it (:meth:`history` lists them; a search ``as_of`` an earlier instant finds
+        them). ``set_history(False)``: writes replace and deletes remove outright again; the
+        versions kept so far stay. Creates the corpus when it does not exist. Raises
+        :class:`ValidationError` for a ``keep`` that is not a bool."""
+        if not isinstance(keep, bool):
+            raise ValidationError(f"keep must be a bool, got {type(keep).__name__}")
+
+        def work(conn: sa.Connection) -> None:
+            self._corpus_row.text_config(conn)  # creates the row, under the corpus's write lock
+            conn.execute(sa.text("UPDATE corpora SET history = :h WHERE corpus = :c"),
+                         {"h": keep or None, "c": self._corpus})
+
+        self.writer.transaction(work)
+
+    def keeps_history(self) -> bool:
+        """Whether the corpus keeps history (:meth:`set_history`)."""
+        rows = self.read("SELECT to_jsonb(c) -> 'history' AS h FROM corpora c WHERE c.corpus = :c",
+                         {"c": self._corpus})
+        return bool(rows and rows[0].h is True)
+
+    def history(self, entry_id: str) -> list[EntryVersion]:
+        """Every version of the entry ``entry_id`` the corpus holds, oldest first: the versions
+        kept by a corpus that keeps history, then the current row (closed when a delete
+        closed it), each with the interval in which it was recorded and its stated validity.
+        Empty when there is no such entry. Expired versions are listed until a sweep deletes them."""
+        [entry_id] = check_ids([entry_id])
+        return self.session.run(history_plan(self._corpus, entry_id))
+
     def sweep(self, *, vacuum: bool = False) -> SweepReport:
         """Delete the corpus's expired entries (see :class:`MemoryEntry`'s ``expires_at`` and
         ``ttl``) with their postings, vectors and edges, then take them out of the merged BM25
@@ -410,7 +444,7 @@ class Store:
         the deleted rows' space for new ones and removes their vectors from the HNSW indexes.
         """
         with _telemetry.operation("sweep", self._corpus, vacuum=vacuum) as op:
-            deleted = self.writer.delete(EXPIRED, {})
+            deleted = self.writer.delete(EXPIRED, {}, outright=True)
             # (a merge running meanwhile purges them instead: no wait for it)
             tombstones = self.writer.merge(sweep=False, wait=False).tombstones if deleted else 0
             if vacuum and deleted:
@@ -446,8 +480,8 @@ class Store:
         return report
 
     def clear(self) -> int:
-        """Delete every entry of the corpus; returns how many."""
-        return self.writer.delete("TRUE", {})
+        """Delete every entry of the corpus (with its kept versions); returns how many rows went."""
+        return self.writer.delete("TRUE", {}, outright=True)
 
     def drop_corpus(self) -> None:
         """Delete the whole corpus: entries, postings, statistics, embeddings, spaces and edges.

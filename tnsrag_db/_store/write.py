@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import DatabaseError, InvalidEntryError
-from tnsrag_db._store import sql
+from tnsrag_db._store import history, sql
 from tnsrag_db._store.analysis import STAGED_TERMS_SQL, analyze
 from tnsrag_db._store.merge import tid_scans_only
 from tnsrag_db._store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
@@ -108,6 +108,9 @@ def content_hash(entry: MemoryEntry) -> bytes:
     if entry.expires_at is not None or entry.ttl is not None:  # no expiry: the hash of earlier releases
         expires = entry.expires_at.astimezone(timezone.utc).isoformat() if entry.expires_at is not None else None
         payload.append([expires, entry.ttl])
+    if entry.valid_from is not None or entry.valid_until is not None:  # none: the hash of earlier releases
+        payload.append(["valid", *(v.astimezone(timezone.utc).isoformat() if v is not None else None
+                                   for v in (entry.valid_from, entry.valid_until))])
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()).digest()
 
 
@@ -153,6 +156,8 @@ class StagedBatch:
     large: bool
     #: Some entry of the batch expires (``expires_at`` or ``ttl``).
     expiring: bool = False
+    #: Some entry of the batch states a validity (``valid_from`` or ``valid_until``).
+    bounded: bool = False
 
 
 def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
@@ -161,18 +166,19 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
     tables of ``conn``'s open transaction; ``progress`` gets the number analysed so far.
     ``expiry`` is the corpus's default (see :func:`default_ttl`) for entries without one."""
     reset_entry_stage(conn)
-    expiring = False
+    expiring = bounded = False
     raw = conn.connection.driver_connection
     assert raw is not None
     with raw.cursor() as cur:
         with cur.copy("COPY tnsrag_stage_entries (ord, id, content, tier, source, parent_id, ts, metadata, "
-                      "content_hash, expires_at, ttl) FROM STDIN") as copy:
+                      "content_hash, expires_at, ttl, valid_from, valid_until) FROM STDIN") as copy:
             for i, e in enumerate(batch):
                 ttl = e.ttl if e.ttl is not None or e.expires_at is not None else default_ttl(expiry, e.tier.name)
                 expiring = expiring or ttl is not None or e.expires_at is not None
+                bounded = bounded or e.valid_from is not None or e.valid_until is not None
                 copy.write_row((i, e.id, e.content, e.tier.name, e.source, e.parent_id, e.timestamp,
                                 json.dumps(dict(e.metadata), ensure_ascii=False), content_hash(e), e.expires_at,
-                                ttl))
+                                ttl, e.valid_from, e.valid_until))
         # One COPY at a time per connection: analyse first, then stream each table.
         analyzed = []
         for i, e in enumerate(batch):
@@ -191,7 +197,7 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
                         copy.write_row((i, term))
     if progress is not None:
         progress(len(batch))
-    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS, expiring)
+    return StagedBatch(len(batch), len(batch) >= ANALYZE_STAGE_ROWS, expiring, bounded)
 
 
 def default_ttl(expiry: Mapping[str, Any] | None, tier: str) -> float | None:
@@ -231,7 +237,7 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
     arrays: ``= ANY(array)`` over a large array is quadratic.
     """
     c = {"c": corpus}
-    inserted = list(conn.execute(sa.text(sql.insert_or_lock_sql(staged.expiring)), c).scalars())
+    inserted = list(conn.execute(sa.text(sql.insert_or_lock_sql(staged.expiring, staged.bounded)), c).scalars())
     report = WriteReport()
     old_len = 0
     if len(inserted) < staged.size:
@@ -318,26 +324,44 @@ def write_postings(conn: Connection, corpus: str, report: WriteReport, old_len: 
 
 def write_entries(conn: Connection, corpus: WriteTarget, batch: Sequence[MemoryEntry], *,
                   progress: Callable[[int], None] | None = None) -> WriteReport:
-    """Steps 2 to 6 for already-validated ``batch`` inside ``conn``'s open transaction."""
+    """Steps 2 to 6 for already-validated ``batch`` inside ``conn``'s open transaction; in a
+    corpus that keeps history, the entries replaced are kept as versions first
+    (:mod:`tnsrag_db._store.history`)."""
     text_config = corpus.text_config(conn)  # takes the corpus's write lock, shared
-    staged = stage(conn, batch, progress=progress, expiry=corpus.expiry_policy)
+    reopened: list[str] = []
+    if getattr(corpus, "keeps_history", False):
+        reopened = history.keep_versions(conn, corpus.name, batch, [content_hash(e) for e in batch],
+                                         lambda c, versions: _write_rows(c, corpus.name, versions, text_config))
+    report = _write_rows(conn, corpus.name, batch, text_config, progress=progress, expiry=corpus.expiry_policy)
+    history.reopen(conn, corpus.name, reopened)
+    return report
+
+
+def _write_rows(conn: Connection, corpus: str, batch: Sequence[MemoryEntry], text_config: str, *,
+                progress: Callable[[int], None] | None = None,
+                expiry: Mapping[str, Any] | None = None) -> WriteReport:
+    staged = stage(conn, batch, progress=progress, expiry=expiry)
     stage_terms(conn, staged, text_config)
-    report, old_len = classify(conn, corpus.name, staged)
-    rewrite_changed(conn, corpus.name, report)
-    write_postings(conn, corpus.name, report, old_len)
+    report, old_len = classify(conn, corpus, staged)
+    rewrite_changed(conn, corpus, report)
+    write_postings(conn, corpus, report, old_len)
     sql.count_written(conn, len(report.inserted) + len(report.updated))
     return report
 
 
-def delete_matching(conn: Connection, corpus: WriteTarget, predicate: str, params: dict[str, Any]) -> int:
+def delete_matching(conn: Connection, corpus: WriteTarget, predicate: str, params: dict[str, Any], *,
+                    outright: bool = False) -> int:
     """Delete the entries matching ``predicate`` (the library's filter SQL over ``e``) with
     their postings, df counts and statistics, in ``conn``'s open transaction; returns how many.
+    In a corpus that keeps history, close their current versions instead (unless ``outright``).
 
     Embeddings and edges go with their entries (foreign keys, ``ON DELETE CASCADE``).
     """
     # The corpus lock first, as writers take it: a drop_corpus waits for this delete
     # instead of deadlocking with its df and stats updates.
     corpus.lock(conn, shared=True)
+    if not outright and getattr(corpus, "keeps_history", False):
+        return history.close_matching(conn, corpus.name, predicate, params)
     ensure_stage_tables(conn)
     conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
     conn.execute(sa.text(sql.lock_matching_sql(predicate)), {"c": corpus.name, **params})

@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._strategies.base import (
@@ -96,6 +97,7 @@ class DistinctContentRAGStrategy:
     def __repr__(self) -> str:
         return f"DistinctContentRAGStrategy({self._base!r})"
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a plan: the base's own plan (asked again for more when needed),
         for a wrapping strategy that runs plans."""
@@ -104,6 +106,7 @@ class DistinctContentRAGStrategy:
         return docs
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The base's results for ``query`` with identical contents collapsed, at most ``max_results``."""
         text, ctx = check_query(query), resolve_context(context)
@@ -126,6 +129,7 @@ class DistinctContentRAGStrategy:
                 return collapse_duplicates(docs)[0][:want]
             asked = min(cap, asked * 2)
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The base's explanation of the same candidates, collapsed as :meth:`retrieve` collapses
         them, with a ``distinct`` plan saying how many copies of which ids were folded."""

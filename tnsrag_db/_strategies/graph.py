@@ -49,6 +49,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._db.aio import arun
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan, Statement, one
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.graph import GraphStore
@@ -234,6 +235,7 @@ class GraphRAGStrategy:
                 f"max_depth={self._max_depth}, depth_decay={self._decay}, max_visited_nodes={self._budget})")
 
     # -- retrieval ----------------------------------------------------------------------
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan`: the seed
         search (the seed strategy's own plan when it has one), then the walk."""
@@ -243,6 +245,7 @@ class GraphRAGStrategy:
         return (yield from self._traverse_plan(seeds, ctx))
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Entries reached from the query's seeds, best first, at most ``context.max_results``.
 
@@ -298,6 +301,7 @@ class GraphRAGStrategy:
                 details[entry_id] = r.explanation
         return seeds, details, prefixed(explained.plans, "seeds")
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`GraphExplanation`: the seed and
         its score (with the seed strategy's explanation), then one hop per edge of the

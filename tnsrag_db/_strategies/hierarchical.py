@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from tnsrag_db._db.aio import arun
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
@@ -137,6 +138,7 @@ class HierarchicalRAGStrategy:
         return (f"HierarchicalRAGStrategy(child={self._child.name!r}, max_parent_depth={self._max_parent_depth}, "
                 f"decay={self._decay})")
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan`: the child's
         plan (or its ``retrieve``, for a child without one), then the parent walk."""
@@ -145,6 +147,7 @@ class HierarchicalRAGStrategy:
         return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c)))
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Hits and their parents for ``query``, best first, at most ``max_results``, each ≥ ``min_score``.
 
@@ -170,6 +173,7 @@ class HierarchicalRAGStrategy:
             lambda last: last if last >= 0 else last * floor,
             k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES))
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`HierarchyExplanation`: the hit
         it was reached from, that hit's score (and the child strategy's explanation of it)

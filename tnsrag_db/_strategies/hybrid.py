@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
@@ -387,6 +388,7 @@ class HybridRAGStrategy:
         of the two streams, all 1 under RRF and with a graph stream)."""
         return self._weights
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan` (validation happens when the
         plan starts). The graph stream, when given and weighted above 0, runs as its own plan
@@ -421,6 +423,7 @@ class HybridRAGStrategy:
         return bool(rows[0][0])
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Fused results, best first; ``min_score`` applies to the fused score (inclusive)."""
         return self._retriever.vectors.store.run(self.plan(query, context))
@@ -432,6 +435,7 @@ class HybridRAGStrategy:
 
         return await aio.arun(self._retriever.vectors.store, self.plan(query, context))
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its explanation: under a score fusion a
         :class:`ScoreFusionExplanation` (per stream its score of the result, proposed or

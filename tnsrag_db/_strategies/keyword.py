@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
@@ -52,6 +53,7 @@ class KeywordRAGStrategy:
         return self._keywords.documents_statement(text, ctx.max_results, filters=ctx.metadata_filters,
                                                   min_score=ctx.min_score, pairs=pairs)
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan` (validation
         happens when the plan starts)."""
@@ -62,6 +64,7 @@ class KeywordRAGStrategy:
         return [document_from_row(row, float(row.score)) for row in rows]
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The best ``context.max_results`` entries for ``query`` scoring ≥ ``context.min_score``
         and matching ``context.metadata_filters``, best first (ties by entry id).
@@ -78,6 +81,7 @@ class KeywordRAGStrategy:
 
         return await aio.arun(self._keywords.store, self.plan(query, context))
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`BM25Explanation` (per query term
         tf, df, idf and contribution); the ranking and the figures come from one snapshot.

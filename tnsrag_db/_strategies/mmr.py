@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._db.aio import arun
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, TnsragError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -156,6 +157,7 @@ class MMRRAGStrategy:
     def __repr__(self) -> str:
         return f"MMRRAGStrategy(base={self._base.name!r}, fetch_k={self._fetch_k}, lambda_mult={self._lambda_mult})"
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a plan: the base strategy's plan (or its ``retrieve``), then one
         read of the candidates' stored vectors (after the space row, when not cached)."""
@@ -178,6 +180,7 @@ class MMRRAGStrategy:
         return [candidates[n] for n in picks]
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """At most ``min(max_results, fetch_k)`` of the base strategy's candidates, in MMR order.
 

@@ -26,6 +26,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import (
     ConfigurationError,
@@ -151,6 +152,7 @@ class MultiQueryRAGStrategy:
                               "query expander")
         return normalize_variants(text, variants, self._max_expansions)
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan`: the expander call, then the
         base strategy's plan for each query (its ``retrieve`` for a base without one), then
@@ -159,6 +161,7 @@ class MultiQueryRAGStrategy:
         return (yield from self._plan(query, context, lambda q, c: child_plan(self._base, q, c)))
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """RRF fusion of the base strategy's rankings for ``query`` and its variants, at most
         ``max_results``, each with fused score ≥ ``min_score``, best first (ties: best rank in
@@ -215,6 +218,7 @@ class MultiQueryRAGStrategy:
         """The fusion weights: the original query's, then one per variant."""
         return self._weights
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`FusionExplanation`: per query
         that found it (the stream is the query text) the rank, weight and RRF share, with the

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tnsrag_db._db.aio import arun
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import (
     ConfigurationError,
@@ -222,6 +223,7 @@ class ReasoningRAGStrategy:
                 f"model={self._model!r}, max_nodes_visited={self._max_nodes}, max_depth={self._max_depth})")
 
     # -- retrieval --------------------------------------------------------------------
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan`: one statement
         per frontier expansion, the navigator called between them."""
@@ -234,6 +236,7 @@ class ReasoningRAGStrategy:
         return await arun(self._store, self.plan(query, context))
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The stop nodes of the descent for ``query``, best path score first (ties by entry id),
         filtered, at least ``min_score``, at most ``max_results``; each with ``path`` (a JSON
@@ -259,6 +262,7 @@ class ReasoningRAGStrategy:
         """
         return self._run(self._descent_plan(query, context))[0]
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`ReasoningExplanation`: per level
         of its path the navigator's score, the positive sibling total and the share, the

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tnsrag_db._db.aio import arun
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, TemporalValidationError
 from tnsrag_db._indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
@@ -162,6 +163,7 @@ class TemporalRAGStrategy:
         decay: float = 0.5 ** (age / self._half_life)
         return self._floor + (1.0 - self._floor) * decay
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan`: the child's
         plan (or its ``retrieve``, for a child without one), then the candidates' timestamps."""
@@ -175,6 +177,7 @@ class TemporalRAGStrategy:
         return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c), rerank))
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """The child's candidates for ``query`` re-ranked by freshness: best first, at most
         ``max_results``, each ≥ ``min_score``.
@@ -208,6 +211,7 @@ class TemporalRAGStrategy:
             lambda last: last if last >= 0 else last * self._floor,
             k, min_candidates=self.MIN_CANDIDATES, factor=self.CANDIDATE_FACTOR, max_candidates=self.MAX_CANDIDATES))
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`TemporalExplanation`: the child's
         score (and the child's explanation of it), the timestamp, the age and the freshness

@@ -8,6 +8,7 @@ both built by the index (this module names no table). Metadata filters and ``min
 
 from __future__ import annotations
 
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -48,6 +49,7 @@ class VectorRAGStrategy:
     def __repr__(self) -> str:
         return f"VectorRAGStrategy({self._vectors!r})"
 
+    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan` (validation and
         the query's embedding happen when the plan starts)."""
@@ -59,6 +61,7 @@ class VectorRAGStrategy:
         return [document_from_row(row, float(row.score)) for row in rows]
 
     @traced_retrieve
+    @honours_as_of
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """At most ``context.max_results`` documents scoring ≥ ``context.min_score``, best first."""
         return self._vectors.store.run(self.plan(query, context))
@@ -82,6 +85,7 @@ class VectorRAGStrategy:
         return explanation_of(self.name, text, docs,
                               [self._vectors.explain_cosine(vec, d.score, basis=basis) for d in docs], [search])
 
+    @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
         """The results of :meth:`retrieve`, each with its :class:`CosineExplanation`, and the
         search plan (exact scan or HNSW iterative scan, matches counted, fallback taken),

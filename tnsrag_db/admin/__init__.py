@@ -15,7 +15,9 @@ Export format (JSONL, UTF-8, one entry per line, in id order)::
 ``edges`` are the entry's outgoing edges. ``tnsrag ingest file.jsonl`` (and
 :func:`restore_corpus`) read it back exactly: ids, contents, tiers, sources (``null``
 stays ``None``), parents, timestamps, metadata and edges; an entry that expires has an
-``"expiresAt"`` instant too (expired entries are not exported). Vectors are exported only
+``"expiresAt"`` instant too (expired entries are not exported), and one that states its
+validity ``"validFrom"`` and ``"validUntil"`` (the export holds the entries valid now;
+kept versions are not exported). Vectors are exported only
 with ``export_corpus(..., vectors=True)`` (``tnsrag export --vectors``): a ``"vectors"``
 list of ``{"provider": name, "float32": base64 of the little-endian float32 values}``,
 one per embedding space holding the entry, which the restore writes as they are into

@@ -35,6 +35,9 @@ def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
                       for e in edges]}
     if entry.expires_at is not None:  # only then: files of corpora without expiry stay as they were
         record["expiresAt"] = entry.expires_at.isoformat()
+    for key, bound in (("validFrom", entry.valid_from), ("validUntil", entry.valid_until)):
+        if bound is not None:  # likewise
+            record[key] = bound.isoformat()
     shown = [{"provider": provider, "float32": _float32_base64(vector)} for provider, vector in vectors]
     if shown:
         record["vectors"] = shown

@@ -24,6 +24,7 @@ import inspect
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from tnsrag_db._db.as_of import as_of as answering_at
 from tnsrag_db._errors import InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store, connect
@@ -124,12 +126,14 @@ class TnsragRetriever(BaseRetriever):
     filters: dict[str, str] = Field(default_factory=dict)
     min_score: float | None = None
     embedding: Any = None
+    #: The instant the retrieval answers at (a timezone-aware datetime; None: now).
+    as_of: datetime | None = None
 
     _resolved: RAGStrategy | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check(self) -> TnsragRetriever:
-        search_context(self.k, self.filters, self.min_score, top_k_name="k")
+        search_context(self.k, self.filters, self.min_score, top_k_name="k").with_as_of(self.as_of)
         if isinstance(self.strategy, str):
             if self.store is None:
                 raise ValueError(f"strategy {self.strategy!r} is a name: give the store to build it over")
@@ -146,27 +150,29 @@ class TnsragRetriever(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 k: int | None = None, filters: Mapping[str, str] | None = None,
-                                min_score: float | None = None) -> list[Document]:
+                                min_score: float | None = None, as_of: datetime | None = None) -> list[Document]:
         text = check_text_query(query)
         context = search_context(self.k if k is None else k, self.filters if filters is None else filters,
                                  self.min_score if min_score is None else min_score, top_k_name="k")
+        context = context.with_as_of(self.as_of if as_of is None else as_of)
         assert self._resolved is not None
         return [to_document(d) for d in self._resolved.retrieve(text, context)]
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        k: int | None = None, filters: Mapping[str, str] | None = None,
-                                       min_score: float | None = None) -> list[Document]:
+                                       min_score: float | None = None, as_of: datetime | None = None) -> list[Document]:
         assert self._resolved is not None
         aretrieve = getattr(self._resolved, "aretrieve", None)
         if aretrieve is None or not inspect.iscoroutinefunction(aretrieve):
             # A strategy without the async form: its sync retrieval runs in the default thread pool.
             result: list[Document] = await run_in_executor(
                 None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k,
-                filters=filters, min_score=min_score)
+                filters=filters, min_score=min_score, as_of=as_of)
             return result
         text = check_text_query(query)
         context = search_context(self.k if k is None else k, self.filters if filters is None else filters,
                                  self.min_score if min_score is None else min_score, top_k_name="k")
+        context = context.with_as_of(self.as_of if as_of is None else as_of)
         return [to_document(d) for d in await aretrieve(text, context)]
 
 
@@ -232,6 +238,8 @@ def _entry(text: str, metadata: Mapping[str, Any] | None, entry_id: str, tier: M
         raise InvalidEntryError(f"{where}: metadata 'source' must be a string, got {type(source).__name__}",
                                 entry_id=entry_id, index=index)
     expiry = _expiry(md.pop(EXPIRES_AT_KEY, None), md.pop(TTL_KEY, None), where, entry_id, index)
+    for key, name in ((VALID_FROM_KEY, "valid_from"), (VALID_UNTIL_KEY, "valid_until")):
+        expiry.update(_instant(md.pop(key, None), key, name, where, entry_id, index))
     strings: dict[str, str] = {}
     others: dict[str, Any] = {}
     for key, value in md.items():
@@ -253,6 +261,17 @@ def _entry(text: str, metadata: Mapping[str, Any] | None, entry_id: str, tier: M
 
 #: The metadata keys of a document's expiry (taken out of its metadata, see :class:`TnsragVectorStore`).
 EXPIRES_AT_KEY, TTL_KEY = "expiresAt", "ttlSeconds"
+VALID_FROM_KEY, VALID_UNTIL_KEY = "validFrom", "validUntil"
+
+
+def _instant(value: object, key: str, name: str, where: str, entry_id: str, index: int) -> dict[str, Any]:
+    """``{name: instant}`` from a document's metadata value (ISO-8601 text or a datetime), or nothing."""
+    if isinstance(value, str):
+        try:
+            return {name: parse_instant(value)}
+        except ValidationError as exc:
+            raise InvalidEntryError(f"{where}: metadata {key!r}: {exc}", entry_id=entry_id, index=index) from None
+    return {} if value is None else {name: value}  # a datetime, checked by MemoryEntry
 
 
 def _expiry(expires: object, ttl: object, where: str, entry_id: str, index: int) -> dict[str, Any]:
@@ -372,21 +391,23 @@ class TnsragVectorStore(VectorStore):
         check_query_text(query)
         if _nothing_asked(k):
             return []
-        return self._by_vector(self._embeddings.embed_query(query), k, kwargs.get("filter"))
+        return self._by_vector(self._embeddings.embed_query(query), k, kwargs.get("filter"), kwargs.get("as_of"))
 
     def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[Document]:
         """The ``k`` documents most similar to a query vector."""
         if _nothing_asked(k):
             return []
-        return [doc for doc, _ in self._by_vector(embedding, k, kwargs.get("filter"))]
+        return [doc for doc, _ in self._by_vector(embedding, k, kwargs.get("filter"), kwargs.get("as_of"))]
 
-    def _by_vector(self, vector: Sequence[float], k: int,
-                   flt: Mapping[str, Any] | None) -> list[tuple[Document, float]]:
-        return [(_document(r), float(r.score)) for r in self._rows(vector, k, flt)]
+    def _by_vector(self, vector: Sequence[float], k: int, flt: Mapping[str, Any] | None,
+                   as_of: datetime | None = None) -> list[tuple[Document, float]]:
+        return [(_document(r), float(r.score)) for r in self._rows(vector, k, flt, as_of)]
 
-    def _rows(self, vector: Sequence[float], k: int, flt: Mapping[str, Any] | None) -> list[Any]:
-        rows, _ = self._store.run(self._vectors.documents_plan(vector, k, filters=to_library_filters(flt),
-                                                                min_score=-1.0))
+    def _rows(self, vector: Sequence[float], k: int, flt: Mapping[str, Any] | None,
+              as_of: datetime | None = None) -> list[Any]:
+        with answering_at(as_of):  # as_of=: the entries valid, recorded and not expired then
+            rows, _ = self._store.run(self._vectors.documents_plan(vector, k, filters=to_library_filters(flt),
+                                                                    min_score=-1.0))
         return list(rows)
 
     # -- maximal marginal relevance ---------------------------------------------------
@@ -415,7 +436,7 @@ class TnsragVectorStore(VectorStore):
         self._check_mmr(k, fetch_k, lambda_mult)
         if _nothing_asked(k):
             return []
-        rows = self._rows(embedding, fetch_k, kwargs.get("filter"))
+        rows = self._rows(embedding, fetch_k, kwargs.get("filter"), kwargs.get("as_of"))
         if not rows:
             return []
         query = np.asarray(embedding, dtype=np.float32)

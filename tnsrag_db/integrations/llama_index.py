@@ -28,6 +28,7 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -159,7 +160,9 @@ class TnsragRetriever(BaseRetriever):
     ``similarity_top_k`` (default 4) results; ``filters``: ``MetadataFilters`` of exact
     (``EQ``, string) filters under ``AND``, or a plain ``{key: "value"}`` dict (see
     :func:`to_library_filters`); ``min_score``: inclusive threshold (default None: no score
-    floor, as LlamaIndex's vector retrievers have none). ``callback_manager``,
+    floor, as LlamaIndex's vector retrievers have none); ``as_of``: the instant the
+    retrieval answers at (a timezone-aware datetime: the entries valid, recorded and not
+    expired then; default None: now). ``callback_manager``,
     ``object_map``, ``objects`` and ``verbose`` are ``BaseRetriever``'s. Bad settings raise
     the library's :class:`~tnsrag_db._errors.ValidationError` (naming the argument) or
     :class:`~tnsrag_db._errors.ConfigurationError` at construction.
@@ -167,7 +170,7 @@ class TnsragRetriever(BaseRetriever):
 
     def __init__(self, store: Store | None = None, strategy: str | RAGStrategy = "hybrid", *,
                  similarity_top_k: int = 4, filters: MetadataFilters | Mapping[str, str] | None = None,
-                 min_score: float | None = None,
+                 min_score: float | None = None, as_of: datetime | None = None,
                  embedding: EmbeddingFunction | Callable[[str], object] | BaseEmbedding | None = None,
                  callback_manager: CallbackManager | None = None, object_map: dict[str, Any] | None = None,
                  objects: list[IndexNode] | None = None, verbose: bool = False) -> None:
@@ -175,6 +178,8 @@ class TnsragRetriever(BaseRetriever):
             exact = to_library_filters(filters)
         self._context: RAGContext = search_context(similarity_top_k, exact, min_score,
                                                    top_k_name="similarity_top_k")
+        with argument("as_of"):
+            self._context = self._context.with_as_of(as_of)
         if store is not None and not isinstance(store, Store):
             raise ConfigurationError(f"store must be a Store, got {type(store).__name__}")
         if isinstance(embedding, BaseEmbedding):

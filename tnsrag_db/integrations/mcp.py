@@ -8,13 +8,16 @@ blocking library calls never stall the event loop that serves other requests.
 
 Tools (``read_only=True`` registers only the first three):
 
-* ``search(query, strategy="hybrid", top_k=5, filters=None, min_score=0.0)``: each
-  document's ``content`` is cut to ``max_content_chars`` characters, with ``truncated``
-  telling whether it was
+* ``search(query, strategy="hybrid", top_k=5, filters=None, min_score=0.0, as_of=None)``:
+  each document's ``content`` is cut to ``max_content_chars`` characters, with
+  ``truncated`` telling whether it was; ``as_of`` (an ISO-8601 instant with a zone)
+  answers from the entries valid, recorded and not expired then
 * ``stats()`` and ``corpora()`` (``corpora`` names only the served corpus unless the
   server is built with ``all_corpora=True``)
 * ``remember(content, tier="SEMANTIC", metadata=None, source=None, parent_id=None,
-  timestamp=None, id=None, ttl_seconds=None, expires_at=None)``: an upsert keyed by ``id``;
+  timestamp=None, id=None, ttl_seconds=None, expires_at=None, valid_from=None,
+  valid_until=None)``: an upsert keyed by ``id`` (in a corpus that keeps history, a new
+  version of the entry: the one it replaces stays, found ``as_of`` an earlier instant);
   without one, the id is derived from the call (:func:`remember_id`; the expiry does not
   count, so remembering the same thing again renews its time-to-live), so a retried call
   stores nothing new. An entry past its expiry is found by no tool
@@ -320,11 +323,17 @@ def create_server(store: Store, *, read_only: bool = False, max_top_k: int = DEF
             description="Exact metadata filters, all must match: tier, entryId, source or the "
                         "entry's own keys, e.g. {\"tier\": \"SEMANTIC\"}.")] = None,
         min_score: Annotated[float, Field(description="Inclusive score threshold.")] = 0.0,
+        as_of: Annotated[str | None, Field(
+            description="Answer from the entries valid, recorded and not expired at this ISO-8601 instant "
+                        "with a zone, e.g. 2026-01-31T12:00:00Z. Default: now.")] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Search the shared memory; returns documents with ids, scores and metadata, best first
         (each document's content cut to a bounded length, with truncated telling whether it was)."""
         text = check_text_query(query)
         context = search_context(top_k, filters, min_score, max_top_k=max_top_k)
+        if as_of is not None:
+            with argument("as_of"):
+                context = context.with_as_of(parse_instant(as_of))
         with argument("strategy"):
             chosen = strategies.get(strategy)
         require_corpus()
@@ -414,6 +423,10 @@ def _write_tools(store: Store, serial: SerialEmbedding,
                         "not with expires_at.")] = None,
         expires_at: Annotated[str | None, Field(
             description="Forget the entry from this ISO-8601 instant with a zone on; not with ttl_seconds.")] = None,
+        valid_from: Annotated[str | None, Field(
+            description="The entry is true from this ISO-8601 instant with a zone on (default: always).")] = None,
+        valid_until: Annotated[str | None, Field(
+            description="The entry is true until this ISO-8601 instant with a zone (default: still).")] = None,
     ) -> RememberResult:
         """Store one memory entry (embedded and indexed for every strategy); returns its id.
         Idempotent: the same call twice stores one entry."""
@@ -425,8 +438,12 @@ def _write_tools(store: Store, serial: SerialEmbedding,
             when = None if timestamp is None else parse_instant(timestamp)
         with argument("expires_at"):
             until = None if expires_at is None else parse_instant(expires_at)
+        bounds = {}
+        for name, value in (("valid_from", valid_from), ("valid_until", valid_until)):
+            with argument(name):
+                bounds[name] = None if value is None else parse_instant(value)
         entry = _entry(id=entry_id, content=content, tier=tier, source=source, parent_id=parent_id,
-                       timestamp=when, metadata=metadata or {}, expires_at=until, ttl=ttl_seconds)
+                       timestamp=when, metadata=metadata or {}, expires_at=until, ttl=ttl_seconds, **bounds)
         with argument("timestamp"):
             temporal.check_timestamps([entry])
 
@@ -480,11 +497,14 @@ def _entry(**fields: Any) -> MemoryEntry:
     with argument("id"):
         MemoryEntry(fields["id"], "")
     probe: dict[str, Any] = {"id": fields["id"], "content": ""}
-    for name in ("content", "tier", "source", "metadata", "parent_id", "expires_at", "ttl"):
+    for name in ("content", "tier", "source", "metadata", "parent_id", "expires_at", "ttl", "valid_from",
+                 "valid_until"):
         with argument("ttl_seconds" if name == "ttl" else name):
             MemoryEntry(**{**probe, name: fields[name]})
     if fields["expires_at"] is not None and fields["ttl"] is not None:
         raise ArgumentError("ttl_seconds", "give ttl_seconds or expires_at, not both")
+    with argument("valid_until"):
+        MemoryEntry(**{**probe, "valid_from": fields["valid_from"], "valid_until": fields["valid_until"]})
     with argument("metadata"):
         return MemoryEntry(**fields)
 

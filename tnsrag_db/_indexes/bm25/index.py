@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
+from tnsrag_db._db.as_of import with_instant
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, ValidationError
@@ -192,7 +193,9 @@ class BM25Index:
         its own ``WITH`` clause, so it can be embedded as a CTE
         (``WITH kw AS (<sql>) ...``) or a subquery. Every bound parameter and CTE
         name starts with ``prefix`` (a short ``[a-z][a-z0-9_]*`` code constant); the
-        corpus is bound as ``:<prefix>_c``. Frequent terms are pruned as
+        corpus is bound as ``:<prefix>_c``; one parameter is shared by every statement of
+        the library, ``:tnsrag_as_of``, the instant it answers at (bound to the ``as_of`` of
+        the block it is built in, see :func:`tnsrag_db.as_of`; None: now). Frequent terms are pruned as
         :mod:`tnsrag_db._indexes.bm25.sql` describes: the rows and scores are those of
         scoring every posting.
 
@@ -202,7 +205,7 @@ class BM25Index:
         """
         pairs = bool(filters) and self._store.run(self._store.filter_pairs_plan())
         statement = self.ranking_statement(query, k, filters=filters, min_score=min_score, prefix=prefix, pairs=pairs)
-        return statement.sql, dict(statement.params)
+        return with_instant(statement.sql, dict(statement.params))
 
     def ranking_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
                           min_score: float = 0.0, prefix: str = "k", plain: bool = False,

@@ -60,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.as_of import with_instant
 from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
@@ -730,14 +731,17 @@ class VectorMemoryStore:
         query vector is validated like stored vectors and must have the space's dimension.
         Built without I/O when ``basis`` is given (:meth:`basis_plan`, run by the caller's
         plan); else the space row and the filter pairs' test are read first when not known.
-        Returns an empty SELECT when the space does not exist yet.
+        Returns an empty SELECT when the space does not exist yet. One parameter is shared
+        by every statement of the library, ``:tnsrag_as_of``: the instant the statement
+        answers at, bound to the ``as_of`` of the block it is built in (see
+        :func:`tnsrag_db.as_of`; None: now).
         """
         p = check_prefix(prefix, error=ConfigurationError)
         vec, k, score = self._query_vector(query_vector, k, filters, min_score)
         basis = self._basis(int(vec.shape[0]), filters, basis)
         if basis.space is None:
             return EMPTY_RANKING, {}
-        return ranking_sql(self._ranking(basis.space, vec, k, filters, score, p, basis.pairs))
+        return with_instant(*ranking_sql(self._ranking(basis.space, vec, k, filters, score, p, basis.pairs)))
 
     def cosines_sql(self, query_vector: Sequence[float] | npt.NDArray[Any], source: str, *,
                     prefix: str = "vs", basis: QueryBasis | None = None) -> tuple[str, dict[str, Any]]:
@@ -753,7 +757,7 @@ class VectorMemoryStore:
         space = self._basis(int(vec.shape[0]), None, basis).space
         if space is None:
             return EMPTY_RANKING, {}
-        return cosines_sql(self._store.corpus, space.space_id, vec, source, p)
+        return with_instant(*cosines_sql(self._store.corpus, space.space_id, vec, source, p))
 
     def ranking_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
                      filters: Mapping[str, str] | None = None, min_score: float = 0.0,

@@ -1,0 +1,104 @@
+"""Versions kept by a corpus that keeps history.
+
+In such a corpus (:meth:`tnsrag_db.Store.set_history`) a write of an id whose entry
+differs (any stored field) or was deleted first keeps the entry's current row as a version
+of its own, then writes over the current row as any write does:
+
+* the version is an entry row with the id ``<id>\\x1e<n>`` (``n`` counts the versions of
+  the id from 1; the separator, U+001E, is refused in the ids applications write), its
+  ``version_of`` the id, its metadata the old one plus ``versionOf`` (so a result of an
+  ``as_of`` search names the entry it was a version of), its postings written as any
+  entry's and its vectors copied from the current row (no embedding is computed again);
+* it is recorded from the current row's ``recorded_at`` (or ``created_at``) until the
+  write (``recorded_until``, or the instant of the delete that closed it earlier);
+* the current row is then recorded from the write (``recorded_at``), open again.
+
+A delete closes the current row (``recorded_until``) instead of removing it. Edges are not
+copied: a graph walk at an earlier instant follows the edges of the current rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tnsrag_db._store.validity import VERSION_KEY, VERSION_SEPARATOR
+from tnsrag_db._types import MemoryEntry
+
+__all__ = ["VERSION_KEY", "VERSION_SEPARATOR", "close_matching", "keep_versions", "reopen"]
+
+
+_LOCK_CURRENT_SQL = """\
+SELECT e.id, e.content_hash, e.content, e.tier, e.source, e.parent_id, e.ts, e.metadata, e.expires_at,
+       e.valid_from, e.valid_until, coalesce(e.recorded_at, e.created_at) AS recorded_at, e.recorded_until
+FROM entries e WHERE e.corpus = :c AND e.id = ANY(CAST(:ids AS text[])) AND e.version_of IS NULL
+ORDER BY e.id FOR NO KEY UPDATE"""
+
+_LAST_VERSION_SQL = """\
+SELECT v.version_of AS id, max(CAST(split_part(v.id, E'\\x1e', 2) AS int)) AS n FROM entries v
+WHERE v.corpus = :c AND v.version_of = ANY(CAST(:ids AS text[])) GROUP BY v.version_of"""
+
+# The rows are named by key arrays (primary-key and entry-id index conditions) besides the
+# join: a corpus the planner statistics do not know yet is estimated at one row, and a join
+# alone may be planned as a scan of it per target.
+_MARK_VERSIONS_SQL = """\
+UPDATE entries e SET version_of = v.key, recorded_at = v.since, recorded_until = coalesce(v.until, now())
+FROM unnest(CAST(:vids AS text[]), CAST(:keys AS text[]), CAST(:since AS timestamptz[]),
+            CAST(:until AS timestamptz[])) AS v(id, key, since, until)
+WHERE e.corpus = :c AND e.id = ANY(CAST(:vids AS text[])) AND e.id = v.id"""
+
+_COPY_VECTORS_SQL = """\
+INSERT INTO embeddings (corpus, space_id, entry_id, embedding)
+SELECT x.corpus, x.space_id, v.id, x.embedding
+FROM unnest(CAST(:vids AS text[]), CAST(:keys AS text[])) AS v(id, key)
+JOIN embeddings x ON x.corpus = :c AND x.entry_id = ANY(CAST(:keys AS text[])) AND x.entry_id = v.key"""
+
+_REOPEN_SQL = """\
+UPDATE entries e SET recorded_at = now(), recorded_until = NULL
+WHERE e.corpus = :c AND e.id = ANY(CAST(:ids AS text[]))"""
+
+
+def keep_versions(conn: Connection, corpus: str, batch: Sequence[MemoryEntry], hashes: Sequence[bytes],
+                  write: Callable[[Connection, Sequence[MemoryEntry]], object]) -> list[str]:
+    """Lock the current rows of ``batch``'s ids (in id order, as every writer) and keep as a
+    version each that differs from its new entry (``hashes``: the batch's content hashes)
+    or was closed by a delete; ``write`` writes the versions as entries. Returns the ids
+    whose current row is to be recorded anew (:func:`reopen`, after the write)."""
+    new = {e.id: h for e, h in zip(batch, hashes, strict=True)}
+    rows = conn.execute(sa.text(_LOCK_CURRENT_SQL), {"c": corpus, "ids": sorted(new)}).all()
+    changed = [r for r in rows if r.recorded_until is not None or bytes(r.content_hash) != new[r.id]]
+    if not changed:
+        return []
+    keys = [r.id for r in changed]
+    last = {r.id: int(r.n) for r in conn.execute(sa.text(_LAST_VERSION_SQL), {"c": corpus, "ids": keys})}
+    versions: list[MemoryEntry] = []
+    for r in changed:
+        version = MemoryEntry(id=r.id, content=r.content, tier=r.tier, source=r.source, parent_id=r.parent_id,
+                              timestamp=r.ts, metadata={**(r.metadata or {}), VERSION_KEY: r.id},
+                              expires_at=r.expires_at, valid_from=r.valid_from, valid_until=r.valid_until)
+        object.__setattr__(version, "id", f"{r.id}{VERSION_SEPARATOR}{last.get(r.id, 0) + 1}")
+        versions.append(version)
+    write(conn, versions)
+    params: dict[str, Any] = {"c": corpus, "vids": [v.id for v in versions], "keys": keys,
+                              "since": [r.recorded_at for r in changed], "until": [r.recorded_until for r in changed]}
+    conn.execute(sa.text(_MARK_VERSIONS_SQL), params)
+    conn.execute(sa.text(_COPY_VECTORS_SQL), {"c": corpus, "vids": params["vids"], "keys": keys})
+    return keys
+
+
+def reopen(conn: Connection, corpus: str, ids: Sequence[str]) -> None:
+    """Record the current rows of ``ids`` from this transaction on, open (a new version)."""
+    if ids:
+        conn.execute(sa.text(_REOPEN_SQL), {"c": corpus, "ids": list(ids)})
+
+
+def close_matching(conn: Connection, corpus: str, predicate: str, params: dict[str, Any]) -> int:
+    """Close the current rows matching ``predicate`` (filter SQL over ``e``) at this
+    transaction's instant, in id order; returns how many (a delete that keeps history)."""
+    sql = (f"WITH t AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.version_of IS NULL "
+           f"AND e.recorded_until IS NULL AND ({predicate}) ORDER BY e.id FOR NO KEY UPDATE) "
+           "UPDATE entries e SET recorded_until = now() FROM t WHERE e.corpus = :c AND e.id = t.id")
+    return int(conn.execute(sa.text(sql), {"c": corpus, **params}).rowcount)
