@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
     from tnsrag_db._store.store import Store
-    from tnsrag_db._store.write import ValidatedBatch, WriteReport
+    from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -569,16 +569,18 @@ class VectorMemoryStore:
     def _write_batch(self, store: Store, batch: ValidatedBatch, vectors: Vectors, batch_size: int, *,
                      check: Callable[[Connection], None] | None = None, stop: threading.Event | None = None,
                      embed_lock: threading.Lock | None = None,
-                     with_vectors: bool = True) -> tuple[WriteReport, Space | None]:
+                     with_vectors: bool = True,
+                     extensions: Sequence[WriteExtension] = ()) -> tuple[WriteReport, Space | None]:
         """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
         meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement.
-        ``with_vectors=False`` writes the entries only (no space: None)."""
+        ``with_vectors=False`` writes the entries only (no space: None). ``extensions`` join
+        the transaction before the vectors' own (a consolidation's merge)."""
         from tnsrag_db._indexes.vector.write import VectorWrite
 
         extension = VectorWrite(self._spaces, self._dimension, vectors,
                                 lambda entries: self._embed_entries(entries, batch_size),
                                 check=check, stop=stop, embed_lock=embed_lock, with_vectors=with_vectors)
-        report = store.write(batch, extensions=[extension])
+        report = store.write(batch, extensions=[*extensions, extension])
         return report, extension.space
 
     # -- index ----------------------------------------------------------------------
