@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from sqlalchemy.engine import URL
 
-from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, ValidationError
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
@@ -76,6 +76,15 @@ def test_identical_texts_merge_into_the_first_written_and_its_aliases_resolve(me
     graph = GraphStore(store)
     assert [(e.src, e.dst, e.relation) for e in graph.neighbours("l1")] == [("l1", "d1", "mentions")]
     assert graph.neighbours("d1") == []
+    # New edges naming the alias reach the survivor; its neighbours are the survivor's.
+    assert graph.add_edge("d2", "o1", "cites").inserted == 1
+    assert graph.add_edges([Edge("l1", "d2", "mentions", 2.0)]).updated == 1
+    assert [(e.src, e.dst, e.weight) for e in graph.neighbours("d2")] == [("d1", "o1", 1.0)]
+    assert [(e.dst, e.weight) for e in graph.neighbours("l1")] == [("d1", 2.0)]
+    with pytest.raises(ValidationError, match="same entry once aliases are resolved"):
+        graph.add_edge("d2", "d1")
+    with pytest.raises(DanglingReferenceError, match="'nope'"):
+        graph.add_edge("d2", "nope")
     # A second run finds nothing more.
     assert store.consolidate("WORKING").groups == ()
 
