@@ -16,6 +16,7 @@ from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, Valida
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
+from tnsrag_db._store.write import content_hash
 from tnsrag_db._strategies.registry import build_strategy
 from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
@@ -41,6 +42,7 @@ def _entries() -> list[MemoryEntry]:
         MemoryEntry("l1", "lunch is at noon", MemoryTier.WORKING),
         MemoryEntry("s1", "the deploy runs at five", MemoryTier.SEMANTIC),  # another tier: never paired
         MemoryEntry("o1", "an unrelated note", MemoryTier.WORKING),
+        MemoryEntry("c1", "a detail under the second copy", MemoryTier.EPISODIC, parent_id="d2"),
     ]
 
 
@@ -85,6 +87,10 @@ def test_identical_texts_merge_into_the_first_written_and_its_aliases_resolve(me
         graph.add_edge("d2", "d1")
     with pytest.raises(DanglingReferenceError, match="'nope'"):
         graph.add_edge("d2", "nope")
+    # d2's child now hangs under the survivor (rewritten: its change hash is the new entry's).
+    child = store.get("c1")
+    assert child is not None and child.parent_id == "d1"
+    assert store.content_hashes(["c1"])["c1"] == content_hash(child)
     # A second run finds nothing more.
     assert store.consolidate("WORKING").groups == ()
 
@@ -105,7 +111,7 @@ def test_near_duplicates_above_the_threshold_merge_through_the_application_funct
 
     dry = store.consolidate("WORKING", threshold=0.99, vectors=vectors, dry_run=True)
     assert [(g.survivor, g.others) for g in dry.groups] == [("d1", ("d2", "d3"))]
-    assert dry.merged == 0 and store.count() == 7 and seen == []  # a dry run writes nothing, merges nothing
+    assert dry.merged == 0 and store.count() == 8 and seen == []  # a dry run writes nothing, merges nothing
     report = store.consolidate("WORKING", threshold=0.99, vectors=vectors, merge=merge)
     assert seen == [["d1", "d2", "d3"]]
     assert [(g.survivor, g.others) for g in report.groups] == [("d3", ("d1", "d2"))]
@@ -125,7 +131,7 @@ def test_near_duplicates_above_the_threshold_merge_through_the_application_funct
 def test_linking_writes_edges_both_ways_and_deletes_nothing(memory: tuple[Store, VectorMemoryStore]) -> None:
     store, vectors = memory
     report = store.consolidate("WORKING", threshold=0.85, mode="link", relation="similar")
-    assert report.merged == 0 and report.linked == 2 * report.pairs and store.count() == 7
+    assert report.merged == 0 and report.linked == 2 * report.pairs and store.count() == 8
     assert [(g.survivor, g.others) for g in report.groups] == [("d1", ("d2", "d3", "d4"))]
     graph = GraphStore(store)
     similar = {(e.src, e.dst): e.weight for e in graph.neighbours("d4", relation="similar")}
@@ -160,10 +166,10 @@ def test_a_merge_function_that_raises_leaves_everything_as_it_was(memory: tuple[
         store.consolidate("WORKING", merge=lambda es: replace(es[0], id="elsewhere"))
     with pytest.raises(ValidationError, match="not a MemoryEntry"):
         store.consolidate("WORKING", merge=lambda es: "text")  # type: ignore[arg-type,return-value]
-    assert store.count() == 7
+    assert store.count() == 8
     # None leaves a group alone.
     report = store.consolidate("WORKING", merge=lambda es: None)
-    assert (report.merged, report.skipped, store.count()) == (0, 1, 7)
+    assert (report.merged, report.skipped, store.count()) == (0, 1, 8)
 
 
 def test_bad_options_are_refused_before_anything_is_read(store: Store) -> None:
@@ -254,10 +260,10 @@ def test_db_consolidate_command(memory: tuple[Store, VectorMemoryStore], db_url:
     out = json.loads(result.output)
     assert out["dry_run"] is True and out["groups"] == [{"survivor": "d1", "others": ["d2", "d3"],
                                                          "similarity": pytest.approx(0.996195, abs=1e-5)}]
-    assert store.count() == 7
+    assert store.count() == 8
     result = CliRunner().invoke(main_group, args)
     assert result.exit_code == 0, result.output
-    assert "merged 2 entries" in result.output and store.count() == 5
+    assert "merged 2 entries" in result.output and store.count() == 6
     result = CliRunner().invoke(main_group, ["db", "consolidate", "--url", url, "--corpus", store.corpus,
                                              "--tier", "WORKING", "--threshold", "2"])
     assert result.exit_code != 0 and "threshold" in result.output

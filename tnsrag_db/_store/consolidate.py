@@ -42,7 +42,7 @@ import sqlalchemy as sa
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._store.expiry import live
 from tnsrag_db._store.reads import ENTRY_FIELDS, row_to_entry
-from tnsrag_db._store.write import WriteExtension, WriteReport, delete_matching
+from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, write_entries
 from tnsrag_db._types import MemoryEntry, MemoryTier
 from tnsrag_db._validate import check_int
 
@@ -352,6 +352,11 @@ GROUP BY m.src, m.relation, m.dst
 ORDER BY m.src, m.relation, m.dst
 ON CONFLICT (corpus, dst, relation, src) DO UPDATE SET weight = greatest(g.weight, excluded.weight)"""
 
+# The entries whose parent is merged away (not merged away themselves), locked in id order.
+_CHILDREN_SQL = (f"SELECT {', '.join(f'e.{f}' for f in ENTRY_FIELDS)} FROM entries e WHERE e.corpus = :c "
+                 "AND e.parent_id = ANY(CAST(:o AS text[])) AND e.id <> ALL(CAST(:o AS text[])) "
+                 "ORDER BY e.id FOR UPDATE OF e")
+
 # Aliases of the merged-away entries follow them to their survivors, and they become aliases.
 _MOVE_ALIASES_SQL = """\
 UPDATE entry_aliases a SET entry_id = m.s
@@ -388,6 +393,15 @@ class _MergeWrite(WriteExtension):
             return
         params = {"c": corpus.name, "o": [o for o, _ in pairs], "s": [s for _, s in pairs]}
         conn.execute(sa.text(_MOVE_EDGES_SQL), params)
+        # The children of the merged-away entries (the hierarchy's parent_id) move to their
+        # survivors, rewritten through the write path; a survivor whose parent was merged
+        # into it loses its parent rather than becoming its own.
+        survivor_of = dict(pairs)
+        children = [row_to_entry(r) for r in conn.execute(sa.text(_CHILDREN_SQL), params)]
+        if children:
+            moved = [replace(e, parent_id=None if survivor_of[e.parent_id] == e.id else survivor_of[e.parent_id])
+                     for e in children if e.parent_id is not None]
+            write_entries(conn, corpus, ValidatedBatch(moved))
         conn.execute(sa.text(_MOVE_ALIASES_SQL), params)
         conn.execute(sa.text(_ADD_ALIASES_SQL), params)
         delete_matching(conn, corpus, "e.id = ANY(CAST(:ids AS text[]))", {"ids": params["o"]})
@@ -420,8 +434,6 @@ def _write_merges(store: Store, vectors: VectorMemoryStore | None, groups: list[
                   progress: ConsolidationProgress | None) -> tuple[int, int]:
     """Merge ``groups`` (each with its result) in transactions of :data:`MERGE_BATCH`;
     returns (entries merged away, groups skipped as changed meanwhile)."""
-    from tnsrag_db._store.write import ValidatedBatch
-
     merged = skipped = done = 0
     todo = [g for g in groups if g.result is not None]
     for start in range(0, len(todo), MERGE_BATCH):
