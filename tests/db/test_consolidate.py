@@ -272,3 +272,23 @@ def test_db_consolidate_command(memory: tuple[Store, VectorMemoryStore], db_url:
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["promoted"] == 1
     assert store.get("d1").tier is MemoryTier.SEMANTIC  # type: ignore[union-attr]
+
+
+def test_the_async_store_consolidates_promotes_and_resolves_aliases(store: Store) -> None:
+    import asyncio
+
+    from tnsrag_db import AsyncStore
+
+    store.add_all([MemoryEntry("a", "same words", MemoryTier.WORKING), MemoryEntry("b", "same words", MemoryTier.WORKING)])
+
+    async def scenario() -> tuple[int, str | None, int]:
+        astore = AsyncStore(store)
+        try:
+            merged = (await astore.consolidate("WORKING")).merged
+            got = await astore.get("b")
+            promoted = (await astore.promote("WORKING", "SEMANTIC")).promoted
+            return merged, got.id if got is not None else None, promoted
+        finally:
+            await astore.close()
+
+    assert asyncio.run(scenario()) == (1, "a", 1)
