@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from tnsrag_db._store.store import Store
 
 __all__ = ["DEFAULT_NEIGHBORS", "DEFAULT_RELATION", "MERGE_BATCH", "MODES", "PAIR_BATCH", "ConsolidationGroup",
-           "ConsolidationProgress", "ConsolidationReport", "MergeFunction", "PromotionReport", "consolidate", "promote"]
+           "ConsolidationProgress", "ConsolidationReport", "MergeFunction", "PromotionReport", "check_threshold",
+           "consolidate", "promote"]
 
 #: The two things consolidation does with a group of duplicates.
 MODES = ("merge", "link")
@@ -119,17 +120,23 @@ class ConsolidationReport:
 
 
 # -- checks -------------------------------------------------------------------------------
+def check_threshold(threshold: object) -> float | None:
+    """``threshold`` as a cosine similarity in (0, 1] (None stays None), else :class:`ValidationError`."""
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold) \
+            or not 0 < threshold <= 1:
+        raise ValidationError(f"threshold must be a cosine similarity above 0 and at most 1, got {threshold!r}")
+    return float(threshold)
+
+
 def _check_options(tier: object, threshold: object, mode: object, merge: object, neighbors: object,
                    relation: object) -> tuple[str, float | None]:
     try:
         name = MemoryTier.parse(tier).name  # type: ignore[arg-type]
     except (ValueError, TypeError) as exc:
         raise ValidationError(f"tier: {exc}") from None
-    if threshold is not None:
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold) \
-                or not 0 < threshold <= 1:
-            raise ValidationError(f"threshold must be a cosine similarity above 0 and at most 1, got {threshold!r}")
-        threshold = float(threshold)
+    threshold = check_threshold(threshold)
     if mode not in MODES:
         raise ValidationError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     if merge is not None and not callable(merge):
