@@ -4,7 +4,7 @@ it finds, and what the alias lookup costs ``get``.
 Usage::
 
     python -m bench.bench_consolidate [--url URL] [--n 20000] [--dim 384] [--share 0.05] [--rounds 3]
-                                      [--exact] [--real debian|none] [--gets 500]
+                                      [--exact] [--part all|synthetic|gets|debian] [--gets 500]
 
 **Synthetic.** ``n`` generated entries (:func:`bench._corpus.generate_corpus`, 90 % WORKING,
 10 % EPISODIC) plus planted duplicates of ``share`` of them each: copies with the same text
@@ -16,10 +16,11 @@ threshold=0.95)`` through the HNSW index, with the share of planted WORKING pair
 with ``--exact`` once more without the index (the exact scan per entry: every pair, the
 reference the HNSW pairs are compared with). Then the merge itself (not a dry run), timed.
 
-**get.** Median microseconds of ``Store.get``'s statement (through ``Store.read``) for an
-id that is an entry, one that is an alias, and one that is neither, against the statement
+**get.** Median microseconds of ``Store.get``'s plan (through ``Store.session.run``) for
+an id that is an entry, one that is an alias, and one that is neither, against the plan
 ``get`` ran before aliases (an entry by id only), alternating, ``gets`` ids each,
-``rounds`` rounds.
+``rounds`` rounds: after the synthetic merge, or alone (``--part gets``: ``n`` entries, a
+tenth written twice and merged, no vectors).
 
 **Real.** ``debian``: the installed packages' long descriptions (every package of
 ``/var/lib/dpkg/status`` with one, duplicates included; the tier WORKING) embedded with
@@ -42,8 +43,9 @@ import sqlalchemy as sa
 
 from bench._common import scratch_database
 from bench._corpus import generate_corpus
+from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._store.reads import _GET_SQL, ENTRY_FIELDS
+from tnsrag_db._store.reads import ENTRY_FIELDS, get_plan, row_to_entry
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._types import MemoryEntry, MemoryTier
 
@@ -151,29 +153,49 @@ def synthetic(url: str, args: argparse.Namespace) -> None:
     store.close()
 
 
+def old_get_plan(corpus: str, entry_id: str) -> Plan[MemoryEntry | None]:
+    """``get`` as it was before aliases."""
+    rows = yield Statement(OLD_GET, {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
+    return row_to_entry(rows[0]) if rows else None
+
+
 def gets(store: Store, entry_ids: list[str], aliases: list[str], args: argparse.Namespace) -> None:
     m = min(args.gets, len(entry_ids), len(aliases))
     cases = {"entry": entry_ids[:m], "alias": aliases[:m], "missing": [f"missing-{i}" for i in range(m)]}
+    session = store.session
     for ids in cases.values():  # warm
         for i in ids[:50]:
-            store.read(_GET_SQL, {"c": store.corpus, "id": i})
-            store.read(OLD_GET, {"c": store.corpus, "id": i})
+            session.run(get_plan(store.corpus, i))
+            session.run(old_get_plan(store.corpus, i))
     print(f"  get, median us over {m} ids x {args.rounds} rounds: this version / an entry by id only / ratio")
     for name, ids in cases.items():
         new: list[float] = []
         old: list[float] = []
         for r in range(args.rounds):
             for k, i in enumerate(ids):
-                order = [(new, lambda i=i: store.read(_GET_SQL, {"c": store.corpus, "id": i})), (old, lambda i=i: store.read(OLD_GET, {"c": store.corpus,
-                                                                                                  "id": i}))]
+                order = [(new, get_plan), (old, old_get_plan)]
                 if (k + r) % 2:
                     order.reverse()
-                for sink, call in order:
+                for sink, plan in order:
                     t = time.perf_counter()
-                    call()
+                    session.run(plan(store.corpus, i))
                     sink.append(time.perf_counter() - t)
         a, b = statistics.median(new) * 1e6, statistics.median(old) * 1e6
         print(f"    {name:8} {a:7.0f} / {b:7.0f} / {a / b:.3f}", flush=True)
+
+
+def gets_only(url: str, args: argparse.Namespace) -> None:
+    """The get comparison alone: ``n`` entries, a tenth of them written twice and merged."""
+    store = connect(url, corpus="consolidate_gets", auto_migrate=True)
+    corpus = generate_corpus(args.n, dim=8, seed=42)
+    entries = [replace(e, tier=MemoryTier.WORKING) for e in corpus.entries]
+    store.add_all(entries + [replace(e, id=f"copy-{e.id}") for e in entries[:: 10]])
+    report = store.consolidate("WORKING")
+    vacuum(store)
+    print(f"gets: {len(entries)} entries, {report.merged} merged into aliases", flush=True)
+    gets(store, [e.id for e in entries[1::10]], [o for g in report.groups for o in g.others], args)
+    store.drop_corpus()
+    store.close()
 
 
 def debian_descriptions() -> list[MemoryEntry]:
@@ -226,12 +248,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gets", type=int, default=500)
     parser.add_argument("--exact", action="store_true")
-    parser.add_argument("--real", choices=("debian", "none"), default="debian")
+    parser.add_argument("--part", choices=("all", "synthetic", "gets", "debian"), default="all")
     args = parser.parse_args()
     with scratch_database(args.url, "bench_consolidate") as (url, _):
         address = url.render_as_string(hide_password=False)
-        synthetic(address, args)
-        if args.real == "debian":
+        if args.part in ("all", "synthetic"):
+            synthetic(address, args)
+        if args.part == "gets":
+            gets_only(address, args)
+        if args.part in ("all", "debian"):
             real(address, args)
 
 

@@ -33,12 +33,13 @@ neighbour count) are formatted into SQL; every value is bound.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
+from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._store.expiry import live
 from tnsrag_db._store.reads import ENTRY_FIELDS, row_to_entry
@@ -49,11 +50,12 @@ from tnsrag_db._validate import check_int
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from tnsrag_db._indexes.vector.index import VectorMemoryStore
-    from tnsrag_db._store.store import Store
+    from tnsrag_db._db.session import Session
+    from tnsrag_db._store.corpus import Writer
 
 __all__ = ["DEFAULT_NEIGHBORS", "DEFAULT_RELATION", "MERGE_BATCH", "MODES", "PAIR_BATCH", "ConsolidationGroup",
-           "ConsolidationProgress", "ConsolidationReport", "MergeFunction", "PromotionReport", "check_threshold",
+           "ConsolidatedStore", "ConsolidationProgress", "ConsolidationReport", "EmbeddingWriter", "MergeFunction",
+           "PromotionReport", "check_threshold",
            "consolidate", "promote"]
 
 #: The two things consolidation does with a group of duplicates.
@@ -73,6 +75,41 @@ MergeFunction = Callable[[Sequence[MemoryEntry]], "MemoryEntry | None"]
 #: ``progress(phase, done, total)``: phase ``"pairs"`` (entries of the tier looked at) or
 #: ``"merge"``/``"link"`` (groups written).
 ConsolidationProgress = Callable[[str, int, int], None]
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class EmbeddingWriter(Protocol):
+    """What a consolidation needs of a vector view (a ``VectorMemoryStore``): the name of its
+    embedding space, and a write of entries that embeds them with ``extensions`` joining
+    its transaction."""
+
+    @property
+    def embedding(self) -> _Named: ...
+
+    def add_all(self, entries: Iterable[MemoryEntry], *,
+                extensions: Sequence[WriteExtension] = ()) -> IngestCounts: ...
+
+
+class ConsolidatedStore(Protocol):
+    """What a consolidation needs of a :class:`tnsrag_db.Store`."""
+
+    @property
+    def corpus(self) -> str: ...
+
+    @property
+    def session(self) -> Session: ...
+
+    @property
+    def writer(self) -> Writer: ...
+
+    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]: ...
+
+    def write(self, entries: Iterable[MemoryEntry], *, extensions: Sequence[WriteExtension] = (),
+              progress: Callable[[int], None] | None = None) -> WriteReport: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +237,7 @@ class _Space:
     index_name: str | None
 
 
-def _choose_space(store: Store, space: str | None, vectors: VectorMemoryStore | None) -> _Space | None:
+def _choose_space(store: ConsolidatedStore, space: str | None, vectors: EmbeddingWriter | None) -> _Space | None:
     rows = [_Space(int(r.space_id), str(r.provider), int(r.dimension), r.index_name)
             for r in store.read(_SPACES_SQL, {"c": store.corpus})]
     wanted = vectors.embedding.name if vectors is not None else space
@@ -312,7 +349,7 @@ class _Group:
         return self.result.id if self.result is not None else self.entries[0].id
 
 
-def _read_groups(store: Store, components: list[tuple[list[str], float]]) -> list[_Group]:
+def _read_groups(store: ConsolidatedStore, components: list[tuple[list[str], float]]) -> list[_Group]:
     groups: list[_Group] = []
     for start in range(0, len(components), MERGE_BATCH):
         chunk = components[start:start + MERGE_BATCH]
@@ -379,7 +416,7 @@ class _MergeWrite(WriteExtension):
     """A batch of groups merged in the survivors' write: the members locked and checked
     before, the others' edges, aliases and rows after."""
 
-    def __init__(self, store: Store, groups: Sequence[_Group]) -> None:
+    def __init__(self, store: ConsolidatedStore, groups: Sequence[_Group]) -> None:
         self._store = store
         self._groups = groups
 
@@ -414,7 +451,7 @@ class _MergeWrite(WriteExtension):
         delete_matching(conn, corpus, "e.id = ANY(CAST(:ids AS text[]))", {"ids": params["o"]})
 
 
-def _apply_merge(store: Store, groups: list[_Group], merge: MergeFunction | None) -> int:
+def _apply_merge(store: ConsolidatedStore, groups: list[_Group], merge: MergeFunction | None) -> int:
     """Call ``merge`` for every group (nothing written yet); returns how many it declined."""
     declined = 0
     for g in groups:
@@ -437,7 +474,7 @@ def _apply_merge(store: Store, groups: list[_Group], merge: MergeFunction | None
     return declined
 
 
-def _write_merges(store: Store, vectors: VectorMemoryStore | None, groups: list[_Group],
+def _write_merges(store: ConsolidatedStore, vectors: EmbeddingWriter | None, groups: list[_Group],
                   progress: ConsolidationProgress | None) -> tuple[int, int]:
     """Merge ``groups`` (each with its result) in transactions of :data:`MERGE_BATCH`;
     returns (entries merged away, groups skipped as changed meanwhile)."""
@@ -450,8 +487,7 @@ def _write_merges(store: Store, vectors: VectorMemoryStore | None, groups: list[
             extension = _MergeWrite(store, chunk)
             try:
                 if vectors is not None:
-                    prepared = vectors._prepare(batch, 256)
-                    vectors._write_batch(store, batch, prepared, 256, extensions=[extension])
+                    vectors.add_all(batch, extensions=[extension])
                 else:
                     store.write(batch, extensions=[extension])
             except _Stale as exc:
@@ -466,28 +502,60 @@ def _write_merges(store: Store, vectors: VectorMemoryStore | None, groups: list[
     return merged, skipped
 
 
-def _write_links(store: Store, pairs: list[tuple[str, str, float]], relation: str,
-                 progress: ConsolidationProgress | None) -> int:
-    from tnsrag_db._indexes.graph.index import Edge, GraphStore
+# The pairs' edges (``:a``/``:b``/``:w``: their ends and weights, both ways already), for the
+# ends that are live entries (locked FOR KEY SHARE in id order, as the graph's edge writes
+# lock theirs, so that a delete cannot remove one before the insert).
+_LOCK_ENDS_SQL = (f"SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = ANY(CAST(:ids AS text[])) "
+                  f"AND {_LIVE_E} ORDER BY e.id FOR KEY SHARE OF e")
+_LINK_SQL = """\
+INSERT INTO edges AS g (corpus, src, dst, relation, weight)
+SELECT :c, l.a, l.b, :r, l.w FROM unnest(CAST(:a AS text[]), CAST(:b AS text[]), CAST(:w AS float8[])) AS l(a, b, w)
+ORDER BY l.a, l.b
+ON CONFLICT (corpus, dst, relation, src) DO UPDATE SET weight = excluded.weight
+WHERE g.weight IS DISTINCT FROM excluded.weight"""
 
-    graph = GraphStore(store)
+
+class _LinkWrite(WriteExtension):
+    """A batch of pairs linked both ways in one write transaction."""
+
+    def __init__(self, store: ConsolidatedStore, edges: Sequence[tuple[str, str, float]], relation: str) -> None:
+        self._store = store
+        self._edges = edges
+        self._relation = relation
+        self.written = 0
+
+    def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
+        corpus = self._store.writer.corpus
+        corpus.text_config(conn)  # the corpus's write lock first, as every writer takes it
+        ids = sorted({x for a, b, _ in self._edges for x in (a, b)})
+        alive = set(conn.execute(sa.text(_LOCK_ENDS_SQL), {"c": corpus.name, "ids": ids}).scalars())
+        kept = [(a, b, w) for a, b, w in self._edges if a in alive and b in alive]
+        if kept:
+            conn.execute(sa.text(_LINK_SQL), {"c": corpus.name, "r": self._relation, "a": [a for a, _, _ in kept],
+                                              "b": [b for _, b, _ in kept], "w": [w for _, _, w in kept]})
+        self.written = len(kept)
+
+
+def _write_links(store: ConsolidatedStore, pairs: list[tuple[str, str, float]], relation: str,
+                 progress: ConsolidationProgress | None) -> int:
     best: dict[tuple[str, str], float] = {}
     for a, b, score in pairs:
         key = (a, b) if a < b else (b, a)
         best[key] = max(best.get(key, -2.0), score)
-    edges = [Edge(x, y, relation, weight) for (a, b), weight in sorted(best.items()) for x, y in ((a, b), (b, a))]
+    edges = [(x, y, weight) for (a, b), weight in sorted(best.items()) for x, y in ((a, b), (b, a))]
     written = 0
     for start in range(0, len(edges), 2 * MERGE_BATCH):
         chunk = edges[start:start + 2 * MERGE_BATCH]
-        graph.add_edges(chunk)
-        written += len(chunk)
+        extension = _LinkWrite(store, chunk, relation)
+        store.write((), extensions=[extension])
+        written += extension.written
         if progress is not None:
-            progress("link", min(start + len(chunk), len(edges)) // 2, len(edges) // 2)
+            progress("link", (start + len(chunk)) // 2, len(edges) // 2)
     return written
 
 
-def consolidate(store: Store, tier: MemoryTier | str, *, threshold: float | None = None, mode: str = "merge",
-                merge: MergeFunction | None = None, vectors: VectorMemoryStore | None = None,
+def consolidate(store: ConsolidatedStore, tier: MemoryTier | str, *, threshold: float | None = None, mode: str = "merge",
+                merge: MergeFunction | None = None, vectors: EmbeddingWriter | None = None,
                 space: str | None = None, neighbors: int = DEFAULT_NEIGHBORS, relation: str = DEFAULT_RELATION,
                 dry_run: bool = False, progress: ConsolidationProgress | None = None) -> ConsolidationReport:
     """See :meth:`tnsrag_db.Store.consolidate`."""
@@ -551,7 +619,7 @@ _PROMOTE_PAGE_SQL = (f"SELECT {', '.join(f'e.{f}' for f in ENTRY_FIELDS)}, e.con
                      f"AND {_LIVE_E} ORDER BY e.id LIMIT :n")
 
 
-def promote(store: Store, from_tier: MemoryTier | str, to_tier: MemoryTier | str, predicate: str,
+def promote(store: ConsolidatedStore, from_tier: MemoryTier | str, to_tier: MemoryTier | str, predicate: str,
             params: dict[str, Any], *, dry_run: bool = False,
             progress: ConsolidationProgress | None = None) -> PromotionReport:
     """See :meth:`tnsrag_db.Store.promote` (``predicate``: the rule as SQL over ``e``, values in ``params``)."""

@@ -49,7 +49,8 @@ def row_to_entry(row: Any) -> MemoryEntry:
 
 
 #: An entry by its id, else by an alias of it (revision 0016: the id of an entry merged into
-#: it). The branches run in order under the LIMIT: an entry found by its id costs nothing more.
+#: it). The branches run in order under the LIMIT: the alias branch is not read when the
+#: first finds the entry.
 _GET_SQL = (f"(SELECT {', '.join(f'e.{f}' for f in ENTRY_FIELDS)} FROM entries e "
             f"WHERE e.corpus = :c AND e.id = :id AND {_LIVE}) "
             f"UNION ALL (SELECT {', '.join(f'e.{f}' for f in ENTRY_FIELDS)} FROM entry_aliases a "
@@ -62,7 +63,9 @@ _ALIASED_SQL = (f"SELECT a.alias AS asked, {', '.join(f'e.{f}' for f in ENTRY_FI
 
 
 def get_plan(corpus: str, entry_id: str) -> Plan[MemoryEntry | None]:
-    """The entry ``entry_id`` of ``corpus``, or the entry it was merged into (an alias), or None."""
+    """The entry ``entry_id`` of ``corpus``, or the entry it was merged into (an alias), or None
+    (one statement: a second round trip for the alias would cost a missing id more than
+    the alias branch costs every call; docs/performance.md, "Consolidation")."""
     rows = yield Statement(_GET_SQL, {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
     return row_to_entry(rows[0]) if rows else None
 

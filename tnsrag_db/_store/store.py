@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
@@ -46,8 +46,11 @@ from tnsrag_db._store.consolidate import (
     DEFAULT_RELATION,
     ConsolidationProgress,
     ConsolidationReport,
+    EmbeddingWriter,
     MergeFunction,
     PromotionReport,
+    consolidate,
+    promote,
 )
 from tnsrag_db._store.corpus import (
     DEFAULT_ANALYZE_AFTER_ROWS,
@@ -77,9 +80,6 @@ from tnsrag_db._types import MemoryEntry, MemoryTier
 from tnsrag_db._validate import check_int, is_int
 
 __all__ = ["Store", "connect"]
-
-if TYPE_CHECKING:
-    from tnsrag_db._indexes.vector.index import VectorMemoryStore
 
 _T = TypeVar("_T")
 
@@ -429,7 +429,7 @@ class Store:
         return SweepReport(deleted=deleted, tombstones=tombstones, vacuumed=vacuum and deleted > 0)
 
     def consolidate(self, tier: MemoryTier | str, *, threshold: float | None = None, mode: str = "merge",
-                    merge: MergeFunction | None = None, vectors: VectorMemoryStore | None = None,
+                    merge: MergeFunction | None = None, vectors: EmbeddingWriter | None = None,
                     space: str | None = None, neighbors: int = DEFAULT_NEIGHBORS,
                     relation: str = DEFAULT_RELATION, dry_run: bool = False,
                     progress: ConsolidationProgress | None = None) -> ConsolidationReport:
@@ -439,7 +439,7 @@ class Store:
         cosine similarity in (0, 1]), entries whose vectors are at least that similar: each
         entry's ``neighbors`` (default 10) nearest vectors of an embedding space are looked
         at (its HNSW index, else an exact scan), in the space of ``vectors`` (a
-        :class:`VectorMemoryStore`), the space named ``space`` (a provider name), or the
+        :class:`VectorMemoryStore`, whose writes embed a merged text), the space named ``space`` (a provider name), or the
         corpus's only space. Pairs join into groups (their connected components); the entry
         of a group written first (then the smallest id) is its survivor.
 
@@ -462,8 +462,6 @@ class Store:
         unknown mode or a bad merge result; :class:`ConfigurationError` when ``threshold``
         has no single space to search.
         """
-        from tnsrag_db._store.consolidate import consolidate
-
         with _telemetry.operation("consolidate", self._corpus, mode=mode) as op:
             report = consolidate(self, tier, threshold=threshold, mode=mode, merge=merge, vectors=vectors,
                                  space=space, neighbors=neighbors, relation=relation, dry_run=dry_run,
@@ -485,8 +483,6 @@ class Store:
         Raises :class:`ValidationError` for an unknown tier, the same tier twice or a bad
         filter or ``older_than``.
         """
-        from tnsrag_db._store.consolidate import promote
-
         predicate, params = filter_sql(filters)
         if older_than is not None:
             predicate = f"{predicate} AND e.created_at < {_cutoff(older_than, params)}"

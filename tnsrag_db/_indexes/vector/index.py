@@ -362,7 +362,8 @@ class VectorMemoryStore:
                 embeddings: Sequence[Sequence[float]] | npt.NDArray[Any] | None = None,
                 batch_size: int = 256, progress: Callable[[int], None] | None = None,
                 check: Callable[[Connection], None] | None = None,
-                index_progress: IndexProgress | None = None) -> IngestCounts:
+                index_progress: IndexProgress | None = None,
+                extensions: Sequence[WriteExtension] = ()) -> IngestCounts:
         """Write entries and their embeddings in one transaction; returns the entry counts.
 
         ``embeddings`` (optional) are precomputed vectors, row i for entry i, validated by
@@ -382,6 +383,8 @@ class VectorMemoryStore:
         exception it raises rolls the whole write back (no entry, no vector) and
         propagates. It runs again if the write is retried after a deadlock.
         ``index_progress`` is handed to :meth:`build_index` when this call builds the index.
+        ``extensions`` (:class:`~tnsrag_db._store.write.WriteExtension`) join the write's
+        transaction before the vectors' own (a consolidation's merge does).
         """
         from tnsrag_db._store.write import ValidatedBatch
 
@@ -400,7 +403,7 @@ class VectorMemoryStore:
                 progress(len(batch))
         else:
             vectors = self._prepare(batch, batch_size, progress)
-        report, space = self._write_batch(store, batch, vectors, batch_size, check=check)
+        report, space = self._write_batch(store, batch, vectors, batch_size, check=check, extensions=extensions)
         if space is None:
             return report.counts
         if progress is not None:
