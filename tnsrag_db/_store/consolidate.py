@@ -14,10 +14,11 @@
    its size is the number of pairs, at most ``neighbors`` per entry). In each group the
    entry written first (then the smallest id) is the survivor.
 3. **Writes.** ``mode="link"``: an edge of ``relation`` both ways between the two entries
-   of every pair (weight: their similarity, 1.0 for the same text), through the graph's
-   edge writes. ``mode="merge"``: every group becomes its survivor, written through the
-   store's write path (the application's ``merge`` function may rewrite it from the
-   group's entries); the others' edges move to the survivor, their ids become its aliases
+   of every pair (weight: their similarity, 1.0 for the same text), upserted with the
+   ends locked as the graph's edge writes lock theirs. ``mode="merge"``: every group
+   becomes its survivor, written through the store's write path (the application's
+   ``merge`` function may rewrite it from the group's entries); the others' edges and
+   children move to the survivor, their ids become its aliases
    (``entry_aliases``, revision 0016: ``get``, ``get_many`` and the graph resolve them), and
    they are deleted through the store's delete path (postings, vectors and edges with
    them). ``merge`` is called for every group before anything is written, so an exception it
@@ -25,6 +26,9 @@
    :data:`MERGE_BATCH` groups, each locking its groups' entries (in id order, as every
    writer does) and skipping a group an entry of which another writer changed or deleted
    since it was read.
+
+:func:`promote` (:meth:`tnsrag_db.Store.promote`) moves the entries of one tier that meet a
+rule over their metadata and age to another, rewriting each through the same locked write.
 
 Only code constants and integers (space ids and dimensions read from the catalog, the
 neighbour count) are formatted into SQL; every value is bound.
