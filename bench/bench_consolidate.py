@@ -4,7 +4,7 @@ it finds, and what the alias lookup costs ``get``.
 Usage::
 
     python -m bench.bench_consolidate [--url URL] [--n 20000] [--dim 384] [--share 0.05] [--rounds 3]
-                                      [--exact] [--part all|synthetic|gets|debian] [--gets 500]
+                                      [--exact] [--part all|synthetic|gets|debian|docs] [--gets 500]
 
 **Synthetic.** ``n`` generated entries (:func:`bench._corpus.generate_corpus`, 90 % WORKING,
 10 % EPISODIC) plus planted duplicates of ``share`` of them each: copies with the same text
@@ -25,7 +25,9 @@ tenth written twice and merged, no vectors).
 **Real.** ``debian``: the installed packages' long descriptions (every package of
 ``/var/lib/dpkg/status`` with one, duplicates included; the tier WORKING) embedded with
 the shipped model, then dry runs with the same text only and thresholds 0.95 and 0.90:
-the counts, the time, and a few groups to judge by eye.
+the counts, the time, and a few groups to judge by eye. ``docs``: the
+``/usr/share/doc/*/copyright`` files under 6 kB, chunked by ``FileLoader`` (the ingest
+path) and embedded with the shipped model; the same dry runs, then a merge at 0.95.
 """
 
 from __future__ import annotations
@@ -239,6 +241,40 @@ def real(url: str, args: argparse.Namespace) -> None:
     store.close()
 
 
+def docs(url: str, args: argparse.Namespace) -> None:
+    """``/usr/share/doc/*/copyright`` files under 6 kB, loaded by :class:`FileLoader` (the
+    ingest path's chunks) and embedded with the shipped model: licence texts repeat."""
+    from bench.cranfield import shipped_model
+    from tnsrag_db import FileLoader
+
+    model, why = shipped_model()
+    if model is None:
+        raise SystemExit(f"the real corpus needs the shipped model: {why}")
+    paths = sorted(str(p) for p in Path("/usr/share/doc").glob("*/copyright") if p.stat().st_size < 6144)
+    entries = list(FileLoader(*paths, base_dir="/usr/share/doc", tier=MemoryTier.WORKING).load())
+    store = connect(url, corpus="consolidate_docs", auto_migrate=True)
+    vectors = VectorMemoryStore(store, model)
+    t = time.perf_counter()
+    vectors.add_all(entries)
+    vacuum(store)
+    print(f"\ndocs: {len(paths)} copyright files, {len(entries)} chunks embedded and written in "
+          f"{time.perf_counter() - t:.0f} s (exact scans: below the index threshold)", flush=True)
+    for threshold in (None, 0.95, 0.90):
+        took, report = median_run(store, args.rounds, threshold=threshold)
+        sizes = sorted((1 + len(g.others) for g in report.groups), reverse=True)
+        print(f"  threshold {threshold or 'same text'!s:9}: {took:5.2f} s  pairs {report.pairs:4}  groups "
+              f"{len(report.groups):3}  entries in groups {sum(sizes):4}  largest {sizes[:5]}", flush=True)
+    t = time.perf_counter()
+    report = store.consolidate("WORKING", threshold=0.95, vectors=vectors)
+    print(f"  merge at 0.95: {time.perf_counter() - t:.2f} s, {report.merged} chunks merged into "
+          f"{len(report.groups)} survivors; {store.count()} entries left", flush=True)
+    for g in report.groups[:3]:
+        print(f"    {g.survivor} <- {', '.join(g.others[:3])}{' ...' if len(g.others) > 3 else ''} "
+              f"({g.similarity:.3f}): {store.get(g.others[0]).content[:70]!r}")  # type: ignore[union-attr]
+    store.drop_corpus()
+    store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url")
@@ -248,7 +284,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gets", type=int, default=500)
     parser.add_argument("--exact", action="store_true")
-    parser.add_argument("--part", choices=("all", "synthetic", "gets", "debian"), default="all")
+    parser.add_argument("--part", choices=("all", "synthetic", "gets", "debian", "docs"), default="all")
     args = parser.parse_args()
     with scratch_database(args.url, "bench_consolidate") as (url, _):
         address = url.render_as_string(hide_password=False)
@@ -258,6 +294,8 @@ def main() -> None:
             gets_only(address, args)
         if args.part in ("all", "debian"):
             real(address, args)
+        if args.part in ("all", "docs"):
+            docs(address, args)
 
 
 if __name__ == "__main__":
