@@ -202,7 +202,7 @@ WHERE e.corpus = :c AND e.tier = :t AND {_LIVE_E}
 GROUP BY sha256(convert_to(e.content, 'UTF8'))
 HAVING count(*) > 1"""
 
-#: The tier's live entries with a vector in the space, after ``:after`` in id order (a page).
+#: The tier's live entries after ``:after`` in id order (a page; those without a vector pair with none).
 _PAGE_SQL = f"""\
 SELECT e.id FROM entries e
 WHERE e.corpus = :c AND e.tier = :t AND e.id > :after AND {_LIVE_E}
