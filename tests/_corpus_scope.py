@@ -30,7 +30,8 @@ __all__ = ["ALL_CORPORA_MARKER", "SHARED_TABLES", "corpus_violations"]
 
 #: Tables keyed by corpus that every store statement must pin to one corpus.
 SHARED_TABLES = frozenset({"entries", "bm25_postings", "bm25_df", "bm25_stats", "embeddings", "edges",
-                           "embedding_spaces", "bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state"})
+                           "embedding_spaces", "bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state",
+                           "entry_aliases"})
 #: A statement carrying this comment reads several corpora on purpose.
 ALL_CORPORA_MARKER = "tnsrag:all-corpora"
 

@@ -46,7 +46,9 @@ _BASE_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_po
                 "edges")
 #: The merged BM25 postings' tables (revision 0011).
 _BLOCK_TABLES = ("bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state")
-TENANT_TABLES = _BASE_TABLES + _BLOCK_TABLES
+#: The aliases of merged entries (revision 0016).
+_ALIAS_TABLES = ("entry_aliases",)
+TENANT_TABLES = _BASE_TABLES + _BLOCK_TABLES + _ALIAS_TABLES
 
 #: The metadata filter pairs (migration 0007): keyed by corpus too, with a policy of its own
 #: (``tenant_filter_pairs``, the same grant lookup) and row-level security switched on and off
@@ -316,6 +318,9 @@ _PRIVILEGE_STATEMENTS = (
 #: The BM25 blocks' tables (revision 0011), granted like the tables above where the schema has them.
 _BLOCK_PRIVILEGES = ("GRANT SELECT, INSERT, UPDATE, DELETE ON "
                      + ", ".join(f"%1$I.{t}" for t in _BLOCK_TABLES) + " TO %2$I",)
+#: The aliases' table (revision 0016), granted like the tables above where the schema has it.
+_ALIAS_PRIVILEGES = ("GRANT SELECT, INSERT, UPDATE, DELETE ON "
+                     + ", ".join(f"%1$I.{t}" for t in _ALIAS_TABLES) + " TO %2$I",)
 #: Read only: the triggers on ``entries`` (SECURITY DEFINER) write the pairs.
 _PAIRS_PRIVILEGES = (
     "REVOKE ALL ON %1$I." + PAIRS_TABLE + " FROM %2$I",
@@ -365,7 +370,10 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str,
         _check_role(conn, schema, role)
         blocks = conn.execute(sa.text("SELECT to_regclass(format('%I.bm25_blocks', CAST(:s AS text))) IS NOT NULL"),
                               {"s": schema}).scalar_one()
+        aliases = conn.execute(sa.text("SELECT to_regclass(format('%I.entry_aliases', CAST(:s AS text))) "
+                                       "IS NOT NULL"), {"s": schema}).scalar_one()
         for template in (_PRIVILEGE_STATEMENTS + (_BLOCK_PRIVILEGES if blocks else ())
+                         + (_ALIAS_PRIVILEGES if aliases else ())
                          + (_PAIRS_PRIVILEGES if _has_pairs(conn, schema, maintained=False) else ())):
             # format() quotes the identifiers server-side (%I); nothing is concatenated.
             ddl = conn.execute(sa.text("SELECT format(CAST(:t AS text), CAST(:s AS text), CAST(:r AS text))"), {"t": template, "s": schema, "r": role}).scalar_one()

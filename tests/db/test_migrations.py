@@ -17,7 +17,7 @@ from tnsrag_db._errors import SchemaNotReadyError
 from tnsrag_db._store.store import connect
 
 EXPECTED_TABLES = {"alembic_version", "bm25_blocks", "bm25_df", "bm25_docs", "bm25_merge_state", "bm25_postings", "bm25_stats", "bm25_tombstones", "corpora", "edges", "embedding_spaces",
-                   "embeddings", "entries", "entry_filter_pairs", "tenant_grants"}
+                   "embeddings", "entries", "entry_aliases", "entry_filter_pairs", "tenant_grants"}
 
 
 def _url(url: URL) -> str:

@@ -44,7 +44,7 @@ PASSWORD = "tnsrag-test-tenant"
 COUNTED_TABLES = ("corpora", "entries", "embedding_spaces", "embeddings", "bm25_postings", "bm25_stats", "bm25_df",
                   "edges")
 #: Every table keyed by corpus: also the merged BM25 postings' (rows once a merge ran).
-TABLES = (*COUNTED_TABLES, "bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state")
+TABLES = (*COUNTED_TABLES, "bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state", "entry_aliases")
 
 
 def _conninfo(url: URL) -> str:

@@ -96,6 +96,28 @@ def test_every_tool_in_process(store: Store) -> None:
     run(session, create_server(store))
 
 
+def test_consolidate_merges_duplicates_and_their_ids_keep_answering(store: Store) -> None:
+    async def session(client: Client) -> None:
+        for key in ("a", "b", "c"):
+            text_ = "The build server is in room 4." if key != "c" else "Lunch is at noon."
+            await ok(client, "remember", {"content": text_, "id": key, "tier": "WORKING"})
+        await ok(client, "link", {"src": "c", "dst": "b"})
+        dry = await ok(client, "consolidate", {"tier": "WORKING", "dry_run": True})
+        assert dry == {"pairs": 1, "merged": 0, "linked": 0, "dry_run": True, "more_groups": 0,
+                       "groups": [{"survivor": "a", "others": ["b"], "similarity": 1.0}]}
+        assert store.count() == 3
+        done = await ok(client, "consolidate", {"tier": "WORKING", "threshold": 0.99})
+        assert (done["merged"], done["dry_run"]) == (1, False) and store.count() == 2
+        assert store.get("b").id == "a"  # type: ignore[union-attr]
+        # The alias still names the entry for a link; a second call finds nothing.
+        assert (await ok(client, "link", {"src": "b", "dst": "c"}))["status"] == "inserted"
+        assert (await ok(client, "consolidate", {"tier": "WORKING"}))["groups"] == []
+        assert "threshold" in await error(client, "consolidate", {"tier": "WORKING", "threshold": 1.5})
+        assert "tier" in await error(client, "consolidate", {"tier": "LONG"})
+
+    run(session, create_server(store))
+
+
 BAD_SEARCHES = [
     ({"query": 3}, "query"),                                    # wrong type (the SDK's schema)
     ({"query": "   "}, "query"),                                # blank (the library)

@@ -384,6 +384,100 @@ def sweep(url: str | None, schema: str, corpora: tuple[str, ...], vacuum: bool, 
     emit({"schema": schema, "corpora": rows}, as_json, "\n".join(lines) or f"schema {schema}: nothing expired")
 
 
+@db.command("consolidate")
+@db_options
+@click.option("--corpus", required=True, help="The corpus to consolidate.")
+@click.option("--tier", required=True, type=click.Choice(["WORKING", "EPISODIC", "SEMANTIC", "PROCEDURAL"]),
+              help="The tier whose duplicates are found (entries of other tiers are never paired).")
+@click.option("--threshold", type=float, default=None, metavar="COSINE",
+              help="Also pair entries whose vectors are at least this similar (0 < COSINE <= 1); "
+                   "without it, only entries with the same text.")
+@click.option("--mode", type=click.Choice(["merge", "link"]), default="merge", show_default=True,
+              help="merge: keep the first written of each group, its others become its aliases and are deleted; "
+                   "link: an edge between the entries of each pair.")
+@click.option("--space", default=None, metavar="NAME",
+              help="The embedding space (provider name) of --threshold (default: the corpus's only one).")
+@click.option("--neighbors", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Nearest vectors looked at per entry.")
+@click.option("--relation", default="duplicate_of", show_default=True, help="The relation of --mode link's edges.")
+@click.option("--dry-run", is_flag=True, help="List the groups found; write nothing.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def consolidate(url: str | None, schema: str, corpus: str, tier: str, threshold: float | None, mode: str,
+                space: str | None, neighbors: int, relation: str, dry_run: bool, quiet: bool, as_json: bool) -> None:
+    """Merge or link the duplicates within one tier of a corpus: the same text, or (with
+    --threshold) vectors at least that similar.
+
+    A merged entry's id stays an alias of the survivor: reads of it return the survivor,
+    edges move to it. Runs beside readers and writers (see docs/memory.md, "Consolidation").
+
+    Example: tnsrag db consolidate --corpus notes --tier WORKING --threshold 0.95 --dry-run
+    """
+    from tnsrag_db._cli._progress import PhaseProgress, _isatty
+    from tnsrag_db.admin import require_corpus
+
+    with _engine(url, schema) as engine:
+        store = Store(engine, corpus=corpus, schema=schema)
+        require_corpus(store)
+        with PhaseProgress(sys.stderr, {"pairs": "entries", mode: "groups"}, enabled=not quiet,
+                           plain=not _isatty(sys.stderr), optional={mode}) as shown:
+            def progress(phase: str, done: int, total: int) -> None:
+                shown.update(phase, done, total)
+
+            report = store.consolidate(tier, threshold=threshold, mode=mode, space=space, neighbors=neighbors,
+                                       relation=relation, dry_run=dry_run, progress=progress)
+    done = ("would merge" if dry_run else "merged") if mode == "merge" else ("would link" if dry_run else "linked")
+    count = (sum(len(g.others) for g in report.groups) if dry_run else report.merged) if mode == "merge" \
+        else (2 * report.pairs if dry_run else report.linked)
+    lines = [f"{corpus} {report.tier}: {plural(report.examined, 'entry', 'entries')} examined, "
+             f"{plural(report.pairs, 'pair')} in {plural(len(report.groups), 'group')}; {done} "
+             + (plural(count, "entry", "entries") if mode == "merge" else plural(count, "edge"))
+             + (f", {report.skipped} group(s) skipped (changed meanwhile)" if report.skipped else "")]
+    lines += [f"  {g.survivor} <- {', '.join(g.others)} (similarity {g.similarity:.4f})" for g in report.groups[:50]]
+    if len(report.groups) > 50:
+        lines.append(f"  ... {len(report.groups) - 50} more (--json lists them all)")
+    emit(report.to_dict(), as_json, "\n".join(lines))
+
+
+@db.command("promote")
+@db_options
+@click.option("--corpus", required=True, help="The corpus whose entries move.")
+@click.option("--from", "from_tier", required=True,
+              type=click.Choice(["WORKING", "EPISODIC", "SEMANTIC", "PROCEDURAL"]), help="The tier entries leave.")
+@click.option("--to", "to_tier", required=True,
+              type=click.Choice(["WORKING", "EPISODIC", "SEMANTIC", "PROCEDURAL"]), help="The tier they move to.")
+@click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
+              help="Move only the entries matching all these exact metadata filters.")
+@click.option("--older-than", type=click.FloatRange(min=0, min_open=True), default=None, metavar="DAYS",
+              help="Move only the entries first written more than DAYS days ago.")
+@click.option("--dry-run", is_flag=True, help="List what would move; move nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def promote(url: str | None, schema: str, corpus: str, from_tier: str, to_tier: str, filters: tuple[str, ...],
+            older_than: float | None, dry_run: bool, as_json: bool) -> None:
+    """Move the entries of one tier that meet a rule (metadata filters, age) to another tier.
+
+    Example: tnsrag db promote --corpus notes --from WORKING --to EPISODIC --filter pinned=yes --older-than 1
+    """
+    from datetime import timedelta
+
+    from tnsrag_db._cli._common import parse_pairs
+    from tnsrag_db.admin import require_corpus
+
+    chosen = parse_pairs(filters, "--filter")
+    age = timedelta(days=older_than) if older_than is not None else None
+    with _engine(url, schema) as engine:
+        store = Store(engine, corpus=corpus, schema=schema)
+        require_corpus(store)
+        report = store.promote(from_tier, to_tier, filters=chosen or None, older_than=age, dry_run=dry_run)
+    text = (f"{corpus}: {plural(report.matched, 'entry', 'entries')} of {report.from_tier} match; "
+            + (f"would move them to {report.to_tier}" if dry_run
+               else f"moved {report.promoted} to {report.to_tier}"
+               + (f", {report.skipped} skipped (changed meanwhile)" if report.skipped else "")))
+    emit(report.to_dict(), as_json, text)
+
+
 def _space_vectors(store: Store, space_id: int) -> int:
     """The number of vectors embedding space ``space_id`` of the store's corpus holds."""
     rows = store.read("SELECT count(*) AS n FROM embeddings WHERE corpus = :c AND space_id = :s",

@@ -134,7 +134,7 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
         max_top_k: int, max_content_chars: int, all_corpora: bool, embedding: str | None) -> None:
     """Run an MCP server whose tools search and write one corpus.
 
-    Tools: search, stats, corpora, and unless --read-only remember, forget and link.
+    Tools: search, stats, corpora, and unless --read-only remember, forget, link and consolidate.
     A writable server creates its corpus and embedding space at start (and, without
     --url, the embedded server's cluster and schema); a read-only one creates nothing and
     fails naming where it looked when the database is not there. The first line on

@@ -51,6 +51,7 @@ __all__ = [
     "embedding_spaces",
     "embeddings",
     "entries",
+    "entry_aliases",
     "entry_filter_pairs",
     "hnsw_index_name",
     "metadata",
@@ -216,6 +217,20 @@ bm25_docs = Table(
     PrimaryKeyConstraint("corpus", "docno", postgresql_include=["entry_id"]),
     UniqueConstraint("corpus", "entry_id", postgresql_include=["docno"]),
     ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
+)
+
+entry_aliases = Table(
+    "entry_aliases",
+    metadata,
+    # The ids of entries merged into another by a consolidation (migration 0016): reads
+    # of an alias find the surviving entry. Deleting the survivor deletes its aliases.
+    Column("corpus", Text, nullable=False),
+    Column("alias", Text, nullable=False),
+    Column("entry_id", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("corpus", "alias", postgresql_include=["entry_id"]),
+    ForeignKeyConstraint(["corpus", "entry_id"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
+    Index("ix_entry_aliases_corpus_entry_id", "corpus", "entry_id"),
 )
 
 bm25_blocks = Table(

@@ -27,10 +27,11 @@ from tnsrag_db._db.schema import DEFAULT_SCHEMA
 from tnsrag_db._db.statement import Plan, Rows, Statement, one
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
+from tnsrag_db._store.consolidate import ConsolidationReport, PromotionReport
 from tnsrag_db._store.expiry import SweepReport
 from tnsrag_db._store.reads import EntryVersion, check_ids, count_plan, get_many_plan, get_plan, history_plan
 from tnsrag_db._store.store import Store, connect
-from tnsrag_db._types import MemoryEntry
+from tnsrag_db._types import MemoryEntry, MemoryTier
 
 __all__ = ["AsyncStore", "connect_async"]
 
@@ -181,6 +182,19 @@ class AsyncStore:
             return await self._in_thread(self._store.history, entry_id)
         [entry_id] = check_ids([entry_id])
         return await self.run(history_plan(self._store.corpus, entry_id))
+
+    async def consolidate(self, tier: MemoryTier | str, **options: Any) -> ConsolidationReport:
+        """Merge or link the duplicates of ``tier`` (the options of :meth:`Store.consolidate`);
+        runs in a worker thread (``merge`` and ``progress`` are called from it)."""
+        return await self._in_thread(self._store.consolidate, tier, **options)
+
+    async def promote(self, from_tier: MemoryTier | str, to_tier: MemoryTier | str, *,
+                      filters: Mapping[str, str] | None = None, older_than: timedelta | datetime | None = None,
+                      dry_run: bool = False) -> PromotionReport:
+        """Move the entries of ``from_tier`` that meet the rule to ``to_tier`` (see
+        :meth:`Store.promote`); runs in a worker thread."""
+        return await self._in_thread(self._store.promote, from_tier, to_tier, filters=filters,
+                                     older_than=older_than, dry_run=dry_run)
 
     async def clear(self) -> int:
         """Delete every entry of the corpus; runs in a worker thread."""

@@ -58,21 +58,42 @@ def row_to_entry(row: Any) -> MemoryEntry:
                        expires_at=row.expires_at, valid_from=row.valid_from, valid_until=row.valid_until)
 
 
+#: An entry by its id, else by an alias of it (revision 0016: the id of an entry merged into
+#: it). The branches run in order under the LIMIT: the alias branch is not read when the
+#: first finds the entry.
+_GET_SQL = (f"({_SELECT_VERSION} WHERE e.corpus = :c AND (e.id = :id OR ({ASKED} IS NOT NULL AND "
+            f"e.version_of = :id)) AND {_LIVE} ORDER BY e.version_of NULLS FIRST LIMIT 1) "
+            f"UNION ALL (SELECT {', '.join(f'e.{f}' for f in ENTRY_FIELDS)} FROM entry_aliases a "
+            f"JOIN entries e ON e.corpus = a.corpus AND e.id = a.entry_id "
+            f"WHERE a.corpus = :c AND a.alias = :id AND {_LIVE}) LIMIT 1")
+#: The entries some aliases stand for (``asked``: the alias).
+_ALIASED_SQL = (f"SELECT a.alias AS asked, {', '.join(f'e.{f}' for f in ENTRY_FIELDS)} FROM entry_aliases a "
+                f"JOIN entries e ON e.corpus = a.corpus AND e.id = a.entry_id "
+                f"WHERE a.corpus = :c AND a.alias = ANY(:ids) AND {_LIVE}")
+
+
 def get_plan(corpus: str, entry_id: str) -> Plan[MemoryEntry | None]:
-    """The entry ``entry_id`` of ``corpus``, or None."""
-    # At an earlier instant (an as_of) the entry may be one of its kept versions.
-    rows = yield Statement(f"{_SELECT_VERSION} WHERE corpus = :c AND (id = :id OR ({ASKED} IS NOT NULL AND "
-                           f"version_of = :id)) AND {_LIVE} ORDER BY version_of NULLS FIRST LIMIT 1",
-                           {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
+    """The entry ``entry_id`` of ``corpus``, or the entry it was merged into (an alias), or None
+    (one statement: a second round trip for the alias would cost a missing id more than
+    the alias branch costs every call; docs/performance.md, "Consolidation"). At an earlier
+    instant (an as_of) the entry may be one of its kept versions."""
+    rows = yield Statement(_GET_SQL, {"c": corpus, "id": entry_id}, ENTRY_FIELDS)
     return row_to_entry(rows[0]) if rows else None
 
 
 def get_many_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, MemoryEntry]]:
-    """The entries of ``corpus`` with these ids that exist, by id."""
+    """The entries of ``corpus`` with these ids that exist, by id; an id that is an alias (of
+    an entry merged into another) maps to the entry it was merged into. The aliases are
+    read only for ids not found as entries."""
     rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id = ANY(:ids) AND {_LIVE}",
                            {"c": corpus, "ids": list(entry_ids)},
                            ENTRY_FIELDS)
-    return {r.id: row_to_entry(r) for r in rows}
+    found = {r.id: row_to_entry(r) for r in rows}
+    missing = [i for i in dict.fromkeys(entry_ids) if i not in found]
+    if missing:
+        aliased = yield Statement(_ALIASED_SQL, {"c": corpus, "ids": missing}, ("asked", *ENTRY_FIELDS))
+        found.update((r.asked, row_to_entry(r)) for r in aliased)
+    return found
 
 
 def count_plan(corpus: str, filters: Mapping[str, str] | None = None) -> Plan[int]:

@@ -41,6 +41,17 @@ from tnsrag_db._db.session import Session, retry_on_deadlock
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, DatabaseError, SchemaNotReadyError, TnsragError, ValidationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
+from tnsrag_db._store.consolidate import (
+    DEFAULT_NEIGHBORS,
+    DEFAULT_RELATION,
+    ConsolidationProgress,
+    ConsolidationReport,
+    EmbeddingWriter,
+    MergeFunction,
+    PromotionReport,
+    consolidate,
+    promote,
+)
 from tnsrag_db._store.corpus import (
     DEFAULT_ANALYZE_AFTER_ROWS,
     DEFAULT_MERGE_AFTER_ENTRIES,
@@ -453,6 +464,69 @@ class Store:
             op.count(deleted)
             op.set("tnsrag.tombstones", tombstones)
         return SweepReport(deleted=deleted, tombstones=tombstones, vacuumed=vacuum and deleted > 0)
+
+    def consolidate(self, tier: MemoryTier | str, *, threshold: float | None = None, mode: str = "merge",
+                    merge: MergeFunction | None = None, vectors: EmbeddingWriter | None = None,
+                    space: str | None = None, neighbors: int = DEFAULT_NEIGHBORS,
+                    relation: str = DEFAULT_RELATION, dry_run: bool = False,
+                    progress: ConsolidationProgress | None = None) -> ConsolidationReport:
+        """Find the duplicates among the entries of ``tier`` and merge or link them.
+
+        Duplicates are entries of the tier with the same text and, with ``threshold`` (a
+        cosine similarity in (0, 1]), entries whose vectors are at least that similar: each
+        entry's ``neighbors`` (default 10) nearest vectors of an embedding space are looked
+        at (its HNSW index, else an exact scan), in the space of ``vectors`` (a
+        :class:`VectorMemoryStore`, whose writes embed a merged text), the space named ``space`` (a provider name), or the
+        corpus's only space. Pairs join into groups (their connected components); the entry
+        of a group written first (then the smallest id) is its survivor.
+
+        ``mode="merge"`` (default): each group becomes one entry, the survivor, or what
+        ``merge(entries)`` returns for the group's entries (survivor first; the result must
+        carry one of their ids, which survives; None leaves the group alone). The others'
+        edges move to it, their ids become its aliases (:meth:`get` and :meth:`get_many`
+        of an alias return it, the graph resolves them too), and they are deleted with their
+        postings and vectors. A merged text that changed is embedded through ``vectors``
+        when given; without it, the survivor keeps no vector of its old text. ``merge`` runs
+        for every group before anything is written: an exception it raises propagates and
+        nothing is written. ``mode="link"``: an edge of ``relation`` (default
+        ``"duplicate_of"``, weight: the similarity) both ways between the entries of each pair.
+
+        ``dry_run`` finds the groups and writes nothing. ``progress(phase, done, total)``
+        follows the pairs (``"pairs"``, entries looked at) and the writes (``"merge"`` or
+        ``"link"``). Returns a :class:`ConsolidationReport`.
+
+        Raises :class:`ValidationError` for an unknown tier, a threshold outside (0, 1], an
+        unknown mode or a bad merge result; :class:`ConfigurationError` when ``threshold``
+        has no single space to search.
+        """
+        with _telemetry.operation("consolidate", self._corpus, mode=mode) as op:
+            report = consolidate(self, tier, threshold=threshold, mode=mode, merge=merge, vectors=vectors,
+                                 space=space, neighbors=neighbors, relation=relation, dry_run=dry_run,
+                                 progress=progress)
+            op.count(report.merged + report.linked)
+        return report
+
+    def promote(self, from_tier: MemoryTier | str, to_tier: MemoryTier | str, *,
+                filters: Mapping[str, str] | None = None, older_than: timedelta | datetime | None = None,
+                dry_run: bool = False) -> PromotionReport:
+        """Move the entries of ``from_tier`` that match ``filters`` (exact-match metadata, as
+        in retrieval) and, with ``older_than``, were first written before that instant (a
+        timezone-aware datetime) or more than that long ago (a positive timedelta) to
+        ``to_tier``: a rule over what every entry records, so reads pay nothing for it. Each
+        entry is rewritten through the write path (its text, vectors and expiry stay);
+        an entry another writer changed between the read and the move is skipped.
+        ``dry_run`` lists the matches only. Returns a :class:`PromotionReport`.
+
+        Raises :class:`ValidationError` for an unknown tier, the same tier twice or a bad
+        filter or ``older_than``.
+        """
+        predicate, params = filter_sql(filters)
+        if older_than is not None:
+            predicate = f"{predicate} AND e.created_at < {_cutoff(older_than, params)}"
+        with _telemetry.operation("promote", self._corpus) as op:
+            report = promote(self, from_tier, to_tier, predicate, params, dry_run=dry_run)
+            op.count(report.promoted)
+        return report
 
     def merge_postings(self, *, sweep: bool = True,
                        progress: Callable[[MergeReport], None] | None = None) -> MergeReport:

@@ -1,4 +1,4 @@
-"""An MCP server over one corpus: agents search, remember, forget and link through tools.
+"""An MCP server over one corpus: agents search, remember, forget, link and consolidate through tools.
 
 Built on the official ``mcp`` SDK's :class:`~mcp.server.mcpserver.MCPServer` (install the
 ``[mcp]`` extra). That high-level server rather than the low-level ``Server``: the
@@ -22,7 +22,12 @@ Tools (``read_only=True`` registers only the first three):
   count, so remembering the same thing again renews its time-to-live), so a retried call
   stores nothing new. An entry past its expiry is found by no tool
 * ``forget(id=None, filters=None)``: exactly one of them
-* ``link(src, dst, relation="related", weight=1.0, source=None)``
+* ``link(src, dst, relation="related", weight=1.0, source=None)``: an end that is an alias
+  (the id of an entry merged into another) stands for that entry
+* ``consolidate(tier, threshold=None, mode="merge", dry_run=False)``: the duplicates of a
+  tier (the same text, or with ``threshold`` vectors of the server's space at least that
+  similar) merged into their first-written entry or linked (:meth:`Store.consolidate`);
+  the answer lists at most :data:`MAX_GROUPS_LISTED` groups
 
 Every input schema is strict (``additionalProperties: false``) and every call is checked
 against the published schema before anything else (JSON Schema semantics: ``true`` is no
@@ -63,6 +68,7 @@ from tnsrag_db._indexes.graph import DEFAULT_RELATION, GraphStore
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._indexes.temporal import TemporalIndex
 from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store.consolidate import check_threshold
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.registry import STRATEGY_NAMES
 from tnsrag_db._types import MemoryEntry, MemoryTier, parse_instant
@@ -93,7 +99,9 @@ DEFAULT_MAX_CONTENT_CHARS = 4000
 #: Tools a read-only server registers.
 READ_TOOLS = ("search", "stats", "corpora")
 #: Tools only a writable server registers.
-WRITE_TOOLS = ("remember", "forget", "link")
+WRITE_TOOLS = ("remember", "forget", "link", "consolidate")
+#: The most groups a ``consolidate`` answer lists (its counts cover them all).
+MAX_GROUPS_LISTED = 50
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _TIERS = [t.name for t in MemoryTier]
@@ -135,6 +143,26 @@ class ForgetResult(BaseModel):
     """How many entries were deleted (with their vectors, postings and edges)."""
 
     deleted: int
+
+
+class DuplicateGroup(BaseModel):
+    """Entries found to be duplicates: the one kept and the others (merged into it, or linked)."""
+
+    survivor: str
+    others: list[str]
+    similarity: float = Field(description="The lowest similarity of the pairs that joined the group (1.0: the "
+                                          "same text).")
+
+
+class ConsolidateResult(BaseModel):
+    """What a consolidation found and did."""
+
+    pairs: int = Field(description="Duplicate pairs found.")
+    merged: int = Field(description="Entries merged into a survivor (their ids now read as it).")
+    linked: int = Field(description="Edges written between duplicates.")
+    dry_run: bool
+    groups: list[DuplicateGroup] = Field(description=f"The groups, at most {MAX_GROUPS_LISTED}.")
+    more_groups: int = Field(description="Groups found beyond those listed.")
 
 
 class LinkResult(BaseModel):
@@ -395,7 +423,7 @@ def _structured(result: BaseModel) -> CallToolResult:
 
 def _write_tools(store: Store, serial: SerialEmbedding,
                  register: Callable[..., Callable[[Callable[..., Any]], Callable[..., Any]]]) -> None:
-    """Register ``remember``, ``forget`` and ``link`` on ``store``."""
+    """Register ``remember``, ``forget``, ``link`` and ``consolidate`` on ``store``."""
     vectors = VectorMemoryStore(store, serial)
     temporal = TemporalIndex(store)
     hierarchy = HierarchyIndex(store)
@@ -487,6 +515,31 @@ def _write_tools(store: Store, serial: SerialEmbedding,
         """Add (or update) a directed graph edge src -> dst between two existing entries."""
         counts = graph.add_edge(src, dst, relation, weight, source)
         return LinkResult(src=src, dst=dst, relation=relation, status=_status(counts.inserted, counts.updated))
+
+
+    @register(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                              open_world_hint=False), True)
+    @_library_errors
+    def consolidate(
+        tier: Annotated[str, Field(description="The tier whose duplicates are found.",
+                                   json_schema_extra={"enum": _TIERS})],
+        threshold: Annotated[float | None, Field(
+            description="Also pair entries whose vectors have at least this cosine similarity (0 < t <= 1); "
+                        "without it, only entries with the same text.")] = None,
+        mode: Annotated[str, Field(description="merge: keep the first written of each group, the others' ids then "
+                                               "read as it; link: an edge between the entries of each pair.",
+                                   json_schema_extra={"enum": ["merge", "link"]})] = "merge",
+        dry_run: Annotated[bool, Field(description="Only list the groups.")] = False,
+    ) -> ConsolidateResult:
+        """Merge (or link) duplicate memories within one tier. Idempotent: a second call finds nothing new."""
+        with argument("threshold"):
+            check_threshold(threshold)
+        report = store.consolidate(tier, threshold=threshold, mode=mode, dry_run=dry_run,
+                                   vectors=vectors if threshold is not None else None)
+        groups = [DuplicateGroup(survivor=g.survivor, others=list(g.others), similarity=g.similarity)
+                  for g in report.groups[:MAX_GROUPS_LISTED]]
+        return ConsolidateResult(pairs=report.pairs, merged=report.merged, linked=report.linked, dry_run=dry_run,
+                                 groups=groups, more_groups=max(0, len(report.groups) - MAX_GROUPS_LISTED))
 
 
 def _entry(**fields: Any) -> MemoryEntry:

@@ -149,6 +149,8 @@ class GraphStore:
 
         Raises :class:`ValidationError` for a bad argument and
         :class:`DanglingReferenceError` when ``src`` or ``dst`` is not an entry of the corpus.
+        An end that is an alias (the id of an entry merged into another, see
+        :meth:`Store.consolidate`) stands for the entry it was merged into.
         """
         return self.add_edges([Edge(src, dst, relation, weight, source)])
 
@@ -209,6 +211,19 @@ class GraphStore:
         with planner_nodes_off(conn, *sql.SORTS_OFF):
             missing = list(conn.execute(sa.text(sql.LOCK_ENDS_SQL), c).scalars())
         if missing:
+            # Ends that are aliases (ids of entries merged into another) stand for the entry
+            # they were merged into; read only when an end is not an entry.
+            params = {**c, "missing": missing}
+            resolved = sum(int(conn.execute(sa.text(statement), params).rowcount or 0)
+                           for statement in (sql.RESOLVE_SRC_ALIASES_SQL, sql.RESOLVE_DST_ALIASES_SQL))
+            if resolved:
+                loop = conn.execute(sa.text(sql.STAGED_SELF_LOOP_SQL)).first()
+                if loop is not None:
+                    raise ValidationError(f"edge {loop.src!r} -> {loop.dst!r}: both ends are the same entry once "
+                                          "aliases are resolved (a self-loop); nothing was written")
+                with planner_nodes_off(conn, *sql.SORTS_OFF):
+                    missing = list(conn.execute(sa.text(sql.LOCK_ENDS_SQL), c).scalars())
+        if missing:
             raise _dangling(missing)
         flags = list(conn.execute(sa.text(sql.UPSERT_SQL), c).scalars())
         inserted = sum(1 for f in flags if f)
@@ -229,7 +244,8 @@ class GraphStore:
 
     # -- reads ------------------------------------------------------------------------
     def neighbours(self, entry_id: str, *, relation: str | None = None, limit: int | None = None) -> list[Edge]:
-        """Outgoing edges of ``entry_id``, heaviest first (ties by ``dst``, then ``relation``).
+        """Outgoing edges of ``entry_id``, heaviest first (ties by ``dst``, then ``relation``); of
+        the entry it was merged into when ``entry_id`` is an alias (see :meth:`Store.consolidate`).
 
         ``relation`` keeps only that relation; ``limit`` (≥ 1) caps the count.
         Raises :class:`ValidationError` for a bad ``limit``.
@@ -239,6 +255,12 @@ class GraphStore:
         rows = self._store.run(one(Statement(sql.NEIGHBOURS_SQL, {"c": self.corpus, "s": entry_id, "r": relation,
                                                                   "n": limit},
                                              ("src", "dst", "relation", "weight", "source"))))
+        if not rows:
+            # An alias (the id of an entry merged into another): the edges of that entry.
+            target = self._store.run(one(Statement(sql.ALIAS_TARGET_SQL, {"c": self.corpus, "s": entry_id},
+                                                   ("entry_id",))))
+            if target:
+                return self.neighbours(target[0].entry_id, relation=relation, limit=limit)
         return [Edge(r.src, r.dst, r.relation, r.weight, r.source) for r in rows]
 
     def count(self) -> int:

@@ -58,6 +58,24 @@ LOCK_ENDS_SQL = (
 #: write's transaction, then back on): no plan that needs a sort, so no other index.
 SORTS_OFF = ("enable_sort", "enable_incremental_sort")
 
+# Staged ends that are no entry but an alias (revision 0016: the id of an entry merged into
+# another) become that entry (``:missing``: the ends LOCK_ENDS_SQL did not find).
+RESOLVE_SRC_ALIASES_SQL = (
+    "UPDATE tnsrag_stage_edges s SET src = a.entry_id FROM entry_aliases a "
+    "WHERE a.corpus = :c AND a.alias = s.src AND s.src = ANY(CAST(:missing AS text[]))"
+)
+RESOLVE_DST_ALIASES_SQL = (
+    "UPDATE tnsrag_stage_edges s SET dst = a.entry_id FROM entry_aliases a "
+    "WHERE a.corpus = :c AND a.alias = s.dst AND s.dst = ANY(CAST(:missing AS text[]))"
+)
+#: A staged edge whose ends became one entry.
+STAGED_SELF_LOOP_SQL = "SELECT src, dst FROM tnsrag_stage_edges WHERE src = dst ORDER BY ord LIMIT 1"
+#: The entry an alias stands for (``:s``), when ``:s`` is no entry.
+ALIAS_TARGET_SQL = (
+    "SELECT a.entry_id FROM entry_aliases a WHERE a.corpus = :c AND a.alias = :s "
+    "AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.corpus = :c AND e.id = :s)"
+)
+
 #: Deletes one edge (``:s``, ``:r``, ``:d``: src, relation, dst).
 DELETE_EDGE_SQL = "DELETE FROM edges WHERE corpus = :c AND src = :s AND relation = :r AND dst = :d"
 

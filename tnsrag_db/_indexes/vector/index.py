@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
     from tnsrag_db._store.store import Store
-    from tnsrag_db._store.write import ValidatedBatch, WriteReport
+    from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -385,7 +385,8 @@ class VectorMemoryStore:
                 embeddings: Sequence[Sequence[float]] | npt.NDArray[Any] | None = None,
                 batch_size: int = 256, progress: Callable[[int], None] | None = None,
                 check: Callable[[Connection], None] | None = None,
-                index_progress: IndexProgress | None = None) -> IngestCounts:
+                index_progress: IndexProgress | None = None,
+                extensions: Sequence[WriteExtension] = ()) -> IngestCounts:
         """Write entries and their embeddings in one transaction; returns the entry counts.
 
         ``embeddings`` (optional) are precomputed vectors, row i for entry i, validated by
@@ -405,6 +406,8 @@ class VectorMemoryStore:
         exception it raises rolls the whole write back (no entry, no vector) and
         propagates. It runs again if the write is retried after a deadlock.
         ``index_progress`` is handed to :meth:`build_index` when this call builds the index.
+        ``extensions`` (:class:`~tnsrag_db._store.write.WriteExtension`) join the write's
+        transaction before the vectors' own (a consolidation's merge does).
         """
         from tnsrag_db._store.write import ValidatedBatch
 
@@ -423,7 +426,7 @@ class VectorMemoryStore:
                 progress(len(batch))
         else:
             vectors = self._prepare(batch, batch_size, progress)
-        report, space = self._write_batch(store, batch, vectors, batch_size, check=check)
+        report, space = self._write_batch(store, batch, vectors, batch_size, check=check, extensions=extensions)
         if space is None:
             return report.counts
         if progress is not None:
@@ -592,16 +595,18 @@ class VectorMemoryStore:
     def _write_batch(self, store: Store, batch: ValidatedBatch, vectors: Vectors, batch_size: int, *,
                      check: Callable[[Connection], None] | None = None, stop: threading.Event | None = None,
                      embed_lock: threading.Lock | None = None,
-                     with_vectors: bool = True) -> tuple[WriteReport, Space | None]:
+                     with_vectors: bool = True,
+                     extensions: Sequence[WriteExtension] = ()) -> tuple[WriteReport, Space | None]:
         """Write validated ``batch`` with ``vectors`` (embedding what a concurrent writer changed
         meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement.
-        ``with_vectors=False`` writes the entries only (no space: None)."""
+        ``with_vectors=False`` writes the entries only (no space: None). ``extensions`` join
+        the transaction before the vectors' own (a consolidation's merge)."""
         from tnsrag_db._indexes.vector.write import VectorWrite
 
         extension = VectorWrite(self._spaces, self._dimension, vectors,
                                 lambda entries: self._embed_entries(entries, batch_size),
                                 check=check, stop=stop, embed_lock=embed_lock, with_vectors=with_vectors)
-        report = store.write(batch, extensions=[extension])
+        report = store.write(batch, extensions=[*extensions, extension])
         return report, extension.space
 
     # -- index ----------------------------------------------------------------------
