@@ -23,6 +23,8 @@ from tnsrag_db import (
     Edge,
     GraphRAGStrategy,
     GraphStore,
+    HierarchicalRAGStrategy,
+    HierarchyIndex,
     HybridRAGStrategy,
     KeywordRAGStrategy,
     MemoryEntry,
@@ -150,16 +152,35 @@ def _explain(conn: psycopg.Connection[Any], text: str, values: tuple[Any, ...]) 
     return "\n".join(r[0] for r in plan)
 
 
+def _walkers(store: Store, strategies: dict[str, Any]) -> dict[str, Any]:
+    """The strategies of :func:`_load` and a hierarchy walk over a small tree written into
+    ``store`` (under the keyword strategy)."""
+    HierarchyIndex(store).add_all([MemoryEntry("root", "tree of agents", MemoryTier.SEMANTIC),
+                                   MemoryEntry("sec", "agent memory section", MemoryTier.SEMANTIC, parent_id="root"),
+                                   MemoryEntry("leaf", "agent memory leaf", MemoryTier.SEMANTIC, parent_id="sec")])
+    return {**strategies, "hierarchy": HierarchicalRAGStrategy(strategies["keyword"], HierarchyIndex(store))}
+
+
+#: The contexts each read is sent with: unfiltered, by metadata, by column.
+_CONTEXTS = {"all": RAGContext(5), "acme": RAGContext(5, -1.0, {"tenant": "acme"}),
+             "working": RAGContext(5, -1.0, {"tier": "WORKING"})}
+
+
 @pytest.mark.citus
-@pytest.mark.parametrize("strategy", ["keyword", "vector"])
+@pytest.mark.parametrize("strategy", ["keyword", "vector", "hybrid", "graph", "hierarchy"])
 def test_each_corpus_statement_of_a_query_runs_as_one_task_on_one_worker(
         citus_cluster: Cluster, citus_engine: Engine, strategy: str) -> None:
+    """EXPLAIN of every statement a query and its explanation send, unfiltered, filtered by
+    metadata and by a column: one task, routed to one worker."""
     store = _cluster_store(citus_engine)
     try:
-        strategies = _load(store)
-        strategies[strategy].retrieve("agent memory", RAGContext(5))  # warm: the space lookup is cached
+        chosen = _walkers(store, _load(store))[strategy]
+        for ctx in _CONTEXTS.values():  # warm: the space and filter-pair lookups are cached (catalog reads)
+            chosen.retrieve("agent memory", ctx)
         with read_statements() as sent:
-            assert strategies[strategy].retrieve("agent memory", RAGContext(5))
+            for ctx in _CONTEXTS.values():
+                assert chosen.retrieve("agent memory", ctx)
+                assert chosen.explain("agent memory", ctx).results
         assert sent
         with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
             conn.execute(f"SET search_path TO {SCHEMA}, public")
@@ -256,3 +277,4 @@ def test_export_and_restore_into_a_new_corpus_on_the_cluster(citus_cluster: Clus
     finally:
         store.drop_corpus()
         restored.drop_corpus()
+
