@@ -4,13 +4,16 @@ a single server, and each corpus statement of a query routed to one worker."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import Engine
@@ -37,6 +40,7 @@ from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.citus import distribute
+from tnsrag_db._store.expiry import SweepReport
 from tnsrag_db._store.store import Store
 
 SCHEMA = "tnsrag"
@@ -192,6 +196,35 @@ def test_each_corpus_statement_of_a_query_runs_as_one_task_on_one_worker(
         store.drop_corpus()
 
 
+@pytest.mark.citus
+def test_no_statement_of_a_corpus_is_planned_as_more_than_one_task(citus_cluster: Cluster,
+                                                                   citus_engine: Engine) -> None:
+    """Every statement the library sends for one corpus, reads, writes, rewrites, deletes,
+    sweeps and merges alike, on a coordinator where Citus refuses any plan of more than one
+    task (``citus.multi_task_query_log_level = error``, which also applies to each
+    subplan of a statement Citus plans in steps): each is one task on one worker."""
+    url = citus_cluster.coordinator.url + "?options=-c%20citus.multi_task_query_log_level%3Derror"
+    strict = create_engine(url, schema=SCHEMA, pool_size=1)
+    store = Store(strict, corpus=f"citus_{uuid.uuid4().hex[:10]}", schema=SCHEMA)
+    try:
+        with strict.connect() as conn:  # the setting is in force: a statement over every shard fails
+            with pytest.raises(sa.exc.DBAPIError, match="multi-task query about to be executed"):
+                conn.execute(sa.text("SELECT count(*) FROM entries"))
+        changed = _change(store)
+        strategies = _walkers(store, changed["strategies"])
+        for strategy in strategies.values():
+            for ctx in _CONTEXTS.values():
+                explained = [d.document for d in strategy.explain("agent memory", ctx).results]
+                assert strategy.retrieve("agent memory", ctx) == explained
+        assert store.count() == 8 and store.count({"tenant": "acme"}) == 3  # b, c, f
+        assert len(list(store.iter_entries(batch_size=3))) == 8
+        assert store.delete_where({"tier": "SEMANTIC"}, older_than=timedelta(microseconds=1)) > 0
+        assert store.clear() > 0
+    finally:
+        strict.dispose()
+        _cluster_store(citus_engine).with_corpus(store.corpus).drop_corpus()  # its orphan sweep spans shards
+
+
 def _served_on_workers(cluster: Cluster, schema: str) -> set[str]:
     served = set()
     for worker in cluster.workers:
@@ -278,3 +311,79 @@ def test_export_and_restore_into_a_new_corpus_on_the_cluster(citus_cluster: Clus
         store.drop_corpus()
         restored.drop_corpus()
 
+
+#: An instant every entry written with it has already passed (a sweep deletes it).
+_PAST = datetime(2020, 1, 1, tzinfo=timezone.utc)
+
+
+def _change(store: Store) -> dict[str, Any]:
+    """The test corpus, merged, then changed every way a stored entry can change: its text,
+    its metadata (and expiry), deleted one and many, by filter, expired and swept, merged
+    again. Returns the strategies and what each step reported."""
+    strategies = _load(store)
+    vectors = strategies["vector"].vectors
+    vectors.add_all([MemoryEntry("i", "keyword vector time", MemoryTier.SEMANTIC, expires_at=_PAST)])
+    done: dict[str, Any] = {"merged": store.merge_postings().entries}
+    done["text"] = vectors.add_all([MemoryEntry("a", "agent keyword tree tree", MemoryTier.SEMANTIC)])
+    done["metadata"] = store.add_all([MemoryEntry("b", "memory vector graph", MemoryTier.WORKING,
+                                                  metadata={"tenant": "acme"}, ttl=3600.0)])
+    done["delete"] = store.delete("d")
+    done["delete_many"] = store.delete_many(["e", "nothing"])
+    vectors.add_all([MemoryEntry("g", "agent memory graph", MemoryTier.SEMANTIC, metadata={"tenant": "beta"}),
+                     MemoryEntry("h", "memory query", MemoryTier.EPISODIC, metadata={"tenant": "beta"}),
+                     MemoryEntry("k", "time query", MemoryTier.SEMANTIC, expires_at=_PAST),
+                     MemoryEntry("j", "tree query agent", MemoryTier.WORKING)])
+    done["delete_where"] = store.delete_where({"tenant": "beta"})
+    done["sweep"] = store.sweep()
+    done["text unmerged"] = vectors.add_all([MemoryEntry("j", "tree tree graph", MemoryTier.WORKING)])
+    done["merged again"] = store.merge_postings().entries
+    done["text merged"] = store.add_all([MemoryEntry("c", "agent keyword memory", MemoryTier.SEMANTIC,
+                                                     metadata={"tenant": "acme"})])
+    return {"strategies": strategies, "done": done}
+
+
+def _stored(store: Store) -> dict[str, Any]:
+    """What the corpus holds: its entries, BM25 statistics and document frequencies, and its
+    postings (rows and merged blocks alike, by entry)."""
+    c = {"c": store.corpus}
+    return {
+        "entries": sorted((r.id, r.content, r.tier, json.dumps(r.metadata, sort_keys=True), r.doc_len,
+                           sorted(r.lexemes), r.expires_at is None) for r in store.read(
+            "SELECT id, content, tier, metadata, doc_len, lexemes, expires_at FROM entries WHERE corpus = :c", c)),
+        "stats": [tuple(r) for r in store.read(
+            "SELECT sum(n_docs) AS n, sum(total_len) AS l FROM bm25_stats WHERE corpus = :c", c)],
+        "df": sorted((r.lexeme, r.df) for r in store.read(
+            "SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = :c GROUP BY lexeme HAVING sum(df) <> 0", c)),
+        "postings": sorted(tuple(r) for r in store.read(
+            "SELECT p.entry_id, p.lexeme, p.tf FROM bm25_postings p WHERE p.corpus = :c "
+            "UNION ALL SELECT d.entry_id, b.lexeme, u.tf FROM bm25_blocks b "
+            "CROSS JOIN LATERAL unnest(b.docnos, b.tfs) AS u(docno, tf) "
+            "JOIN bm25_docs d ON d.corpus = b.corpus AND d.docno = u.docno WHERE b.corpus = :c", c)),
+        "vectors": sorted(r.entry_id for r in store.read(
+            "SELECT entry_id FROM embeddings WHERE corpus = :c", c)),
+        "tombstones": store.read("SELECT count(*) AS n FROM bm25_tombstones WHERE corpus = :c", c)[0].n,
+    }
+
+
+@pytest.mark.citus
+def test_changes_and_deletes_on_the_cluster_equal_the_single_servers(citus_engine: Engine,
+                                                                    make_store: Callable[..., Store]) -> None:
+    single = make_store()
+    expected = _change(single)
+    store = _cluster_store(citus_engine)
+    try:
+        changed = _change(store)
+        assert changed["done"] == expected["done"]
+        assert _stored(store) == _stored(single)
+        assert _answers(changed["strategies"]) == _answers(expected["strategies"])
+    finally:
+        store.drop_corpus()
+    done = expected["done"]
+    assert done["merged"] == 7 and done["merged again"] > 0
+    assert done["delete"] is True and done["delete_many"] == 1 and done["delete_where"] == 2
+    # merged, then gone: a (rewritten), d, e (deleted), i (expired); k was never merged
+    assert done["sweep"] == SweepReport(deleted=2, tombstones=4)
+    assert done["text"].updated == 1 and done["metadata"].updated == 1
+    stored = _stored(single)
+    assert [e[0] for e in stored["entries"]] == ["a", "b", "c", "f", "j"]
+    assert stored["vectors"] == ["a", "b", "f", "j"]  # c's text changed without a vector write: its vector went

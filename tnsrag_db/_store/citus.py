@@ -35,6 +35,22 @@ Distributed Tables (DDL)" and "Citus Utility Functions"):
   the tables are distributed; later ``CREATE OR REPLACE FUNCTION`` on the coordinator (the
   finish of a rolling upgrade) is propagated as well.
 
+Modifications by ctid. The write path stages its batch in temporary tables of the
+session (see :mod:`tnsrag_db._store.staging`); a statement that reads one is planned by
+Citus in steps, the stage rows shipped to the corpus's worker as an intermediate result,
+and Citus refuses such a statement when it changes rows named by ``ctid`` ("Recursively
+planned distributed modifications with ctid on where clause are not supported"), since a
+row may move between the steps. So every statement of the library that changes rows by
+``ctid`` takes its ctids as one bound constant array (read from the stage by a statement
+of its own) and reads no table of the session's own; a statement that changes rows read
+from the stage names them by key instead (the rewrite of changed entries). Nor may an
+``UPDATE`` Citus sends to a worker hold a function other than IMMUTABLE inside ``CASE`` or
+``coalesce`` ("non-IMMUTABLE functions are not allowed in CASE or COALESCE statements"):
+the expiry of a rewritten entry is computed from the stage, before the update. A
+statement that joins the stage must join it, not reach it through a ``LATERAL`` subquery
+("direct joins between distributed and local tables are not supported"). These are the
+statements of one server too: there is one write path.
+
 :func:`citus_script` returns the statements as text; :func:`distribute` runs them on a
 coordinator, after checking it can.
 """
