@@ -387,3 +387,37 @@ def test_changes_and_deletes_on_the_cluster_equal_the_single_servers(citus_engin
     stored = _stored(single)
     assert [e[0] for e in stored["entries"]] == ["a", "b", "c", "f", "j"]
     assert stored["vectors"] == ["a", "b", "f", "j"]  # c's text changed without a vector write: its vector went
+
+
+@pytest.mark.citus
+def test_a_schema_that_had_tenancy_on_is_distributed_once_it_is_off(citus_cluster: Cluster) -> None:
+    """Tenancy on is refused; switched off (its filter-pair triggers stay attached), the
+    schema is distributed, the triggers dropped, and filtered queries answer through
+    ``@>``. Tenancy cannot be switched on again on the cluster (Citus refuses triggers on
+    distributed tables)."""
+    from tnsrag_db import DatabaseError, tenancy
+    from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
+
+    schema = "tnsrag_ten"
+    engine = create_engine(citus_cluster.coordinator.url, schema=schema, pool_size=1)
+    try:
+        migrate.upgrade(engine, schema=schema)
+        tenancy.enable(engine, schema=schema)
+        with pytest.raises(ConfigurationError, match="tenant isolation on"):
+            distribute(engine, schema=schema)
+        tenancy.disable(engine, schema=schema)
+        assert tenancy.pair_triggers_attached(engine, schema=schema)
+        report = distribute(engine, schema=schema)
+        assert set(FILTER_PAIRS_TRIGGERS) <= set(report.triggers) and len(report.distributed) == 14
+        assert not tenancy.pair_triggers_attached(engine, schema=schema)
+        store = Store(engine, corpus="acme", schema=schema)
+        store.add_all(ENTRIES)
+        assert not store.uses_filter_pairs()
+        assert {d.metadata["entryId"] for d in KeywordRAGStrategy(BM25Index(store)).retrieve(
+            "agent", RAGContext(10, -1.0, {"tenant": "acme"}))} == {"c", "f"}
+        with pytest.raises(DatabaseError, match="triggers are not supported on distributed tables"):
+            tenancy.enable(engine, schema=schema)
+    finally:
+        engine.dispose()
+        with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
