@@ -1,6 +1,7 @@
 """The library on a real Citus cluster (a coordinator and two workers, tests/citus_cluster.py),
 its tables distributed by corpus with ``tnsrag db distribute --citus``: the same answers as
-a single server, and each corpus statement of a query routed to one worker."""
+a single server, the same corpus after rewrites, deletes, sweeps and merges, and every
+statement of a corpus, reads and writes alike, one task routed to one worker."""
 
 from __future__ import annotations
 
