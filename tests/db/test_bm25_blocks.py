@@ -344,17 +344,23 @@ def test_a_merge_deletes_by_tid_scan_even_when_statistics_say_the_delta_is_empty
     with store.session.transaction() as conn:
         conn.execute(sa.text("ANALYZE bm25_postings, bm25_blocks"))
     store.add_all(generated_entries(random.Random(13), 200, prefix="n"))
-    explain = [(f"EXPLAIN {sql}", {"c": store.corpus}) for sql in (merge._GONE_SQL, merge._TAILS_GONE_SQL)]
     with store.session.transaction() as conn:
         for ddl in (merge._STAGE_DDL, *merge._MOVE_STAGE_DDL):
             conn.execute(sa.text(ddl))
         conn.execute(sa.text("INSERT INTO tnsrag_stage_np SELECT p.ctid, p.lexeme, p.entry_id, 1, p.tf, p.doc_len "
                              "FROM bm25_postings p WHERE p.corpus = :c"), {"c": store.corpus})
+        conn.execute(sa.text("INSERT INTO tnsrag_stage_tail SELECT b.ctid, b.lexeme, b.first_docno, b.docnos, b.tfs, "
+                             "b.dls FROM bm25_blocks b WHERE b.corpus = :c"), {"c": store.corpus})
+        explain = [(f"EXPLAIN {sql}", {"c": store.corpus, "tids": conn.execute(sa.text(staged)).scalar_one()})
+                   for sql, staged in ((merge._GONE_SQL, merge._STAGED_NP_SQL),
+                                       (merge._TAILS_GONE_SQL, merge._STAGED_TAILS_SQL))]
+        assert all(params["tids"] for _, params in explain)
         with merge.tid_scans_only(conn):
             tid_plans = ["\n".join(conn.execute(sa.text(statement), params).scalars()) for statement, params in explain]
         conn.rollback()
-    # No index scan of the corpus (a TID scan, or a sequential scan of a table of a few pages).
-    assert all("Index" not in plan for plan in tid_plans), tid_plans
+    # No index scan of the corpus, no scan of the whole table: a TID scan.
+    assert all(plan.startswith("Delete on") and "Tid Scan" in plan and "Index" not in plan for plan in tid_plans), \
+        tid_plans
     assert layout(store)["rows_entries"] > 150
     store.merge_postings()
     assert layout(store)["rows_entries"] == 0

@@ -1,16 +1,20 @@
 """The library on a real Citus cluster (a coordinator and two workers, tests/citus_cluster.py),
 its tables distributed by corpus with ``tnsrag db distribute --citus``: the same answers as
-a single server, and each corpus statement of a query routed to one worker."""
+a single server, the same corpus after rewrites, deletes, sweeps and merges, and every
+statement of a corpus, reads and writes alike, one task routed to one worker."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import Engine
@@ -23,6 +27,8 @@ from tnsrag_db import (
     Edge,
     GraphRAGStrategy,
     GraphStore,
+    HierarchicalRAGStrategy,
+    HierarchyIndex,
     HybridRAGStrategy,
     KeywordRAGStrategy,
     MemoryEntry,
@@ -35,6 +41,7 @@ from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
 from tnsrag_db._store.citus import distribute
+from tnsrag_db._store.expiry import SweepReport
 from tnsrag_db._store.store import Store
 
 SCHEMA = "tnsrag"
@@ -106,7 +113,9 @@ def test_distribute_puts_every_table_in_one_colocation_group_by_corpus(citus_clu
 
     assert sorted(f"{SCHEMA}.{t.name}" for t in metadata.sorted_tables) == sorted(r[0] for r in rows)
     assert {r[1] for r in rows} == {"corpus"} and len({r[2] for r in rows}) == 1
-    assert len(policies) == 13
+    from tnsrag_db.tenancy import TENANT_TABLES
+
+    assert len(policies) == len(TENANT_TABLES) + 1  # and the filter pairs' own
     for qual, check in policies:  # the grant lookup is a direct call, no subquery
         assert qual == check == f"(corpus = ANY ({SCHEMA}.tnsrag_tenant_corpora()))"
     assert triggers == []
@@ -150,16 +159,35 @@ def _explain(conn: psycopg.Connection[Any], text: str, values: tuple[Any, ...]) 
     return "\n".join(r[0] for r in plan)
 
 
+def _walkers(store: Store, strategies: dict[str, Any]) -> dict[str, Any]:
+    """The strategies of :func:`_load` and a hierarchy walk over a small tree written into
+    ``store`` (under the keyword strategy)."""
+    HierarchyIndex(store).add_all([MemoryEntry("root", "tree of agents", MemoryTier.SEMANTIC),
+                                   MemoryEntry("sec", "agent memory section", MemoryTier.SEMANTIC, parent_id="root"),
+                                   MemoryEntry("leaf", "agent memory leaf", MemoryTier.SEMANTIC, parent_id="sec")])
+    return {**strategies, "hierarchy": HierarchicalRAGStrategy(strategies["keyword"], HierarchyIndex(store))}
+
+
+#: The contexts each read is sent with: unfiltered, by metadata, by column.
+_CONTEXTS = {"all": RAGContext(5), "acme": RAGContext(5, -1.0, {"tenant": "acme"}),
+             "working": RAGContext(5, -1.0, {"tier": "WORKING"})}
+
+
 @pytest.mark.citus
-@pytest.mark.parametrize("strategy", ["keyword", "vector"])
+@pytest.mark.parametrize("strategy", ["keyword", "vector", "hybrid", "graph", "hierarchy"])
 def test_each_corpus_statement_of_a_query_runs_as_one_task_on_one_worker(
         citus_cluster: Cluster, citus_engine: Engine, strategy: str) -> None:
+    """EXPLAIN of every statement a query and its explanation send, unfiltered, filtered by
+    metadata and by a column: one task, routed to one worker."""
     store = _cluster_store(citus_engine)
     try:
-        strategies = _load(store)
-        strategies[strategy].retrieve("agent memory", RAGContext(5))  # warm: the space lookup is cached
+        chosen = _walkers(store, _load(store))[strategy]
+        for ctx in _CONTEXTS.values():  # warm: the space and filter-pair lookups are cached (catalog reads)
+            chosen.retrieve("agent memory", ctx)
         with read_statements() as sent:
-            assert strategies[strategy].retrieve("agent memory", RAGContext(5))
+            for ctx in _CONTEXTS.values():
+                assert chosen.retrieve("agent memory", ctx)
+                assert chosen.explain("agent memory", ctx).results
         assert sent
         with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
             conn.execute(f"SET search_path TO {SCHEMA}, public")
@@ -169,6 +197,35 @@ def test_each_corpus_statement_of_a_query_runs_as_one_task_on_one_worker(
                 assert re.findall(r"Task Count: (\d+)", plan) == ["1"], plan
     finally:
         store.drop_corpus()
+
+
+@pytest.mark.citus
+def test_no_statement_of_a_corpus_is_planned_as_more_than_one_task(citus_cluster: Cluster,
+                                                                   citus_engine: Engine) -> None:
+    """Every statement the library sends for one corpus, reads, writes, rewrites, deletes,
+    sweeps and merges alike, on a coordinator where Citus refuses any plan of more than one
+    task (``citus.multi_task_query_log_level = error``, which also applies to each
+    subplan of a statement Citus plans in steps): each is one task on one worker."""
+    url = citus_cluster.coordinator.url + "?options=-c%20citus.multi_task_query_log_level%3Derror"
+    strict = create_engine(url, schema=SCHEMA, pool_size=1)
+    store = Store(strict, corpus=f"citus_{uuid.uuid4().hex[:10]}", schema=SCHEMA)
+    try:
+        with strict.connect() as conn:  # the setting is in force: a statement over every shard fails
+            with pytest.raises(sa.exc.DBAPIError, match="multi-task query about to be executed"):
+                conn.execute(sa.text("SELECT count(*) FROM entries"))
+        changed = _change(store)
+        strategies = _walkers(store, changed["strategies"])
+        for strategy in strategies.values():
+            for ctx in _CONTEXTS.values():
+                explained = [d.document for d in strategy.explain("agent memory", ctx).results]
+                assert strategy.retrieve("agent memory", ctx) == explained
+        assert store.count() == 8 and store.count({"tenant": "acme"}) == 3  # b, c, f
+        assert len(list(store.iter_entries(batch_size=3))) == 8
+        assert store.delete_where({"tier": "SEMANTIC"}, older_than=timedelta(microseconds=1)) > 0
+        assert store.clear() > 0
+    finally:
+        strict.dispose()
+        _cluster_store(citus_engine).with_corpus(store.corpus).drop_corpus()  # its orphan sweep spans shards
 
 
 def _served_on_workers(cluster: Cluster, schema: str) -> set[str]:
@@ -222,7 +279,9 @@ def test_cli_distributes(citus_cluster: Cluster) -> None:
         assert runner.invoke(main_group, ["db", "upgrade", "--url", url, "--schema", schema]).exit_code == 0
         res = runner.invoke(main_group, ["db", "distribute", "--citus", "--url", url, "--schema", schema])
         assert res.exit_code == 0, res.output
-        assert res.output.startswith(f"schema {schema}: 14 tables distributed by corpus")
+        from tnsrag_db._db.schema import metadata
+
+        assert res.output.startswith(f"schema {schema}: {len(metadata.sorted_tables)} tables distributed by corpus")
     finally:
         with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -256,3 +315,117 @@ def test_export_and_restore_into_a_new_corpus_on_the_cluster(citus_cluster: Clus
     finally:
         store.drop_corpus()
         restored.drop_corpus()
+
+
+#: An instant every entry written with it has already passed (a sweep deletes it).
+_PAST = datetime(2020, 1, 1, tzinfo=timezone.utc)
+
+
+def _change(store: Store) -> dict[str, Any]:
+    """The test corpus, merged, then changed every way a stored entry can change: its text,
+    its metadata (and expiry), deleted one and many, by filter, expired and swept, merged
+    again. Returns the strategies and what each step reported."""
+    strategies = _load(store)
+    vectors = strategies["vector"].vectors
+    vectors.add_all([MemoryEntry("i", "keyword vector time", MemoryTier.SEMANTIC, expires_at=_PAST)])
+    done: dict[str, Any] = {"merged": store.merge_postings().entries}
+    done["text"] = vectors.add_all([MemoryEntry("a", "agent keyword tree tree", MemoryTier.SEMANTIC)])
+    done["metadata"] = store.add_all([MemoryEntry("b", "memory vector graph", MemoryTier.WORKING,
+                                                  metadata={"tenant": "acme"}, ttl=3600.0)])
+    done["delete"] = store.delete("d")
+    done["delete_many"] = store.delete_many(["e", "nothing"])
+    vectors.add_all([MemoryEntry("g", "agent memory graph", MemoryTier.SEMANTIC, metadata={"tenant": "beta"}),
+                     MemoryEntry("h", "memory query", MemoryTier.EPISODIC, metadata={"tenant": "beta"}),
+                     MemoryEntry("k", "time query", MemoryTier.SEMANTIC, expires_at=_PAST),
+                     MemoryEntry("j", "tree query agent", MemoryTier.WORKING)])
+    done["delete_where"] = store.delete_where({"tenant": "beta"})
+    done["sweep"] = store.sweep()
+    done["text unmerged"] = vectors.add_all([MemoryEntry("j", "tree tree graph", MemoryTier.WORKING)])
+    done["merged again"] = store.merge_postings().entries
+    done["text merged"] = store.add_all([MemoryEntry("c", "agent keyword memory", MemoryTier.SEMANTIC,
+                                                     metadata={"tenant": "acme"})])
+    return {"strategies": strategies, "done": done}
+
+
+def _stored(store: Store) -> dict[str, Any]:
+    """What the corpus holds: its entries, BM25 statistics and document frequencies, and its
+    postings (rows and merged blocks alike, by entry)."""
+    c = {"c": store.corpus}
+    return {
+        "entries": sorted((r.id, r.content, r.tier, json.dumps(r.metadata, sort_keys=True), r.doc_len,
+                           sorted(r.lexemes), r.expires_at is None) for r in store.read(
+            "SELECT id, content, tier, metadata, doc_len, lexemes, expires_at FROM entries WHERE corpus = :c", c)),
+        "stats": [tuple(r) for r in store.read(
+            "SELECT sum(n_docs) AS n, sum(total_len) AS l FROM bm25_stats WHERE corpus = :c", c)],
+        "df": sorted((r.lexeme, r.df) for r in store.read(
+            "SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = :c GROUP BY lexeme HAVING sum(df) <> 0", c)),
+        "postings": sorted(tuple(r) for r in store.read(
+            "SELECT p.entry_id, p.lexeme, p.tf FROM bm25_postings p WHERE p.corpus = :c "
+            "UNION ALL SELECT d.entry_id, b.lexeme, u.tf FROM bm25_blocks b "
+            "CROSS JOIN LATERAL unnest(b.docnos, b.tfs) AS u(docno, tf) "
+            "JOIN bm25_docs d ON d.corpus = b.corpus AND d.docno = u.docno WHERE b.corpus = :c", c)),
+        "vectors": sorted(r.entry_id for r in store.read(
+            "SELECT entry_id FROM embeddings WHERE corpus = :c", c)),
+        "tombstones": store.read("SELECT count(*) AS n FROM bm25_tombstones WHERE corpus = :c", c)[0].n,
+    }
+
+
+@pytest.mark.citus
+def test_changes_and_deletes_on_the_cluster_equal_the_single_servers(citus_engine: Engine,
+                                                                    make_store: Callable[..., Store]) -> None:
+    single = make_store()
+    expected = _change(single)
+    store = _cluster_store(citus_engine)
+    try:
+        changed = _change(store)
+        assert changed["done"] == expected["done"]
+        assert _stored(store) == _stored(single)
+        assert _answers(changed["strategies"]) == _answers(expected["strategies"])
+    finally:
+        store.drop_corpus()
+    done = expected["done"]
+    assert done["merged"] == 7 and done["merged again"] > 0
+    assert done["delete"] is True and done["delete_many"] == 1 and done["delete_where"] == 2
+    # merged, then gone: a (rewritten), d, e (deleted), i (expired); k was never merged
+    assert done["sweep"] == SweepReport(deleted=2, tombstones=4)
+    assert done["text"].updated == 1 and done["metadata"].updated == 1
+    stored = _stored(single)
+    assert [e[0] for e in stored["entries"]] == ["a", "b", "c", "f", "j"]
+    assert stored["vectors"] == ["a", "b", "f", "j"]  # c's text changed without a vector write: its vector went
+
+
+@pytest.mark.citus
+def test_a_schema_that_had_tenancy_on_is_distributed_once_it_is_off(citus_cluster: Cluster) -> None:
+    """Tenancy on is refused; switched off (its filter-pair triggers stay attached), the
+    schema is distributed, the triggers dropped, and filtered queries answer through
+    ``@>``. Tenancy cannot be switched on again on the cluster (Citus refuses triggers on
+    distributed tables)."""
+    from tnsrag_db import DatabaseError, tenancy
+    from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
+
+    schema = "tnsrag_ten"
+    engine = create_engine(citus_cluster.coordinator.url, schema=schema, pool_size=1)
+    try:
+        migrate.upgrade(engine, schema=schema)
+        tenancy.enable(engine, schema=schema)
+        with pytest.raises(ConfigurationError, match="tenant isolation on"):
+            distribute(engine, schema=schema)
+        tenancy.disable(engine, schema=schema)
+        assert tenancy.pair_triggers_attached(engine, schema=schema)
+        report = distribute(engine, schema=schema)
+        from tnsrag_db._db.schema import metadata
+
+        assert set(FILTER_PAIRS_TRIGGERS) <= set(report.triggers)
+        assert len(report.distributed) == len(metadata.sorted_tables)
+        assert not tenancy.pair_triggers_attached(engine, schema=schema)
+        store = Store(engine, corpus="acme", schema=schema)
+        store.add_all(ENTRIES)
+        assert not store.uses_filter_pairs()
+        assert {d.metadata["entryId"] for d in KeywordRAGStrategy(BM25Index(store)).retrieve(
+            "agent", RAGContext(10, -1.0, {"tenant": "acme"}))} == {"c", "f"}
+        with pytest.raises(DatabaseError, match="triggers are not supported on distributed tables"):
+            tenancy.enable(engine, schema=schema)
+    finally:
+        engine.dispose()
+        with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -35,6 +35,22 @@ Distributed Tables (DDL)" and "Citus Utility Functions"):
   the tables are distributed; later ``CREATE OR REPLACE FUNCTION`` on the coordinator (the
   finish of a rolling upgrade) is propagated as well.
 
+Modifications by ctid. The write path stages its batch in temporary tables of the
+session (see :mod:`tnsrag_db._store.staging`); a statement that reads one is planned by
+Citus in steps, the stage rows shipped to the corpus's worker as an intermediate result,
+and Citus refuses such a statement when it changes rows named by ``ctid`` ("Recursively
+planned distributed modifications with ctid on where clause are not supported"), since a
+row may move between the steps. So every statement of the library that changes rows by
+``ctid`` takes its ctids as one bound constant array (read from the stage by a statement
+of its own) and reads no table of the session's own; a statement that changes rows read
+from the stage names them by key instead (the rewrite of changed entries). Nor may an
+``UPDATE`` Citus sends to a worker hold a function other than IMMUTABLE inside ``CASE`` or
+``coalesce`` ("non-IMMUTABLE functions are not allowed in CASE or COALESCE statements"):
+the expiry of a rewritten entry is computed from the stage, before the update. A
+statement that joins the stage must join it, not reach it through a ``LATERAL`` subquery
+("direct joins between distributed and local tables are not supported"). These are the
+statements of one server too: there is one write path.
+
 :func:`citus_script` returns the statements as text; :func:`distribute` runs them on a
 coordinator, after checking it can.
 """
@@ -47,6 +63,7 @@ import sqlalchemy as sa
 from sqlalchemy import ForeignKeyConstraint, PrimaryKeyConstraint, Table, UniqueConstraint
 from sqlalchemy.engine import Engine
 
+from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
 from tnsrag_db._db.schema import metadata
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError
@@ -170,8 +187,11 @@ def distribute(engine: Engine, *, schema: str = "tnsrag") -> DistributeReport:
     Raises :class:`~tnsrag_db._errors.ConfigurationError` when the server has no citus
     extension, the schema is not at this release's head, it still serves releases before
     0011 (run ``tnsrag db upgrade --finish`` first: their writers need the triggers), or
-    tenant isolation's triggers are attached (row-level security is not supported on a
-    distributed schema).
+    tenant isolation is on (row-level security does not run on a distributed schema).
+    The filter pairs' triggers, which ``tnsrag db upgrade --tenancy off`` leaves attached,
+    are dropped with revision 0011's (Citus refuses triggers on distributed tables): a
+    store opened while tenancy was on, which matches filters through the pairs, must be
+    opened again (new stores match them with ``@>``).
     """
     from tnsrag_db._db import migrate
 
@@ -194,11 +214,16 @@ def distribute(engine: Engine, *, schema: str = "tnsrag") -> DistributeReport:
             "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND NOT tg.tgisinternal"),
             {"s": schema}).scalars())
-        foreign = sorted(triggers - set(RETIRE_TRIGGERS))
+        foreign = sorted(triggers - set(RETIRE_TRIGGERS) - set(FILTER_PAIRS_TRIGGERS))
         if foreign:
             raise ConfigurationError(f"schema {schema} has triggers Citus cannot distribute ({', '.join(foreign)}): "
-                                     "tenant isolation (tnsrag db upgrade --tenancy rls) is not supported on a "
-                                     "distributed schema; switch it off first (--tenancy off)")
+                                     "drop them first")
+        if conn.execute(sa.text(
+                "SELECT c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = :s AND c.relname = 'entries'"), {"s": schema}).scalar():
+            raise ConfigurationError(f"schema {schema} has tenant isolation on (row-level security), which does not "
+                                     "run on a Citus cluster (docs/deployment.md, 'Scale out with Citus'); switch it "
+                                     "off first: tnsrag db upgrade --tenancy off")
         done = set(conn.execute(sa.text(
             "SELECT c.relname FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s"), {"s": schema}).scalars())

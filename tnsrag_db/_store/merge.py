@@ -133,11 +133,13 @@ _NP_SCAN_SQL = textwrap.dedent("""\
 
 #: The same by primary-key probes through each entry's stored terms (a sweep takes a small
 #: part of a large delta of postings written before blocks existed): the chosen entries
-#: ``:ids`` read in one pass, those staged (locked) kept.
+#: ``:ids`` read in one pass, those staged (locked) kept, hash-joined to the stage (see
+#: :func:`_hash_joins_only`; the stage is joined, not probed laterally: a lateral subquery
+#: over a table of the session's own cannot be sent to a Citus worker).
 _NP_PROBE_SQL = textwrap.dedent(f"""\
     INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
     SELECT q.tid, q.lexeme, e.id, i.docno, q.tf, q.doc_len FROM entries e
-    CROSS JOIN LATERAL (SELECT i.docno FROM tnsrag_stage_merge i WHERE i.id = e.id OFFSET 0) i
+    JOIN tnsrag_stage_merge i ON i.id = e.id
     CROSS JOIN unnest(e.lexemes) AS l(lexeme)
     {probe('bm25_postings', 'q', 'q.ctid AS tid, q.lexeme, q.tf, q.doc_len', 'q.lexeme = l.lexeme AND q.entry_id = e.id')}
     WHERE e.corpus = :c AND e.id = ANY (CAST(:ids AS text[]))""")
@@ -153,11 +155,17 @@ _TAIL_SQL = textwrap.dedent(f"""\
     ) t
     WHERE t.n < {BLOCK}""")
 
-#: Deletes of staged rows by ctid, planned as TID scans (see :func:`tid_scans_only`).
-_GONE_SQL = ("DELETE FROM bm25_postings p WHERE p.corpus = :c "
-             "AND p.ctid = ANY (ARRAY(SELECT s.tid FROM tnsrag_stage_np s))")
-_TAILS_GONE_SQL = ("DELETE FROM bm25_blocks b WHERE b.corpus = :c "
-                   "AND b.ctid = ANY (ARRAY(SELECT s.tid FROM tnsrag_stage_tail s))")
+#: The staged ctids of the moved postings and of the re-cut tails, each as one array (its
+#: text, bound again as ``:tids``; NULL when none).
+_STAGED_NP_SQL = "SELECT CAST(array_agg(s.tid) AS text) FROM tnsrag_stage_np s"
+_STAGED_TAILS_SQL = "SELECT CAST(array_agg(s.tid) AS text) FROM tnsrag_stage_tail s"
+
+#: Deletes of staged rows by their ctids ``:tids``, planned as TID scans (see
+#: :func:`tid_scans_only`). The ctids are bound, not read from the stage in the statement: a
+#: statement that changes rows named by ctid reads no table of the session's own (see
+#: :mod:`tnsrag_db._store.citus`, "Modifications by ctid").
+_GONE_SQL = "DELETE FROM bm25_postings p WHERE p.corpus = :c AND p.ctid = ANY (CAST(:tids AS tid[]))"
+_TAILS_GONE_SQL = "DELETE FROM bm25_blocks b WHERE b.corpus = :c AND b.ctid = ANY (CAST(:tids AS tid[]))"
 
 #: The numbers of the entries that had postings, and the new blocks: each re-cut tail's
 #: postings then the new ones (all numbered higher), in runs of BLOCK. A re-cut tail keeps
@@ -189,11 +197,13 @@ _BLOCKS_SQL = textwrap.dedent(f"""\
 
 
 def tid_scans_only(conn: Connection) -> AbstractContextManager[None]:
-    """Index scans off for the statements of the block (in ``conn``'s transaction): a
-    statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus = :c`` is then a
-    TID scan whatever the statistics (stale ones can make an index scan of the whole
-    corpus, testing every row against the array, look cheaper)."""
-    return planner_nodes_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan")
+    """Index and sequential scans off for the statements of the block (in ``conn``'s
+    transaction): a statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus =
+    :c`` is then a TID scan whatever the statistics (stale ones can make an index scan of
+    the whole corpus, testing every row against the array, look cheaper; and the planner
+    costs each ctid of a long constant array as a random page read, so that a scan of the
+    whole table, every corpus's rows, looks cheaper than a few thousand of them)."""
+    return planner_nodes_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan", "enable_seqscan")
 
 
 def _heap_order_scans(conn: Connection) -> AbstractContextManager[None]:
@@ -336,15 +346,19 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
         with _heap_order_scans(conn):
             locked = conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one()
         if locked:
-            if after is None:
-                with _hash_joins_only(conn):
+            with _hash_joins_only(conn):
+                if after is None:
                     conn.execute(sa.text(_NP_SCAN_SQL), c)
-            else:
-                conn.execute(sa.text(_NP_PROBE_SQL), {**c, "ids": chosen})
+                else:
+                    conn.execute(sa.text(_NP_PROBE_SQL), {**c, "ids": chosen})
             conn.execute(sa.text(_TAIL_SQL), c)
+            moved = conn.execute(sa.text(_STAGED_NP_SQL)).scalar_one()
+            tails = conn.execute(sa.text(_STAGED_TAILS_SQL)).scalar_one()
             with tid_scans_only(conn):
-                postings = conn.execute(sa.text(_GONE_SQL), c).rowcount
-                conn.execute(sa.text(_TAILS_GONE_SQL), c)
+                if moved is not None:
+                    postings = conn.execute(sa.text(_GONE_SQL), {**c, "tids": moved}).rowcount
+                if tails is not None:
+                    conn.execute(sa.text(_TAILS_GONE_SQL), {**c, "tids": tails})
             entries, written = conn.execute(sa.text(_BLOCKS_SQL), c).one()
     if conn.execute(sa.text(_ANY_MERGED_SQL), c).scalar_one():
         dead = list(conn.execute(sa.text(_TOMBSTONES_SQL), {**c, "m": max_tombstones}).scalars())

@@ -206,44 +206,54 @@ STAGE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
     FROM (SELECT lexeme FROM staged UNION ALL SELECT l.lexeme FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)) u
     GROUP BY lexeme""")
 
+# The ctids staged in tnsrag_stage_old, as one array (its text: one value to carry, which
+# the caller binds again as :tids; NULL when none is staged).
+STAGED_OLD_SQL = "SELECT CAST(array_agg(o.tid) AS text) FROM tnsrag_stage_old o"
+
 # The staged rows of bm25_postings (OLD_POSTINGS_GONE_SQL) or embeddings (OLD_VECTORS_GONE_SQL)
-# deleted by ctid, run under tnsrag_db._store.merge.tid_scans_only: a TID scan whatever the
-# statistics. Planned on them, a corpus the statistics do not know yet (estimated at one
-# row) is read whole through its index instead, every row tested against every target.
+# deleted by their ctids :tids (STAGED_OLD_SQL), run under
+# tnsrag_db._store.merge.tid_scans_only: a TID scan whatever the statistics. Planned on them,
+# a corpus the statistics do not know yet (estimated at one row) is read whole through its
+# index instead, every row tested against every target. The ctids are a bound constant, not
+# a read of the stage table: a statement that changes rows named by ctid must read no table
+# of the session's own (see tnsrag_db._store.citus, "Modifications by ctid").
 OLD_POSTINGS_GONE_SQL = textwrap.dedent("""\
     DELETE FROM bm25_postings p
-    WHERE p.corpus = :c AND p.ctid = ANY (ARRAY(SELECT o.tid FROM tnsrag_stage_old o))""")
+    WHERE p.corpus = :c AND p.ctid = ANY (CAST(:tids AS tid[]))""")
 OLD_VECTORS_GONE_SQL = textwrap.dedent("""\
     DELETE FROM embeddings v
-    WHERE v.corpus = :c AND v.ctid = ANY (ARRAY(SELECT o.tid FROM tnsrag_stage_old o))""")
+    WHERE v.corpus = :c AND v.ctid = ANY (CAST(:tids AS tid[]))""")
 
-# The changed entries' rows' ctids (from the comparison), for UPDATE_CHANGED_SQL.
-CHANGED_ROWS_SQL = "SELECT s.tid FROM tnsrag_stage_entries s WHERE s.state IN ('u', 'c')"
+# The changed entries' ids, for UPDATE_CHANGED_SQL.
+CHANGED_IDS_SQL = "SELECT s.id FROM tnsrag_stage_entries s WHERE s.state IN ('u', 'c') ORDER BY s.id"
 
 # Every changed entry's new fields; length and lexemes only where the text changed. The
-# targets are named by their ctids :tids (a constant array: tested by hash, once per row
-# read, whether the rows are read by a TID scan or, on statistics that do not know the
-# corpus yet, through an index of the corpus), joined to their stage rows by hash (the
-# caller turns nested loops off: on such statistics the corpus looks like one row, and a
-# nested loop would read the stage once per row). Index scans stay on: the triggers on
-# entries probe other tables by key.
+# targets are named by their keys: the constant array :ids (tested by hash, once per row
+# read, whether the rows are read by the primary key or, on statistics that do not know
+# the corpus yet, through another index of the corpus), joined to their stage rows by hash
+# (the caller turns nested loops off: on such statistics the corpus looks like one row,
+# and a nested loop would read the stage once per row). Not by ctid: the stage rows are a
+# table of the session's own, and a statement reading one may not name the rows it changes
+# by ctid (see tnsrag_db._store.citus, "Modifications by ctid"). The expiry is computed in
+# v, from the stage row alone. Index scans stay on: the triggers on entries probe other
+# tables by key.
 UPDATE_CHANGED_SQL = textwrap.dedent(f"""\
     WITH
-    -- v, each changed entry's stage row (with its row's ctid) and new length.
+    -- v, each changed entry's stage row, new length and expiry.
     v AS MATERIALIZED (
-      SELECT s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes
+      SELECT s.*, l.doc_len AS new_len, l.lexemes AS new_lexemes, {_expires('s')} AS new_expires
       FROM tnsrag_stage_entries s LEFT JOIN tnsrag_stage_lens l ON l.ord = s.ord
       WHERE s.state IN ('u', 'c')
     )
     UPDATE entries e
     SET content = v.content, tier = v.tier, source = v.source, parent_id = v.parent_id, ts = v.ts,
-        metadata = v.metadata, content_hash = v.content_hash, expires_at = {_expires('v')},
+        metadata = v.metadata, content_hash = v.content_hash, expires_at = v.new_expires,
         valid_from = v.valid_from, valid_until = v.valid_until,
         doc_len = CASE WHEN v.state = 'c' THEN coalesce(v.new_len, 0) ELSE e.doc_len END,
         lexemes = CASE WHEN v.state = 'c' THEN coalesce(v.new_lexemes, '{{}}') ELSE e.lexemes END,
         updated_at = now()
     FROM v
-    WHERE e.corpus = :c AND e.ctid = ANY (CAST(:tids AS tid[])) AND e.ctid = v.tid""")
+    WHERE e.corpus = :c AND e.id = ANY (CAST(:ids AS text[])) AND e.id = v.id""")
 
 # Stale vectors must not outlive the text they were computed from: staged here, deleted
 # by OLD_VECTORS_GONE_SQL.

@@ -285,9 +285,9 @@ def rewrite_changed(conn: Connection, corpus: str, report: WriteReport) -> None:
     if report.content_changed:
         _delete_staged(conn, sql.STAGE_OLD_POSTINGS_SQL, sql.OLD_POSTINGS_GONE_SQL, c)
     if report.updated:
-        tids = list(conn.execute(sa.text(sql.CHANGED_ROWS_SQL)).scalars())
+        ids = list(conn.execute(sa.text(sql.CHANGED_IDS_SQL)).scalars())
         with _hash_joins_only(conn):
-            conn.execute(sa.text(sql.UPDATE_CHANGED_SQL), {**c, "tids": tids})
+            conn.execute(sa.text(sql.UPDATE_CHANGED_SQL), {**c, "ids": ids})
     if report.content_changed:
         _delete_staged(conn, sql.STAGE_STALE_VECTORS_SQL, sql.OLD_VECTORS_GONE_SQL, c)
 
@@ -298,8 +298,16 @@ def _delete_staged(conn: Connection, stage_sql: str, gone_sql: str, params: dict
     deleted from, whose queries would be planned so too)."""
     conn.execute(sa.text("DELETE FROM tnsrag_stage_old"))
     conn.execute(sa.text(stage_sql), params)
-    with tid_scans_only(conn):
-        conn.execute(sa.text(gone_sql), params)
+    _delete_old(conn, gone_sql, params)
+
+
+def _delete_old(conn: Connection, gone_sql: str, params: dict[str, Any]) -> None:
+    """Delete the rows staged in ``tnsrag_stage_old`` with ``gone_sql``, their ctids bound
+    as one constant array, under TID scans only."""
+    tids = conn.execute(sa.text(sql.STAGED_OLD_SQL)).scalar_one()
+    if tids is not None:
+        with tid_scans_only(conn):
+            conn.execute(sa.text(gone_sql), {**params, "tids": tids})
 
 
 def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
@@ -370,8 +378,7 @@ def delete_matching(conn: Connection, corpus: WriteTarget, predicate: str, param
     tids = list(conn.execute(sa.text(sql.STAGE_LOCKED_SQL), c).scalars())
     if not tids:
         return 0
-    with tid_scans_only(conn):
-        conn.execute(sa.text(sql.OLD_POSTINGS_GONE_SQL), c)
+    _delete_old(conn, sql.OLD_POSTINGS_GONE_SQL, c)
     count, length = conn.execute(sa.text(sql.DELETE_LOCKED_SQL), {**c, "tids": tids, "shard": sql.stat_shard()}).one()
     if count:
         sql.bump_stats(conn, corpus.name, -int(count), -int(length))

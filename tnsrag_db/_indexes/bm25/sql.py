@@ -579,7 +579,7 @@ DOCUMENT_TERMS_SQL = dedent(f"""\
       -- keeps it so whatever the planner estimates: without statistics, on fresh tables,
       -- it scanned a large document's postings once per lexeme, a quadratic join).
       SELECT bp.tf FROM bm25_postings bp
-      WHERE bp.corpus = e.corpus AND bp.lexeme = l.lexeme AND bp.entry_id = e.id LIMIT 1
+      WHERE bp.corpus = :c AND bp.lexeme = l.lexeme AND bp.entry_id = e.id LIMIT 1
     ) p ON TRUE
     -- A merged entry's: the block of each lexeme holding its number.
     LEFT JOIN LATERAL ({_block_tf(":c", "l.lexeme", "kd.docno")}) bb ON TRUE

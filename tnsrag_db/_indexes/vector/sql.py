@@ -100,7 +100,7 @@ _FILTERED_BASE = """\
 FROM entries {p}_e
 CROSS JOIN LATERAL (
     SELECT {p}_y.entry_id, {p}_y.embedding FROM embeddings {p}_y
-    WHERE {p}_y.corpus = {p}_e.corpus AND {p}_y.space_id = {sid} AND {p}_y.entry_id = {p}_e.id
+    WHERE {p}_y.corpus = :{p}_c AND {p}_y.space_id = {sid} AND {p}_y.entry_id = {p}_e.id
     OFFSET 0
 ) {p}_x
 WHERE {p}_e.corpus = :{p}_c AND {predicate} AND {live_e}"""
@@ -214,7 +214,7 @@ _HNSW_FILTERED = """\
 
 _ROW_CHECK = """
       AND coalesce((SELECT {predicate} FROM entries {p}_e
-                    WHERE {p}_e.corpus = {p}_x.corpus AND {p}_e.id = {p}_x.entry_id), false)"""
+                    WHERE {p}_e.corpus = :{p}_c AND {p}_e.id = {p}_x.entry_id), false)"""
 
 # The same check from the filter pairs alone (primary-key probes of the pairs), still a
 # scalar subquery so that the planner keeps it a per-row check of the ordered scan.
