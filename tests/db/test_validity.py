@@ -119,6 +119,10 @@ def test_query_command_answers_as_of(store: Store, db_url: URL) -> None:
         assert [d["content"] for d in json.loads(result.output)["results"]] == expected, extra
     result = CliRunner().invoke(main_group, [*base, "--as-of", "2020-01-01"])
     assert result.exit_code != 0 and "--as-of" in result.output
+    # For people, the kept version is named by its entry's id and number, with no control character.
+    result = CliRunner().invoke(main_group, [*base[:-1], "--as-of", between.isoformat()])
+    assert result.exit_code == 0 and "pref (kept version 1)" in result.output, result.output
+    assert "\x1e" not in result.output
 
 
 def test_export_keeps_the_validity_and_ingest_reads_it_back(memory: Store, tmp_path: Any) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tnsrag_db._cli._common import plural
+from tnsrag_db._store.validity import VERSION_KEY, VERSION_SEPARATOR
 from tnsrag_db._types import RetrievedDocument
 
 __all__ = ["describe", "render_text", "result_json"]
@@ -71,6 +72,17 @@ def _width() -> int:
     return max(40, min(_MAX_WIDTH, shutil.get_terminal_size((_MAX_WIDTH, 24)).columns))
 
 
+def shown_id(metadata: Mapping[str, str]) -> str:
+    """A result's entry id for people: a kept version (an answer ``as_of`` an earlier instant
+    in a corpus that keeps history) as its entry's id and version number, not the stored
+    id with its separator, a control character."""
+    entry_id = metadata.get("entryId", "(no id)")
+    of = metadata.get(VERSION_KEY)
+    if of is not None and entry_id.startswith(of + VERSION_SEPARATOR):
+        return f"{of} (kept version {entry_id[len(of) + 1:]})"
+    return entry_id
+
+
 def render_text(strategy: str, documents: Sequence[RetrievedDocument], elapsed_ms: float) -> str:
     """Results for people: a header line, then per result its rank, score, id, tier and
     source, what the strategy added (:func:`describe`), and up to three lines of content
@@ -79,7 +91,7 @@ def render_text(strategy: str, documents: Sequence[RetrievedDocument], elapsed_m
     lines = [f"{strategy}: {plural(len(documents), 'result')} in {elapsed_ms:.1f} ms"]
     for n, d in enumerate(documents, 1):
         about = ", ".join(x for x in (d.metadata.get("tier"), d.source) if x)
-        head = f"[{n}] {d.score:.4f}  {d.metadata.get('entryId', '(no id)')}" + (f"  ({about})" if about else "")
+        head = f"[{n}] {d.score:.4f}  {shown_id(d.metadata)}" + (f"  ({about})" if about else "")
         lines.append(head)
         extra = describe(d.metadata)
         if extra:
