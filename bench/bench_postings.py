@@ -77,9 +77,11 @@ CREATE TABLE bm25_df (corpus text, lexeme text, shard smallint, df bigint NOT NU
 -- A: today's layout, same name and columns, so the library's statements run on it.
 CREATE TABLE bm25_postings (corpus text NOT NULL, lexeme text NOT NULL, entry_id text NOT NULL,
                             tf int NOT NULL, doc_len int NOT NULL);
--- The entries the library's statements check for expiry (none expires here): the columns
--- and the partial index they read.
-CREATE TABLE entries (corpus text NOT NULL, id text NOT NULL, expires_at timestamptz, PRIMARY KEY (corpus, id));
+-- The entries the library's statements check for expiry and validity (none expires or has a
+-- validity here): the columns and a partial index they read.
+CREATE TABLE entries (corpus text NOT NULL, id text NOT NULL, expires_at timestamptz, valid_from timestamptz,
+  valid_until timestamptz, recorded_at timestamptz, recorded_until timestamptz,
+  created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (corpus, id));
 CREATE INDEX ix_entries_corpus_expires_at ON entries (corpus, expires_at) INCLUDE (id) WHERE expires_at IS NOT NULL;
 -- The library's merged layout, empty here: its statements read it beside A.
 CREATE TABLE bm25_docs (corpus text NOT NULL, docno bigint NOT NULL, entry_id text NOT NULL,
@@ -497,12 +499,13 @@ def _production(engine: Any, terms: Sequence[str]) -> list[tuple[str, float]]:
     """The library's own ranking statements over layout A (plain, then MaxScore when a term is frequent)."""
     import sqlalchemy as sa
 
+    from tnsrag_db._db.statement import AS_OF_PARAM
     from tnsrag_db._indexes.bm25 import index as bindex, sql as bsql
 
     p = "k"
     params = {"k_c": CORPUS, "k_chunks": [], "k_extras": list(terms), "k_k1p1": K1 + 1.0, "k_kb0": K1 * (1.0 - B),
               "k_kb1": K1 * B, "k_min": 0.0, "k_lim": K, "k_nedf": float(bindex.DEFAULT_PRUNE_MIN_DF),
-              "k_fsmall": bindex.DEFAULT_FILTER_PROBE_MAX}
+              "k_fsmall": bindex.DEFAULT_FILTER_PROBE_MAX, AS_OF_PARAM: None}  # answers now
     with engine.connect() as conn:
         rows = conn.execute(sa.text(bsql.plain_ranking_sql(p, limit=K)), params).fetchall()
         if rows and rows[0][0] is None:
