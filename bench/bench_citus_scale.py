@@ -33,12 +33,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import sqlalchemy as sa
 
 from bench._common import database_url
 from bench._corpus import GROUP_1PCT, generate_corpus
+from bench.bench_citus_router import Lookup
 from tnsrag_db._db import migrate
 from tnsrag_db._db.engine import create_engine
 from tnsrag_db._indexes.bm25 import BM25Index
@@ -55,19 +54,6 @@ CORPUS = "scale"
 BATCH = 2000
 #: Settings printed for each side (the cluster's workers are set as its coordinator).
 _SHOWN = ("shared_buffers", "work_mem", "maintenance_work_mem", "fsync", "synchronous_commit")
-
-
-class Lookup:
-    """An embedding function over precomputed vectors: ``q:<i>`` is query i, else the text's
-    row (a hybrid query's words among them: their query's vector)."""
-
-    def __init__(self, queries: npt.NDArray[np.float32], texts: dict[str, npt.NDArray[np.float32]]) -> None:
-        self.queries, self.texts = queries, texts
-
-    def __call__(self, text: str) -> list[float]:
-        if text.startswith("q:"):
-            return [float(x) for x in self.queries[int(text[2:])]]
-        return [float(x) for x in self.texts[text]]
 
 
 def _citus_schema(url: str) -> None:

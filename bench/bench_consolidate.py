@@ -33,7 +33,6 @@ path) and embedded with the shipped model; the same dry runs, then a merge at 0.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import time
 from dataclasses import replace
@@ -52,7 +51,6 @@ from tnsrag_db._store.store import Store, connect
 from tnsrag_db._types import MemoryEntry, MemoryTier
 
 PROVIDER = "bench-consolidate"
-DPKG_STATUS = "/var/lib/dpkg/status"
 #: ``get`` as it was before aliases: an entry by its id only.
 OLD_GET = (f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries e WHERE corpus = :c AND id = :id "
            "AND (e.expires_at IS NULL OR e.expires_at > statement_timestamp())")
@@ -201,18 +199,12 @@ def gets_only(url: str, args: argparse.Namespace) -> None:
 
 
 def debian_descriptions() -> list[MemoryEntry]:
-    text = Path(DPKG_STATUS).read_text(encoding="utf-8", errors="replace")
-    out = []
-    for block in text.split("\n\n"):
-        name = re.search(r"^Package: (.+)$", block, re.M)
-        desc = re.search(r"^Description: (.*)\n((?: .*\n?)*)", block, re.M)
-        if not name or not desc:
-            continue
-        lines = [line[1:] for line in desc.group(2).splitlines()]
-        body = " ".join("" if line.strip() == "." else line.strip() for line in lines).strip()
-        if body:
-            out.append(MemoryEntry(name.group(1).strip(), body, MemoryTier.WORKING))
-    return sorted(out, key=lambda e: e.id)
+    """Every installed package's long description (duplicates included: they are what a
+    consolidation finds), by package name."""
+    from bench.by_name import dpkg_descriptions
+
+    return sorted((MemoryEntry(name, body, MemoryTier.WORKING) for name, _, body in dpkg_descriptions() if body),
+                  key=lambda e: e.id)
 
 
 def real(url: str, args: argparse.Namespace) -> None:

@@ -177,9 +177,9 @@ def load_stdlib(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[
     return stdlib_queries(entries)
 
 
-def debian_packages() -> list[tuple[str, str, str]]:
-    """``(package, synopsis, long description)`` of the installed packages whose long text is
-    unique and at least 15 words."""
+def dpkg_descriptions() -> list[tuple[str, str, str]]:
+    """``(package, synopsis, long description)`` of every installed package with a description,
+    in the order of dpkg's status file."""
     text = Path(DPKG_STATUS).read_text(encoding="utf-8", errors="replace")
     found: list[tuple[str, str, str]] = []
     for block in text.split("\n\n"):
@@ -190,6 +190,13 @@ def debian_packages() -> list[tuple[str, str, str]]:
         lines = [line[1:] for line in desc.group(2).splitlines()]
         body = " ".join("" if line.strip() == "." else line.strip() for line in lines).strip()
         found.append((name.group(1).strip(), desc.group(1).strip(), body))
+    return found
+
+
+def debian_packages() -> list[tuple[str, str, str]]:
+    """``(package, synopsis, long description)`` of the installed packages whose long text is
+    unique and at least 15 words."""
+    found = dpkg_descriptions()
     counts: dict[str, int] = {}
     for _, _, body in found:
         counts[body] = counts.get(body, 0) + 1
