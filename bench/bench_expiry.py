@@ -134,8 +134,11 @@ def rows(store: Store) -> dict[str, int]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def workload(description: str) -> tuple[argparse.Namespace, Any, Any, list[str]]:
+    """The command line (``--url --n --dim --queries --rounds``) and the seeded workload it
+    asks for: the corpus, its query vectors and short keyword queries of its words (shared
+    with ``bench_validity``, so both measure the same queries)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--url")
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--dim", type=int, default=128)
@@ -147,6 +150,11 @@ def main() -> None:
     rng = random.Random(3)
     words = [w for e in corpus.entries[:2000] for w in e.content.lower().rstrip(".").split()]
     texts = [" ".join(rng.sample(words, rng.randint(1, 4))) for _ in range(args.queries)]
+    return args, corpus, queries, texts
+
+
+def main() -> None:
+    args, corpus, queries, texts = workload(__doc__.splitlines()[0])
     past, future = datetime(2020, 1, 1, tzinfo=timezone.utc), datetime.now(timezone.utc) + timedelta(days=365)
     some = [replace(e, expires_at=past if i % 10 == 0 else future if i % 10 in (1, 2) else None)
             for i, e in enumerate(corpus.entries)]

@@ -20,8 +20,6 @@ and this version's over the other's.
 
 from __future__ import annotations
 
-import argparse
-import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -29,8 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bench._common import scratch_database
-from bench._corpus import generate_corpus
-from bench.bench_expiry import K, _clear, compare, load
+from bench.bench_expiry import K, _clear, compare, load, workload
 from bench.bench_vector import Lookup
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -55,18 +52,7 @@ def without_validity() -> Iterator[None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url")
-    parser.add_argument("--n", type=int, default=20_000)
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    corpus = generate_corpus(args.n, dim=args.dim, seed=42)
-    queries = corpus.query_vectors(args.queries, seed=5)
-    rng = random.Random(3)
-    words = [w for e in corpus.entries[:2000] for w in e.content.lower().rstrip(".").split()]
-    texts = [" ".join(rng.sample(words, rng.randint(1, 4))) for _ in range(args.queries)]
+    args, corpus, queries, texts = workload(__doc__.splitlines()[0])
     past, ahead = datetime(2020, 1, 1, tzinfo=timezone.utc), datetime.now(timezone.utc) + timedelta(days=365)
     stated = [replace(e, valid_from=past, valid_until=ahead if i % 10 < 3 else None)
               for i, e in enumerate(corpus.entries)]
