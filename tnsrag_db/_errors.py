@@ -191,15 +191,18 @@ class EvaluationDataError(ValidationError):
 class IngestInterrupted(TnsragError):
     """A batched ingest stopped part-way; ``committed`` counts what stayed written (whole batches).
 
-    The batch in progress was rolled back. Raised for Ctrl-C (no ``__cause__``) and,
-    chained to the cause, for a library error met after some batches were committed.
-    Running the same ingest again continues idempotently.
+    The batch in progress was rolled back (``rolled_back``: False when the stop came once
+    every batch read was written, as the last one committed). Raised for Ctrl-C (no
+    ``__cause__``) and, chained to the cause, for a library error met after some batches
+    were committed. Running the same ingest again continues idempotently.
     """
 
-    def __init__(self, message: str, *, committed: IngestCounts) -> None:
+    def __init__(self, message: str, *, committed: IngestCounts, rolled_back: bool = True) -> None:
         super().__init__(message)
         #: Entries of the batches committed before the stop.
         self.committed = committed
+        #: Whether a batch was in progress (and rolled back) when the ingest stopped.
+        self.rolled_back = rolled_back
 
 
 class DatabaseError(TnsragError):

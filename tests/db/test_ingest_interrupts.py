@@ -32,10 +32,12 @@ pytestmark = pytest.mark.slow  # ten ingest processes, each loading the model
 #: (twenty took 84 s of a 10-minute suite).
 INTERRUPTS = 10
 # Before every entry is written: the entries committed. While their vectors are filled: all
-# entries, and how many have a vector.
-_LINE = re.compile(r"interrupted: (\d+) entr(?:y|ies) committed(?:, (\d+) with vectors of \S+)?, the batch in progress "
-                   r"was rolled back(?:; the same ingest run again \(or tnsrag embed --corpus \S+ --embedding \S+\) "
-                   r"embeds the rest)?")
+# entries, and how many have a vector. A stop that comes as the last batch of a pass commits
+# says that every batch read was written (and, after the vectors, that only the index build is left).
+_LINE = re.compile(r"interrupted: (\d+) entr(?:y|ies) committed(?:, (\d+) with vectors of \S+)?, "
+                   r"(?:the batch in progress was rolled back(?:; the same ingest run again \(or tnsrag embed "
+                   r"--corpus \S+ --embedding \S+\) embeds the rest)?|every batch read was written(?:; tnsrag db "
+                   r"build-indexes builds the vector index if one is due)?)")
 
 
 # 1,500 files take about 16 s to ingest whole here (400 took 5.1 s, so a signal sent at up to 5 s

@@ -213,6 +213,34 @@ def test_ingest_sigint_rolls_back_the_open_batch(store: Store, default_sigint: N
     assert np.isclose(vectors.search(data[19].content, 1)[0][1], 1.0)
 
 
+def test_ingest_sigint_as_the_last_batch_commits_still_stops_the_call(store: Store, default_sigint: None) -> None:
+    # The Ctrl-C comes as the last batch commits (here: as its commit is reported): no
+    # statement of the loop is left to see it, yet the call stops as it said it would (the
+    # HNSW build that was due is not run) instead of returning as if nothing had been asked.
+    said: list[str] = []
+
+    def progress(phase: str, done: int, total: int | None) -> None:
+        if phase == "write" and done == 9:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs here
+
+    def hnsw_indexes() -> int:
+        return int(store.read("SELECT count(*) AS n FROM pg_indexes WHERE schemaname = current_schema() "
+                              "AND indexdef LIKE '%hnsw%'", {})[0].n)
+
+    before = hnsw_indexes()
+    vectors = VectorMemoryStore(store, HashingEmbedding(16), index_threshold=5)
+    with pytest.raises(IngestInterrupted) as info:
+        vectors.ingest(iter(entries(9)), batch_size=3, progress=progress, on_stop=lambda: said.append("stopping"))
+    assert said == ["stopping"] and info.value.__cause__ is None
+    assert info.value.committed == IngestCounts(inserted=9) and not info.value.rolled_back
+    assert str(info.value) == "interrupted: 9 entries committed, every batch read was written"
+    assert store.count() == 9 == vectors.count() and hnsw_indexes() == before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Run again, the same entries are unchanged and the index that was due is built.
+    assert vectors.ingest(entries(9), batch_size=3) == IngestCounts(unchanged=9)
+    assert hnsw_indexes() == before + 1
+
+
 def test_cli_embed_embeds_the_next_batch_before_the_previous_commit(store: Store, db_url: Any,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # `tnsrag embed` runs the ingest loop: as above, the commit of batch i's vectors waits

@@ -566,6 +566,9 @@ class _Ledger:
 _INTERRUPTED_VECTORS = ("interrupted: {n} committed, {v} with vectors of {provider}, the batch in progress "
                         "was rolled back; the same ingest run again (or tnsrag embed --corpus {corpus} --embedding "
                         "{provider}) embeds the rest")
+#: The same once the stop came as the last batch of vectors committed: only the index build was left.
+_INTERRUPTED_INDEX = ("interrupted: {n} committed, {v} with vectors of {provider}, every batch read was written; "
+                      "tnsrag db build-indexes{schema} builds the vector index if one is due")
 
 
 #: Entries per statement of the check for missing vectors before the vector pass.
@@ -605,9 +608,10 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
                 raise
             name = vectors.embedding.name
             have = count_with_vectors(store, name, [e.id for e in entries])
-            raise IngestInterrupted(_INTERRUPTED_VECTORS.format(n=plural(len(entries), "entry"), v=have, provider=name,
-                                                                corpus=plan.corpus),
-                                    committed=exc.committed) from None
+            said = (_INTERRUPTED_VECTORS if exc.rolled_back else _INTERRUPTED_INDEX).format(
+                n=plural(len(entries), "entry"), v=have, provider=name, corpus=plan.corpus,
+                schema=f" --schema {plan.schema}" if plan.schema else "")
+            raise IngestInterrupted(said, committed=exc.committed, rolled_back=exc.rolled_back) from None
 
 
 def _roots_text(roots: list[Any]) -> str:

@@ -156,6 +156,7 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
 
     space: Space | None = None
     jobs: list[_Job[Vectors]] = []  # started, possibly still running
+    in_progress = True  # a batch read and not yet committed, or more to read
 
     def start(batch: ValidatedBatch) -> _Job[Vectors] | None:
         if not batch:
@@ -180,6 +181,12 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
                     committed = committed + written.counts
                     report("write", committed.total)
                     batch, job = following, next_job
+                in_progress = False
+                # A stop that came after the last batch's statements (during its commit, or
+                # while the end of the stream was read) still stops the call: it was
+                # promised, and what follows (the index build, a caller's next pass) is not run.
+                if stop.is_set():
+                    raise Stopped
             finally:
                 stop.set()  # whatever ends the loop, no worker may outlive it
                 for started in jobs:
@@ -187,9 +194,9 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
         if space is not None:
             build(space, lambda phase, done, of: report("index", done, of))
     except (Stopped, KeyboardInterrupt):
-        raise IngestInterrupted(
-            f"interrupted: {committed.total} entries committed, the batch in progress was rolled back",
-            committed=committed) from None
+        rest = "the batch in progress was rolled back" if in_progress else "every batch read was written"
+        raise IngestInterrupted(f"interrupted: {committed.total} entries committed, {rest}",
+                                committed=committed, rolled_back=in_progress) from None
     except TnsragError as exc:
         raise IngestInterrupted(
             f"{exc} ({committed.total} entries committed before, the batch in progress was rolled back)",
