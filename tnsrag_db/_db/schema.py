@@ -312,6 +312,10 @@ edges = Table(
     Column("weight", Float(53), nullable=False, server_default="1.0"),
     Column("source", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The interval in which the edge holds, as stated by the application (revision 0017);
+    # NULL: unbounded on that side. Walks follow only the edges valid at their instant.
+    Column("valid_from", DateTime(timezone=True)),
+    Column("valid_until", DateTime(timezone=True)),
     # Destination first: lookups by src go to the weight index below, never to the key
     # (migration 0004); the key serves lookups by destination.
     PrimaryKeyConstraint("corpus", "dst", "relation", "src"),
