@@ -323,6 +323,10 @@ edges = Table(
     ForeignKeyConstraint(["corpus", "dst"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
     # Heaviest-first fan-out per node for bounded traversal.
     Index("ix_edges_corpus_src_weight", "corpus", "src", text("weight DESC"), "dst"),
+    # Only edges with a bound (revision 0017): a walk of a corpus without any finds this
+    # empty and reads the weight index alone, without testing each edge's validity.
+    Index("ix_edges_corpus_bounded", "corpus",
+          postgresql_where=text("valid_from IS NOT NULL OR valid_until IS NOT NULL")),
     CheckConstraint("weight = weight AND weight > '-Infinity'::float8 AND weight < 'Infinity'::float8",
                     name="weight_finite"),
 )

@@ -48,8 +48,8 @@ HAS_EDGES_SQL = "SELECT EXISTS (SELECT 1 FROM edges WHERE corpus = :c) AS has_ed
 #: The fence on walked entries (alias ``n``), bound as ``:fence``.
 FENCE = "AND n.source = ANY(CAST(:fence AS text[]))"
 
-# {seed_fence}, {walk_join}, {edge_valid}, {columns} and {filter} are code constants chosen
-# by walk_statement; every value is bound.
+# {seed_fence}, {walk_join}, {edges_bounded}, {edge_valid}, {columns} and {filter} are code
+# constants chosen by walk_statement; every value is bound.
 WALK_SQL = dedent("""\
     WITH RECURSIVE walk (round, v_ids, v_scores, f_ids, f_scores, f_paths) AS (
       -- Level 0, the seeds that exist (inside the fence), best per id, at most the budget.
@@ -80,11 +80,20 @@ WALK_SQL = dedent("""\
                    e.weight, f.path AS parent_path
             FROM unnest(w.f_ids, w.f_scores, w.f_paths) AS f(id, score, path)
             CROSS JOIN LATERAL (
-              SELECT ed.dst, ed.weight FROM edges ed
-              WHERE ed.corpus = :c AND ed.src = f.id AND {edge_valid}
-              ORDER BY ed.weight DESC, ed.dst
-              LIMIT least(CAST(:max_fan AS int),
-                          greatest(1, ceil(CAST(:edge_budget AS float8) / cardinality(w.f_ids))::int))
+              -- A node's heaviest edges valid at the instant. Two branches, one of which runs
+              -- (their gates are computed once per statement): in a corpus whose edges state
+              -- no validity, the fan-out index alone (an index-only scan); else each edge tested.
+              (SELECT ed.dst, ed.weight FROM edges ed
+               WHERE ed.corpus = :c AND ed.src = f.id AND NOT {edges_bounded}
+               ORDER BY ed.weight DESC, ed.dst
+               LIMIT least(CAST(:max_fan AS int),
+                           greatest(1, ceil(CAST(:edge_budget AS float8) / cardinality(w.f_ids))::int)))
+              UNION ALL
+              (SELECT ed.dst, ed.weight FROM edges ed
+               WHERE ed.corpus = :c AND ed.src = f.id AND {edges_bounded} AND {edge_valid}
+               ORDER BY ed.weight DESC, ed.dst
+               LIMIT least(CAST(:max_fan AS int),
+                           greatest(1, ceil(CAST(:edge_budget AS float8) / cardinality(w.f_ids))::int)))
             ) e
             {walk_join}
             ORDER BY e.dst COLLATE "C", f.score DESC, e.weight DESC, f.id COLLATE "C"
