@@ -519,13 +519,12 @@ def _write_tools(store: Store, serial: SerialEmbedding,
     ) -> LinkResult:
         """Add (or update) a directed graph edge src -> dst between two existing entries; its
         weight, source and validity are replaced. Searches follow it only while it is valid."""
-        bounds = {}
-        for name, value in (("valid_from", valid_from), ("valid_until", valid_until)):
-            with argument(name):
-                bounds[name] = None if value is None else parse_instant(value)
+        with argument("valid_from"):
+            start = None if valid_from is None else parse_instant(valid_from)
         with argument("valid_until"):
-            Edge("a", "b", **bounds)  # the interval alone (a probe edge), named by its argument
-        counts = graph.add_edge(src, dst, relation, weight, source, **bounds)
+            end = None if valid_until is None else parse_instant(valid_until)
+            Edge("a", "b", valid_from=start, valid_until=end)  # the interval alone (a probe edge)
+        counts = graph.add_edge(src, dst, relation, weight, source, valid_from=start, valid_until=end)
         return LinkResult(src=src, dst=dst, relation=relation, status=_status(counts.inserted, counts.updated))
 
 
