@@ -234,7 +234,7 @@ def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL
 
 
 def test_0004_keys_edges_by_destination_and_keeps_them(fresh_db_url: URL) -> None:
-    from tnsrag_db._indexes.graph import Edge, GraphStore
+    from tnsrag_db._indexes.graph import GraphStore
     from tnsrag_db._store.store import Store
     from tnsrag_db._types import MemoryEntry
 
@@ -252,18 +252,69 @@ def test_0004_keys_edges_by_destination_and_keeps_them(fresh_db_url: URL) -> Non
     try:
         migrate.upgrade(engine, schema="tnsrag", revision="0003")
         graph = GraphStore(Store(engine, corpus="a"))
-        graph.add_with_edges([MemoryEntry(i, f"text {i}") for i in "xyz"], [Edge("x", "y"), Edge("x", "z", weight=2.0)])
+        graph.store.add_all([MemoryEntry(i, f"text {i}") for i in "xyz"])
+        # The edges as that schema knows them (this release's edge write needs revision 0017).
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO tnsrag.edges (corpus, src, dst, weight) VALUES "
+                                 "('a', 'x', 'y', 1.0), ('a', 'x', 'z', 2.0)"))
         assert key_and_indexes() == ("PRIMARY KEY (corpus, src, relation, dst)",
                                      {"pk_edges", "ix_edges_corpus_src_weight", "ix_edges_corpus_dst"})
         migrate.upgrade(engine, schema="tnsrag")
         assert key_and_indexes() == ("PRIMARY KEY (corpus, dst, relation, src)",
-                                     {"pk_edges", "ix_edges_corpus_src_weight"})
+                                     {"pk_edges", "ix_edges_corpus_src_weight", "ix_edges_corpus_bounded"})
         assert migrate.check(engine, schema="tnsrag") == []
         assert [e.dst for e in graph.neighbours("x")] == ["z", "y"]  # heaviest first
         graph.add_edge("x", "y", weight=3.0)  # the upsert still finds its conflict target
         assert [(e.dst, e.weight) for e in graph.neighbours("x")] == [("y", 3.0), ("z", 2.0)]
         migrate.downgrade(engine, schema="tnsrag", revision="0003")
         assert key_and_indexes()[0] == "PRIMARY KEY (corpus, src, relation, dst)"
+        assert graph.count() == 2
+    finally:
+        engine.dispose()
+
+
+def test_0017_adds_edge_validity_without_rewriting_edges(fresh_db_url: URL) -> None:
+    from datetime import datetime, timezone
+
+    from tnsrag_db._indexes.graph import GraphStore
+    from tnsrag_db._store.store import Store
+    from tnsrag_db._types import MemoryEntry
+
+    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+
+    def layout() -> tuple[int, set[str], set[str]]:
+        with engine.connect() as conn:
+            node = conn.execute(sa.text("SELECT pg_relation_filenode('tnsrag.edges')")).scalar_one()
+            columns = set(conn.execute(sa.text(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = 'tnsrag' AND table_name = 'edges'")).scalars())
+            names = set(conn.execute(sa.text(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'edges'")).scalars())
+        return int(node), columns, names
+
+    try:
+        migrate.upgrade(engine, schema="tnsrag", revision="0016")
+        graph = GraphStore(Store(engine, corpus="a"))
+        graph.store.add_all([MemoryEntry(i, f"text {i}") for i in "xyz"])
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO tnsrag.edges (corpus, src, dst, weight) VALUES "
+                                 "('a', 'x', 'y', 1.0), ('a', 'x', 'z', 2.0)"))
+        node, columns, indexes = layout()
+        assert not {"valid_from", "valid_until"} & columns and "ix_edges_corpus_bounded" not in indexes
+        migrate.upgrade(engine, schema="tnsrag")
+        after = layout()
+        # Nullable columns without a default: the table keeps its file (nothing rewritten).
+        assert after[0] == node and {"valid_from", "valid_until"} <= after[1]
+        assert "ix_edges_corpus_bounded" in after[2]
+        assert migrate.check(engine, schema="tnsrag") == []
+        # The edges written before are unbounded: followed at every instant.
+        assert [(e.dst, e.valid_from, e.valid_until) for e in graph.neighbours("x")] == [("z", None, None),
+                                                                                         ("y", None, None)]
+        graph.add_edge("x", "y", valid_until=datetime(2020, 1, 1, tzinfo=timezone.utc))
+        assert [e.dst for e in graph.neighbours("x")] == ["z"]
+        migrate.downgrade(engine, schema="tnsrag", revision="0016")
+        node, columns, indexes = layout()
+        assert not {"valid_from", "valid_until"} & columns and "ix_edges_corpus_bounded" not in indexes
         assert graph.count() == 2
     finally:
         engine.dispose()

@@ -23,6 +23,7 @@ from mcp.types import CallToolResult
 from sqlalchemy.engine import URL
 
 from tests.integrations._mcp_client import conforms, server_parameters
+from tnsrag_db._indexes.graph import GraphStore
 from tnsrag_db._store.store import Store
 from tnsrag_db.integrations.mcp import READ_TOOLS, WRITE_TOOLS, create_server
 
@@ -92,6 +93,30 @@ def test_every_tool_in_process(store: Store) -> None:
         assert await ok(client, "forget", {"id": generated["id"]}) == {"deleted": 1}
         assert await ok(client, "forget", {"id": generated["id"]}) == {"deleted": 0}
         assert store.count() == 0
+
+    run(session, create_server(store))
+
+
+def test_link_states_the_edges_validity_and_search_follows_it_then_only(store: Store) -> None:
+    """An edge ``link`` bounds is walked by a graph search only at the instants it is valid
+    (``as_of`` included); an empty interval or a bound without a zone is an error naming its
+    argument, and writes nothing."""
+    async def session(client: Client) -> None:
+        for entry_id, content in (("a", "zebra stripes"), ("b", "a horse in a stable")):
+            await ok(client, "remember", {"content": content, "id": entry_id})
+        assert (await ok(client, "link", {"src": "a", "dst": "b", "valid_until": "2020-01-01T00:00:00Z"}))[
+            "status"] == "inserted"
+        search = {"query": "zebra", "strategy": "graph"}
+        assert [d["id"] for d in (await ok(client, "search", search))["documents"]] == ["a"]
+        assert (await ok(client, "link", {"src": "a", "dst": "b", "valid_from": "2020-01-01T00:00:00Z"}))[
+            "status"] == "updated"
+        assert [d["id"] for d in (await ok(client, "search", search))["documents"]] == ["a", "b"]
+        later = {**search, "as_of": "2999-01-01T00:00:00Z"}
+        assert [d["id"] for d in (await ok(client, "search", later))["documents"]] == ["a", "b"]
+        assert "'valid_until'" in await error(client, "link", {"src": "b", "dst": "a", "valid_from": "2030-01-01T00:00:00Z",
+                                                                "valid_until": "2020-01-01T00:00:00Z"})
+        assert "'valid_from'" in await error(client, "link", {"src": "b", "dst": "a", "valid_from": "2030-01-01"})
+        assert GraphStore(store).count() == 1
 
     run(session, create_server(store))
 

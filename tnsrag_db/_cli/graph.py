@@ -10,6 +10,7 @@ import csv
 import json
 import math
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,10 +24,20 @@ from tnsrag_db._errors import ValidationError
 from tnsrag_db._indexes.graph import DEFAULT_RELATION, Edge, GraphStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.compose import graph_strategy
+from tnsrag_db._types import parse_instant
 
 __all__ = ["graph", "graph_strategy", "read_edges"]
 
-_FIELDS = ("src", "dst", "relation", "weight", "source")
+_FIELDS = ("src", "dst", "relation", "weight", "source", "valid_from", "valid_until")
+
+
+def _instant(value: Any, what: str) -> datetime | None:
+    """An ISO-8601 instant with a zone from a file or an option (empty or None: unbounded)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"{what} must be an ISO-8601 instant with a zone, got {value!r}")
+    return parse_instant(value)
 
 
 def _edge(record: dict[str, Any], where: str) -> Edge:
@@ -44,14 +55,16 @@ def _edge(record: dict[str, Any], where: str) -> Edge:
     relation = record.get("relation") or DEFAULT_RELATION
     source = record.get("source") or None
     try:
-        return Edge(record.get("src"), record.get("dst"), relation, weight, source)  # type: ignore[arg-type]
+        bounds = [_instant(record.get(name), name) for name in ("valid_from", "valid_until")]
+        return Edge(record.get("src"), record.get("dst"), relation, weight, source, *bounds)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ValidationError(f"{where}: {exc}") from None
 
 
 def read_edges(path: Path) -> Iterator[Edge]:
     """Edges from ``path``: JSONL (``.jsonl``/``.ndjson``: one object per line) or CSV with a
-    header naming ``src,dst`` and optionally ``relation,weight,source``.
+    header naming ``src,dst`` and optionally ``relation,weight,source,valid_from,valid_until``
+    (the last two ISO-8601 instants with a zone; empty: unbounded).
 
     Raises :class:`ValidationError` naming the line of a bad record.
     """
@@ -74,8 +87,8 @@ def read_edges(path: Path) -> Iterator[Edge]:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         if "src" not in header or "dst" not in header:
-            raise ValidationError(f"{path}: the CSV header must name src and dst (optionally "
-                                  f"relation, weight, source); got {', '.join(header) or 'nothing'}")
+            raise ValidationError(f"{path}: the CSV header must name src and dst (optionally relation, weight, "
+                                  f"source, valid_from, valid_until); got {', '.join(header) or 'nothing'}")
         for row in reader:
             yield _edge({k: v for k, v in row.items() if k is not None}, f"{path}:{reader.line_num}")
 
@@ -122,17 +135,33 @@ def graph(ctx: click.Context, url: str | None, schema: str, corpus: str) -> None
 @click.option("--weight", type=float, default=1.0, show_default=True,
               help="Finite weight; heavier edges are followed first.")
 @click.option("--source", default=None, help="Where the edge came from.")
+@click.option("--valid-from", "valid_from", default=None, metavar="INSTANT",
+              help="The edge holds from this ISO-8601 instant with a zone on (inclusive). Default: always.")
+@click.option("--valid-until", "valid_until", default=None, metavar="INSTANT",
+              help="The edge holds until this ISO-8601 instant with a zone (exclusive). Default: still.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 @_target_options
 @click.pass_context
 @handle_errors
 def add_edge(ctx: click.Context, src: str, dst: str, relation: str, weight: float, source: str | None,
-             as_json: bool, sub_url: str | None, sub_schema: str | None, sub_corpus: str | None) -> None:
-    """Add (or update) the edge SRC -> DST.
+             valid_from: str | None, valid_until: str | None, as_json: bool, sub_url: str | None,
+             sub_schema: str | None, sub_corpus: str | None) -> None:
+    """Add (or update) the edge SRC -> DST: its weight, source and validity are replaced.
+
+    A walk (tnsrag query --strategy graph, --as-of included) follows the edge only at the
+    instants it is valid.
 
     Example: tnsrag graph add-edge install-guide troubleshooting --corpus docs --relation see-also --weight 0.5
+
+    Example: tnsrag graph add-edge alice acme --relation works-at --valid-from 2024-01-01T00:00:00Z
     """
-    edge = Edge(src, dst, relation, weight, source)
+    bounds = []
+    for option, value in (("--valid-from", valid_from), ("--valid-until", valid_until)):
+        try:
+            bounds.append(_instant(value, option))
+        except ValidationError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+    edge = Edge(src, dst, relation, weight, source, *bounds)
     with _open(ctx, sub_url, sub_schema, sub_corpus) as store:
         counts = GraphStore(store).add_edges([edge])
     data = {"inserted": counts.inserted, "updated": counts.updated, "unchanged": counts.unchanged}
@@ -148,8 +177,9 @@ def add_edge(ctx: click.Context, src: str, dst: str, relation: str, weight: floa
 @handle_errors
 def import_edges(ctx: click.Context, file: Path, as_json: bool, sub_url: str | None, sub_schema: str | None,
                  sub_corpus: str | None) -> None:
-    """Import edges from FILE in one transaction: CSV with a header (src,dst[,relation,weight,source])
-    or JSONL (.jsonl/.ndjson, one {"src": ..., "dst": ...} object per line).
+    """Import edges from FILE in one transaction: CSV with a header
+    (src,dst[,relation,weight,source,valid_from,valid_until]) or JSONL (.jsonl/.ndjson, one
+    {"src": ..., "dst": ...} object per line, with the same optional fields).
 
     Every edge is checked first; one bad edge or missing entry imports nothing.
     A repeated (src, relation, dst) keeps its last line.

@@ -312,6 +312,10 @@ edges = Table(
     Column("weight", Float(53), nullable=False, server_default="1.0"),
     Column("source", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The interval in which the edge holds, as stated by the application (revision 0017);
+    # NULL: unbounded on that side. Walks follow only the edges valid at their instant.
+    Column("valid_from", DateTime(timezone=True)),
+    Column("valid_until", DateTime(timezone=True)),
     # Destination first: lookups by src go to the weight index below, never to the key
     # (migration 0004); the key serves lookups by destination.
     PrimaryKeyConstraint("corpus", "dst", "relation", "src"),
@@ -319,6 +323,10 @@ edges = Table(
     ForeignKeyConstraint(["corpus", "dst"], ["entries.corpus", "entries.id"], ondelete="CASCADE"),
     # Heaviest-first fan-out per node for bounded traversal.
     Index("ix_edges_corpus_src_weight", "corpus", "src", text("weight DESC"), "dst"),
+    # Only edges with a bound (revision 0017): a walk of a corpus without any finds this
+    # empty and reads the weight index alone, without testing each edge's validity.
+    Index("ix_edges_corpus_bounded", "corpus",
+          postgresql_where=text("valid_from IS NOT NULL OR valid_until IS NOT NULL")),
     CheckConstraint("weight = weight AND weight > '-Infinity'::float8 AND weight < 'Infinity'::float8",
                     name="weight_finite"),
 )

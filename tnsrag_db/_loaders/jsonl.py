@@ -29,7 +29,8 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
     # a present "source": null stays None, "timestamp" is the entry's timestamp,
     # "expiresAt" (an instant) or "ttlSeconds" (a number) its expiry, "validFrom" and
     # "validUntil" (instants) its validity,
-    # "edges" (outgoing, {"dst", "relation", "weight", "source"}) are collected for
+    # "edges" (outgoing, {"dst", "relation", "weight", "source"}, and "validFrom" and
+    # "validUntil" for an edge that states its validity) are collected for
     # the caller in edges_out, and "vectors" ([{"provider", "vector"}]) in vectors_out.
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -122,13 +123,20 @@ def _record_edges(src: str, raw: object) -> list[Edge]:
     for n, item in enumerate(raw):
         if not isinstance(item, dict):
             raise InvalidEntryError(f"edge {n} must be an object with 'dst'")
-        unknown = sorted(set(item) - {"dst", "relation", "weight", "source"})
+        unknown = sorted(set(item) - {"dst", "relation", "weight", "source", "validFrom", "validUntil"})
         if unknown:
             raise InvalidEntryError(f"edge {n}: unknown field(s) {', '.join(unknown)}; "
-                                    "expected dst, relation, weight, source")
+                                    "expected dst, relation, weight, source, validFrom, validUntil")
+        bounds = {}
+        for key in ("validFrom", "validUntil"):
+            value = item.get(key)
+            if value is not None and not isinstance(value, str):
+                raise InvalidEntryError(f"edge {n}: {key!r} must be an ISO-8601 string, got {value!r}")
+            bounds[key] = parse_instant(value) if value else None
         relation = item.get("relation")
         weight = item.get("weight")
         dst: Any = item.get("dst")  # Edge checks every field
         out.append(Edge(src, dst, DEFAULT_RELATION if relation is None else relation,
-                        1.0 if weight is None else weight, item.get("source")))
+                        1.0 if weight is None else weight, item.get("source"),
+                        bounds["validFrom"], bounds["validUntil"]))
     return out

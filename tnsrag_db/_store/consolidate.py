@@ -14,11 +14,12 @@
    its size is the number of pairs, at most ``neighbors`` per entry). In each group the
    entry written first (then the smallest id) is the survivor.
 3. **Writes.** ``mode="link"``: an edge of ``relation`` both ways between the two entries
-   of every pair (weight: their similarity, 1.0 for the same text), upserted with the
-   ends locked as the graph's edge writes lock theirs. ``mode="merge"``: every group
-   becomes its survivor, written through the store's write path (the application's
-   ``merge`` function may rewrite it from the group's entries); the others' edges and
-   children move to the survivor, their ids become its aliases
+   of every pair (weight: their similarity, 1.0 for the same text; no validity), between
+   ends still live, written by the one edge write (:func:`tnsrag_db._store.edges.write_edges`).
+   ``mode="merge"``: every group becomes its survivor, written through the store's write
+   path (the application's ``merge`` function may rewrite it from the group's entries); the
+   others' edges (with their validity) and children move to the survivor, their ids become
+   its aliases
    (``entry_aliases``, revision 0016: ``get``, ``get_many`` and the graph resolve them), and
    they are deleted through the store's delete path (postings, vectors and edges with
    them). ``merge`` is called for every group before anything is written, so an exception it
@@ -46,6 +47,7 @@ import sqlalchemy as sa
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.statement import AS_OF_PARAM
 from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._store.edges import Edge, write_edges
 from tnsrag_db._store.expiry import live
 from tnsrag_db._store.reads import ENTRY_FIELDS, row_to_entry
 from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport, delete_matching, write_entries
@@ -392,14 +394,18 @@ _LOCK_MEMBERS_SQL = ("SELECT e.id, e.content_hash FROM entries e WHERE e.corpus 
 
 # The edges of the merged-away entries, moved to their survivors (``:o``/``:s``: the merged
 # ids and their survivors, in pairs): one edge per (src, relation, dst) after the move, the
-# heaviest; an edge that would join a survivor to itself is dropped (the delete removes it).
+# heaviest, valid over the smallest interval that covers the validity of every edge it
+# stands for (the survivor's own edge of that key included; NULL: unbounded); an edge that
+# would join a survivor to itself is dropped (the delete removes it).
 _MOVE_EDGES_SQL = """\
-INSERT INTO edges AS g (corpus, src, dst, relation, weight, source, created_at)
+INSERT INTO edges AS g (corpus, src, dst, relation, weight, source, created_at, valid_from, valid_until)
 SELECT :c, m.src, m.dst, m.relation, max(m.weight), (array_agg(m.source ORDER BY m.weight DESC))[1],
-       min(m.created_at)
+       min(m.created_at),
+       CASE WHEN bool_or(m.valid_from IS NULL) THEN NULL ELSE min(m.valid_from) END,
+       CASE WHEN bool_or(m.valid_until IS NULL) THEN NULL ELSE max(m.valid_until) END
 FROM (
     SELECT coalesce(ms.s, ed.src) AS src, coalesce(md.s, ed.dst) AS dst, ed.relation, ed.weight, ed.source,
-           ed.created_at
+           ed.created_at, ed.valid_from, ed.valid_until
     FROM edges ed
     LEFT JOIN unnest(CAST(:o AS text[]), CAST(:s AS text[])) AS ms(o, s) ON ms.o = ed.src
     LEFT JOIN unnest(CAST(:o AS text[]), CAST(:s AS text[])) AS md(o, s) ON md.o = ed.dst
@@ -408,7 +414,11 @@ FROM (
 WHERE m.src <> m.dst
 GROUP BY m.src, m.relation, m.dst
 ORDER BY m.src, m.relation, m.dst
-ON CONFLICT (corpus, dst, relation, src) DO UPDATE SET weight = greatest(g.weight, excluded.weight)"""
+ON CONFLICT (corpus, dst, relation, src) DO UPDATE SET weight = greatest(g.weight, excluded.weight),
+    valid_from = CASE WHEN g.valid_from IS NULL OR excluded.valid_from IS NULL THEN NULL
+                      ELSE least(g.valid_from, excluded.valid_from) END,
+    valid_until = CASE WHEN g.valid_until IS NULL OR excluded.valid_until IS NULL THEN NULL
+                       ELSE greatest(g.valid_until, excluded.valid_until) END"""
 
 # The entries whose parent is merged away (not merged away themselves), locked in id order.
 _CHILDREN_SQL = (f"SELECT {', '.join(f'e.{f}' for f in ENTRY_FIELDS)} FROM entries e WHERE e.corpus = :c "
@@ -516,21 +526,15 @@ def _write_merges(store: ConsolidatedStore, vectors: EmbeddingWriter | None, gro
     return merged, skipped
 
 
-# The pairs' edges (``:a``/``:b``/``:w``: their ends and weights, both ways already), for the
-# ends that are live entries (locked FOR KEY SHARE in id order, as the graph's edge writes
-# lock theirs, so that a delete cannot remove one before the insert).
+# The ends of the pairs' edges that are live entries, locked FOR KEY SHARE in id order (as
+# the edge write locks its ends), so that none is deleted before the edges are written.
 _LOCK_ENDS_SQL = (f"SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id = ANY(CAST(:ids AS text[])) "
                   f"AND {_LIVE_E} ORDER BY e.id FOR KEY SHARE OF e")
-_LINK_SQL = """\
-INSERT INTO edges AS g (corpus, src, dst, relation, weight)
-SELECT :c, l.a, l.b, :r, l.w FROM unnest(CAST(:a AS text[]), CAST(:b AS text[]), CAST(:w AS float8[])) AS l(a, b, w)
-ORDER BY l.a, l.b
-ON CONFLICT (corpus, dst, relation, src) DO UPDATE SET weight = excluded.weight
-WHERE g.weight IS DISTINCT FROM excluded.weight"""
 
 
 class _LinkWrite(WriteExtension):
-    """A batch of pairs linked both ways in one write transaction."""
+    """A batch of pairs linked both ways in one write transaction: the edges between live
+    ends, written by the one edge write (:func:`tnsrag_db._store.edges.write_edges`)."""
 
     def __init__(self, store: ConsolidatedStore, edges: Sequence[tuple[str, str, float]], relation: str) -> None:
         self._store = store
@@ -544,9 +548,7 @@ class _LinkWrite(WriteExtension):
         ids = sorted({x for a, b, _ in self._edges for x in (a, b)})
         alive = set(conn.execute(sa.text(_LOCK_ENDS_SQL), _now({"c": corpus.name, "ids": ids})).scalars())
         kept = [(a, b, w) for a, b, w in self._edges if a in alive and b in alive]
-        if kept:
-            conn.execute(sa.text(_LINK_SQL), {"c": corpus.name, "r": self._relation, "a": [a for a, _, _ in kept],
-                                              "b": [b for _, b, _ in kept], "w": [w for _, _, w in kept]})
+        write_edges(conn, corpus.name, [Edge(a, b, self._relation, w) for a, b, w in kept])
         self.written = len(kept)
 
 

@@ -14,7 +14,8 @@ of its own, then writes over the current row as any write does:
 * the current row is then recorded from the write (``recorded_at``), open again.
 
 A delete closes the current row (``recorded_until``) instead of removing it. Edges are not
-copied: a graph walk at an earlier instant follows the edges of the current rows.
+copied: a graph walk at an earlier instant follows the edges of the current rows that were
+valid then (an edge states its own validity, :mod:`tnsrag_db._store.edges`).
 """
 
 from __future__ import annotations

@@ -49,8 +49,6 @@ STAGE_DDL = (
 ENTRY_STAGE_TABLES = ("tnsrag_stage_entries", "tnsrag_stage_chunks", "tnsrag_stage_extras", "tnsrag_stage_terms",
                       "tnsrag_stage_df", "tnsrag_stage_lens")
 
-#: The edge write's stage table (see :mod:`tnsrag_db._indexes.graph`), created by the edge
-#: write itself inside its transaction (a cheap no-op when it exists).
 #: The stage of a vector write under row-level security (PostgreSQL refuses COPY FROM into
 #: a table whose policies apply to the session; see tnsrag_db._indexes.vector.copy).
 VECTOR_STAGE_DDL = (
@@ -58,9 +56,12 @@ VECTOR_STAGE_DDL = (
     "entry_id text NOT NULL, embedding vector NOT NULL) ON COMMIT DELETE ROWS"
 )
 
+#: The edge write's stage table (see :mod:`tnsrag_db._store.edges`), created by the edge
+#: write itself inside its transaction (a cheap no-op when it exists).
 EDGE_STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_edges (ord int NOT NULL, src text NOT NULL, dst text NOT NULL, "
-    "relation text NOT NULL, weight float8 NOT NULL, source text) ON COMMIT DELETE ROWS"
+    "relation text NOT NULL, weight float8 NOT NULL, source text, valid_from timestamptz, valid_until timestamptz) "
+    "ON COMMIT DELETE ROWS"
 )
 
 

@@ -15,6 +15,10 @@ else the statement's start; an entry row is seen when
 * it has not expired then (:mod:`tnsrag_db._store.expiry`, which composes this module's
   conditions into its own: every read path takes them from there).
 
+A graph edge may state a validity too (revision 0017): a walk follows an edge only when it
+is valid at the instant (:func:`edge_valid`); in a corpus whose edges state none
+(:func:`edges_bounded`), it reads them without the test.
+
 The instant is a bound parameter, ``:tnsrag_as_of`` (NULL: the statement's start), which
 the plan runner fills from this module's context variable when a statement does not give
 it: no statement builder passes it along, and :func:`as_of` sets it for a block.
@@ -30,8 +34,8 @@ from __future__ import annotations
 
 from tnsrag_db._db.as_of import AS_OF_PARAM, as_of, asked_as_of, check_as_of, honours_as_of
 
-__all__ = ["AS_OF_PARAM", "ASKED", "INSTANT", "VERSION_KEY", "VERSION_SEPARATOR", "as_of", "asked_as_of", "check_as_of", "honours_as_of", "invalid_ids",
-           "valid_row"]
+__all__ = ["AS_OF_PARAM", "ASKED", "INSTANT", "VERSION_KEY", "VERSION_SEPARATOR", "as_of", "asked_as_of", "check_as_of",
+           "edge_valid", "edges_bounded", "honours_as_of", "invalid_ids", "valid_row"]
 
 #: Between an entry's id and the number of one of its kept versions (tnsrag_db._store.history).
 VERSION_SEPARATOR = "\x1e"
@@ -49,9 +53,32 @@ INSTANT = f"coalesce({ASKED}, statement_timestamp())"
 def valid_row(alias: str) -> str:
     """The condition that entry row ``alias`` (a code constant) is valid and recorded at the instant."""
     a, t = alias, INSTANT
-    return (f"({a}.valid_from IS NULL OR {a}.valid_from <= {t}) AND ({a}.valid_until IS NULL OR {a}.valid_until > {t}) "
-            f"AND ({a}.recorded_until IS NULL OR {a}.recorded_until > {t}) "
+    return (f"{_holds(a)} AND ({a}.recorded_until IS NULL OR {a}.recorded_until > {t}) "
             f"AND ({ASKED} IS NULL OR coalesce({a}.recorded_at, {a}.created_at) <= {t})")
+
+
+def edge_valid(alias: str) -> str:
+    """The condition that edge row ``alias`` (a code constant) is valid at the instant: every
+    walk and edge listing follows only such edges. An edge states no recording interval (a
+    write replaces it), so this is the validity half of :func:`valid_row`."""
+    return _holds(alias)
+
+
+def edges_bounded(corpus: str, *, alias: str = "eb") -> str:
+    """Whether some edge of ``corpus`` (an SQL expression: a bound parameter such as ``:c``)
+    states a validity: a scalar subquery, run once per statement (an InitPlan) as one probe
+    of the partial index of revision 0017, empty for a corpus whose edges state none. A walk
+    gates its two ways of reading a node's edges on it: the fan-out index alone (an
+    index-only scan) when it is false, each edge tested by :func:`edge_valid` when true."""
+    a = alias
+    return (f"(SELECT EXISTS (SELECT 1 FROM edges {a} WHERE {a}.corpus = {corpus} "
+            f"AND ({a}.valid_from IS NOT NULL OR {a}.valid_until IS NOT NULL)))")
+
+
+def _holds(a: str) -> str:
+    """Row ``a``'s ``valid_from``/``valid_until`` hold the instant (inclusive, exclusive; NULL: unbounded)."""
+    t = INSTANT
+    return f"({a}.valid_from IS NULL OR {a}.valid_from <= {t}) AND ({a}.valid_until IS NULL OR {a}.valid_until > {t})"
 
 
 def invalid_ids(corpus: str, *, alias: str = "vi") -> str:

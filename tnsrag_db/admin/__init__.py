@@ -12,7 +12,8 @@ Export format (JSONL, UTF-8, one entry per line, in id order)::
      "metadata": {"topic": "install"},
      "edges": [{"dst": "faq.md#0", "relation": "cites", "weight": 2.0, "source": null}]}
 
-``edges`` are the entry's outgoing edges. ``tnsrag ingest file.jsonl`` (and
+``edges`` are the entry's outgoing edges, whatever their validity; an edge with a bound
+of validity has it as a ``"validFrom"`` or ``"validUntil"`` instant. ``tnsrag ingest file.jsonl`` (and
 :func:`restore_corpus`) read it back exactly: ids, contents, tiers, sources (``null``
 stays ``None``), parents, timestamps, metadata and edges; an entry that expires has an
 ``"expiresAt"`` instant too (expired entries are not exported), and one that states its

@@ -23,7 +23,8 @@ __all__ = ["entry_record", "export_corpus", "lost_mid_export"]
 def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
                  vectors: Iterable[tuple[str, Sequence[float]]] = ()) -> dict[str, Any]:
     """The export record of ``entry`` and its outgoing ``edges`` (dicts with ``dst``,
-    ``relation``, ``weight``, ``source``), as a JSON-able dict; ``vectors`` (pairs of a
+    ``relation``, ``weight``, ``source`` and optionally ``valid_from``/``valid_until``,
+    datetimes or None), as a JSON-able dict; ``vectors`` (pairs of a
     space's provider name and the entry's vector in it), when any, go to ``"vectors"``
     as ``{"provider": name, "float32": base64 of the little-endian float32 values}``
     (exact, and a quarter of the size of decimals)."""
@@ -31,8 +32,7 @@ def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
             "parentId": entry.parent_id,
             "timestamp": None if entry.timestamp is None else entry.timestamp.isoformat(),
             "metadata": dict(entry.metadata),
-            "edges": [{"dst": e["dst"], "relation": e["relation"], "weight": e["weight"], "source": e["source"]}
-                      for e in edges]}
+            "edges": [_edge_record(e) for e in edges]}
     if entry.expires_at is not None:  # only then: files of corpora without expiry stay as they were
         record["expiresAt"] = entry.expires_at.isoformat()
     for key, bound in (("validFrom", entry.valid_from), ("validUntil", entry.valid_until)):
@@ -41,6 +41,15 @@ def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
     shown = [{"provider": provider, "float32": _float32_base64(vector)} for provider, vector in vectors]
     if shown:
         record["vectors"] = shown
+    return record
+
+
+def _edge_record(edge: Mapping[str, Any]) -> dict[str, Any]:
+    record = {"dst": edge["dst"], "relation": edge["relation"], "weight": edge["weight"], "source": edge["source"]}
+    for key, name in (("validFrom", "valid_from"), ("validUntil", "valid_until")):
+        bound = edge.get(name)
+        if bound is not None:  # only then: files of graphs without validity stay as they were
+            record[key] = bound.isoformat()
     return record
 
 
@@ -90,7 +99,7 @@ def lost_mid_export(exc: ConnectionLostError, corpus: str, target: str | None) -
     return error
 
 
-_EDGE_FIELDS = ("src", "dst", "relation", "weight", "source")
+_EDGE_FIELDS = ("src", "dst", "relation", "weight", "source", "valid_from", "valid_until")
 
 # The vectors of one page of entries: every space's, by the page's id range (an index range
 # scan of (corpus, entry_id)), with the space's provider name.
@@ -112,7 +121,8 @@ def _export_plan(corpus: str, out: IO[str], batch_size: int, vectors: bool) -> P
     while page := (yield from entries_after_plan(corpus, last, batch_size)):
         ids = [e.id for e in page]
         outgoing: dict[str, list[dict[str, Any]]] = {}
-        rows = yield Statement("SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c "
+        # Every edge, whatever its validity: the restored graph answers an as_of as this one.
+        rows = yield Statement(f"SELECT {', '.join(_EDGE_FIELDS)} FROM edges WHERE corpus = :c "
                                "AND src = ANY(:ids) ORDER BY src, relation, dst", {"c": corpus, "ids": ids},
                                _EDGE_FIELDS)
         for e in rows:

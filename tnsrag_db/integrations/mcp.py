@@ -22,8 +22,9 @@ Tools (``read_only=True`` registers only the first three):
   count, so remembering the same thing again renews its time-to-live), so a retried call
   stores nothing new. An entry past its expiry is found by no tool
 * ``forget(id=None, filters=None)``: exactly one of them
-* ``link(src, dst, relation="related", weight=1.0, source=None)``: an end that is an alias
-  (the id of an entry merged into another) stands for that entry
+* ``link(src, dst, relation="related", weight=1.0, source=None, valid_from=None,
+  valid_until=None)``: an end that is an alias (the id of an entry merged into another)
+  stands for that entry; a search follows the edge only at the instants it is valid
 * ``consolidate(tier, threshold=None, mode="merge", dry_run=False)``: the duplicates of a
   tier (the same text, or with ``threshold`` vectors of the server's space at least that
   similar) merged into their first-written entry or linked (:meth:`Store.consolidate`);
@@ -64,7 +65,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.engine import Connection
 
 from tnsrag_db._errors import TnsragError
-from tnsrag_db._indexes.graph import DEFAULT_RELATION, GraphStore
+from tnsrag_db._indexes.graph import DEFAULT_RELATION, Edge, GraphStore
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._indexes.temporal import TemporalIndex
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -511,9 +512,19 @@ def _write_tools(store: Store, serial: SerialEmbedding,
         relation: Annotated[str, Field(description="Edge type.")] = DEFAULT_RELATION,
         weight: Annotated[float, Field(description="Finite edge weight; heavier edges are walked first.")] = 1.0,
         source: Annotated[str | None, Field(description="Where the edge comes from.")] = None,
+        valid_from: Annotated[str | None, Field(
+            description="The edge holds from this ISO-8601 instant with a zone on (default: always).")] = None,
+        valid_until: Annotated[str | None, Field(
+            description="The edge holds until this ISO-8601 instant with a zone (default: still).")] = None,
     ) -> LinkResult:
-        """Add (or update) a directed graph edge src -> dst between two existing entries."""
-        counts = graph.add_edge(src, dst, relation, weight, source)
+        """Add (or update) a directed graph edge src -> dst between two existing entries; its
+        weight, source and validity are replaced. Searches follow it only while it is valid."""
+        with argument("valid_from"):
+            start = None if valid_from is None else parse_instant(valid_from)
+        with argument("valid_until"):
+            end = None if valid_until is None else parse_instant(valid_until)
+            Edge("a", "b", valid_from=start, valid_until=end)  # the interval alone (a probe edge)
+        counts = graph.add_edge(src, dst, relation, weight, source, valid_from=start, valid_until=end)
         return LinkResult(src=src, dst=dst, relation=relation, status=_status(counts.inserted, counts.updated))
 
 

@@ -1,7 +1,8 @@
 """Typed, weighted, directed edges between the entries of a corpus, and the bounded walk over them.
 
 :mod:`.index` holds :class:`GraphStore` (edge writes, reads and the statements it hands
-out) and :class:`Edge` with its rules; :mod:`.walk` builds the statements of a bounded
+out); :class:`Edge`, its rules and the one edge write are :mod:`tnsrag_db._store.edges`'s
+(a consolidation's links go through it too); :mod:`.walk` builds the statements of a bounded
 walk and of the edges a path took (how one statement carries a whole level is described
 there); :mod:`.sql` is the statements' text. The names below load on first use, so the
 statement text (:mod:`.sql`) is importable without the write side's SQLAlchemy.

@@ -2,74 +2,22 @@
 
 Every value is bound (``:c`` is the corpus); the ``{...}`` fields of :data:`WALK_SQL`
 are code constants chosen by :func:`~tnsrag_db._indexes.graph.walk.walk_statement`.
-The edge writes stage a batch in ``tnsrag_stage_edges`` (declared in
-:mod:`tnsrag_db._store.staging`), lock its ends, then upsert it.
+The edge write (stage, lock the ends, upsert) is :func:`tnsrag_db._store.edges.write_edges`.
+Every read that follows or lists edges keeps those valid at the read's instant
+(:func:`tnsrag_db._store.validity.edge_valid`, over the edge alias ``ed``).
 """
 
 from __future__ import annotations
 
 from textwrap import dedent
 
-# -- edge writes ------------------------------------------------------------------------
+from tnsrag_db._store.validity import edge_valid
 
-#: Empties the session's stage table before a batch is copied in.
-CLEAR_STAGE_SQL = "DELETE FROM tnsrag_stage_edges"
-#: The COPY that fills the stage table (rows ``ord, src, dst, relation, weight, source``).
-COPY_STAGE_SQL = "COPY tnsrag_stage_edges (ord, src, dst, relation, weight, source) FROM STDIN"
-#: How many distinct ``(src, relation, dst)`` keys the stage holds.
-STAGED_KEYS_SQL = "SELECT count(*) FROM (SELECT DISTINCT src, relation, dst FROM tnsrag_stage_edges) d"
+#: The edge alias ``ed`` valid at the read's instant.
+_EDGE_VALID = edge_valid("ed")
 
-# Last occurrence of a duplicated (src, relation, dst) in one batch wins; ON CONFLICT
-# cannot touch the same row twice in one statement. ``xmax = 0`` tells a fresh row
-# from an updated one.
-UPSERT_SQL = (
-    "INSERT INTO edges AS g (corpus, src, dst, relation, weight, source) "
-    "SELECT :c, s.src, s.dst, s.relation, s.weight, s.source FROM ("
-    "  SELECT DISTINCT ON (src, relation, dst) src, dst, relation, weight, source FROM tnsrag_stage_edges "
-    "  ORDER BY src, relation, dst, ord DESC) s "
-    "ORDER BY s.src, s.relation, s.dst "
-    "ON CONFLICT (corpus, src, relation, dst) DO UPDATE SET weight = excluded.weight, source = excluded.source "
-    "WHERE (g.weight, g.source) IS DISTINCT FROM (excluded.weight, excluded.source) "
-    "RETURNING (g.xmax = 0) AS inserted"
-)
+# -- edge writes (the one edge write, staging included, is tnsrag_db._store.edges) -----------
 
-# Locks the entries at both ends (FOR KEY SHARE, in id order, as writers and deleters
-# take their entry locks, so none can deadlock) and lists the ends that do not exist.
-# A locked end cannot be deleted before this transaction ends, so the insert's foreign
-# keys then hold.
-LOCK_ENDS_SQL = (
-    "WITH ends AS (SELECT src AS id FROM tnsrag_stage_edges UNION SELECT dst FROM tnsrag_stage_edges), "
-    # One primary-key lookup per end, in id order (a join could be planned as a scan of
-    # the whole corpus when its statistics are stale). The lookup asks for its row in id
-    # order, by an id range of one value (not an equality, which would make the order
-    # trivially met): run with sorts off (see SORTS_OFF), only the primary key (corpus, id)
-    # gives that order without a sort, so it is the plan whatever the statistics and the
-    # indexes' sizes say. Planned by cost, a corpus newer than the last ANALYZE (estimated
-    # at one row) after a deleted one (the primary key then larger than the (corpus, ts)
-    # index) was read through (corpus, ts), filtering the whole corpus once per end.
-    "locked AS (SELECT k.id FROM (SELECT id FROM ends ORDER BY id) o CROSS JOIN LATERAL "
-    "  (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.id >= o.id AND e.id <= o.id "
-    "   ORDER BY e.id FOR KEY SHARE OF e) k) "
-    # An anti-join (NOT EXISTS), not NOT IN: NOT IN over a subquery too large for one hash
-    # table is evaluated row by row, quadratic in the number of ends.
-    "SELECT x.id FROM ends x WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = x.id) ORDER BY x.id"
-)
-#: The settings :data:`LOCK_ENDS_SQL` runs with (``set_config(name, :v, true)``, in the
-#: write's transaction, then back on): no plan that needs a sort, so no other index.
-SORTS_OFF = ("enable_sort", "enable_incremental_sort")
-
-# Staged ends that are no entry but an alias (revision 0016: the id of an entry merged into
-# another) become that entry (``:missing``: the ends LOCK_ENDS_SQL did not find).
-RESOLVE_SRC_ALIASES_SQL = (
-    "UPDATE tnsrag_stage_edges s SET src = a.entry_id FROM entry_aliases a "
-    "WHERE a.corpus = :c AND a.alias = s.src AND s.src = ANY(CAST(:missing AS text[]))"
-)
-RESOLVE_DST_ALIASES_SQL = (
-    "UPDATE tnsrag_stage_edges s SET dst = a.entry_id FROM entry_aliases a "
-    "WHERE a.corpus = :c AND a.alias = s.dst AND s.dst = ANY(CAST(:missing AS text[]))"
-)
-#: A staged edge whose ends became one entry.
-STAGED_SELF_LOOP_SQL = "SELECT src, dst FROM tnsrag_stage_edges WHERE src = dst ORDER BY ord LIMIT 1"
 #: The entry an alias stands for (``:s``), when ``:s`` is no entry.
 ALIAS_TARGET_SQL = (
     "SELECT a.entry_id FROM entry_aliases a WHERE a.corpus = :c AND a.alias = :s "
@@ -81,11 +29,14 @@ DELETE_EDGE_SQL = "DELETE FROM edges WHERE corpus = :c AND src = :s AND relation
 
 # -- reads ------------------------------------------------------------------------------
 
-#: Outgoing edges of ``:s``, heaviest first (``:r``: a relation or NULL; ``:n``: a limit or NULL).
+#: The columns of an edge as :data:`NEIGHBOURS_SQL` returns them.
+EDGE_COLUMNS = ("src", "dst", "relation", "weight", "source", "valid_from", "valid_until")
+#: Outgoing edges of ``:s`` valid at the instant, heaviest first (``:r``: a relation or
+#: NULL; ``:n``: a limit or NULL).
 NEIGHBOURS_SQL = (
-    "SELECT src, dst, relation, weight, source FROM edges "
-    "WHERE corpus = :c AND src = :s AND (CAST(:r AS text) IS NULL OR relation = :r) "
-    "ORDER BY weight DESC, dst, relation LIMIT :n"
+    f"SELECT {', '.join(f'ed.{c}' for c in EDGE_COLUMNS)} FROM edges ed "
+    "WHERE ed.corpus = :c AND ed.src = :s AND (CAST(:r AS text) IS NULL OR ed.relation = :r) "
+    f"AND {_EDGE_VALID} ORDER BY ed.weight DESC, ed.dst, ed.relation LIMIT :n"
 )
 #: The number of edges of the corpus.
 COUNT_SQL = "SELECT count(*) FROM edges WHERE corpus = :c"
@@ -97,8 +48,8 @@ HAS_EDGES_SQL = "SELECT EXISTS (SELECT 1 FROM edges WHERE corpus = :c) AS has_ed
 #: The fence on walked entries (alias ``n``), bound as ``:fence``.
 FENCE = "AND n.source = ANY(CAST(:fence AS text[]))"
 
-# {seed_fence}, {walk_join}, {columns} and {filter} are code constants chosen by
-# walk_statement; every value is bound.
+# {seed_fence}, {walk_join}, {edges_bounded}, {edge_valid}, {columns} and {filter} are code
+# constants chosen by walk_statement; every value is bound.
 WALK_SQL = dedent("""\
     WITH RECURSIVE walk (round, v_ids, v_scores, f_ids, f_scores, f_paths) AS (
       -- Level 0, the seeds that exist (inside the fence), best per id, at most the budget.
@@ -129,11 +80,20 @@ WALK_SQL = dedent("""\
                    e.weight, f.path AS parent_path
             FROM unnest(w.f_ids, w.f_scores, w.f_paths) AS f(id, score, path)
             CROSS JOIN LATERAL (
-              SELECT ed.dst, ed.weight FROM edges ed
-              WHERE ed.corpus = :c AND ed.src = f.id
-              ORDER BY ed.weight DESC, ed.dst
-              LIMIT least(CAST(:max_fan AS int),
-                          greatest(1, ceil(CAST(:edge_budget AS float8) / cardinality(w.f_ids))::int))
+              -- A node's heaviest edges valid at the instant. Two branches, one of which runs
+              -- (their gates are computed once per statement): in a corpus whose edges state
+              -- no validity, the fan-out index alone (an index-only scan); else each edge tested.
+              (SELECT ed.dst, ed.weight FROM edges ed
+               WHERE ed.corpus = :c AND ed.src = f.id AND NOT {edges_bounded}
+               ORDER BY ed.weight DESC, ed.dst
+               LIMIT least(CAST(:max_fan AS int),
+                           greatest(1, ceil(CAST(:edge_budget AS float8) / cardinality(w.f_ids))::int)))
+              UNION ALL
+              (SELECT ed.dst, ed.weight FROM edges ed
+               WHERE ed.corpus = :c AND ed.src = f.id AND {edges_bounded} AND {edge_valid}
+               ORDER BY ed.weight DESC, ed.dst
+               LIMIT least(CAST(:max_fan AS int),
+                           greatest(1, ceil(CAST(:edge_budget AS float8) / cardinality(w.f_ids))::int)))
             ) e
             {walk_join}
             ORDER BY e.dst COLLATE "C", f.score DESC, e.weight DESC, f.id COLLATE "C"
@@ -183,11 +143,11 @@ WALK_SQL = dedent("""\
     LIMIT :k
     """)
 
-# The heaviest edge between each consecutive pair of a path (the walk follows edges
-# heaviest first, so that is the edge it took).
-HOPS_SQL = dedent("""\
+# The heaviest edge valid at the instant between each consecutive pair of a path (the walk
+# follows those edges heaviest first, so that is the edge it took).
+HOPS_SQL = dedent(f"""\
     SELECT DISTINCT ON (x.src, x.dst) x.src, x.dst, ed.relation, ed.weight
     FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS x(src, dst)
-    JOIN edges ed ON ed.corpus = :c AND ed.src = x.src AND ed.dst = x.dst
+    JOIN edges ed ON ed.corpus = :c AND ed.src = x.src AND ed.dst = x.dst AND {_EDGE_VALID}
     ORDER BY x.src, x.dst, ed.weight DESC, ed.relation
     """)

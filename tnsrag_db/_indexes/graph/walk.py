@@ -22,6 +22,7 @@ from tnsrag_db._db.statement import Statement
 from tnsrag_db._indexes.graph.sql import FENCE, HOPS_SQL, WALK_SQL
 from tnsrag_db._store.expiry import live
 from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.validity import edge_valid, edges_bounded
 
 __all__ = ["DEFAULT_EDGE_BUDGET_FACTOR", "WALK_COLUMNS", "hops_statement", "walk_statement"]
 
@@ -51,6 +52,8 @@ def walk_statement(corpus: str, seed_ids: Sequence[str], seed_scores: Sequence[f
     sql = WALK_SQL.format(
         seed_fence=FENCE if fenced else "",
         walk_join=f"JOIN entries n ON n.corpus = :c AND n.id = e.dst {FENCE}" if fenced else "",
+        edges_bounded=edges_bounded(":c"),
+        edge_valid=edge_valid("ed"),  # only the edges valid at the read's instant are followed
         columns=columns,
         filter=f"{predicate} AND {live('e')}",  # expired entries are walked through, never returned
     )
