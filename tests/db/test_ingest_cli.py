@@ -412,3 +412,20 @@ def test_dry_runs_list_chunk_numbers_in_numeric_order(tmp_path: Path, target: tu
     assert pruned.exit_code == 0, pruned.output
     would = [line.removeprefix("  would prune ") for line in pruned.stdout.splitlines() if "would prune" in line]
     assert would == numeric[1:], pruned.stdout
+
+
+def test_a_second_folder_without_embedding_fills_the_corpus_s_own_space(tmp_path: Path,
+                                                                         target: tuple[list[str], Store]) -> None:
+    # The first folder went in with a provider of its own; the second, written without
+    # --embedding, is embedded by the same one: one space, every entry in it, none missing
+    # (before, the default provider started a second space, and each space missed the
+    # other folder's entries).
+    args, store = target
+    first = _tree(tmp_path / "first", {"a.md": "# A\n\nalpha notes about memory\n", "b.md": "# B\n\nbeta notes\n"})
+    second = _tree(tmp_path / "second", {"c.md": "# C\n\ngamma notes about retrieval\n"})
+    assert run([str(first), *args, "--embedding", "hash-16", "--quiet"]).exit_code == 0
+    res = CliRunner().invoke(main_group, ["ingest", str(second), *args, "--quiet", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["embedding"] == "tnsrag-hash-16"
+    stats = json.loads(CliRunner().invoke(main_group, ["stats", *args, "--json"]).stdout)
+    assert [(s["provider"], s["vectors"], s["missing"]) for s in stats["spaces"]] == [("tnsrag-hash-16", 3, 0)]

@@ -40,6 +40,24 @@ def sample_corpus_path() -> Path:
     return Path(str(resources.files("tnsrag_db") / "data" / "sample_corpus.jsonl"))
 
 
+def corpus_provider(url: str | None, schema: str, corpus: str) -> str | None:
+    """The provider name of the space queries of ``corpus`` use (None: no such schema,
+    corpus or space): what an ingest without ``--embedding`` embeds with, so that a second
+    folder written into a corpus fills the space its searches read instead of starting
+    another one that holds only the new files (each space then missing the other's)."""
+    from tnsrag_db._cli._schema import open_existing
+    from tnsrag_db._errors import SchemaNotReadyError
+    from tnsrag_db._indexes.vector.spaces import query_space
+
+    try:
+        store = open_existing(url, schema, corpus, create_default=False)
+    except SchemaNotReadyError:
+        return None  # nothing written yet: the ingest creates the schema
+    with store:
+        space = query_space(store)
+    return None if space is None else space.provider
+
+
 def choose_embedding(name: str | None = None, say: Any = None) -> Any:
     """The embedding provider the ingest writes with: ``name`` (``hash``, the shipped
     model's name or an installed entry-point provider), by default the shipped model when
@@ -204,7 +222,8 @@ def _vectors_text(result: dict[str, Any]) -> str:
               help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model), a model folder (an "
                    "exported sentence-transformers model) or an installed entry-point provider; any of them "
                    "followed by +context1 embeds each entry with its title, path and headings. Default: the "
-                   "shipped model when installed, else hash.")
+                   "provider of the corpus's embedding space; for a new corpus the shipped model when installed, "
+                   "else hash.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
@@ -233,8 +252,9 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
     apart), while the same folder read again updates its entries in place. --prune
     deletes only entries of the roots just read; it asks first (or needs --yes off a
     terminal) when it would delete more entries than the run writes.
-    Entries are embedded with --embedding (default: the shipped model of the embed
-    extra, else the offline 128-dimensional hash fallback, with a notice); texts beyond
+    Entries are embedded with --embedding (default: the provider of the corpus's
+    embedding space, the one its searches use; for a corpus without one the shipped model
+    of the embed extra, else the offline 128-dimensional hash fallback, with a notice); texts beyond
     the model's window are truncated and counted. Chunks fit the embedding model's
     window (--chunk-tokens). The entries are written first, batch by batch without
     vectors as the files are read, so keyword search answers within seconds (--strict,
@@ -290,6 +310,8 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             # default provider (loading the model takes seconds) is resolved only when some entry
             # needs embedding, i.e. when the files carry no vectors or --embedding names one.
             only_jsonl = all(root.kind == "file" and file_format(Path(root.given).name) == "jsonl" for root in roots)
+            if embedding is None and not only_jsonl:
+                embedding = corpus_provider(url, schema, corpus)  # a corpus keeps its provider
             if not (only_jsonl and embedding is None):  # a model takes seconds to load: say so at once
                 progress.status(f"loading the embedding model{f' {embedding}' if embedding else ''}",
                                 announce=embedding != "hash")
