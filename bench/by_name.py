@@ -42,7 +42,7 @@ Per row: nDCG@10, recall@100 and MRR@10 with 95 % bootstrap intervals, and again
 
 Usage::
 
-    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|debian|cacm|manpages|all] [--reuse] [--context] [--corpus-prefix P] [--json]
+    python -m bench.by_name [--url URL] [--collection cranfield|stdlib|debian|cacm|manpages|all] [--reuse] [--context] [--weights K:V ...] [--corpus-prefix P] [--json]
 
 Without ``--url`` (or ``TNSRAG_DATABASE_URL``) the embedded server of ``connect()`` is
 used, with the corpora ``bench_byname_<collection>``.
@@ -369,6 +369,14 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
         if args.context:
             strategies["hybrid (two streams, context)"] = HybridRAGStrategy(
                 BM25Index(store), VectorMemoryStore(store, ContextualEmbedding(model)))
+        for keyword_weight, vector_weight in args.weights:  # the fusion's weights, measured
+            label = f"{keyword_weight:g}:{vector_weight:g}"
+            strategies[f"hybrid (two streams, {label})"] = HybridRAGStrategy(
+                BM25Index(store), VectorMemoryStore(store, model), weights=(keyword_weight, vector_weight))
+            if args.context:
+                strategies[f"hybrid (two streams, context, {label})"] = HybridRAGStrategy(
+                    BM25Index(store), VectorMemoryStore(store, ContextualEmbedding(model)),
+                    weights=(keyword_weight, vector_weight))
         strategies |= {
             "hybrid (two streams, RRF)": HybridRAGStrategy(BM25Index(store), VectorMemoryStore(store, model),
                                                            fusion="rrf"),
@@ -393,6 +401,14 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
         return report
 
 
+def _weights(text: str) -> tuple[float, float]:
+    keyword, _, vector = text.partition(":")
+    try:
+        return float(keyword), float(vector)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights are K:V, two numbers (9:5), got {text!r}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
@@ -404,6 +420,9 @@ def main() -> None:
     parser.add_argument("--corpus-prefix", default="bench_byname_", help="corpus names: PREFIX<collection>")
     parser.add_argument("--context", action="store_true",
                         help="also fill the contextual space (<model>+context1), which by-name strategies then use")
+    parser.add_argument("--weights", nargs="*", default=[], metavar="K:V", type=_weights,
+                        help="also rank the two-stream hybrid (and with --context the contextual one) with these "
+                             "keyword:vector weights of its score fusion")
     parser.add_argument("--resamples", type=int, default=2_000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

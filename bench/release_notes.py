@@ -30,10 +30,19 @@ from tnsrag_db._strategies.fusion import FUSION_RULES
 from tnsrag_db._strategies.hybrid import HybridRAGStrategy
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import RAGContext
+from tnsrag_db.embeddings import ContextualEmbedding
 
 ROOT = Path("/usr/share/doc/git")
 QUESTIONS = ("which release introduced git switch and git restore",)
 TOP_K = (3, 5, 10, 100)
+
+
+def _weights(text: str) -> tuple[float, float]:
+    keyword, _, vector = text.partition(":")
+    try:
+        return float(keyword), float(vector)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights are K:V, two numbers (9:5), got {text!r}") from None
 
 
 def main() -> None:
@@ -42,6 +51,10 @@ def main() -> None:
     parser.add_argument("--question", nargs="*", default=list(QUESTIONS))
     parser.add_argument("--keep", action="store_true", help="keep the corpus (bench_release_notes) for a rerun")
     parser.add_argument("--repeat", type=int, default=20, help="timed repetitions per rule")
+    parser.add_argument("--weights", nargs="*", default=[], metavar="K:V", type=_weights,
+                        help="also the score fusion with these keyword:vector weights")
+    parser.add_argument("--context", action="store_true",
+                        help="the weighted rows search the contextual space (<model>+context1), filled first")
     args = parser.parse_args()
     model, why = shipped_model()
     if model is None:
@@ -54,6 +67,9 @@ def main() -> None:
         if store.count() != len(entries):
             store.clear()
             VectorMemoryStore(store, model).add_all(entries)
+        weighted_vectors = VectorMemoryStore(store, ContextualEmbedding(model) if args.context else model)
+        if args.context:
+            weighted_vectors.add_all(entries)  # unchanged entries: only the missing vectors
         try:
             keywords, vectors = BM25Index(store), VectorMemoryStore(store, model)
             print(f"{len(entries)} chunks")
@@ -61,6 +77,8 @@ def main() -> None:
                 first = KeywordRAGStrategy(keywords).retrieve(question, RAGContext(1))[0].metadata["entryId"]
                 print(f"{question!r}: keyword's first hit {first}")
                 rules = {rule: HybridRAGStrategy(keywords, vectors, fusion=rule) for rule in FUSION_RULES}
+                rules |= {f"{'context ' if args.context else ''}{w[0]:g}:{w[1]:g}":
+                          HybridRAGStrategy(keywords, weighted_vectors, weights=w) for w in args.weights}
                 times: dict[str, list[float]] = {rule: [] for rule in rules}
                 for _ in range(args.repeat):
                     for rule, hybrid in rules.items():

@@ -21,7 +21,7 @@ from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._indexes.vector.spaces import bind_embedding, list_spaces, query_embedding, query_space
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
-from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, HashingEmbedding, default_model
+from tnsrag_db.embeddings import DEFAULT_EMBEDDING_NAME, SHIPPED_MODEL_NAME, HashingEmbedding, default_model
 
 DOCS = [
     ("cat", "A kitten is asleep on the sofa."),
@@ -97,7 +97,8 @@ def test_cli_ingests_with_the_shipped_model_and_queries_its_space(db_url: URL, t
     docs.write_text("\n".join(json.dumps({"id": i, "content": t}) for i, t in DOCS)
                     + "\n" + json.dumps({"id": "long", "content": "laminar flow " * 400}) + "\n")
     out = json.loads(run("ingest", str(docs), "--corpus", corpus, "--json").stdout)  # progress: stderr
-    assert out["embedding"] == SHIPPED_MODEL_NAME and out["inserted"] == 4 and out["truncated"] == 1
+    # The default: the shipped model with each entry's context (these records have none).
+    assert out["embedding"] == DEFAULT_EMBEDDING_NAME and out["inserted"] == 4 and out["truncated"] == 1
     res = json.loads(run("query", "a young cat sleeping on a couch", "--corpus", corpus, "--strategy", "vector",
                          "--json").output)
     assert res["results"][0]["metadata"]["entryId"] == "cat"  # no shared content word: semantics
@@ -106,12 +107,12 @@ def test_cli_ingests_with_the_shipped_model_and_queries_its_space(db_url: URL, t
     assert (emb["embedding"], emb["embedded"], emb["serving"]) == ("tnsrag-hash-128", 4, "tnsrag-hash-128")
     store = make_store(corpus)
     assert [(s.provider, s.dimension, s.complete) for s in list_spaces(store)] == [
-        (SHIPPED_MODEL_NAME, 384, True), ("tnsrag-hash-128", 128, True)]
+        (DEFAULT_EMBEDDING_NAME, 384, True), ("tnsrag-hash-128", 128, True)]
     assert query_embedding(store).name == "tnsrag-hash-128"
     again = json.loads(run("embed", "--corpus", corpus, "--embedding", "hash", "--json").output)
     assert again["embedded"] == 0  # a re-run resumes: nothing left to embed
     res = json.loads(run("query", "a young cat sleeping on a couch", "--corpus", corpus, "--strategy", "hybrid",
-                         "--embedding", SHIPPED_MODEL_NAME, "--json").output)
+                         "--embedding", DEFAULT_EMBEDDING_NAME, "--json").output)
     assert res["results"][0]["metadata"]["entryId"] == "cat"
     bad = run("query", "x", "--corpus", corpus, "--strategy", "vector", "--embedding", "hash-64", code=1)
     assert "no embedding space for provider tnsrag-hash-64" in bad.output

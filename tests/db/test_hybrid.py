@@ -222,17 +222,17 @@ def _text(statement: object) -> tuple[str, object]:
 
 
 def test_score_fusion_is_the_default_and_equals_its_python_reference(store: Store) -> None:
-    from tnsrag_db._strategies.fusion import DEFAULT_FUSION
+    from tnsrag_db._strategies.fusion import DEFAULT_FUSION, DEFAULT_SCORE_WEIGHTS
 
     keywords, vectors = _corpus(store)
     default = HybridRAGStrategy(keywords, vectors)
-    assert default.retriever.fusion == DEFAULT_FUSION == "zscore" and default.weights == (2.0, 1.0)
+    assert default.retriever.fusion == DEFAULT_FUSION == "zscore" and default.weights == DEFAULT_SCORE_WEIGHTS == (1.8, 1.0)
     for fusion in ("zscore", "minmax"):
         retriever = HybridMemoryRetriever(keywords, vectors, fusion=fusion, min_candidates=2, candidate_factor=1)
         for query in ("agent memory", "graph tree", "keyword", "time"):
             for ctx in (RAGContext(3), RAGContext(6), RAGContext(5, 0.5), RAGContext(5, 0.0, {"tier": "SEMANTIC"})):
                 got = [(d.metadata["entryId"], d.score) for d in retriever.fused(query, ctx)]
-                assert got == _score_fused(retriever, query, ctx, (2.0, 1.0)), (fusion, query, ctx)
+                assert got == _score_fused(retriever, query, ctx, DEFAULT_SCORE_WEIGHTS), (fusion, query, ctx)
                 for weights in ((1.0, 1.0), (1.0, 0.0), (0.0, 1.0)):
                     got = [(d.metadata["entryId"], d.score) for d in retriever.fused(query, ctx, weights=weights)]
                     assert got == _score_fused(retriever, query, ctx, weights), (fusion, query, ctx, weights)
@@ -312,6 +312,8 @@ def test_fusion_option_is_checked(store: Store) -> None:
 def test_both_scores_come_from_either_postings_layout(store: Store) -> None:
     """BM25 scores the vector stream's candidates exactly as it ranks them, whether an entry's
     postings are rows or merged blocks (some of each here: merged, then one rewritten)."""
+    from tnsrag_db._strategies.fusion import DEFAULT_SCORE_WEIGHTS
+
     keywords, vectors = _corpus(store)
     store.merge_postings()
     vectors.add(MemoryEntry("d", "time tree memory agent", MemoryTier.EPISODIC))  # back to rows
@@ -326,4 +328,4 @@ def test_both_scores_come_from_either_postings_layout(store: Store) -> None:
             r.entry_id: bm25.get(r.entry_id, 0.0) for r in rows if r.stream == 1}
         assert {r.entry_id for r in rows} == {"a", "b", "c", "d", "e", "f"}
         got = [(d.metadata["entryId"], d.score) for d in retriever.fused(query, RAGContext(6))]
-        assert got == _score_fused(retriever, query, RAGContext(6), (2.0, 1.0))
+        assert got == _score_fused(retriever, query, RAGContext(6), DEFAULT_SCORE_WEIGHTS)

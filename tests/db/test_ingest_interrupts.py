@@ -61,7 +61,7 @@ def _stats(url: str, corpus: str) -> dict[str, object]:
 
 def test_sigint_at_random_moments_exits_130_with_one_line(tmp_path: Path, db_url: URL,
                                                           make_store: Callable[..., Store]) -> None:
-    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, shipped_model_available
+    from tnsrag_db.embeddings import DEFAULT_EMBEDDING_NAME, shipped_model_available
 
     assert shipped_model_available(), "the [embed] extra is part of the test environment"
     docs = _folder(tmp_path / "docs")
@@ -100,7 +100,7 @@ def test_sigint_at_random_moments_exits_130_with_one_line(tmp_path: Path, db_url
             assert stats["bm25"]["documents"] == committed, where  # type: ignore[index]
             spaces = stats["spaces"]
             vectors = [(s["provider"], s["vectors"]) for s in spaces]  # type: ignore[attr-defined]
-            assert vectors == ([(SHIPPED_MODEL_NAME, embedded)] if embedded else []), where
+            assert vectors == ([(DEFAULT_EMBEDDING_NAME, embedded)] if embedded else []), where
     assert outcomes == [130] * INTERRUPTS
     # The last corpus continues: a rerun writes the rest and finds the committed entries unchanged.
     rerun = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=600,
@@ -162,7 +162,7 @@ _EMBED = re.compile(r"embed ([\d,]+)/([\d,]+) entries")
 def test_sigint_during_a_model_embed_is_answered_at_once_and_the_rerun_embeds_the_rest(
         tmp_path: Path, db_url: URL, make_store: Callable[..., Store]) -> None:
     from tnsrag_db._cli.ingest import STOPPING
-    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, shipped_model_available
+    from tnsrag_db.embeddings import DEFAULT_EMBEDDING_NAME, shipped_model_available
 
     assert shipped_model_available(), "the [embed] extra is part of the test environment"
     entries = 400  # enough that the signal meets the embedding; it is stopped long before the end
@@ -204,7 +204,7 @@ def test_sigint_during_a_model_embed_is_answered_at_once_and_the_rerun_embeds_th
     assert 0 < embedded < entries, said.group(0)
     stats = _stats(url, corpus)
     assert [(s["provider"], s["vectors"]) for s in stats["spaces"]] == [  # type: ignore[attr-defined]
-        (SHIPPED_MODEL_NAME, embedded)]
+        (DEFAULT_EMBEDDING_NAME, embedded)]
 
     # The rerun goes straight to the entries lacking a vector: its embed total is their number.
     proc, lines = start()

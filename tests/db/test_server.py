@@ -272,11 +272,11 @@ def own_home(tmp_path: Path) -> Iterator[Path]:
 
 def test_queries_embed_with_the_keepers_warm_model_and_fall_back_to_their_own(own_home: Path) -> None:
     from tnsrag_db._store.embedded.warm_model import served_model
-    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, default_model
+    from tnsrag_db.embeddings import DEFAULT_EMBEDDING_NAME, SHIPPED_MODEL_NAME, default_model
 
     home = own_home
     ingested = json.loads(_tnsrag(home, "ingest", "--sample", "--json").stdout)
-    assert ingested["embedding"] == SHIPPED_MODEL_NAME
+    assert ingested["embedding"] == DEFAULT_EMBEDDING_NAME  # the shipped model, entries with their context
     socket_path = keeper.keeper_files(_data_dir(home)).socket
     served = served_model(socket_path)
     assert served is not None and served.name == SHIPPED_MODEL_NAME and served.dimension == 384

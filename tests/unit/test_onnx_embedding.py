@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 
 from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError
+from tnsrag_db._types import MemoryEntry
 from tnsrag_db.embeddings import (
+    DEFAULT_EMBEDDING_NAME,
     EMBED_EXTRA,
     SHIPPED_MODEL_NAME,
+    ContextualEmbedding,
     HashingEmbedding,
     OnnxEmbedding,
     default_model,
@@ -193,7 +196,13 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_names_resolve_to_providers(model: OnnxEmbedding) -> None:
-    assert resolve_embedding(None) is model
+    # The default: the shipped model embedding entries with their context, queries as they are.
+    default = resolve_embedding(None)
+    assert isinstance(default, ContextualEmbedding) and default.provider is model
+    assert default.name == DEFAULT_EMBEDDING_NAME == f"{SHIPPED_MODEL_NAME}+context1"
+    entry = MemoryEntry("a#1", "the body", metadata={"path": "docs/a.md", "headingPath": "Install > Linux"})
+    assert default.entry_text(entry) == "docs/a.md\nInstall > Linux\n\nthe body"
+    assert np.allclose(default("a question"), model("a question"))
     assert resolve_embedding(SHIPPED_MODEL_NAME.lower()) is model
     assert isinstance(resolve_embedding("hash"), HashingEmbedding)
     assert resolve_embedding("tnsrag-hash-64").dimension == 64  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ complete information: every candidate scored by every stream. Each stream's scor
 normalised against the stream's *reference figures*, taken from its own first rows (a
 fixed number, whatever the number of results asked, so the order never depends on it):
 by default its z-score, floored at three deviations below the mean (:func:`normalize`).
-The fused score is the weighted sum of the normalised scores, keyword 2 to vector 1 by
+The fused score is the weighted sum of the normalised scores, keyword 1.8 to vector 1 by
 default (:data:`DEFAULT_SCORE_WEIGHTS`).
 The hybrid statement computes the same figures in SQL; these functions are its
 reference, and what benchmarks and explanations compute with.
@@ -42,9 +42,10 @@ DEFAULT_RRF_K = 60
 FUSION_RULES = ("zscore", "minmax", "rrf")
 #: Hybrid search's default rule, chosen by measurement (docs/performance.md, "Fusion rules").
 DEFAULT_FUSION = "zscore"
-#: The default weights (keyword, vector) of a score fusion, fixed on the development
-#: collections (docs/performance.md, "Fusion rules"); RRF's are 1 and 1.
-DEFAULT_SCORE_WEIGHTS = (2.0, 1.0)
+#: The default weights (keyword, vector) of a score fusion, 9 to 5, fixed on the development
+#: collections with the default embedding's contextual texts (docs/performance.md, "Fusion
+#: rules"); RRF's are 1 and 1.
+DEFAULT_SCORE_WEIGHTS = (1.8, 1.0)
 #: How many standard deviations below its reference mean a z-scored stream bottoms out
 #: (there its normalised score is 0).
 ZSCORE_FLOOR = 3.0

