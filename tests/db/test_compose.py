@@ -194,6 +194,7 @@ def test_hybrid_by_name_weights_its_graph_stream_in_one_place_and_runs_it_only_a
     from tnsrag_db._indexes.graph import Edge, GraphStore
     from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db._strategies import compose
+    from tnsrag_db._strategies.fusion import DEFAULT_SCORE_WEIGHTS
     from tnsrag_db._strategies.graph import GraphRAGStrategy
     from tnsrag_db.embeddings import HashingEmbedding
 
@@ -207,8 +208,8 @@ def test_hybrid_by_name_weights_its_graph_stream_in_one_place_and_runs_it_only_a
     # ranks as the two streams even on a corpus with edges.
     by_name = build_strategy("hybrid", store, embedding=HashingEmbedding())
     assert isinstance(by_name, HybridRAGStrategy) and by_name.graph is not None
-    # The two streams keep the default fusion's weights (keyword 2 : vector 1).
-    assert by_name.weights == (2.0, 1.0, compose.HYBRID_GRAPH_WEIGHT) == (2.0, 1.0, 0.0)
+    # The two streams keep the default fusion's weights (keyword 1.8 : vector 1).
+    assert by_name.weights == (*DEFAULT_SCORE_WEIGHTS, compose.HYBRID_GRAPH_WEIGHT) == (1.8, 1.0, 0.0)
     monkeypatch.setattr(GraphRAGStrategy, "retrieve", lambda *a, **k: pytest.fail("a 0-weighted stream ran"))
     monkeypatch.setattr(GraphRAGStrategy, "explain", lambda *a, **k: pytest.fail("a 0-weighted stream ran"))
     two = _two_streams(store, HashingEmbedding())
@@ -220,7 +221,7 @@ def test_hybrid_by_name_weights_its_graph_stream_in_one_place_and_runs_it_only_a
     # Weighted above 0 (the one constant), it fuses only what the edges reach.
     monkeypatch.setattr(compose, "HYBRID_GRAPH_WEIGHT", 0.5)
     weighted = build_strategy("hybrid", store, embedding=HashingEmbedding())
-    assert weighted.weights == (2.0, 1.0, 0.5)  # type: ignore[attr-defined]
+    assert weighted.weights == (*DEFAULT_SCORE_WEIGHTS, 0.5)  # type: ignore[attr-defined]
     explained = weighted.explain("turbine blade", RAGContext(5))  # type: ignore[attr-defined]
     streams = {r.document.metadata["entryId"]: [s.stream for s in r.explanation.streams]
                for r in explained.results}

@@ -7,7 +7,7 @@ every candidate either stream proposes is then scored by both: BM25 scores the v
 stream's candidates, the stored vectors give the cosine of BM25's; each score is
 normalised (its z-score plus 3, floored at 0) against its stream's first
 ``pool_size(1)`` rows (the same rows whatever ``max_results``, so the top 5 is always the
-first five of the top 10) and the fused score is the weighted sum, keyword 2 to vector 1
+first five of the top 10) and the fused score is the weighted sum, keyword 1.8 to vector 1
 by default (:func:`~tnsrag_db._strategies.fusion.score_fusion`); ``fusion="minmax"``
 normalises between those rows' lowest and best score instead. ``fusion="rrf"``
 is the SPI's Reciprocal Rank Fusion, ``weight / (k + rank)`` summed over the lists a
