@@ -43,8 +43,8 @@ FUSION_RULES = ("zscore", "minmax", "rrf")
 #: Hybrid search's default rule, chosen by measurement (docs/performance.md, "Fusion rules").
 DEFAULT_FUSION = "zscore"
 #: The default weights (keyword, vector) of a score fusion, 9 to 5, fixed on the development
-#: collections with the default embedding's contextual texts (docs/performance.md, "Fusion
-#: rules"); RRF's are 1 and 1.
+#: collections with the default embedding's contextual texts
+#: (docs/performance.md, "Fusion rules"); RRF's are 1 and 1.
 DEFAULT_SCORE_WEIGHTS = (1.8, 1.0)
 #: How many standard deviations below its reference mean a z-scored stream bottoms out
 #: (there its normalised score is 0).
