@@ -77,7 +77,10 @@ def previous_release_tree(dest: Path) -> Path:
     archive = subprocess.run([git, "-C", str(_REPO), "archive", "--format=tar", PREVIOUS_RELEASE,
                               "tnsrag_db", "migrations"], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+            tar.extractall(dest, filter="data")
+        else:  # 3.11.0 to 3.11.3 (Debian 12's python3) have no filters; the archive is this repository's own
+            tar.extractall(dest)  # noqa: S202
     return dest
 
 
