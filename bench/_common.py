@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -68,3 +69,12 @@ def scratch_database(url: str | None, prefix: str, *, role_password: str | None 
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
                 if role is not None:
                     conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def fusion_weights(text: str) -> tuple[float, float]:
+    """``K:V`` on a command line: a hybrid score fusion's keyword and vector weights."""
+    keyword, _, vector = text.partition(":")
+    try:
+        return float(keyword), float(vector)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights are K:V, two numbers (9:5), got {text!r}") from None

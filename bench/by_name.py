@@ -62,6 +62,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from bench._common import fusion_weights
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries, shipped_model
 from tnsrag_db import evaluation
 from tnsrag_db._indexes.bm25 import BM25Index
@@ -401,14 +402,6 @@ def run_collection(url: str | None, name: str, args: argparse.Namespace) -> eval
         return report
 
 
-def _weights(text: str) -> tuple[float, float]:
-    keyword, _, vector = text.partition(":")
-    try:
-        return float(keyword), float(vector)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"weights are K:V, two numbers (9:5), got {text!r}") from None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
@@ -420,7 +413,7 @@ def main() -> None:
     parser.add_argument("--corpus-prefix", default="bench_byname_", help="corpus names: PREFIX<collection>")
     parser.add_argument("--context", action="store_true",
                         help="also fill the contextual space (<model>+context1), which by-name strategies then use")
-    parser.add_argument("--weights", nargs="*", default=[], metavar="K:V", type=_weights,
+    parser.add_argument("--weights", nargs="*", default=[], metavar="K:V", type=fusion_weights,
                         help="also rank the two-stream hybrid (and with --context the contextual one) with these "
                              "keyword:vector weights of its score fusion")
     parser.add_argument("--resamples", type=int, default=2_000)

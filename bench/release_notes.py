@@ -20,6 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
+from bench._common import fusion_weights
 from bench.cranfield import shipped_model
 from tnsrag_db._chunking import chunker_for
 from tnsrag_db._indexes.bm25 import BM25Index
@@ -37,21 +38,13 @@ QUESTIONS = ("which release introduced git switch and git restore",)
 TOP_K = (3, 5, 10, 100)
 
 
-def _weights(text: str) -> tuple[float, float]:
-    keyword, _, vector = text.partition(":")
-    try:
-        return float(keyword), float(vector)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"weights are K:V, two numbers (9:5), got {text!r}") from None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("TNSRAG_DATABASE_URL"))
     parser.add_argument("--question", nargs="*", default=list(QUESTIONS))
     parser.add_argument("--keep", action="store_true", help="keep the corpus (bench_release_notes) for a rerun")
     parser.add_argument("--repeat", type=int, default=20, help="timed repetitions per rule")
-    parser.add_argument("--weights", nargs="*", default=[], metavar="K:V", type=_weights,
+    parser.add_argument("--weights", nargs="*", default=[], metavar="K:V", type=fusion_weights,
                         help="also the score fusion with these keyword:vector weights")
     parser.add_argument("--context", action="store_true",
                         help="the weighted rows search the contextual space (<model>+context1), filled first")
