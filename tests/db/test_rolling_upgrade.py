@@ -293,3 +293,36 @@ def test_a_downgrade_beside_a_previous_release_writer_leaves_no_orphans_and_exac
     store = Store(engine, corpus="down", schema=SCHEMA)
     store.add_all([MemoryEntry(i, "written again " + " ".join(VOCAB[:3])) for i in gone])
     assert set(gone) <= {i for i, _ in BM25Index(store).search("written again", 100)}
+
+
+def test_a_new_corpus_is_embedded_as_every_served_release_reads_it(engine: Engine, fresh_db_url: URL,
+                                                                   tmp_path: Path) -> None:
+    # While the schema serves the previous release (it knows no contextual space), a new
+    # corpus gets the plain shipped model, which that release can embed its queries with;
+    # after the finish, the default (the shipped model with each entry's context).
+    from tnsrag_db._indexes.vector.spaces import default_embedding_name, query_embedding
+    from tnsrag_db.embeddings import DEFAULT_EMBEDDING_NAME, SHIPPED_MODEL_NAME
+
+    migrate.upgrade(engine, schema=SCHEMA, revision=PREVIOUS_HEAD)
+    with engine.begin() as conn:  # the previous release's corpus
+        conn.execute(sa.text(f"INSERT INTO {SCHEMA}.corpora (corpus) VALUES ('used')"))
+    migrate.upgrade(engine, schema=SCHEMA)
+    assert migrate.served_releases(engine, schema=SCHEMA)[0] == PREVIOUS_HEAD
+    store = Store(engine, corpus="fresh", schema=SCHEMA)
+    assert default_embedding_name(store) == SHIPPED_MODEL_NAME
+    assert query_embedding(store).name == SHIPPED_MODEL_NAME
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nagents keep memory\n")
+    url = _url(fresh_db_url)
+    res = CliRunner().invoke(main_group, ["ingest", str(docs), "--url", url, "--corpus", "fresh", "--quiet", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["embedding"] == SHIPPED_MODEL_NAME
+
+    migrate.finish(engine, schema=SCHEMA)
+    later = Store(engine, corpus="later", schema=SCHEMA)
+    assert default_embedding_name(later) is None
+    assert query_embedding(later).name == DEFAULT_EMBEDDING_NAME
+    # The corpus written during the rollout keeps its plain space.
+    res = CliRunner().invoke(main_group, ["ingest", str(docs), "--url", url, "--corpus", "fresh", "--quiet", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["embedding"] == SHIPPED_MODEL_NAME

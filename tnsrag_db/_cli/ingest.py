@@ -41,13 +41,15 @@ def sample_corpus_path() -> Path:
 
 
 def corpus_provider(url: str | None, schema: str, corpus: str) -> str | None:
-    """The provider name of the space queries of ``corpus`` use (None: no such schema,
-    corpus or space): what an ingest without ``--embedding`` embeds with, so that a second
-    folder written into a corpus fills the space its searches read instead of starting
-    another one that holds only the new files (each space then missing the other's)."""
+    """What an ingest without ``--embedding`` embeds with: the provider name of the space
+    queries of ``corpus`` use, so that a second folder written into a corpus fills the space
+    its searches read instead of starting another one that holds only the new files (each
+    space then missing the other's); for a corpus without one, the schema's default
+    (:func:`~tnsrag_db._indexes.vector.spaces.default_embedding_name`; None: no such schema
+    yet, or the library's default)."""
     from tnsrag_db._cli._schema import open_existing
     from tnsrag_db._errors import SchemaNotReadyError
-    from tnsrag_db._indexes.vector.spaces import query_space
+    from tnsrag_db._indexes.vector.spaces import default_embedding_name, query_space
 
     try:
         store = open_existing(url, schema, corpus, create_default=False)
@@ -55,7 +57,7 @@ def corpus_provider(url: str | None, schema: str, corpus: str) -> str | None:
         return None  # nothing written yet: the ingest creates the schema
     with store:
         space = query_space(store)
-    return None if space is None else space.provider
+        return default_embedding_name(store) if space is None else space.provider
 
 
 def choose_embedding(name: str | None = None, say: Any = None) -> Any:

@@ -31,13 +31,21 @@ from datetime import datetime
 from typing import Any
 
 from tnsrag_db._db.read_store import ReadStore
+from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ProviderConfigurationError
 from tnsrag_db._store.reads import count_plan
 from tnsrag_db._validate import check_number, is_int
-from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding, embedding_install_hint, resolve_embedding
+from tnsrag_db.embeddings import (
+    SHIPPED_MODEL_NAME,
+    EmbeddingFunction,
+    ValidatingEmbedding,
+    embedding_install_hint,
+    resolve_embedding,
+    shipped_model_available,
+)
 
-__all__ = ["SPACE_RECHECK_SECONDS", "EmbeddingSpace", "ProviderSpaces", "Space", "bind_embedding",
+__all__ = ["CONTEXT_REVISION", "SPACE_RECHECK_SECONDS", "default_embedding_name", "EmbeddingSpace", "ProviderSpaces", "Space", "bind_embedding",
            "count_with_vectors", "ensure_space_plan", "list_spaces", "list_spaces_plan", "query_embedding",
            "query_space", "space_fill_note", "space_fill_note_plan"]
 
@@ -338,6 +346,25 @@ def bind_embedding(store: ReadStore, embedding: EmbeddingFunction | Callable[[st
     return wrapped
 
 
+#: The first schema revision of the releases that read a contextual space
+#: (``<model>+context1``, the default of a new corpus): a release of head 0010 or before
+#: knows no such provider name.
+CONTEXT_REVISION = "0011"
+
+
+def default_embedding_name(store: ReadStore) -> str | None:
+    """The provider name a corpus of ``store``'s schema without an embedding space is
+    embedded with, for :func:`~tnsrag_db.embeddings.resolve_embedding`: None (its default,
+    the shipped model with each entry's context), or the plain shipped model while the
+    schema still serves a release that reads no contextual space (a rolling upgrade before
+    ``tnsrag db upgrade --finish``): that release, beside this one, would find no provider
+    for the new corpus's space, and its vector and hybrid queries would fail."""
+    if not shipped_model_available():
+        return None  # the hash fallback either way
+    floor = store.read(f"SELECT serves_from FROM {COMPAT_FUNCTION}() AS f", {})[0].serves_from
+    return SHIPPED_MODEL_NAME if serves_releases_before(str(floor), CONTEXT_REVISION) else None
+
+
 def query_embedding(store: ReadStore, name: str | None = None, *,
                     spaces: Sequence[EmbeddingSpace] | None = None) -> ValidatingEmbedding:
     """The provider that embeds queries of ``store``'s corpus, bound to the space it searches.
@@ -345,7 +372,7 @@ def query_embedding(store: ReadStore, name: str | None = None, *,
     ``name`` (a provider name as :func:`~tnsrag_db.embeddings.resolve_embedding` takes
     it) picks the space explicitly; without it the space is :func:`query_space`'s and
     the provider the one whose name that space stores. A corpus without spaces uses the
-    default provider (the shipped model when installed, else the hash fallback).
+    default provider (:func:`default_embedding_name`).
 
     Raises :class:`ProviderConfigurationError` naming the provider and what to install
     when the space's provider is not installed, or when ``name`` has no space in the
@@ -365,7 +392,7 @@ def query_embedding(store: ReadStore, name: str | None = None, *,
         return wrapped
     space = query_space(store, spaces=spaces)
     if space is None:
-        return bind_embedding(store, resolve_embedding(None), spaces=spaces)
+        return bind_embedding(store, resolve_embedding(default_embedding_name(store)), spaces=spaces)
     try:
         provider = resolve_embedding(space.provider)
     except ProviderConfigurationError as exc:
