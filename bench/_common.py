@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psycopg
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
@@ -47,13 +49,11 @@ def scratch_database(url: str | None, prefix: str, *, role_password: str | None 
     without a password). Both are dropped when the block exits."""
     import uuid
 
-    import psycopg
     from psycopg import sql
-
-    from tnsrag_db._db.engine import normalize_url
+    from sqlalchemy.engine import make_url  # the bench edits URLs with it
 
     with database_url(url) as server:
-        base = normalize_url(server)
+        base = make_url(str(server)).set(drivername="postgresql+psycopg")
         admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
         role = f"{prefix}_{uuid.uuid4().hex[:8]}" if role_password is not None else None

@@ -33,13 +33,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
-
 from bench._common import database_url
 from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_citus_router import Lookup
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.citus import distribute
@@ -58,14 +56,14 @@ _SHOWN = ("shared_buffers", "work_mem", "maintenance_work_mem", "fsync", "synchr
 
 def _citus_schema(url: str) -> None:
     """A fresh schema on the coordinator, migrated and distributed by corpus."""
-    engine = create_engine(url, schema=SCHEMA, pool_size=1)
+    pool = Pool(url, schema=SCHEMA, pool_size=1)
     try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"))
-        migrate.upgrade(engine, schema=SCHEMA)
-        distribute(engine, schema=SCHEMA)
+        with pool.begin() as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        migrate.upgrade(pool, schema=SCHEMA)
+        distribute(pool, schema=SCHEMA)
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def _write(store: Store, vectors: VectorMemoryStore, corpus: Any) -> tuple[float, float]:
@@ -84,13 +82,13 @@ def _sizes(store: Store) -> dict[str, int]:
     """Bytes of the corpus's tables and of its HNSW index (the only corpus of the server),
     after a VACUUM (the merge's deleted rows of postings are free space then, not counted
     by a table that is truncated at its end)."""
-    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text(f"SET search_path TO {SCHEMA}"))
-        conn.execute(sa.text("VACUUM entries, bm25_blocks, bm25_docs, bm25_df, bm25_postings, embeddings"))
-        sizes = {t: int(conn.execute(sa.text("SELECT pg_total_relation_size(CAST(:t AS regclass))"),
+    with store.pool.connect(autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {SCHEMA}")
+        conn.execute("VACUUM entries, bm25_blocks, bm25_docs, bm25_df, bm25_postings, embeddings")
+        sizes = {t: int(conn.execute("SELECT pg_total_relation_size(CAST(:t AS regclass))",
                                      {"t": f"{SCHEMA}.{t}"}).scalar_one())
                  for t in ("entries", "bm25_blocks", "bm25_docs", "bm25_df", "bm25_postings", "embeddings")}
-        sizes["hnsw"] = int(conn.execute(sa.text(
+        sizes["hnsw"] = int(conn.execute((
             "SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0) FROM pg_index i JOIN pg_class c "
             "ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'hnsw' "
             "AND c.relnamespace = CAST(:s AS regnamespace)"), {"s": SCHEMA}).scalar_one())
@@ -121,8 +119,8 @@ def main() -> None:
             store.drop_corpus()
             vectors = VectorMemoryStore(store, lookup, index_threshold=None)
             written, built = _write(store, vectors, corpus)
-            with store.engine.connect() as conn:
-                shown = {name: conn.execute(sa.text(f"SHOW {name}")).scalar_one() for name in _SHOWN}
+            with store.pool.connect() as conn:
+                shown = {name: conn.execute(f"SHOW {name}").scalar_one() for name in _SHOWN}
             print(f"{label}: {args.n} entries written in {written:.1f} s ({args.n / written:.0f} entries/s), "
                   f"HNSW built in {built:.1f} s; coordinator {shown}", flush=True)
             keyword, vector = KeywordRAGStrategy(BM25Index(store)), VectorRAGStrategy(vectors)
@@ -133,8 +131,8 @@ def main() -> None:
 
             def sql(text: str, params: Callable[[int], dict[str, Any]], s: Store = store) -> Callable[[int], object]:
                 def run(i: int) -> object:
-                    with s.engine.connect() as conn:
-                        return conn.execute(sa.text(text), params(i)).all()
+                    with s.pool.connect() as conn:
+                        return conn.execute(text, params(i)).all()
                 return run
 
             def qv(i: int) -> dict[str, Any]:

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sqlalchemy as sa
 
 from bench._common import scratch_database
 from bench._corpus import generate_corpus
@@ -115,7 +114,7 @@ def median_run(store: Store, rounds: int, **options: Any) -> tuple[float, Any]:
 
 def vacuum(store: Store) -> None:
     with store.session.autocommit() as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings, edges, entry_aliases"))
+        conn.execute("VACUUM (ANALYZE) entries, embeddings, bm25_postings, edges, entry_aliases")
 
 
 def synthetic(url: str, args: argparse.Namespace) -> None:

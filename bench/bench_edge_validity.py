@@ -26,7 +26,6 @@ import statistics
 import time
 
 import numpy as np
-import sqlalchemy as sa
 
 from bench._common import database_url
 from bench.bench_graph import CORPUS, HUB_DEGREE, N_ENTRIES, N_HUBS, ORDINARY_DEGREE, SEEDS_PER_QUERY, load, node_id
@@ -45,8 +44,8 @@ _STATES = {
 
 
 def _vacuum(store: Store) -> None:
-    with store.engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM (ANALYZE) edges"))
+    with store.pool.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute("VACUUM (ANALYZE) edges")
 
 
 def run(store: Store, runs: int, reuse: bool) -> None:
@@ -54,8 +53,8 @@ def run(store: Store, runs: int, reuse: bool) -> None:
     total = N_HUBS * HUB_DEGREE + (N_ENTRIES - N_HUBS) * ORDINARY_DEGREE
     if reuse and gs.count() == total:
         with store.session.transaction() as conn:
-            hubs = [int(h[1:]) for h in conn.execute(sa.text(
-                "SELECT src FROM edges WHERE corpus = :c GROUP BY src HAVING count(*) > 100 ORDER BY src"),
+            hubs = [int(h[1:]) for h in conn.execute(
+                "SELECT src FROM edges WHERE corpus = :c GROUP BY src HAVING count(*) > 100 ORDER BY src",
                 {"c": store.corpus}).scalars()]
     else:
         hubs, _ = load(store)
@@ -66,7 +65,7 @@ def run(store: Store, runs: int, reuse: bool) -> None:
     print(f"{'state':>7} {'depth':>5} {'seeds':>8} | {'with ms':>8} {'without ms':>10} {'ratio':>6}")
     for state, update in _STATES.items():
         with store.session.transaction() as conn:
-            conn.execute(sa.text(update), {"c": store.corpus})
+            conn.execute(update, {"c": store.corpus})
         _vacuum(store)
         for depth in (2, 3):
             strategy = GraphRAGStrategy("bench", gs, None, depth, GraphRAGStrategy.DEFAULT_DEPTH_DECAY,

@@ -34,8 +34,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import sqlalchemy as sa
-
 from bench._common import scratch_database
 from bench._corpus import generate_corpus
 from bench.bench_vector import Lookup
@@ -78,7 +76,7 @@ def load(store: Store, vectors: VectorMemoryStore, entries: list[Any], emb: Any)
     vectors.add_all(entries, embeddings=emb)
     vectors.build_index()
     with store.session.autocommit() as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings"))
+        conn.execute("VACUUM (ANALYZE) entries, embeddings, bm25_postings")
     print(f"  {store.corpus}: {len(entries)} entries written and indexed in {time.perf_counter() - t:.0f} s",
           flush=True)
 
@@ -180,10 +178,10 @@ def main() -> None:
         for other in ("none", "ahead"):  # the sizes below are the swept corpus's alone
             stores[other][0].drop_corpus()
         with store.session.transaction() as conn:
-            conn.execute(sa.text("UPDATE entries SET expires_at = :past WHERE corpus = :c "
+            conn.execute(("UPDATE entries SET expires_at = :past WHERE corpus = :c "
                                  "AND right(id, 1) IN ('1', '2', '3', '4')"), {"c": store.corpus, "past": past})
         with store.session.autocommit() as conn:
-            conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings, bm25_blocks, bm25_docs"))
+            conn.execute("VACUUM (ANALYZE) entries, embeddings, bm25_postings, bm25_blocks, bm25_docs")
         before, rows_before = sizes(store), rows(store)
         t = time.perf_counter()
         report = store.sweep(vacuum=True)
@@ -192,7 +190,7 @@ def main() -> None:
         fresh = generate_corpus(report.deleted, dim=args.dim, seed=99, id_prefix="new")
         vectors.add_all(fresh.entries, embeddings=fresh.embeddings)
         with store.session.autocommit() as conn:
-            conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings, bm25_blocks, bm25_docs"))
+            conn.execute("VACUUM (ANALYZE) entries, embeddings, bm25_postings, bm25_blocks, bm25_docs")
         refilled, rows_refilled = sizes(store), rows(store)
         print(f"\nsweep of {report.deleted} expired entries ({report.tombstones} merged) in {swept:.1f} s "
               "(VACUUM included); rows / total size in kB: before, after the sweep, after as many new entries")

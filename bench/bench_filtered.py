@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import sqlalchemy as sa
 
 from bench._corpus import GROUP_1PCT, generate_corpus, generate_correlated_corpus
 from bench.bench_vector import Lookup, exact_top
@@ -95,13 +94,13 @@ def prepare(url: str | None, name: str, n: int, dim: int, queries_only: bool,
     vectors.build_index()
     print(f"  {name}: wrote {n} entries in {t_write:.0f} s, HNSW in {time.perf_counter() - t:.0f} s", flush=True)
     with store.session.autocommit() as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, entry_filter_pairs"))
+        conn.execute("VACUUM (ANALYZE) entries, embeddings, entry_filter_pairs")
     return store, vectors
 
 
 def explain(store: Store, sql: str, params: dict[str, Any]) -> list[str]:
     with store.session.transaction() as conn:
-        return [r[0] for r in conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS) " + sql), params)]
+        return [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)]
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sqlalchemy as sa
+import psycopg
 
 from bench._common import database_url
 from tnsrag_db._indexes.graph import Edge, GraphStore
@@ -73,7 +73,7 @@ def load(store: Store, seed: int = 7) -> tuple[list[int], list[int]]:
     store.drop_corpus()
     with store.session.transaction() as conn:
         store.writer.corpus.text_config(conn)  # the corpus row, and its write lock
-        raw = conn.connection.driver_connection
+        raw = conn.driver
         assert raw is not None
         with raw.cursor() as cur, cur.copy(
                 "COPY entries (corpus, id, content, tier, source, content_hash) FROM STDIN") as copy:
@@ -100,8 +100,8 @@ def load(store: Store, seed: int = 7) -> tuple[list[int], list[int]]:
     counts = GraphStore(store).add_edges(edges)
     t_edges = time.perf_counter() - t_gen
     with store.session.transaction() as conn:
-        conn.execute(sa.text("ANALYZE entries"))
-        conn.execute(sa.text("ANALYZE edges"))
+        conn.execute("ANALYZE entries")
+        conn.execute("ANALYZE edges")
     print(f"loaded {N_ENTRIES:,} entries in {t_entries:.1f} s (COPY); {counts.total:,} edges in {t_edges:.1f} s "
           f"via GraphStore.add_edges ({counts.total / t_edges:,.0f} edges/s)")
     return hubs, ordinary
@@ -133,14 +133,14 @@ def timed(fn: Callable[[], Any], runs: int, pid: int) -> tuple[float, float | No
 def naive(store: Store, seeds: Mapping[str, float], depth: int, timeout_ms: int, *,
           explain: bool = False) -> Any:
     params = {"c": store.corpus, "ids": list(seeds), "scores": list(seeds.values()), "decay": 0.85, "depth": depth}
-    with store.engine.connect() as conn:
-        conn.execute(sa.text(f"SET statement_timeout = {int(timeout_ms)}"))
+    with store.pool.connect() as conn:
+        conn.execute(f"SET statement_timeout = {int(timeout_ms)}")
         try:
             if explain:
-                plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + _NAIVE_SQL), params).scalar_one()
+                plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _NAIVE_SQL, params).scalar_one()
                 return max_rows(plan[0]["Plan"])
-            return conn.execute(sa.text(_NAIVE_SQL), params).all()
-        except sa.exc.OperationalError as exc:
+            return conn.execute(_NAIVE_SQL, params).all()
+        except psycopg.OperationalError as exc:
             if "statement timeout" not in str(exc):
                 raise
             return None
@@ -172,8 +172,8 @@ def run(store: Store, args: argparse.Namespace) -> None:
     rng = np.random.default_rng(11)
     if args.reuse and gs.count() == N_HUBS * HUB_DEGREE + (N_ENTRIES - N_HUBS) * ORDINARY_DEGREE:
         with store.session.transaction() as conn:
-            hub_ids = list(conn.execute(sa.text(
-                "SELECT src FROM edges WHERE corpus = :c GROUP BY src HAVING count(*) > 100 ORDER BY src"),
+            hub_ids = list(conn.execute(
+                "SELECT src FROM edges WHERE corpus = :c GROUP BY src HAVING count(*) > 100 ORDER BY src",
                 {"c": store.corpus}).scalars())
         hubs = [int(h[1:]) for h in hub_ids]
         ordinary = sorted(set(range(N_ENTRIES)) - set(hubs))
@@ -188,7 +188,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
         return out
 
     with store.session.transaction() as conn:
-        pid = int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+        pid = int(conn.execute("SELECT pg_backend_pid()").scalar_one())
     ctx = RAGContext(max_results=10)
     budget = GraphRAGStrategy.DEFAULT_MAX_VISITED_NODES
     rows = []

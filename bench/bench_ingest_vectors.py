@@ -44,6 +44,8 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
+
 PROVIDER = "bench-precomputed-384"
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 128  # tnsrag's defaults (tnsrag_db._indexes.vector.sql)
 _ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +72,6 @@ def _libpq(url: str) -> str:
 
 
 def bare(url: str, n: int, dim: int, seed: int) -> float:
-    import psycopg
     from pgvector.psycopg import register_vector
 
     entries, vectors = _rows(n, dim, seed)
@@ -131,7 +132,6 @@ def tnsrag(url: str, path: Path, code: Path, n: int) -> float:
 
 def peer(name: str, url: str, n: int, dim: int, seed: int) -> float:
     """One peer's ingest into fresh tables (run in the peers' child process)."""
-    import psycopg
 
     entries, vectors = _rows(n, dim, seed)
     texts = [e.content for e in entries]

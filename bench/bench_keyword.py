@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import sqlalchemy as sa
 
 from bench._common import database_url
 from bench._corpus import generate_corpus
@@ -62,11 +61,11 @@ def ingest(store: Store, entries: list[MemoryEntry], reuse: bool) -> float | Non
     for i in range(0, len(entries), 5000):
         store.add_all(entries[i:i + 5000])
     rate = len(entries) / (time.perf_counter() - started)
-    with store.engine.connect() as conn:
+    with store.pool.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
         for table in ("entries", "bm25_postings", "bm25_stats"):
             # Index-only scans of the postings need an up-to-date visibility map.
-            conn.execute(sa.text(f"VACUUM ANALYZE {table}"))
+            conn.execute(f"VACUUM ANALYZE {table}")
     return rate
 
 
@@ -74,13 +73,13 @@ def build_baseline(store: Store) -> float:
     """The scratch ``to_tsvector`` table with its GIN index; seconds."""
     started = time.perf_counter()
     with store.session.transaction() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {SCRATCH}"))
-        conn.execute(sa.text(f"CREATE TABLE {SCRATCH} AS SELECT id, to_tsvector('english', content) AS tsv "
+        conn.execute(f"DROP TABLE IF EXISTS {SCRATCH}")
+        conn.execute((f"CREATE TABLE {SCRATCH} AS SELECT id, to_tsvector('english', content) AS tsv "
                              "FROM entries WHERE corpus = :c"), {"c": store.corpus})
-        conn.execute(sa.text(f"CREATE INDEX ON {SCRATCH} USING gin (tsv)"))
-    with store.engine.connect() as conn:
+        conn.execute(f"CREATE INDEX ON {SCRATCH} USING gin (tsv)")
+    with store.pool.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
-        conn.execute(sa.text(f"VACUUM ANALYZE {SCRATCH}"))
+        conn.execute(f"VACUUM ANALYZE {SCRATCH}")
     return time.perf_counter() - started
 
 
@@ -124,28 +123,28 @@ def run(store: Store, args: argparse.Namespace) -> None:
     # Frequent-term pruning off: every posting of every term scored (the "before").
     unpruned_index = BM25Index(store, prune_min_df=2**62)
     unpruned_keyword = KeywordRAGStrategy(unpruned_index)
-    engine = store.engine
+    pool = store.pool
     with store.session.transaction() as conn:
-        postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c"),
+        postings = conn.execute("SELECT count(*) FROM bm25_postings WHERE corpus = :c",
                                 {"c": store.corpus}).scalar_one()
     print(f"corpus {store.corpus}: {args.n} entries, {postings} postings"
           + (f", ingested at {rate:,.0f} entries/s" if rate else " (reused)")
           + f"; baseline tsvector table + GIN built in {baseline_build:.1f} s")
 
-    bare_sql = sa.text(f"SELECT id, ts_rank_cd(tsv, q) AS r FROM {SCRATCH}, to_tsquery('english', :q) AS q "
+    bare_sql = (f"SELECT id, ts_rank_cd(tsv, q) AS r FROM {SCRATCH}, to_tsquery('english', :q) AS q "
                        "WHERE tsv @@ q ORDER BY r DESC, id LIMIT :k")
 
-    bare_docs_sql = sa.text(
+    bare_docs_sql = (
         f"SELECT b.r, e.id, e.content, e.tier, e.source, e.metadata FROM (SELECT id, ts_rank_cd(tsv, q) AS r "
         f"FROM {SCRATCH}, to_tsquery('english', :q) AS q WHERE tsv @@ q ORDER BY r DESC, id LIMIT :k) b "
         "JOIN entries e ON e.corpus = :c AND e.id = b.id ORDER BY b.r DESC, b.id")
 
     def bare(q: str) -> object:
-        with engine.connect() as conn:
+        with pool.connect() as conn:
             return conn.execute(bare_sql, {"q": " | ".join(q.split()), "k": K}).all()
 
     def bare_docs(q: str) -> object:
-        with engine.connect() as conn:
+        with pool.connect() as conn:
             return conn.execute(bare_docs_sql, {"q": " | ".join(q.split()), "k": K, "c": store.corpus}).all()
 
     def bm25(q: str) -> object:
@@ -159,7 +158,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
         sample = mixes["terms from a document"][0]
         sql, params = index.candidates_sql(sample, K)
         with store.session.transaction() as conn:
-            plan = conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS) " + sql), params).scalars().all()
+            plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params).scalars()
         print(f"\nEXPLAIN (ANALYZE, BUFFERS) of the BM25 statement for {sample!r}:")
         print("\n".join(plan))
         print()
@@ -184,7 +183,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
             med, p99 = pct(times, 0.5), pct(times, 0.99)
             print(f"{mix:<30} {name:<36} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
     with store.session.transaction() as conn:
-        dfs = conn.execute(sa.text("SELECT max(n) AS mx, percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS md "
+        dfs = conn.execute(("SELECT max(n) AS mx, percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS md "
                                    "FROM (SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c "
                                    "GROUP BY lexeme) d"), {"c": store.corpus}).one()
     print(f"(document frequency per term: max {dfs.mx}, median {dfs.md:.0f}; {args.queries} queries per mix, "
@@ -209,7 +208,7 @@ def main() -> None:
             finally:
                 if not args.keep:
                     with store.session.transaction() as conn:
-                        conn.execute(sa.text(f"DROP TABLE IF EXISTS {SCRATCH}"))
+                        conn.execute(f"DROP TABLE IF EXISTS {SCRATCH}")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ import psycopg
 from psycopg import sql
 
 from bench._common import database_url
+from tests.fix_db import sa_url
 from tnsrag_db import tenancy
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine, normalize_url
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
 
@@ -46,7 +47,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     with database_url(args.url) as server:
-        base = normalize_url(server)
+        base = sa_url(server)
         admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
         name = f"bench_pairs_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(admin, autocommit=True) as conn:
@@ -59,18 +60,18 @@ def main() -> None:
 
 
 def _run(url: object, args: argparse.Namespace) -> None:
-    engine = create_engine(url, schema=SCHEMA)  # type: ignore[arg-type]
+    pool = Pool(url, schema=SCHEMA)  # type: ignore[arg-type]
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
-        tenancy.enable(engine, schema=SCHEMA)
-        tenancy.disable(engine, schema=SCHEMA)  # row-level security off, the triggers stay
-        store = Store(engine, corpus="bench_pairs", schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
+        tenancy.enable(pool, schema=SCHEMA)
+        tenancy.disable(pool, schema=SCHEMA)  # row-level security off, the triggers stay
+        store = Store(pool, corpus="bench_pairs", schema=SCHEMA)
         times: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds + 1):  # round 0 warms up
             for mode in (("without", "with") if r % 2 == 0 else ("with", "without")):
-                with engine.begin() as conn:
+                with pool.begin() as conn:
                     for trigger in TRIGGERS:  # names: constants
-                        conn.exec_driver_sql(f"ALTER TABLE {SCHEMA}.entries "
+                        conn.execute(f"ALTER TABLE {SCHEMA}.entries "
                                              f"{'ENABLE' if mode == 'with' else 'DISABLE'} TRIGGER {trigger}")
                 tag = f"{mode}{r}"
                 t0 = time.perf_counter()
@@ -88,7 +89,7 @@ def _run(url: object, args: argparse.Namespace) -> None:
             off, on = statistics.median(times[(kind, "without")]), statistics.median(times[(kind, "with")])
             print(f"{kind:<8} {off:>9.3f} {on:>9.3f} {on / off:>13.2f}")
     finally:
-        engine.dispose()
+        pool.close()
 
 
 if __name__ == "__main__":

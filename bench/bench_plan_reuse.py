@@ -40,7 +40,7 @@ from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.runner import bind as native_sql
 from tnsrag_db._db.statement import Plan, Statement, run_plan
 from tnsrag_db._indexes.bm25 import BM25Index
@@ -78,7 +78,7 @@ def main() -> None:
 
 
 def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
-    owner_engine = create_engine(url, schema=SCHEMA, pool_size=2)
+    owner_engine = Pool(url, schema=SCHEMA, pool_size=2)
     migrate.upgrade(owner_engine, schema=SCHEMA)
     owner = Store(owner_engine, corpus=CORPUS, schema=SCHEMA)
     data = generate_corpus(args.n, dim=128, seed=3, id_prefix=CORPUS)
@@ -88,7 +88,7 @@ def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     VectorMemoryStore(owner, lookup, index_threshold=1000).add_all(data.entries, embeddings=data.embeddings)
     with owner.session.autocommit() as owner_conn:
-        owner_conn.exec_driver_sql(f"VACUUM (ANALYZE) {SCHEMA}.entries, {SCHEMA}.embeddings, {SCHEMA}.bm25_postings, "
+        owner_conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.entries, {SCHEMA}.embeddings, {SCHEMA}.bm25_postings, "
                              f"{SCHEMA}.bm25_df")
     print(f"wrote {args.n} entries in {time.perf_counter() - t0:.0f} s")
     texts = [" ".join(e.content.split()[:3]) for e in data.entries[:64]]
@@ -103,8 +103,8 @@ def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
         tenancy.enable(owner_engine, schema=SCHEMA)
         tenancy.grant(owner_engine, schema=SCHEMA, role=role, corpus=CORPUS)
         query_url = url.set(username=role, password=PASSWORD)
-    engine = create_engine(query_url, schema=SCHEMA, pool_size=2)
-    store = Store(engine, corpus=CORPUS, schema=SCHEMA)
+    pool = Pool(query_url, schema=SCHEMA, pool_size=2)
+    store = Store(pool, corpus=CORPUS, schema=SCHEMA)
     kinds = _kinds(store, lookup, texts)
     conninfo = query_url.set(drivername="postgresql").render_as_string(hide_password=False)
     print(f"\n{args.n} entries, {args.rounds} x {args.queries} queries per kind"
@@ -136,8 +136,8 @@ def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
         hid, sho = (statistics.median(times[v]) * 1000 for v in ("hidden", "shown"))
         g = {v: f"{int(c[0])}/{int(c[1])}" for v, c in counts.items() if c is not None}
         print(f"{kind:<13} {hid:>10.2f} {sho:>9.2f} {hid / sho:>6.2f} {g['hidden']:>11} {g['shown']:>10}")
-    engine.dispose()
-    owner_engine.dispose()
+    pool.close()
+    owner_engine.close()
 
 
 def _kinds(store: Store, lookup: Lookup, texts: list[str]) -> dict[str, Callable[[int], Plan[Any]]]:

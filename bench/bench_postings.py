@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 
 __all__ = ["BLOCK", "blockmax_sql", "main"]
 
@@ -495,9 +496,8 @@ def _params(terms: Sequence[str]) -> dict[str, Any]:
     return {"c": CORPUS, "terms": list(terms), "k1p1": K1 + 1.0, "kb0": K1 * (1.0 - B), "kb1": K1 * B}
 
 
-def _production(engine: Any, terms: Sequence[str]) -> list[tuple[str, float]]:
+def _production(pool: Any, terms: Sequence[str]) -> list[tuple[str, float]]:
     """The library's own ranking statements over layout A (plain, then MaxScore when a term is frequent)."""
-    import sqlalchemy as sa
 
     from tnsrag_db._db.statement import AS_OF_PARAM
     from tnsrag_db._indexes.bm25 import index as bindex, sql as bsql
@@ -506,28 +506,26 @@ def _production(engine: Any, terms: Sequence[str]) -> list[tuple[str, float]]:
     params = {"k_c": CORPUS, "k_chunks": [], "k_extras": list(terms), "k_k1p1": K1 + 1.0, "k_kb0": K1 * (1.0 - B),
               "k_kb1": K1 * B, "k_min": 0.0, "k_lim": K, "k_nedf": float(bindex.DEFAULT_PRUNE_MIN_DF),
               "k_fsmall": bindex.DEFAULT_FILTER_PROBE_MAX, AS_OF_PARAM: None}  # answers now
-    with engine.connect() as conn:
-        rows = conn.execute(sa.text(bsql.plain_ranking_sql(p, limit=K)), params).fetchall()
+    with pool.connect() as conn:
+        rows = conn.execute((bsql.plain_ranking_sql(p, limit=K)), params).fetchall()
         if rows and rows[0][0] is None:
             params.update({"k_ner": bindex.DEFAULT_PRUNE_RATIO, "k_tol": bsql.BOUND_TOLERANCE,
                            "k_pc": bindex.DEFAULT_PROBE_COST})
-            rows = conn.execute(sa.text(bsql.ranking_sql(p, limit=K)), params).fetchall()
+            rows = conn.execute((bsql.ranking_sql(p, limit=K)), params).fetchall()
     return [(str(r[0]), float(r[1])) for r in rows]
 
 
-def _run(engine: Any, sql: str, terms: Sequence[str]) -> list[tuple[str, float]]:
-    import sqlalchemy as sa
+def _run(pool: Any, sql: str, terms: Sequence[str]) -> list[tuple[str, float]]:
 
-    with engine.connect() as conn:
-        rows = conn.execute(sa.text(sql), _params(terms)).fetchall()
+    with pool.connect() as conn:
+        rows = conn.execute(sql, _params(terms)).fetchall()
     return [(r[0] if isinstance(r[0], str) else f"doc-{int(r[0]):07d}", float(r[1])) for r in rows]
 
 
-def _explain(engine: Any, sql: str, terms: Sequence[str]) -> str:
-    import sqlalchemy as sa
+def _explain(pool: Any, sql: str, terms: Sequence[str]) -> str:
 
-    with engine.connect() as conn:
-        rows = conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS) " + sql), _params(terms)).fetchall()
+    with pool.connect() as conn:
+        rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, _params(terms)).fetchall()
     return "\n".join(r[0] for r in rows)
 
 
@@ -541,17 +539,17 @@ METHODS: dict[str, Callable[[Any, Sequence[str]], list[tuple[str, float]]]] = {
 }
 
 
-def measure_queries(engine: Any, queries: list[list[str]], rep: SizeReport, methods: Sequence[str],
+def measure_queries(pool: Any, queries: list[list[str]], rep: SizeReport, methods: Sequence[str],
                     suffix: str = "") -> None:
-    reference = [_run(engine, A_PLAIN, q) for q in queries]
+    reference = [_run(pool, A_PLAIN, q) for q in queries]
     for name in methods:
         fn = METHODS[name]
         for q in queries[:10]:  # warm the cache
-            fn(engine, q)
+            fn(pool, q)
         times, same, close = [], True, True
         for q, ref in zip(queries, reference):
             t = time.perf_counter()
-            got = fn(engine, q)
+            got = fn(pool, q)
             times.append((time.perf_counter() - t) * 1000)
             same = same and got == ref
             close = close and [g[0] for g in got] == [r[0] for r in ref] and all(
@@ -587,7 +585,6 @@ def _write_batch(conn: Any, stmts: Sequence[str], batch: int) -> None:
 
 
 def solo_writes(url: str, stmts: Sequence[str], first: int) -> dict[str, float]:
-    import psycopg
 
     times, wal = [], []
     with psycopg.connect(url, autocommit=True) as conn:
@@ -602,7 +599,6 @@ def solo_writes(url: str, stmts: Sequence[str], first: int) -> dict[str, float]:
 
 def concurrent_writes(url: str, stmts: Sequence[str], first: int) -> dict[str, float]:
     """WRITERS threads, WRITER_BATCHES batches each; a sampler counts backends waiting on a lock."""
-    import psycopg
 
     errors: list[str] = []
     latencies: list[float] = []
@@ -668,9 +664,8 @@ def _sizes(conn: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def _pass2_share(engine: Any, queries: list[list[str]]) -> float:
+def _pass2_share(pool: Any, queries: list[list[str]]) -> float:
     """Share of the query terms' blocks the second pass reads (mean over the queries)."""
-    import sqlalchemy as sa
 
     probe = B_PRUNED.replace(
         f"SELECT x.docno AS id, x.score FROM (\n  {_scored('sel2')}\n) x ORDER BY x.score DESC, x.docno LIMIT {K}",
@@ -678,14 +673,13 @@ def _pass2_share(engine: Any, queries: list[list[str]]) -> float:
         "width_bucket(bl.f - 1, s.picked))::float8 / greatest(1, (SELECT count(*) FROM bl))")
     assert probe != B_PRUNED
     shares = []
-    with engine.connect() as conn:
+    with pool.connect() as conn:
         for q in queries:
-            shares.append(float(conn.execute(sa.text(probe), _params(q)).scalar_one()))
+            shares.append(float(conn.execute(probe, _params(q)).scalar_one()))
     return float(np.mean(shares))
 
 
-def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[SizeReport, int]:
-    import psycopg
+def run_size(url: str, pool: Any, n: int, generated: int, nq: int) -> tuple[SizeReport, int]:
 
     rep = SizeReport(n)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -705,10 +699,10 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
         rep.size_mb = _sizes(conn)
         queries = _queries(conn, n, nq, seed=7)
     print(f"n={n}: {rep.postings} postings; sizes {json.dumps(rep.size_mb)}", flush=True)
-    measure_queries(engine, queries, rep, list(METHODS))
+    measure_queries(pool, queries, rep, list(METHODS))
     for name, sql in (("A plain", A_PLAIN), ("C plain", C_PLAIN), ("B plain", B_PLAIN), ("B block-max", B_PRUNED)):
-        rep.plans[name] = _explain(engine, sql, queries[0])
-    rep.pass2_share = _pass2_share(engine, queries)
+        rep.plans[name] = _explain(pool, sql, queries[0])
+    rep.pass2_share = _pass2_share(pool, queries)
     print(f"  block-max pass 2 reads {rep.pass2_share:.1%} of the query terms' blocks (mean)", flush=True)
 
     # Writes: A and the delta take the same documents, so after them the reference (A) and
@@ -729,7 +723,7 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
                      "ON CONFLICT (corpus, lexeme, shard) DO UPDATE SET df = t.df + excluded.df")
         conn.execute("ANALYZE blk_delta")
     print(f"  queries with {total * BATCH} documents in the delta:", flush=True)
-    measure_queries(engine, queries, rep, ["A plain", "B plain", "B block-max", "B MaxScore"], suffix=" +delta")
+    measure_queries(pool, queries, rep, ["A plain", "B plain", "B block-max", "B MaxScore"], suffix=" +delta")
     with psycopg.connect(url, autocommit=True) as conn:
         start = _lsn(conn)
         t = time.perf_counter()
@@ -741,7 +735,7 @@ def run_size(url: str, engine: Any, n: int, generated: int, nq: int) -> tuple[Si
         left = int(_one(conn, "SELECT count(*) FROM blk_delta")[0])
         rep.merge["delta_left"] = float(left)
     print(f"  merge: {rep.merge}; delta rows left {left}", flush=True)
-    measure_queries(engine, queries, rep, ["B plain", "B block-max", "B MaxScore"], suffix=" merged")
+    measure_queries(pool, queries, rep, ["B plain", "B block-max", "B MaxScore"], suffix=" merged")
     # Blocks written in place last (they leave blk with postings of documents merged above).
     rep.solo["B in place"] = solo_writes(url, WRITE_DIRECT, PER_LAYOUT)
     rep.concurrent["B in place"] = concurrent_writes(url, WRITE_DIRECT, PER_LAYOUT + first_conc)
@@ -757,15 +751,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench_postings.json"))
     args = ap.parse_args(argv)
 
-    import psycopg
-    import sqlalchemy as sa
-
     from bench._common import scratch_database
+    from tnsrag_db._db.pool import Pool
 
     reports = []
     with scratch_database(args.url, "postings") as (db_url, _):
         url = _psycopg_url(db_url)
-        engine = sa.create_engine(db_url.set(drivername="postgresql+psycopg"), pool_size=2)
+        pool = Pool(db_url, schema="public", pool_size=2)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(SCHEMA)
             with conn.cursor() as cur:
@@ -774,10 +766,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             conn.execute("CREATE INDEX ON src_new (docno)")
         generated = 0
         for n in sorted(args.sizes):
-            rep, generated = run_size(url, engine, n, generated, args.queries)
+            rep, generated = run_size(url, pool, n, generated, args.queries)
             reports.append(rep)
             args.out.write_text(json.dumps([r.__dict__ for r in reports], indent=1))
-        engine.dispose()
+        pool.close()
     if len(reports) >= 2:
         a, b = reports[0], reports[-1]
         for key in a.query_ms:

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
-import sqlalchemy as sa
 
 from bench._common import database_url
 from bench._corpus import GROUP_1PCT, Corpus, generate_corpus
@@ -115,13 +114,13 @@ def load(store: Store, corpus: Corpus, lookup: Lookup, result: SizeResult) -> No
         graph.add_edges(Edge(ids[start + i], ids[int(d)], "related", float(w[i, j]))
                         for i, row in enumerate(dst) for j, d in enumerate(row) if int(d) != start + i)
     with store.session.autocommit() as conn:
-        conn.exec_driver_sql("VACUUM (ANALYZE)")
+        conn.execute("VACUUM (ANALYZE)")
 
 
 def table_sizes_mb(store: Store) -> dict[str, float]:
     """Each table of the store's schema with its indexes and TOAST, in MB, largest first."""
     with store.session.transaction() as conn:
-        rows = conn.execute(sa.text(
+        rows = conn.execute((
             "SELECT c.relname, pg_total_relation_size(c.oid) AS size FROM pg_class c "
             "JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = :s AND c.relkind IN ('r', 'm') "
             "ORDER BY size DESC"), {"s": store.schema}).all()
@@ -198,7 +197,7 @@ def explain_last(store: Store, run: Callable[[], object]) -> list[str]:
     finally:
         remove_statement_listener(capture)
     text, values = next((t, v) for t, v in reversed(sent) if t.lstrip().upper().startswith(("WITH", "SELECT")))
-    raw = store.engine.raw_connection()
+    raw = store.pool.raw_connection()
     try:
         with psycopg.RawCursor(raw.driver_connection) as cursor:  # type: ignore[arg-type]
             cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {text}", values)

@@ -20,8 +20,6 @@ import argparse
 import time
 import uuid
 
-import sqlalchemy as sa
-
 from bench._common import database_url
 from bench._corpus import generate_corpus
 from tnsrag_db import connect
@@ -32,8 +30,8 @@ TABLES = ("entries", "bm25_postings", "bm25_df", "embeddings", "edges", "bm25_do
 
 
 def _analyze(store: object) -> None:
-    with store.engine.begin() as conn:  # type: ignore[attr-defined]
-        conn.execute(sa.text(f"ANALYZE {', '.join(TABLES)}"))
+    with store.pool.begin() as conn:  # type: ignore[attr-defined]
+        conn.execute(f"ANALYZE {', '.join(TABLES)}")
 
 
 def run(url: str, mode: str, entries: int, batch: int) -> tuple[float, float]:
@@ -41,9 +39,9 @@ def run(url: str, mode: str, entries: int, batch: int) -> tuple[float, float]:
     store = connect(url, auto_migrate=True, corpus=f"stale_{mode}_{uuid.uuid4().hex[:6]}", merge_after_entries=10**9,
                     analyze_after_rows=10**9)
     try:
-        with store.engine.begin() as conn:
+        with store.pool.begin() as conn:
             for table in TABLES:
-                conn.execute(sa.text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
+                conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         written = generate_corpus(entries, dim=16).entries
         if mode == "stale":  # the statistics know only the seed corpus
             _analyze(store)

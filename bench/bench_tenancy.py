@@ -58,7 +58,7 @@ from bench._corpus import GROUP_1PCT, generate_corpus
 from bench.bench_vector import Lookup
 from tnsrag_db import tenancy
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.runner import bind as native_sql
 from tnsrag_db._db.statement import Plan, Statement, run_plan
 from tnsrag_db._indexes.bm25 import BM25Index
@@ -120,7 +120,7 @@ def main() -> None:
 
 def _run(url: object, role: str, args: argparse.Namespace) -> None:
     owner_url = make_url(str(url)) if not hasattr(url, "set") else url
-    owner_engine = create_engine(owner_url, schema=SCHEMA, pool_size=2)  # type: ignore[arg-type]
+    owner_engine = Pool(owner_url, schema=SCHEMA, pool_size=2)  # type: ignore[arg-type]
     migrate.upgrade(owner_engine, schema=SCHEMA)
     owner = Store(owner_engine, corpus="bench_tenancy", schema=SCHEMA)
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     for k, other in enumerate(("other_a", "other_b")):
         _write(owner, other, args.n // 2, args.dim, 10 + k)
     with owner.session.autocommit() as conn:
-        conn.exec_driver_sql("VACUUM (ANALYZE) tnsrag.entries, tnsrag.embeddings, tnsrag.bm25_postings, tnsrag.bm25_df")
+        conn.execute("VACUUM (ANALYZE) tnsrag.entries, tnsrag.embeddings, tnsrag.bm25_postings, tnsrag.bm25_df")
     print(f"wrote {args.n} + 2 x {args.n // 2} entries in {time.perf_counter() - t0:.0f} s")
     with psycopg.connect(owner_url.set(drivername="postgresql").render_as_string(hide_password=False),  # type: ignore[attr-defined]
                          autocommit=True) as conn:
@@ -137,7 +137,7 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     tenancy.grant(owner_engine, schema=SCHEMA, role=role, corpus="bench_tenancy")
     # The "on" side: the tenant role, or with --aa the owner again (its own engine and connection).
     on_url = owner_url if args.aa else owner_url.set(username=role, password=PASSWORD)  # type: ignore[attr-defined]
-    tenant_engine = create_engine(on_url, schema=SCHEMA, pool_size=2)
+    tenant_engine = Pool(on_url, schema=SCHEMA, pool_size=2)
     tenant = Store(tenant_engine, corpus="bench_tenancy", schema=SCHEMA)
     lookup.extra.update({t: lookup.queries[i % 64] for i, t in enumerate(texts)})
     strategies = _strategies(tenant, lookup, texts)
@@ -231,8 +231,8 @@ def _run(url: object, role: str, args: argparse.Namespace) -> None:
     keyword, vectors = BM25Index(tenant), VectorMemoryStore(tenant, lookup, index_threshold=1000)
     _explain(tenant_engine, keyword, vectors, texts[0], lookup.queries[0])
     tenant_conn.close()
-    tenant_engine.dispose()
-    owner_engine.dispose()
+    tenant_engine.close()
+    owner_engine.close()
 
 
 def _paired_ratio(on: list[float], off: list[float]) -> tuple[float, tuple[float, float]]:
@@ -348,23 +348,22 @@ def _interleaved_server(args: argparse.Namespace,
 def _leakproof(owner: Store, on: bool) -> None:
     """Mark jsonb's ``@>`` (jsonb_contains) LEAKPROOF, or not (superuser only; --leakproof)."""
     with owner.session.autocommit() as conn:
-        known = conn.exec_driver_sql("SELECT proleakproof FROM pg_proc WHERE oid = "
+        known = conn.execute("SELECT proleakproof FROM pg_proc WHERE oid = "
                                      "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure").scalar_one()
         if bool(known) != on:
-            conn.exec_driver_sql("ALTER FUNCTION pg_catalog.jsonb_contains(jsonb, jsonb) "
+            conn.execute("ALTER FUNCTION pg_catalog.jsonb_contains(jsonb, jsonb) "
                                  + ("LEAKPROOF" if on else "NOT LEAKPROOF"))
 
 
-def _explain(engine: object, keyword: BM25Index, vectors: VectorMemoryStore, text: str, q: object) -> None:
-    import sqlalchemy as sa
+def _explain(pool: object, keyword: BM25Index, vectors: VectorMemoryStore, text: str, q: object) -> None:
 
     one = {"group": GROUP_1PCT}
     for label, (statement, params) in (("keyword", keyword.candidates_sql(text, 10)),
                                        ("vector", vectors.candidates_sql(q, 10)),  # type: ignore[arg-type]
                                        ("keyword 1%", keyword.candidates_sql(text, 10, filters=one)),
                                        ("vector 1%", vectors.candidates_sql(q, 10, filters=one))):  # type: ignore[arg-type]
-        with engine.connect() as conn:  # type: ignore[attr-defined]
-            plan = conn.execute(sa.text("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement), params).scalars().all()
+        with pool.connect() as conn:  # type: ignore[attr-defined]
+            plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params).scalars()
         keep = [line for line in plan if any(w in line for w in ("InitPlan", "Index", "Seq Scan", "Buffers: shared",
                                                                   "Execution Time", "tenant_grants", "Filter: "))]
         print(f"\nEXPLAIN (ANALYZE, BUFFERS) {label} candidates under RLS (selected lines):")

@@ -88,10 +88,9 @@ def main() -> None:
 
 
 def load_stats(store: Any) -> None:
-    import sqlalchemy as sa
 
     with store.session.autocommit() as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings"))
+        conn.execute("VACUUM (ANALYZE) entries, embeddings, bm25_postings")
 
 
 if __name__ == "__main__":

@@ -36,10 +36,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, Corpus, generate_corpus
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.statement import one
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
@@ -85,27 +85,27 @@ def ms(values: Sequence[float], q: float = 0.5) -> float:
     return float(np.quantile(np.array(values), q) * 1000)
 
 
-def bare_ingest(engine: sa.Engine, corpus: Corpus, workers: int, mem_mb: int) -> float:
+def bare_ingest(pool: Pool, corpus: Corpus, workers: int, mem_mb: int) -> float:
     """COPY the same rows into a plain table and build the same HNSW index; seconds."""
     dim = corpus.embeddings.shape[1]
-    with engine.begin() as conn:
-        conn.execute(sa.text("DROP TABLE IF EXISTS public.bench_vector_bare"))
-        conn.execute(sa.text(f"CREATE TABLE public.bench_vector_bare (id text PRIMARY KEY, content text NOT NULL, "
+    with pool.begin() as conn:
+        conn.execute("DROP TABLE IF EXISTS public.bench_vector_bare")
+        conn.execute((f"CREATE TABLE public.bench_vector_bare (id text PRIMARY KEY, content text NOT NULL, "
                              f"tier text NOT NULL, source text, metadata jsonb NOT NULL, embedding vector({dim}))"))
     import json
 
     start = time.perf_counter()
-    with engine.begin() as conn:
-        raw = conn.connection.driver_connection
+    with pool.begin() as conn:
+        raw = conn.driver
         assert raw is not None
         with raw.cursor() as cur, cur.copy("COPY public.bench_vector_bare (id, content, tier, source, metadata, "
                                            "embedding) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(["text", "text", "text", "text", "jsonb", "vector"])
             for e, v in zip(corpus.entries, corpus.embeddings):
                 copy.write_row((e.id, e.content, e.tier.name, e.source, json.dumps(dict(e.metadata)), v))
-        conn.execute(sa.text(f"SET LOCAL maintenance_work_mem = '{mem_mb}MB'"))
-        conn.execute(sa.text(f"SET LOCAL max_parallel_maintenance_workers = {workers}"))
-        conn.execute(sa.text(f"CREATE INDEX bench_vector_bare_hnsw ON public.bench_vector_bare USING hnsw "
+        conn.execute(f"SET LOCAL maintenance_work_mem = '{mem_mb}MB'")
+        conn.execute(f"SET LOCAL max_parallel_maintenance_workers = {workers}")
+        conn.execute((f"CREATE INDEX bench_vector_bare_hnsw ON public.bench_vector_bare USING hnsw "
                              f"(embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
                              f"ef_construction = {HNSW_EF_CONSTRUCTION})"))
     return time.perf_counter() - start
@@ -137,7 +137,7 @@ def main() -> None:
     base = connect(args.url, corpus=f"bench_vector_{args.n}", auto_migrate=True)
     store = base
     with store.session.transaction() as conn:
-        workers = int(conn.execute(sa.text("SHOW max_parallel_maintenance_workers")).scalar_one())
+        workers = int(conn.execute("SHOW max_parallel_maintenance_workers").scalar_one())
     if not args.queries_only:
         store.drop_corpus()
     # The index is built explicitly below (add_all would build it itself at the end) so
@@ -147,7 +147,7 @@ def main() -> None:
 
     if args.queries_only:
         with store.session.transaction() as conn:
-            space_id = conn.execute(sa.text("SELECT space_id FROM embedding_spaces WHERE corpus = :c AND index_name "
+            space_id = conn.execute(("SELECT space_id FROM embedding_spaces WHERE corpus = :c AND index_name "
                                             "IS NOT NULL"), {"c": store.corpus}).scalar_one_or_none()
         if space_id is None or store.count() != args.n + args.adds:
             raise SystemExit(f"--queries-only: corpus {store.corpus!r} is not a finished run with these arguments")
@@ -171,13 +171,13 @@ def main() -> None:
         t_ours = t_add + t_index
         with store.session.transaction() as conn:
             mem_mb = max(64, int(args.n * (args.dim * 4 + 2 * HNSW_M * 12 + 64) * 1.3 / 2**20) + 64)
-            space_id, index_name = conn.execute(sa.text(
-                "SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c"), {"c": store.corpus}).one()
-            bm25_docs = conn.execute(sa.text("SELECT sum(n_docs) FROM bm25_stats WHERE corpus = :c"),
+            space_id, index_name = conn.execute(
+                "SELECT space_id, index_name FROM embedding_spaces WHERE corpus = :c", {"c": store.corpus}).one()
+            bm25_docs = conn.execute("SELECT sum(n_docs) FROM bm25_stats WHERE corpus = :c",
                                      {"c": store.corpus}).scalar_one()
         assert index_name is not None and bm25_docs == args.n, (index_name, bm25_docs)
         print("bulk ingest (bare COPY + HNSW) ...", flush=True)
-        t_bare = bare_ingest(store.engine, corpus, workers, min(mem_mb, 2048))
+        t_bare = bare_ingest(store.pool, corpus, workers, min(mem_mb, 2048))
         rows.append(("bulk ingest, rows/s (ready to query)", f"{args.n / t_ours:,.0f}", f"{args.n / t_bare:,.0f}",
                      f"{t_bare / t_ours:.2f}x", ">= 0.7x"))
         rows.append(("  of which s: entries+BM25 / vectors / HNSW", f"{spent['entries']:.1f} / "
@@ -192,7 +192,7 @@ def main() -> None:
         # after the load (a pass over the HNSW index on 2 cores) runs now, not during them.
         print("vacuum ...", flush=True)
         with store.session.autocommit() as conn:
-            conn.execute(sa.text("VACUUM (ANALYZE) entries, embeddings, bm25_postings"))
+            conn.execute("VACUUM (ANALYZE) entries, embeddings, bm25_postings")
 
     # -- unfiltered ---------------------------------------------------------------
     strategy = VectorRAGStrategy(vectors)
@@ -201,7 +201,7 @@ def main() -> None:
     all_emb = np.vstack([corpus.embeddings, add_vecs])
     ids_all = [e.id for e in all_entries]
     dim = args.dim
-    raw_engine = store.engine
+    raw_engine = store.pool
 
     def run_ours(ctx: RAGContext) -> tuple[list[float], list[list[str]]]:
         lat, res = [], []
@@ -225,7 +225,7 @@ def main() -> None:
     def run_bare(sql: str, ef: int, extra: Callable[[int], dict[str, object]] | None = None
                  ) -> tuple[list[float], list[list[str]]]:
         with raw_engine.connect() as conn:
-            raw = conn.connection.driver_connection
+            raw = conn.driver
             assert raw is not None
             raw.execute(f"SET hnsw.ef_search = {ef}")
             out_lat, out_res = [], []
@@ -256,9 +256,9 @@ def main() -> None:
         statements.append(statement)
     # The same statements in the driver's parameter style, for the bare connection.
     dialect = pg_psycopg.dialect()  # type: ignore[no-untyped-call]
-    driver_sql = [sa.text(st.sql).compile(dialect=dialect).string for st in statements]
+    driver_sql = [st.sql.compile(dialect=dialect).string for st in statements]
     with raw_engine.connect() as bare_conn:
-        braw = bare_conn.connection.driver_connection
+        braw = bare_conn.driver
         assert braw is not None
         braw.autocommit = True  # as Store.run's fast lane: no transaction around the reads
         braw.execute(f"SET hnsw.ef_search = {args.ef_search}")
@@ -421,7 +421,7 @@ def main() -> None:
                  f"{medians['hybrid'] / streams:.2f}x", "<= 1.2x"))
 
     with store.session.transaction() as conn:
-        conn.execute(sa.text("DROP TABLE IF EXISTS public.bench_vector_bare"))
+        conn.execute("DROP TABLE IF EXISTS public.bench_vector_bare")
     base.close()
 
     head = ("measure", "tnsrag_db", "bare pgvector SQL", "ratio", "target")

@@ -60,8 +60,6 @@ import re
 import sysconfig
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from bench._common import fusion_weights
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries, shipped_model
 from tnsrag_db import evaluation
@@ -93,8 +91,8 @@ STDLIB_QUERIES = 200
 
 def _refresh(store: Store) -> None:
     with store.session.autocommit() as conn:
-        conn.execute(sa.text("ANALYZE entries"))
-        conn.execute(sa.text("ANALYZE bm25_postings"))
+        conn.execute("ANALYZE entries")
+        conn.execute("ANALYZE bm25_postings")
 
 
 def load_cranfield(store: Store, reuse: bool) -> tuple[list[Query], dict[str, dict[str, int]]]:

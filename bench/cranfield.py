@@ -31,8 +31,6 @@ import os
 import re
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from tnsrag_db import evaluation
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
@@ -114,7 +112,7 @@ def ingest(store: Store, documents: list[MemoryEntry], reuse: bool) -> None:
     store.clear()  # deletes entries with their postings, embeddings and statistics
     store.add_all(documents)
     with store.session.autocommit() as conn:
-        conn.execute(sa.text("VACUUM ANALYZE bm25_postings"))
+        conn.execute("VACUUM ANALYZE bm25_postings")
 
 
 def run(store: Store, args: argparse.Namespace) -> evaluation.EvaluationReport:

@@ -29,8 +29,6 @@ import argparse
 import os
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from bench._common import database_url
 from bench.cranfield import DEFAULT_DATA, load_documents, load_judgements, load_queries
 from tnsrag_db import evaluation
@@ -50,8 +48,8 @@ def ingest(store: Store, docs: list[MemoryEntry], reuse: bool) -> None:
     store.drop_corpus()
     store.add_all(docs)
     with store.session.transaction() as conn:  # fresh planner statistics for the scoring statements
-        conn.execute(sa.text("ANALYZE entries"))
-        conn.execute(sa.text("ANALYZE bm25_postings"))
+        conn.execute("ANALYZE entries")
+        conn.execute("ANALYZE bm25_postings")
 
 
 def run(store: Store, args: argparse.Namespace) -> None:

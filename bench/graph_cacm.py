@@ -33,8 +33,6 @@ import json
 import os
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from bench.cacm import DEFAULT_DATA, load_cacm
 from bench.cranfield import shipped_model
 from tnsrag_db import evaluation
@@ -76,8 +74,8 @@ def main() -> None:
             store.clear()
             graph.add_with_edges(entries, edges)
             with store.session.autocommit() as conn:
-                conn.execute(sa.text("VACUUM ANALYZE bm25_postings"))
-                conn.execute(sa.text("ANALYZE edges"))
+                conn.execute("VACUUM ANALYZE bm25_postings")
+                conn.execute("ANALYZE edges")
         vectors = VectorMemoryStore(store, model)
         vectors.add_all(entries)  # embeds only what lacks a vector in this space
         keywords = BM25Index(store)

@@ -27,8 +27,7 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from tnsrag_db._db.engine import create_engine, validate_schema_name
-from tnsrag_db._db.migrate import advisory_lock_key, bootstrap_statements, include_object
+from tnsrag_db._db.migrate import advisory_lock_key, alembic_connection, bootstrap_statements, include_object
 from tnsrag_db._db.migration_ops import (
     DEFAULT_LOCK_RETRIES,
     DEFAULT_LOCK_TIMEOUT,
@@ -36,6 +35,7 @@ from tnsrag_db._db.migration_ops import (
     run_with_lock_retries,
 )
 from tnsrag_db._db.schema import DEFAULT_SCHEMA, metadata
+from tnsrag_db._db.settings import validate_schema_name
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)
@@ -136,7 +136,7 @@ def _run_with(connection: Connection) -> None:
             # work depends on whether any older release could have used the schema.
             config.attributes["tnsrag_upgrade_from"] = _version(connection)
         # Session-wide: the revisions' transactions come and go. The connection is
-        # discarded after the migration (see tnsrag_db._db.migrate.upgrade).
+        # closed after the migration (see tnsrag_db._db.migrate.alembic_connection).
         connection.execute(text(f"SET search_path TO {schema}, public"))
         # On a Citus coordinator: a revision that reads a distributed table (in parallel,
         # one connection per shard) and then changes a function (propagated to every node
@@ -174,12 +174,8 @@ def run_online() -> None:
     url = x_args.get("url") or os.environ.get("TNSRAG_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
     if not url:
         raise SystemExit("no database URL: pass -x url=..., set sqlalchemy.url or TNSRAG_DATABASE_URL")
-    engine = create_engine(url, schema=schema, pool_size=1, max_overflow=0)
-    try:
-        with engine.connect() as connection:
-            _run_with(connection)
-    finally:
-        engine.dispose()
+    with alembic_connection(url, schema) as connection:
+        _run_with(connection)
 
 
 if context.is_offline_mode():

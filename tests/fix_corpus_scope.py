@@ -1,15 +1,10 @@
 """pytest plugin: every statement the library sends during the test session stays in one corpus.
 
-Every pooled connection gets a recording psycopg cursor class (set when the pool opens
-the connection, sync and async alike), which records the statements whose sender is
-library code (the first frame outside SQLAlchemy, psycopg and the standard library lies
-inside the ``tnsrag_db`` package; statements the tests type themselves are not the
-library's). Recording at the driver sees the read path's statements, which run on the
-driver connection without SQLAlchemy's execution events (see ``Session.run``), as well as
-every statement SQLAlchemy executes; and it registers no SQLAlchemy execution listener,
-which would send the read path through SQLAlchemy instead. The SQLAlchemy-free
-:class:`~tnsrag_db._db.driver.DriverStore` (the CLI's keyword query) has a statement
-listener of its own, which records the same way.
+A statement listener (:func:`tnsrag_db._db.runner.add_statement_listener`: every statement
+the read runners and the library's connections send, sync and async alike) records the
+statements whose sender is library code (the first frame outside psycopg and the standard
+library lies inside the ``tnsrag_db`` package; statements the tests type themselves are
+not the library's).
 At the end of the session each distinct statement is checked with
 :func:`tests._corpus_scope.corpus_violations`, and the session fails, listing the
 statements and where the library sent them, when any shared table is read or written
@@ -29,10 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import psycopg
 import pytest
-from sqlalchemy import event
-from sqlalchemy.pool import Pool
 
 import tnsrag_db
 from tests._corpus_scope import corpus_violations
@@ -40,6 +32,8 @@ from tnsrag_db._db import runner
 
 _PACKAGE = str(Path(tnsrag_db.__file__).resolve().parent) + os.sep
 _SKIP = ("sqlalchemy", "psycopg", "contextlib", "threading", "concurrent", "functools")
+#: The library's modules that send statements for others: the sender is their caller.
+_SENDING = ("tnsrag_db._db.runner", "tnsrag_db._db.pool", "tnsrag_db._db.statement")
 #: statement text -> (file:line of the library frame that sent it, its parameters)
 _SEEN: dict[str, tuple[str, dict[str, object]]] = {}
 
@@ -47,7 +41,7 @@ _SEEN: dict[str, tuple[str, dict[str, object]]] = {}
 def _sender(frame: FrameType | None) -> str | None:
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if module.split(".")[0] not in _SKIP and module != __name__:
+        if module.split(".")[0] not in _SKIP and module not in (__name__, *_SENDING):
             filename = os.path.abspath(frame.f_code.co_filename)
             return f"{filename}:{frame.f_lineno}" if filename.startswith(_PACKAGE) else None
         frame = frame.f_back
@@ -62,28 +56,6 @@ def _record(statement: Any, parameters: Any) -> None:
         _SEEN[statement] = (where, dict(parameters) if isinstance(parameters, Mapping) else {})
 
 
-class _RecordingCursor(psycopg.Cursor[Any]):
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        _record(query, params)
-        return super().execute(query, params, **kwargs)
-
-    def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
-        params_seq = list(params_seq)
-        _record(query, params_seq[0] if params_seq else None)
-        super().executemany(query, params_seq, **kwargs)
-
-
-class _RecordingAsyncCursor(psycopg.AsyncCursor[Any]):
-    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        _record(query, params)
-        return await super().execute(query, params, **kwargs)
-
-    async def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
-        params_seq = list(params_seq)
-        _record(query, params_seq[0] if params_seq else None)
-        await super().executemany(query, params_seq, **kwargs)
-
-
 _NUMBERED = re.compile(r"\$(\d+)")
 
 
@@ -94,22 +66,13 @@ def pyformat(statement: str, values: Any) -> tuple[str, dict[str, object]]:
     return _NUMBERED.sub(lambda m: f"%(p{m.group(1)})s", statement), named
 
 
-def _on_connect(dbapi_connection: Any, record: Any) -> None:
-    driver = getattr(dbapi_connection, "_connection", dbapi_connection)  # SQLAlchemy's asyncio adapter
-    if isinstance(driver, psycopg.AsyncConnection):
-        driver.cursor_factory = _RecordingAsyncCursor
-    elif isinstance(driver, psycopg.Connection):
-        driver.cursor_factory = _RecordingCursor
-
-
 def _record_read(text: str, values: Any) -> None:
-    """A statement of the library's read runner (``$n`` parameters), as the checker reads it."""
+    """A statement the library sends (``$n`` parameters), as the checker reads it."""
     _record(*pyformat(text, values))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TNSRAG_CORPUS_SCOPE", "on") != "off":
-        event.listen(Pool, "connect", _on_connect)
         runner.add_statement_listener(_record_read)
 
 

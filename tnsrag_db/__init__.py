@@ -19,7 +19,7 @@ annotations included; ``tests/unit/test_structure.py`` holds the same order):
 1. ``_counts``, ``_lazy``, ``_validate``, ``_plugins``, ``_errors``, ``_types``, ``_telemetry``: checks,
    errors, value types, lazily loaded names, OpenTelemetry spans and metrics;
 2. ``explain``: the explained-ranking values the indexes and strategies build;
-3. ``_db``: engines, the one read runner, sessions and writes, migrations, tenancy DDL;
+3. ``_db``: connection pools, the one read runner, sessions and writes, migrations, tenancy DDL;
 4. ``_store``, ``embeddings``, ``_chunking``: a corpus and its writes, the embedded server,
    embedding providers, text chunks;
 5. ``_indexes``: BM25, vector, graph, hierarchy, temporal, each owning its SQL;
@@ -45,7 +45,8 @@ if _typing.TYPE_CHECKING:
     from tnsrag_db._chunking import chunker_for as chunker_for
     from tnsrag_db._counts import IngestCounts as IngestCounts
     from tnsrag_db._db.as_of import as_of as as_of
-    from tnsrag_db._db.engine import ConnectionHooks as ConnectionHooks
+    from tnsrag_db._db.hooks import ConnectionHooks as ConnectionHooks
+    from tnsrag_db._db.pool import Pool as Pool
     from tnsrag_db._errors import (
         ConfigurationError as ConfigurationError,
         ConnectionLostError as ConnectionLostError,
@@ -155,7 +156,7 @@ _EXPORTS: dict[str, str] = {
     "BM25Index": "tnsrag_db._indexes.bm25",
     "CancellationToken": "tnsrag_db._strategies.expansion",
     "ConfigurationError": "tnsrag_db._errors",
-    "ConnectionHooks": "tnsrag_db._db.engine",
+    "ConnectionHooks": "tnsrag_db._db.hooks",
     "ConnectionLostError": "tnsrag_db._errors",
     "ConstraintViolationError": "tnsrag_db._errors",
     "CorpusNotFoundError": "tnsrag_db._errors",
@@ -201,6 +202,7 @@ _EXPORTS: dict[str, str] = {
     "OnFailure": "tnsrag_db.declarative",
     "OnnxEmbedding": "tnsrag_db.embeddings",
     "PermissionDeniedError": "tnsrag_db._errors",
+    "Pool": "tnsrag_db._db.pool",
     "ProviderBusyError": "tnsrag_db._errors",
     "ProviderConfigurationError": "tnsrag_db._errors",
     "ProviderTransportError": "tnsrag_db._errors",

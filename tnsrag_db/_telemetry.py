@@ -16,8 +16,8 @@ What is recorded:
   ``tnsrag.entries``: entries written, deleted or merged), with ``tnsrag.statements``,
   the number of statements it sent, and ``tnsrag.statement_durations_ms``, their
   durations (the first :data:`MAX_DURATIONS`);
-- a child span per statement, of the read runner (:func:`statement`) and of the store's
-  SQLAlchemy engine (:func:`watch_engine`: writes, maintenance): a database client span,
+- a child span per statement (:func:`statement`), of the read runner and of the write
+  path's connections (writes, maintenance; not the rows a write streams by COPY): a database client span,
   ``db.system.name`` ``postgresql``, ``db.operation.name``, ``db.response.returned_rows``
   (reads); never the query text or values, which carry user content;
 - a failed operation or statement: status ERROR and ``error.type`` (the exception's class;
@@ -39,7 +39,7 @@ from collections.abc import Callable, Sized
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
-__all__ = ["Operation", "operation", "read_corpus", "statement", "traced_retrieve", "watch_engine"]
+__all__ = ["Operation", "operation", "read_corpus", "statement", "traced_retrieve"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -297,46 +297,6 @@ def statement(text: str) -> _Statement | _Nothing:
         return _NOTHING
     return _Statement(otel, text)
 
-
-#: The attribute of a SQLAlchemy execution context that holds its statement's hook.
-_SENT = "_tnsrag_telemetry_statement"
-
-
-def watch_engine(engine: Any) -> None:
-    """Give every statement ``engine`` (a SQLAlchemy engine: the write transactions, DDL,
-    maintenance) executes the client span and timing :func:`statement` gives the read
-    runner's statements, from when the process imports OpenTelemetry (the listeners, added
-    once per engine, return at once before). Statements a write sends through the
-    driver's COPY are not among them."""
-    import sqlalchemy as sa
-
-    if not sa.event.contains(engine, "before_cursor_execute", _before_execute):
-        sa.event.listen(engine, "before_cursor_execute", _before_execute)
-        sa.event.listen(engine, "after_cursor_execute", _after_execute)
-        sa.event.listen(engine, "handle_error", _failed_execute)
-
-
-def _before_execute(conn: Any, cursor: Any, text: str, parameters: Any, context: Any, executemany: bool) -> None:
-    if context is not None and (_otel is not None or _get() is not None):
-        sent = statement(text)
-        setattr(context, _SENT, sent)
-        sent.__enter__()
-
-
-def _after_execute(conn: Any, cursor: Any, text: str, parameters: Any, context: Any, executemany: bool) -> None:
-    sent = getattr(context, _SENT, None)
-    if sent is not None:
-        setattr(context, _SENT, None)
-        sent.__exit__(None, None, None)
-
-
-def _failed_execute(exception_context: Any) -> None:
-    context = exception_context.execution_context
-    sent = getattr(context, _SENT, None) if context is not None else None
-    if sent is not None:
-        setattr(context, _SENT, None)
-        error = exception_context.original_exception
-        sent.__exit__(type(error), error, None)
 
 
 def _k(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:

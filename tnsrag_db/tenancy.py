@@ -13,7 +13,7 @@ The tables' owner (the migrator) and superusers are not subject to the policies:
 run migrations, ``tnsrag db build-indexes`` and these grants. Only the owner can
 change ``tenant_grants``; a tenant role sees its own grants and nothing else.
 
-Every function takes an engine connected as the schema's owner and raises
+Every function takes the connections (a :class:`~tnsrag_db._db.pool.Pool`) of the schema's owner and raises
 :class:`~tnsrag_db._errors.ConfigurationError` for a bad role or corpus name and
 :class:`~tnsrag_db._errors.DatabaseError` subclasses for database failures.
 """
@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
 
 from tnsrag_db._db.driver_errors import db_error
+from tnsrag_db._db.filter_pairs import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
 from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
-from tnsrag_db._db.read_store import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
+from tnsrag_db._db.pool import Connection, Connections
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError, TnsragError
 
@@ -76,13 +75,13 @@ class TenantGrant:
 
 
 @contextmanager
-def _connection(engine: Engine, what: str) -> Iterator[Connection]:
+def _connection(db: Connections, what: str) -> Iterator[Connection]:
     try:
-        with engine.connect() as conn:
+        with db.connect() as conn:
             yield conn
     except TnsragError:
         raise
-    except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
+    except psycopg.Error as exc:
         raise db_error(exc, what) from exc
 
 
@@ -120,7 +119,7 @@ _PAIRS_FILL = (
 
 def _pair_triggers_enabled(conn: Connection, schema: str) -> bool:
     """Whether every pair trigger is attached to ``schema``'s ``entries`` and enabled."""
-    enabled = set(conn.execute(sa.text(
+    enabled = set(conn.execute((
         "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = 'entries' "
         "AND tg.tgenabled <> 'D'"), {"s": schema}).scalars())
@@ -134,55 +133,55 @@ def _attach_pairs(conn: Connection, schema: str) -> None:
         return
     # Names: the validated schema and the constants above.
     for name in _PAIRS_TRIGGERS:
-        conn.execute(sa.text(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries"))
-    conn.execute(sa.text(f"DELETE FROM {schema}.{PAIRS_TABLE} /* tnsrag:all-corpora */"))
+        conn.execute(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries")
+    conn.execute(f"DELETE FROM {schema}.{PAIRS_TABLE} /* tnsrag:all-corpora */")
     for name, when in _PAIRS_TRIGGERS.items():
-        conn.execute(sa.text(f"CREATE TRIGGER {name} {when.format(s=schema)} FOR EACH STATEMENT "
-                             f"EXECUTE FUNCTION {schema}.tnsrag_filter_pairs_sync()"))
-    conn.execute(sa.text(_PAIRS_FILL.format(s=schema)))
+        conn.execute(f"CREATE TRIGGER {name} {when.format(s=schema)} FOR EACH STATEMENT "
+                             f"EXECUTE FUNCTION {schema}.tnsrag_filter_pairs_sync()")
+    conn.execute(_PAIRS_FILL.format(s=schema))
 
 
-def _set_security(engine: Engine, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
+def _set_security(db: Connections, schema: str, on: bool, lock_timeout: float, lock_retries: int) -> None:
     validate_schema_name(schema)
     action = "ENABLE" if on else "DISABLE"
 
     def alter() -> None:
         with conn.begin():
             # The tables of the schema's revision (the BM25 blocks' came with 0011).
-            tables = [str(t) for t in conn.execute(sa.text(
+            tables = [str(t) for t in conn.execute((
                 "SELECT t FROM unnest(CAST(:t AS text[])) AS t WHERE to_regclass(format('%I.%I', CAST(:s AS text), t)) "
                 "IS NOT NULL"), {"s": schema, "t": list(TENANT_TABLES)}).scalars()]
             if on:
-                granted = (_GRANTED if conn.execute(sa.text(
-                    "SELECT to_regprocedure(format('%I.tnsrag_tenant_corpora()', CAST(:s AS text))) IS NOT NULL"),
+                granted = (_GRANTED if conn.execute(
+                    "SELECT to_regprocedure(format('%I.tnsrag_tenant_corpora()', CAST(:s AS text))) IS NOT NULL",
                     {"s": schema}).scalar_one() else _GRANTED_BEFORE_0008).format(s=schema)
                 # A table re-created since the revision (``tnsrag db partition-sql`` swaps
                 # in a partitioned copy) lost its policy: switching on without it would
                 # leave the table closed to every tenant, or, worse, open once re-granted.
-                present = set(conn.execute(sa.text(
-                    "SELECT tablename FROM pg_policies WHERE schemaname = :s AND policyname = 'tenant_isolation'"),
+                present = set(conn.execute(
+                    "SELECT tablename FROM pg_policies WHERE schemaname = :s AND policyname = 'tenant_isolation'",
                     {"s": schema}).scalars())
                 for table in tables:
                     if table not in present:
-                        conn.execute(sa.text(POLICY_SQL.format(s=schema, t=table, granted=granted)))
-                if pairs and not conn.execute(sa.text(
-                        "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p"),
+                        conn.execute(POLICY_SQL.format(s=schema, t=table, granted=granted))
+                if pairs and not conn.execute(
+                        "SELECT 1 FROM pg_policies WHERE schemaname = :s AND tablename = :t AND policyname = :p",
                         {"s": schema, "t": PAIRS_TABLE, "p": PAIRS_POLICY}).first():
-                    conn.execute(sa.text(_PAIRS_POLICY_SQL.format(s=schema, granted=granted)))
+                    conn.execute(_PAIRS_POLICY_SQL.format(s=schema, granted=granted))
             for table in tables + ([PAIRS_TABLE] if pairs else []):
                 # Names: the validated schema and the constants above.
-                conn.execute(sa.text(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY"))
+                conn.execute(f"ALTER TABLE {schema}.{table} {action} ROW LEVEL SECURITY")
             if pairs and on:
                 # After the ALTERs: entries is locked, no write slips between the triggers and the fill.
                 _attach_pairs(conn, schema)
 
-    with _connection(engine, f"{action.lower()} row-level security in schema {schema!r}") as conn:
+    with _connection(db, f"{action.lower()} row-level security in schema {schema!r}") as conn:
         pairs = _has_pairs(conn, schema, maintained=False)
         # ALTER TABLE takes each table's ACCESS EXCLUSIVE lock: bounded waits, as in migrations.
         run_with_lock_retries(conn, alter, lock_timeout=lock_timeout, retries=lock_retries, pause=0.5)
 
 
-def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+def enable(db: Connections, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
     """Switch row-level security on for every table of :data:`TENANT_TABLES` (idempotent).
 
@@ -199,10 +198,10 @@ def enable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TI
     without a grant. Raises :class:`~tnsrag_db._db.migration_ops.LockRetriesExhausted` when a
     long transaction keeps a table locked through every retry.
     """
-    _set_security(engine, schema, True, lock_timeout, lock_retries)
+    _set_security(db, schema, True, lock_timeout, lock_retries)
 
 
-def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+def disable(db: Connections, *, schema: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
             lock_retries: int = DEFAULT_LOCK_RETRIES) -> None:
     """Switch row-level security off again (the grants are kept).
 
@@ -212,46 +211,46 @@ def disable(engine: Engine, *, schema: str, lock_timeout: float = DEFAULT_LOCK_T
     paying the triggers until the schema is downgraded below revision 0007, which drops
     the pairs with their triggers.
     """
-    _set_security(engine, schema, False, lock_timeout, lock_retries)
+    _set_security(db, schema, False, lock_timeout, lock_retries)
 
 
-def status(engine: Engine, *, schema: str) -> dict[str, bool]:
+def status(db: Connections, *, schema: str) -> dict[str, bool]:
     """Whether row-level security is on, for each table of :data:`TENANT_TABLES` the schema
     has (a schema not yet upgraded lacks the tables of later revisions)."""
     validate_schema_name(schema)
-    with _connection(engine, f"row-level security status of schema {schema!r}") as conn:
-        rows = conn.execute(sa.text(
+    with _connection(db, f"row-level security status of schema {schema!r}") as conn:
+        rows = conn.execute((
             "SELECT c.relname, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = :s AND c.relname = ANY(:t)"), {"s": schema, "t": list(TENANT_TABLES)}).all()
     found = {str(r.relname): bool(r.relrowsecurity) for r in rows}
     return {table: found[table] for table in TENANT_TABLES if table in found}
 
 
-def is_enabled(engine: Engine, *, schema: str) -> bool:
+def is_enabled(db: Connections, *, schema: str) -> bool:
     """True when row-level security is on for every corpus-keyed table."""
-    return all(status(engine, schema=schema).values())
+    return all(status(db, schema=schema).values())
 
 
 def _has_pairs(conn: Connection, schema: str, *, maintained: bool = True) -> bool:
     """Whether ``schema`` has the filter pairs table of migration 0007 (``maintained``: and
     they are in use, row-level security on with every pair trigger attached and enabled:
-    :data:`~tnsrag_db._db.read_store.FILTER_PAIRS_SQL`, the stores' own test)."""
-    if not conn.execute(sa.text("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL"),
+    :data:`~tnsrag_db._db.filter_pairs.FILTER_PAIRS_SQL`, the stores' own test)."""
+    if not conn.execute("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) IS NOT NULL",
                         {"s": schema, "t": PAIRS_TABLE}).scalar_one():
         return False
-    return not maintained or bool(conn.execute(sa.text(FILTER_PAIRS_SQL), {"s": schema}).scalar_one())
+    return not maintained or bool(conn.execute(FILTER_PAIRS_SQL, {"s": schema}).scalar_one())
 
 
-def pair_triggers_attached(engine: Engine, *, schema: str) -> bool:
+def pair_triggers_attached(db: Connections, *, schema: str) -> bool:
     """Whether the filter pairs' triggers are attached to ``entries`` and enabled (so every
     write keeps the pairs up to date), whether row-level security is on or off: after
     :func:`enable`, and after a :func:`disable` that followed it."""
     validate_schema_name(schema)
-    with _connection(engine, "filter pair triggers check") as conn:
+    with _connection(db, "filter pair triggers check") as conn:
         return _has_pairs(conn, schema, maintained=False) and _pair_triggers_enabled(conn, schema)
 
 
-def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
+def filters_use_indexes(db: Connections, *, schema: str = "tnsrag") -> bool:
     """Whether a tenant role's metadata filters are index conditions under row-level security.
 
     Under a policy PostgreSQL evaluates a condition before the policy only when its
@@ -265,23 +264,23 @@ def filters_use_indexes(engine: Engine, *, schema: str = "tnsrag") -> bool:
     :func:`enable` repairs (it attaches them and rebuilds the pairs).
     """
     validate_schema_name(schema)
-    with _connection(engine, "leakproof check of metadata filters") as conn:
+    with _connection(db, "leakproof check of metadata filters") as conn:
         if _has_pairs(conn, schema):
             return True
-        return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
-                                         "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
+        return bool(conn.execute("SELECT proleakproof FROM pg_proc WHERE oid = "
+                                         "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure").scalar_one())
 
 
 def _check_role(conn: Connection, schema: str, role: str) -> None:
     if not isinstance(role, str) or not role or "\x00" in role or len(role.encode()) > 63:
         raise ConfigurationError(f"not a database role name: {role!r}")
-    row = conn.execute(sa.text(
+    row = conn.execute((
         "SELECT r.rolsuper OR r.rolbypassrls AS bypass, "
         "  pg_has_role(r.oid, c.relowner, 'USAGE') AS owner "
         "FROM pg_roles r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE r.rolname = :r AND n.nspname = :s AND c.relname = 'entries'"), {"r": role, "s": schema}).one_or_none()
     if row is None:
-        exists = conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first()
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = :r", {"r": role}).first()
         raise ConfigurationError(f"no database role {role!r}: create it first (CREATE ROLE ... LOGIN)" if exists is None
                                  else f"schema {schema!r} is not migrated: run tnsrag db upgrade")
     if row.bypass or row.owner:
@@ -342,7 +341,7 @@ def _check_lock_timeout(seconds: object) -> int | None:
     return ms
 
 
-def grant(engine: Engine, *, schema: str, role: str, corpus: str,
+def grant(db: Connections, *, schema: str, role: str, corpus: str,
           lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_SECONDS) -> bool:
     """Let ``role`` use ``corpus`` (which need not exist yet: the role's first write creates it).
 
@@ -363,22 +362,22 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str,
     """
     validate_schema_name(schema)
     timeout_ms = _check_lock_timeout(lock_timeout)
-    from tnsrag_db._store.store import Store
+    from tnsrag_db._store.corpus import check_corpus_name
 
-    Store(engine, corpus=corpus, schema=schema)  # the corpus-name rules, checked without I/O
-    with _connection(engine, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():
+    check_corpus_name(corpus)
+    with _connection(db, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():
         _check_role(conn, schema, role)
-        blocks = conn.execute(sa.text("SELECT to_regclass(format('%I.bm25_blocks', CAST(:s AS text))) IS NOT NULL"),
+        blocks = conn.execute("SELECT to_regclass(format('%I.bm25_blocks', CAST(:s AS text))) IS NOT NULL",
                               {"s": schema}).scalar_one()
-        aliases = conn.execute(sa.text("SELECT to_regclass(format('%I.entry_aliases', CAST(:s AS text))) "
+        aliases = conn.execute(("SELECT to_regclass(format('%I.entry_aliases', CAST(:s AS text))) "
                                        "IS NOT NULL"), {"s": schema}).scalar_one()
         for template in (_PRIVILEGE_STATEMENTS + (_BLOCK_PRIVILEGES if blocks else ())
                          + (_ALIAS_PRIVILEGES if aliases else ())
                          + (_PAIRS_PRIVILEGES if _has_pairs(conn, schema, maintained=False) else ())):
             # format() quotes the identifiers server-side (%I); nothing is concatenated.
-            ddl = conn.execute(sa.text("SELECT format(CAST(:t AS text), CAST(:s AS text), CAST(:r AS text))"), {"t": template, "s": schema, "r": role}).scalar_one()
-            conn.execute(sa.text(str(ddl)))
-        inserted = conn.execute(sa.text(
+            ddl = conn.execute("SELECT format(CAST(:t AS text), CAST(:s AS text), CAST(:r AS text))", {"t": template, "s": schema, "r": role}).scalar_one()
+            conn.execute(str(ddl))
+        inserted = conn.execute((
             f"INSERT INTO {schema}.tenant_grants (role_name, corpus) VALUES (:r, :c) "
             "ON CONFLICT DO NOTHING RETURNING 1"), {"r": role, "c": corpus}).first()
         if timeout_ms is not None:
@@ -387,26 +386,26 @@ def grant(engine: Engine, *, schema: str, role: str, corpus: str,
 
 
 def _set_lock_timeout(conn: Connection, role: str, ms: int) -> None:
-    ddl = str(conn.execute(sa.text("SELECT format('ALTER ROLE %I IN DATABASE %I SET lock_timeout = %L', "
+    ddl = str(conn.execute(("SELECT format('ALTER ROLE %I IN DATABASE %I SET lock_timeout = %L', "
                                    "CAST(:r AS text), current_database(), CAST(:v AS text))"),
                            {"r": role, "v": f"{ms}ms"}).scalar_one())
     try:
         with conn.begin_nested():
-            conn.execute(sa.text(ddl))
-    except sa.exc.DBAPIError as exc:
-        if getattr(exc.orig, "sqlstate", None) != "42501":
+            conn.execute(ddl)
+    except psycopg.Error as exc:
+        if exc.sqlstate != "42501":
             raise
         _log.warning("lock_timeout of role %r not set (%s): run as a superuser: %s", role,
-                     str(exc.orig).strip().splitlines()[0], ddl)
+                     str(exc).strip().splitlines()[0], ddl)
 
 
-def lock_timeout(engine: Engine, *, role: str) -> float | None:
+def lock_timeout(db: Connections, *, role: str) -> float | None:
     """The ``lock_timeout`` in seconds the sessions of ``role`` get in this database from
     the role's settings (``ALTER ROLE ... SET``, as :func:`grant` does: in this database
     first, then for every database); None when neither sets it (the server's, by default
     0: no bound)."""
-    with _connection(engine, f"lock_timeout of role {role!r}") as conn:
-        value = conn.execute(sa.text(
+    with _connection(db, f"lock_timeout of role {role!r}") as conn:
+        value = conn.execute((
             "SELECT substr(c, length('lock_timeout=') + 1) FROM pg_catalog.pg_db_role_setting s "
             "JOIN pg_catalog.pg_roles r ON r.oid = s.setrole CROSS JOIN LATERAL unnest(s.setconfig) c "
             "WHERE r.rolname = :r AND s.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database "
@@ -414,31 +413,31 @@ def lock_timeout(engine: Engine, *, role: str) -> float | None:
             "ORDER BY s.setdatabase DESC LIMIT 1"), {"r": role}).scalar_one_or_none()
         if value is None:
             return None
-        ms = conn.execute(sa.text("SELECT EXTRACT(EPOCH FROM CAST(CASE WHEN :v ~ '^[0-9]+$' THEN :v || 'ms' "
+        ms = conn.execute(("SELECT EXTRACT(EPOCH FROM CAST(CASE WHEN :v ~ '^[0-9]+$' THEN :v || 'ms' "
                                   "ELSE :v END AS interval)) * 1000"), {"v": str(value)}).scalar_one()
     return float(ms) / 1000
 
 
-def revoke(engine: Engine, *, schema: str, role: str, corpus: str) -> bool:
+def revoke(db: Connections, *, schema: str, role: str, corpus: str) -> bool:
     """Take ``corpus`` away from ``role`` (its data stays); True when there was such a grant.
 
     Sessions of the role see the change with their next statement.
     """
     validate_schema_name(schema)
-    with _connection(engine, f"revoke of corpus {corpus!r} from role {role!r}") as conn, conn.begin():
-        gone = conn.execute(sa.text(f"DELETE FROM {schema}.tenant_grants WHERE role_name = :r AND corpus = :c "
+    with _connection(db, f"revoke of corpus {corpus!r} from role {role!r}") as conn, conn.begin():
+        gone = conn.execute((f"DELETE FROM {schema}.tenant_grants WHERE role_name = :r AND corpus = :c "
                                     "RETURNING 1"), {"r": role, "c": corpus}).first()
     return gone is not None
 
 
-def grants(engine: Engine, *, schema: str, role: str | None = None, corpus: str | None = None) -> list[TenantGrant]:
+def grants(db: Connections, *, schema: str, role: str | None = None, corpus: str | None = None) -> list[TenantGrant]:
     """The grants, by role then corpus, optionally only those of ``role`` and/or ``corpus``.
 
     Run as the owner it lists every grant; run as a tenant role, only its own.
     """
     validate_schema_name(schema)
-    with _connection(engine, f"grants of schema {schema!r}") as conn:
-        rows = conn.execute(sa.text(
+    with _connection(db, f"grants of schema {schema!r}") as conn:
+        rows = conn.execute((
             f"SELECT role_name, corpus, created_at FROM {schema}.tenant_grants "
             "WHERE (CAST(:r AS text) IS NULL OR role_name = :r) AND (CAST(:c AS text) IS NULL OR corpus = :c) "
             "ORDER BY role_name, corpus"), {"r": role, "c": corpus}).all()

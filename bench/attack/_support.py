@@ -13,8 +13,9 @@ from psycopg import sql
 from sqlalchemy.engine import URL, make_url
 
 from bench._common import database_url
+from tests.fix_db import sa_url
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine, normalize_url
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.store import Store
 
 __all__ = ["SCHEMA", "TenantPair", "arguments", "create_login_roles", "inconsistencies", "libpq", "migrated_database",
@@ -34,17 +35,17 @@ def arguments(description: str, seconds: float) -> argparse.Namespace:
 def migrated_database(url: str | None) -> Iterator[str]:
     """A fresh database migrated to head on ``url``'s server (dropped afterwards); yields its URL."""
     with database_url(url) as server:
-        base = normalize_url(server)
+        base = sa_url(server)
         name = f"tnsrag_attack_{uuid.uuid4().hex[:10]}"
         admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         target = base.set(database=name)
-        engine = create_engine(target, schema=SCHEMA, pool_size=1)
+        pool = Pool(target, schema=SCHEMA, pool_size=1)
         try:
-            migrate.upgrade(engine, schema=SCHEMA)
+            migrate.upgrade(pool, schema=SCHEMA)
         finally:
-            engine.dispose()
+            pool.close()
         try:
             yield target.render_as_string(hide_password=False)
         finally:
@@ -73,7 +74,7 @@ class TenantPair(NamedTuple):
 
     owner: URL
     admin: str  # the owner's libpq URL
-    engine: Any  # the owner's engine (one connection)
+    pool: Any  # the owner's engine (one connection)
     role_a: str
     role_b: str
     corpus_a: str
@@ -91,10 +92,10 @@ def tenant_pair(url: str, prefix: str, password: str) -> TenantPair:
     suffix = uuid.uuid4().hex[:8]
     role_a, role_b = f"{prefix}_a_{suffix}", f"{prefix}_b_{suffix}"
     admin = libpq(owner)
-    engine = engine_for(url, pool_size=1)
+    pool = engine_for(url, pool_size=1)
     create_login_roles(admin, str(owner.database), (role_a, role_b), password)
-    tenancy.enable(engine, schema=SCHEMA)
-    return TenantPair(owner, admin, engine, role_a, role_b, f"alpha_{suffix}", f"beta_{suffix}",
+    tenancy.enable(pool, schema=SCHEMA)
+    return TenantPair(owner, admin, pool, role_a, role_b, f"alpha_{suffix}", f"beta_{suffix}",
                       owner.set(username=role_a, password=password), owner.set(username=role_b, password=password))
 
 
@@ -132,4 +133,4 @@ def print_table(title: str, rows: Sequence[tuple[str, object]]) -> None:
 
 
 def engine_for(url: str, pool_size: int = 4):  # type: ignore[no-untyped-def]
-    return create_engine(make_url(url), schema=SCHEMA, pool_size=pool_size)
+    return Pool(make_url(url), schema=SCHEMA, pool_size=pool_size)

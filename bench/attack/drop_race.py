@@ -21,8 +21,8 @@ IDS = [f"d{i}" for i in range(30)]
 
 def _writer(url: str, corpus: str, n: int, ready: "mp.Queue[int]", stop: "mp.synchronize.Event",  # type: ignore[name-defined]
             results: "mp.Queue[tuple[str, int]]") -> None:
-    engine = engine_for(url, 2)
-    store = Store(engine, corpus=corpus, schema=SCHEMA)
+    pool = engine_for(url, 2)
+    store = Store(pool, corpus=corpus, schema=SCHEMA)
     store.count()  # connected
     ready.put(n)
     counts: collections.Counter[str] = collections.Counter()
@@ -42,14 +42,14 @@ def _writer(url: str, corpus: str, n: int, ready: "mp.Queue[int]", stop: "mp.syn
     for key, value in counts.items():
         results.put((key, value))
     results.put(("done", 0))
-    engine.dispose()
+    pool.close()
 
 
 def main() -> None:
     args = arguments(__doc__ or "", 30.0)
     writers, rounds = 2, 3
     with migrated_database(args.url) as url:
-        engine = engine_for(url)
+        pool = engine_for(url)
         totals: collections.Counter[str] = collections.Counter()
         drops: collections.Counter[str] = collections.Counter()
         lost: collections.Counter[str] = collections.Counter()
@@ -58,7 +58,7 @@ def main() -> None:
         per_round = args.seconds / rounds
         for r in range(rounds):
             corpus = f"drop_race_{r}"
-            store = Store(engine, corpus=corpus, schema=SCHEMA)
+            store = Store(pool, corpus=corpus, schema=SCHEMA)
             queue: mp.Queue[tuple[str, int]] = ctx.Queue()
             ready: mp.Queue[int] = ctx.Queue()
             stop = ctx.Event()
@@ -92,7 +92,7 @@ def main() -> None:
                 rewrite_failures += 1
             lost.update({f"after rewrite: {k}": v for k, v in inconsistencies(store).items()})
             store.drop_corpus()
-        engine.dispose()
+        pool.close()
     rows: list[tuple[str, object]] = [("rounds x writer processes", f"{rounds} x {writers}")]
     rows += [(f"drops {k}", v) for k, v in sorted(drops.items())]
     rows += [(f"writes {k}", v) for k, v in sorted(totals.items())]

@@ -26,8 +26,8 @@ def main() -> None:
     outcome: collections.Counter[str] = collections.Counter()
     escaped: list[str] = []
     with migrated_database(args.url) as url:
-        engine = engine_for(url)
-        store = Store(engine, corpus="fuzz", schema=SCHEMA)
+        pool = engine_for(url)
+        store = Store(pool, corpus="fuzz", schema=SCHEMA)
         vectors = VectorMemoryStore(store, HashingEmbedding(16), index_threshold=None)
         keyword = KeywordRAGStrategy(BM25Index(store))
         deadline = time.monotonic() + args.seconds
@@ -73,7 +73,7 @@ def main() -> None:
             attempt("get", lambda: store.get(fkey))
 
         run()
-        engine.dispose()
+        pool.close()
     rows: list[tuple[str, object]] = sorted(outcome.items())
     rows.append(("untyped errors / half-writes", len(escaped)))
     rows += [(f"  {e}", "") for e in escaped[:10]]

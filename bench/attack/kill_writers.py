@@ -93,12 +93,12 @@ def main() -> None:
                 batches += 1
                 for i in ids:
                     acknowledged[i] = max(acknowledged.get(i, 0), seq)
-        engine = engine_for(url)
-        store = Store(engine, corpus=CORPUS, schema=SCHEMA)
+        pool = engine_for(url)
+        store = Store(pool, corpus=CORPUS, schema=SCHEMA)
         stored = {e.id: int(e.content.split()[1]) for e in store.iter_entries()}
         lost = [i for i, seq in acknowledged.items() if stored.get(i, -1) < seq]
         checks = inconsistencies(store)
-        engine.dispose()
+        pool.close()
     rows: list[tuple[str, object]] = [
         ("writer processes", writers), ("SIGKILLs of writers", kills),
         ("all-backend terminations", terminations), ("acknowledged batches", batches),

@@ -117,7 +117,7 @@ def _attack(url: str, seconds: float, every: float, restart: object) -> None:
     stored = {r.id: int(r.content.split()[1]) for r in store.iter_entries()}
     lost = sum(1 for i, seq in acked.items() if stored.get(i, -1) < seq)
     bad = inconsistencies(store)
-    store.engine.dispose()
+    store.pool.close()
     recover = [r[2] for r in restarts]
     rows: list[tuple[str, object]] = [
         ("restarts (fast / immediate)", f"{sum(m == 'fast' for m, _, _ in restarts)} / "

@@ -25,7 +25,7 @@ from bench.attack._previous_release import PreviousRelease, previous_release_tre
 from bench.attack._support import SCHEMA, arguments, engine_for, inconsistencies, print_table
 from tnsrag_db import MemoryEntry
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import normalize_url
+from tnsrag_db._db.pool import normalize_url
 from tnsrag_db._errors import SchemaNotReadyError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.store import Store
@@ -59,7 +59,7 @@ def main() -> None:
         url = base.set(database=name).render_as_string(hide_password=False)
         tree = previous_release_tree(Path(tmp) / "previous")
         reader, writer = PreviousRelease(tree, url, "roll"), PreviousRelease(tree, url, "roll")
-        engine = engine_for(url)
+        pool = engine_for(url)
         try:
             assert reader.send(op="connect", auto_migrate=True)["ok"]
             assert writer.send(op="connect")["ok"]
@@ -67,9 +67,9 @@ def main() -> None:
             for i in range(0, len(old), 500):
                 writer.send(op="add", entries=old[i:i + 500])
             started = time.perf_counter()
-            migrate.upgrade(engine, schema=SCHEMA)
+            migrate.upgrade(pool, schema=SCHEMA)
             rows.append(("upgrade (s)", round(time.perf_counter() - started, 2)))
-            store = Store(engine, corpus="roll", schema=SCHEMA, merge_after_entries=256)
+            store = Store(pool, corpus="roll", schema=SCHEMA, merge_after_entries=256)
             deadline = time.monotonic() + args.seconds / 2
             written = deleted = 0
             while time.monotonic() < deadline:
@@ -97,7 +97,7 @@ def main() -> None:
                       ("previous release started after the upgrade",
                        "connected" if late_answer["ok"] else late_answer["error"])]
             started = time.perf_counter()
-            report = migrate.finish(engine, schema=SCHEMA)
+            report = migrate.finish(pool, schema=SCHEMA)
             merged = store.merge_postings()
             rows += [("finish: serves from", f"{report.serves_from_before} -> {report.serves_from}"),
                      ("entries merged after the finish", merged.entries),
@@ -111,7 +111,7 @@ def main() -> None:
         finally:
             reader.close()
             writer.close()
-            engine.dispose()
+            pool.close()
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     print_table("rolling upgrade beside the previous release", rows)

@@ -90,11 +90,11 @@ def main() -> None:
     rows: list[tuple[str, object]] = []
     with migrated_database(args.url) as url, tempfile.TemporaryDirectory(prefix="tnsrag-stale-") as tmp:
         _sql(url, *(f"ALTER TABLE {t} SET (autovacuum_enabled = off)" for t in TABLES))
-        engine = engine_for(url)
+        pool = engine_for(url)
 
         def store(corpus: str, *, merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES,
                   analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS) -> Store:
-            return Store(engine, corpus=corpus, schema=SCHEMA, merge_after_entries=merge_after_entries,
+            return Store(pool, corpus=corpus, schema=SCHEMA, merge_after_entries=merge_after_entries,
                          analyze_after_rows=analyze_after_rows)
 
         old = store("merged", merge_after_entries=10**9, analyze_after_rows=10**9)
@@ -128,7 +128,7 @@ def main() -> None:
                 restore_corpus(target, dump, embedding=HashingEmbedding(32))
                 seconds = time.perf_counter() - started
             rows.append(_row(target, label, seconds, merges))
-        engine.dispose()
+        pool.close()
     print_table(f"Merge on stale statistics (new corpus of {args.n} beside a merged one of {args.beside})", rows)
     print(f"\ntarget: every merge of {args.n} under {TARGET_SECONDS:.0f} s: {'met' if target_met else 'MISSED'}")
 

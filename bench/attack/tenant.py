@@ -70,9 +70,9 @@ def main() -> None:
 
     args = arguments(__doc__ or "", 60.0)
     with migrated_database(args.url) as url:
-        owner, admin, engine, role_a, role_b, a, b, url_a, url_b = tenant_pair(url, "attack", PASSWORD)
-        tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=a)
-        tenancy.grant(engine, schema=SCHEMA, role=role_b, corpus=b)
+        owner, admin, pool, role_a, role_b, a, b, url_a, url_b = tenant_pair(url, "attack", PASSWORD)
+        tenancy.grant(pool, schema=SCHEMA, role=role_a, corpus=a)
+        tenancy.grant(pool, schema=SCHEMA, role=role_b, corpus=b)
         embed = HashingEmbedding(DIM)
         texts = [f"beta note {i}: refund rule for damaged parcel number {i} in region {i % 7}" for i in range(66)]
         try:
@@ -221,7 +221,7 @@ def main() -> None:
                              f"{'blocked for' if blocked else 'done in'} {waited:.1f} s"))
                 check("B: its write does not wait for the computed key", lambda: not blocked)
         finally:
-            engine.dispose()
+            pool.close()
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
                              ([role_a, role_b],))

@@ -51,14 +51,14 @@ def main() -> None:
     args = _arguments()
     rows: list[tuple[str, object]] = []
     with migrated_database(args.url) as url:
-        owner, admin, engine, role_a, role_b, a, b, url_a, url_b = tenant_pair(url, "stall", PASSWORD)
+        owner, admin, pool, role_a, role_b, a, b, url_a, url_b = tenant_pair(url, "stall", PASSWORD)
         bounded = "lock_timeout" in inspect.signature(tenancy.grant).parameters
         for role, corpus in ((role_a, a), (role_b, b)):
             if bounded:
-                tenancy.grant(engine, schema=SCHEMA, role=role, corpus=corpus,
+                tenancy.grant(pool, schema=SCHEMA, role=role, corpus=corpus,
                               lock_timeout=args.bound)
             else:
-                tenancy.grant(engine, schema=SCHEMA, role=role, corpus=corpus)
+                tenancy.grant(pool, schema=SCHEMA, role=role, corpus=corpus)
         embed = HashingEmbedding(16)
         try:
             with connect(url_b, corpus=b) as store:
@@ -137,7 +137,7 @@ def main() -> None:
             rows.append(("longest wait of B (s)", f"{max(m[2] for m in measured):.2f} (hold {args.seconds:g} s, bound "
                                                    f"{args.bound:g} s{'' if bounded else ': not supported'})"))
         finally:
-            engine.dispose()
+            pool.close()
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
                              ([role_a, role_b],))

@@ -8,51 +8,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import sqlalchemy as sa
-
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.reads import ENTRY_COLUMNS, document_from_row
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import resolve_context
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
-__all__ = ["FixedScores", "RecordingStore", "ids_of", "read_statements", "run_processes"]
-
-
-class RecordingStore:
-    """A read store over ``inner`` (a :class:`~tnsrag_db._db.read_store.ReadStore`) that records
-    each statement read through :meth:`read` as ``(text with :name parameters, parameters)``,
-    so a test can look at the statements an index really sends without naming them."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.reads: list[tuple[str, dict[str, Any]]] = []
-
-    @property
-    def corpus(self) -> str:
-        return str(self._inner.corpus)
-
-    @property
-    def schema(self) -> str:
-        return str(self._inner.schema)
-
-    @property
-    def max_query_terms(self) -> int:
-        return int(self._inner.max_query_terms)
-
-    @property
-    def location(self) -> str:
-        return str(self._inner.location)
-
-    def filter_pairs_plan(self) -> Any:
-        return self._inner.filter_pairs_plan()
-
-    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
-        self.reads.append((sql, dict(params)))
-        return list(self._inner.read(sql, params))
-
-    def run(self, plan: Any, *, snapshot: bool = False) -> Any:
-        raise AssertionError("RecordingStore records statements read one by one, not plans")
+__all__ = ["FixedScores", "ids_of", "read_statements", "run_processes"]
 
 
 @contextmanager
@@ -97,7 +59,7 @@ class FixedScores:
         self.calls.append(ctx)
         predicate, params = filter_sql(ctx.metadata_filters)
         with self.store.session.transaction() as conn:
-            rows = conn.execute(sa.text(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.corpus = :c "
+            rows = conn.execute((f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.corpus = :c "
                                         f"AND e.id = ANY(:ids) AND {predicate}"),
                                 {"c": self.store.corpus, "ids": list(self.scores), **params}).all()
         docs = [document_from_row(r, self.scores[r.entry_id]) for r in rows]

@@ -20,7 +20,9 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
+from tests.db._watch import unwatched, watch
 from tnsrag_db._cli import main_group
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import CorpusNotFoundError, DanglingReferenceError
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -70,14 +72,14 @@ def _fill(store: Store) -> None:
     GraphStore(store).add_edges(_edges())
 
 
-def _snapshot(engine: sa.Engine, corpus: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+def _snapshot(pool: Pool, corpus: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """Every stored field of every entry, and every edge, of ``corpus``."""
-    with engine.connect() as conn:
-        entries = [tuple(r) for r in conn.execute(sa.text(
+    with pool.connect() as conn:
+        entries = [tuple(r) for r in conn.execute((
             "SELECT id, content, tier, source, parent_id, ts, metadata, content_hash, doc_len FROM entries "
             "WHERE corpus = :c ORDER BY id"), {"c": corpus})]
-        edges = [tuple(r) for r in conn.execute(sa.text(
-            "SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c ORDER BY src, relation, dst"),
+        edges = [tuple(r) for r in conn.execute(
+            "SELECT src, dst, relation, weight, source FROM edges WHERE corpus = :c ORDER BY src, relation, dst",
             {"c": corpus})]
     return entries, edges
 
@@ -106,8 +108,8 @@ def test_list_corpora_and_stats_describe_what_each_corpus_holds(make_store: Call
     assert list(st.by_source)[0] == ("guide.md", 2) and st.sources == 5  # four files and None
     assert (None, 1) in list(st.by_source)
     assert st.bm25_documents == 6
-    with big.engine.connect() as conn:
-        total = conn.execute(sa.text("SELECT sum(doc_len) FROM entries WHERE corpus = :c"), {"c": big.corpus}).scalar()
+    with big.pool.connect() as conn:
+        total = conn.execute("SELECT sum(doc_len) FROM entries WHERE corpus = :c", {"c": big.corpus}).scalar()
     assert st.bm25_average_length == pytest.approx(total / 6, abs=1e-3)
     assert st.bm25_terms > 10
     assert st.edges == 4 and dict(st.edges_by_relation) == {"contains": 1, "next": 1, "related": 1, "see-also": 1}
@@ -257,7 +259,7 @@ def test_drop_asks_on_a_terminal(db_url: URL, make_store: Callable[..., Store]) 
 
 # -- export and restore --------------------------------------------------------------------
 
-def test_export_then_ingest_restores_the_corpus_exactly(db_url: URL, tmp_path: Path, engine: sa.Engine,
+def test_export_then_ingest_restores_the_corpus_exactly(db_url: URL, tmp_path: Path, pool: Pool,
                                                         make_store: Callable[..., Store]) -> None:
     original, copy = make_store(), make_store()
     _fill(original)
@@ -271,7 +273,7 @@ def test_export_then_ingest_restores_the_corpus_exactly(db_url: URL, tmp_path: P
     res = _cli(db_url, "ingest", str(dump), "--corpus", copy.corpus, "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["edges"] == 4
-    assert _snapshot(engine, copy.corpus) == _snapshot(engine, original.corpus)
+    assert _snapshot(pool, copy.corpus) == _snapshot(pool, original.corpus)
     # Every field, compared as entries too (timestamps as instants, None sources kept).
     assert list(copy.iter_entries()) == list(original.iter_entries())
     assert copy.get("note").source is None  # type: ignore[union-attr]
@@ -283,7 +285,7 @@ def test_export_then_ingest_restores_the_corpus_exactly(db_url: URL, tmp_path: P
     assert res.stdout == dump.read_text(encoding="utf-8") and "exported 6 entries and 4 edges" in res.stderr
 
 
-def test_library_export_and_restore(tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store]) -> None:
+def test_library_export_and_restore(tmp_path: Path, pool: Pool, make_store: Callable[..., Store]) -> None:
     original, copy = make_store(), make_store()
     _fill(original)
     dump = tmp_path / "dump.jsonl"
@@ -293,7 +295,7 @@ def test_library_export_and_restore(tmp_path: Path, engine: sa.Engine, make_stor
     restored = restore_corpus(copy, dump, embedding=HashingEmbedding())
     assert restored.to_dict() == {"entries": {"inserted": 6, "updated": 0, "unchanged": 0},
                                   "edges": {"inserted": 4, "updated": 0, "unchanged": 0}}
-    assert _snapshot(engine, copy.corpus) == _snapshot(engine, original.corpus)
+    assert _snapshot(pool, copy.corpus) == _snapshot(pool, original.corpus)
     assert VectorMemoryStore(copy, HashingEmbedding()).count() == 6
     with pytest.raises(CorpusNotFoundError):
         export_corpus(make_store(), open(os.devnull, "w"))
@@ -351,7 +353,7 @@ def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> lis
     write sent is explained, with ANALYZE, in the write's own transaction."""
     sent: list[tuple[str, Any]] = []
 
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+    def record(conn: Any, statement: str, parameters: Any) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "WITH")):
             sent.append((statement, parameters))
 
@@ -361,14 +363,11 @@ def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> lis
     def work(conn: sa.Connection) -> None:
         if write:
             store.writer.write_in(conn, write)
-        sa.event.listen(store.engine, "before_cursor_execute", record)
-        try:
+        with watch(before=record):
             GraphStore(store).write_edges(conn, edges)
-        finally:
-            sa.event.remove(store.engine, "before_cursor_execute", record)
         # The settings the lock runs with (sorts off) do not outlive it in the transaction.
-        assert conn.execute(sa.text("SELECT current_setting('enable_sort')")).scalar_one() == "on"
-        raise _Rollback([conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params).scalar_one()
+        assert conn.execute("SELECT current_setting('enable_sort')").scalar_one() == "on"
+        raise _Rollback([unwatched(conn, "EXPLAIN (ANALYZE, FORMAT JSON) " + text, params).scalar_one()
                          for text, params in sent])
 
     with pytest.raises(_Rollback) as caught:
@@ -381,7 +380,7 @@ def _lock_plan(store: Store, edges: list[Edge], write: list[MemoryEntry]) -> lis
     return [n for plan in plans for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "entries"]
 
 
-def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(engine: sa.Engine,
+def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(pool: Pool,
                                                                      make_store: Callable[..., Store]) -> None:
     """Locking the ends of an edge batch probes the primary key both on a corpus newer than
     the planner's statistics (a restore: entries and edges in one transaction) and on an
@@ -395,15 +394,15 @@ def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(engine: sa.
     corpus through (corpus, ts) once per end."""
     gone = make_store()
     gone.add(MemoryEntry("g", "a corpus about to be deleted"))
-    with engine.begin() as conn:
-        conn.execute(sa.text("INSERT INTO entries (corpus, id, content, tier, content_hash) "
+    with pool.begin() as conn:
+        conn.execute(("INSERT INTO entries (corpus, id, content, tier, content_hash) "
                              "SELECT :c, 'g' || lpad(i::text, 6, '0'), '', 'SEMANTIC', '\\x00'::bytea "
                              "FROM generate_series(1, 20000) i"), {"c": gone.corpus})
-        conn.execute(sa.text("DELETE FROM entries WHERE corpus = :c"), {"c": gone.corpus})
+        conn.execute("DELETE FROM entries WHERE corpus = :c", {"c": gone.corpus})
     seed = make_store()
     seed.add_all([MemoryEntry(f"s{i}", "a few seed words") for i in range(50)])
-    with engine.begin() as conn:
-        conn.execute(sa.text("ANALYZE entries"))  # statistics without the new corpus
+    with pool.begin() as conn:
+        conn.execute("ANALYZE entries")  # statistics without the new corpus
     store = make_store()
     n = 2000
     entries = [MemoryEntry(f"doc{i:05d}", f"text {i}") for i in range(n)]
@@ -412,8 +411,8 @@ def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(engine: sa.
         if scans is None:  # now committed and analysed
             GraphStore(store).add_with_edges(entries, edges)
             assert GraphStore(store).count() == n
-            with engine.begin() as conn:
-                conn.execute(sa.text("ANALYZE entries"))
+            with pool.begin() as conn:
+                conn.execute("ANALYZE entries")
             scans = _lock_plan(store, edges, [])
         assert scans and all(s.get("Index Name") == "pk_entries" for s in scans), [
             (s.get("Node Type"), s.get("Index Name"), s.get("Index Cond"), s.get("Filter")) for s in scans]
@@ -421,7 +420,7 @@ def test_edge_writes_reach_their_ends_by_key_whatever_the_statistics(engine: sa.
 
 
 def test_a_killed_export_leaves_a_named_temp_that_the_next_export_removes(
-        db_url: URL, tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store]) -> None:
+        db_url: URL, tmp_path: Path, pool: Pool, make_store: Callable[..., Store]) -> None:
     store = make_store()
     _fill(store)
     target = tmp_path / "dump.jsonl"
@@ -429,15 +428,15 @@ def test_a_killed_export_leaves_a_named_temp_that_the_next_export_removes(
            "-o", str(target), "--url", _url(db_url)]
     # The export is held at its first edge read (the table locked here), after its
     # temporary file exists, and killed there with SIGKILL: no handler, no clean-up.
-    with engine.connect() as locker:
-        locker.execute(sa.text("LOCK TABLE edges IN ACCESS EXCLUSIVE MODE"))
+    with pool.connect() as locker:
+        locker.execute("LOCK TABLE edges IN ACCESS EXCLUSIVE MODE")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         waiting: list[str] = []
-        with engine.connect() as watcher:
+        with pool.connect() as watcher:
             while not waiting and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
-                waiting = list(watcher.execute(sa.text(
+                waiting = list(watcher.execute((
                     "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                     "AND pid <> pg_backend_pid()")).scalars())
                 watcher.rollback()  # pg_stat_activity is read once per transaction
@@ -458,7 +457,7 @@ def test_a_killed_export_leaves_a_named_temp_that_the_next_export_removes(
     assert len(target.read_text(encoding="utf-8").splitlines()) == 6
 
 
-def _export_held_then_terminated(db_url: URL, engine: sa.Engine, table: str, corpus: str,
+def _export_held_then_terminated(db_url: URL, pool: Pool, table: str, corpus: str,
                                  target: Path | None) -> subprocess.CompletedProcess[str]:
     """``tnsrag export`` (to ``target``, None: to stdout) in a subprocess, held at its first
     read of ``table`` (locked here) and its server backend then terminated
@@ -466,32 +465,32 @@ def _export_held_then_terminated(db_url: URL, engine: sa.Engine, table: str, cor
     running command."""
     cmd = [sys.executable, "-c", "from tnsrag_db._cli import main; main()", "export", "--corpus", corpus,
            *(["-o", str(target)] if target is not None else []), "--url", _url(db_url)]
-    with engine.connect() as locker:
-        locker.execute(sa.text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+    with pool.connect() as locker:
+        locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         waiting: list[int] = []
-        with engine.connect() as watcher:
+        with pool.connect() as watcher:
             while not waiting and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
-                waiting = list(watcher.execute(sa.text(
+                waiting = list(watcher.execute((
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                     "AND pid <> pg_backend_pid()")).scalars())
                 watcher.rollback()  # pg_stat_activity is read once per transaction
             assert len(waiting) == 1 and proc.poll() is None, (waiting, proc.poll())
-            assert watcher.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": waiting[0]}).scalar_one()
+            assert watcher.execute("SELECT pg_terminate_backend(:p)", {"p": waiting[0]}).scalar_one()
         stdout, stderr = proc.communicate(timeout=60)
         locker.rollback()
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def test_an_export_whose_connection_is_lost_says_so_and_names_the_corpus_and_the_file(
-        db_url: URL, tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store]) -> None:
+        db_url: URL, tmp_path: Path, pool: Pool, make_store: Callable[..., Store]) -> None:
     store = make_store()
     _fill(store)
     target = tmp_path / "dump.jsonl"
     # Mid-export: the corpus was found and its first entries read, the edges' read is held.
-    res = _export_held_then_terminated(db_url, engine, "edges", store.corpus, target)
+    res = _export_held_then_terminated(db_url, pool, "edges", store.corpus, target)
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     line = res.stderr.strip()
     assert "could not connect" not in line
@@ -499,12 +498,12 @@ def test_an_export_whose_connection_is_lost_says_so_and_names_the_corpus_and_the
     assert f"{target} was not written" in line and "terminating connection due to administrator command" in line
     assert list(tmp_path.iterdir()) == []  # neither the file nor its temporary file
     # To stdout (the library's export_corpus): the output is incomplete, and said so.
-    res = _export_held_then_terminated(db_url, engine, "edges", store.corpus, None)
+    res = _export_held_then_terminated(db_url, pool, "edges", store.corpus, None)
     line = res.stderr.strip()
     assert res.returncode == 1 and f"export of corpus {store.corpus!r}: " in line, line
     assert "lost mid-export; the output is incomplete" in line and "could not connect" not in line, line
     # While the store opens (the schema's revision is read): lost, not "could not connect".
-    res = _export_held_then_terminated(db_url, engine, "alembic_version", store.corpus, target)
+    res = _export_held_then_terminated(db_url, pool, "alembic_version", store.corpus, target)
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     line = res.stderr.strip()
     assert "could not connect" not in line and "connection to the server was lost" in line, line

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy.engine import Engine
 
 from tests._corpus_scope import corpus_violations
 from tests.db._helpers import read_statements
@@ -30,6 +29,7 @@ from tnsrag_db import (
     TemporalRAGStrategy,
 )
 from tnsrag_db._db import aio
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import DatabaseError, InvalidFilterError, ValidationError
 from tnsrag_db._store.store import Store
@@ -174,7 +174,7 @@ def test_vector_type_registered_and_errors_thrown_into_the_plan(store: Store) ->
 
 def test_outside_a_loop_is_a_clear_error(store: Store) -> None:
     with pytest.raises(Exception, match="running event loop"):
-        aio.async_engine(store)
+        aio.check_running_loop()
 
 
 def test_pipeline_async_forms(store: Store) -> None:
@@ -208,9 +208,9 @@ def test_pipeline_over_a_sync_only_strategy_runs_it_in_a_thread(store: Store) ->
 
 
 def _on_async_engine(store: Store) -> bool:
-    """Whether the running loop has an async engine for ``store`` (some call used arun)."""
-    engines = aio._REGISTRY.get(store.engine)
-    return engines is not None and (asyncio.get_running_loop(), store.schema) in engines.by_loop
+    """Whether the running loop has async connections for ``store`` (some call used arun)."""
+    pools = aio._REGISTRY.get(store.pool)  # type: ignore[call-overload]
+    return pools is not None and asyncio.get_running_loop() in pools.by_loop
 
 
 def test_integrations_await_aretrieve(store: Store) -> None:
@@ -236,14 +236,14 @@ def test_integrations_await_aretrieve(store: Store) -> None:
                                                          for n in llama.retrieve(QUERIES[1])]
 
 
-def test_a_store_with_read_replicas_routes_async_reads_as_sync_ones(engine: Engine, store: Store) -> None:
+def test_a_store_with_read_replicas_routes_async_reads_as_sync_ones(pool: Pool, store: Store) -> None:
     from tnsrag_db._db.replicas import ReadReplicas, Replica
 
     _corpus(store)
     # A "replica" that is no standby (the primary itself): never usable, every read falls
     # back to the primary, through the sync routing.
-    replicas = ReadReplicas([Replica("not-a-standby", engine)], primary_identifier=None)
-    routed = Store(engine, corpus=store.corpus, schema=store.schema, read_replicas=replicas)
+    replicas = ReadReplicas([Replica("not-a-standby", pool)], primary_identifier=None)
+    routed = Store(pool, corpus=store.corpus, schema=store.schema, read_replicas=replicas)
     strategy = KeywordRAGStrategy(BM25Index(routed))
 
     async def run() -> tuple[Any, bool]:

@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL
 
 from tnsrag_db import AsyncStore, BM25Index, KeywordRAGStrategy, MemoryEntry, MemoryTier, connect, connect_async
 from tnsrag_db._db import aio
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.statement import Plan, Rows, Statement, one
 from tnsrag_db._errors import ConfigurationError, InvalidEntryError, InvalidFilterError
 from tnsrag_db._store.store import Store
@@ -31,21 +31,21 @@ def _entries() -> list[MemoryEntry]:
 
 
 @pytest.fixture
-def corpus(engine: Engine) -> Iterator[str]:
+def corpus(pool: Pool) -> Iterator[str]:
     name = f"test_async_{uuid.uuid4().hex[:10]}"
     yield name
-    Store(engine, corpus=name, schema=SCHEMA).drop_corpus()
+    Store(pool, corpus=name, schema=SCHEMA).drop_corpus()
 
 
-def _pids(engine: Engine, pids: list[int]) -> list[int]:
-    with engine.connect() as conn:
-        return list(conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE pid = ANY(:p)"),
+def _pids(pool: Pool, pids: list[int]) -> list[int]:
+    with pool.connect() as conn:
+        return list(conn.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(:p)",
                                  {"p": pids}).scalars())
 
 
-def _wait_gone(engine: Engine, pids: list[int]) -> list[int]:
+def _wait_gone(pool: Pool, pids: list[int]) -> list[int]:
     deadline = time.monotonic() + 10
-    while (left := _pids(engine, pids)) and time.monotonic() < deadline:
+    while (left := _pids(pool, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 
@@ -119,7 +119,7 @@ def test_calls_after_close_fail_at_once(db_url: URL, corpus: str) -> None:
         astore.store  # noqa: B018
 
 
-def test_close_ends_the_async_backends(db_url: URL, corpus: str, engine: Engine) -> None:
+def test_close_ends_the_async_backends(db_url: URL, corpus: str, pool: Pool) -> None:
     async def scenario() -> list[int]:
         astore = await connect_async(db_url, corpus=corpus, schema=SCHEMA)
         pids = [r.pid for r in await asyncio.gather(*(astore.run(_first(_PID)) for _ in range(3)))]
@@ -127,7 +127,7 @@ def test_close_ends_the_async_backends(db_url: URL, corpus: str, engine: Engine)
         return pids
 
     pids = asyncio.run(scenario())
-    assert pids and _wait_gone(engine, pids) == []
+    assert pids and _wait_gone(pool, pids) == []
 
 
 def _first(statement: Statement) -> Plan[Any]:
@@ -136,14 +136,14 @@ def _first(statement: Statement) -> Plan[Any]:
     return rows[0]
 
 
-def test_sync_close_and_new_loops_end_the_async_backends(db_url: URL, corpus: str, engine: Engine) -> None:
+def test_sync_close_and_new_loops_end_the_async_backends(db_url: URL, corpus: str, pool: Pool) -> None:
     store = connect(db_url, corpus=corpus, schema=SCHEMA)  # owns its engine
     first = asyncio.run(aio.arun(store, _first(_PID))).pid
     second = asyncio.run(aio.arun(store, _first(_PID))).pid  # a new loop: the old loop's connection ends
-    assert _wait_gone(engine, [first]) == []
-    assert _pids(engine, [second]) == [second]
+    assert _wait_gone(pool, [first]) == []
+    assert _pids(pool, [second]) == [second]
     store.close()  # the sync store's close ends the async connections too
-    assert _wait_gone(engine, [second]) == []
+    assert _wait_gone(pool, [second]) == []
 
 
 def _slow(tag: str) -> Plan[Rows]:
@@ -151,21 +151,21 @@ def _slow(tag: str) -> Plan[Rows]:
     return rows
 
 
-def _running(engine: Engine, tag: str) -> list[int]:
-    with engine.connect() as conn:
-        return list(conn.execute(sa.text(
-            "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE :p AND pid <> pg_backend_pid()"),
+def _running(pool: Pool, tag: str) -> list[int]:
+    with pool.connect() as conn:
+        return list(conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE :p AND pid <> pg_backend_pid()",
             {"p": f"%{tag}%"}).scalars())
 
 
-def test_a_twice_cancelled_call_returns_only_after_its_statement_stopped(store: Store, engine: Engine) -> None:
+def test_a_twice_cancelled_call_returns_only_after_its_statement_stopped(store: Store, pool: Pool) -> None:
     """Hosts cancel twice (a timeout, then shutdown): the second cancel must not cut the wait
     for the backend short (before: the error came back while the statement still ran, 9 of 20)."""
     async def once(pause: float) -> list[int]:
         tag = f"tnsrag_cancel2_{uuid.uuid4().hex[:10]}"
         task = asyncio.create_task(aio.arun(store, _slow(tag)))
         deadline = time.monotonic() + 20
-        while not await asyncio.to_thread(_running, engine, tag):
+        while not await asyncio.to_thread(_running, pool, tag):
             assert time.monotonic() < deadline and not task.done(), "the slow statement never started"
             await asyncio.sleep(0.02)
         task.cancel()
@@ -174,7 +174,7 @@ def test_a_twice_cancelled_call_returns_only_after_its_statement_stopped(store: 
         async with asyncio.timeout(60):
             with pytest.raises(asyncio.CancelledError):
                 await task
-        return await asyncio.to_thread(_running, engine, tag)  # at once: no grace period
+        return await asyncio.to_thread(_running, pool, tag)  # at once: no grace period
 
     async def scenario() -> list[list[int]]:
         return [await once(pause) for pause in (0.0, 0.0005, 0.001, 0.002, 0.004) * 4]
@@ -183,13 +183,13 @@ def test_a_twice_cancelled_call_returns_only_after_its_statement_stopped(store: 
 
 
 @pytest.mark.parametrize("how", ["cancel", "wait_for", "timeout"])
-def test_cancelling_a_call_cancels_its_server_statement(store: Store, engine: Engine, how: str) -> None:
+def test_cancelling_a_call_cancels_its_server_statement(store: Store, pool: Pool, how: str) -> None:
     tag = f"tnsrag_cancel_{uuid.uuid4().hex[:10]}"
 
     async def scenario() -> tuple[list[int], list[int], Any]:
         task = asyncio.create_task(aio.arun(store, _slow(tag)))
         deadline = time.monotonic() + 20
-        while not (seen := await asyncio.to_thread(_running, engine, tag)):
+        while not (seen := await asyncio.to_thread(_running, pool, tag)):
             assert time.monotonic() < deadline and not task.done(), "the slow statement never started"
             await asyncio.sleep(0.05)
         # The cancellation must not wait for the statement (600 s) to end by itself: a
@@ -206,9 +206,8 @@ def test_cancelling_a_call_cancels_its_server_statement(store: Store, engine: En
                 with pytest.raises(TimeoutError):
                     async with asyncio.timeout(0.1):
                         await task
-        after = await asyncio.to_thread(_running, engine, tag)  # at once: no grace period
-        ae = aio.async_engine(store)
-        assert ae.pool.checkedout() == 0  # type: ignore[attr-defined]
+        after = await asyncio.to_thread(_running, pool, tag)  # at once: no grace period
+        assert aio._pools_of(store.pool).get().checked_out == 0  # type: ignore[arg-type]
         usable = await KeywordRAGStrategy(BM25Index(store)).aretrieve("anything")
         return seen, after, usable
 
@@ -218,19 +217,19 @@ def test_cancelling_a_call_cancels_its_server_statement(store: Store, engine: En
     assert usable == []  # the pool still serves (an empty corpus)
 
 
-def _terminate(engine: Engine, pid: int) -> None:
-    with engine.connect() as conn:
-        conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-    assert _wait_gone(engine, [pid]) == []
+def _terminate(pool: Pool, pid: int) -> None:
+    with pool.connect() as conn:
+        conn.execute("SELECT pg_terminate_backend(:p)", {"p": pid})
+    assert _wait_gone(pool, [pid]) == []
 
 
 @pytest.mark.parametrize("idle", [0.0, 1.2])
-def test_a_pooled_connection_whose_server_went_away_is_replaced(store: Store, engine: Engine, idle: float) -> None:
+def test_a_pooled_connection_whose_server_went_away_is_replaced(store: Store, pool: Pool, idle: float) -> None:
     # Reused at once: the statement fails as a disconnect and runs again once on a fresh
     # connection; idle for longer than ping_after_idle (1 s): the checkout's ping finds it.
     async def scenario() -> tuple[int, int]:
         first = (await aio.arun(store, one(_PID)))[0].pid
-        await asyncio.to_thread(_terminate, engine, first)
+        await asyncio.to_thread(_terminate, pool, first)
         await asyncio.sleep(idle)
         again = (await aio.arun(store, one(_PID)))[0].pid
         return first, again
@@ -244,28 +243,31 @@ _APP_NAME = Statement("SELECT current_setting('application_name') AS name")
 
 def _hooked_store(db_url: Any, corpus: str, hooks: Any) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    return Store(create_engine(db_url, schema=SCHEMA, pool_size=2, max_overflow=0, hooks=hooks),
-                 corpus=corpus, schema=SCHEMA, owns_engine=True)
+    return Store(Pool(db_url, schema=SCHEMA, pool_size=2, max_overflow=0, hooks=hooks),
+                 corpus=corpus, schema=SCHEMA, owns_pool=True)
 
 
 def test_hooks_given_to_an_engine_reach_its_sync_and_async_connections(db_url: Any, store: Store) -> None:
     """Connection hooks are given once, to the engine, for sync and async connections; a
     store on another engine of the same process does not run them (no process-wide registry)."""
-    from tnsrag_db._db.engine import ConnectionHooks
+    from tnsrag_db._db.pool import ConnectionHooks
 
     seen: list[tuple[str, str]] = []
 
+    def kind(driver: Any) -> str:
+        return "AsyncConnection" if isinstance(driver, psycopg.AsyncConnection) else "Connection"
+
     def configure(driver: Any, info: Any) -> Any:
-        seen.append(("configure", type(driver).__name__))
+        seen.append(("configure", kind(driver)))
         if isinstance(driver, psycopg.AsyncConnection):
             return driver.execute("SET application_name = 'hooked_async'")  # awaited by the engine
         driver.execute("SET application_name = 'hooked_sync'")
         return None
 
     def check(driver: Any, info: Any) -> None:
-        seen.append(("check", type(driver).__name__))
+        seen.append(("check", kind(driver)))
 
     hooked = _hooked_store(db_url, store.corpus, [ConnectionHooks("test.hook", configure=configure, check=check)])
     try:
@@ -286,7 +288,7 @@ def test_hooks_given_to_an_engine_reach_its_sync_and_async_connections(db_url: A
 
 def test_a_hook_returning_an_awaitable_for_a_sync_connection_is_a_configuration_error(db_url: Any,
                                                                                      store: Store) -> None:
-    from tnsrag_db._db.engine import ConnectionHooks
+    from tnsrag_db._db.pool import ConnectionHooks
 
     async def only_async(driver: Any, info: Any) -> None:
         return None
@@ -301,21 +303,11 @@ def test_a_hook_returning_an_awaitable_for_a_sync_connection_is_a_configuration_
 
 def test_a_hook_that_is_not_connection_hooks_is_refused(db_url: Any) -> None:
     from tests.fix_db import SCHEMA
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
     with pytest.raises(ConfigurationError, match="hooks must be ConnectionHooks, got function"):
-        create_engine(db_url, schema=SCHEMA, hooks=[lambda driver, info: None])  # type: ignore[list-item]
+        Pool(db_url, schema=SCHEMA, hooks=[lambda driver, info: None])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="ping_after_idle must be a finite number"):
-        create_engine(db_url, schema=SCHEMA, ping_after_idle=-1)
+        Pool(db_url, schema=SCHEMA, ping_after_idle=-1)
 
 
-def test_without_the_async_extra_connect_async_says_so_before_connecting(
-        db_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    opened: list[Any] = []
-    monkeypatch.setitem(sys.modules, "greenlet", None)  # as if `pip install 'tnsrag-db[async]'` never ran
-    monkeypatch.setattr("tnsrag_db._store.aio.connect", lambda *a, **k: opened.append(a))
-    with pytest.raises(ConfigurationError, match=r"pip install 'tnsrag-db\[async\]'"):
-        asyncio.run(connect_async(db_url, corpus="never_opened", schema=SCHEMA))
-    assert opened == []  # no connection, so nothing a caller goes on to write

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
@@ -24,7 +23,7 @@ from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext
 
 # -- an independent BM25 ------------------------------------------------------------------
 
-_TERMS_SQL = sa.text(
+_TERMS_SQL = (
     "SELECT t.lexeme, cardinality(t.positions) AS n FROM unnest(CAST(:chunks AS text[])) AS c(chunk) "
     "CROSS JOIN LATERAL unnest(to_tsvector(CAST(:cfg AS regconfig), c.chunk)) AS t")
 
@@ -136,7 +135,7 @@ def test_scores_equal_reference_bm25_with_long_documents_updates_and_deletes(sto
     assert terms["long1"]["alpha"] == 300 and terms["long2"]["alpha"] == 700 and terms["long2"]["agent"] == 700
     assert sum(terms["long1"].values()) == 17_303
     with store.session.transaction() as conn:  # what a single tsvector would have kept
-        capped = conn.execute(sa.text("SELECT cardinality(positions) FROM unnest(to_tsvector('english', :t)) "
+        capped = conn.execute(("SELECT cardinality(positions) FROM unnest(to_tsvector('english', :t)) "
                                       "WHERE lexeme = 'alpha'"), {"t": long_text}).scalar_one()
     assert capped < 300
     assert_matches_reference(index, QUERIES)
@@ -190,10 +189,10 @@ def test_statistics_for_feedback(store: Store) -> None:
 # -- concurrent writers -------------------------------------------------------------------
 
 def _writer(url: str, corpus: str, seed: int, ops: int) -> None:
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    engine = create_engine(url, schema="tnsrag", pool_size=1)
-    store = Store(engine, corpus=corpus)
+    pool = Pool(url, schema="tnsrag", pool_size=1)
+    store = Store(pool, corpus=corpus)
     rng = random.Random(seed)
 
     def op(roll: float, arg: int, batch: list[MemoryEntry]) -> None:
@@ -213,7 +212,7 @@ def _writer(url: str, corpus: str, seed: int, ops: int) -> None:
             # No retry: writers and deletes lock entries in id order, so none may deadlock.
             op(*args)
     finally:
-        engine.dispose()
+        pool.close()
 
 
 @pytest.mark.slow
@@ -224,9 +223,9 @@ def test_scores_equal_reference_after_concurrent_writers(make_store: Callable[..
     assert run_processes(_writer, [(url, store.corpus, seed, 80) for seed in range(4)], 120) == [0, 0, 0, 0]
     index = BM25Index(store)
     with store.session.transaction() as conn:
-        rows = conn.execute(sa.text("SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS tl FROM entries "
+        rows = conn.execute(("SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS tl FROM entries "
                                     "WHERE corpus = :c"), {"c": store.corpus}).one()
-        shards = conn.execute(sa.text("SELECT count(*) FROM bm25_stats WHERE corpus = :c"),
+        shards = conn.execute("SELECT count(*) FROM bm25_stats WHERE corpus = :c",
                               {"c": store.corpus}).scalar_one()
     assert shards > 1  # the writers spread over several counter rows
     n, avg = index.corpus_statistics()
@@ -286,7 +285,7 @@ def test_abbreviations_add_no_one_letter_terms(store: Store) -> None:
     index = BM25Index(store)
     index.add_all(ABBREVIATION_DOCS)
     with store.session.transaction() as conn:
-        lexemes = dict(conn.execute(sa.text("SELECT id, lexemes FROM entries WHERE corpus = :c"),
+        lexemes = dict(conn.execute("SELECT id, lexemes FROM entries WHERE corpus = :c",
                                     {"c": store.corpus}).all())
     assert {"e.g", "u.s", "i.e"} <= set(lexemes["abbrev"])
     assert not [t for t in lexemes["abbrev"] if len(t) < 2]
@@ -383,7 +382,7 @@ def test_candidates_sql_embeds_as_a_cte(store: Store) -> None:
     sql = (f"WITH k AS ({one}), k2 AS ({two}) SELECT 'k' AS s, entry_id, score FROM k "
            "UNION ALL SELECT 'k2', entry_id, score FROM k2 ORDER BY s, score DESC, entry_id")
     with store.session.transaction() as conn:
-        rows = [(r.s, r.entry_id, r.score) for r in conn.execute(sa.text(sql), {**p1, **p2})]
+        rows = [(r.s, r.entry_id, r.score) for r in conn.execute(sql, {**p1, **p2})]
     assert rows == [("k", i, s) for i, s in index.search("agent memory", 5)] + \
         [("k2", i, s) for i, s in index.search("memory", 5, filters={"tier": "WORKING"})]
     with pytest.raises(ConfigurationError):
@@ -488,7 +487,7 @@ def _probe_loops(store: Store, index: BM25Index, query: str, k: int) -> int:
 
     statement = index.ranking_statement(query, k)
     with store.session.transaction() as conn:
-        plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql),
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql,
                             dict(statement.params)).scalar_one()
     plan = json.loads(plan) if isinstance(plan, str) else plan
 
@@ -517,7 +516,7 @@ def test_probe_cost_and_filter_probe_max_choose_the_way_of_scanning(store: Store
     for analyse in (False, True):
         if analyse:
             with store.session.transaction() as conn:
-                conn.execute(sa.text("ANALYZE bm25_postings"))
+                conn.execute("ANALYZE bm25_postings")
         counts.append((_probe_loops(store, probing, query, 3), _probe_loops(store, one_pass, query, 3)))
     assert counts[0] == counts[1], counts
     (probes, one_pass_probes), _ = counts

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
+from tests.db._watch import unwatched, watch
 from tests.db.test_bm25 import (
     PRUNE_QUERIES,
     QUERIES,
@@ -28,6 +28,7 @@ from tests.db.test_bm25 import (
     query_terms_independently,
     random_text,
 )
+from tnsrag_db._db.pool import Connection, Pool
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.merge import BLOCK
@@ -39,7 +40,7 @@ def layout(store: Store) -> dict[str, int]:
     """How the corpus's postings are held, and the invariants of the layout checked."""
     with store.session.transaction() as conn:
         c = {"c": store.corpus}
-        row = conn.execute(sa.text("""
+        row = conn.execute(("""
             SELECT (SELECT count(*) FROM bm25_docs WHERE corpus = :c) AS merged,
                    (SELECT count(DISTINCT entry_id) FROM bm25_postings WHERE corpus = :c) AS rows_entries,
                    (SELECT count(*) FROM bm25_tombstones WHERE corpus = :c) AS tombstones,
@@ -64,10 +65,10 @@ def layout(store: Store) -> dict[str, int]:
                                  WHERE b.corpus = :c AND u.docno NOT IN (
                                    SELECT docno FROM bm25_tombstones WHERE corpus = :c)) x
                                GROUP BY lexeme) p USING (lexeme)
-                    WHERE d.df IS DISTINCT FROM p.df) AS wrong_df""", ), c).one()
+                    WHERE d.df IS DISTINCT FROM p.df) AS wrong_df"""), c).one()
     assert row.both == 0 and row.bad_blocks == 0 and row.wrong_df == 0, row
     assert row.fullest <= BLOCK
-    return dict(row._mapping)
+    return row._asdict()
 
 
 def test_merged_blocks_score_like_rows_through_updates_deletes_and_purges(make_store: Callable[..., Store]) -> None:
@@ -83,7 +84,7 @@ def test_merged_blocks_score_like_rows_through_updates_deletes_and_purges(make_s
     before = layout(store)
     assert before["merged"] == 200 and before["rows_entries"] == 0 and before["blocks"] > 0
     with store.session.transaction() as conn:
-        assert conn.execute(sa.text("SELECT max(n) FROM bm25_blocks WHERE corpus = :c AND lexeme = 'everywher'"),
+        assert conn.execute("SELECT max(n) FROM bm25_blocks WHERE corpus = :c AND lexeme = 'everywher'",
                             {"c": store.corpus}).scalar_one() == BLOCK
     store.add_all(batch[200:])  # these stay rows: both layouts answer together
     assert layout(store)["rows_entries"] == 100
@@ -160,10 +161,10 @@ def test_writers_merge_as_they_write_and_a_sweep_takes_the_rest(make_store: Call
 
 
 def _merging_writer(url: str, corpus: str, seed: int, ops: int) -> None:
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    engine = create_engine(url, schema="tnsrag", pool_size=1)
-    store = Store(engine, corpus=corpus, merge_after_entries=3)
+    pool = Pool(url, schema="tnsrag", pool_size=1)
+    store = Store(pool, corpus=corpus, merge_after_entries=3)
     rng = random.Random(seed)
     try:
         for _ in range(ops):
@@ -177,7 +178,7 @@ def _merging_writer(url: str, corpus: str, seed: int, ops: int) -> None:
                 store.add_all([MemoryEntry(f"c{i:02d}", random_text(rng, rng.randint(1, 30)),
                                            metadata={"group": f"g{rng.randrange(8)}"}) for i in ids])
     finally:
-        engine.dispose()
+        pool.close()
 
 
 @pytest.mark.slow
@@ -205,16 +206,16 @@ def test_a_previous_revisions_writer_stays_correct_on_merged_entries(make_store:
     store.merge_postings()
     with store.session.transaction() as conn:
         c = {"c": store.corpus}
-        first, second, third, fourth = conn.execute(sa.text(
-            "SELECT entry_id FROM bm25_docs WHERE corpus = :c ORDER BY docno LIMIT 4"), c).scalars()
+        first, second, third, fourth = conn.execute(
+            "SELECT entry_id FROM bm25_docs WHERE corpus = :c ORDER BY docno LIMIT 4", c).scalars()
         gone = {first, second, third}
         # What the previous revision's delete sends for entries (its postings' rows: none left).
-        conn.execute(sa.text("DELETE FROM entries WHERE corpus = :c AND id IN (:a, :b)"), {**c, "a": first, "b": second})
+        conn.execute("DELETE FROM entries WHERE corpus = :c AND id IN (:a, :b)", {**c, "a": first, "b": second})
         # Its rewrite of a text: the entry row first (the new rows and df follow as before).
-        conn.execute(sa.text("UPDATE entries SET content = 'other words', content_hash = 'x', doc_len = 0, "
+        conn.execute(("UPDATE entries SET content = 'other words', content_hash = 'x', doc_len = 0, "
                              "lexemes = '{}' WHERE corpus = :c AND id = :a"), {**c, "a": third})
         # A metadata-only change retires nothing.
-        conn.execute(sa.text("UPDATE entries SET metadata = '{\"k\": \"v\"}' WHERE corpus = :c AND id = :a"),
+        conn.execute("UPDATE entries SET metadata = '{\"k\": \"v\"}' WHERE corpus = :c AND id = :a",
                      {**c, "a": fourth})
     state = layout(store)  # df agrees with the live postings
     assert state["tombstones"] == 3
@@ -225,28 +226,28 @@ def test_a_previous_revisions_writer_stays_correct_on_merged_entries(make_store:
 
 def test_downgrade_moves_blocks_back_to_rows(make_store: Callable[..., Store], fresh_db_url: URL) -> None:
     from tnsrag_db._db import migrate
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
     try:
-        migrate.upgrade(engine, schema="tnsrag")
-        store = Store(engine, corpus="down", schema="tnsrag", merge_after_entries=10**9)
+        migrate.upgrade(pool, schema="tnsrag")
+        store = Store(pool, corpus="down", schema="tnsrag", merge_after_entries=10**9)
         store.add_all(generated_entries(random.Random(6), 80))
         store.merge_postings()
         store.delete("d007")
         before = {q: BM25Index(store).search(q, 100) for q in QUERIES}
-        migrate.downgrade(engine, schema="tnsrag", revision="0010")
-        with engine.begin() as conn:
-            conn.execute(sa.text("SET search_path TO tnsrag"))
-            rows = conn.execute(sa.text(
-                "SELECT entry_id, lexeme FROM bm25_postings WHERE corpus = 'down' ORDER BY 1, 2")).all()
+        migrate.downgrade(pool, schema="tnsrag", revision="0010")
+        with pool.begin() as conn:
+            conn.execute("SET search_path TO tnsrag")
+            rows = conn.execute(
+                "SELECT entry_id, lexeme FROM bm25_postings WHERE corpus = 'down' ORDER BY 1, 2").all()
             assert {r.entry_id for r in rows} == {f"d{i:03d}" for i in range(80) if i != 7} - {
                 e.id for e in generated_entries(random.Random(6), 80) if not e.content.strip()}
-        migrate.upgrade(engine, schema="tnsrag")
-        store = Store(engine, corpus="down", schema="tnsrag")
+        migrate.upgrade(pool, schema="tnsrag")
+        store = Store(pool, corpus="down", schema="tnsrag")
         assert {q: BM25Index(store).search(q, 100) for q in QUERIES} == before
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_drop_corpus_with_merged_postings(make_store: Callable[..., Store]) -> None:
@@ -257,7 +258,7 @@ def test_drop_corpus_with_merged_postings(make_store: Callable[..., Store]) -> N
     store.drop_corpus()
     with store.session.transaction() as conn:
         for table in ("bm25_docs", "bm25_blocks", "bm25_tombstones", "bm25_merge_state", "bm25_postings"):
-            assert conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE corpus = :c"),
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE corpus = :c",
                                 {"c": store.corpus}).scalar_one() == 0, table
     store.add(MemoryEntry("again", "agent memory"))
     assert [i for i, _ in BM25Index(store).search("agent", 5)] == ["again"]
@@ -290,22 +291,22 @@ def test_a_merge_that_fails_after_a_write_does_not_fail_the_write(fresh_db_url: 
     # The merge runs after the write committed; on a schema without blocks (not yet
     # upgraded) it fails, and the write is still reported as written.
     from tnsrag_db._db import migrate
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
     try:
-        migrate.upgrade(engine, schema="tnsrag", revision="0010")
-        store = Store(engine, corpus="old", schema="tnsrag", merge_after_entries=1)
+        migrate.upgrade(pool, schema="tnsrag", revision="0010")
+        store = Store(pool, corpus="old", schema="tnsrag", merge_after_entries=1)
         with caplog.at_level("WARNING", logger="tnsrag_db"):
             assert store.add_all([MemoryEntry("a", "agent memory"), MemoryEntry("b", "vector index")]).inserted == 2
         # (0010 has neither the blocks nor the function that says which releases a schema serves)
         assert "not merged into blocks" in caplog.text and "tnsrag_schema_compat" in caplog.text
         # (this release's reads need its own schema, with expiry: listed here by hand)
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT id FROM tnsrag.entries WHERE corpus = 'old' ORDER BY id")
-                                ).scalars().all() == ["a", "b"]
+        with pool.connect() as conn:
+            assert conn.execute("SELECT id FROM tnsrag.entries WHERE corpus = 'old' ORDER BY id"
+                                ).scalars() == ["a", "b"]
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_merges_go_on_in_small_transactions_until_nothing_is_left(make_store: Callable[..., Store],
@@ -342,21 +343,21 @@ def test_a_merge_deletes_by_tid_scan_even_when_statistics_say_the_delta_is_empty
     store.add_all(generated_entries(random.Random(12), 50))
     store.merge_postings()
     with store.session.transaction() as conn:
-        conn.execute(sa.text("ANALYZE bm25_postings, bm25_blocks"))
+        conn.execute("ANALYZE bm25_postings, bm25_blocks")
     store.add_all(generated_entries(random.Random(13), 200, prefix="n"))
     with store.session.transaction() as conn:
         for ddl in (merge._STAGE_DDL, *merge._MOVE_STAGE_DDL):
-            conn.execute(sa.text(ddl))
-        conn.execute(sa.text("INSERT INTO tnsrag_stage_np SELECT p.ctid, p.lexeme, p.entry_id, 1, p.tf, p.doc_len "
+            conn.execute(ddl)
+        conn.execute(("INSERT INTO tnsrag_stage_np SELECT p.ctid, p.lexeme, p.entry_id, 1, p.tf, p.doc_len "
                              "FROM bm25_postings p WHERE p.corpus = :c"), {"c": store.corpus})
-        conn.execute(sa.text("INSERT INTO tnsrag_stage_tail SELECT b.ctid, b.lexeme, b.first_docno, b.docnos, b.tfs, "
+        conn.execute(("INSERT INTO tnsrag_stage_tail SELECT b.ctid, b.lexeme, b.first_docno, b.docnos, b.tfs, "
                              "b.dls FROM bm25_blocks b WHERE b.corpus = :c"), {"c": store.corpus})
-        explain = [(f"EXPLAIN {sql}", {"c": store.corpus, "tids": conn.execute(sa.text(staged)).scalar_one()})
+        explain = [(f"EXPLAIN {sql}", {"c": store.corpus, "tids": conn.execute(staged).scalar_one()})
                    for sql, staged in ((merge._GONE_SQL, merge._STAGED_NP_SQL),
                                        (merge._TAILS_GONE_SQL, merge._STAGED_TAILS_SQL))]
         assert all(params["tids"] for _, params in explain)
         with merge.tid_scans_only(conn):
-            tid_plans = ["\n".join(conn.execute(sa.text(statement), params).scalars()) for statement, params in explain]
+            tid_plans = ["\n".join(conn.execute(statement, params).scalars()) for statement, params in explain]
         conn.rollback()
     # No index scan of the corpus, no scan of the whole table: a TID scan.
     assert all(plan.startswith("Delete on") and "Tid Scan" in plan and "Index" not in plan for plan in tid_plans), \
@@ -391,7 +392,7 @@ def test_pruned_scoring_reads_each_term_once_however_many_candidates(make_store:
     # corpus's are until the next ANALYZE): its postings are estimated at a few rows.
     store = make_store(merge_after_entries=10**9, analyze_after_rows=10**9)
     with store.session.transaction() as conn:
-        conn.execute(sa.text("ANALYZE bm25_postings, bm25_blocks, bm25_docs"))
+        conn.execute("ANALYZE bm25_postings, bm25_blocks, bm25_docs")
     store.add_all(pruning_entries(random.Random(21), 600))
     if merged:
         store.merge_postings()
@@ -399,7 +400,7 @@ def test_pruned_scoring_reads_each_term_once_however_many_candidates(make_store:
     query = "zzcommon zzmid zzrare zzrarest agent memory vector index"
     statement = index.ranking_statement(query, 5)
     with store.session.transaction() as conn:
-        plan = conn.execute(sa.text(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.sql}"),
+        plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.sql}",
                             dict(statement.params)).scalar_one()  # parsed by the driver
     postings = sum(index.document_frequency(index.query_terms(query)).values())
     # Pairing each posting with each query term is the most a join of this statement may
@@ -429,15 +430,15 @@ def test_a_query_reads_only_its_terms_postings_right_after_a_merge(make_store: C
     store.add_all(pruning_entries(random.Random(22), 400))
     store.merge_postings()
     with store.session.transaction() as conn:
-        conn.execute(sa.text("ANALYZE bm25_postings, bm25_blocks, bm25_docs"))
+        conn.execute("ANALYZE bm25_postings, bm25_blocks, bm25_docs")
     index = BM25Index(store, prune_min_df=1)
     statement = index.ranking_statement(query, 5)
     with store.session.transaction() as conn:
         # Which key each index scan uses is the question. A table that other tests' merges and
         # vacuums left a few pages long may be read whole instead (harmless at that size):
         # sequential scans are off for the question.
-        conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-        plan = conn.execute(sa.text(f"EXPLAIN (FORMAT JSON) {statement.sql}"), dict(statement.params)).scalar_one()
+        conn.execute("SET LOCAL enable_seqscan = off")
+        plan = conn.execute(f"EXPLAIN (FORMAT JSON) {statement.sql}", dict(statement.params)).scalar_one()
     scans = _postings_scans(plan[0]["Plan"])
     # Keyed by a term (a term's range) or by an entry (a candidate's probe), never by the corpus alone.
     assert scans and all(re.search(r"\((lexeme|entry_id) = ", scan) for scan in scans), scans
@@ -468,24 +469,19 @@ def _per_row_corpus_reads(node: dict[str, Any], per_row: bool = False) -> list[s
 
 
 @contextmanager
-def _merge_plans(engine: Engine) -> Iterator[dict[str, dict[str, Any]]]:
+def _merge_plans(pool: Pool) -> Iterator[dict[str, dict[str, Any]]]:
     """The plan of every statement on ``engine``'s connections in the block that reaches a
     merge's tables, each planned with EXPLAIN right before it runs (same transaction,
     same settings, same snapshot of the statistics)."""
     plans: dict[str, dict[str, Any]] = {}
 
-    def explain(conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any,
-                executemany: bool) -> None:
+    def explain(conn: Connection, statement: str, parameters: Any) -> None:
         if (statement.lstrip().startswith(("SELECT", "INSERT", "UPDATE", "DELETE", "WITH"))
                 and any(table in statement for table in _MERGE_TABLES) and "set_config" not in statement):
-            cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
-            plans[statement] = cursor.fetchone()[0][0]["Plan"]
+            plans[statement] = unwatched(conn, "EXPLAIN (FORMAT JSON) " + statement, parameters).scalar_one()[0]["Plan"]
 
-    sa.event.listen(engine, "before_cursor_execute", explain)
-    try:
+    with watch(before=explain):
         yield plans
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", explain)
 
 
 def test_a_merge_on_statistics_that_never_saw_its_corpus_reads_no_corpus_once_per_row(fresh_db_url: URL) -> None:
@@ -496,38 +492,38 @@ def test_a_merge_on_statistics_that_never_saw_its_corpus_reads_no_corpus_once_pe
     # merge ran for minutes. Every statement of the merge, the purge and the sweep is
     # planned here on such statistics; none may read a corpus once per row.
     from tnsrag_db._db import migrate
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
     from tnsrag_db._store import merge
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
     try:
-        migrate.upgrade(engine, schema="tnsrag")
-        with engine.begin() as conn:  # the statistics stay what this test makes them
+        migrate.upgrade(pool, schema="tnsrag")
+        with pool.begin() as conn:  # the statistics stay what this test makes them
             for table in _MERGE_TABLES:
-                conn.execute(sa.text(f"ALTER TABLE tnsrag.{table} SET (autovacuum_enabled = off)"))
+                conn.execute(f"ALTER TABLE tnsrag.{table} SET (autovacuum_enabled = off)")
 
         def make(corpus: str) -> Store:
-            return Store(engine, corpus=corpus, schema="tnsrag", merge_after_entries=10**9,
+            return Store(pool, corpus=corpus, schema="tnsrag", merge_after_entries=10**9,
                          analyze_after_rows=10**9)
 
         old = make("merged")
         old.add_all(generated_entries(random.Random(21), 200))
         old.merge_postings()
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"ANALYZE {', '.join(f'tnsrag.{t}' for t in _MERGE_TABLES)}"))
+        with pool.begin() as conn:
+            conn.execute(f"ANALYZE {', '.join(f'tnsrag.{t}' for t in _MERGE_TABLES)}")
         new, swept = make("new"), make("swept")
         new.add_all(generated_entries(random.Random(22), 600, prefix="n"))
         swept.add_all(generated_entries(random.Random(23), 600, prefix="s"))
-        with engine.begin() as conn:  # the statistics the merges plan on: both corpora look like one row
+        with pool.begin() as conn:  # the statistics the merges plan on: both corpora look like one row
             for table, corpus_column in (("entries", "corpus"), ("bm25_postings", "corpus")):
-                plan = conn.execute(sa.text(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM tnsrag.{table} "
+                plan = conn.execute((f"EXPLAIN (FORMAT JSON) SELECT 1 FROM tnsrag.{table} "
                                             f"WHERE {corpus_column} = 'new'")).scalar_one()[0]["Plan"]
                 assert plan["Plan Rows"] <= 1, (table, plan)
 
-        with _merge_plans(engine) as plans:
+        with _merge_plans(pool) as plans:
             moved = new.merge_postings(sweep=False)
         assert new.delete_many([f"n{i:03d}" for i in range(0, 600, 3)]) > 0  # tombstones for the purge
-        with _merge_plans(engine) as more:
+        with _merge_plans(pool) as more:
             purged = new.merge_postings(sweep=False)
             sweep = swept.merge_postings(sweep=True)
         plans.update(more)
@@ -538,13 +534,13 @@ def test_a_merge_on_statistics_that_never_saw_its_corpus_reads_no_corpus_once_pe
         names = ("_DELTA_ENTRIES_SQL", "_LOCK_SQL", "_NP_SCAN_SQL", "_TAIL_SQL", "_GONE_SQL", "_BLOCKS_SQL",
                  "_TOMBSTONES_SQL", "_HIT_SQL", "_PURGE_SQL", "_PURGED_SQL", "_SWEEP_WINDOW_SQL", "_NUMBERED_SQL",
                  "_NP_PROBE_SQL")
-        compiled = {name: str(sa.text(getattr(merge, name)).compile(dialect=engine.dialect)) for name in names}
-        assert [name for name, statement in compiled.items() if statement not in plans] == []
+        texts = {name: getattr(merge, name) for name in names}
+        assert [name for name, statement in texts.items() if statement not in plans] == []
         for store in (new, swept):
             assert layout(store)["rows_entries"] == 0 and layout(store)["tombstones"] == 0
             assert_matches_reference(BM25Index(store), QUERIES)
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_a_large_write_refreshes_the_statistics_before_its_merge(fresh_db_url: URL,
@@ -552,7 +548,7 @@ def test_a_large_write_refreshes_the_statistics_before_its_merge(fresh_db_url: U
     # The merge after a bulk write plans on statistics that have seen the write; the delta,
     # analysed full then, is analysed again once the merge has emptied it.
     from tnsrag_db._db import migrate
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
     from tnsrag_db._store import corpus
 
     events: list[tuple[str, ...]] = []
@@ -568,10 +564,10 @@ def test_a_large_write_refreshes_the_statistics_before_its_merge(fresh_db_url: U
 
     monkeypatch.setattr(corpus.Writer, "_analyze", analysed)
     monkeypatch.setattr(corpus, "merge_postings", merged)
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
     try:
-        migrate.upgrade(engine, schema="tnsrag")
-        store = Store(engine, corpus="bulk", schema="tnsrag", merge_after_entries=40, analyze_after_rows=60)
+        migrate.upgrade(pool, schema="tnsrag")
+        store = Store(pool, corpus="bulk", schema="tnsrag", merge_after_entries=40, analyze_after_rows=60)
         store.add_all(generated_entries(random.Random(31), 100))
         first_merge = events.index(("merge",))
         assert events[0] == ("analyze", "entries", "bm25_postings") and first_merge == 1
@@ -581,4 +577,4 @@ def test_a_large_write_refreshes_the_statistics_before_its_merge(fresh_db_url: U
         assert events and all(event == ("merge",) for event in events)
         assert layout(store)["rows_entries"] == 0
     finally:
-        engine.dispose()
+        pool.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-import sqlalchemy as sa
 
 from tnsrag_db import (
     BM25Index,
@@ -56,7 +55,7 @@ def test_statement_timeout_per_store_and_per_block(store: Store, make_store: Cal
         limited.read("SELECT pg_sleep(2)", {})
     with pytest.raises(StatementTimeoutError):
         with limited.session.transaction() as conn:
-            conn.execute(sa.text("SELECT pg_sleep(2)"))
+            conn.execute("SELECT pg_sleep(2)")
     # The same pooled connections serve an unlimited store afterwards.
     assert store.read("SELECT 1 AS ok FROM pg_sleep(0.4)", {})[0].ok
     with store.timeout(0.2):

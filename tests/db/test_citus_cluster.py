@@ -14,10 +14,8 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from psycopg import sql
-from sqlalchemy.engine import Engine
 
 from tests.citus_cluster import Cluster
 from tests.db._helpers import read_statements
@@ -39,7 +37,7 @@ from tnsrag_db import (
 )
 from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.citus import distribute
 from tnsrag_db._store.expiry import SweepReport
 from tnsrag_db._store.store import Store
@@ -63,13 +61,13 @@ def _embedding(text: str) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def citus_engine(citus_cluster: Cluster) -> Iterator[Engine]:
+def citus_engine(citus_cluster: Cluster) -> Iterator[Pool]:
     """An engine on the coordinator, its schema migrated and distributed by corpus."""
-    engine = create_engine(citus_cluster.coordinator.url, schema=SCHEMA, pool_size=2)
-    migrate.upgrade(engine, schema=SCHEMA)
-    distribute(engine, schema=SCHEMA)
-    yield engine
-    engine.dispose()
+    pool = Pool(citus_cluster.coordinator.url, schema=SCHEMA, pool_size=2)
+    migrate.upgrade(pool, schema=SCHEMA)
+    distribute(pool, schema=SCHEMA)
+    yield pool
+    pool.close()
 
 
 def _load(store: Store) -> dict[str, Any]:
@@ -95,13 +93,13 @@ def _answers(strategies: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
             for name, strategy in strategies.items() for label, ctx in contexts.items()}
 
 
-def _cluster_store(engine: Engine) -> Store:
-    return Store(engine, corpus=f"citus_{uuid.uuid4().hex[:10]}", schema=SCHEMA)
+def _cluster_store(pool: Pool) -> Store:
+    return Store(pool, corpus=f"citus_{uuid.uuid4().hex[:10]}", schema=SCHEMA)
 
 
 @pytest.mark.citus
 def test_distribute_puts_every_table_in_one_colocation_group_by_corpus(citus_cluster: Cluster,
-                                                                       citus_engine: Engine) -> None:
+                                                                       citus_engine: Pool) -> None:
     with psycopg.connect(citus_cluster.coordinator.conninfo) as conn:
         rows = conn.execute("SELECT table_name::text, distribution_column, colocation_id FROM citus_tables "
                             "WHERE table_name::text LIKE %s", (f"{SCHEMA}.%",)).fetchall()
@@ -128,7 +126,7 @@ def test_distribute_puts_every_table_in_one_colocation_group_by_corpus(citus_clu
 
 
 @pytest.mark.citus
-def test_answers_on_the_cluster_equal_the_single_servers(citus_engine: Engine,
+def test_answers_on_the_cluster_equal_the_single_servers(citus_engine: Pool,
                                                         make_store: Callable[..., Store]) -> None:
     single = _answers(_load(make_store()))
     store = _cluster_store(citus_engine)
@@ -176,7 +174,7 @@ _CONTEXTS = {"all": RAGContext(5), "acme": RAGContext(5, -1.0, {"tenant": "acme"
 @pytest.mark.citus
 @pytest.mark.parametrize("strategy", ["keyword", "vector", "hybrid", "graph", "hierarchy"])
 def test_each_corpus_statement_of_a_query_runs_as_one_task_on_one_worker(
-        citus_cluster: Cluster, citus_engine: Engine, strategy: str) -> None:
+        citus_cluster: Cluster, citus_engine: Pool, strategy: str) -> None:
     """EXPLAIN of every statement a query and its explanation send, unfiltered, filtered by
     metadata and by a column: one task, routed to one worker."""
     store = _cluster_store(citus_engine)
@@ -201,18 +199,18 @@ def test_each_corpus_statement_of_a_query_runs_as_one_task_on_one_worker(
 
 @pytest.mark.citus
 def test_no_statement_of_a_corpus_is_planned_as_more_than_one_task(citus_cluster: Cluster,
-                                                                   citus_engine: Engine) -> None:
+                                                                   citus_engine: Pool) -> None:
     """Every statement the library sends for one corpus, reads, writes, rewrites, deletes,
     sweeps and merges alike, on a coordinator where Citus refuses any plan of more than one
     task (``citus.multi_task_query_log_level = error``, which also applies to each
     subplan of a statement Citus plans in steps): each is one task on one worker."""
     url = citus_cluster.coordinator.url + "?options=-c%20citus.multi_task_query_log_level%3Derror"
-    strict = create_engine(url, schema=SCHEMA, pool_size=1)
+    strict = Pool(url, schema=SCHEMA, pool_size=1)
     store = Store(strict, corpus=f"citus_{uuid.uuid4().hex[:10]}", schema=SCHEMA)
     try:
         with strict.connect() as conn:  # the setting is in force: a statement over every shard fails
-            with pytest.raises(sa.exc.DBAPIError, match="multi-task query about to be executed"):
-                conn.execute(sa.text("SELECT count(*) FROM entries"))
+            with pytest.raises(psycopg.Error, match="multi-task query about to be executed"):
+                conn.execute("SELECT count(*) FROM entries")
         changed = _change(store)
         strategies = _walkers(store, changed["strategies"])
         for strategy in strategies.values():
@@ -224,7 +222,7 @@ def test_no_statement_of_a_corpus_is_planned_as_more_than_one_task(citus_cluster
         assert store.delete_where({"tier": "SEMANTIC"}, older_than=timedelta(microseconds=1)) > 0
         assert store.clear() > 0
     finally:
-        strict.dispose()
+        strict.close()
         _cluster_store(citus_engine).with_corpus(store.corpus).drop_corpus()  # its orphan sweep spans shards
 
 
@@ -241,29 +239,29 @@ def _served_on_workers(cluster: Cluster, schema: str) -> set[str]:
 @pytest.mark.citus
 def test_upgrade_of_a_distributed_schema_reaches_every_node(citus_cluster: Cluster) -> None:
     schema = "tnsrag_up"
-    engine = create_engine(citus_cluster.coordinator.url, schema=schema, pool_size=1)
+    pool = Pool(citus_cluster.coordinator.url, schema=schema, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=schema, revision="0011")
-        migrate.upgrade(engine, schema=schema)  # a schema upgraded from 0011 serves 0010 ...
+        migrate.upgrade(pool, schema=schema, revision="0011")
+        migrate.upgrade(pool, schema=schema)  # a schema upgraded from 0011 serves 0010 ...
         with pytest.raises(ConfigurationError, match="upgrade --finish"):
-            distribute(engine, schema=schema)  # ... whose writers need the triggers
-        migrate.finish(engine, schema=schema)
-        report = distribute(engine, schema=schema)
+            distribute(pool, schema=schema)  # ... whose writers need the triggers
+        migrate.finish(pool, schema=schema)
+        report = distribute(pool, schema=schema)
         assert report.triggers == ["tnsrag_bm25_retire_deleted", "tnsrag_bm25_retire_rewritten"]
         # A revision after distribution: 0012 again (it reads a distributed table, then
         # replaces a function, which Citus propagates to every node).
-        migrate.downgrade(engine, schema=schema, revision="0011")
+        migrate.downgrade(pool, schema=schema, revision="0011")
         for worker in citus_cluster.workers:
             with psycopg.connect(worker.conninfo) as conn:
                 assert conn.execute("SELECT to_regprocedure(%s)", (f"{schema}.tnsrag_schema_compat()",)
                                     ).fetchone() == (None,)
-        migrate.upgrade(engine, schema=schema)  # from 0011 with no blocks: serves 0010 again
+        migrate.upgrade(pool, schema=schema)  # from 0011 with no blocks: serves 0010 again
         assert _served_on_workers(citus_cluster, schema) == {"0010"}
-        migrate.finish(engine, schema=schema)  # CREATE OR REPLACE FUNCTION, propagated as well
+        migrate.finish(pool, schema=schema)  # CREATE OR REPLACE FUNCTION, propagated as well
         assert _served_on_workers(citus_cluster, schema) == {"0013"}  # the floor of the last revision
-        assert migrate.check(engine, schema=schema) == []
+        assert migrate.check(pool, schema=schema) == []
     finally:
-        engine.dispose()
+        pool.close()
         with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
@@ -287,13 +285,13 @@ def test_cli_distributes(citus_cluster: Cluster) -> None:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-def test_distribute_refuses_a_server_without_citus(engine: Engine) -> None:
+def test_distribute_refuses_a_server_without_citus(pool: Pool) -> None:
     with pytest.raises(ConfigurationError, match="no citus extension"):
-        distribute(engine, schema=SCHEMA)
+        distribute(pool, schema=SCHEMA)
 
 
 @pytest.mark.citus
-def test_export_and_restore_into_a_new_corpus_on_the_cluster(citus_cluster: Cluster, citus_engine: Engine,
+def test_export_and_restore_into_a_new_corpus_on_the_cluster(citus_cluster: Cluster, citus_engine: Pool,
                                                              tmp_path: Any) -> None:
     store = _cluster_store(citus_engine)
     restored = _cluster_store(citus_engine)
@@ -371,7 +369,7 @@ def _stored(store: Store) -> dict[str, Any]:
 
 
 @pytest.mark.citus
-def test_changes_and_deletes_on_the_cluster_equal_the_single_servers(citus_engine: Engine,
+def test_changes_and_deletes_on_the_cluster_equal_the_single_servers(citus_engine: Pool,
                                                                     make_store: Callable[..., Store]) -> None:
     single = make_store()
     expected = _change(single)
@@ -401,31 +399,31 @@ def test_a_schema_that_had_tenancy_on_is_distributed_once_it_is_off(citus_cluste
     ``@>``. Tenancy cannot be switched on again on the cluster (Citus refuses triggers on
     distributed tables)."""
     from tnsrag_db import DatabaseError, tenancy
-    from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
+    from tnsrag_db._db.filter_pairs import FILTER_PAIRS_TRIGGERS
 
     schema = "tnsrag_ten"
-    engine = create_engine(citus_cluster.coordinator.url, schema=schema, pool_size=1)
+    pool = Pool(citus_cluster.coordinator.url, schema=schema, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=schema)
-        tenancy.enable(engine, schema=schema)
+        migrate.upgrade(pool, schema=schema)
+        tenancy.enable(pool, schema=schema)
         with pytest.raises(ConfigurationError, match="tenant isolation on"):
-            distribute(engine, schema=schema)
-        tenancy.disable(engine, schema=schema)
-        assert tenancy.pair_triggers_attached(engine, schema=schema)
-        report = distribute(engine, schema=schema)
+            distribute(pool, schema=schema)
+        tenancy.disable(pool, schema=schema)
+        assert tenancy.pair_triggers_attached(pool, schema=schema)
+        report = distribute(pool, schema=schema)
         from tnsrag_db._db.schema import metadata
 
         assert set(FILTER_PAIRS_TRIGGERS) <= set(report.triggers)
         assert len(report.distributed) == len(metadata.sorted_tables)
-        assert not tenancy.pair_triggers_attached(engine, schema=schema)
-        store = Store(engine, corpus="acme", schema=schema)
+        assert not tenancy.pair_triggers_attached(pool, schema=schema)
+        store = Store(pool, corpus="acme", schema=schema)
         store.add_all(ENTRIES)
         assert not store.uses_filter_pairs()
         assert {d.metadata["entryId"] for d in KeywordRAGStrategy(BM25Index(store)).retrieve(
             "agent", RAGContext(10, -1.0, {"tenant": "acme"}))} == {"c", "f"}
         with pytest.raises(DatabaseError, match="triggers are not supported on distributed tables"):
-            tenancy.enable(engine, schema=schema)
+            tenancy.enable(pool, schema=schema)
     finally:
-        engine.dispose()
+        pool.close()
         with psycopg.connect(citus_cluster.coordinator.conninfo, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

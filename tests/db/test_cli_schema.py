@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db._cli import main_group
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.embedded import keeper
 
 READ_COMMANDS = [["stats"], ["corpora"], ["export"], ["query", "memory", "--strategy", "keyword"],
@@ -24,13 +24,13 @@ READ_COMMANDS = [["stats"], ["corpora"], ["export"], ["query", "memory", "--stra
                  ["graph", "add-edge", "a", "b"], ["embed", "--embedding", "hash", "--corpus", "c"]]
 
 
-def _schema_exists(engine: sa.Engine, name: str) -> bool:
-    with engine.connect() as conn:
-        return bool(conn.execute(sa.text("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = :n)"),
+def _schema_exists(pool: Pool, name: str) -> bool:
+    with pool.connect() as conn:
+        return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = :n)",
                                  {"n": name}).scalar_one())
 
 
-def test_a_mistyped_schema_is_named_with_the_schemas_that_exist(db_url: URL, engine: sa.Engine) -> None:
+def test_a_mistyped_schema_is_named_with_the_schemas_that_exist(db_url: URL, pool: Pool) -> None:
     url = db_url.render_as_string(hide_password=False)
     typo = f"tnsrg_{uuid.uuid4().hex[:6]}"
     for command in READ_COMMANDS:
@@ -38,7 +38,7 @@ def test_a_mistyped_schema_is_named_with_the_schemas_that_exist(db_url: URL, eng
         assert res.exit_code == 1, (command, res.output)
         assert f"schema {typo!r} does not exist" in res.stderr, (command, res.stderr)
         assert f"tnsrag schemas here: {SCHEMA}" in res.stderr and "Traceback" not in res.output
-        assert not _schema_exists(engine, typo)
+        assert not _schema_exists(pool, typo)
 
 
 def _env(home: Path) -> dict[str, str]:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
 
 
 def _writer(url: str, corpus: str, worker: int, barrier: mp.synchronize.Barrier) -> None:  # type: ignore[name-defined]
-    engine = create_engine(url, schema="tnsrag", pool_size=1)
-    store = Store(engine, corpus=corpus)
+    pool = Pool(url, schema="tnsrag", pool_size=1)
+    store = Store(pool, corpus=corpus)
     barrier.wait()
     for start in range(0, 500, 50):
         store.add_all([MemoryEntry(f"w{worker}-{i}", f"worker {worker} entry {i} shared words") for i in
@@ -23,7 +22,7 @@ def _writer(url: str, corpus: str, worker: int, barrier: mp.synchronize.Barrier)
     # and some single upserts, overlapping with the other workers
     for i in range(20):
         store.add(MemoryEntry(f"w{worker}-{i}", f"worker {worker} entry {i} updated"))
-    engine.dispose()
+    pool.close()
 
 
 def test_four_processes_upsert_500_each(store: Store, db_url: URL) -> None:
@@ -36,11 +35,11 @@ def test_four_processes_upsert_500_each(store: Store, db_url: URL) -> None:
                 for w in range(4) for i in range(500)}
     assert {e.id: e.content for e in store.iter_entries()} == expected
     with store.session.transaction() as conn:
-        n_docs, total = conn.execute(sa.text(
-            "SELECT sum(n_docs), sum(total_len) FROM bm25_stats WHERE corpus = :c"), {"c": store.corpus}).one()
-        real_len = conn.execute(sa.text("SELECT sum(doc_len) FROM entries WHERE corpus = :c"),
+        n_docs, total = conn.execute(
+            "SELECT sum(n_docs), sum(total_len) FROM bm25_stats WHERE corpus = :c", {"c": store.corpus}).one()
+        real_len = conn.execute("SELECT sum(doc_len) FROM entries WHERE corpus = :c",
                                 {"c": store.corpus}).scalar_one()
-        postings_len = conn.execute(sa.text("SELECT sum(tf) FROM bm25_postings WHERE corpus = :c"),
+        postings_len = conn.execute("SELECT sum(tf) FROM bm25_postings WHERE corpus = :c",
                                     {"c": store.corpus}).scalar_one()
     assert n_docs == 2000
     assert total == real_len == postings_len
@@ -52,12 +51,12 @@ def test_document_frequencies_match_postings_after_concurrent_writes(store: Stor
     for w in range(4):
         store.delete(f"w{w}-1")
     with store.session.transaction() as conn:
-        mismatched = conn.execute(sa.text(
+        mismatched = conn.execute((
             "SELECT coalesce(p.lexeme, d.lexeme) FROM "
             "(SELECT lexeme, count(*) AS n FROM bm25_postings WHERE corpus = :c GROUP BY lexeme) p "
             "FULL JOIN (SELECT lexeme, sum(df) AS n FROM bm25_df WHERE corpus = :c GROUP BY lexeme "
             "           HAVING sum(df) <> 0) d USING (lexeme) "
-            "WHERE p.n IS DISTINCT FROM d.n"), {"c": store.corpus}).scalars().all()
+            "WHERE p.n IS DISTINCT FROM d.n"), {"c": store.corpus}).scalars()
     assert mismatched == []
 
 
@@ -74,8 +73,8 @@ def _contender(url: str, corpus: str, seed: int, ops: int) -> None:
     from tnsrag_db._indexes.vector import VectorMemoryStore
     from tnsrag_db.embeddings import HashingEmbedding
 
-    engine = create_engine(url, schema="tnsrag", pool_size=1)
-    store = Store(engine, corpus=corpus)
+    pool = Pool(url, schema="tnsrag", pool_size=1)
+    store = Store(pool, corpus=corpus)
     vectors = VectorMemoryStore(store, HashingEmbedding())
     graph = GraphStore(store)
     rng = random.Random(seed)
@@ -116,7 +115,7 @@ def _contender(url: str, corpus: str, seed: int, ops: int) -> None:
                 counts = store.add_all(entries)
                 assert counts.inserted + counts.updated + counts.unchanged == len(entries), counts
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_contended_writers_and_deleters_keep_every_index_consistent(store: Store, db_url: URL) -> None:
@@ -127,23 +126,23 @@ def test_contended_writers_and_deleters_keep_every_index_consistent(store: Store
     assert run_processes(_contender, [(url, store.corpus, seed, 150) for seed in range(4)]) == [0, 0, 0, 0]
     c = {"c": store.corpus}
     with store.session.transaction() as conn:
-        orphan_postings = conn.execute(sa.text(
+        orphan_postings = conn.execute((
             "SELECT count(*) FROM bm25_postings p WHERE p.corpus = :c AND NOT EXISTS (SELECT 1 FROM entries e "
             "WHERE e.corpus = p.corpus AND e.id = p.entry_id AND p.lexeme = ANY(e.lexemes))"), c).scalar_one()
-        missing_postings = conn.execute(sa.text(
+        missing_postings = conn.execute((
             "SELECT count(*) FROM entries e CROSS JOIN unnest(e.lexemes) AS l(lexeme) WHERE e.corpus = :c "
             "AND NOT EXISTS (SELECT 1 FROM bm25_postings p WHERE p.corpus = e.corpus AND p.entry_id = e.id "
             "AND p.lexeme = l.lexeme)"), c).scalar_one()
-        df_wrong = conn.execute(sa.text(
+        df_wrong = conn.execute((
             "SELECT count(*) FROM (SELECT lexeme, sum(df) AS n FROM bm25_df WHERE corpus = :c GROUP BY lexeme) d "
             "FULL JOIN (SELECT lexeme, count(*) AS n FROM bm25_postings WHERE corpus = :c GROUP BY lexeme) p "
             "USING (lexeme) WHERE coalesce(d.n, 0) <> coalesce(p.n, 0)"), c).scalar_one()
-        stats = conn.execute(sa.text(
+        stats = conn.execute((
             "SELECT (SELECT coalesce(sum(n_docs), 0) FROM bm25_stats WHERE corpus = :c), "
             "(SELECT coalesce(sum(total_len), 0) FROM bm25_stats WHERE corpus = :c), "
             "(SELECT count(*) FROM entries WHERE corpus = :c), "
             "(SELECT coalesce(sum(doc_len), 0) FROM entries WHERE corpus = :c)"), c).one()
-        stale_vectors = conn.execute(sa.text(
+        stale_vectors = conn.execute((
             "SELECT count(*) FROM embeddings x WHERE x.corpus = :c AND NOT EXISTS "
             "(SELECT 1 FROM entries e WHERE e.corpus = x.corpus AND e.id = x.entry_id)"), c).scalar_one()
     assert (orphan_postings, missing_postings, df_wrong, stale_vectors) == (0, 0, 0, 0)

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL
 
 from tests._entrypoints import Installer, installer
 from tnsrag_db._counts import IngestCounts
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import (
     ConfigurationError,
     DatabaseError,
@@ -160,7 +159,7 @@ def test_temporal_mode_prefers_fresh_entries(store: Store) -> None:
 
 def _vector_count(store: Store) -> int:
     with store.session.transaction() as conn:
-        return int(conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"),
+        return int(conn.execute("SELECT count(*) FROM embeddings WHERE corpus = :c",
                                 {"c": store.corpus}).scalar_one())
 
 
@@ -371,7 +370,7 @@ def test_continue_empty_applies_to_a_database_failure(store: Store, db_url: URL)
     role = echo_role(ListLoader(DOCS), store, strategy=RetrievalStrategy.KEYWORD,
                      on_failure=OnFailure.CONTINUE_EMPTY)
     assert ids(role.ask("refund"))  # ingested and working
-    missing = create_engine(db_url.set(database=f"missing_{uuid.uuid4().hex[:8]}"), schema="tnsrag", pool_size=1)
+    missing = Pool(db_url.set(database=f"missing_{uuid.uuid4().hex[:8]}"), schema="tnsrag", pool_size=1)
     try:
         bind_store(role, Store(missing, corpus=store.corpus))  # the instance binding wins over the class's
         result = role.ask("refund")
@@ -382,7 +381,7 @@ def test_continue_empty_applies_to_a_database_failure(store: Store, db_url: URL)
         with pytest.raises(DatabaseError):
             raising.ask("refund")
     finally:
-        missing.dispose()
+        missing.close()
 
 
 # -- stores and ingestion -----------------------------------------------------------------
@@ -434,20 +433,20 @@ class SharedRole:
 
 
 def _ingest_in_child(url: str, corpus: str, embed: bool, barrier: Any, out: Any) -> None:
-    engine = create_engine(url, schema="tnsrag", pool_size=2)
+    pool = Pool(url, schema="tnsrag", pool_size=2)
     try:
         barrier.wait(30)
-        counts = ingest_sources(SharedRole, store=Store(engine, corpus=corpus), embed=embed)
+        counts = ingest_sources(SharedRole, store=Store(pool, corpus=corpus), embed=embed)
         out.put((counts.inserted, counts.updated, counts.unchanged))
     except BaseException as exc:  # report instead of dying silently
         out.put(repr(exc))
     finally:
-        engine.dispose()
+        pool.close()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("embed", [False, True], ids=["entries", "with-vectors"])
-def test_three_processes_starting_together_ingest_once(db_url: URL, store: Store, engine: Engine,
+def test_three_processes_starting_together_ingest_once(db_url: URL, store: Store, pool: Pool,
                                                        embed: bool) -> None:
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(3), ctx.Queue()
@@ -462,8 +461,8 @@ def test_three_processes_starting_together_ingest_once(db_url: URL, store: Store
     n = len(SHARED_ENTRIES)
     assert sorted(results) == [(0, 0, n), (0, 0, n), (n, 0, 0)]
     assert store.count() == n
-    with engine.connect() as conn:
-        vectors = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"),
+    with pool.connect() as conn:
+        vectors = conn.execute("SELECT count(*) FROM embeddings WHERE corpus = :c",
                                {"c": store.corpus}).scalar_one()
     assert vectors == (n if embed else 0)
 
@@ -552,8 +551,8 @@ def provider_role(store: Store, **options: Any) -> Any:
 
 def _space_providers(store: Store) -> list[tuple[str, int]]:
     with store.session.transaction() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(
-            "SELECT provider, dimension FROM embedding_spaces WHERE corpus = :c ORDER BY provider"),
+        return [tuple(r) for r in conn.execute(
+            "SELECT provider, dimension FROM embedding_spaces WHERE corpus = :c ORDER BY provider",
             {"c": store.corpus})]
 
 

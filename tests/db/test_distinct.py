@@ -84,7 +84,7 @@ def test_cli_distinct_and_the_empty_corpus_note(db_url: URL, store: Store) -> No
     assert any(p["stream"] == "distinct" for p in explained["plans"])
     # an existing corpus without entries says so
     empty = f"empty_{uuid.uuid4().hex[:8]}"
-    emptied = Store(store.engine, corpus=empty, schema=store.schema)
+    emptied = Store(store.pool, corpus=empty, schema=store.schema)
     emptied.add(MemoryEntry("gone", "written, then deleted"))
     emptied.delete("gone")
     try:
@@ -93,4 +93,4 @@ def test_cli_distinct_and_the_empty_corpus_note(db_url: URL, store: Store) -> No
         assert out.exit_code == 0, out.output
         assert f"note: corpus '{empty}' holds no entries yet" in out.output
     finally:
-        Store(store.engine, corpus=empty, schema=store.schema).drop_corpus()
+        Store(store.pool, corpus=empty, schema=store.schema).drop_corpus()

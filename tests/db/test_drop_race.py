@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sqlalchemy.engine import Connection
-
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
@@ -162,7 +161,7 @@ def test_query_fails_clearly_when_the_space_provider_is_not_installed(db_url: UR
     assert "keyword" in keyword.output
     # Another process without the provider's package: the vector search says what to install.
     with store.session.transaction() as conn:
-        conn.execute(sa.text("UPDATE embedding_spaces SET provider = 'gone-model' WHERE corpus = :c"),
+        conn.execute("UPDATE embedding_spaces SET provider = 'gone-model' WHERE corpus = :c",
                      {"c": store.corpus})
     res = run("query", "agents", "--corpus", store.corpus, "--strategy", "hybrid", code=1)
     lines = res.output.strip().splitlines()

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
@@ -157,7 +156,7 @@ def test_bm25_on_cranfield(store: Store) -> None:
 
     store.add_all(load_documents(CRANFIELD))
     with store.session.autocommit() as conn:  # 1,400 rows are below the library's own ANALYZE threshold
-        conn.execute(sa.text("ANALYZE entries, bm25_postings"))
+        conn.execute("ANALYZE entries, bm25_postings")
     report = evaluation.evaluate_strategies({"keyword": KeywordRAGStrategy(BM25Index(store))},
                                             load_queries(CRANFIELD), load_judgements(CRANFIELD),
                                             resamples=1000, permutations=1000)

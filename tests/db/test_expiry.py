@@ -9,7 +9,6 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tnsrag_db._errors import ConfigurationError, InvalidEntryError, ValidationError
@@ -90,7 +89,7 @@ def test_an_entry_is_found_until_it_expires(store: Store) -> None:
     assert _ids(store, "keyword") == {"soon", "stay"}
     # The clock is not waited for: the expiry is moved to the past, as time would.
     with store.session.transaction() as conn:
-        conn.execute(sa.text("UPDATE entries SET expires_at = now() - interval '1 second' "
+        conn.execute(("UPDATE entries SET expires_at = now() - interval '1 second' "
                              "WHERE corpus = :c AND id = 'soon'"), {"c": store.corpus})
     assert _ids(store, "keyword") == {"stay"}
     assert store.get("soon") is None
@@ -119,7 +118,7 @@ def _stored(store: Store, ids: list[str]) -> dict[str, int]:
     """Rows that still hold these entries: entries, postings (rows, and block numbers), vectors."""
     with store.session.transaction() as conn:
         def n(sql: str) -> int:
-            return int(conn.execute(sa.text(sql), {"c": store.corpus, "ids": ids}).scalar_one())
+            return int(conn.execute(sql, {"c": store.corpus, "ids": ids}).scalar_one())
 
         return {
             "entries": n("SELECT count(*) FROM entries WHERE corpus = :c AND id = ANY(:ids)"),
@@ -161,7 +160,7 @@ def test_forget_by_key_filter_and_age_leaves_nothing_to_find(memory: Store) -> N
     memory.add_all([MemoryEntry("note1", "zebra diary one", source="diary"),
                     MemoryEntry("note2", "zebra diary two", source="diary")])
     with memory.session.transaction() as conn:  # "kept" was written a year ago
-        conn.execute(sa.text("UPDATE entries SET created_at = now() - interval '365 days' "
+        conn.execute(("UPDATE entries SET created_at = now() - interval '365 days' "
                              "WHERE corpus = :c AND id = 'kept'"), {"c": memory.corpus})
     assert memory.delete_where({"source": "diary"}) == 2
     assert memory.delete_where(older_than=timedelta(days=30)) == 1
@@ -246,7 +245,7 @@ def test_tnsrag_delete_older_than(memory: Store, db_url: URL) -> None:
     from tnsrag_db._cli import main_group
 
     with memory.session.transaction() as conn:
-        conn.execute(sa.text("UPDATE entries SET created_at = now() - interval '40 days' "
+        conn.execute(("UPDATE entries SET created_at = now() - interval '40 days' "
                              "WHERE corpus = :c AND id IN ('root', 'other')"), {"c": memory.corpus})
     url = db_url.render_as_string(hide_password=False)
     base = ["delete", "--url", url, "--corpus", memory.corpus, "--json", "--older-than", "30"]
@@ -271,8 +270,8 @@ def test_a_corpus_default_ttl_per_tier_applies_to_entries_written_without_one(st
                    MemoryEntry("p", "procedure", MemoryTier.PROCEDURAL),
                    MemoryEntry("own", "own expiry wins", MemoryTier.WORKING, expires_at=FUTURE)])
     with store.session.transaction() as conn:
-        left = dict(conn.execute(sa.text(
-            "SELECT id, extract(epoch FROM expires_at - now()) FROM entries WHERE corpus = :c"),
+        left = dict(conn.execute(
+            "SELECT id, extract(epoch FROM expires_at - now()) FROM entries WHERE corpus = :c",
             {"c": store.corpus}).all())
     assert 0 < left["w"] <= 60 and 60 < left["s"] <= 3600 and left["p"] is None
     assert store.get("own").expires_at == FUTURE  # type: ignore[union-attr]

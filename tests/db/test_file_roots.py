@@ -65,17 +65,16 @@ def test_the_cli_and_file_loader_name_a_root_alike(tmp_path: Path, store: Store,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder reached through a symlink, and a relative path, are the same root in both paths."""
     from click.testing import CliRunner
-    from sqlalchemy.engine import URL
 
     from tests.fix_db import SCHEMA
     from tnsrag_db._cli import main_group
+    from tnsrag_db._db.pool import url_of
 
     real = _tree(tmp_path / "real" / "docs", {"a.txt": "alpha\n", "b.md": "# B\n\nbeta\n"})
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    url = store.engine.url
-    assert isinstance(url, URL)
+    url = url_of(store.pool.conninfo)
     monkeypatch.chdir(tmp_path / "link")
-    res = CliRunner().invoke(main_group, ["ingest", "docs", "--url", url.render_as_string(hide_password=False),
+    res = CliRunner().invoke(main_group, ["ingest", "docs", "--url", url,
                                           "--schema", SCHEMA, "--corpus", store.corpus, "--embedding", "hash"])
     assert res.exit_code == 0, res.output
     assert {e.metadata["root"] for e in store.iter_entries()} == {str(real.resolve())}

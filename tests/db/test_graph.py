@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
@@ -33,7 +32,7 @@ class SqlSeedStrategy:
     def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         ctx = context or RAGContext()
         with self._store.session.transaction() as conn:
-            rows = conn.execute(sa.text(
+            rows = conn.execute((
                 "SELECT id, content, source, CAST(metadata->>'seed' AS float8) AS score FROM entries "
                 "WHERE corpus = :c AND strpos(content, :q) > 0 AND metadata ? 'seed' "
                 "ORDER BY score DESC, id LIMIT :k"), {"c": self._store.corpus, "q": query, "k": ctx.max_results}).all()
@@ -168,7 +167,7 @@ def _hub_fan_out_is_capped_heaviest_first(store: Store) -> None:
     leaves = [f"x{i:03d}" for i in range(300)]
     gs.add_with_edges(_entries(["hub", *leaves]), [Edge("hub", x, weight=float(i)) for i, x in enumerate(leaves)])
     with store.session.autocommit() as conn:
-        conn.exec_driver_sql("ANALYZE edges")
+        conn.execute("ANALYZE edges")
     strategy = _strategy(gs, depth=1, budget=10, max_fan_out=64)
     docs = strategy.traverse({"hub": 1.0}, RAGContext(max_results=100))
     # 2 x budget = 20 edges may be read for a one-node frontier: the heaviest ones; the 9 reached by the

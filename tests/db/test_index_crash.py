@@ -13,13 +13,13 @@ from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db import HashingEmbedding, MemoryEntry, VectorMemoryStore
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.store import Store
 
 
 def _build(url: str, corpus: str) -> None:
-    engine = create_engine(url, schema=SCHEMA)
-    VectorMemoryStore(Store(engine, corpus=corpus, schema=SCHEMA), HashingEmbedding(16),
+    pool = Pool(url, schema=SCHEMA)
+    VectorMemoryStore(Store(pool, corpus=corpus, schema=SCHEMA), HashingEmbedding(16),
                       index_threshold=None).build_index()
 
 

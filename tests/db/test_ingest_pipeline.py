@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 
+from tests.db._watch import watch
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ExecutionError, IngestInterrupted, InvalidEntryError
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -62,7 +62,7 @@ def test_ingest_embeds_the_next_batch_before_the_previous_commit(store: Store) -
     firsts = [data[i].content for i in range(0, 6, 2)]
     commits = 0
 
-    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+    def on_execute(conn: Any, statement: str, params: Any) -> None:
         if "INSERT INTO entries" in statement:
             conn.info["test_wrote"] = True
 
@@ -75,13 +75,8 @@ def test_ingest_embeds_the_next_batch_before_the_previous_commit(store: Store) -
         events.append(("commit", firsts[commits]))
         commits += 1
 
-    sa.event.listen(store.engine, "after_cursor_execute", on_execute)
-    sa.event.listen(store.engine, "commit", on_commit)
-    try:
+    with watch(after=on_execute, commit=on_commit):
         counts = vectors.ingest(data, batch_size=2)
-    finally:
-        sa.event.remove(store.engine, "after_cursor_execute", on_execute)
-        sa.event.remove(store.engine, "commit", on_commit)
     assert counts == IngestCounts(inserted=6)
     order = [e for e in events if e[0] in ("embed", "commit")]
     for i in range(len(firsts) - 1):
@@ -120,14 +115,11 @@ def test_fill_vectors_writes_only_the_vectors_of_entries_stored_with_their_text(
     vectors = VectorMemoryStore(store, embedding)
     statements: list[str] = []
 
-    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+    def on_execute(conn: Any, statement: str, params: Any) -> None:
         statements.append(statement)
 
-    sa.event.listen(store.engine, "after_cursor_execute", on_execute)
-    try:
+    with watch(after=on_execute):
         counts = vectors.fill_vectors(data, batch_size=3)
-    finally:
-        sa.event.remove(store.engine, "after_cursor_execute", on_execute)
     assert counts == IngestCounts(unchanged=7)
     # Nothing staged, no entry row written: the entries and their postings are as they were.
     assert not any(("tnsrag_stage_entries" in s and "CREATE TEMP TABLE" not in s) or "INSERT INTO entries" in s
@@ -259,7 +251,7 @@ def test_cli_embed_embeds_the_next_batch_before_the_previous_commit(store: Store
     firsts = [data[i].content for i in range(0, 6, 2)]
     commits = 0
 
-    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+    def on_execute(conn: Any, statement: str, params: Any) -> None:
         if "embeddings" in statement:
             conn.info["test_vectors"] = True
 
@@ -275,15 +267,10 @@ def test_cli_embed_embeds_the_next_batch_before_the_previous_commit(store: Store
         events.append(("commit", firsts[commits]))
         commits += 1
 
-    sa.event.listen(sa.engine.Engine, "after_cursor_execute", on_execute)
-    sa.event.listen(sa.engine.Engine, "commit", on_commit)
-    try:
+    with watch(after=on_execute, commit=on_commit):
         res = CliRunner().invoke(main_group, ["embed", "--url", db_url.render_as_string(hide_password=False),
                                               "--schema", SCHEMA, "--corpus", store.corpus, "--embedding",
                                               "recording", "--batch-size", "2", "--json"])
-    finally:
-        sa.event.remove(sa.engine.Engine, "after_cursor_execute", on_execute)
-        sa.event.remove(sa.engine.Engine, "commit", on_commit)
     assert res.exit_code == 0, res.output
     assert '"embedded": 6' in res.stdout
     order = [e for e in events if e[0] in ("embed", "commit")]

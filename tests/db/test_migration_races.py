@@ -10,16 +10,16 @@ from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 
 
 def _upgrade_schema(url: str, schema: str, barrier: mp.synchronize.Barrier) -> None:  # type: ignore[name-defined]
-    engine = create_engine(url, schema=schema, pool_size=1)
+    pool = Pool(url, schema=schema, pool_size=1)
     try:
         barrier.wait()
-        migrate.upgrade(engine, schema=schema)
+        migrate.upgrade(pool, schema=schema)
     finally:
-        engine.dispose()
+        pool.close()
 
 
 @pytest.mark.slow
@@ -32,8 +32,8 @@ def test_simultaneous_upgrades_of_different_schemas_all_succeed(make_database: C
         args = [(url.render_as_string(hide_password=False), f"tenant_{n}", barrier) for n in range(processes)]
         assert run_processes(_upgrade_schema, args, 180) == [0] * processes
         for n in range(processes):
-            engine = create_engine(url, schema=f"tenant_{n}", pool_size=1)
+            pool = Pool(url, schema=f"tenant_{n}", pool_size=1)
             try:
-                assert migrate.current_revision(engine, schema=f"tenant_{n}") == migrate.head_revision()
+                assert migrate.current_revision(pool, schema=f"tenant_{n}") == migrate.head_revision()
             finally:
-                engine.dispose()
+                pool.close()

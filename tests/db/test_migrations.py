@@ -5,14 +5,13 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import run_processes
 from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import SchemaNotReadyError
 from tnsrag_db._store.store import connect
 
@@ -25,16 +24,16 @@ def _url(url: URL) -> str:
 
 
 def _tables(url: URL) -> dict[str, set[str]]:
-    engine = create_engine(url, schema="tnsrag", pool_size=1)
+    pool = Pool(url, schema="tnsrag", pool_size=1)
     try:
-        with engine.connect() as conn:
-            rows = conn.execute(sa.text(
+        with pool.connect() as conn:
+            rows = conn.execute((
                 "SELECT table_schema, table_name FROM information_schema.tables "
                 "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') "
                 # the write path's per-session temp tables are not schema objects
                 "AND table_schema NOT LIKE 'pg\\_temp\\_%'")).all()
     finally:
-        engine.dispose()
+        pool.close()
     out: dict[str, set[str]] = {}
     for schema, name in rows:
         out.setdefault(schema, set()).add(name)
@@ -42,32 +41,32 @@ def _tables(url: URL) -> dict[str, set[str]]:
 
 
 def test_up_down_up_and_noop(fresh_db_url: URL) -> None:
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=1)
     try:
-        assert migrate.current_revision(engine, schema="tnsrag") is None
-        migrate.upgrade(engine, schema="tnsrag")
+        assert migrate.current_revision(pool, schema="tnsrag") is None
+        migrate.upgrade(pool, schema="tnsrag")
         head = migrate.head_revision()
-        assert migrate.current_revision(engine, schema="tnsrag") == head
+        assert migrate.current_revision(pool, schema="tnsrag") == head
         assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
-        assert migrate.check(engine, schema="tnsrag") == []
-        migrate.upgrade(engine, schema="tnsrag")  # second upgrade: a no-op
-        assert migrate.current_revision(engine, schema="tnsrag") == head
-        migrate.downgrade(engine, schema="tnsrag")
-        assert migrate.current_revision(engine, schema="tnsrag") is None
+        assert migrate.check(pool, schema="tnsrag") == []
+        migrate.upgrade(pool, schema="tnsrag")  # second upgrade: a no-op
+        assert migrate.current_revision(pool, schema="tnsrag") == head
+        migrate.downgrade(pool, schema="tnsrag")
+        assert migrate.current_revision(pool, schema="tnsrag") is None
         assert _tables(fresh_db_url) == {"tnsrag": {"alembic_version"}}
-        migrate.upgrade(engine, schema="tnsrag")
+        migrate.upgrade(pool, schema="tnsrag")
         assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def _upgrade_worker(url: str, barrier: mp.synchronize.Barrier) -> None:  # type: ignore[name-defined]
-    engine = create_engine(url, schema="tnsrag", pool_size=1)
+    pool = Pool(url, schema="tnsrag", pool_size=1)
     barrier.wait()
     try:
-        migrate.upgrade(engine, schema="tnsrag")
+        migrate.upgrade(pool, schema="tnsrag")
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_concurrent_upgrades_all_succeed(fresh_db_url: URL) -> None:
@@ -75,12 +74,12 @@ def test_concurrent_upgrades_all_succeed(fresh_db_url: URL) -> None:
     barrier = ctx.Barrier(4)
     assert run_processes(_upgrade_worker, [(_url(fresh_db_url), barrier)] * 4, 120) == [0, 0, 0, 0]
     assert _tables(fresh_db_url) == {"tnsrag": EXPECTED_TABLES}
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=1)
     try:
-        assert migrate.current_revision(engine, schema="tnsrag") == migrate.head_revision()
-        assert migrate.check(engine, schema="tnsrag") == []
+        assert migrate.current_revision(pool, schema="tnsrag") == migrate.head_revision()
+        assert migrate.check(pool, schema="tnsrag") == []
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_custom_schema_and_url_never_migrates_implicitly(fresh_db_url: URL) -> None:
@@ -116,7 +115,7 @@ def test_cli_db_commands(fresh_db_url: URL) -> None:
     assert res.exit_code == 0 and '"ok": true' in res.output
     res = runner.invoke(main_group, ["db", "downgrade", "--url", url])  # no terminal, no --yes: refused
     assert res.exit_code == 1 and "refusing to downgrade" in res.output and "--yes" in res.output
-    assert migrate.current_revision(create_engine(fresh_db_url, schema="tnsrag", pool_size=1),
+    assert migrate.current_revision(Pool(fresh_db_url, schema="tnsrag", pool_size=1),
                                     schema="tnsrag") == migrate.head_revision()
     res = runner.invoke(main_group, ["db", "downgrade", "--url", url, "--yes"])
     assert res.exit_code == 0, res.output
@@ -136,13 +135,13 @@ def test_alembic_cli_from_the_source_checkout(fresh_db_url: URL) -> None:
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert _tables(fresh_db_url) == {}
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=1)
     try:
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = 'tnsrag'")).scalar() == 0
-            assert conn.execute(sa.text("SELECT count(*) FROM pg_extension WHERE extname = 'vector'")).scalar() == 0
+        with pool.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'tnsrag'").scalar() == 0
+            assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").scalar() == 0
     finally:
-        engine.dispose()
+        pool.close()
     run = subprocess.run([sys.executable, "-m", "alembic", "-x", f"url={url}", "upgrade", "head"], cwd=root,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -156,34 +155,34 @@ def test_0002_keeps_data_and_keys_the_metadata_index_by_corpus(fresh_db_url: URL
     from tnsrag_db._store.store import Store
     from tnsrag_db._types import MemoryEntry
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
 
     def metadata_indexes() -> dict[str, str]:
-        with engine.connect() as conn:
-            return dict(conn.execute(sa.text(
+        with pool.connect() as conn:
+            return dict(conn.execute((
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'entries' "
                 "AND indexdef LIKE '%metadata%'")).all())
 
     try:
-        migrate.upgrade(engine, schema="tnsrag", revision="0001")
+        migrate.upgrade(pool, schema="tnsrag", revision="0001")
         for tenant in ("a", "b"):
-            Store(engine, corpus=tenant).add_all(
+            Store(pool, corpus=tenant).add_all(
                 [MemoryEntry(f"{tenant}{i}", f"text {i}", metadata={"group": f"g{i % 3}"}) for i in range(30)])
         assert set(metadata_indexes()) == {"ix_entries_metadata"}
-        migrate.upgrade(engine, schema="tnsrag")
+        migrate.upgrade(pool, schema="tnsrag")
         indexes = metadata_indexes()
         assert set(indexes) == {"ix_entries_corpus_metadata"}
         assert "gin (corpus, metadata jsonb_path_ops)" in indexes["ix_entries_corpus_metadata"]
-        assert migrate.check(engine, schema="tnsrag") == []
-        assert Store(engine, corpus="a").count({"group": "g1"}) == 10
-        migrate.downgrade(engine, schema="tnsrag", revision="0001")
+        assert migrate.check(pool, schema="tnsrag") == []
+        assert Store(pool, corpus="a").count({"group": "g1"}) == 10
+        migrate.downgrade(pool, schema="tnsrag", revision="0001")
         assert set(metadata_indexes()) == {"ix_entries_metadata"}
         # (this release's reads need its own schema, with expiry: counted here by hand)
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT count(*) FROM tnsrag.entries WHERE corpus = 'b' "
+        with pool.connect() as conn:
+            assert conn.execute(("SELECT count(*) FROM tnsrag.entries WHERE corpus = 'b' "
                                         "AND metadata @> '{\"group\": \"g2\"}'")).scalar_one() == 10
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_0003_drops_the_unique_key_without_corpus_and_keeps_spaces(fresh_db_url: URL) -> None:
@@ -192,27 +191,27 @@ def test_0003_drops_the_unique_key_without_corpus_and_keeps_spaces(fresh_db_url:
     from tnsrag_db._types import MemoryEntry
     from tnsrag_db.embeddings import HashingEmbedding
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
 
     def unique_keys() -> set[str]:
-        with engine.connect() as conn:
-            return set(conn.execute(sa.text(
+        with pool.connect() as conn:
+            return set(conn.execute((
                 "SELECT conname FROM pg_constraint WHERE conrelid = 'tnsrag.embedding_spaces'::regclass "
                 "AND contype = 'u'")).scalars())
 
     try:
-        migrate.upgrade(engine, schema="tnsrag", revision="0002")
-        vectors = VectorMemoryStore(Store(engine, corpus="a"), HashingEmbedding(dimension=16))
+        migrate.upgrade(pool, schema="tnsrag", revision="0002")
+        vectors = VectorMemoryStore(Store(pool, corpus="a"), HashingEmbedding(dimension=16))
         vectors.add_all([MemoryEntry(f"e{i}", f"text {i}") for i in range(5)])
         assert "uq_embedding_spaces_space_id" in unique_keys()
-        migrate.upgrade(engine, schema="tnsrag")
+        migrate.upgrade(pool, schema="tnsrag")
         assert unique_keys() == {"uq_embedding_spaces_corpus_provider_dimension"}
-        assert migrate.check(engine, schema="tnsrag") == []
+        assert migrate.check(pool, schema="tnsrag") == []
         assert vectors.count() == 5 and len(vectors.search("text 3", 3)) == 3
-        migrate.downgrade(engine, schema="tnsrag", revision="0002")
+        migrate.downgrade(pool, schema="tnsrag", revision="0002")
         assert "uq_embedding_spaces_space_id" in unique_keys()
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL) -> None:
@@ -223,14 +222,14 @@ def test_an_engine_that_ran_the_upgrade_serves_vector_searches(fresh_db_url: URL
     from tnsrag_db._types import MemoryEntry
     from tnsrag_db.embeddings import HashingEmbedding
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=1, max_overflow=0)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=1, max_overflow=0)
     try:
-        migrate.upgrade(engine, schema="tnsrag")
-        vectors = VectorMemoryStore(Store(engine, corpus="a"), HashingEmbedding(dimension=16))
+        migrate.upgrade(pool, schema="tnsrag")
+        vectors = VectorMemoryStore(Store(pool, corpus="a"), HashingEmbedding(dimension=16))
         vectors.add_all([MemoryEntry(f"e{i}", f"text {i}") for i in range(3)])
         assert [entry_id for entry_id, _ in vectors.search("text 1", 1)] == ["e1"]
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_0004_keys_edges_by_destination_and_keeps_them(fresh_db_url: URL) -> None:
@@ -238,39 +237,39 @@ def test_0004_keys_edges_by_destination_and_keeps_them(fresh_db_url: URL) -> Non
     from tnsrag_db._store.store import Store
     from tnsrag_db._types import MemoryEntry
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
 
     def key_and_indexes() -> tuple[str, set[str]]:
-        with engine.connect() as conn:
-            key = conn.execute(sa.text(
+        with pool.connect() as conn:
+            key = conn.execute((
                 "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
                 "WHERE conrelid = 'tnsrag.edges'::regclass AND contype = 'p'")).scalar_one()
-            names = set(conn.execute(sa.text(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'edges'")).scalars())
+            names = set(conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'edges'").scalars())
         return key, names
 
     try:
-        migrate.upgrade(engine, schema="tnsrag", revision="0003")
-        graph = GraphStore(Store(engine, corpus="a"))
+        migrate.upgrade(pool, schema="tnsrag", revision="0003")
+        graph = GraphStore(Store(pool, corpus="a"))
         graph.store.add_all([MemoryEntry(i, f"text {i}") for i in "xyz"])
         # The edges as that schema knows them (this release's edge write needs revision 0017).
-        with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO tnsrag.edges (corpus, src, dst, weight) VALUES "
+        with pool.begin() as conn:
+            conn.execute(("INSERT INTO tnsrag.edges (corpus, src, dst, weight) VALUES "
                                  "('a', 'x', 'y', 1.0), ('a', 'x', 'z', 2.0)"))
         assert key_and_indexes() == ("PRIMARY KEY (corpus, src, relation, dst)",
                                      {"pk_edges", "ix_edges_corpus_src_weight", "ix_edges_corpus_dst"})
-        migrate.upgrade(engine, schema="tnsrag")
+        migrate.upgrade(pool, schema="tnsrag")
         assert key_and_indexes() == ("PRIMARY KEY (corpus, dst, relation, src)",
                                      {"pk_edges", "ix_edges_corpus_src_weight", "ix_edges_corpus_bounded"})
-        assert migrate.check(engine, schema="tnsrag") == []
+        assert migrate.check(pool, schema="tnsrag") == []
         assert [e.dst for e in graph.neighbours("x")] == ["z", "y"]  # heaviest first
         graph.add_edge("x", "y", weight=3.0)  # the upsert still finds its conflict target
         assert [(e.dst, e.weight) for e in graph.neighbours("x")] == [("y", 3.0), ("z", 2.0)]
-        migrate.downgrade(engine, schema="tnsrag", revision="0003")
+        migrate.downgrade(pool, schema="tnsrag", revision="0003")
         assert key_and_indexes()[0] == "PRIMARY KEY (corpus, src, relation, dst)"
         assert graph.count() == 2
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_0017_adds_edge_validity_without_rewriting_edges(fresh_db_url: URL) -> None:
@@ -280,41 +279,41 @@ def test_0017_adds_edge_validity_without_rewriting_edges(fresh_db_url: URL) -> N
     from tnsrag_db._store.store import Store
     from tnsrag_db._types import MemoryEntry
 
-    engine = create_engine(fresh_db_url, schema="tnsrag", pool_size=2)
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
 
     def layout() -> tuple[int, set[str], set[str]]:
-        with engine.connect() as conn:
-            node = conn.execute(sa.text("SELECT pg_relation_filenode('tnsrag.edges')")).scalar_one()
-            columns = set(conn.execute(sa.text(
+        with pool.connect() as conn:
+            node = conn.execute("SELECT pg_relation_filenode('tnsrag.edges')").scalar_one()
+            columns = set(conn.execute((
                 "SELECT column_name FROM information_schema.columns "
                 "WHERE table_schema = 'tnsrag' AND table_name = 'edges'")).scalars())
-            names = set(conn.execute(sa.text(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'edges'")).scalars())
+            names = set(conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = 'tnsrag' AND tablename = 'edges'").scalars())
         return int(node), columns, names
 
     try:
-        migrate.upgrade(engine, schema="tnsrag", revision="0016")
-        graph = GraphStore(Store(engine, corpus="a"))
+        migrate.upgrade(pool, schema="tnsrag", revision="0016")
+        graph = GraphStore(Store(pool, corpus="a"))
         graph.store.add_all([MemoryEntry(i, f"text {i}") for i in "xyz"])
-        with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO tnsrag.edges (corpus, src, dst, weight) VALUES "
+        with pool.begin() as conn:
+            conn.execute(("INSERT INTO tnsrag.edges (corpus, src, dst, weight) VALUES "
                                  "('a', 'x', 'y', 1.0), ('a', 'x', 'z', 2.0)"))
         node, columns, indexes = layout()
         assert not {"valid_from", "valid_until"} & columns and "ix_edges_corpus_bounded" not in indexes
-        migrate.upgrade(engine, schema="tnsrag")
+        migrate.upgrade(pool, schema="tnsrag")
         after = layout()
         # Nullable columns without a default: the table keeps its file (nothing rewritten).
         assert after[0] == node and {"valid_from", "valid_until"} <= after[1]
         assert "ix_edges_corpus_bounded" in after[2]
-        assert migrate.check(engine, schema="tnsrag") == []
+        assert migrate.check(pool, schema="tnsrag") == []
         # The edges written before are unbounded: followed at every instant.
         assert [(e.dst, e.valid_from, e.valid_until) for e in graph.neighbours("x")] == [("z", None, None),
                                                                                          ("y", None, None)]
         graph.add_edge("x", "y", valid_until=datetime(2020, 1, 1, tzinfo=timezone.utc))
         assert [e.dst for e in graph.neighbours("x")] == ["z"]
-        migrate.downgrade(engine, schema="tnsrag", revision="0016")
+        migrate.downgrade(pool, schema="tnsrag", revision="0016")
         node, columns, indexes = layout()
         assert not {"valid_from", "valid_until"} & columns and "ix_edges_corpus_bounded" not in indexes
         assert graph.count() == 2
     finally:
-        engine.dispose()
+        pool.close()

@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL
 from tests.fix_db import SCHEMA
 from tnsrag_db import MemoryEntry
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import MigrationError
 from tnsrag_db._store.store import Store
 
@@ -36,13 +36,13 @@ def _conninfo(url: URL) -> str:
 def _writers(url: URL) -> Iterator[list[list[tuple[float, float]]]]:
     """Four threads writing one entry per transaction until the block ends; yields, per
     thread, each write's (start, latency), from 1.5 s before the block on."""
-    engine = create_engine(url, schema=SCHEMA, pool_size=WRITERS + 1)
+    pool = Pool(url, schema=SCHEMA, pool_size=WRITERS + 1)
     stop = threading.Event()
     latencies: list[list[tuple[float, float]]] = [[] for _ in range(WRITERS)]
     errors: list[BaseException] = []
 
     def write(n: int) -> None:
-        store = Store(engine, corpus=f"w{n}", schema=SCHEMA)
+        store = Store(pool, corpus=f"w{n}", schema=SCHEMA)
         i = 0
         try:
             while not stop.is_set():
@@ -64,7 +64,7 @@ def _writers(url: URL) -> Iterator[list[list[tuple[float, float]]]]:
         stop.set()
         for thread in threads:
             thread.join(30)
-        engine.dispose()
+        pool.close()
     assert not errors, errors
 
 
@@ -80,13 +80,13 @@ def _long_transaction(url: URL) -> Iterator[psycopg.Connection[tuple[object, ...
 
 
 def _at_0004(url: URL) -> None:
-    engine = create_engine(url, schema=SCHEMA, pool_size=1)
+    pool = Pool(url, schema=SCHEMA, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=SCHEMA, revision="0004")
-        Store(engine, corpus="seed", schema=SCHEMA).add_all(
+        migrate.upgrade(pool, schema=SCHEMA, revision="0004")
+        Store(pool, corpus="seed", schema=SCHEMA).add_all(
             [MemoryEntry(f"s{i}", f"seed entry {i}") for i in range(200)])
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def _summary(latencies: list[list[tuple[float, float]]], since: float) -> tuple[int, float, float]:
@@ -104,7 +104,7 @@ def _summary(latencies: list[list[tuple[float, float]]], since: float) -> tuple[
 @pytest.mark.slow
 def test_upgrade_beside_four_writers_and_a_long_transaction_never_stalls_a_writer(fresh_db_url: URL) -> None:
     _at_0004(fresh_db_url)
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=1)
     try:
         with _writers(fresh_db_url) as latencies, _long_transaction(fresh_db_url) as long_tx:
             # The long transaction ends 2.5 s into the upgrade: until then the policy on
@@ -113,14 +113,14 @@ def test_upgrade_beside_four_writers_and_a_long_transaction_never_stalls_a_write
             timer = threading.Timer(2.5, long_tx.rollback)
             started = time.perf_counter()
             timer.start()
-            migrate.upgrade(engine, schema=SCHEMA, lock_timeout=0.4, lock_retries=10)
+            migrate.upgrade(pool, schema=SCHEMA, lock_timeout=0.4, lock_retries=10)
             took = time.perf_counter() - started
             timer.join()
             during = sum(1 for x in latencies for start, _ in x if start >= started)
-        assert migrate.current_revision(engine, schema=SCHEMA) == migrate.head_revision()
+        assert migrate.current_revision(pool, schema=SCHEMA) == migrate.head_revision()
         assert took >= 2.0  # it did meet the lock and retried
     finally:
-        engine.dispose()
+        pool.close()
     writes, baseline, worst = _summary(latencies, started)
     assert all(len(x) > 5 for x in latencies) and during > 0, [len(x) for x in latencies]
     assert worst < baseline + 1.0, f"a write waited {worst:.2f} s ({writes} writes; {baseline:.2f} s before)"
@@ -129,31 +129,31 @@ def test_upgrade_beside_four_writers_and_a_long_transaction_never_stalls_a_write
 @pytest.mark.slow
 def test_upgrade_facing_a_lock_held_throughout_retries_then_fails_clearly(fresh_db_url: URL) -> None:
     _at_0004(fresh_db_url)
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=1)
     try:
         with _writers(fresh_db_url) as latencies, _long_transaction(fresh_db_url) as long_tx:
             pid = long_tx.info.backend_pid
             started = time.perf_counter()
             with pytest.raises(MigrationError) as failed:
-                migrate.upgrade(engine, schema=SCHEMA, lock_timeout=0.3, lock_retries=2)
+                migrate.upgrade(pool, schema=SCHEMA, lock_timeout=0.3, lock_retries=2)
         message = str(failed.value)
         assert "gave up after 3 attempts" in message and "lock_timeout=0.3 s" in message, message
         assert f"pid {pid}" in message, message  # names the transaction in the way
         # Nothing half-done: 0005 rolled back, the schema is still usable at 0004.
-        assert migrate.current_revision(engine, schema=SCHEMA) == "0004"
-        migrate.upgrade(engine, schema=SCHEMA)  # once the transaction is gone, it goes through
-        assert migrate.current_revision(engine, schema=SCHEMA) == migrate.head_revision()
+        assert migrate.current_revision(pool, schema=SCHEMA) == "0004"
+        migrate.upgrade(pool, schema=SCHEMA)  # once the transaction is gone, it goes through
+        assert migrate.current_revision(pool, schema=SCHEMA) == migrate.head_revision()
     finally:
-        engine.dispose()
+        pool.close()
     writes, baseline, worst = _summary(latencies, started)
     assert worst < baseline + 1.0, f"a write waited {worst:.2f} s ({writes} writes; {baseline:.2f} s before)"
 
 
 def test_a_concurrent_index_build_left_invalid_is_rebuilt(fresh_db_url: URL) -> None:
     """0006 builds its index concurrently; an invalid leftover (an interrupted build) is replaced."""
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=SCHEMA, revision="0005")
+        migrate.upgrade(pool, schema=SCHEMA, revision="0005")
         with psycopg.connect(_conninfo(fresh_db_url), autocommit=True) as conn:
             conn.execute(f"INSERT INTO {SCHEMA}.tenant_grants (role_name, corpus) VALUES ('r', 'c'), ('r2', 'c')")
             # A unique index over a duplicated column fails half-way and stays INVALID.
@@ -162,12 +162,12 @@ def test_a_concurrent_index_build_left_invalid_is_rebuilt(fresh_db_url: URL) -> 
                              "(corpus)")
             valid = f"SELECT indisvalid, indisunique FROM pg_index WHERE indexrelid = '{SCHEMA}.ix_tenant_grants_corpus'::regclass"
             assert conn.execute(valid).fetchone() == (False, True)
-            migrate.upgrade(engine, schema=SCHEMA)
+            migrate.upgrade(pool, schema=SCHEMA)
             assert conn.execute(valid).fetchone() == (True, False)
-        assert migrate.check(engine, schema=SCHEMA) == []
+        assert migrate.check(pool, schema=SCHEMA) == []
         assert migrate.offline_sql(schema=SCHEMA, revision_range="0005:0006").count("CONCURRENTLY") == 1
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_lock_options_on_the_command_line(fresh_db_url: URL) -> None:

@@ -279,9 +279,9 @@ def test_rm3_document_terms_probe_postings_by_key_on_fresh_tables(fresh_db_url: 
     primary-key probe each (a join planned without statistics took minutes for 37,500 terms)."""
     import json
 
-    import sqlalchemy as sa
+    import psycopg
 
-    from tests.db._helpers import RecordingStore
+    from tnsrag_db._db import runner
     from tnsrag_db._store.store import connect
 
     def letters(n: int) -> str:  # plain words (no digits: identifiers would add their parts)
@@ -294,14 +294,23 @@ def test_rm3_document_terms_probe_postings_by_key_on_fresh_tables(fresh_db_url: 
     words = [letters(n) for n in range(3000)]
     with connect(fresh_db_url, corpus="fresh", auto_migrate=True) as fresh:  # type: ignore[arg-type]
         fresh.add_all([MemoryEntry("big", " ".join(words)), MemoryEntry("small", words[3])])
-        recording = RecordingStore(fresh)
-        index = BM25Index(recording)
-        terms = index.document_terms(["big", "small", "missing"])
+        reads: list[tuple[str, list[object]]] = []
+
+        def record(text: str, values: object) -> None:
+            reads.append((text, list(values)))  # type: ignore[call-overload]
+
+        runner.add_statement_listener(record)
+        try:
+            terms = BM25Index(fresh).document_terms(["big", "small", "missing"])
+        finally:
+            runner.remove_statement_listener(record)
         assert set(terms) == {"big", "small"} and len(terms["big"]) == 3000 and len(terms["small"]) == 1
         # The statement the index read them with, explained for the large document alone.
-        ((text, params),) = recording.reads
-        with fresh.session.transaction() as conn:
-            plan = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + text), {**params, "ids": ["big"]}).scalar_one()
+        ((text, values),) = reads
+        values = [["big"] if v == ["big", "small", "missing"] else v for v in values]
+        with fresh.pool.connect() as conn, psycopg.RawCursor(conn.driver) as cursor:
+            cursor.execute("EXPLAIN (FORMAT JSON) " + text, values)
+            plan = cursor.fetchone()[0]  # type: ignore[index]
     plan = json.loads(plan) if isinstance(plan, str) else plan
     scans: list[tuple[str, str]] = []
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db._db import migrate
 from tnsrag_db._db.partition import PARTITIONED_TABLES, partition_script
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.graph import Edge, GraphStore
@@ -57,25 +57,25 @@ def test_partitioning_keeps_every_row_and_answer(fresh_db_url: URL) -> None:
         before = {name: _answers(s) for name, s in (("alpha", alpha), ("beta", beta))}
         with alpha.session.transaction() as conn:
             script = partition_script(conn, schema=SCHEMA, partitions=4)
-        alpha.engine.dispose()
+        alpha.pool.reopen()
         with psycopg.connect(fresh_db_url.set(drivername="postgresql").render_as_string(hide_password=False),
                              autocommit=True) as raw:
             raw.execute(script)  # type: ignore[arg-type]  # the script as an operator runs it
         with alpha.session.transaction() as conn:
-            kinds = dict(conn.execute(sa.text(
+            kinds = dict(conn.execute((
                 "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = :s AND c.relname = ANY(:t)"), {"s": SCHEMA, "t": list(PARTITIONED_TABLES)}).all())
-            parts = conn.execute(sa.text(
+            parts = conn.execute((
                 "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relkind = 'r'"),
                 {"s": SCHEMA}).scalar_one()
-            plan = "\n".join(conn.execute(sa.text(
-                "EXPLAIN SELECT * FROM entries WHERE corpus = :c AND tier = 'WORKING'"), {"c": "alpha"}).scalars())
+            plan = "\n".join(conn.execute(
+                "EXPLAIN SELECT * FROM entries WHERE corpus = :c AND tier = 'WORKING'", {"c": "alpha"}).scalars())
         assert kinds == {t: "p" for t in PARTITIONED_TABLES}
         assert parts == 4 * len(PARTITIONED_TABLES)
         assert plan.count("entries_p") == 1, plan  # pruned to the corpus's one partition
         assert {name: _answers(s) for name, s in (("alpha", alpha), ("beta", beta))} == before
-        assert migrate.check(alpha.engine, schema=SCHEMA) == []  # partitions are not drift
+        assert migrate.check(alpha.pool, schema=SCHEMA) == []  # partitions are not drift
         # Writes, deletes and the cascades work on the partitioned tables.
         alpha.add(MemoryEntry("alpha-new", "a new lighthouse ledger"))
         assert alpha.delete("alpha-1") and alpha.count() == 60
@@ -92,12 +92,12 @@ def test_bad_partition_counts_and_unmigrated_schemas(store: Store, fresh_db_url:
         for bad in (1, 0, 2000, True, "4"):
             with pytest.raises(ConfigurationError, match="partitions must be an int from 2 to 1024"):
                 partition_script(conn, schema=SCHEMA, partitions=bad)  # type: ignore[arg-type]
-    engine = sa.create_engine(fresh_db_url.set(drivername="postgresql+psycopg"))
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=1)
     try:
-        with engine.connect() as conn, pytest.raises(ConfigurationError, match="run `tnsrag db upgrade` first"):
+        with pool.connect() as conn, pytest.raises(ConfigurationError, match="run `tnsrag db upgrade` first"):
             partition_script(conn, schema="tnsrag")
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_cli_prints_the_script_without_changing_anything(fresh_db_url: URL) -> None:
@@ -111,11 +111,11 @@ def test_cli_prints_the_script_without_changing_anything(fresh_db_url: URL) -> N
     assert result.exit_code == 0, result.output
     assert result.output.count("PARTITION OF") == 3 * len(PARTITIONED_TABLES)
     assert "FOR VALUES WITH (MODULUS 3, REMAINDER 2)" in result.output
-    engine = sa.create_engine(fresh_db_url.set(drivername="postgresql+psycopg"))
+    pool = Pool(fresh_db_url, schema="tnsrag", pool_size=1)
     try:
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT count(*) FROM pg_class WHERE relkind = 'p'")).scalar_one() == 0
+        with pool.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_class WHERE relkind = 'p'").scalar_one() == 0
     finally:
-        engine.dispose()
+        pool.close()
     bad = CliRunner().invoke(main, ["db", "partition-sql", "--url", url, "--partitions", "1"])
     assert bad.exit_code == 2 and "--partitions" in bad.output

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import sqlalchemy as sa
+import psycopg
 from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
@@ -63,7 +63,7 @@ def test_keyword_and_hybrid_statements_are_planned_once_and_reused(make_database
         # analyses the tables at a moment of its own (the new rows are past its thresholds),
         # maybe among the runs below, whose plans it then invalidates and has planned again.
         with store.session.autocommit() as conn:
-            conn.execute(sa.text("VACUUM ANALYZE entries, bm25_postings, bm25_df, bm25_stats, embeddings"))
+            conn.execute("VACUUM ANALYZE entries, bm25_postings, bm25_df, bm25_stats, embeddings")
         keyword = KeywordRAGStrategy(BM25Index(store))
         hybrid = HybridRAGStrategy(BM25Index(store), vectors)
         # Four terms: an entry's parts are summed in lexeme order, so its score does not depend
@@ -122,7 +122,6 @@ def test_scores_do_not_depend_on_the_plan(db_url: URL) -> None:
 def _entry_rows_read(url: URL, statement: Statement) -> int:
     """The most entry rows one node of ``statement``'s generic plan reads (rows × loops):
     prepared on a connection of its own and run once with EXPLAIN ANALYZE."""
-    import psycopg
     from pgvector.psycopg import register_vector
 
     text, names = bind(statement.sql)
@@ -160,8 +159,8 @@ def test_the_documents_join_probes_entries_by_key_whatever_the_corpus_is_estimat
         with store.session.autocommit() as conn:
             # What a thousand corpora would make of the estimate of one corpus's rows.
             for table in ("entries", "bm25_postings", "bm25_df", "bm25_stats", "corpora"):
-                conn.exec_driver_sql(f"ALTER TABLE {SCHEMA}.{table} ALTER COLUMN corpus SET (n_distinct = 1000)")
-                conn.exec_driver_sql(f"ANALYZE {SCHEMA}.{table}")
+                conn.execute(f"ALTER TABLE {SCHEMA}.{table} ALTER COLUMN corpus SET (n_distinct = 1000)")
+                conn.execute(f"ANALYZE {SCHEMA}.{table}")
         keyword = KeywordRAGStrategy(BM25Index(store))
         hybrid = HybridRAGStrategy(BM25Index(store), vectors)
         vector = VectorRAGStrategy(vectors)

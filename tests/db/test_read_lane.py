@@ -11,7 +11,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests import fix_corpus_scope
@@ -51,19 +50,19 @@ def _listening() -> Iterator[list[str]]:
         runner.remove_statement_listener(record)
 
 
-def _through_sqlalchemy(store: Store, sql: str, params: dict[str, Any]) -> list[Any]:
+def _in_transaction(store: Store, sql: str, params: dict[str, Any]) -> list[Any]:
+    """``sql``'s rows through the write path's connection (a transaction)."""
     with store.session.transaction() as conn:
-        return list(conn.execute(sa.text(sql), params).all())
+        return list(conn.execute(sql, params).all())
 
 
-def test_rows_equal_sqlalchemys_by_position_and_by_name(filled: Store) -> None:
+def test_rows_of_reads_and_of_transactions_are_alike_by_position_and_by_name(filled: Store) -> None:
     params = {"n": 3, "c": filled.corpus}
     with _listening() as seen:
         driver = filled.session.read(_ROWS_SQL, params)
-    through_sa = _through_sqlalchemy(filled, _ROWS_SQL, params)
+    through_sa = _in_transaction(filled, _ROWS_SQL, params)
     assert seen == [bind(_ROWS_SQL)[0]]  # the listener saw it as sent
-    assert isinstance(through_sa[0], sa.engine.Row)
-    assert not isinstance(driver[0], sa.engine.Row)  # the driver lane builds no SQLAlchemy rows
+    assert type(driver[0]) is type(through_sa[0])  # one row class per column list, both paths
     assert [tuple(r) for r in driver] == [tuple(r) for r in through_sa]
     assert [type(v) for v in driver[0]] == [type(v) for v in through_sa[0]]
     first = driver[0]
@@ -77,18 +76,17 @@ def test_a_statement_without_rows_and_an_empty_result(filled: Store) -> None:
     assert filled.session.read("SELECT id FROM entries WHERE corpus = :c AND false", {"c": filled.corpus}) == []
 
 
-def test_errors_are_the_same_as_through_sqlalchemy(filled: Store) -> None:
+def test_errors_are_the_same_in_reads_and_in_transactions(filled: Store) -> None:
     bad = "SELECT no_such_column FROM entries WHERE corpus = :c"
     with pytest.raises(DatabaseError) as driver:
         filled.session.read(bad, {"c": filled.corpus})
     with pytest.raises(DatabaseError) as through_sa:
-        _through_sqlalchemy(filled, bad, {"c": filled.corpus})
+        _in_transaction(filled, bad, {"c": filled.corpus})
     assert type(driver.value) is type(through_sa.value)
     assert str(driver.value).startswith(f"database error in corpus {filled.corpus!r}: ")
     assert 'column "no_such_column" does not exist' in str(driver.value)
     assert isinstance(driver.value.__cause__, psycopg.errors.UndefinedColumn)  # the driver's own error
-    assert through_sa.value.__cause__ is not None
-    assert type(driver.value.__cause__) is type(through_sa.value.__cause__.__cause__)
+    assert type(driver.value.__cause__) is type(through_sa.value.__cause__)
     assert driver.value.sqlstate == through_sa.value.sqlstate == "42703"
     # The connection stays usable after the error.
     assert filled.session.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": filled.corpus})[0].n == 2
@@ -149,10 +147,10 @@ def test_a_missing_parameter_is_a_database_error(filled: Store) -> None:
 
 def _one_connection(store: Store) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    engine = create_engine(store.engine.url, schema=SCHEMA, pool_size=1, max_overflow=0)
-    return Store(engine, corpus=store.corpus, schema=SCHEMA, owns_engine=True)
+    pool = Pool(store.pool.conninfo, schema=SCHEMA, pool_size=1, max_overflow=0)
+    return Store(pool, corpus=store.corpus, schema=SCHEMA, owns_pool=True)
 
 
 def _in_one_transaction(store: Store) -> bool:
@@ -161,9 +159,9 @@ def _in_one_transaction(store: Store) -> bool:
     import time
 
     with store.session.transaction() as conn:
-        first = conn.exec_driver_sql("SELECT now()").scalar_one()
+        first = conn.execute("SELECT now()").scalar_one()
         time.sleep(0.01)
-        return bool(conn.execute(sa.text("SELECT now() = :t"), {"t": first}).scalar_one())
+        return bool(conn.execute("SELECT now() = :t", {"t": first}).scalar_one())
 
 
 def test_reads_hand_the_connection_back_for_transactions(filled: Store) -> None:
@@ -181,7 +179,7 @@ def test_reads_hand_the_connection_back_for_transactions(filled: Store) -> None:
         # Reads in autocommit: each statement its own transaction (no open snapshot between them).
         assert one.read("SELECT current_setting('transaction_isolation') AS i, "
                         "txid_current_if_assigned() IS NULL AS none", {})[0].none
-        assert one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert one.pool.checked_out == 0  # type: ignore[attr-defined]
     finally:
         one.close()
 
@@ -202,7 +200,7 @@ def test_an_interrupted_read_discards_its_connection(filled: Store, monkeypatch:
             runner.remove_statement_listener(interrupt)
         # The interrupted connection was not handed out again: a new one answers.
         assert one.read("SELECT pg_backend_pid() AS pid", {})[0].pid != pid
-        assert _in_one_transaction(one) and one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert _in_one_transaction(one) and one.pool.checked_out == 0  # type: ignore[attr-defined]
     finally:
         one.close()
 
@@ -211,12 +209,11 @@ def test_a_pooled_connection_the_driver_knows_is_closed_is_replaced(filled: Stor
     one = _one_connection(filled)
     try:
         pid = one.read("SELECT pg_backend_pid() AS pid", {})[0].pid
-        fairy = one.engine.raw_connection()
-        fairy.driver_connection.close()  # type: ignore[union-attr]  # closed under the pool's feet
-        fairy.close()
+        with one.pool.connect() as conn:
+            conn.driver.close()  # closed under the pool's feet
         assert one.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": one.corpus})[0].n == 2
         assert one.read("SELECT pg_backend_pid() AS pid", {})[0].pid != pid
-        assert _in_one_transaction(one) and one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert _in_one_transaction(one) and one.pool.checked_out == 0  # type: ignore[attr-defined]
     finally:
         one.close()
 
@@ -229,7 +226,7 @@ def test_every_strategy_answers_and_explains_on_a_pool_of_one_connection(db_url:
     wait for the connection the plan holds (the first filtered vector search and hybrid
     retrieval of a fresh store timed out so once)."""
     from tnsrag_db import GraphStore, HashingEmbedding, RAGContext, VectorMemoryStore
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
     from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
 
     with connect(db_url, corpus="one_connection", schema=SCHEMA) as writer:
@@ -237,37 +234,49 @@ def test_every_strategy_answers_and_explains_on_a_pool_of_one_connection(db_url:
             [MemoryEntry(f"e{i}", f"refund policy {i}", metadata={"shelf": f"s{i % 2}"},
                          parent_id=None if i < 2 else f"e{i % 2}") for i in range(6)])
         GraphStore(writer).add_edge("e3", "e5", "refers")
-    engine = create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, pool_timeout=2)
+    pool = Pool(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, timeout=2)
     try:
         ctx = RAGContext(5, 0.0, {"shelf": "s1"})
         for name in STRATEGY_NAMES:
             for explain in (False, True):
-                store = Store(engine, corpus="one_connection", schema=SCHEMA)  # knows nothing yet
+                store = Store(pool, corpus="one_connection", schema=SCHEMA)  # knows nothing yet
                 strategy = build_strategy(name, store, embedding=HashingEmbedding(32))
                 found = (strategy.explain("refund policy", ctx).documents if explain  # type: ignore[attr-defined]
                          else strategy.retrieve("refund policy", ctx))
                 assert found and all(d.metadata["shelf"] == "s1" for d in found), (name, explain, found)
-                assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+                assert pool.checked_out == 0  # type: ignore[attr-defined]
     finally:
-        engine.dispose()
+        pool.close()
 
 
-def test_calls_after_a_burst_reuse_the_connection_returned_last(db_url: Any) -> None:
-    """After three connections were in use at once, reads one after another all run on one
-    connection, the one returned last (a FIFO pool would cycle through all three, each
-    idle three times as long, so pinged sooner, and its server process cold)."""
-    from tnsrag_db._db.engine import create_engine
+def test_after_a_burst_the_surplus_connections_close_and_calls_settle_on_one(db_url: Any) -> None:
+    """After three connections were in use at once, reads one after another give the
+    surplus back to the server: once idle for ``max_idle`` the pool closes them, one per
+    interval, and the calls settle on one connection (the server keeps no idle backend
+    per past burst, and the reads no longer cycle through cold connections)."""
+    import time
+    from contextlib import ExitStack
 
-    store = Store(create_engine(db_url, schema=SCHEMA, pool_size=3, max_overflow=0), corpus="test_lifo",
-                  schema=SCHEMA, owns_engine=True)
+    from tnsrag_db._db.pool import Pool
+
+    store = Store(Pool(db_url, schema=SCHEMA, pool_size=3, max_overflow=0, max_idle=0.3), corpus="test_burst",
+                  schema=SCHEMA, owns_pool=True)
     try:
-        burst = [store.engine.connect() for _ in range(3)]
-        pids = [int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()) for conn in burst]
-        for conn in burst:
-            conn.close()
-        assert len(set(pids)) == 3
-        seen = [store.read("SELECT pg_backend_pid() AS pid", {})[0].pid for _ in range(6)]
-        assert seen == [pids[-1]] * 6
+        with ExitStack() as burst:
+            pids = {int(burst.enter_context(store.pool.connect()).execute("SELECT pg_backend_pid()").scalar_one())
+                    for _ in range(3)}
+        assert len(pids) == 3
+        seen: list[int] = []
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            seen.append(store.read("SELECT pg_backend_pid() AS pid", {})[0].pid)
+            time.sleep(0.02)
+        assert set(seen) <= pids and len(set(seen[:3])) > 1  # they cycled at first
+        assert len(set(seen[-20:])) == 1  # and settled on one
+        with store.pool.connect() as conn:
+            alive = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(:p)",
+                                 {"p": sorted(pids)}).scalar_one()
+        assert alive == 1
     finally:
         store.close()
 
@@ -276,24 +285,24 @@ def test_a_urls_own_libpq_options_reach_the_connections(db_url: URL) -> None:
     """``?options=-c ...`` in the URL sets those settings on every pooled connection, beside
     the library's ``search_path`` (they were dropped: the library's own ``options`` replaced
     them)."""
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
     url = db_url.update_query_dict({"options": "-c statement_timeout=4321 -c plan_cache_mode=force_custom_plan"})
-    engine = create_engine(url, schema=SCHEMA, pool_size=1, max_overflow=0)
+    pool = Pool(url, schema=SCHEMA, pool_size=1, max_overflow=0)
     try:
-        with engine.connect() as conn:
-            assert conn.exec_driver_sql("SHOW statement_timeout").scalar_one() == "4321ms"
-            assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "force_custom_plan"
-            assert conn.exec_driver_sql("SHOW search_path").scalar_one() == f"{SCHEMA},public"
+        with pool.connect() as conn:
+            assert conn.execute("SHOW statement_timeout").scalar_one() == "4321ms"
+            assert conn.execute("SHOW plan_cache_mode").scalar_one() == "force_custom_plan"
+            assert conn.execute("SHOW search_path").scalar_one() == f"{SCHEMA},public"
         # The async API's pool (made from this engine) connects with the same options.
         import asyncio
 
         from tnsrag_db._db.aio import arun
         from tnsrag_db._db.statement import one
 
-        store = Store(engine, corpus="test_libpq_options", schema=SCHEMA)
+        store = Store(pool, corpus="test_libpq_options", schema=SCHEMA)
         shown = asyncio.run(arun(store, one(Statement("SELECT current_setting('statement_timeout') AS timeout, "
                                                       "current_setting('search_path') AS path"))))
         assert (shown[0].timeout, shown[0].path) == ("4321ms", f"{SCHEMA},public")
     finally:
-        engine.dispose()
+        pool.close()

@@ -123,29 +123,13 @@ def _corpora(home: Path) -> list[str]:
 @pytest.mark.parametrize("page", _SCRIPTS, ids=lambda p: p.name)
 def test_every_python_block_of_the_page_runs(page: Path, data_home: Path, tmp_path: Path) -> None:
     out = _run_page(page, data_home, tmp_path)
-    if page.name == "python.md":  # the tests have the async extra: the async example runs
+    if page.name == "python.md":  # the async example runs
         assert "[['a1'], ['a2']]" in out and "pip install" not in out, out
         # Traces and metrics: the example prints what its comments say.
         assert ("{'tnsrag.operation': 'retrieve', 'tnsrag.strategy': 'keyword', 'tnsrag.k': 2, "
                 "'tnsrag.corpus': 'readme', 'tnsrag.results': 2}") in out, out
         assert "['SELECT', 'tnsrag.retrieve']" in out, out
         assert "['db.client.operation.duration', 'tnsrag.operation.duration', 'tnsrag.operation.entries']" in out
-
-
-def test_the_python_page_without_the_async_extra_says_so_and_leaves_no_corpus(
-        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
-    # Without greenlet (the async extra) the async example prints connect_async's error
-    # and the page goes on to its end, dropping what it wrote.
-    home = tmp_path_factory.mktemp("xdg-no-async")
-    try:
-        out = _run_page(ROOT / "docs" / "python.md", home, tmp_path, 'sys.modules["greenlet"] = None')
-        assert "the async API needs the greenlet package" in out and "pip install 'tnsrag-db[async]'" in out, out
-        assert "[['a1'], ['a2']]" not in out
-        assert _corpora(home) == []
-    finally:
-        from tnsrag_db._store.embedded import keeper
-
-        keeper.stop(home / "tnsrag_db" / "pg18", force=True)
 
 
 # --- bash blocks -------------------------------------------------------------------------

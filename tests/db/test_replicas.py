@@ -8,11 +8,10 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests._standby import PrimaryWithStandby
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteToken, verify_standby
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ConfigurationError
@@ -94,8 +93,13 @@ def test_a_write_takes_one_primary_checkout_and_every_write_advances_the_token(p
 
     with _store(pair, "one_checkout") as store:
         checkouts: list[object] = []
-        sa.event.listen(store.engine, "checkout", lambda *args: checkouts.append(args))
-        store.add_all([MemoryEntry("c1", "first of two"), MemoryEntry("c2", "second of two")])
+        primary = store.pool
+        take = primary.connect
+        primary.connect = lambda *a, **k: (checkouts.append(a), take(*a, **k))[1]  # type: ignore[method-assign]
+        try:
+            store.add_all([MemoryEntry("c1", "first of two"), MemoryEntry("c2", "second of two")])
+        finally:
+            del primary.connect  # type: ignore[method-assign]
         assert len(checkouts) == 1  # the WAL position is read on the write's own connection
         first = store.last_write_token
         assert first is not None
@@ -153,10 +157,10 @@ def test_a_lagging_standby_is_skipped(pair: PrimaryWithStandby) -> None:
 
 
 def test_a_killed_standby_fails_no_read(pair: PrimaryWithStandby) -> None:
-    primary = create_engine(pair.url("primary", DB), schema=SCHEMA)
-    standby = create_engine(pair.url("standby", DB), schema=SCHEMA, read_only=True)
+    primary = Pool(pair.url("primary", DB), schema=SCHEMA)
+    standby = Pool(pair.url("standby", DB), schema=SCHEMA, read_only=True)
     replicas = ReadReplicas([Replica("standby", standby)], retry_after=0.5)
-    store = Store(primary, corpus="kill", schema=SCHEMA, owns_engine=True, read_replicas=replicas)
+    store = Store(primary, corpus="kill", schema=SCHEMA, owns_pool=True, read_replicas=replicas)
     store.add(MemoryEntry("k1", "a lighthouse on the cape"))
     _wait_replayed(pair)
     strategy = KeywordRAGStrategy(BM25Index(store))
@@ -203,14 +207,14 @@ def test_bad_replica_urls(pair: PrimaryWithStandby, pg_server_url: URL) -> None:
         connect(primary_url, read_urls=[primary_url])
     with pytest.raises(ConfigurationError, match="a list of URLs"):
         connect(primary_url, read_urls=pair.url("standby", DB))  # type: ignore[arg-type]
-    other = create_engine(pg_server_url, schema=SCHEMA)
-    standby = create_engine(pair.url("standby", DB), schema=SCHEMA)
+    other = Pool(pg_server_url, schema=SCHEMA)
+    standby = Pool(pair.url("standby", DB), schema=SCHEMA)
     try:
         with pytest.raises(ConfigurationError, match="not a standby of the primary .system identifier"):
             verify_standby(other, standby, "the standby")
     finally:
-        other.dispose()
-        standby.dispose()
+        other.close()
+        standby.close()
     with pytest.raises(ConfigurationError, match="consistency must be one of"):
         connect(primary_url, consistency="strong")
     with connect(primary_url) as plain:
@@ -219,12 +223,12 @@ def test_bad_replica_urls(pair: PrimaryWithStandby, pg_server_url: URL) -> None:
 
 
 def test_a_standby_rejects_writes_even_through_its_engine(pair: PrimaryWithStandby) -> None:
-    standby = create_engine(pair.url("standby", DB), schema=SCHEMA, read_only=True)
+    standby = Pool(pair.url("standby", DB), schema=SCHEMA, read_only=True)
     try:
-        with pytest.raises(sa.exc.DBAPIError, match="read-only transaction"), standby.begin() as conn:
-            conn.exec_driver_sql("CREATE TEMP TABLE t (x int)")
+        with pytest.raises(psycopg.Error, match="read-only transaction"), standby.begin() as conn:
+            conn.execute("CREATE TEMP TABLE t (x int)")
     finally:
-        standby.dispose()
+        standby.close()
 
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import URL
 
 from tnsrag_db._cli import main_group
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import InvalidEntryError, ProviderConfigurationError
 from tnsrag_db._indexes.graph import Edge, GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -47,9 +47,9 @@ def _fill(store: Store) -> None:
     GraphStore(store).add_edges([Edge(f"e{i}", f"e{i + 1}", "next") for i in range(11)])
 
 
-def _vectors(engine: sa.Engine, corpus: str) -> list[tuple[Any, ...]]:
-    with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(
+def _vectors(pool: Pool, corpus: str) -> list[tuple[Any, ...]]:
+    with pool.connect() as conn:
+        return [tuple(r) for r in conn.execute((
             "SELECT s.provider, s.dimension, x.entry_id, CAST(x.embedding AS real[]) FROM embeddings x "
             "JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id "
             "WHERE x.corpus = :c ORDER BY s.provider, x.entry_id"), {"c": corpus})]
@@ -66,7 +66,7 @@ def _refuse_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_library_restore_writes_the_exported_vectors_and_embeds_nothing(
-        tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, pool: Pool, make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
     original, copy = make_store(), make_store()
     _fill(original)
     dump = tmp_path / "dump.jsonl"
@@ -78,14 +78,14 @@ def test_library_restore_writes_the_exported_vectors_and_embeds_nothing(
     counts = restore_corpus(copy, dump)
     assert counts.to_dict()["entries"] == {"inserted": 12, "updated": 0, "unchanged": 0}
     assert counts.to_dict()["edges"] == {"inserted": 11, "updated": 0, "unchanged": 0}
-    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)  # bit for bit, both spaces
+    assert _vectors(pool, copy.corpus) == _vectors(pool, original.corpus)  # bit for bit, both spaces
     assert list(copy.iter_entries()) == list(original.iter_entries())
     again = restore_corpus(copy, dump)  # idempotent
     assert again.to_dict()["entries"] == {"inserted": 0, "updated": 0, "unchanged": 12}
-    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)
+    assert _vectors(pool, copy.corpus) == _vectors(pool, original.corpus)
 
 
-def test_cli_export_vectors_then_ingest_restores_every_space(db_url: URL, tmp_path: Path, engine: sa.Engine,
+def test_cli_export_vectors_then_ingest_restores_every_space(db_url: URL, tmp_path: Path, pool: Pool,
                                                              make_store: Callable[..., Store],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     original, copy = make_store(), make_store()
@@ -103,7 +103,7 @@ def test_cli_export_vectors_then_ingest_restores_every_space(db_url: URL, tmp_pa
     out = json.loads(res.stdout)
     assert (out["inserted"], out["edges"]) == (12, 11)
     assert out["embedding"] == f"{HashingEmbedding().name}, {Precomputed.name}"
-    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)
+    assert _vectors(pool, copy.corpus) == _vectors(pool, original.corpus)
     assert GraphStore(copy).count() == 11
     assert out["restored_vectors"] == [HashingEmbedding().name, Precomputed.name] and out["embedded_missing"] == 0
     res = CliRunner().invoke(main_group, args)  # again: nothing changes
@@ -171,7 +171,7 @@ def test_bad_vectors_name_the_line(tmp_path: Path, vectors: object, message: str
 
 
 def test_ingest_of_an_export_with_every_vector_loads_no_embedding_model(
-        db_url: URL, tmp_path: Path, engine: sa.Engine, make_store: Callable[..., Store],
+        db_url: URL, tmp_path: Path, pool: Pool, make_store: Callable[..., Store],
         monkeypatch: pytest.MonkeyPatch) -> None:
     import tnsrag_db.embeddings
 
@@ -196,7 +196,7 @@ def test_ingest_of_an_export_with_every_vector_loads_no_embedding_model(
     res = CliRunner().invoke(main_group, ["ingest", str(dump), "--corpus", copy.corpus, "--url", url, "--json", "-q"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["inserted"] == 12 and resolved == []
-    assert _vectors(engine, copy.corpus) == _vectors(engine, original.corpus)
+    assert _vectors(pool, copy.corpus) == _vectors(pool, original.corpus)
     assert "hash fallback" not in res.stderr
     # A file without vectors needs the model: it is resolved then (and here refused).
     bare = tmp_path / "bare.jsonl"
@@ -205,7 +205,7 @@ def test_ingest_of_an_export_with_every_vector_loads_no_embedding_model(
     assert res.exit_code != 0 and resolved == [None]
 
 
-def test_entries_of_one_text_get_their_own_exported_vectors(db_url: URL, tmp_path: Path, engine: sa.Engine,
+def test_entries_of_one_text_get_their_own_exported_vectors(db_url: URL, tmp_path: Path, pool: Pool,
                                                             make_store: Callable[..., Store]) -> None:
     # Two entries of one text whose vectors differ (written as precomputed rows, or by two
     # versions of a model): each gets its own back, by id, through the library and the CLI.
@@ -220,7 +220,7 @@ def test_entries_of_one_text_get_their_own_exported_vectors(db_url: URL, tmp_pat
     url = db_url.render_as_string(hide_password=False)
     res = CliRunner().invoke(main_group, ["ingest", str(dump), "--corpus", by_cli.corpus, "--url", url, "-q"])
     assert res.exit_code == 0, res.output
-    expected = _vectors(engine, original.corpus)
+    expected = _vectors(pool, original.corpus)
     assert [r[2] for r in expected] == ["a", "b", "c"] and expected[0][3] != expected[1][3]
-    assert _vectors(engine, by_library.corpus) == expected
-    assert _vectors(engine, by_cli.corpus) == expected
+    assert _vectors(pool, by_library.corpus) == expected
+    assert _vectors(pool, by_cli.corpus) == expected

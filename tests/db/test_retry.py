@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import sqlalchemy as sa
 
 from tnsrag_db._db.session import DEADLOCK_RETRIES, retry_on_deadlock
 from tnsrag_db._errors import DatabaseError
@@ -23,11 +22,11 @@ def test_a_real_deadlock_is_retried_and_both_sides_commit(store: Store) -> None:
         def once() -> None:
             runs[first] += 1
             with store.session.transaction() as conn:
-                conn.execute(sa.text("UPDATE entries SET source = :t WHERE corpus = :c AND id = :id"),
+                conn.execute("UPDATE entries SET source = :t WHERE corpus = :c AND id = :id",
                              {"t": text, "c": store.corpus, "id": first})
                 if runs[first] == 1:  # each side's first attempt holds one row, then wants the other
                     barrier.wait()
-                conn.execute(sa.text("UPDATE entries SET source = :t WHERE corpus = :c AND id = :id"),
+                conn.execute("UPDATE entries SET source = :t WHERE corpus = :c AND id = :id",
                              {"t": text, "c": store.corpus, "id": second})
 
         try:
@@ -59,7 +58,7 @@ def test_other_database_errors_are_not_retried(store: Store) -> None:
     def once() -> None:
         calls.append(1)
         with store.session.transaction() as conn:
-            conn.execute(sa.text("SELECT 1 / 0"))
+            conn.execute("SELECT 1 / 0")
 
     with pytest.raises(DatabaseError, match="division by zero"):
         retry_on_deadlock(once)
@@ -72,7 +71,7 @@ def test_retries_are_bounded(store: Store) -> None:
     def once() -> None:
         calls.append(1)
         with store.session.transaction() as conn:
-            conn.execute(sa.text("DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '40P01'; END $$"))
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '40P01'; END $$")
 
     with pytest.raises(DatabaseError, match="simulated"):
         retry_on_deadlock(once, retries=2)

@@ -24,7 +24,7 @@ from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, MemoryEntry, VectorMemoryStore, connect
 from tnsrag_db._cli.db import db
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import PermissionDeniedError
 from tnsrag_db._indexes.vector.hnsw import IndexBuildDeferred
 
@@ -46,11 +46,11 @@ class Roles:
 def roles(make_database: Callable[[], URL]) -> Iterator[Roles]:
     """A database migrated by the owner, with an application and a read-only role."""
     owner = make_database()
-    engine = create_engine(owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(owner, schema=SCHEMA, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
     finally:
-        engine.dispose()
+        pool.close()
     suffix = uuid.uuid4().hex[:10]
     app, reader = f"tnsrag_app_{suffix}", f"tnsrag_ro_{suffix}"
     db = sql.Identifier(str(owner.database))

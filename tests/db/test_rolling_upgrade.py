@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL
 
 from bench.attack._previous_release import PREVIOUS_HEAD, PreviousRelease, previous_release_tree
 from tests.db.test_bm25 import QUERIES, VOCAB, generated_entries, random_text
@@ -26,10 +25,8 @@ from tests.db.test_bm25_blocks import layout
 from tnsrag_db import connect
 from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
-from tnsrag_db._db.driver import DriverStore
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._db.migration_ops import compat_function_sql
-from tnsrag_db._db.settings import libpq_url
+from tnsrag_db._db.pool import OneConnection, Pool
 from tnsrag_db._errors import MigrationError, SchemaNotReadyError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.store import Store
@@ -39,12 +36,12 @@ SCHEMA = "tnsrag"
 
 
 @pytest.fixture()
-def engine(fresh_db_url: URL) -> Iterator[Engine]:
-    eng = create_engine(fresh_db_url, schema=SCHEMA, pool_size=3)
+def pool(fresh_db_url: URL) -> Iterator[Pool]:
+    eng = Pool(fresh_db_url, schema=SCHEMA, pool_size=3)
     try:
         yield eng
     finally:
-        eng.dispose()
+        eng.close()
 
 
 def _previous(dest: Path) -> Path:
@@ -84,7 +81,7 @@ def _upgrade_cli(url: URL, *extra: str) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_the_previous_release_answers_exactly_beside_the_upgrade_until_the_finish(
-        fresh_db_url: URL, engine: Engine, tmp_path: Path) -> None:
+        fresh_db_url: URL, pool: Pool, tmp_path: Path) -> None:
     tree = _previous(tmp_path / "previous")
     url = _url(fresh_db_url)
     rng = random.Random(36)
@@ -104,7 +101,7 @@ def test_the_previous_release_answers_exactly_beside_the_upgrade_until_the_finis
         assert answer["finished"] is False
 
         # This release writes, and would merge after every entry: the merges wait.
-        store = Store(engine, corpus="shared", schema=SCHEMA, merge_after_entries=1)
+        store = Store(pool, corpus="shared", schema=SCHEMA, merge_after_entries=1)
         store.add_all(generated_entries(rng, 150, prefix="new"))
         with pytest.raises(SchemaNotReadyError, match="upgrade --finish"):
             store.merge_postings()
@@ -132,12 +129,12 @@ def test_the_previous_release_answers_exactly_beside_the_upgrade_until_the_finis
 
 
 @pytest.mark.slow
-def test_a_previous_release_started_after_the_upgrade_is_refused(fresh_db_url: URL, engine: Engine,
+def test_a_previous_release_started_after_the_upgrade_is_refused(fresh_db_url: URL, pool: Pool,
                                                                   tmp_path: Path) -> None:
     # A release already out cannot be changed: its head check wants exactly 0010. From
     # this release on, a newer schema that serves the release is accepted (see below).
     tree = _previous(tmp_path / "previous")
-    migrate.upgrade(engine, schema=SCHEMA)
+    migrate.upgrade(pool, schema=SCHEMA)
     late = PreviousRelease(tree, _url(fresh_db_url), "late")
     try:
         answer = late.send(op="connect")
@@ -146,21 +143,21 @@ def test_a_previous_release_started_after_the_upgrade_is_refused(fresh_db_url: U
         late.close()
 
 
-def _ahead(engine: Engine, *, serves_from: str) -> str:
+def _ahead(pool: Pool, *, serves_from: str) -> str:
     """Make the schema look as a later release leaves it: one revision past this release's
     head, serving releases from ``serves_from`` on. Returns that revision."""
     ahead = f"{int(migrate.head_revision()) + 1:04d}"
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"UPDATE {SCHEMA}.alembic_version SET version_num = :v"), {"v": ahead})
-        conn.execute(sa.text(compat_function_sql(SCHEMA, serves_from, None)))
+    with pool.begin() as conn:
+        conn.execute(f"UPDATE {SCHEMA}.alembic_version SET version_num = :v", {"v": ahead})
+        conn.execute((compat_function_sql(SCHEMA, serves_from, None)))
     return ahead
 
 
-def test_a_schema_one_revision_ahead_that_serves_this_release_is_used(fresh_db_url: URL, engine: Engine) -> None:
-    migrate.upgrade(engine, schema=SCHEMA)
-    ahead = _ahead(engine, serves_from=migrate.head_revision())
+def test_a_schema_one_revision_ahead_that_serves_this_release_is_used(fresh_db_url: URL, pool: Pool) -> None:
+    migrate.upgrade(pool, schema=SCHEMA)
+    ahead = _ahead(pool, serves_from=migrate.head_revision())
     url = _url(fresh_db_url)
-    # The full path (a URL, no auto-migration), auto-migration (nothing to do), the lean path.
+    # A URL without auto-migration, auto-migration (nothing to do), the command line.
     store = connect(url, corpus="ahead")
     try:
         store.add_all([MemoryEntry("a", "agent memory in a newer schema"), MemoryEntry("b", "vector index")])
@@ -168,10 +165,8 @@ def test_a_schema_one_revision_ahead_that_serves_this_release_is_used(fresh_db_u
     finally:
         store.close()
     connect(url, corpus="ahead", auto_migrate=True).close()
-    target = libpq_url(url)
-    assert target is not None
-    with DriverStore(target, corpus="ahead", schema=SCHEMA, max_query_terms=64, pgvector=False) as lean:
-        assert lean.at_head() is True
+    with OneConnection(url, schema=SCHEMA) as one:  # the command line's one connection
+        assert migrate.schema_state(one, schema=SCHEMA).usable
     result = CliRunner().invoke(main_group, ["query", "agent memory", "--url", url, "--corpus", "ahead",
                                              "--strategy", "keyword", "--json"])
     assert result.exit_code == 0, result.output
@@ -184,9 +179,9 @@ def test_a_schema_one_revision_ahead_that_serves_this_release_is_used(fresh_db_u
 
 
 def test_a_schema_that_no_longer_serves_this_release_is_refused_with_what_helps(fresh_db_url: URL,
-                                                                                  engine: Engine) -> None:
-    migrate.upgrade(engine, schema=SCHEMA)
-    ahead = _ahead(engine, serves_from=f"{int(migrate.head_revision()) + 1:04d}")
+                                                                                  pool: Pool) -> None:
+    migrate.upgrade(pool, schema=SCHEMA)
+    ahead = _ahead(pool, serves_from=f"{int(migrate.head_revision()) + 1:04d}")
     url = _url(fresh_db_url)
     for auto in (False, True):
         with pytest.raises((SchemaNotReadyError, MigrationError), match=f"{ahead}.*upgrade tnsrag_db"):
@@ -195,76 +190,75 @@ def test_a_schema_that_no_longer_serves_this_release_is_refused_with_what_helps(
     assert result.exit_code != 0 and "upgrade tnsrag_db" in result.output
     result = CliRunner().invoke(main_group, ["db", "upgrade", "--url", url])
     assert result.exit_code != 0 and "upgrade tnsrag_db" in result.output
-    with engine.begin() as conn:  # its version row as it was (the database is dropped after the test)
-        conn.execute(sa.text(f"UPDATE {SCHEMA}.alembic_version SET version_num = :v"),
+    with pool.begin() as conn:  # its version row as it was (the database is dropped after the test)
+        conn.execute(f"UPDATE {SCHEMA}.alembic_version SET version_num = :v",
                      {"v": migrate.head_revision()})
 
 
-def test_merges_wait_for_the_finish_after_an_upgrade_of_a_used_schema(engine: Engine) -> None:
-    migrate.upgrade(engine, schema=SCHEMA, revision=PREVIOUS_HEAD)
-    with engine.begin() as conn:  # the previous release's corpus (its rows, as it writes them)
-        conn.execute(sa.text(f"INSERT INTO {SCHEMA}.corpora (corpus) VALUES ('used')"))
-    migrate.upgrade(engine, schema=SCHEMA)
-    assert migrate.served_releases(engine, schema=SCHEMA) == (PREVIOUS_HEAD, "0013")
-    store = Store(engine, corpus="used", schema=SCHEMA, merge_after_entries=1)
+def test_merges_wait_for_the_finish_after_an_upgrade_of_a_used_schema(pool: Pool) -> None:
+    migrate.upgrade(pool, schema=SCHEMA, revision=PREVIOUS_HEAD)
+    with pool.begin() as conn:  # the previous release's corpus (its rows, as it writes them)
+        conn.execute(f"INSERT INTO {SCHEMA}.corpora (corpus) VALUES ('used')")
+    migrate.upgrade(pool, schema=SCHEMA)
+    assert migrate.served_releases(pool, schema=SCHEMA) == (PREVIOUS_HEAD, "0013")
+    store = Store(pool, corpus="used", schema=SCHEMA, merge_after_entries=1)
     store.add_all(generated_entries(random.Random(5), 40))
     store.add(MemoryEntry("one-more", "agent memory"))  # an automatic merge after each write: deferred
     assert layout(store)["merged"] == 0
     before = _rankings(store, QUERIES)
     with pytest.raises(SchemaNotReadyError, match="still serves releases"):
         store.merge_postings()
-    report = migrate.finish(engine, schema=SCHEMA)
+    report = migrate.finish(pool, schema=SCHEMA)
     assert (report.serves_from_before, report.serves_from, report.changed) == (PREVIOUS_HEAD, "0013", True)
-    assert migrate.finish(engine, schema=SCHEMA).changed is False  # nothing waits any more
+    assert migrate.finish(pool, schema=SCHEMA).changed is False  # nothing waits any more
     assert store.merge_postings().entries > 0
     assert [[i for i, _ in r] for r in _rankings(store, QUERIES)] == [[i for i, _ in r] for r in before]
 
 
-def test_a_new_schema_and_one_already_merged_need_no_finish(engine: Engine) -> None:
-    migrate.upgrade(engine, schema=SCHEMA)
-    assert migrate.served_releases(engine, schema=SCHEMA) == ("0013", None)
-    store = Store(engine, corpus="merged", schema=SCHEMA, merge_after_entries=10**9)
+def test_a_new_schema_and_one_already_merged_need_no_finish(pool: Pool) -> None:
+    migrate.upgrade(pool, schema=SCHEMA)
+    assert migrate.served_releases(pool, schema=SCHEMA) == ("0013", None)
+    store = Store(pool, corpus="merged", schema=SCHEMA, merge_after_entries=10**9)
     store.add_all(generated_entries(random.Random(9), 30))
     assert store.merge_postings().entries > 0
     # Down to 0011 and up again with blocks in place: a merge already hid rows from older readers.
-    migrate.downgrade(engine, schema=SCHEMA, revision="0011")
-    migrate.upgrade(engine, schema=SCHEMA, revision="0012")
-    assert migrate.served_releases(engine, schema=SCHEMA) == ("0011", None)
+    migrate.downgrade(pool, schema=SCHEMA, revision="0011")
+    migrate.upgrade(pool, schema=SCHEMA, revision="0012")
+    assert migrate.served_releases(pool, schema=SCHEMA) == ("0011", None)
     # Revision 0013's salted lock keys wait for the finish (a release before it may run), merges do not.
-    migrate.upgrade(engine, schema=SCHEMA)
-    assert migrate.served_releases(engine, schema=SCHEMA) == ("0011", "0013")
+    migrate.upgrade(pool, schema=SCHEMA)
+    assert migrate.served_releases(pool, schema=SCHEMA) == ("0011", "0013")
     assert store.merge_postings().deferred is False
-    assert migrate.finish(engine, schema=SCHEMA).serves_from == "0013"
+    assert migrate.finish(pool, schema=SCHEMA).serves_from == "0013"
 
 
-def _waiting_on_entries(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        return bool(conn.execute(sa.text(
+def _waiting_on_entries(pool: Pool) -> bool:
+    with pool.connect() as conn:
+        return bool(conn.execute((
             "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
             "WHERE NOT l.granted AND c.relname = 'entries')")).scalar_one())
 
 
-def test_a_downgrade_beside_a_previous_release_writer_leaves_no_orphans_and_exact_df(engine: Engine) -> None:
-    migrate.upgrade(engine, schema=SCHEMA)
-    store = Store(engine, corpus="down", schema=SCHEMA, merge_after_entries=10**9)
+def test_a_downgrade_beside_a_previous_release_writer_leaves_no_orphans_and_exact_df(pool: Pool) -> None:
+    migrate.upgrade(pool, schema=SCHEMA)
+    store = Store(pool, corpus="down", schema=SCHEMA, merge_after_entries=10**9)
     entries = generated_entries(random.Random(11), 80)
     store.add_all(entries)
     store.merge_postings()
     gone = [e.id for e in entries if e.content.strip()][:20]
     # The revisions after 0012 first, with no writer in flight: the race is 0011's copy.
-    migrate.downgrade(engine, schema=SCHEMA, revision="0012")
+    migrate.downgrade(pool, schema=SCHEMA, revision="0012")
     done: list[BaseException | None] = []
-    with engine.connect() as writer:
+    with pool.connect() as writer:
         # A previous-release writer's delete, in flight: the rows of the entries, then the entries.
-        tx = writer.begin()
-        writer.execute(sa.text(f"DELETE FROM {SCHEMA}.bm25_postings WHERE corpus = 'down' "
+        writer.execute((f"DELETE FROM {SCHEMA}.bm25_postings WHERE corpus = 'down' "
                                "AND entry_id = ANY (:ids)"), {"ids": gone})
-        writer.execute(sa.text(f"DELETE FROM {SCHEMA}.entries WHERE corpus = 'down' AND id = ANY (:ids)"),
+        writer.execute(f"DELETE FROM {SCHEMA}.entries WHERE corpus = 'down' AND id = ANY (:ids)",
                        {"ids": gone})
 
         def down() -> None:
             try:
-                migrate.downgrade(engine, schema=SCHEMA, revision=PREVIOUS_HEAD, lock_timeout=0)
+                migrate.downgrade(pool, schema=SCHEMA, revision=PREVIOUS_HEAD, lock_timeout=0)
                 done.append(None)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 done.append(exc)
@@ -272,30 +266,30 @@ def test_a_downgrade_beside_a_previous_release_writer_leaves_no_orphans_and_exac
         thread = threading.Thread(target=down)
         thread.start()
         deadline = time.monotonic() + 60
-        while not _waiting_on_entries(engine) and thread.is_alive() and time.monotonic() < deadline:
+        while not _waiting_on_entries(pool) and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert thread.is_alive(), done  # the downgrade waits for the writer, before copying anything
-        tx.commit()
+        writer.commit()
         thread.join(timeout=120)
     assert done == [None]
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"SET LOCAL search_path TO {SCHEMA}"))
-        orphans = conn.execute(sa.text(
+    with pool.begin() as conn:
+        conn.execute(f"SET LOCAL search_path TO {SCHEMA}")
+        orphans = conn.execute((
             "SELECT count(*) FROM bm25_postings p WHERE p.corpus = 'down' AND NOT EXISTS ("
             "SELECT 1 FROM entries e WHERE e.corpus = p.corpus AND e.id = p.entry_id)")).scalar_one()
-        wrong_df = conn.execute(sa.text(
+        wrong_df = conn.execute((
             "SELECT count(*) FROM (SELECT lexeme, sum(df) AS df FROM bm25_df WHERE corpus = 'down' "
             "GROUP BY lexeme HAVING sum(df) <> 0) d FULL JOIN (SELECT lexeme, count(*) AS df FROM bm25_postings "
             "WHERE corpus = 'down' GROUP BY lexeme) p USING (lexeme) WHERE d.df IS DISTINCT FROM p.df")).scalar_one()
     assert (orphans, wrong_df) == (0, 0)
     # The deleted ids can be written again.
-    migrate.upgrade(engine, schema=SCHEMA)
-    store = Store(engine, corpus="down", schema=SCHEMA)
+    migrate.upgrade(pool, schema=SCHEMA)
+    store = Store(pool, corpus="down", schema=SCHEMA)
     store.add_all([MemoryEntry(i, "written again " + " ".join(VOCAB[:3])) for i in gone])
     assert set(gone) <= {i for i, _ in BM25Index(store).search("written again", 100)}
 
 
-def test_a_new_corpus_is_embedded_as_every_served_release_reads_it(engine: Engine, fresh_db_url: URL,
+def test_a_new_corpus_is_embedded_as_every_served_release_reads_it(pool: Pool, fresh_db_url: URL,
                                                                    tmp_path: Path) -> None:
     # While the schema serves the previous release (it knows no contextual space), a new
     # corpus gets the plain shipped model, which that release can embed its queries with;
@@ -303,12 +297,12 @@ def test_a_new_corpus_is_embedded_as_every_served_release_reads_it(engine: Engin
     from tnsrag_db._indexes.vector.spaces import default_embedding_name, query_embedding
     from tnsrag_db.embeddings import DEFAULT_EMBEDDING_NAME, SHIPPED_MODEL_NAME
 
-    migrate.upgrade(engine, schema=SCHEMA, revision=PREVIOUS_HEAD)
-    with engine.begin() as conn:  # the previous release's corpus
-        conn.execute(sa.text(f"INSERT INTO {SCHEMA}.corpora (corpus) VALUES ('used')"))
-    migrate.upgrade(engine, schema=SCHEMA)
-    assert migrate.served_releases(engine, schema=SCHEMA)[0] == PREVIOUS_HEAD
-    store = Store(engine, corpus="fresh", schema=SCHEMA)
+    migrate.upgrade(pool, schema=SCHEMA, revision=PREVIOUS_HEAD)
+    with pool.begin() as conn:  # the previous release's corpus
+        conn.execute(f"INSERT INTO {SCHEMA}.corpora (corpus) VALUES ('used')")
+    migrate.upgrade(pool, schema=SCHEMA)
+    assert migrate.served_releases(pool, schema=SCHEMA)[0] == PREVIOUS_HEAD
+    store = Store(pool, corpus="fresh", schema=SCHEMA)
     assert default_embedding_name(store) == SHIPPED_MODEL_NAME
     assert query_embedding(store).name == SHIPPED_MODEL_NAME
     docs = tmp_path / "docs"
@@ -319,8 +313,8 @@ def test_a_new_corpus_is_embedded_as_every_served_release_reads_it(engine: Engin
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["embedding"] == SHIPPED_MODEL_NAME
 
-    migrate.finish(engine, schema=SCHEMA)
-    later = Store(engine, corpus="later", schema=SCHEMA)
+    migrate.finish(pool, schema=SCHEMA)
+    later = Store(pool, corpus="later", schema=SCHEMA)
     assert default_embedding_name(later) is None
     assert query_embedding(later).name == DEFAULT_EMBEDDING_NAME
     # The corpus written during the rollout keeps its plain space.

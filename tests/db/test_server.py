@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tnsrag_db._store.embedded import keeper
@@ -324,7 +325,6 @@ def test_a_stopped_keeper_is_passed_by_and_said_so_once(own_home: Path) -> None:
 
 
 def _show(url: str, name: str) -> str:
-    import psycopg
     from psycopg import sql
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -358,7 +358,6 @@ def test_the_server_starts_with_memory_settings_sized_from_its_budget(own_home: 
     assert "files ask 1GB: restart needed" in text and "tnsrag server stop && tnsrag server start" in text
 
     # A setting of the user's own (ALTER SYSTEM) wins over the generated one, also after a restart.
-    import psycopg
 
     with psycopg.connect(changed["url"], autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET work_mem = '20MB'")
@@ -373,14 +372,13 @@ def test_the_server_starts_with_memory_settings_sized_from_its_budget(own_home: 
     _tnsrag(home, "server", "stop")
     script = ("import tnsrag_db\n"
               "with tnsrag_db.connect(corpus='script') as store:\n"
-              "    print(store.engine.connect().exec_driver_sql('SHOW shared_buffers').scalar())\n")
+              "    print(store.read('SHOW shared_buffers', {})[0][0])\n")
     run = subprocess.run([sys.executable, "-c", script], env=_env(home, "192MB"), capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0 and run.stdout.split() == ["192MB"], run.stderr
 
 
 def test_the_page_cache_comes_back_after_a_restart(own_home: Path) -> None:
-    import psycopg
 
     home = own_home
     url = json.loads(_tnsrag(home, "server", "start", "--memory", "256MB", "--json").stdout)["url"]

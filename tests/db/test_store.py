@@ -6,10 +6,12 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+import psycopg
 import pytest
-import sqlalchemy as sa
 
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.hooks import ConnectionHooks
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError, InvalidEntryError
 from tnsrag_db._store.store import Store
@@ -94,13 +96,12 @@ def test_cli_ingest_and_query_every_strategy(db_url: object, tmp_path: object) -
 
 
 def test_drop_corpus_removes_everything_and_allows_reuse(store: Store) -> None:
-    import sqlalchemy as sa
 
     store.add_all([MemoryEntry("a", "alpha beta"), MemoryEntry("b", "beta gamma")])
     store.drop_corpus()
     with store.session.transaction() as conn:
         for table in ("entries", "bm25_postings", "bm25_stats", "corpora"):
-            assert conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE corpus = :c"),
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE corpus = :c",
                                 {"c": store.corpus}).scalar_one() == 0, table
     assert store.add_all([MemoryEntry("a", "alpha beta")]) == IngestCounts(inserted=1)
 
@@ -114,8 +115,8 @@ def test_a_bulk_write_refreshes_planner_statistics(fresh_db_url: object, monkeyp
 
     def reltuples_and_rows() -> tuple[float, int]:
         with store.session.transaction() as conn:
-            return (conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one(),
-                    conn.execute(sa.text("SELECT count(*) FROM entries")).scalar_one())
+            return (conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass").scalar_one(),
+                    conn.execute("SELECT count(*) FROM entries").scalar_one())
 
     store.add_all([MemoryEntry(f"small-{i}", "a few words") for i in range(10)])  # below the threshold
     store.add_all([MemoryEntry(f"bulk-{i}", f"bulk entry {i}") for i in range(40)])
@@ -137,37 +138,37 @@ def test_a_batched_ingest_refreshes_planner_statistics_once_for_all_its_batches(
     entries = [MemoryEntry(f"b-{i}", f"batched entry {i}") for i in range(400)]
     VectorMemoryStore(store, HashingEmbedding(16)).ingest(entries, batch_size=100, vectors=False)
     with store.session.transaction() as conn:
-        estimated = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
+        estimated = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass").scalar_one()
     assert estimated == 400
     # A second corpus, under a tenth of the table but unknown to the statistics: refreshed too.
     other = connect(fresh_db_url, corpus="other", auto_migrate=True, analyze_after_rows=30)  # type: ignore[arg-type]
     VectorMemoryStore(other, HashingEmbedding(16)).ingest(entries[:35], batch_size=10, vectors=False)
     with other.session.transaction() as conn:
-        estimated = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
+        estimated = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass").scalar_one()
     assert estimated == 435
     store.close()
     other.close()
 
 
-def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Store, engine: sa.Engine,
+def test_statistics_refresh_leaves_a_table_that_an_index_build_holds(store: Store, pool: Pool,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # A concurrent index build holds SHARE UPDATE EXCLUSIVE on embeddings and waits for
     # older snapshots: the refresh must not queue behind it (a deadlock), but analyse
     # the other tables and skip that one.
     def with_threshold(rows: int) -> Store:
-        return Store(store.engine, corpus=store.corpus, schema=store.schema, analyze_after_rows=rows)
+        return Store(store.pool, corpus=store.corpus, schema=store.schema, analyze_after_rows=rows)
 
     def reltuples_and_rows() -> tuple[float, int]:
         with store.session.transaction() as conn:
-            return (conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one(),
-                    conn.execute(sa.text("SELECT count(*) FROM entries")).scalar_one())
+            return (conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass").scalar_one(),
+                    conn.execute("SELECT count(*) FROM entries").scalar_one())
 
     with_threshold(30).add_all([MemoryEntry(f"x-{i}", f"entry {i}") for i in range(40)])  # analysed
     with_threshold(10**9).add_all([MemoryEntry(f"y-{i}", f"entry {i}") for i in range(25)])  # not analysed
     estimated, rows = reltuples_and_rows()
     assert estimated != rows
-    with engine.connect() as holder:
-        holder.execute(sa.text(f"LOCK TABLE {store.schema}.embeddings IN SHARE UPDATE EXCLUSIVE MODE"))
+    with pool.connect() as holder:
+        holder.execute(f"LOCK TABLE {store.schema}.embeddings IN SHARE UPDATE EXCLUSIVE MODE")
         assert with_threshold(30).writer.refresh_statistics(10**9, ("embeddings",)) is True  # no wait, no lock timeout
         estimated, rows = reltuples_and_rows()
         assert estimated == rows  # entries analysed although embeddings was held
@@ -180,7 +181,7 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _plan_nodes(child)
 
 
-def _explained_engine(engine: sa.Engine, plans: list[dict[str, Any]]) -> sa.Engine:
+def _explained_engine(pool: Pool, plans: list[dict[str, Any]]) -> Pool:
     """A fresh engine whose connections send every statement's real plan (auto_explain at
     NOTICE level) to ``plans``; skips the test where auto_explain cannot be loaded."""
     import json
@@ -192,8 +193,8 @@ def _explained_engine(engine: sa.Engine, plans: list[dict[str, Any]]) -> sa.Engi
         if text.startswith("duration:") and "{" in text:
             plans.append(json.loads(text[text.index("{"):])["Plan"])
 
-    with engine.connect() as conn:
-        raw = conn.connection.driver_connection
+    with pool.connect() as conn:
+        raw = conn.driver
         try:
             with raw.cursor() as cur:
                 cur.execute("LOAD 'auto_explain'")
@@ -201,12 +202,9 @@ def _explained_engine(engine: sa.Engine, plans: list[dict[str, Any]]) -> sa.Engi
             pytest.skip("LOAD 'auto_explain' needs a superuser on this server")
         raw.commit()
     from tests.fix_db import SCHEMA
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    explained = create_engine(engine.url, schema=SCHEMA, pool_size=1)
-
-    @sa.event.listens_for(explained, "connect")
-    def _explain(dbapi_conn: Any, record: Any) -> None:
+    def _explain(dbapi_conn: Any, info: Any) -> None:
         with dbapi_conn.cursor() as cur:
             for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
                             "SET auto_explain.log_analyze = on", "SET auto_explain.log_format = json",
@@ -215,22 +213,22 @@ def _explained_engine(engine: sa.Engine, plans: list[dict[str, Any]]) -> sa.Engi
         dbapi_conn.commit()
         dbapi_conn.add_notice_handler(on_notice)
 
-    return explained
+    return Pool(pool.conninfo, schema=SCHEMA, pool_size=1, hooks=[ConnectionHooks("auto_explain", configure=_explain)])
 
 
-def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.Engine, make_store: Any) -> None:
+def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(pool: Pool, make_store: Any) -> None:
     """A corpus created after the last ANALYZE is estimated at one row; the write path must
     still reach its rows by key, not scan the whole corpus once per written entry. Checked
     on the real plans (auto_explain, sent to the client as notices): no plan node of an
     update, a delete or an edge write reads more than a handful of rows."""
     seed = make_store()
     seed.add_all([MemoryEntry(f"s{i}", "a few seed words") for i in range(20)])
-    with engine.begin() as conn:
-        conn.execute(sa.text("ANALYZE entries, bm25_postings, embeddings"))  # statistics without the new corpus
+    with pool.begin() as conn:
+        conn.execute("ANALYZE entries, bm25_postings, embeddings")  # statistics without the new corpus
     store = make_store()
     store.add_all([MemoryEntry(f"e{i:04d}", f"entry {i} with some shared words") for i in range(2000)])
     plans: list[dict[str, Any]] = []
-    probe_engine = _explained_engine(engine, plans)
+    probe_engine = _explained_engine(pool, plans)
     try:
         probe = Store(probe_engine, corpus=store.corpus)
         probe.add(MemoryEntry("e0007", "entry 7 rewritten with other words"))  # content changed
@@ -239,7 +237,7 @@ def test_writes_probe_by_key_even_when_statistics_predate_the_corpus(engine: sa.
         from tnsrag_db._indexes.graph import Edge, GraphStore
         GraphStore(probe).add_edges([Edge("e0010", "e0011")])
     finally:
-        probe_engine.dispose()
+        probe_engine.close()
     assert len(plans) > 10
     worst = max((node.get("Actual Rows", 0) * node.get("Actual Loops", 1), node.get("Node Type"), node.get("Relation Name"))
                 for plan in plans for node in _plan_nodes(plan))
@@ -253,7 +251,7 @@ def _handled(node: dict[str, Any]) -> float:
 
 
 def test_bulk_deletes_and_rewrites_read_their_targets_by_ctid_when_statistics_predate_the_corpus(
-        engine: sa.Engine, make_store: Any) -> None:
+        pool: Pool, make_store: Any) -> None:
     """On statistics that predate the corpus (estimated at one row), the postings and
     vectors a delete_many or a rewrite of 2,000 entries removes are read by ctid: no node
     over bm25_postings or embeddings looks at many more rows than the postings deleted (reading
@@ -265,8 +263,8 @@ def test_bulk_deletes_and_rewrites_read_their_targets_by_ctid_when_statistics_pr
 
     seed = make_store()
     seed.add_all([MemoryEntry(f"s{i}", "a few seed words") for i in range(20)])
-    with engine.begin() as conn:
-        conn.execute(sa.text("ANALYZE entries, bm25_postings, embeddings, bm25_docs"))  # without the new corpus
+    with pool.begin() as conn:
+        conn.execute("ANALYZE entries, bm25_postings, embeddings, bm25_docs")  # without the new corpus
     size = 6000
     store = make_store(analyze_after_rows=10**9, merge_after_entries=10**9)
     entries = [MemoryEntry(f"e{i:05d}", f"entry {i} with some shared words and term{i % 97}") for i in range(size)]
@@ -274,24 +272,24 @@ def test_bulk_deletes_and_rewrites_read_their_targets_by_ctid_when_statistics_pr
     VectorMemoryStore(store, lambda text: [1.0, float(len(text))], index_threshold=None).fill_vectors(entries[2000:4000])
     rewritten = [entry.id for entry in entries[2000:4000]]
     c = {"c": store.corpus}
-    with engine.connect() as conn:
-        postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND entry_id < 'e02000'"),
+    with pool.connect() as conn:
+        postings = conn.execute("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND entry_id < 'e02000'",
                                 c).scalar_one()
         # The other corpora's entries in the table (other tests' in one database): a plan that
         # reads the table once in one pass (a sequential scan) reads them too.
-        others = conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus <> :c"), c).scalar_one()
+        others = conn.execute("SELECT count(*) FROM entries WHERE corpus <> :c", c).scalar_one()
     plans: list[dict[str, Any]] = []
-    explained = _explained_engine(engine, plans)
+    explained = _explained_engine(pool, plans)
     try:
         probe = Store(explained, corpus=store.corpus, analyze_after_rows=10**9, merge_after_entries=10**9)
         assert probe.delete_many([f"e{i:05d}" for i in range(2000)]) == 2000
         counts = probe.add_all([MemoryEntry(entry_id, f"{entry_id} rewritten with other words") for entry_id in rewritten])
         assert counts.updated == 2000
     finally:
-        explained.dispose()
-    with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"), c).scalar_one() == size - 2000
-        assert conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"), c).scalar_one() == 0
+        explained.close()
+    with pool.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM entries WHERE corpus = :c", c).scalar_one() == size - 2000
+        assert conn.execute("SELECT count(*) FROM embeddings WHERE corpus = :c", c).scalar_one() == 0
     nodes = [node for plan in plans for node in _plan_nodes(plan)]
     side = [node for node in nodes if node.get("Relation Name") in ("bm25_postings", "embeddings")
             and node.get("Actual Loops", 1) == 1 and "Scan" in node.get("Node Type", "")]
@@ -305,24 +303,24 @@ def test_bulk_deletes_and_rewrites_read_their_targets_by_ctid_when_statistics_pr
 
 def _one_connection_store(db_url: Any, corpus: str, *, ping_after_idle: float = 1.0) -> Store:
     from tests.fix_db import SCHEMA
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import Pool
 
-    return Store(create_engine(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, ping_after_idle=ping_after_idle),
-                 corpus=corpus, schema=SCHEMA, owns_engine=True)
+    return Store(Pool(db_url, schema=SCHEMA, pool_size=1, max_overflow=0, ping_after_idle=ping_after_idle),
+                 corpus=corpus, schema=SCHEMA, owns_pool=True)
 
 
-def _kill_pooled_connection(store: Store, engine: sa.Engine) -> None:
+def _kill_pooled_connection(store: Store, pool: Pool) -> None:
     pid = store.read("SELECT pg_backend_pid() AS pid", {})[0].pid
-    with engine.connect() as conn:
-        conn.execute(sa.text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid})
+    with pool.connect() as conn:
+        conn.execute("SELECT pg_terminate_backend(:p, 5000)", {"p": pid})
 
 
-def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engine: sa.Engine) -> None:
+def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, pool: Pool) -> None:
     from tnsrag_db._errors import DatabaseError
 
     def in_transaction(store: Store) -> int:
         with store.session.transaction() as conn:
-            return int(conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"),
+            return int(conn.execute("SELECT count(*) FROM entries WHERE corpus = :c",
                                     {"c": store.corpus}).scalar_one())
 
     store = _one_connection_store(db_url, "test_dead_connection")
@@ -331,22 +329,22 @@ def test_a_dead_pooled_connection_is_replaced_without_an_error(db_url: Any, engi
     try:
         store.add(MemoryEntry("a", "alpha"))
         # Reused at once (no ping is due): a read notices the disconnect and runs again.
-        _kill_pooled_connection(store, engine)
+        _kill_pooled_connection(store, pool)
         assert store.read("SELECT count(*) AS n FROM entries WHERE corpus = :c", {"c": store.corpus})[0].n == 1
         # Idle long enough to be pinged: the checkout replaces it before a transaction uses it.
         assert pinged.get("a") is not None
-        _kill_pooled_connection(pinged, engine)
+        _kill_pooled_connection(pinged, pool)
         assert in_transaction(pinged) == 1
         assert pinged.get("a") is not None
         # Neither: a transaction fails once as a DatabaseError, and the pool has recovered.
         # (get() reads through the read path, which runs a read again: a transaction here.)
         assert never.get("a") is not None
-        _kill_pooled_connection(never, engine)
+        _kill_pooled_connection(never, pool)
         with pytest.raises(DatabaseError):
             in_transaction(never)
         assert in_transaction(never) == 1 and never.get("a") is not None
         # And get() itself survives a dead pooled connection now.
-        _kill_pooled_connection(never, engine)
+        _kill_pooled_connection(never, pool)
         assert never.get("a") is not None
     finally:
         store.drop_corpus()

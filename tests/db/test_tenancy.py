@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import URL
@@ -35,7 +34,7 @@ from tnsrag_db import (
 )
 from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import ConfigurationError, DanglingReferenceError, PermissionDeniedError
 from tnsrag_db._store.store import Store
 
@@ -72,12 +71,12 @@ def _populate(url: URL, corpus: str, word: str) -> None:
 
 def _make_tenants(make_database: Callable[[], URL]) -> Tenants:
     owner = make_database()
-    engine = create_engine(owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(owner, schema=SCHEMA, pool_size=1)
     suffix = uuid.uuid4().hex[:8]
     role_a, role_b = f"tenant_a_{suffix}", f"tenant_b_{suffix}"
     corpus_a, corpus_b = f"acme_{suffix}", f"globex_{suffix}"
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
         with psycopg.connect(_conninfo(owner), autocommit=True) as conn:
             for role in (role_a, role_b):
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
@@ -86,15 +85,15 @@ def _make_tenants(make_database: Callable[[], URL]) -> Tenants:
                     sql.Identifier(str(owner.database)), sql.Identifier(role)))
         result = CliRunner().invoke(main_group, ["db", "upgrade", "--url", _conninfo(owner), "--tenancy", "rls"])
         assert result.exit_code == 0, result.output
-        assert tenancy.is_enabled(engine, schema=SCHEMA)
+        assert tenancy.is_enabled(pool, schema=SCHEMA)
         # The note on metadata filters appears exactly when jsonb @> is not LEAKPROOF.
-        assert ("LEAKPROOF" in result.output) != tenancy.filters_use_indexes(engine)
-        assert tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=corpus_a) is True
+        assert ("LEAKPROOF" in result.output) != tenancy.filters_use_indexes(pool)
+        assert tenancy.grant(pool, schema=SCHEMA, role=role_a, corpus=corpus_a) is True
         result = CliRunner().invoke(main_group, ["db", "tenant", "grant", role_b, corpus_b, "--url", _conninfo(owner)])
         assert result.exit_code == 0, result.output
         _populate(owner, corpus_b, "globex")
     finally:
-        engine.dispose()
+        pool.close()
     return Tenants(owner, owner.set(username=role_a, password=PASSWORD), owner.set(username=role_b, password=PASSWORD),
                    role_a, role_b, corpus_a, corpus_b)
 
@@ -138,12 +137,12 @@ def test_the_library_works_for_a_tenant_on_its_own_corpus(tenants: Tenants) -> N
         assert wider.count() == 12
         assert store.delete("acme11") is True and store.count() == 11
     # The tenant sees its own grant and no other.
-    engine = create_engine(tenants.a, schema=SCHEMA, pool_size=1)
+    pool = Pool(tenants.a, schema=SCHEMA, pool_size=1)
     try:
-        assert [(g.role, g.corpus) for g in tenancy.grants(engine, schema=SCHEMA)] == [
+        assert [(g.role, g.corpus) for g in tenancy.grants(pool, schema=SCHEMA)] == [
             (tenants.role_a, tenants.corpus_a)]
     finally:
-        engine.dispose()
+        pool.close()
     counts = _owner_counts(tenants, tenants.corpus_a)
     assert counts["entries"] == 11 and all(counts.values()), counts
 
@@ -281,15 +280,15 @@ def test_the_owner_sees_every_corpus_and_revoking_hides_one(tenants: Tenants) ->
     for corpus in (tenants.corpus_a, tenants.corpus_b):
         with connect(tenants.owner, corpus=corpus) as store:
             assert store.count() > 0
-    engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(tenants.owner, schema=SCHEMA, pool_size=1)
     try:
         later = f"later_{uuid.uuid4().hex[:6]}"
-        assert tenancy.grant(engine, schema=SCHEMA, role=tenants.role_b, corpus=later) is True
-        assert tenancy.grant(engine, schema=SCHEMA, role=tenants.role_b, corpus=later) is False
+        assert tenancy.grant(pool, schema=SCHEMA, role=tenants.role_b, corpus=later) is True
+        assert tenancy.grant(pool, schema=SCHEMA, role=tenants.role_b, corpus=later) is False
         with connect(tenants.b, corpus=later) as store:
             store.add(MemoryEntry("x", "a corpus the tenant creates on its first write"))
             assert store.count() == 1
-            assert tenancy.revoke(engine, schema=SCHEMA, role=tenants.role_b, corpus=later) is True
+            assert tenancy.revoke(pool, schema=SCHEMA, role=tenants.role_b, corpus=later) is True
             assert store.count() == 0  # the next statement already sees the revocation
             with pytest.raises(PermissionDeniedError):
                 store.add(MemoryEntry("y", "no longer allowed"))
@@ -298,53 +297,53 @@ def test_the_owner_sees_every_corpus_and_revoking_hides_one(tenants: Tenants) ->
         pairs = {(g["role"], g["corpus"]) for g in json.loads(listed.output)["grants"]}
         assert pairs == {(tenants.role_a, tenants.corpus_a), (tenants.role_b, tenants.corpus_b)}
         with pytest.raises(ConfigurationError, match="no database role"):
-            tenancy.grant(engine, schema=SCHEMA, role="no_such_role_xyz", corpus="c")
+            tenancy.grant(pool, schema=SCHEMA, role="no_such_role_xyz", corpus="c")
         with pytest.raises(ConfigurationError, match="row-level security never applies"):
-            tenancy.grant(engine, schema=SCHEMA, role=str(tenants.owner.username), corpus="c")
+            tenancy.grant(pool, schema=SCHEMA, role=str(tenants.owner.username), corpus="c")
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_upgrade_downgrade_and_switching_off(fresh_db_url: URL) -> None:
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=SCHEMA, revision="0004")
-        Store(engine, corpus="kept", schema=SCHEMA).add(MemoryEntry("k1", "kept across the tenancy revisions"))
-        migrate.upgrade(engine, schema=SCHEMA)
-        assert tenancy.status(engine, schema=SCHEMA) == dict.fromkeys(TABLES, False)  # inert until enabled
-        tenancy.enable(engine, schema=SCHEMA)
-        assert tenancy.is_enabled(engine, schema=SCHEMA)
-        with engine.connect() as conn:
-            policies = conn.execute(sa.text("SELECT tablename FROM pg_policies WHERE schemaname = :s "
-                                            "AND policyname = 'tenant_isolation'"), {"s": SCHEMA}).scalars().all()
+        migrate.upgrade(pool, schema=SCHEMA, revision="0004")
+        Store(pool, corpus="kept", schema=SCHEMA).add(MemoryEntry("k1", "kept across the tenancy revisions"))
+        migrate.upgrade(pool, schema=SCHEMA)
+        assert tenancy.status(pool, schema=SCHEMA) == dict.fromkeys(TABLES, False)  # inert until enabled
+        tenancy.enable(pool, schema=SCHEMA)
+        assert tenancy.is_enabled(pool, schema=SCHEMA)
+        with pool.connect() as conn:
+            policies = conn.execute(("SELECT tablename FROM pg_policies WHERE schemaname = :s "
+                                            "AND policyname = 'tenant_isolation'"), {"s": SCHEMA}).scalars()
         assert sorted(policies) == sorted(TABLES) == sorted(tenancy.TENANT_TABLES)
         # A table that lost its policy (re-created, say, by a partitioning script) gets it back.
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP POLICY tenant_isolation ON {SCHEMA}.edges"))
-        tenancy.enable(engine, schema=SCHEMA)
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT qual FROM pg_policies WHERE schemaname = :s AND tablename = 'edges'"),
-                                {"s": SCHEMA}).scalar_one() == conn.execute(sa.text(
-                "SELECT qual FROM pg_policies WHERE schemaname = :s AND tablename = 'entries'"),
+        with pool.begin() as conn:
+            conn.execute(f"DROP POLICY tenant_isolation ON {SCHEMA}.edges")
+        tenancy.enable(pool, schema=SCHEMA)
+        with pool.connect() as conn:
+            assert conn.execute("SELECT qual FROM pg_policies WHERE schemaname = :s AND tablename = 'edges'",
+                                {"s": SCHEMA}).scalar_one() == conn.execute(
+                "SELECT qual FROM pg_policies WHERE schemaname = :s AND tablename = 'entries'",
                 {"s": SCHEMA}).scalar_one()
-        assert migrate.check(engine, schema=SCHEMA) == []
+        assert migrate.check(pool, schema=SCHEMA) == []
         result = CliRunner().invoke(main_group, ["db", "upgrade", "--url", _conninfo(fresh_db_url), "--tenancy", "off",
                                                  "--json"])
         assert result.exit_code == 0, result.output
         assert json.loads(result.output)["tenancy"] == "off"
-        assert not any(tenancy.status(engine, schema=SCHEMA).values())
-        tenancy.enable(engine, schema=SCHEMA)
-        migrate.downgrade(engine, schema=SCHEMA, revision="0004")
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT count(*) FROM pg_policies WHERE schemaname = :s"),
+        assert not any(tenancy.status(pool, schema=SCHEMA).values())
+        tenancy.enable(pool, schema=SCHEMA)
+        migrate.downgrade(pool, schema=SCHEMA, revision="0004")
+        with pool.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_policies WHERE schemaname = :s",
                                 {"s": SCHEMA}).scalar_one() == 0
-            assert conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": f"{SCHEMA}.tenant_grants"}).scalar() is None
-        assert not any(tenancy.status(engine, schema=SCHEMA).values())
-        migrate.upgrade(engine, schema=SCHEMA)
+            assert conn.execute("SELECT to_regclass(:t)", {"t": f"{SCHEMA}.tenant_grants"}).scalar() is None
+        assert not any(tenancy.status(pool, schema=SCHEMA).values())
+        migrate.upgrade(pool, schema=SCHEMA)
         with connect(fresh_db_url, corpus="kept") as store:
             assert store.get("k1") is not None
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_partitioned_tables_keep_the_policies(make_database: Callable[[], URL]) -> None:
@@ -354,16 +353,16 @@ def test_partitioned_tables_keep_the_policies(make_database: Callable[[], URL]) 
     t = _make_tenants(make_database)
     try:
         _populate(t.a, t.corpus_a, "acme")
-        engine = create_engine(t.owner, schema=SCHEMA, pool_size=1)
+        pool = Pool(t.owner, schema=SCHEMA, pool_size=1)
         try:
-            with engine.connect() as conn:
+            with pool.connect() as conn:
                 script = partition_script(conn, schema=SCHEMA, partitions=2)
             assert script.count("ENABLE ROW LEVEL SECURITY") == len(PARTITIONED_TABLES)
             with psycopg.connect(_conninfo(t.owner), autocommit=True) as raw:
                 raw.execute(script)  # type: ignore[arg-type]  # as an operator runs it
-            assert tenancy.is_enabled(engine, schema=SCHEMA)
+            assert tenancy.is_enabled(pool, schema=SCHEMA)
         finally:
-            engine.dispose()
+            pool.close()
         _hand_typed_sql_stays_in_its_corpus(t)
         with psycopg.connect(_conninfo(t.a)) as conn:  # the partitions themselves are out of reach
             assert "permission denied" in _denied(conn, f"SELECT count(*) FROM {SCHEMA}.entries_p0")

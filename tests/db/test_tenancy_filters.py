@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from tests.db._helpers import read_statements
+from tests.db._watch import watch
 from tests.db.test_tenancy import Tenants, _conninfo, _denied, _drop, _make_tenants, _populate
 from tests.fix_db import SCHEMA
 from tnsrag_db import (
@@ -32,8 +33,8 @@ from tnsrag_db import (
     tenancy,
 )
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
-from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS, FilterPairs
+from tnsrag_db._db.filter_pairs import FILTER_PAIRS_TRIGGERS, FilterPairs
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.store import Store
 
@@ -65,11 +66,11 @@ def _recomputed(url: URL) -> list[tuple[str, ...]]:
 
 
 def test_a_tenants_filtered_retrieval_is_right_and_looks_its_pairs_up_by_index(tenants: Tenants) -> None:
-    engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(tenants.owner, schema=SCHEMA, pool_size=1)
     try:
-        assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        assert tenancy.filters_use_indexes(pool, schema=SCHEMA)
     finally:
-        engine.dispose()
+        pool.close()
     shelf = RAGContext(metadata_filters={"shelf": "s1"})
     with connect(tenants.a, corpus=tenants.corpus_a) as store:
         keyword, vectors = BM25Index(store), VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
@@ -90,9 +91,9 @@ def test_a_tenants_filtered_retrieval_is_right_and_looks_its_pairs_up_by_index(t
             # What is checked is that the policy leaves "id = ANY" usable as an index
             # condition: on these few rows, once analysed (autovacuum may at any time), a
             # sequential scan is the cheaper plan, so sequential scans are off here.
-            conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-            plan = "\n".join(conn.execute(sa.text("EXPLAIN (COSTS OFF) " + statement), params).scalars())
-            kplan = "\n".join(conn.execute(sa.text("EXPLAIN (COSTS OFF) " + kstatement), kparams).scalars())
+            conn.execute("SET LOCAL enable_seqscan = off")
+            plan = "\n".join(conn.execute("EXPLAIN (COSTS OFF) " + statement, params).scalars())
+            kplan = "\n".join(conn.execute("EXPLAIN (COSTS OFF) " + kstatement, kparams).scalars())
     assert "entry_filter_pairs" in kplan and "@>" not in kplan, kplan
     # Under the policy the entries are fetched by primary key with the ids the pairs gave
     # (texteq is LEAKPROOF, so "id = ANY" stays an index condition), not read corpus-wide.
@@ -170,85 +171,85 @@ def test_a_tenant_can_neither_read_nor_write_another_tenants_pairs(tenants: Tena
         assert BM25Index(store).search("refund", 5, filters={"team": "globex"}) == []
 
 
-def _triggers(engine: sa.engine.Engine, prefix: str = "tnsrag_filter_pairs") -> set[str]:
+def _triggers(pool: sa.engine.Pool, prefix: str = "tnsrag_filter_pairs") -> set[str]:
     """The triggers on ``entries`` whose names start with ``prefix`` (default: the filter
     pairs'; the BM25 retirement triggers of revision 0011 are there with or without tenancy)."""
-    with engine.connect() as conn:
-        return set(conn.execute(sa.text(
+    with pool.connect() as conn:
+        return set(conn.execute((
             "SELECT tg.tgname FROM pg_trigger tg WHERE tg.tgrelid = CAST(:t AS regclass) AND NOT tg.tgisinternal "
             "AND starts_with(tg.tgname, :prefix)"), {"t": f"{SCHEMA}.entries", "prefix": prefix}).scalars())
 
 
 def test_the_pairs_switch_with_tenancy_and_go_with_a_downgrade(fresh_db_url: URL) -> None:
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=1)
 
     def pairs_rls() -> bool:
-        with engine.connect() as conn:
-            return bool(conn.execute(sa.text("SELECT relrowsecurity FROM pg_class WHERE oid = CAST(:t AS regclass)"),
+        with pool.connect() as conn:
+            return bool(conn.execute("SELECT relrowsecurity FROM pg_class WHERE oid = CAST(:t AS regclass)",
                                      {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar_one())
 
     try:
-        migrate.upgrade(engine, schema=SCHEMA, revision="0006")
-        Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s1", "n": "2"})])
-        tenancy.enable(engine, schema=SCHEMA)
-        assert not tenancy.filters_use_indexes(engine, schema=SCHEMA) or _leakproof(engine)
+        migrate.upgrade(pool, schema=SCHEMA, revision="0006")
+        Store(pool, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s1", "n": "2"})])
+        tenancy.enable(pool, schema=SCHEMA)
+        assert not tenancy.filters_use_indexes(pool, schema=SCHEMA) or _leakproof(pool)
         # The revision only creates the table (RLS on it follows the other tables'): no trigger, no backfill.
-        migrate.upgrade(engine, schema=SCHEMA)
-        assert pairs_rls() and _triggers(engine) == set() and _pairs(fresh_db_url) == []
-        assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
-        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False
-        tenancy.enable(engine, schema=SCHEMA)  # attaches the triggers and fills the pairs
-        assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS) and tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
+        assert pairs_rls() and _triggers(pool) == set() and _pairs(fresh_db_url) == []
+        assert tenancy.filters_use_indexes(pool, schema=SCHEMA) == _leakproof(pool)
+        assert Store(pool, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False
+        tenancy.enable(pool, schema=SCHEMA)  # attaches the triggers and fills the pairs
+        assert _triggers(pool) == set(FILTER_PAIRS_TRIGGERS) and tenancy.filters_use_indexes(pool, schema=SCHEMA)
         assert _pairs(fresh_db_url) == [("kept", "n", "2", "k1"), ("kept", "shelf", "s1", "k1")]
-        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is True
-        tenancy.disable(engine, schema=SCHEMA)  # the triggers stay and keep the pairs
-        assert not pairs_rls() and _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
-        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False  # new stores: @>
-        Store(engine, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k3", "written with tenancy off", metadata={"shelf": "s1"})])
+        assert Store(pool, corpus="kept", schema=SCHEMA).uses_filter_pairs() is True
+        tenancy.disable(pool, schema=SCHEMA)  # the triggers stay and keep the pairs
+        assert not pairs_rls() and _triggers(pool) == set(FILTER_PAIRS_TRIGGERS)
+        assert Store(pool, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False  # new stores: @>
+        Store(pool, corpus="kept", schema=SCHEMA).add_all([MemoryEntry("k3", "written with tenancy off", metadata={"shelf": "s1"})])
         assert ("kept", "shelf", "s1", "k3") in _pairs(fresh_db_url)
         assert _pairs(fresh_db_url) == _recomputed(fresh_db_url)
-        tenancy.enable(engine, schema=SCHEMA)
+        tenancy.enable(pool, schema=SCHEMA)
         assert pairs_rls() and _pairs(fresh_db_url) == _recomputed(fresh_db_url)
-        Store(engine, corpus="kept", schema=SCHEMA).delete("k3")  # the delete trigger (no foreign key)
+        Store(pool, corpus="kept", schema=SCHEMA).delete("k3")  # the delete trigger (no foreign key)
         assert _pairs(fresh_db_url) == _recomputed(fresh_db_url) and not any(p[3] == "k3" for p in _pairs(fresh_db_url))
-        with engine.begin() as conn:  # lost triggers (a table swapped in by hand): reported, then restored
-            conn.execute(sa.text(f"DROP TRIGGER tnsrag_filter_pairs_update ON {SCHEMA}.entries"))
-            conn.execute(sa.text(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_insert"))
-        assert tenancy.filters_use_indexes(engine, schema=SCHEMA) == _leakproof(engine)
-        assert Store(engine, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False  # back to @>: still right
-        Store(engine, corpus="kept", schema=SCHEMA).add_all([
+        with pool.begin() as conn:  # lost triggers (a table swapped in by hand): reported, then restored
+            conn.execute(f"DROP TRIGGER tnsrag_filter_pairs_update ON {SCHEMA}.entries")
+            conn.execute(f"ALTER TABLE {SCHEMA}.entries DISABLE TRIGGER tnsrag_filter_pairs_insert")
+        assert tenancy.filters_use_indexes(pool, schema=SCHEMA) == _leakproof(pool)
+        assert Store(pool, corpus="kept", schema=SCHEMA).uses_filter_pairs() is False  # back to @>: still right
+        Store(pool, corpus="kept", schema=SCHEMA).add_all([
             MemoryEntry("k1", "written before the pairs", metadata={"shelf": "s3"}),
             MemoryEntry("k2", "written while the triggers were off", metadata={"shelf": "s3"})])
         assert _pairs(fresh_db_url) != _recomputed(fresh_db_url)
-        tenancy.enable(engine, schema=SCHEMA)
-        assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+        tenancy.enable(pool, schema=SCHEMA)
+        assert tenancy.filters_use_indexes(pool, schema=SCHEMA)
         assert _pairs(fresh_db_url) == _recomputed(fresh_db_url) == [("kept", "shelf", "s3", "k1"),
                                                                       ("kept", "shelf", "s3", "k2")]
-        migrate.downgrade(engine, schema=SCHEMA, revision="0006")
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT to_regclass(:t)"),
+        migrate.downgrade(pool, schema=SCHEMA, revision="0006")
+        with pool.connect() as conn:
+            assert conn.execute("SELECT to_regclass(:t)",
                                 {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar() is None
-            assert conn.execute(sa.text("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tnsrag_filter_pairs%'")
+            assert conn.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tnsrag_filter_pairs%'"
                                 ).scalar_one() == 0
-            assert conn.execute(sa.text("SELECT count(*) FROM pg_proc WHERE proname = 'tnsrag_filter_pairs_sync'")
+            assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'tnsrag_filter_pairs_sync'"
                                 ).scalar_one() == 0
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_without_tenancy_no_trigger_and_filtered_statements_use_metadata_containment(store: Store) -> None:
     # The statements every deployment without tenancy sends: exactly those of metadata @>
     # (the predicate of filter_sql without the pairs, in the base and in the HNSW row check).
-    assert _triggers(store.engine) == set() and store.uses_filter_pairs() is False
-    with store.engine.connect() as conn:  # no foreign key either: writes never touch the pairs
-        assert conn.execute(sa.text("SELECT count(*) FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) "
+    assert _triggers(store.pool) == set() and store.uses_filter_pairs() is False
+    with store.pool.connect() as conn:  # no foreign key either: writes never touch the pairs
+        assert conn.execute(("SELECT count(*) FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) "
                                     "AND contype = 'f'"), {"t": f"{SCHEMA}.entry_filter_pairs"}).scalar_one() == 0
     vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
     vectors.add_all([MemoryEntry("o1", "refund policy", metadata={"shelf": "s1"}), MemoryEntry("o2", "refund policy")])
     assert [i for i, _ in vectors.search("refund", 5, filters={"shelf": "s1"})] == ["o1"]
     assert [i for i, _ in BM25Index(store).search("refund", 5, filters={"shelf": "s1"})] == ["o1"]
-    with store.engine.connect() as conn:
-        assert conn.execute(sa.text(f"SELECT count(*) FROM {SCHEMA}.entry_filter_pairs")).scalar_one() == 0
+    with store.pool.connect() as conn:
+        assert conn.execute(f"SELECT count(*) FROM {SCHEMA}.entry_filter_pairs").scalar_one() == 0
     filters = {"shelf": "s1", "tier": "WORKING"}
     vsql, _ = vectors.candidates_sql(HashingEmbedding(32)("refund"), 5, filters=filters)
     ksql, _ = BM25Index(store).candidates_sql("refund", 5, filters=filters)
@@ -257,35 +258,31 @@ def test_without_tenancy_no_trigger_and_filtered_statements_use_metadata_contain
         assert "entry_filter_pairs" not in sql and predicate in sql, sql
         assert predicate == f"{p}_e.tier = :{p}_f_tier AND {p}_e.metadata @> CAST(:{p}_f_meta AS jsonb)"
     # The same statements as a store told outright that the pairs are off (no catalog query).
-    told = Store(store.engine, corpus=store.corpus, schema=SCHEMA, _pairs=FilterPairs(SCHEMA, False))
+    told = Store(store.pool, corpus=store.corpus, schema=SCHEMA, _pairs=FilterPairs(SCHEMA, False))
     assert VectorMemoryStore(told, HashingEmbedding(32), index_threshold=None).candidates_sql(
         HashingEmbedding(32)("refund"), 5, filters=filters)[0] == vsql
 
 
 def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(fresh_db_url: URL) -> None:
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=2)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=2)
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
-        early = Store(engine, corpus="c", schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
+        early = Store(pool, corpus="c", schema=SCHEMA)
         keyword = BM25Index(early)
         early.add_all([MemoryEntry(f"e{i}", f"refund note {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
         before = keyword.search("refund", 10, filters={"shelf": "s1"})
-        tenancy.enable(engine, schema=SCHEMA)
+        tenancy.enable(pool, schema=SCHEMA)
         assert "entry_filter_pairs" not in keyword.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
         assert keyword.search("refund", 10, filters={"shelf": "s1"}) == before
-        late = BM25Index(Store(engine, corpus="c", schema=SCHEMA))
+        late = BM25Index(Store(pool, corpus="c", schema=SCHEMA))
         assert "entry_filter_pairs" in late.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
         assert late.search("refund", 10, filters={"shelf": "s1"}) == before
-        # The lean CLI store makes the same choice on its own connection.
-        from tnsrag_db._db.driver import DriverStore
-        from tnsrag_db._db.settings import libpq_url
-        url = libpq_url(fresh_db_url.render_as_string(hide_password=False))
-        assert url is not None
-        with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
+        # The command line's store (one connection) makes the same choice on its own connection.
+        with connect(fresh_db_url, corpus="c", schema=SCHEMA, _one_connection=True) as lean:
             assert lean.run(lean.filter_pairs_plan()) is True
             assert BM25Index(lean).search("refund", 10, filters={"shelf": "s1"}) == before
-        tenancy.disable(engine, schema=SCHEMA)
-        with DriverStore(url, corpus="c", schema=SCHEMA, max_query_terms=256) as lean:
+        tenancy.disable(pool, schema=SCHEMA)
+        with connect(fresh_db_url, corpus="c", schema=SCHEMA, _one_connection=True) as lean:
             assert lean.run(lean.filter_pairs_plan()) is False
         # A store opened while tenancy was on keeps the pairs after it is switched off:
         # they are still kept, so its answers stay those of @> (new writes included).
@@ -297,12 +294,12 @@ def test_a_store_opened_before_tenancy_keeps_containment_with_the_same_results(f
         after = keyword.search("refund", 10, filters={"shelf": "s1"})
         assert "e1" not in [i for i, _ in after] and late.search("refund", 10, filters={"shelf": "s1"}) == after
     finally:
-        engine.dispose()
+        pool.close()
 
 
-def _leakproof(engine: sa.engine.Engine) -> bool:
-    with engine.connect() as conn:
-        return bool(conn.execute(sa.text("SELECT proleakproof FROM pg_proc WHERE oid = "
+def _leakproof(pool: sa.engine.Pool) -> bool:
+    with pool.connect() as conn:
+        return bool(conn.execute(("SELECT proleakproof FROM pg_proc WHERE oid = "
                                          "'pg_catalog.jsonb_contains(jsonb, jsonb)'::regprocedure")).scalar_one())
 
 
@@ -319,23 +316,23 @@ def test_partitioning_keeps_the_pair_triggers(make_database: Callable[[], URL]) 
             keyword = BM25Index(store)
             before = keyword.search("refund", 20, filters={"team": "acme"})
             assert len(before) == 12
-            engine = create_engine(t.owner, schema=SCHEMA, pool_size=1)
+            pool = Pool(t.owner, schema=SCHEMA, pool_size=1)
             try:
-                with engine.connect() as conn:
+                with pool.connect() as conn:
                     script = partition_script(conn, schema=SCHEMA, partitions=2)
                 assert script.count("CREATE TRIGGER tnsrag_filter_pairs_") == len(FILTER_PAIRS_TRIGGERS)
                 # The rows move before the triggers are made: no pair is written twice.
                 assert script.index("INSERT INTO") < script.index("CREATE TRIGGER")
                 with psycopg.connect(_conninfo(t.owner), autocommit=True) as raw:
                     raw.execute(script)  # type: ignore[arg-type]  # as an operator runs it
-                assert _triggers(engine) == set(FILTER_PAIRS_TRIGGERS)
-                assert _triggers(engine, "tnsrag_bm25_retire") == {"tnsrag_bm25_retire_deleted",
+                assert _triggers(pool) == set(FILTER_PAIRS_TRIGGERS)
+                assert _triggers(pool, "tnsrag_bm25_retire") == {"tnsrag_bm25_retire_deleted",
                                                                    "tnsrag_bm25_retire_rewritten"}
-                assert tenancy.filters_use_indexes(engine, schema=SCHEMA)
+                assert tenancy.filters_use_indexes(pool, schema=SCHEMA)
             finally:
-                engine.dispose()
+                pool.close()
             assert _pairs(t.owner) == _recomputed(t.owner)
-            store.engine.dispose()  # the old table's plans and connections go
+            store.pool.reopen()  # the old table's plans and connections go
             assert keyword.search("refund", 20, filters={"team": "acme"}) == before
             store.add_all([MemoryEntry("acme-new", "refund policy written after partitioning",
                                        metadata={"team": "acme"})])
@@ -351,29 +348,27 @@ def test_the_choice_is_made_by_the_first_filtered_retrieval_not_by_building_an_i
     """Building a BM25 index or a vector store over a store sends nothing (Python 3.11's
     isinstance check of a protocol evaluates its properties: the choice was once made, with a
     catalog query, when the index was built), and the first filtered retrieval decides."""
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=2)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=2)
     sent: list[str] = []
 
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+    def record(conn: object, statement: str, params: object) -> None:
         sent.append(statement)
 
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
-        VectorMemoryStore(Store(engine, corpus="c", schema=SCHEMA), HashingEmbedding(32), index_threshold=None).add_all(
+        migrate.upgrade(pool, schema=SCHEMA)
+        VectorMemoryStore(Store(pool, corpus="c", schema=SCHEMA), HashingEmbedding(32), index_threshold=None).add_all(
             [MemoryEntry(f"e{i}", f"refund note {i}", metadata={"shelf": f"s{i % 2}"}) for i in range(6)])
-        sa.event.listen(engine, "before_cursor_execute", record)
-        with read_statements() as reads:
-            store = Store(engine, corpus="c", schema=SCHEMA)
+        with watch(before=record), read_statements() as reads:
+            store = Store(pool, corpus="c", schema=SCHEMA)
             keyword = BM25Index(store)
             vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
         assert sent == [] and reads == []
-        sa.event.remove(engine, "before_cursor_execute", record)
-        tenancy.enable(engine, schema=SCHEMA)  # after the indexes were built, before any filtered retrieval
+        tenancy.enable(pool, schema=SCHEMA)  # after the indexes were built, before any filtered retrieval
         assert "entry_filter_pairs" in keyword.candidates_sql("refund", 5, filters={"shelf": "s1"})[0]
         assert "entry_filter_pairs" in vectors.candidates_sql(HashingEmbedding(32)("refund"), 5,
                                                               filters={"shelf": "s1"})[0]
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_tenancy_off_on_the_cli_says_the_pair_triggers_stay(fresh_db_url: URL) -> None:
@@ -394,13 +389,13 @@ def test_tenancy_off_on_the_cli_says_the_pair_triggers_stay(fresh_db_url: URL) -
     assert off.exit_code == 0, off.output
     assert "tenancy off" in off.output and "filter pairs' triggers stay" in off.output
     assert "downgrade --revision 0006" in off.output
-    engine = create_engine(fresh_db_url, schema=SCHEMA, pool_size=1)
+    pool = Pool(fresh_db_url, schema=SCHEMA, pool_size=1)
     try:
-        assert tenancy.pair_triggers_attached(engine, schema=SCHEMA) and not tenancy.is_enabled(engine, schema=SCHEMA)
-        migrate.downgrade(engine, schema=SCHEMA, revision="0006")
-        assert tenancy.pair_triggers_attached(engine, schema=SCHEMA) is False
+        assert tenancy.pair_triggers_attached(pool, schema=SCHEMA) and not tenancy.is_enabled(pool, schema=SCHEMA)
+        migrate.downgrade(pool, schema=SCHEMA, revision="0006")
+        assert tenancy.pair_triggers_attached(pool, schema=SCHEMA) is False
     finally:
-        engine.dispose()
+        pool.close()
 
 
 def test_metadata_only_filters_read_the_pairs_alone_with_the_answers_of_the_entry_rows(tenants: Tenants) -> None:
@@ -409,11 +404,11 @@ def test_metadata_only_filters_read_the_pairs_alone_with_the_answers_of_the_entr
     sends the same filter through the entry rows, and every path gives the same answers:
     vector exact and HNSW, BM25 plain, pruned, with few and with many postings to check."""
     corpus = f"{tenants.corpus_a}_big"
-    owner_engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    owner_engine = Pool(tenants.owner, schema=SCHEMA, pool_size=1)
     try:
         tenancy.grant(owner_engine, schema=SCHEMA, role=tenants.role_a, corpus=corpus)
     finally:
-        owner_engine.dispose()
+        owner_engine.close()
     words = ("alpha", "bravo", "charlie", "delta", "echo")
     with connect(tenants.owner, corpus=corpus) as owner:  # the owner builds the HNSW index
         VectorMemoryStore(owner, HashingEmbedding(32), index_threshold=100).add_all([
@@ -488,7 +483,7 @@ def test_a_large_tenants_filtered_vector_statement_keeps_its_generic_plan(make_d
     t = _make_tenants(make_database)
     try:
         big = f"{t.corpus_a}_big"
-        owner_engine = create_engine(t.owner, schema=SCHEMA, pool_size=1)
+        owner_engine = Pool(t.owner, schema=SCHEMA, pool_size=1)
         try:
             tenancy.grant(owner_engine, schema=SCHEMA, role=t.role_a, corpus=big)
             with connect(t.owner, corpus=big) as owner:  # the owner builds the HNSW index
@@ -496,7 +491,7 @@ def test_a_large_tenants_filtered_vector_statement_keeps_its_generic_plan(make_d
                     MemoryEntry(f"big{i}", f"parcel box {i % 11} item {i}", metadata={"lot": f"l{i % 9}"})
                     for i in range(2000)])
             with owner_engine.connect() as conn:
-                conn.exec_driver_sql(f"ANALYZE {SCHEMA}.embeddings, {SCHEMA}.entries, {SCHEMA}.entry_filter_pairs")
+                conn.execute(f"ANALYZE {SCHEMA}.embeddings, {SCHEMA}.entries, {SCHEMA}.entry_filter_pairs")
                 conn.commit()
             with connect(t.a, corpus=big, pool_size=1, max_overflow=0) as store:
                 vectors = VectorMemoryStore(store, HashingEmbedding(32), exact_threshold=50)
@@ -509,7 +504,7 @@ def test_a_large_tenants_filtered_vector_statement_keeps_its_generic_plan(make_d
 
             def option() -> list[str] | None:
                 with owner_engine.connect() as conn:
-                    return conn.exec_driver_sql(
+                    return conn.execute(
                         "SELECT a.attoptions FROM pg_attribute a WHERE a.attrelid = "
                         f"'{SCHEMA}.embeddings'::regclass AND a.attname = 'corpus'").scalar_one()
 
@@ -519,6 +514,6 @@ def test_a_large_tenants_filtered_vector_statement_keeps_its_generic_plan(make_d
             migrate.upgrade(owner_engine, schema=SCHEMA)
             assert option() == ["n_distinct=1"]
         finally:
-            owner_engine.dispose()
+            owner_engine.close()
     finally:
         _drop(t)

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import psycopg
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import URL
@@ -28,7 +27,7 @@ from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, HybridRAGStrategy, KeywordRAGStrategy, MemoryEntry, connect, tenancy
 from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._indexes.vector.hnsw import drop_space_index
@@ -189,16 +188,16 @@ def _may_choose_ids(owner: URL, role: str) -> bool:
 def test_revision_0010_repairs_planted_space_ids_and_the_sweep_isolates_each_space(
         make_database: Callable[[], URL]) -> None:
     owner = make_database()
-    engine = create_engine(owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(owner, schema=SCHEMA, pool_size=1)
     suffix = uuid.uuid4().hex[:8]
     role_a, a, b, c = f"planter_{suffix}", f"alpha_{suffix}", f"beta_{suffix}", f"gamma_{suffix}"
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
         with psycopg.connect(_conninfo(owner), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role_a),
                                                                             sql.Literal(PASSWORD)))
-        tenancy.enable(engine, schema=SCHEMA)
-        tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=a)
+        tenancy.enable(pool, schema=SCHEMA)
+        tenancy.grant(pool, schema=SCHEMA, role=role_a, corpus=a)
         assert not _may_choose_ids(owner, role_a)
         rng = np.random.default_rng(7)
         for corpus in (b, c):  # written by the owner: two corpora with due indexes
@@ -206,7 +205,7 @@ def test_revision_0010_repairs_planted_space_ids_and_the_sweep_isolates_each_spa
                 VectorMemoryStore(store, HashingEmbedding(16), index_threshold=None).add_all(
                     [MemoryEntry(f"{corpus}-{i}", f"{corpus} refund policy {i}") for i in range(30)])
         # A database as it was before revision 0010 (whose downgrade gives the old privileges back).
-        migrate.downgrade(engine, schema=SCHEMA, revision="0009")
+        migrate.downgrade(pool, schema=SCHEMA, revision="0009")
         assert _may_choose_ids(owner, role_a)
         [(b_id, b_dim)] = [(s[1], s[3]) for s in _spaces(owner) if s[0] == b]
         # Tenant A plants a space under B's id with 16-d vectors, and a 3-d trap at the next id.
@@ -234,11 +233,11 @@ def test_revision_0010_repairs_planted_space_ids_and_the_sweep_isolates_each_spa
         assert sorted(r["corpus"] for r in report["built"]) == sorted([a, c])  # type: ignore[union-attr]
         # The owner's drop of A's colliding space's index cannot reach B's.
         with pytest.raises(ConfigurationError, match="shared by corpora"):
-            drop_space_index(Store(engine, corpus=a, schema=SCHEMA), Space(b_id, 16, None))
-        assert drop_space_index(Store(engine, corpus=c, schema=SCHEMA), Space(b_id, 16, None)) is False
+            drop_space_index(Store(pool, corpus=a, schema=SCHEMA), Space(b_id, 16, None))
+        assert drop_space_index(Store(pool, corpus=c, schema=SCHEMA), Space(b_id, 16, None)) is False
         assert f"ix_embeddings_hnsw_{b_id}" not in _indexes(owner)  # never built: it was shared
 
-        migrate.upgrade(engine, schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
         assert not _may_choose_ids(owner, role_a)
         spaces = _spaces(owner)
         ids = [s[1] for s in spaces]
@@ -266,13 +265,13 @@ def test_revision_0010_repairs_planted_space_ids_and_the_sweep_isolates_each_spa
         with connect(owner, corpus=b) as store:
             found = VectorMemoryStore(store, HashingEmbedding(16), index_threshold=None).search(f"{b} refund", 10)
             assert len(found) == 10 and all(i.startswith(b) for i, _ in found)
-        with engine.connect() as conn:
-            grants = set(conn.execute(sa.text(
+        with pool.connect() as conn:
+            grants = set(conn.execute((
                 "SELECT privilege_type FROM information_schema.role_table_grants WHERE grantee = :r "
                 "AND table_schema = :s AND table_name = 'embedding_spaces'"), {"r": role_a, "s": SCHEMA}).scalars())
         assert grants == {"SELECT", "DELETE"}
     finally:
-        engine.dispose()
+        pool.close()
         with psycopg.connect(_conninfo(owner.set(database="postgres")), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(owner.database))))
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role_a)))
@@ -288,13 +287,13 @@ def test_a_tenant_holding_the_hnsw_build_lock_is_named_instead_of_waited_for(ten
     with psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"tnsrag_db.hnsw_build:{SCHEMA}",))
         (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
-        engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+        pool = Pool(tenants.owner, schema=SCHEMA, pool_size=1)
         try:
-            store = Store(engine, corpus=tenants.corpus_b, schema=SCHEMA)
+            store = Store(pool, corpus=tenants.corpus_b, schema=SCHEMA)
             with pytest.raises(DatabaseError, match=rf"held by pid {pid} \(role '{tenants.role_a}'\)"):
                 VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None).build_index()
         finally:
-            engine.dispose()
+            pool.close()
         result = CliRunner().invoke(main_group, ["db", "build-indexes", "--url", _conninfo(tenants.owner),
                                                  "--threshold", "1", "--json"])
         report = json.loads(result.stdout[:result.stdout.rindex("}") + 1])

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 from psycopg import sql
 from sqlalchemy.engine import URL
@@ -30,7 +29,7 @@ from tests.fix_db import SCHEMA
 from tnsrag_db import BM25Index, HashingEmbedding, LockTimeoutError, MemoryEntry, VectorMemoryStore, connect, tenancy
 from tnsrag_db._cli import main_group
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import ConfigurationError
 
 PASSWORD = "tnsrag-test-stall"
@@ -46,15 +45,15 @@ def tenants(make_database: Callable[[], URL]) -> Iterator[Tenants]:
     suffix = uuid.uuid4().hex[:8]
     role_a, role_b = f"stall_a_{suffix}", f"stall_b_{suffix}"
     corpus_a, corpus_b = f"acme_{suffix}", f"globex_{suffix}"
-    engine = create_engine(owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(owner, schema=SCHEMA, pool_size=1)
     try:
-        migrate.upgrade(engine, schema=SCHEMA)
+        migrate.upgrade(pool, schema=SCHEMA)
         create_login_roles(_conninfo(owner), str(owner.database), (role_a, role_b), PASSWORD)
-        tenancy.enable(engine, schema=SCHEMA)
-        tenancy.grant(engine, schema=SCHEMA, role=role_a, corpus=corpus_a, lock_timeout=BOUND)
-        tenancy.grant(engine, schema=SCHEMA, role=role_b, corpus=corpus_b, lock_timeout=BOUND)
+        tenancy.enable(pool, schema=SCHEMA)
+        tenancy.grant(pool, schema=SCHEMA, role=role_a, corpus=corpus_a, lock_timeout=BOUND)
+        tenancy.grant(pool, schema=SCHEMA, role=role_b, corpus=corpus_b, lock_timeout=BOUND)
     finally:
-        engine.dispose()
+        pool.close()
     t = Tenants(owner, owner.set(username=role_a, password=PASSWORD), owner.set(username=role_b, password=PASSWORD),
                 role_a, role_b, corpus_a, corpus_b)
     with connect(t.b, corpus=corpus_b) as store:
@@ -133,14 +132,14 @@ def _salted_key(t: Tenants, name: str) -> int:
 
 
 def test_grant_bounds_the_tenant_roles_lock_waits(tenants: Tenants) -> None:
-    engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(tenants.owner, schema=SCHEMA, pool_size=1)
     try:
-        assert tenancy.lock_timeout(engine, role=tenants.role_b) == BOUND
+        assert tenancy.lock_timeout(pool, role=tenants.role_b) == BOUND
         with pytest.raises(ConfigurationError, match="lock_timeout"):
-            tenancy.grant(engine, schema=SCHEMA, role=tenants.role_b, corpus=tenants.corpus_b, lock_timeout=-1)
-        assert tenancy.lock_timeout(engine, role=tenants.role_b) == BOUND  # nothing changed
+            tenancy.grant(pool, schema=SCHEMA, role=tenants.role_b, corpus=tenants.corpus_b, lock_timeout=-1)
+        assert tenancy.lock_timeout(pool, role=tenants.role_b) == BOUND  # nothing changed
     finally:
-        engine.dispose()
+        pool.close()
     with psycopg.connect(_conninfo(tenants.b)) as conn:  # what every session of the role gets
         assert conn.execute("SHOW lock_timeout").fetchone() == ("1s",)
     # The CLI's default bound, reported; then back to the tests' own.
@@ -285,10 +284,10 @@ def test_until_the_finish_the_old_keys_are_taken_too_and_after_it_no_longer(tena
     upgrade is finished the same long-lived store stops taking it."""
     from tnsrag_db._db.migration_ops import compat_function_sql
 
-    engine = create_engine(tenants.owner, schema=SCHEMA, pool_size=1)
+    pool = Pool(tenants.owner, schema=SCHEMA, pool_size=1)
     try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(compat_function_sql(SCHEMA, "0012", "0013")))
+        with pool.begin() as conn:
+            conn.execute((compat_function_sql(SCHEMA, "0012", "0013")))
         with connect(tenants.b, corpus=tenants.corpus_b) as store, \
                 psycopg.connect(_conninfo(tenants.a), autocommit=True) as conn:
             store.add(MemoryEntry("window-0", "written before A takes the key"))
@@ -296,11 +295,11 @@ def test_until_the_finish_the_old_keys_are_taken_too_and_after_it_no_longer(tena
                          (f"tnsrag_db.corpus:{SCHEMA}:{tenants.corpus_b}",))
             try:
                 _named_a(_in_thread(lambda: store.add(MemoryEntry("window-1", "in the window"))), tenants)
-                assert migrate.finish(engine, schema=SCHEMA).serves_from == "0013"
+                assert migrate.finish(pool, schema=SCHEMA).serves_from == "0013"
                 assert not isinstance(_in_thread(lambda: store.add(MemoryEntry("window-2", "finished"))), BaseException)
             finally:
                 conn.execute("SELECT pg_advisory_unlock_all()")
     finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(compat_function_sql(SCHEMA, "0013", None)))
-        engine.dispose()
+        with pool.begin() as conn:
+            conn.execute((compat_function_sql(SCHEMA, "0013", None)))
+        pool.close()

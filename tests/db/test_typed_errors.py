@@ -6,7 +6,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 
 from tests.fix_db import SCHEMA
@@ -18,7 +17,8 @@ from tnsrag_db import (
     RAGContext,
     VectorMemoryStore,
 )
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.hooks import ConnectionHooks
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -71,26 +71,23 @@ def test_lone_surrogates_anywhere_give_typed_errors_and_write_nothing(store: Sto
     assert [e.id for e in store.iter_entries()] == ["ok"]
 
 
-def _timeout_engine(url: URL, milliseconds: int) -> sa.Engine:
-    engine = create_engine(url, schema=SCHEMA, pool_size=1)
-
-    @sa.event.listens_for(engine, "connect")
-    def _short_timeout(dbapi_conn: Any, record: Any) -> None:  # a server-side statement_timeout
+def _timeout_engine(url: URL, milliseconds: int) -> Pool:
+    def _short_timeout(dbapi_conn: Any, info: Any) -> None:  # a server-side statement_timeout
         dbapi_conn.execute(f"SET statement_timeout = '{milliseconds}ms'")
         dbapi_conn.commit()
 
-    return engine
+    return Pool(url, schema=SCHEMA, pool_size=1, hooks=[ConnectionHooks("short_timeout", configure=_short_timeout)])
 
 
 def test_server_statement_timeout_during_a_bulk_write_is_a_statement_timeout_error(store: Store, db_url: URL) -> None:
-    engine = _timeout_engine(db_url, 5)
+    pool = _timeout_engine(db_url, 5)
     try:
-        limited = Store(engine, corpus=store.corpus, schema=SCHEMA)
+        limited = Store(pool, corpus=store.corpus, schema=SCHEMA)
         batch = [MemoryEntry(f"t{i}", f"bulk entry number {i} with several words of text " * 3) for i in range(20_000)]
         with pytest.raises(StatementTimeoutError, match="57014"):
             limited.add_all(batch)
     finally:
-        engine.dispose()
+        pool.close()
     assert store.count() == 0
 
 
@@ -99,7 +96,7 @@ def test_a_disconnect_during_a_write_names_the_disconnect_and_commits_nothing(st
 
     def work(conn: Connection) -> None:
         store.writer.write_in(conn, [MemoryEntry("x1", "first half")])
-        pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        pid = conn.execute("SELECT pg_backend_pid()").scalar_one()
         with psycopg.connect(conninfo, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         store.writer.write_in(conn, [MemoryEntry("x2", "second half")])

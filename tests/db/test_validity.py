@@ -12,7 +12,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings, strategies as st
 from sqlalchemy.engine import URL
 
@@ -210,7 +209,7 @@ def test_a_kept_version_keeps_its_vectors_and_postings(store: Store) -> None:
     vectors.add_all([MemoryEntry("k", "zebra stripes")])
     vectors.add_all([MemoryEntry("k", "horse stable")])
     with store.session.transaction() as conn:
-        rows = conn.execute(sa.text("SELECT e.id, e.version_of, (SELECT count(*) FROM embeddings v WHERE v.corpus = "
+        rows = conn.execute(("SELECT e.id, e.version_of, (SELECT count(*) FROM embeddings v WHERE v.corpus = "
                                     "e.corpus AND v.entry_id = e.id) AS vectors, cardinality(e.lexemes) AS terms "
                                     "FROM entries e WHERE e.corpus = :c ORDER BY e.id"), {"c": store.corpus}).all()
     assert [(r.id, r.version_of, r.vectors, r.terms) for r in rows] == [("k", None, 1, 2), ("k\x1e1", "k", 1, 2)]

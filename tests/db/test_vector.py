@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, generate_corpus
 from tests.fix_db import SCHEMA
 from tnsrag_db._counts import IngestCounts
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.hooks import ConnectionHooks
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import EmbeddingValidationError, InvalidFilterError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
@@ -37,14 +38,14 @@ class TableEmbedding:
 
 def spaces(store: Store) -> list[tuple[str, int, str | None]]:
     with store.session.transaction() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(
-            "SELECT provider, dimension, index_name FROM embedding_spaces WHERE corpus = :c ORDER BY provider, dimension"),
+        return [tuple(r) for r in conn.execute(
+            "SELECT provider, dimension, index_name FROM embedding_spaces WHERE corpus = :c ORDER BY provider, dimension",
             {"c": store.corpus}).all()]
 
 
 def vector_rows(store: Store) -> int:
     with store.session.transaction() as conn:
-        return int(conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c"),
+        return int(conn.execute("SELECT count(*) FROM embeddings WHERE corpus = :c",
                                 {"c": store.corpus}).scalar_one())
 
 
@@ -182,11 +183,11 @@ def test_precomputed_embeddings_and_candidates_sql(store: Store) -> None:
         IngestCounts(inserted=3)
     sql, params = vectors.candidates_sql([1, 0, 0], 2, prefix="vv")
     with store.session.transaction() as conn:
-        rows = conn.execute(sa.text(f"WITH cand AS ({sql}) SELECT entry_id, score FROM cand"), params).all()
+        rows = conn.execute(f"WITH cand AS ({sql}) SELECT entry_id, score FROM cand", params).all()
     assert [r.entry_id for r in rows] == ["a", "b"]
     sql, params = vectors.candidates_sql([1, 0, 0], 5, filters={"k": "v"})
     with store.session.transaction() as conn:
-        assert conn.execute(sa.text(sql), params).scalars().all() == ["a"]
+        assert conn.execute(sql, params).scalars() == ["a"]
 
 
 def _exact_top(corpus_vectors: np.ndarray, ids: list[str], query: np.ndarray, k: int) -> list[str]:
@@ -203,17 +204,16 @@ def hnsw_corpus(db_url: URL) -> Iterator[Callable[[], tuple[VectorMemoryStore, o
     space (also correct); its connections here disable seq scans and sorts where an
     alternative exists, so the HNSW index scan is what the tests exercise.
     """
-    engine = create_engine(db_url, schema=SCHEMA, pool_size=2)
-
-    @sa.event.listens_for(engine, "connect")
-    def _force_index_scans(dbapi_conn: object, _record: object) -> None:
-        with dbapi_conn.cursor() as cur:  # type: ignore[attr-defined]
+    def _force_index_scans(dbapi_conn: Any, _info: object) -> None:
+        with dbapi_conn.cursor() as cur:
             cur.execute("SET enable_seqscan = off")
             cur.execute("SET enable_sort = off")
-        dbapi_conn.commit()  # type: ignore[attr-defined]
+        dbapi_conn.commit()
+
+    pool = Pool(db_url, schema=SCHEMA, pool_size=2, hooks=[ConnectionHooks("index_scans", configure=_force_index_scans)])
 
     corpus = generate_corpus(4000, dim=64, seed=7)
-    store = Store(engine, corpus="test_vector_hnsw_module")
+    store = Store(pool, corpus="test_vector_hnsw_module")
     store.clear()
 
     class Lookup:
@@ -227,9 +227,9 @@ def hnsw_corpus(db_url: URL) -> Iterator[Callable[[], tuple[VectorMemoryStore, o
     vectors.add_all(corpus.entries, embeddings=corpus.embeddings)
     assert vectors.build_index() == vectors.build_index()  # idempotent
     yield lambda: (vectors, corpus)
-    with engine.begin() as conn:
-        conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": store.corpus})
-    engine.dispose()
+    with pool.begin() as conn:
+        conn.execute("DELETE FROM corpora WHERE corpus = :c", {"c": store.corpus})
+    pool.close()
 
 
 FILTERS = [{"group": GROUP_1PCT}, {"group": GROUP_01PCT}, {"tier": "PROCEDURAL"}, {"tier": "WORKING"},
@@ -296,7 +296,7 @@ def test_plan_uses_hnsw_only_above_the_exact_threshold(
     view = VectorMemoryStore(vectors.store, vectors.embedding, exact_threshold=exact_threshold, index_threshold=None)
     sql, params = view.candidates_sql(corpus.query_vectors(1, seed=3)[0], 10, filters=filters)
     with view.store.session.transaction() as conn:
-        plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params).scalar_one()
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).scalar_one()
     loops: list[int] = []
 
     def walk(node: dict) -> None:  # type: ignore[type-arg]
@@ -320,7 +320,7 @@ def test_concurrent_index_builds_create_one_index(store: Store) -> None:
         names = list(pool.map(lambda v: v.build_index(), views))
     assert len(set(names)) == 1 and names[0] is not None
     with store.session.transaction() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM pg_indexes WHERE indexname = :n"),
+        assert conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = :n",
                             {"n": names[0]}).scalar_one() == 1
     assert spaces(store) == [("table", 3, names[0])]
 
@@ -341,7 +341,6 @@ def test_batches_count_outcomes_and_a_bad_vector_rejects_the_whole_batch(store: 
 
 
 def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: ignore[no-untyped-def]
-    import sqlalchemy as sa
 
     from tnsrag_db._db.schema import hnsw_index_name
     from tnsrag_db._indexes.vector import VectorMemoryStore
@@ -355,7 +354,7 @@ def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: i
 
     def exists() -> bool:
         with store.session.transaction() as conn:
-            return conn.execute(sa.text("SELECT to_regclass(:n) IS NOT NULL"),
+            return conn.execute("SELECT to_regclass(:n) IS NOT NULL",
                                 {"n": f"{store.schema}.{name}"}).scalar_one()
 
     assert exists() and name.startswith("ix_embeddings_hnsw_") and name == hnsw_index_name(int(name.rsplit("_", 1)[1]))
@@ -442,27 +441,27 @@ def test_writes_go_on_while_an_index_builds_and_land_in_the_index(make_store: Ca
         other.add(MemoryEntry("o1", "another corpus, same table"))
         vectors.add(MemoryEntry("late", "written while the index builds"))
         with store.session.transaction() as conn:
-            still_building.append(conn.execute(sa.text(
-                "SELECT count(*) FROM pg_stat_progress_create_index WHERE relid = to_regclass(:t)"),
+            still_building.append(conn.execute(
+                "SELECT count(*) FROM pg_stat_progress_create_index WHERE relid = to_regclass(:t)",
                 {"t": f"{store.schema}.embeddings"}).scalar_one() == 1)
 
     name = vectors.build_index(progress=during_build, poll_seconds=0.01)
     assert still_building == [True]
     assert other_store.count() == 1 and store.count() == len(entries) + 1
     with store.session.transaction() as conn:
-        assert conn.execute(sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:n)"),
+        assert conn.execute("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:n)",
                             {"n": f"{store.schema}.{name}"}).scalar_one() is True
         # Read through the index alone: the late vector must be in the graph.
-        conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-        conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
-        conn.execute(sa.text("SET LOCAL hnsw.ef_search = 400"))
-        space_id = int(conn.execute(sa.text("SELECT space_id FROM embedding_spaces WHERE corpus = :c"),
+        conn.execute("SET LOCAL enable_seqscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        conn.execute("SET LOCAL hnsw.ef_search = 400")
+        space_id = int(conn.execute("SELECT space_id FROM embedding_spaces WHERE corpus = :c",
                                     {"c": store.corpus}).scalar_one())
         query = (f"SELECT entry_id FROM embeddings WHERE space_id = {space_id} "  # the partial index's predicate
                  "ORDER BY embedding::vector(64) <=> CAST(:q AS vector(64)) LIMIT 1")
         params = {"q": str(late.tolist())}
-        assert name in "\n".join(conn.execute(sa.text(f"EXPLAIN {query}"), params).scalars())
-        assert conn.execute(sa.text(query), params).scalar_one() == "late"
+        assert name in "\n".join(conn.execute(f"EXPLAIN {query}", params).scalars())
+        assert conn.execute(query, params).scalar_one() == "late"
 
 
 def test_a_dropped_corpus_leaves_no_hnsw_index_and_orphans_are_swept(make_store: Callable[..., Store]) -> None:
@@ -476,8 +475,8 @@ def test_a_dropped_corpus_leaves_no_hnsw_index_and_orphans_are_swept(make_store:
 
     def indexes() -> set[str]:
         with store.session.transaction() as conn:
-            return set(conn.execute(sa.text(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = :s AND indexname = ANY(:n)"),
+            return set(conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = :s AND indexname = ANY(:n)",
                 {"s": store.schema, "n": built}).scalars())
 
     assert indexes() == set(built)
@@ -486,7 +485,7 @@ def test_a_dropped_corpus_leaves_no_hnsw_index_and_orphans_are_swept(make_store:
     # A process that died between the commit and the drop leaves an index whose space is
     # gone: the next sweep (from any corpus) removes it, and only it.
     with other_store.session.transaction() as conn:
-        conn.execute(sa.text("DELETE FROM embedding_spaces WHERE corpus = :c"), {"c": other_store.corpus})
+        conn.execute("DELETE FROM embedding_spaces WHERE corpus = :c", {"c": other_store.corpus})
     assert store.drop_orphan_hnsw_indexes() == [built[1]]
     assert indexes() == set() and store.drop_orphan_hnsw_indexes() == []
 
@@ -512,4 +511,4 @@ def test_drop_corpus_does_not_wait_for_a_build_unless_it_has_an_index_to_drop(
     waiting.join(10)
     assert not waiting.is_alive()
     with store.session.transaction() as conn:
-        assert conn.execute(sa.text("SELECT to_regclass(:n)"), {"n": f"{store.schema}.{name}"}).scalar() is None
+        assert conn.execute("SELECT to_regclass(:n)", {"n": f"{store.schema}.{name}"}).scalar() is None

@@ -9,15 +9,16 @@ as the answer instead of the exact top k.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from bench._corpus import GROUP_1PCT, CorrelatedCorpus, generate_correlated_corpus
 from tests.fix_db import SCHEMA
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.hooks import ConnectionHooks
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import RAGContext
@@ -40,27 +41,26 @@ def correlated(db_url: URL) -> Iterator[Callable[[], tuple[VectorMemoryStore, Co
     """6,000 entries in 50 isotropic clusters of 32-d vectors, tiers and groups following
     the clusters, with the HNSW index built. Its connections disable seq scans and sorts
     where an alternative exists, so that the HNSW index scan is what the tests exercise."""
-    engine = create_engine(db_url, schema=SCHEMA, pool_size=2)
-
-    @sa.event.listens_for(engine, "connect")
-    def _force_index_scans(dbapi_conn: object, _record: object) -> None:
-        with dbapi_conn.cursor() as cur:  # type: ignore[attr-defined]
+    def _force_index_scans(dbapi_conn: Any, _info: object) -> None:
+        with dbapi_conn.cursor() as cur:
             cur.execute("SET enable_seqscan = off")
             cur.execute("SET enable_sort = off")
-        dbapi_conn.commit()  # type: ignore[attr-defined]
+        dbapi_conn.commit()
+
+    pool = Pool(db_url, schema=SCHEMA, pool_size=2, hooks=[ConnectionHooks("index_scans", configure=_force_index_scans)])
 
     corpus = generate_correlated_corpus(6000, dim=32, seed=3, mixing=0.02)
-    store = Store(engine, corpus="test_vector_correlated")
+    store = Store(pool, corpus="test_vector_correlated")
     store.clear()
     vectors = VectorMemoryStore(store, Lookup(corpus), index_threshold=None)
     vectors.add_all(corpus.entries, embeddings=corpus.embeddings)
     vectors.build_index()
     with store.session.autocommit() as conn:
-        conn.execute(sa.text("ANALYZE entries, embeddings"))
+        conn.execute("ANALYZE entries, embeddings")
     yield lambda: (vectors, corpus)
-    with engine.begin() as conn:
-        conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": store.corpus})
-    engine.dispose()
+    with pool.begin() as conn:
+        conn.execute("DELETE FROM corpora WHERE corpus = :c", {"c": store.corpus})
+    pool.close()
 
 
 def _exact(corpus: CorrelatedCorpus, filters: dict[str, str], query: np.ndarray, k: int) -> tuple[list[str], int]:

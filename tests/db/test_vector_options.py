@@ -5,11 +5,12 @@ PostgreSQL + pgvector database."""
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 
+from tests.db._watch import watch
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
@@ -102,7 +103,7 @@ def test_filtered_ef_search_and_max_scan_tuples_reach_the_statement(store: Store
 
 def _index_options(store: Store, name: str) -> list[str]:
     with store.session.transaction() as conn:
-        options = conn.execute(sa.text("SELECT c.reloptions FROM pg_class c JOIN pg_namespace n "
+        options = conn.execute(("SELECT c.reloptions FROM pg_class c JOIN pg_namespace n "
                                        "ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relname = :n"),
                                {"s": store.schema, "n": name}).scalar_one()
     return sorted(options)
@@ -141,16 +142,13 @@ def test_an_hnsw_build_sets_the_memory_its_rule_chooses_and_resets_it(store: Sto
     vectors = _filled(store)
     sent: list[str] = []
 
-    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    def record(conn: Any, statement: str, params: Any) -> None:
         sent.append(statement)
 
-    sa.event.listen(store.engine, "before_cursor_execute", record)
-    try:
+    with watch(before=record):
         assert vectors.build_index() is not None
-    finally:
-        sa.event.remove(store.engine, "before_cursor_execute", record)
-    with store.engine.connect() as conn:
-        mb = {r.name: int(r.mb) for r in conn.execute(sa.text(
+    with store.pool.connect() as conn:
+        mb = {r.name: int(r.mb) for r in conn.execute((
             "SELECT name, setting::bigint * (CASE unit WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192 ELSE 1 END) "
             "/ 1048576 AS mb FROM pg_settings WHERE name IN ('maintenance_work_mem', 'shared_buffers')"))}
     expected = build_memory_mb(graph_memory_mb(40, 4, HNSW_M), mb["maintenance_work_mem"], mb["shared_buffers"])

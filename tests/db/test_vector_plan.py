@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from pgvector import Vector
 
 from tnsrag_db._counts import IngestCounts
@@ -55,7 +54,7 @@ def _statements(plan: Plan[list[RetrievedDocument]], store: Store) -> tuple[list
     with store.session.transaction() as conn:
         def execute(statement: Statement) -> Rows:
             seen.append(statement)
-            return conn.execute(sa.text(statement.sql), dict(statement.params)).all()
+            return conn.execute(statement.sql, dict(statement.params)).all()
 
         return run_plan(plan, execute), seen
 
@@ -199,11 +198,11 @@ def test_the_pre_read_compares_the_stored_change_hash(store: Store) -> None:
     vectors = VectorMemoryStore(store, emb)
     vectors.add(MemoryEntry("a", "a"))
     with store.session.transaction() as conn:
-        stored = conn.execute(sa.text("SELECT content_hash FROM entries WHERE corpus = :c AND id = 'a'"),
+        stored = conn.execute("SELECT content_hash FROM entries WHERE corpus = :c AND id = 'a'",
                               {"c": store.corpus}).scalar_one()
         # A stored hash that no longer matches (as after a change of metadata) makes the
         # pre-read compare the stored text, which is the same: no embedding.
-        conn.execute(sa.text("UPDATE entries SET content_hash = '\\x00'::bytea WHERE corpus = :c AND id = 'a'"),
+        conn.execute("UPDATE entries SET content_hash = '\\x00'::bytea WHERE corpus = :c AND id = 'a'",
                      {"c": store.corpus})
     emb.texts.clear()
     assert [e.id for e in vectors._needing_vectors([MemoryEntry("a", "a")])] == []
@@ -211,7 +210,7 @@ def test_the_pre_read_compares_the_stored_change_hash(store: Store) -> None:
     assert emb.texts == []
     assert vectors.add(MemoryEntry("a", "a")) == IngestCounts(updated=1)  # the entry path's hash differs too
     with store.session.transaction() as conn:
-        assert conn.execute(sa.text("SELECT content_hash FROM entries WHERE corpus = :c AND id = 'a'"),
+        assert conn.execute("SELECT content_hash FROM entries WHERE corpus = :c AND id = 'a'",
                             {"c": store.corpus}).scalar_one() == stored
     assert emb.texts == [] and vectors.count() == 1
 
@@ -223,8 +222,8 @@ def test_copied_vectors_read_back_bit_exact(store: Store) -> None:
     vectors = VectorMemoryStore(store, Counting({}), name="copy-check")
     entries = [MemoryEntry(f"ü-{i}", f"t{i}") for i in range(len(matrix))]
     vectors.add_all(entries, embeddings=matrix)
-    with store.engine.connect() as conn:
-        raw = conn.connection.driver_connection
+    with store.pool.connect() as conn:
+        raw = conn.driver
         assert raw is not None
         got = dict(raw.execute("SELECT entry_id, embedding FROM embeddings WHERE corpus = %s",
                                (store.corpus,)).fetchall())
@@ -250,8 +249,8 @@ def test_an_unfiltered_relaxed_order_scan_answers_as_the_strict_order_scan(store
             for k in (10, 40):
                 sql, params = vectors.candidates_sql(q, k, min_score=-1.0)
                 assert sql.count("'relaxed_order'") >= 1 and "'strict_order'" not in sql
-                relaxed = conn.execute(sa.text(sql), params).all()
-                strict = conn.execute(sa.text(sql.replace("'relaxed_order'", "'strict_order'")), params).all()
+                relaxed = conn.execute(sql, params).all()
+                strict = conn.execute((sql.replace("'relaxed_order'", "'strict_order'")), params).all()
                 assert [tuple(r) for r in relaxed] == [tuple(r) for r in strict] and len(relaxed) == k
                 compared += 1
         # A filtered scan checks rows against the filter: strict order.

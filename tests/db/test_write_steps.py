@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import InvalidEntryError, ValidationError
 from tnsrag_db._store import write
 from tnsrag_db._store.corpus import Corpus
@@ -33,7 +32,7 @@ def _in_rolled_back_transaction(store: Store, work: Any) -> Any:
 
 
 def _states(conn: Connection) -> dict[str, str | None]:
-    return {r.id: r.state for r in conn.execute(sa.text("SELECT id, state FROM tnsrag_stage_entries"))}
+    return {r.id: r.state for r in conn.execute("SELECT id, state FROM tnsrag_stage_entries")}
 
 
 def test_the_steps_classify_new_changed_and_unchanged(store: Store) -> None:
@@ -46,19 +45,19 @@ def test_the_steps_classify_new_changed_and_unchanged(store: Store) -> None:
         cfg = corpus.text_config(conn)
         staged = write.stage(conn, batch)
         assert staged == write.StagedBatch(4, False)
-        staged_rows = conn.execute(sa.text("SELECT count(*) FROM tnsrag_stage_entries")).scalar_one()
+        staged_rows = conn.execute("SELECT count(*) FROM tnsrag_stage_entries").scalar_one()
         write.stage_terms(conn, staged, cfg)
-        lens = {r.id: r.doc_len for r in conn.execute(sa.text(
-            "SELECT s.id, l.doc_len FROM tnsrag_stage_lens l JOIN tnsrag_stage_entries s USING (ord)"))}
+        lens = {r.id: r.doc_len for r in conn.execute(
+            "SELECT s.id, l.doc_len FROM tnsrag_stage_lens l JOIN tnsrag_stage_entries s USING (ord)")}
         report, old_len = write.classify(conn, corpus.name, staged)
         states = _states(conn)
         write.rewrite_changed(conn, corpus.name, report)
-        old_postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND "
+        old_postings = conn.execute(("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND "
                                             "entry_id = 'text' AND lexeme = 'old'"), {"c": corpus.name}).scalar_one()
         write.write_postings(conn, corpus.name, report, old_len)
-        new_postings = conn.execute(sa.text("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND "
+        new_postings = conn.execute(("SELECT count(*) FROM bm25_postings WHERE corpus = :c AND "
                                             "entry_id IN ('text', 'fresh')"), {"c": corpus.name}).scalar_one()
-        n_docs = conn.execute(sa.text("SELECT sum(n_docs) FROM bm25_stats WHERE corpus = :c"),
+        n_docs = conn.execute("SELECT sum(n_docs) FROM bm25_stats WHERE corpus = :c",
                               {"c": corpus.name}).scalar_one()
         return {"rows": staged_rows, "lens": lens, "report": report, "old_len": old_len, "states": states,
                 "old_postings": old_postings, "new_postings": new_postings, "n_docs": n_docs}
@@ -120,7 +119,7 @@ class _Recorder(WriteExtension):
 
     def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
         # Inside the same transaction: the entries are visible, uncommitted.
-        n = conn.execute(sa.text("SELECT count(*) FROM entries WHERE corpus = :c"), {"c": self.corpus}).scalar_one()
+        n = conn.execute("SELECT count(*) FROM entries WHERE corpus = :c", {"c": self.corpus}).scalar_one()
         self.seen = report
         self._maybe_fail("after", f"after:{n}")
 

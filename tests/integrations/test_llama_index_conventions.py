@@ -162,8 +162,8 @@ def test_bookkeeping_keys_stay_out_of_llm_and_embedding_views(manual: Store) -> 
         shown = n.node.get_content(metadata_mode=MetadataMode.LLM)
         assert not any(f"{key}: " in shown for key in ("tier", "depth", "childOf", "entryId", "path")), shown
     # The prompt a query engine builds (MockLLM answers with the prompt it was given).
-    engine = RetrieverQueryEngine.from_args(TnsragRetriever(manual, "keyword"), llm=MockLLM())
-    prompt = str(engine.query("PostgreSQL"))
+    pool = RetrieverQueryEngine.from_args(TnsragRetriever(manual, "keyword"), llm=MockLLM())
+    prompt = str(pool.query("PostgreSQL"))
     assert "Agents share memory through PostgreSQL." in prompt and "tenant: acme" in prompt
     assert "tier" not in prompt
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 from mcp import Client
 from mcp.types import CallToolResult
@@ -520,7 +521,7 @@ def test_stdio_first_stderr_line_names_database_and_corpus(store: Store, db_url:
             server.kill()
     first = err.decode().splitlines()[0]
     assert first.startswith(f"tnsrag mcp: corpus {store.corpus!r} (read-only), schema 'tnsrag', database "
-                            f"postgresql+psycopg://"), first
+                            f"postgresql://"), first
     assert f"/{db_url.database}" in first and "s3cret-pw" not in first
     assert "s3cret-pw" not in database_line("postgresql://u:pw1@h/db?password=pw2&sslmode=require", "s", "c", False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
@@ -638,7 +639,6 @@ def test_read_only_without_a_database_creates_nothing(tmp_path: Path) -> None:
 def test_read_only_on_an_embedded_cluster_without_the_schema_creates_none(tmp_path: Path) -> None:
     """A cluster that is there but holds no tnsrag schema: `--read-only` starts the server
     (that creates nothing) and fails naming the missing schema, which it does not create."""
-    import psycopg
 
     from tnsrag_db._store.embedded import keeper
 

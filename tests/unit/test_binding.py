@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tnsrag_db.declarative as declarative
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import (
     ConfigurationError,
     DatabaseError,
@@ -72,10 +72,10 @@ def _fresh_runtime() -> Iterator[None]:
 @pytest.fixture
 def unreachable_store() -> Iterator[Store]:
     """A store whose server refuses connections (nothing is contacted until a query runs)."""
-    engine = create_engine("postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2", schema="tnsrag",
+    pool = Pool("postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2", schema="tnsrag",
                            pool_size=1)
-    yield Store(engine, corpus="unreachable")
-    engine.dispose()
+    yield Store(pool, corpus="unreachable")
+    pool.close()
 
 
 # -- query binding: decoration time ----------------------------------------------------

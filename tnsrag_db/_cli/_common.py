@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from tnsrag_db._db.settings import DEFAULT_SCHEMA
 from tnsrag_db._errors import TnsragError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,9 +63,6 @@ class Suggesting(click.Choice):  # type: ignore[type-arg]
             self.fail(f"{exc.message}{hint}", param, ctx)
 
 
-#: :data:`tnsrag_db._db.schema.DEFAULT_SCHEMA`, written out: that module declares the tables
-#: with SQLAlchemy, imports a keyword query does without (a test checks both agree).
-DEFAULT_SCHEMA = "tnsrag"
 
 
 def db_options(func: F) -> F:

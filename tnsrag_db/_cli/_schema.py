@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import psycopg
+
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import SchemaNotReadyError
 
@@ -51,25 +53,24 @@ def tnsrag_schemas(url: str | None) -> list[str]:
     """Names of the schemas of ``url``'s database (None: the embedded server) that hold
     tnsrag_db's tables, sorted. Raises :class:`~tnsrag_db._errors.DatabaseError` when the
     server cannot be reached."""
-    import sqlalchemy as sa
 
-    from tnsrag_db._db.engine import create_engine
+    from tnsrag_db._db.pool import OneConnection
     from tnsrag_db._db.statement import run_plan
     from tnsrag_db._errors import DatabaseError
     from tnsrag_db._store.embedded.resolve import embedded_url
 
-    engine = create_engine(embedded_url() if url is None else url, schema="public", pool_size=1, max_overflow=0)
+    db = OneConnection(embedded_url() if url is None else url, schema="public")
     try:
-        with engine.connect() as conn:
-            return run_plan(tnsrag_schemas_plan(), lambda st: conn.execute(sa.text(st.sql), dict(st.params)).all())
-    except sa.exc.SQLAlchemyError as exc:
+        with db.connect() as conn:
+            return run_plan(tnsrag_schemas_plan(), lambda st: conn.execute(st.sql, dict(st.params)).all())
+    except psycopg.Error as exc:
         raise DatabaseError(f"could not list the schemas: {exc}") from exc
     finally:
-        engine.dispose()
+        db.close()
 
 
 def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Sequence[str] = (),
-                  create_default: bool = True) -> Store:
+                  create_default: bool = True, one_connection: bool = False, vector_types: bool = True) -> Store:
     """A :class:`Store` on ``url`` (None: the embedded server) whose ``schema`` already exists.
 
     Nothing is created (but the default schema on the embedded server, which any first
@@ -78,6 +79,9 @@ def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Seque
     of the database. An existing schema behind this release's head is migrated on the
     embedded server and an error on a URL's server (as :func:`~tnsrag_db._store.store.connect`
     does). Other connection failures raise :class:`~tnsrag_db._errors.DatabaseError`.
+    ``one_connection``: the store runs on one connection, without pool threads (a command
+    that makes one call at a time); ``vector_types=False``: without pgvector's types (a
+    command that sends no vector, such as a keyword query, does not import numpy).
     """
     from tnsrag_db._cli._common import DEFAULT_SCHEMA
     from tnsrag_db._store.store import connect
@@ -85,9 +89,11 @@ def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Seque
     if url is None and schema == DEFAULT_SCHEMA and create_default:
         # The embedded server's own schema: set up on first use by any command, so that
         # `tnsrag corpora` on a new installation answers "none yet".
-        return connect(None, corpus=corpus, schema=schema, read_urls=read_urls)
+        return connect(None, corpus=corpus, schema=schema, read_urls=read_urls, _one_connection=one_connection,
+                       _vector_types=vector_types)
     try:
-        return connect(url, corpus=corpus, schema=schema, auto_migrate=False, read_urls=read_urls)
+        return connect(url, corpus=corpus, schema=schema, auto_migrate=False, read_urls=read_urls,
+                       _one_connection=one_connection, _vector_types=vector_types)
     except SchemaNotReadyError:
         existing = tnsrag_schemas(url)
         if schema not in existing:
@@ -95,4 +101,5 @@ def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Seque
         if url is not None:
             raise
     # The embedded server's schema exists at an older revision: brought to head, as always.
-    return connect(url, corpus=corpus, schema=schema, auto_migrate=None, read_urls=read_urls)
+    return connect(url, corpus=corpus, schema=schema, auto_migrate=None, read_urls=read_urls,
+                   _one_connection=one_connection, _vector_types=vector_types)

@@ -8,14 +8,13 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy.engine import Engine
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._db import migrate
-from tnsrag_db._db.engine import create_engine
 from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
+from tnsrag_db._db.pool import OneConnection
 from tnsrag_db._indexes.vector import DEFAULT_INDEX_THRESHOLD
 from tnsrag_db._indexes.vector.hnsw import build_due_indexes
 from tnsrag_db._store.embedded.resolve import embedded_url
@@ -27,13 +26,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 @contextmanager
-def _engine(url: str | None, schema: str) -> Iterator[Engine]:
-    """A one-connection engine on ``url`` (or the embedded server), disposed afterwards."""
-    engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+def _database(url: str | None, schema: str) -> Iterator[OneConnection]:
+    """One connection to ``url`` (or the embedded server), closed afterwards."""
+    db = OneConnection(url if url else embedded_url(), schema=schema)
     try:
-        yield engine
+        yield db
     finally:
-        engine.dispose()
+        db.close()
 
 
 @click.group(cls=SuggestingGroup)
@@ -79,19 +78,19 @@ def upgrade(url: str | None, schema: str, revision: str, tenancy: str | None, lo
     """
     from tnsrag_db import tenancy as tenants
 
-    with _engine(url, schema) as engine:
-        before = migrate.current_revision(engine, schema=schema)
-        migrate.upgrade(engine, schema=schema, revision=revision, lock_timeout=lock_timeout, lock_retries=lock_retries)
-        after = migrate.current_revision(engine, schema=schema)
-        finished = migrate.finish(engine, schema=schema) if finish else None
-        served = migrate.served_releases(engine, schema=schema) if after is not None else None
-        newer = migrate.schema_state(engine, schema=schema).newer
+    with _database(url, schema) as db:
+        before = migrate.current_revision(db, schema=schema)
+        migrate.upgrade(db, schema=schema, revision=revision, lock_timeout=lock_timeout, lock_retries=lock_retries)
+        after = migrate.current_revision(db, schema=schema)
+        finished = migrate.finish(db, schema=schema) if finish else None
+        served = migrate.served_releases(db, schema=schema) if after is not None else None
+        newer = migrate.schema_state(db, schema=schema).newer
         if tenancy is not None:
             switch = tenants.enable if tenancy == "rls" else tenants.disable
-            switch(engine, schema=schema, lock_timeout=lock_timeout, lock_retries=lock_retries)
-        rls = after is not None and tenants.is_enabled(engine, schema=schema)
-        indexed = not rls or tenants.filters_use_indexes(engine, schema=schema)
-        triggers = after is not None and tenants.pair_triggers_attached(engine, schema=schema)
+            switch(db, schema=schema, lock_timeout=lock_timeout, lock_retries=lock_retries)
+        rls = after is not None and tenants.is_enabled(db, schema=schema)
+        indexed = not rls or tenants.filters_use_indexes(db, schema=schema)
+        triggers = after is not None and tenants.pair_triggers_attached(db, schema=schema)
     at_head = after == migrate.head_revision()
     state = "rls" if rls else "off"
     note = "" if indexed else ("\nnote: tenant roles' metadata filters run after the row-level security policy, "
@@ -134,17 +133,17 @@ def downgrade(url: str | None, schema: str, revision: str, lock_timeout: float, 
 
     Example: tnsrag db downgrade --revision base --yes
     """
-    with _engine(url, schema) as engine:
-        before = migrate.current_revision(engine, schema=schema)
+    with _database(url, schema) as db:
+        before = migrate.current_revision(db, schema=schema)
         if before is None:
             emit({"schema": schema, "from": None, "to": None}, as_json, f"schema {schema}: not migrated, nothing to do")
             return
-        where = engine.url.render_as_string(hide_password=True)
+        where = db.location
         confirm_destruction(f"downgrade schema {schema!r} on {where} from {before} to {revision}"
                             f"{' (drops every table and all data)' if revision == 'base' else ''}", yes=yes)
-        migrate.downgrade(engine, schema=schema, revision=revision, lock_timeout=lock_timeout,
+        migrate.downgrade(db, schema=schema, revision=revision, lock_timeout=lock_timeout,
                           lock_retries=lock_retries)
-        after = migrate.current_revision(engine, schema=schema)
+        after = migrate.current_revision(db, schema=schema)
     emit({"schema": schema, "from": before, "to": after}, as_json,
          f"schema {schema}: {before} -> {after or 'base'}")
 
@@ -158,10 +157,10 @@ def current(url: str | None, schema: str, as_json: bool) -> None:
 
     Example: tnsrag db current --json
     """
-    with _engine(url, schema) as engine:
-        rev = migrate.current_revision(engine, schema=schema)
-        state = migrate.schema_state(engine, schema=schema)
-        served = migrate.served_releases(engine, schema=schema) if rev is not None else None
+    with _database(url, schema) as db:
+        rev = migrate.current_revision(db, schema=schema)
+        state = migrate.schema_state(db, schema=schema)
+        served = migrate.served_releases(db, schema=schema) if rev is not None else None
     head = migrate.head_revision()
     if state.newer:
         advice = (" - newer than this tnsrag_db, which it still serves" if state.usable
@@ -191,9 +190,9 @@ def check(url: str | None, schema: str, as_json: bool) -> None:
 
     Example: tnsrag db check
     """
-    with _engine(url, schema) as engine:
-        rev = migrate.current_revision(engine, schema=schema)
-        diffs = migrate.check(engine, schema=schema) if rev is not None else []
+    with _database(url, schema) as db:
+        rev = migrate.current_revision(db, schema=schema)
+        diffs = migrate.check(db, schema=schema) if rev is not None else []
     head = migrate.head_revision()
     ok = rev == head and not diffs
     if rev is None:
@@ -251,8 +250,8 @@ def distribute(url: str | None, schema: str, citus: bool, as_json: bool) -> None
     """
     from tnsrag_db._store.citus import distribute as run
 
-    with _engine(url, schema) as engine:
-        report = run(engine, schema=schema)
+    with _database(url, schema) as db:
+        report = run(db, schema=schema)
     emit({"schema": schema, "distributed": report.distributed, "already": report.already,
           "policies": report.policies, "triggers_dropped": report.triggers}, as_json,
          f"schema {schema}: {len(report.distributed)} tables distributed by corpus"
@@ -273,7 +272,7 @@ def partition_sql(url: str | None, schema: str, partitions: int) -> None:
     """
     from tnsrag_db._db.partition import partition_script
 
-    with _engine(url, schema) as engine, engine.connect() as conn:
+    with _database(url, schema) as db, db.connect() as conn:
         click.echo(partition_script(conn, schema=schema, partitions=partitions), nl=False)
 
 
@@ -295,8 +294,8 @@ def build_indexes(url: str | None, schema: str, threshold: int, as_json: bool) -
 
     Example: tnsrag db build-indexes --url postgresql://owner@db.internal/app
     """
-    with _engine(url, schema) as engine:
-        store = Store(engine, schema=schema)
+    with _database(url, schema) as db:
+        store = Store(db, schema=schema)
         sweep = build_due_indexes(store, threshold)
         # The sweep counts a space's vectors only up to the threshold (enough to know it is
         # due); what was built is reported with its exact size, counted once it is built.
@@ -334,8 +333,8 @@ def merge_postings(url: str | None, schema: str, corpora: tuple[str, ...], as_js
     from tnsrag_db._store.merge import MergeReport
 
     rows = []
-    with _engine(url, schema) as engine:
-        store = Store(engine, schema=schema)
+    with _database(url, schema) as db:
+        store = Store(db, schema=schema)
         names = list(corpora) or [r.corpus for r in store.read(
             "/* tnsrag:all-corpora */ SELECT corpus FROM corpora ORDER BY corpus", {})]
         for name in names:
@@ -370,8 +369,8 @@ def sweep(url: str | None, schema: str, corpora: tuple[str, ...], vacuum: bool, 
     Example: tnsrag db sweep --url "$DATABASE_URL" --json
     """
     rows = []
-    with _engine(url, schema) as engine:
-        store = Store(engine, schema=schema)
+    with _database(url, schema) as db:
+        store = Store(db, schema=schema)
         names = list(corpora) or [r.corpus for r in store.read(
             "/* tnsrag:all-corpora */ SELECT DISTINCT corpus FROM entries "
             "WHERE expires_at <= statement_timestamp() ORDER BY corpus", {})]
@@ -417,8 +416,8 @@ def consolidate(url: str | None, schema: str, corpus: str, tier: str, threshold:
     from tnsrag_db._cli._progress import PhaseProgress, _isatty
     from tnsrag_db.admin import require_corpus
 
-    with _engine(url, schema) as engine:
-        store = Store(engine, corpus=corpus, schema=schema)
+    with _database(url, schema) as db:
+        store = Store(db, corpus=corpus, schema=schema)
         require_corpus(store)
         with PhaseProgress(sys.stderr, {"pairs": "entries", mode: "groups"}, enabled=not quiet,
                            plain=not _isatty(sys.stderr), optional={mode}) as shown:
@@ -467,8 +466,8 @@ def promote(url: str | None, schema: str, corpus: str, from_tier: str, to_tier: 
 
     chosen = parse_pairs(filters, "--filter")
     age = timedelta(days=older_than) if older_than is not None else None
-    with _engine(url, schema) as engine:
-        store = Store(engine, corpus=corpus, schema=schema)
+    with _database(url, schema) as db:
+        store = Store(db, corpus=corpus, schema=schema)
         require_corpus(store)
         report = store.promote(from_tier, to_tier, filters=chosen or None, older_than=age, dry_run=dry_run)
     text = (f"{corpus}: {plural(report.matched, 'entry', 'entries')} of {report.from_tier} match; "

@@ -6,7 +6,7 @@ import click
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors
 from tnsrag_db._cli._group import SuggestingGroup
-from tnsrag_db._db.engine import create_engine
+from tnsrag_db._db.pool import OneConnection
 from tnsrag_db._store.embedded.resolve import embedded_url
 
 __all__ = ["tenant"]
@@ -28,19 +28,19 @@ def _run(url: str | None, schema: str, action: str, role: str, corpus: str, as_j
          lock_timeout: float | None = None) -> None:
     from tnsrag_db import tenancy
 
-    engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+    db = OneConnection(url if url else embedded_url(), schema=schema)
     extra: dict[str, object] = {}
     try:
         if action == "grant":
-            changed = tenancy.grant(engine, schema=schema, role=role, corpus=corpus,
+            changed = tenancy.grant(db, schema=schema, role=role, corpus=corpus,
                                     lock_timeout=tenancy.DEFAULT_LOCK_TIMEOUT_SECONDS if lock_timeout is None
                                     else lock_timeout)
-            extra["lock_timeout"] = tenancy.lock_timeout(engine, role=role)
+            extra["lock_timeout"] = tenancy.lock_timeout(db, role=role)
         else:
-            changed = tenancy.revoke(engine, schema=schema, role=role, corpus=corpus)
-        enabled = tenancy.is_enabled(engine, schema=schema)
+            changed = tenancy.revoke(db, schema=schema, role=role, corpus=corpus)
+        enabled = tenancy.is_enabled(db, schema=schema)
     finally:
-        engine.dispose()
+        db.close()
     done = {"grant": ("granted", "already granted"), "revoke": ("revoked", "was not granted")}[action]
     text = f"{role} / {corpus}: {done[0] if changed else done[1]}"
     if "lock_timeout" in extra:
@@ -101,12 +101,12 @@ def list_grants(url: str | None, schema: str, role: str | None, corpus: str | No
     """
     from tnsrag_db import tenancy
 
-    engine = create_engine(url if url else embedded_url(), schema=schema, pool_size=1, max_overflow=0)
+    db = OneConnection(url if url else embedded_url(), schema=schema)
     try:
-        found = tenancy.grants(engine, schema=schema, role=role, corpus=corpus)
-        enabled = tenancy.is_enabled(engine, schema=schema)
+        found = tenancy.grants(db, schema=schema, role=role, corpus=corpus)
+        enabled = tenancy.is_enabled(db, schema=schema)
     finally:
-        engine.dispose()
+        db.close()
     rows = [{"role": g.role, "corpus": g.corpus, "granted_at": g.created_at.isoformat()} for g in found]
     emit({"schema": schema, "tenancy": "rls" if enabled else "off", "grants": rows}, as_json,
          "\n".join([f"schema {schema}: tenancy {'rls' if enabled else 'off'}",

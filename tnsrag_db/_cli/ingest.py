@@ -74,7 +74,6 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
     """Raise :class:`DanglingReferenceError` before anything is written when an edge of the
     files ends at an entry neither in the files nor in the corpus (batches commit one at a
     time, so the edge write after them could no longer undo the entries)."""
-    import sqlalchemy as sa
 
     from tnsrag_db._errors import DanglingReferenceError
 
@@ -82,7 +81,7 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
     if not ends:
         return
     with store.session.transaction() as conn:
-        stored = set(conn.execute(sa.text("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)"),
+        stored = set(conn.execute("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)",
                                   {"c": store.corpus, "ids": ends}).scalars())
     missing = [end for end in ends if end not in stored]
     if missing:

@@ -33,15 +33,10 @@ def database_line(url: str | None, schema: str, corpus: str, read_only: bool) ->
 
         where = f"the embedded server at {default_data_dir()}"
     else:
-        from sqlalchemy.engine import URL
+        from tnsrag_db._db.pool import conninfo_of, url_of
 
-        from tnsrag_db._db.engine import normalize_url
-
-        parsed = normalize_url(url)
-        # URL.set(password=None) keeps the password (None means "unchanged"): build it anew.
-        where = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database,
-                           {k: v for k, v in parsed.query.items() if k != "password"},  # libpq takes one there too
-                           ).render_as_string(hide_password=False)
+        # Built anew without any password (libpq takes one in the query too).
+        where = url_of(conninfo_of(url), password=None)
     mode = "read-only" if read_only else "read-write"
     return f"tnsrag mcp: corpus {corpus!r} ({mode}), schema {schema!r}, database {where}"
 
@@ -86,8 +81,7 @@ def _provider(store: Store, embedding: str | None, read_only: bool) -> Validatin
     without ``--embedding`` picks the same provider. A named provider on a corpus without
     entries needs no ``tnsrag embed`` (there is nothing to embed), so it is taken as is.
     """
-    from sqlalchemy.engine import Connection
-
+    from tnsrag_db._db.pool import Connection
     from tnsrag_db._db.statement import run_plan
     from tnsrag_db._indexes.vector.spaces import bind_embedding, ensure_space_plan, query_embedding
     from tnsrag_db._indexes.vector.write import on_connection

@@ -3,26 +3,13 @@
 What only the strategies that embed the query need (the embedding provider, which loads
 numpy) is imported inside the command, so a keyword query process does not pay for it.
 
-A keyword, vector or hybrid query runs on the lean path (:func:`lean_query`): the same
-strategy plans and statements as a full store's (a vector query's spaces and embedding
-provider are chosen by plans too, :mod:`tnsrag_db._indexes.vector.spaces`), run by the
-library's read runner on one psycopg connection (a
-:class:`~tnsrag_db._db.driver.DriverStore`), so the process imports neither SQLAlchemy
-nor alembic. Everything the command says about an answer is a plan too, run on that
-connection: the schema check (:func:`~tnsrag_db._db.revisions.schema_state_plan`,
-and the tnsrag schemas named when it is missing), the missing corpus's error
-(:func:`~tnsrag_db.admin.corpora.require_corpus_plan`: for a keyword query only with an
-empty answer, for the others first, before a model loads), the filter notes
-(:func:`~tnsrag_db.admin.filter_notes.empty_filter_notes_plan`), the empty-corpus note
-and a partly filled space's note; so every statement runs once and errors are raised
-where they arise. Once the strategy is built, both paths answer through one function
-(:func:`_answer`). The full path (:func:`tnsrag_db._store.store.connect`) takes what the
-lean one cannot do, before any query statement is sent: a schema to migrate or set up
-(the embedded server's), ``--explain``, ``--distinct``, standbys (``--read-url`` /
-``TNSRAG_READ_URLS``), a URL not of the ``postgresql://`` shape, the embedded server
-when the command runs outside ``tnsrag`` (no kept-running server), a hybrid query of a
-corpus with edges while hybrid by name weights its graph stream above 0, and the other
-strategies.
+The command opens the store as any application does (:func:`tnsrag_db._cli._schema.open_existing`,
+which never creates a schema but the embedded server's own), on one psycopg connection
+without pool threads, builds the strategy by name and answers: the same plans and
+statements as the library's. Opening a schema at head reads its revision with one
+statement and imports neither SQLAlchemy nor alembic, so a keyword query stays a short
+process. The missing corpus's error, the filter notes, the empty-corpus note and a partly
+filled space's note are plans on that connection too.
 """
 
 from __future__ import annotations
@@ -44,7 +31,7 @@ if TYPE_CHECKING:
     from tnsrag_db._db.statement import Plan
     from tnsrag_db.explain import Explanation
 
-__all__ = ["LEAN_STRATEGIES", "empty_answer_notes_plan", "lean_query", "query"]
+__all__ = ["empty_answer_notes_plan", "query"]
 
 
 def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> Plan[list[str]]:
@@ -59,92 +46,9 @@ def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> P
     return notes
 
 
-#: The strategies the lean path answers.
-LEAN_STRATEGIES = ("keyword", "vector", "hybrid")
-
-
-def lean_query(text: str, url: str | None, *, schema: str, corpus: str, strategy: str, embedding: str | None,
-               context: RAGContext) -> tuple[list[RetrievedDocument], float, list[str]] | None:
-    """``text``'s results by ``strategy`` (one of :data:`LEAN_STRATEGIES`) on ``url`` (None:
-    the kept-running embedded server), the milliseconds they took and the notes to print
-    with them, by the lean path (see the module docstring); None when the full path must
-    answer instead (decided before any query statement is sent). ``embedding`` is
-    ``--embedding``'s provider name (vector and hybrid).
-
-    Raises :class:`~tnsrag_db._errors.CorpusNotFoundError` naming the corpora that exist
-    when ``corpus`` does not, :class:`~tnsrag_db._errors.SchemaNotReadyError` naming the
-    tnsrag schemas when ``schema`` does not exist, :class:`~tnsrag_db._errors.DatabaseError`
-    (``could not connect: ...``) when the server cannot be reached, what starting the
-    embedded server raises, and for vector and hybrid what choosing and loading the
-    query's embedding provider raises (as the full path does)."""
-    from tnsrag_db._cli._common import DEFAULT_SCHEMA
-    from tnsrag_db._cli._schema import missing_schema_error, tnsrag_schemas_plan
-    from tnsrag_db._db.driver import DriverStore
-    from tnsrag_db._db.revisions import schema_state_plan, shipped_head
-    from tnsrag_db._db.settings import libpq_url
-    from tnsrag_db._indexes.bm25 import BM25Index
-    from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
-    from tnsrag_db._store.embedded.keeper import ensure_running
-    from tnsrag_db._store.embedded.resolve import kept_running_timeout
-    from tnsrag_db._strategies.base import RAGStrategy
-    from tnsrag_db._strategies.compose import HYBRID_GRAPH_WEIGHT
-    from tnsrag_db._strategies.keyword import KeywordRAGStrategy
-    from tnsrag_db.admin.corpora import corpus_has_edges_plan, require_corpus_plan
-
-    head = shipped_head()
-    if head is None:
-        return None  # the head cannot be read without alembic: the full path's check
-    if url is None:
-        idle_timeout = kept_running_timeout()
-        if idle_timeout is None:
-            return None  # no `tnsrag` group around this call: the wheel's own server (full path)
-        target = ensure_running(idle_timeout=idle_timeout)
-    else:
-        found = libpq_url(url)
-        if found is None:
-            return None
-        target = found
-    with DriverStore(target, corpus=corpus, schema=schema, max_query_terms=DEFAULT_MAX_QUERY_TERMS,
-                     pgvector=strategy != "keyword") as store:
-        state = store.run(schema_state_plan(schema))
-        if state is None:
-            return None  # the full path's check
-        if state.revision is None:
-            existing = store.run(tnsrag_schemas_plan())
-            if schema not in existing and not (url is None and schema == DEFAULT_SCHEMA):
-                raise missing_schema_error(schema, existing, embedded=url is None)
-            return None  # the embedded server's own schema is set up, an old one migrated, by the full path
-        if not state.usable:
-            return None  # migrated by the full path (embedded), or its error (a URL's)
-        spaces = None
-        chosen: RAGStrategy
-        if strategy == "keyword":
-            chosen = KeywordRAGStrategy(BM25Index(store))
-        else:
-            # The full path's order: a missing corpus is an error before any model loads.
-            store.run(require_corpus_plan(corpus))
-            if strategy == "hybrid" and HYBRID_GRAPH_WEIGHT and store.run(corpus_has_edges_plan(corpus)):
-                return None  # hybrid's graph stream walks the edges: the full path's graph store
-            from tnsrag_db._indexes.vector import VectorMemoryStore
-
-            spaces, embedder = _query_embedding(store, strategy, embedding)
-            vectors = VectorMemoryStore(store, embedder)
-            if strategy == "vector":
-                from tnsrag_db._strategies.vector import VectorRAGStrategy
-
-                chosen = VectorRAGStrategy(vectors)
-            else:
-                # Without edges, or weighted 0, the graph stream adds nothing: the two streams rank alone.
-                from tnsrag_db._strategies.hybrid import HybridRAGStrategy
-
-                chosen = HybridRAGStrategy(BM25Index(store), vectors)
-        return _answer(store, chosen, text, context, strategy=strategy, embedding=embedding, spaces=spaces,
-                       corpus_checked=strategy != "keyword")
-
-
 def _answer(store: Any, chosen: Any, text: str, context: RAGContext, *, strategy: str, embedding: str | None,
             spaces: list[Any] | None, corpus_checked: bool) -> tuple[list[RetrievedDocument], float, list[str]]:
-    """What both paths do once the strategy is built: its results for ``text``, the
+    """What the command does once the strategy is built: its results for ``text``, the
     milliseconds they took, and the notes (an empty answer's, checking the corpus exists
     first unless ``corpus_checked``; a partly filled space's)."""
     started = time.perf_counter()
@@ -288,20 +192,16 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
         # A keeper that does not answer within about a second is passed by, with one note.
         undo = use_keeper_model(notify=lambda notice: click.echo(f"note: {notice}", err=True))
         click.get_current_context().call_on_close(undo)  # undone after the command
-    if strategy in LEAN_STRATEGIES and not explain and not standbys and not distinct:
-        answered = lean_query(text, url, schema=schema, corpus=corpus, strategy=strategy, embedding=embedding,
-                              context=context)
-        if answered is not None:
-            _print_results(text, strategy, *answered, as_json)
-            return
-
     from tnsrag_db._cli._schema import open_existing
-    from tnsrag_db._strategies.explain import explain_with
+
+    # A query never creates a schema; one connection serves the command's statements in turn.
+    from tnsrag_db._strategies.compose import EMBEDDING_STRATEGIES
     from tnsrag_db._strategies.registry import build_strategy
     from tnsrag_db.admin.corpora import require_corpus
     from tnsrag_db.admin.filter_notes import empty_filter_notes
 
-    with open_existing(url, schema, corpus, read_urls=standbys) as store:  # a query never creates a schema
+    with open_existing(url, schema, corpus, read_urls=standbys, one_connection=True,
+                       vector_types=strategy in EMBEDDING_STRATEGIES) as store:
         require_corpus(store)  # reads only: a query never creates a corpus
         # Only the strategies that embed the query load a model (keyword, graph, reasoning never
         # do); they embed with the corpus's own space's provider, or --embedding's.
@@ -313,6 +213,8 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
             chosen = DistinctContentRAGStrategy(chosen)
         if explain:
             started = time.perf_counter()
+            from tnsrag_db._strategies.explain import explain_with
+
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
             notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []

@@ -1,4 +1,5 @@
-"""The database layer: engines and their connection hooks (:mod:`~tnsrag_db._db.engine`),
+"""The database layer: connection pools (:mod:`~tnsrag_db._db.pool`) and their hooks
+(:mod:`~tnsrag_db._db.hooks`),
 migrations (:mod:`~tnsrag_db._db.migrate`), the tables (:mod:`~tnsrag_db._db.schema`), the
 session (:mod:`~tnsrag_db._db.session`: transactions, locks, timeouts, and the store's
 connections for reads), the one read runner every read plan goes through, sync or async

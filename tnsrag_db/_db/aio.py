@@ -2,17 +2,18 @@
 :data:`~tnsrag_db._db.statement.Plan` on an async psycopg connection for ``store``'s
 database, with the same statements :meth:`Store.run` sends.
 
-The connections come from a SQLAlchemy asyncio engine over psycopg 3's
-``AsyncConnection`` (a real async driver: no thread per call), created lazily for the
-store's engine and the running event loop, with the sync engine's set-up: the same
-URL, ``search_path`` and pool limits, and the same registered connection hooks
-(:class:`~tnsrag_db._db.engine.ConnectionHooks`: pgvector types, the ping-after-idle
-rule, any registered later), read at each connection event. Statements are sent by
-:class:`~tnsrag_db._db.runner.AsyncPlanRunner`, the await form of the sync runner behind
-:meth:`Store.run`: the same text, values and statement listeners. The async engines of
-a sync engine are closed when it is disposed (:meth:`Store.close` of the store that
-owns it) or by :func:`aclose_engines`
-(:meth:`AsyncStore.close <tnsrag_db._store.aio.AsyncStore.close>`).
+The connections are psycopg's ``AsyncConnection`` (a real async driver: no thread per
+call), kept per event loop for the store's :class:`~tnsrag_db._db.pool.Pool` with the sync
+pool's set-up: the same database, ``search_path``, size and
+:class:`~tnsrag_db._db.hooks.ConnectionHooks` (pgvector types, the ping-after-idle rule, the
+application's), whose awaitables are awaited. Unlike the sync pool (psycopg_pool, whose
+maintenance runs in threads), the async one runs no task of its own: psycopg_pool's
+``AsyncConnectionPool`` keeps tasks on the loop, and a loop ended by ``asyncio.run``
+while one of them was opening a connection waited for it without end. Statements are
+sent by :class:`~tnsrag_db._db.runner.AsyncPlanRunner`, the await form of the sync runner
+behind :meth:`Store.run`: the same text, values and statement listeners. The async pools
+of a sync pool are closed when it is (:meth:`Store.close` of the store that owns it) or
+by :func:`aclose_pools` (:meth:`AsyncStore.close <tnsrag_db._store.aio.AsyncStore.close>`).
 
 A cancelled call (``task.cancel()``, ``asyncio.timeout``, ``wait_for``) cancels its
 statement on the server: psycopg sends a cancel request and waits for the backend to
@@ -22,35 +23,31 @@ stop before the cancellation propagates.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
-import sqlalchemy as sa
 
 from tnsrag_db import _telemetry
-from tnsrag_db._db.engine import HookKind, engine_hooks, libpq_options, pool_limits, run_hooks
+from tnsrag_db._db.hooks import arun_hooks
+from tnsrag_db._db.pool import Pool, connect_error, conninfo_of, info_of
 from tnsrag_db._db.runner import AsyncPlanRunner
-from tnsrag_db._errors import ConfigurationError
+from tnsrag_db._errors import ConfigurationError, DatabaseError
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
     from tnsrag_db._db.statement import Plan
 
-__all__ = ["AsyncRunTarget", "aclose_engines", "arun", "async_engine", "check_async_installed"]
+__all__ = ["AsyncRunTarget", "aclose_pools", "arun", "check_running_loop"]
 
 
 class AsyncRunTarget(Protocol):
     """What :func:`arun` needs of a store (a :class:`~tnsrag_db._store.store.Store` has it all):
-    its engine, schema and corpus, its effective statement timeout (seconds, None for none),
+    its pool, schema and corpus, its effective statement timeout (seconds, None for none),
     its read replicas (None for none) and its sync ``run`` for replica-routed plans."""
 
     @property
-    def engine(self) -> Engine: ...
+    def pool(self) -> Any: ...
 
     @property
     def schema(self) -> str: ...
@@ -68,186 +65,203 @@ class AsyncRunTarget(Protocol):
 
 _T = TypeVar("_T")
 
-class _Engines:
-    """The async engines of one sync engine: one per (event loop, schema)."""
+class _AsyncDriver(psycopg.AsyncConnection[Any]):
+    """An async psycopg connection with ``tnsrag_info`` (see :func:`~tnsrag_db._db.pool.info_of`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tnsrag_info: dict[Any, Any] = {}
+
+
+class _LoopPool:
+    """The async connections of one sync :class:`~tnsrag_db._db.pool.Pool` on one event loop:
+    at most the sync pool's ``max_size`` handed out at once, the one returned last handed
+    out first, each opened when needed with the sync pool's database, ``search_path`` and
+    hooks. It runs no task of its own, so a loop can end (``asyncio.run`` per call) with
+    nothing of the pool left to cancel."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.conninfo = conninfo_of(pool.conninfo, schema=pool.schema, read_only=pool.read_only)
+        self.idle: list[psycopg.AsyncConnection[Any]] = []
+        self.slots = asyncio.Semaphore(pool.max_size)
+        #: How many connections are handed out now.
+        self.checked_out = 0
+
+    async def getconn(self) -> psycopg.AsyncConnection[Any]:
+        """A connection for one plan; :class:`DatabaseError` when none came free within the
+        pool's ``timeout`` or a new one could not be opened ("could not connect")."""
+        try:
+            await asyncio.wait_for(self.slots.acquire(), self.pool.timeout)
+        except TimeoutError:
+            raise DatabaseError(f"no connection to {self.pool.location} came free within {self.pool.timeout:g} s "
+                                f"(all {self.pool.max_size} in use)") from None
+        try:
+            while self.idle:
+                driver = self.idle.pop()
+                if driver.closed or driver.broken:
+                    continue
+                try:
+                    await arun_hooks("check", self.pool.hooks, driver, info_of(driver))
+                except psycopg.Error:
+                    await driver.close()  # found dead by the idle ping: open another
+                    continue
+                self.checked_out += 1
+                return driver
+            try:
+                driver = await _AsyncDriver.connect(self.conninfo)
+            except psycopg.Error as exc:
+                raise connect_error(exc) from exc
+            try:
+                await arun_hooks("configure", self.pool.hooks, driver, info_of(driver))
+                if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    await driver.commit()
+                await arun_hooks("check", self.pool.hooks, driver, info_of(driver))
+            except BaseException:
+                await driver.close()
+                raise
+            self.checked_out += 1
+            return driver
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def putconn(self, driver: psycopg.AsyncConnection[Any]) -> None:
+        """Take ``driver`` back (a broken or closed one is dropped)."""
+        try:
+            if not driver.closed and not driver.broken:
+                if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    await driver.rollback()
+                if driver.autocommit:
+                    await driver.set_autocommit(False)
+                await arun_hooks("reset", self.pool.hooks, driver, info_of(driver))
+                self.idle.append(driver)
+            elif not driver.closed:
+                await driver.close()
+        except psycopg.Error:
+            await driver.close()
+        finally:
+            self.checked_out -= 1
+            self.slots.release()
+
+    async def close(self) -> None:
+        """Close the idle connections."""
+        idle, self.idle = self.idle, []
+        for driver in idle:
+            await driver.close()
+
+    def finish(self) -> None:
+        """Close the idle connections without awaiting (the loop may be gone): libpq's
+        ``PQfinish``. Connections in use are left to the garbage collector."""
+        idle, self.idle = self.idle, []
+        for driver in idle:
+            if not driver.closed:
+                driver.pgconn.finish()
+
+
+class _Pools:
+    """The :class:`_LoopPool` of each event loop for one sync pool. Those of loops that have
+    ended are finished without their loop when another loop opens its own or the sync pool
+    closes."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
         self.lock = threading.Lock()
-        self.by_loop: dict[tuple[asyncio.AbstractEventLoop, str], AsyncEngine] = {}
-        #: Driver connections back in the pool, with their engine (closed without a loop by
-        #: :meth:`hard_close`).
-        self.idle: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], AsyncEngine] = \
-            weakref.WeakKeyDictionary()
+        self.by_loop: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
 
-    def hard_close(self, keep: asyncio.AbstractEventLoop | None = None) -> list[AsyncEngine]:
-        """Forget the engines of every loop but ``keep`` (all when None) and close their idle
-        connections without awaiting anything (their loops may be gone); returns the kept
-        loop's engines, for the caller to dispose properly."""
+    def hard_close(self, keep: asyncio.AbstractEventLoop | None = None) -> list[_LoopPool]:
+        """Forget the pools of every loop but ``keep`` (all when None), finishing their idle
+        connections; returns the kept loop's pools, for the caller to close properly."""
         with self.lock:
-            kept = [ae for (loop, _), ae in self.by_loop.items() if loop is keep]
-            gone = [ae for (loop, _), ae in self.by_loop.items() if loop is not keep]
-            self.by_loop = {key: ae for key, ae in self.by_loop.items() if key[0] is keep}
-        for ae in gone:
-            ae.sync_engine.dispose(close=False)  # the pool lets go of its connections...
-        if gone:
-            for driver, owner in list(self.idle.items()):  # ...which end here (libpq's PQfinish: no loop)
-                # Only a connection at rest: one left mid-statement by an abandoned task stays
-                # to the garbage collector (psycopg closes it then).
-                if owner in gone and driver.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                    driver.pgconn.finish()
+            kept = [p for loop, p in self.by_loop.items() if loop is keep]
+            gone = [p for loop, p in self.by_loop.items() if loop is not keep]
+            self.by_loop = {loop: p for loop, p in self.by_loop.items() if loop is keep}
+        for loop_pool in gone:
+            loop_pool.finish()
         return kept
 
-
-_REGISTRY: weakref.WeakKeyDictionary[Engine, _Engines] = weakref.WeakKeyDictionary()
-_REGISTRY_LOCK = threading.Lock()
-def _engines_of(engine: Engine) -> _Engines:
-    with _REGISTRY_LOCK:
-        engines = _REGISTRY.get(engine)
-        if engines is None:
-            engines = _REGISTRY[engine] = _Engines()
-            held = engines
-
-            @sa.event.listens_for(engine, "engine_disposed")
-            def _on_dispose(_engine: Engine) -> None:
-                # Store.close() of the owning store (sync code): nothing may be awaited here.
-                held.hard_close()
-
-        return engines
-
-
-def async_engine(store: AsyncRunTarget) -> AsyncEngine:
-    """The async engine for ``store``'s engine and the running event loop (created on first use).
-
-    Raises :class:`ConfigurationError` outside a running loop or when SQLAlchemy's
-    asyncio support (the ``greenlet`` package, extra ``[async]``) is missing.
-    """
-    try:
+    def get(self) -> _LoopPool:
+        """The running loop's pool (created on first use)."""
         loop = asyncio.get_running_loop()
+        with self.lock:
+            found = self.by_loop.get(loop)
+            stale = any(other.is_closed() for other in self.by_loop)
+        if found is not None:
+            return found
+        if stale:
+            self.hard_close(keep=loop)  # connections of finished loops (asyncio.run per call)
+        with self.lock:
+            return self.by_loop.setdefault(loop, _LoopPool(self.pool))
+
+
+_REGISTRY: weakref.WeakKeyDictionary[Pool, _Pools] = weakref.WeakKeyDictionary()
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _pools_of(pool: Pool) -> _Pools:
+    with _REGISTRY_LOCK:
+        pools = _REGISTRY.get(pool)
+        if pools is None:
+            pools = _REGISTRY[pool] = _Pools(pool)
+            # Store.close() of the owning store (sync code): nothing may be awaited there.
+            pool.on_close(pools.hard_close)
+        return pools
+
+
+def check_running_loop() -> None:
+    """Raise :class:`ConfigurationError` outside a running event loop."""
+    try:
+        asyncio.get_running_loop()
     except RuntimeError:
         raise ConfigurationError("the async API needs a running event loop (call it from a coroutine)") from None
-    engines = _engines_of(store.engine)
-    key = (loop, store.schema)
-    with engines.lock:
-        found = engines.by_loop.get(key)
-    if found is not None:
-        return found
-    with engines.lock:
-        stale = any(other.is_closed() for other, _ in engines.by_loop)
-    if stale:
-        engines.hard_close(keep=loop)  # connections of finished loops (asyncio.run per call)
-    created = _create_async_engine(store.engine, store.schema, engines)
-    with engines.lock:
-        found = engines.by_loop.setdefault(key, created)
-    if found is not created:  # another thread of the same loop won the race
-        created.sync_engine.dispose(close=False)
-    return found
 
 
-def check_async_installed() -> None:
-    """Raise :class:`ConfigurationError` naming the ``async`` extra when SQLAlchemy's asyncio
-    bridge (the ``greenlet`` package) is not installed."""
-    if importlib.util.find_spec("greenlet") is None:
-        raise ConfigurationError("the async API needs the greenlet package (SQLAlchemy's asyncio bridge): "
-                                 "pip install 'tnsrag-db[async]'")
-
-
-def _create_async_engine(engine: Engine, schema: str, engines: _Engines) -> AsyncEngine:
-    check_async_installed()
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    size, overflow = pool_limits(engine)
-    created = create_async_engine(
-        engine.url.set(drivername="postgresql+psycopg"),
-        pool_size=size,
-        max_overflow=overflow,
-        pool_use_lifo=True,  # the connection returned last, as store.engine.create_engine
-        connect_args={"options": libpq_options(engine.url, schema=schema)},  # as store.engine.create_engine
-    )
-    sync = created.sync_engine
-
-    # The sync engine's ConnectionHooks, given once for both. SQLAlchemy calls these
-    # listeners in its greenlet bridge; run_async awaits what a hook returns there.
-    given = engine_hooks(engine)
-
-    def hooks(kind: HookKind, dbapi_conn: Any, info: Any) -> None:
-        run_hooks(kind, given, dbapi_conn.driver_connection, info,
-                  wait=lambda awaitable: dbapi_conn.run_async(lambda _driver: awaitable))
-
-    @sa.event.listens_for(sync, "connect")
-    def _on_connect(dbapi_conn: Any, record: Any) -> None:
-        hooks("configure", dbapi_conn, record.info)
-        dbapi_conn.run_async(lambda driver: driver.commit())
-
-    @sa.event.listens_for(sync, "checkin")
-    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
-        if dbapi_conn is not None:
-            hooks("reset", dbapi_conn, record.info)
-            engines.idle[dbapi_conn.driver_connection] = created
-
-    @sa.event.listens_for(sync, "checkout")
-    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        engines.idle.pop(dbapi_conn.driver_connection, None)
-        hooks("check", dbapi_conn, record.info)
-
-    return created
-
-
-async def aclose_engines(engine: Engine) -> None:
-    """Close the async engines made for ``engine``: the running loop's ones awaited (their
-    connections closed cleanly), those of other loops without awaiting."""
+async def aclose_pools(pool: Pool) -> None:
+    """Close the async connections made for ``pool``: the running loop's awaited (closed
+    cleanly), those of other loops without awaiting."""
     with _REGISTRY_LOCK:
-        engines = _REGISTRY.get(engine)
-    if engines is None:
+        pools = _REGISTRY.get(pool)
+    if pools is None:
         return
     try:
         loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
-    for ae in engines.hard_close(keep=loop):
-        await ae.dispose()
+    for kept in pools.hard_close(keep=loop):
+        await kept.close()
 
 
-class _AsyncPooled:
-    """A connection of an async engine's pool checked out for the read runner."""
+class _AsyncHanded:
+    """A connection of a :class:`_LoopPool` checked out for the read runner."""
 
-    __slots__ = ("_conn", "_fairy", "driver")
+    __slots__ = ("_pool", "driver", "info")
 
-    def __init__(self, conn: AsyncConnection, fairy: Any) -> None:
-        self._conn = conn
-        self._fairy = fairy
-        self.driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
-
-    @property
-    def info(self) -> dict[Any, Any]:
-        info: dict[Any, Any] = self._fairy.info
-        return info
+    def __init__(self, pool: _LoopPool, driver: psycopg.AsyncConnection[Any]) -> None:
+        self._pool = pool
+        self.driver = driver
+        self.info = info_of(driver)
 
     async def release(self) -> None:
-        await _close(self._conn)
+        await self._pool.putconn(self.driver)
 
     async def discard(self) -> None:
         try:
-            await self._conn.invalidate()
+            await self.driver.close()
         finally:
-            await _close(self._conn)
+            await self._pool.putconn(self.driver)
 
 
 class _AsyncSource:
-    """The async read runner's connections: the async engine's pool."""
+    """The async read runner's connections: the running loop's pool of ``pools``."""
 
-    __slots__ = ("_engine",)
+    __slots__ = ("_pools",)
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, pools: _Pools) -> None:
+        self._pools = pools
 
-    async def checkout(self, *, snapshot: bool) -> _AsyncPooled:
-        conn = await self._engine.connect()
-        try:
-            fairy = await conn.get_raw_connection()
-        except BaseException:
-            await _close(conn)
-            raise
-        return _AsyncPooled(conn, fairy)
+    async def checkout(self, *, snapshot: bool) -> _AsyncHanded:
+        pool = self._pools.get()
+        return _AsyncHanded(pool, await pool.getconn())
 
 
 def _timeout_ms(store: AsyncRunTarget) -> int | None:
@@ -277,14 +291,7 @@ async def arun(store: AsyncRunTarget, plan: Plan[_T], *, snapshot: bool = False)
         # sync runner's for now: its run in a worker thread (a cancelled await leaves the
         # statement to finish there, bounded by statement_timeout).
         return await asyncio.to_thread(store.run, plan, snapshot=snapshot)
-    runner = AsyncPlanRunner(_AsyncSource(async_engine(store)), what=f"database error in corpus {store.corpus!r}",
+    check_running_loop()
+    runner = AsyncPlanRunner(_AsyncSource(_pools_of(store.pool)), what=f"database error in corpus {store.corpus!r}",
                              timeout_ms=lambda: _timeout_ms(store))
     return await runner.run(plan, snapshot=snapshot)
-
-
-async def _close(conn: AsyncConnection) -> None:
-    """Return ``conn`` to the pool."""
-    try:
-        await conn.close()
-    except (sa.exc.SQLAlchemyError, psycopg.Error, OSError):
-        pass  # a broken connection: the pool has already discarded it

@@ -3,13 +3,12 @@
 The model is httpx's ``map_httpcore_exceptions()``: one context manager around every use
 of a connection, whose rules are tried most specific first; the first that matches names
 the :class:`~tnsrag_db._errors.DatabaseError` subclass raised ``from`` the driver error
-(kept as ``__cause__``, its SQLSTATE as ``.sqlstate``). Both SQLAlchemy's wrappers and bare
-psycopg errors (the write path streams COPY through the driver connection) are mapped.
+(kept as ``__cause__``, its SQLSTATE as ``.sqlstate``). psycopg's errors are mapped, and
+the SQLAlchemy wrappers alembic raises around them during a migration.
 Callers then catch the subclass (``except DeadlockError``) instead of unpicking SQLSTATEs.
 
-SQLAlchemy is not imported here: a process that never loaded it (the CLI's keyword query on
-:mod:`tnsrag_db._db.driver`) can hold none of its errors, so its classes are looked up in
-``sys.modules`` only.
+SQLAlchemy is not imported here: only alembic's migrations run on it, so a process that
+never migrated holds none of its errors, and its classes are looked up in ``sys.modules``.
 """
 
 from __future__ import annotations

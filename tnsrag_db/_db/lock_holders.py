@@ -24,12 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from tnsrag_db._db.driver_errors import LOCK_TIMEOUT_SQLSTATE, sqlstate_of
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import DatabaseError, LockTimeoutError
 
-if TYPE_CHECKING:  # SQLAlchemy is not imported here: the CLI's lean read path names holders too
-    from sqlalchemy.engine import Connection, Engine
+if TYPE_CHECKING:
+    from tnsrag_db._db.pool import Connection, Connections
 
 __all__ = ["ADVISORY_KEYS", "advisory_lock", "holders", "holders_plan", "name_holders", "plan_lookup",
            "try_advisory_lock", "waited_keys", "with_holders"]
@@ -70,10 +72,9 @@ def _lock_sql(shared: bool, xact: bool, attempt: bool) -> str:
 def advisory_lock(conn: Connection, key: int, *, shared: bool) -> None:
     """Take the transaction-level advisory lock ``key`` (a bigint) on ``conn``, waiting at
     most ``lock_timeout``; a timeout's driver error carries the key for :func:`name_holders`."""
-    import sqlalchemy as sa
 
     try:
-        conn.execute(sa.text(f"SELECT {_lock_sql(shared, True, False)}"), {"key": key})
+        conn.execute(f"SELECT {_lock_sql(shared, True, False)}", {"key": key})
     except Exception as exc:
         if sqlstate_of(exc) == LOCK_TIMEOUT_SQLSTATE:
             setattr(exc, ADVISORY_KEYS, (key,))
@@ -82,9 +83,8 @@ def advisory_lock(conn: Connection, key: int, *, shared: bool) -> None:
 
 def try_advisory_lock(conn: Connection, key: int, *, shared: bool = False) -> bool:
     """Take the transaction-level advisory lock ``key`` if no other session holds it; False if one does."""
-    import sqlalchemy as sa
 
-    return bool(conn.execute(sa.text(f"SELECT {_lock_sql(shared, True, True)}"), {"key": key}).scalar_one())
+    return bool(conn.execute(f"SELECT {_lock_sql(shared, True, True)}", {"key": key}).scalar_one())
 
 
 def holders(conn: Connection, *, schema: str, keys: tuple[int, ...] = ()) -> list[tuple[str, int]] | None:
@@ -93,17 +93,16 @@ def holders(conn: Connection, *, schema: str, keys: tuple[int, ...] = ()) -> lis
 
     Runs in a savepoint of ``conn``'s transaction, if one is open, so a refusal leaves it usable.
     """
-    import sqlalchemy as sa
 
     params: dict[str, Any] = {"keys": list(keys), "s": schema}
     try:
         if conn.in_transaction():
             with conn.begin_nested():
-                rows = conn.execute(sa.text(_HOLDERS_SQL), params).all()
+                rows = conn.execute(_HOLDERS_SQL, params).all()
         else:
             with conn.begin():
-                rows = conn.execute(sa.text(_HOLDERS_SQL), params).all()
-    except sa.exc.DBAPIError as exc:
+                rows = conn.execute(_HOLDERS_SQL, params).all()
+    except psycopg.Error as exc:
         if sqlstate_of(exc) == "42501":  # pg_locks revoked
             return None
         raise
@@ -158,13 +157,12 @@ def with_holders(error: LockTimeoutError, lookup: Callable[[tuple[int, ...]], li
     return named
 
 
-def name_holders(error: LockTimeoutError, engine: Engine, *, schema: str) -> LockTimeoutError:
-    """:func:`with_holders`, looked up on a connection of ``engine`` checked out for the purpose."""
+def name_holders(error: LockTimeoutError, pool: Connections, *, schema: str) -> LockTimeoutError:
+    """:func:`with_holders`, looked up on a connection of ``pool`` checked out for the purpose."""
     def lookup(keys: tuple[int, ...]) -> list[tuple[str, int]] | None:
-        import sqlalchemy as sa
 
-        with engine.connect() as conn, conn.begin():
-            conn.execute(sa.text("SELECT set_config('statement_timeout', '5000', true)"))
+        with pool.begin() as conn:
+            conn.execute("SELECT set_config('statement_timeout', '5000', true)")
             return holders(conn, schema=schema, keys=keys)
 
     return with_holders(error, lookup)

@@ -1,5 +1,11 @@
 """Run the alembic revisions programmatically (upgrade, downgrade, current, check, sql).
 
+Each function takes the store's connections (a :class:`~tnsrag_db._db.pool.Pool`). What
+alembic runs, it runs on a SQLAlchemy connection of its own, opened for the call over the
+same database and closed after it (:func:`alembic_connection`): SQLAlchemy stays the
+migrations' tool and nothing else's. The checks every store opening makes
+(:func:`is_at_head`, :func:`schema_state`) are plain statements on the store's own pool.
+
 The revisions live in the top-level ``migrations/`` folder of the source tree and
 ship inside the wheel as ``tnsrag_db._migrations``, so an installed package can
 migrate a database without the source tree.
@@ -11,37 +17,40 @@ import io
 import logging
 import re
 import zlib
-from contextlib import redirect_stdout
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+import psycopg
 
-from tnsrag_db._db.driver_errors import driver_message, map_db_errors, sqlstate_of
+from tnsrag_db._db.driver_errors import driver_message, sqlstate_of
 from tnsrag_db._db.migration_ops import compat_function_sql, hold_migration_lock
 from tnsrag_db._db.partition import PARTITION_NAME
-from tnsrag_db._db.revisions import (  # no alembic: the CLI reads them too
+from tnsrag_db._db.pool import Connections, conninfo_of
+from tnsrag_db._db.revisions import (  # read without alembic: every store opening checks them
     COMPAT_FUNCTION,
-    SchemaState,
+    ensure_at_head,
+    is_at_head,
     migrations_dir,
-    schema_state_plan,
-    shipped_head,
+    schema_state,
 )
 from tnsrag_db._db.settings import validate_schema_name
-from tnsrag_db._db.statement import Rows, Statement, run_plan
 from tnsrag_db._errors import MigrationError
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.engine import Connection
 
-# alembic is imported inside the functions that need it: opening a store on a schema that
-# is already at head (every CLI query) checks the version with one SELECT, no alembic.
+# alembic and SQLAlchemy are imported inside the functions that need them: opening a store
+# on a schema that is already at head (every CLI query) checks the version with one SELECT
+# on the store's own connection.
 
 __all__ = [
     "FinishReport",
     "RUNTIME_INDEX",
     "advisory_lock_key",
+    "alembic_connection",
     "bootstrap_statements",
     "check",
     "current_revision",
@@ -99,6 +108,24 @@ def head_revision() -> str:
     return head
 
 
+@contextmanager
+def alembic_connection(db: Connections | str, schema: str) -> Iterator[Connection]:
+    """A SQLAlchemy connection to ``db``'s database (or to the URL ``db``) for alembic,
+    searching ``<schema>, public``, closed (never pooled) when the block ends: configured
+    before a migration changed the schema, it must serve nobody after it."""
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    conninfo = conninfo_of(db if isinstance(db, str) else db.conninfo, schema=schema)
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(conninfo),
+                              poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
 def _online_config(schema: str, conn: Connection, lock_timeout: float | None, lock_retries: int | None) -> Config:
     """The alembic config for an online migration, with the lock-timeout options env.py reads."""
     cfg = _config(schema, conn)
@@ -109,7 +136,7 @@ def _online_config(schema: str, conn: Connection, lock_timeout: float | None, lo
     return cfg
 
 
-def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout: float | None = None,
+def upgrade(db: Connections, *, schema: str, revision: str = "head", lock_timeout: float | None = None,
             lock_retries: int | None = None) -> None:
     """Migrate ``schema`` up to ``revision`` under the advisory lock; raises :class:`MigrationError`.
 
@@ -122,7 +149,7 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout
     """
     from alembic import command
 
-    state = schema_state(engine, schema=schema)
+    state = schema_state(db, schema=schema)
     if state.newer:
         if revision == "head" and state.usable:
             return  # a later release upgraded it, and it still serves this one
@@ -130,29 +157,25 @@ def upgrade(engine: Engine, *, schema: str, revision: str = "head", lock_timeout
     try:
         if revision == "head" and state.at_head:
             return
-        with engine.connect() as conn:
+        with alembic_connection(db, schema) as conn:
             command.upgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
-            # Configured before the migration changed the schema (the connection hooks of
-            # db.engine, e.g. the vector type; session state such as temp tables): never
-            # hand this connection to the pool's next user.
-            conn.invalidate()
+        # The pool's connections were configured before the revisions ran (pgvector's type
+        # adapts only once the extension exists): later ones are opened afresh.
+        db.reopen()
     except Exception as exc:
         raise _failed(f"upgrade of schema {schema!r} to {revision}", exc) from exc
 
 
-def downgrade(engine: Engine, *, schema: str, revision: str = "base", lock_timeout: float | None = None,
+def downgrade(db: Connections, *, schema: str, revision: str = "base", lock_timeout: float | None = None,
               lock_retries: int | None = None) -> None:
     """Migrate ``schema`` down to ``revision`` (default: remove every table) under the lock
     (``lock_timeout`` and ``lock_retries`` as for :func:`upgrade`)."""
     from alembic import command
 
     try:
-        with engine.connect() as conn:
+        with alembic_connection(db, schema) as conn:
             command.downgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
-            # Configured before the migration changed the schema (the connection hooks of
-            # db.engine, e.g. the vector type; session state such as temp tables): never
-            # hand this connection to the pool's next user.
-            conn.invalidate()
+        db.reopen()
     except Exception as exc:
         raise _failed(f"downgrade of schema {schema!r} to {revision}", exc) from exc
 
@@ -165,65 +188,18 @@ def _failed(what: str, exc: BaseException) -> MigrationError:
     return error
 
 
-def current_revision(engine: Engine, *, schema: str) -> str | None:
+def current_revision(db: Connections, *, schema: str) -> str | None:
     """The revision ``schema`` is at, or None for an unmigrated database."""
     from alembic.runtime.migration import MigrationContext
 
     validate_schema_name(schema)
-    with engine.connect() as conn:
-        exists = conn.execute(
-            text("SELECT to_regclass(:t) IS NOT NULL"), {"t": f"{schema}.alembic_version"}
-        ).scalar_one()
-        if not exists:
-            return None
+    with db.connect() as plain:
+        exists = plain.execute("SELECT to_regclass(:t) IS NOT NULL", {"t": f"{schema}.alembic_version"}).scalar_one()
+    if not exists:
+        return None
+    with alembic_connection(db, schema) as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table_schema": schema})
         return ctx.get_current_revision()
-
-
-def is_at_head(engine: Engine, *, schema: str) -> bool:
-    """True when ``schema`` is at this release's head, checked with one query and no alembic
-    (False also when that cannot be decided cheaply: callers then take the full alembic path)."""
-    head = shipped_head()
-    if head is None:
-        return False
-    validate_schema_name(schema)
-    with engine.connect() as conn:
-        if not conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
-                            {"t": f"{schema}.alembic_version"}).scalar_one():
-            return False
-        # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
-        versions = conn.execute(text(f"SELECT version_num FROM {schema}.alembic_version")).scalars().all()
-    return list(versions) == [head]
-
-
-def schema_state(engine: Engine, *, schema: str) -> SchemaState:
-    """Where ``schema`` stands for this release: at its head, behind, not migrated, or newer
-    (and whether it still serves this release); see :class:`~tnsrag_db._db.revisions.SchemaState`."""
-    with engine.connect() as conn:
-        auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-
-        def execute(statement: Statement) -> Rows:
-            with map_db_errors("reading the schema's revision"):
-                return auto.execute(text(statement.sql), dict(statement.params)).all()
-
-        state = run_plan(schema_state_plan(schema), execute)
-    if state is None:  # the revision files are not a plain chain: alembic says where the schema is
-        current = current_revision(engine, schema=schema)
-        state = SchemaState(current, head_revision())
-    return state
-
-
-def ensure_at_head(engine: Engine, *, schema: str) -> None:
-    """Raise :class:`SchemaNotReadyError` unless this release can use ``schema``: migrated to
-    its head, or upgraded by a later release that still serves it (logged once)."""
-    if is_at_head(engine, schema=schema):
-        return
-    state = schema_state(engine, schema=schema)
-    if not state.usable:
-        raise state.error(schema)
-    if state.newer:
-        _log.info("schema %r is at revision %s, newer than this tnsrag_db (head %s), and still serves it "
-                  "(from revision %s)", schema, state.revision, state.head, state.serves_from)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,19 +220,19 @@ class FinishReport:
 _COMPAT_SQL = "SELECT serves_from, finish_to FROM {schema}." + COMPAT_FUNCTION + "()"
 
 
-def served_releases(engine: Engine, *, schema: str) -> tuple[str, str | None] | None:
+def served_releases(db: Connections, *, schema: str) -> tuple[str, str | None] | None:
     """The schema's floor of served releases and the floor the finish moves it to (None:
     nothing waits), or None for a schema that records none (before revision 0012)."""
     validate_schema_name(schema)
-    with engine.connect() as conn:
-        if not conn.execute(text("SELECT to_regprocedure(:f) IS NOT NULL"),
+    with db.connect() as conn:
+        if not conn.execute("SELECT to_regprocedure(:f) IS NOT NULL",
                             {"f": f"{schema}.{COMPAT_FUNCTION}()"}).scalar_one():
             return None
-        serves_from, finish_to = conn.execute(text(_COMPAT_SQL.format(schema=schema))).one()
+        serves_from, finish_to = conn.execute(_COMPAT_SQL.format(schema=schema)).one()
     return str(serves_from), finish_to
 
 
-def finish(engine: Engine, *, schema: str) -> FinishReport:
+def finish(db: Connections, *, schema: str) -> FinishReport:
     """Finish a rolling upgrade of ``schema``: stop serving the releases older than the
     floor the last upgrade set, so the changes they cannot read may take effect (from
     revision 0012: merges of BM25 postings into blocks).
@@ -266,10 +242,12 @@ def finish(engine: Engine, *, schema: str) -> FinishReport:
     schema this release cannot use and :class:`MigrationError` for one too old to record
     a floor (run the upgrade first).
     """
-    state = schema_state(engine, schema=schema)
+    from sqlalchemy import text
+
+    state = schema_state(db, schema=schema)
     if not state.usable:
         raise state.error(schema)
-    with engine.connect() as conn:
+    with alembic_connection(db, schema) as conn:
         with hold_migration_lock(conn, advisory_lock_key(schema)):
             with conn.begin():
                 present = conn.execute(text("SELECT to_regprocedure(:f) IS NOT NULL"),
@@ -283,7 +261,7 @@ def finish(engine: Engine, *, schema: str) -> FinishReport:
     return FinishReport(serves_from_before=before, serves_from=before if to is None else to)
 
 
-def check(engine: Engine, *, schema: str) -> list[str]:
+def check(db: Connections, *, schema: str) -> list[str]:
     """Compare the declared tables with the migrated database; return the differences, each
     described in one line (empty = none).
 
@@ -294,7 +272,7 @@ def check(engine: Engine, *, schema: str) -> list[str]:
 
     from tnsrag_db._db.schema import metadata
 
-    with engine.connect() as conn:
+    with alembic_connection(db, schema) as conn:
         ctx = MigrationContext.configure(
             conn,
             opts={

@@ -26,9 +26,10 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 __all__ = [
     "COMPAT_REVISION",
@@ -93,8 +94,21 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def _run(connection: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
+    """Send ``sql`` on ``connection``: alembic's SQLAlchemy connection (a revision, the
+    upgrade's lock) or the library's own :class:`~tnsrag_db._db.pool.Connection` (tenancy's
+    switch, which runs under the same lock-retry rule)."""
+    from tnsrag_db._db.pool import Connection as Ours
+
+    if isinstance(connection, Ours):
+        return connection.execute(sql, params)
+    import sqlalchemy as sa
+
+    return connection.execute(sa.text(sql), params or {})
+
+
 @contextmanager
-def hold_migration_lock(connection: Connection, key: int, *, poll: float = 0.05) -> Iterator[None]:
+def hold_migration_lock(connection: Any, key: int, *, poll: float = 0.05) -> Iterator[None]:
     """Hold the session-level advisory lock ``key`` on ``connection`` for the block.
 
     Waits by polling ``pg_try_advisory_lock`` and committing between tries, so no
@@ -102,7 +116,7 @@ def hold_migration_lock(connection: Connection, key: int, *, poll: float = 0.05)
     """
     delay = poll
     while True:
-        got = connection.execute(sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar_one()
+        got = _run(connection, "SELECT pg_try_advisory_lock(:key)", {"key": key}).scalar_one()
         connection.commit()
         if got:
             break
@@ -113,24 +127,24 @@ def hold_migration_lock(connection: Connection, key: int, *, poll: float = 0.05)
     finally:
         if connection.in_transaction():
             connection.rollback()
-        connection.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        _run(connection, "SELECT pg_advisory_unlock(:key)", {"key": key})
         connection.commit()
 
 
-def _set_lock_timeout(connection: Connection, seconds: float) -> None:
-    connection.execute(sa.text("SELECT set_config('lock_timeout', :v, false)"), {"v": f"{int(seconds * 1000)}ms"})
+def _set_lock_timeout(connection: Any, seconds: float) -> None:
+    _run(connection, "SELECT set_config('lock_timeout', :v, false)", {"v": f"{int(seconds * 1000)}ms"})
     connection.commit()
 
 
-def _long_transactions(connection: Connection) -> str:
+def _long_transactions(connection: Any) -> str:
     """The oldest open transactions of this database, for the error message."""
     try:
-        rows = connection.execute(sa.text(
+        rows = _run(connection,
             "SELECT pid, state, round(extract(epoch FROM now() - xact_start))::int AS age "
             "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 3")).all()
+            "AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 3").all()
         connection.commit()
-    except sa.exc.SQLAlchemyError:
+    except Exception:  # noqa: BLE001 - only the message's detail is lost
         connection.rollback()
         return ""
     if not rows:
@@ -138,7 +152,7 @@ def _long_transactions(connection: Connection) -> str:
     return "; oldest open transactions: " + ", ".join(f"pid {r.pid} ({r.state}, {r.age} s)" for r in rows)
 
 
-def run_with_lock_retries(connection: Connection, run: Callable[[], None], *,
+def run_with_lock_retries(connection: Any, run: Callable[[], None], *,
                           lock_timeout: float = DEFAULT_LOCK_TIMEOUT, retries: int = DEFAULT_LOCK_RETRIES,
                           pause: float = 1.0) -> None:
     """Call ``run`` (alembic's ``run_migrations`` with one transaction per revision) with
@@ -171,7 +185,7 @@ def run_with_lock_retries(connection: Connection, run: Callable[[], None], *,
     finally:
         if connection.in_transaction():
             connection.rollback()
-        connection.execute(sa.text("RESET lock_timeout"))
+        _run(connection, "RESET lock_timeout")
         connection.commit()
 
 
@@ -179,6 +193,7 @@ def run_with_lock_retries(connection: Connection, run: Callable[[], None], *,
 def _no_lock_timeout() -> Iterator[Connection | None]:
     """alembic's autocommit block with ``lock_timeout`` lifted and then restored; yields the
     connection, or None when alembic only prints SQL (``tnsrag db sql``)."""
+    import sqlalchemy as sa
     from alembic import context, op
 
     with op.get_context().autocommit_block():
@@ -205,6 +220,7 @@ def create_index_concurrently(name: str, table: str, columns: Sequence[str], *, 
     index-only scans. An invalid index of that name (left by an interrupted build) is
     dropped first; a valid one is kept (the revision can be run again).
     """
+    import sqlalchemy as sa
     from alembic import op
 
     s, n, t = _ident(schema), _ident(name), _ident(table)
@@ -227,6 +243,7 @@ def create_index_concurrently(name: str, table: str, columns: Sequence[str], *, 
 
 def drop_index_concurrently(name: str, *, schema: str) -> None:
     """In a revision: ``DROP INDEX CONCURRENTLY IF EXISTS``, outside the revision's transaction."""
+    import sqlalchemy as sa
     from alembic import op
 
     drop = f"DROP INDEX CONCURRENTLY IF EXISTS {_ident(schema)}.{_ident(name)}"

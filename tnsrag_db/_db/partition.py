@@ -24,9 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import ConfigurationError
 
 __all__ = ["PARTITIONED_TABLES", "PARTITION_NAME", "partition_script"]
@@ -53,26 +51,26 @@ class _Table:
 
 
 def _quote(conn: Connection, name: str) -> str:
-    return str(conn.exec_driver_sql("SELECT quote_ident(%(n)s)", {"n": name}).scalar_one())
+    return str(conn.execute("SELECT quote_ident(:n)", {"n": name}).scalar_one())
 
 
 def _table(conn: Connection, schema: str, name: str) -> _Table:
-    oid = conn.execute(sa.text("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text)))::oid"),
+    oid = conn.execute("SELECT to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text)))::oid",
                        {"s": schema, "t": name}).scalar_one()
     if oid is None:
         raise ConfigurationError(f"table {schema}.{name} does not exist: run `tnsrag db upgrade` first")
-    kind = conn.execute(sa.text("SELECT relkind FROM pg_class WHERE oid = :o"), {"o": oid}).scalar_one()
+    kind = conn.execute("SELECT relkind FROM pg_class WHERE oid = :o", {"o": oid}).scalar_one()
     if kind == "p":
         raise ConfigurationError(f"table {schema}.{name} is partitioned already")
-    constraints = [(r.conname, r.contype, r.definition) for r in conn.execute(sa.text(
+    constraints = [(r.conname, r.contype, r.definition) for r in conn.execute((
         "SELECT conname, contype, pg_get_constraintdef(oid) AS definition FROM pg_constraint "
         "WHERE conrelid = :o AND contype IN ('p', 'u', 'f', 'c') ORDER BY contype DESC, conname"), {"o": oid})]
-    indexes = [(r.name, r.definition) for r in conn.execute(sa.text(
+    indexes = [(r.name, r.definition) for r in conn.execute((
         "SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition FROM pg_index i "
         "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = :o "
         "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid AND k.conrelid = :o) "
         "ORDER BY c.relname"), {"o": oid})]
-    grants = [(r.grantee, r.privilege) for r in conn.execute(sa.text(
+    grants = [(r.grantee, r.privilege) for r in conn.execute((
         "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END AS grantee, "
         "a.privilege_type AS privilege FROM pg_class c, aclexplode(c.relacl) a "
         "WHERE c.oid = :o AND a.grantee <> c.relowner ORDER BY 1, 2"), {"o": oid})]
@@ -91,7 +89,7 @@ def _triggers(conn: Connection, schema: str, name: str, oid: int) -> list[str]:
     name once the script has renamed the old one."""
     target = f"{_quote(conn, schema)}.{_quote(conn, name)}"
     out = []
-    for t in conn.execute(sa.text(
+    for t in conn.execute((
             "SELECT quote_ident(tgname) AS name, pg_get_triggerdef(oid) AS definition, tgenabled AS state "
             "FROM pg_trigger WHERE tgrelid = :o AND NOT tgisinternal ORDER BY tgname"), {"o": oid}):
         out.append(f"{t.definition};")
@@ -107,7 +105,7 @@ def _security(conn: Connection, schema: str, name: str, oid: int) -> list[str]:
     """The statements giving a new ``schema.name`` the row-level security of table ``oid``."""
     target = f"{_quote(conn, schema)}.{_quote(conn, name)}"
     out = []
-    for p in conn.execute(sa.text(
+    for p in conn.execute((
             "SELECT quote_ident(p.polname) AS name, p.polpermissive, p.polcmd, "
             "pg_get_expr(p.polqual, p.polrelid) AS qual, pg_get_expr(p.polwithcheck, p.polrelid) AS wcheck, "
             "array_to_string(ARRAY(SELECT CASE WHEN r = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r)) END "
@@ -117,7 +115,7 @@ def _security(conn: Connection, schema: str, name: str, oid: int) -> list[str]:
         check = f" WITH CHECK ({p.wcheck})" if p.wcheck is not None else ""
         out.append(f"CREATE POLICY {p.name} ON {target} AS {'PERMISSIVE' if p.polpermissive else 'RESTRICTIVE'} "
                    f"FOR {_POLICY_COMMANDS[str(p.polcmd)]} TO {p.roles}{using}{check};")
-    flags = conn.execute(sa.text("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = :o"),
+    flags = conn.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = :o",
                          {"o": oid}).one()
     if flags.relrowsecurity:
         out.append(f"ALTER TABLE {target} ENABLE ROW LEVEL SECURITY;")
@@ -128,7 +126,7 @@ def _security(conn: Connection, schema: str, name: str, oid: int) -> list[str]:
 
 def _incoming(conn: Connection, schema: str, name: str) -> list[tuple[str, str, str]]:
     """Foreign keys of other tables referencing ``name``: (table, constraint, definition)."""
-    return [(r.tab, r.conname, r.definition) for r in conn.execute(sa.text(
+    return [(r.tab, r.conname, r.definition) for r in conn.execute((
         "SELECT c.relname AS tab, k.conname, pg_get_constraintdef(k.oid) AS definition FROM pg_constraint k "
         "JOIN pg_class c ON c.oid = k.conrelid "
         "WHERE k.contype = 'f' AND k.confrelid = to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text))) "

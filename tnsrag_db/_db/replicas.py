@@ -1,6 +1,6 @@
 """Read replicas: streaming standbys that serve retrieval reads, with read-your-writes.
 
-A :class:`ReadReplicas` holds one pooled engine per standby URL and hands out, for
+A :class:`ReadReplicas` holds one :class:`~tnsrag_db._db.pool.Pool` per standby URL and hands out, for
 each read, the next healthy standby in round-robin order:
 
 * a standby whose connection fails is skipped for ``retry_after`` seconds, then tried
@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.pool import PoolProxiedConnection
 
-from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine, redact_url
-from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._db.hooks import DEFAULT_PING_AFTER_IDLE, ConnectionHooks
+from tnsrag_db._db.pool import Connection, Connections, Pool, redact_url
+from tnsrag_db._db.runner import Checkout
+from tnsrag_db._errors import ConfigurationError, DatabaseError, ValidationError
 
 __all__ = ["CONSISTENCY", "DEFAULT_MAX_LAG", "DEFAULT_WAIT_TIMEOUT", "ReadReplicas", "Replica", "WriteClock", "WriteToken",
            "check_replica_options", "current_token", "open_replicas", "verify_standby"]
@@ -117,21 +116,21 @@ class WriteClock:
 
 def current_token(conn: Connection) -> WriteToken:
     """A token for the primary's current WAL insert position: after a commit, at or past its record."""
-    return WriteToken.parse(str(conn.exec_driver_sql("SELECT pg_current_wal_insert_lsn()::text").scalar_one()))
+    return WriteToken.parse(str(conn.execute("SELECT pg_current_wal_insert_lsn()::text").scalar_one()))
 
 
 @dataclass
 class Replica:
-    """One standby: its engine, its URL for messages (password hidden) and its health."""
+    """One standby: its pool, its URL for messages (password hidden) and its health."""
 
     url: str
-    engine: Engine
+    pool: Pool
     down_until: float = 0.0
     lag_checked_at: float = -1e18
     lag_ok: bool = True
 
 
-def verify_standby(primary: Engine, standby: Engine, url: str) -> None:
+def verify_standby(primary: Connections, standby: Connections, url: str) -> None:
     """Raise :class:`ConfigurationError` unless ``standby`` is a hot standby of ``primary``.
 
     Checks that the server is in recovery and shares the primary's system identifier
@@ -140,13 +139,13 @@ def verify_standby(primary: Engine, standby: Engine, url: str) -> None:
     query = "SELECT system_identifier, pg_is_in_recovery() FROM pg_control_system()"
     try:
         with standby.connect() as conn:
-            ident, recovering = conn.exec_driver_sql(query).one()
-    except sa.exc.SQLAlchemyError as exc:
+            ident, recovering = conn.execute(query).one()
+    except (psycopg.Error, DatabaseError) as exc:
         raise ConfigurationError(f"read replica {url} is unreachable: {exc.__cause__ or exc}") from exc
     if not recovering:
         raise ConfigurationError(f"read replica {url} is not a standby (pg_is_in_recovery() is false)")
     with primary.connect() as conn:
-        primary_ident = conn.exec_driver_sql(query).one()[0]
+        primary_ident = conn.execute(query).one()[0]
     if ident != primary_ident:
         raise ConfigurationError(f"read replica {url} is not a standby of the primary "
                                  f"(system identifier {ident}, the primary's is {primary_ident})")
@@ -158,12 +157,12 @@ class ReadReplicas:
     ``max_lag`` (seconds, None: no bound), ``retry_after`` and ``wait_timeout`` (seconds)
     must be positive. ``primary_identifier`` (the primary's system identifier): a server
     that turns out to be something else than a standby of it is never used. ``primary``:
-    the primary's engine, whose WAL position is sampled to measure lag (without it, lag is
+    the primary's connections, whose WAL position is sampled to measure lag (without it, lag is
     not checked). Thread-safe.
-    :meth:`dispose` closes the standbys' pools.
+    :meth:`close` closes the standbys' pools.
     """
 
-    def __init__(self, replicas: Sequence[Replica], *, primary: Engine | None = None,
+    def __init__(self, replicas: Sequence[Replica], *, primary: Connections | None = None,
                  primary_identifier: int | None = None, max_lag: float | None = DEFAULT_MAX_LAG,
                  retry_after: float = DEFAULT_RETRY_AFTER, wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
                  lag_check_interval: float = 1.0) -> None:
@@ -202,7 +201,7 @@ class ReadReplicas:
     def mark_failed(self, replica: Replica) -> None:
         """Leave ``replica`` out for ``retry_after`` seconds (its pooled connections are discarded)."""
         replica.down_until = time.monotonic() + self._retry_after
-        replica.engine.dispose()
+        replica.pool.reopen()
 
     def usable(self, driver: psycopg.Connection[Any], replica: Replica, token: WriteToken | None) -> bool:
         """Whether ``driver`` (a connection to ``replica``, in autocommit) may serve a read:
@@ -241,7 +240,7 @@ class ReadReplicas:
                 try:
                     with self._primary.connect() as conn:
                         self._samples.append((now, current_token(conn)))
-                except sa.exc.SQLAlchemyError:
+                except (psycopg.Error, DatabaseError):
                     return None  # the primary is unreachable: lag unknown, the standby may serve
             horizon = now - 2 * (self._max_lag + self._lag_check_interval)
             while len(self._samples) > 1 and self._samples[1][0] < horizon:
@@ -252,57 +251,55 @@ class ReadReplicas:
         behind = next((t for t, position in samples if position > replayed), None)
         return 0.0 if behind is None else max(now - behind, 1e-9)
 
-    def connect(self, token: WriteToken | None) -> tuple[PoolProxiedConnection, Replica] | None:
+    def connect(self, token: WriteToken | None) -> tuple[Checkout, Replica] | None:
         """A pooled connection to the next usable standby for one read (handed back
         outside any transaction, autocommit off), or None when none is."""
         for replica in self.candidates():
             try:
-                fairy = replica.engine.raw_connection()
-            except (psycopg.Error, sa.exc.SQLAlchemyError):
+                handed = replica.pool.checkout()
+            except (psycopg.Error, DatabaseError):
                 self.mark_failed(replica)
                 continue
-            driver = fairy.driver_connection
-            assert driver is not None
+            driver = handed.driver
             try:
                 driver.autocommit = True
                 if self.usable(driver, replica, token):
                     driver.autocommit = False
-                    return fairy, replica
+                    return handed, replica
                 driver.autocommit = False
-                fairy.close()
+                handed.release()
             except psycopg.Error:
-                fairy.invalidate()
-                fairy.close()
+                handed.discard()
                 self.mark_failed(replica)
         return None
 
-    def dispose(self) -> None:
+    def close(self) -> None:
         """Close every standby's pool."""
         for replica in self._replicas:
-            replica.engine.dispose()
+            replica.pool.close()
 
 
-def open_replicas(primary: Engine, urls: Sequence[str | URL], *, schema: str, pool_size: int, max_overflow: int,
+def open_replicas(primary: Connections, urls: Sequence[str], *, schema: str, pool_size: int, max_overflow: int,
                   optional: bool, max_lag: float | None, wait_timeout: float,
                   hooks: Sequence[ConnectionHooks] = (),
                   ping_after_idle: float = DEFAULT_PING_AFTER_IDLE) -> ReadReplicas:
-    """Engines for the standbys at ``urls``, each checked to be a standby of ``primary``
+    """Pools for the standbys at ``urls``, each checked to be a standby of ``primary``
     (an unreachable one is an error unless ``optional``: then it is tried at the first read).
-    ``hooks`` and ``ping_after_idle`` as for the primary's engine (:func:`create_engine`)."""
-    if isinstance(urls, (str, URL)):
+    ``hooks`` and ``ping_after_idle`` as for the primary's pool (:class:`~tnsrag_db._db.pool.Pool`)."""
+    if isinstance(urls, str) or hasattr(urls, "render_as_string"):
         raise ConfigurationError("read_urls must be a list of URLs, not a single URL")
     replicas: list[Replica] = []
     try:
         with primary.connect() as conn:
-            ident = int(conn.exec_driver_sql("SELECT system_identifier FROM pg_control_system()").scalar_one())
+            ident = int(conn.execute("SELECT system_identifier FROM pg_control_system()").scalar_one())
         for url in urls:
             name = redact_url(url)
-            engine = create_engine(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow, read_only=True,
-                                   hooks=hooks, ping_after_idle=ping_after_idle)
-            replica = Replica(name, engine)
+            pool = Pool(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow, read_only=True,
+                        hooks=hooks, ping_after_idle=ping_after_idle)
+            replica = Replica(name, pool)
             replicas.append(replica)
             try:
-                verify_standby(primary, engine, name)
+                verify_standby(primary, pool, name)
             except ConfigurationError as exc:
                 if not (optional and "unreachable" in str(exc)):
                     raise
@@ -310,5 +307,5 @@ def open_replicas(primary: Engine, urls: Sequence[str | URL], *, schema: str, po
                             wait_timeout=wait_timeout)
     except BaseException:
         for replica in replicas:
-            replica.engine.dispose()
+            replica.pool.close()
         raise

@@ -1,6 +1,7 @@
 """Which revision the shipped migrations and a schema are at, and whether this release may
-use the schema, read without alembic (the CLI's lean path checks a schema before every
-query and cannot pay alembic's import).
+use the schema (:func:`schema_state`, :func:`is_at_head`, :func:`ensure_at_head`), read
+with plain statements on the store's own connections: opening a store on a schema at
+head (every command) costs one statement and imports neither alembic nor SQLAlchemy.
 
 A schema may be *newer* than this release: an upgrade by a later release, while this
 one still runs (a rolling upgrade). Every revision from 0012 on keeps, in the function
@@ -12,17 +13,25 @@ it knows, and refuses one that has moved past it; see :class:`SchemaState`.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from tnsrag_db._db.driver_errors import map_db_errors
 from tnsrag_db._db.settings import validate_schema_name
-from tnsrag_db._db.statement import Plan, Statement
-from tnsrag_db._errors import DatabaseError, SchemaNotReadyError
+from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
+from tnsrag_db._errors import DatabaseError, MigrationError, SchemaNotReadyError
 
-__all__ = ["COMPAT_FUNCTION", "SchemaState", "migrations_dir", "schema_revisions_plan", "schema_state_plan",
-           "serves_releases_before", "shipped_chain", "shipped_head"]
+if TYPE_CHECKING:
+    from tnsrag_db._db.pool import Connections
+
+__all__ = ["COMPAT_FUNCTION", "SchemaState", "ensure_at_head", "is_at_head", "migrations_dir", "schema_revisions_plan",
+           "schema_state", "schema_state_plan", "serves_releases_before", "shipped_chain", "shipped_head"]
+
+_log = logging.getLogger("tnsrag_db")
 
 #: The function (in the library's schema) that tells which releases the schema serves.
 COMPAT_FUNCTION = "tnsrag_schema_compat"
@@ -169,3 +178,51 @@ def schema_state_plan(schema: str) -> Plan[SchemaState | None]:
         rows = yield Statement(f"SELECT serves_from FROM {schema}.{COMPAT_FUNCTION}()", {}, ("serves_from",))
         floor = str(rows[0].serves_from) if rows and rows[0].serves_from is not None else None
     return SchemaState(revisions[0], head, newer=True, serves_from=floor)
+
+
+def is_at_head(db: Connections, *, schema: str) -> bool:
+    """True when ``schema`` is at this release's head, checked with one query and no alembic
+    (False also when that cannot be decided cheaply: callers then take the full alembic path)."""
+    head = shipped_head()
+    if head is None:
+        return False
+    validate_schema_name(schema)
+    with db.connect() as conn:
+        if not conn.execute("SELECT to_regclass(:t) IS NOT NULL", {"t": f"{schema}.alembic_version"}).scalar_one():
+            return False
+        # The schema name matched [a-z_][a-z0-9_]* above, so it is safe as an identifier.
+        versions = conn.execute(f"SELECT version_num FROM {schema}.alembic_version").scalars()
+    return list(versions) == [head]
+
+
+def schema_state(db: Connections, *, schema: str) -> SchemaState:
+    """Where ``schema`` stands for this release: at its head, behind, not migrated, or newer
+    (and whether it still serves this release); see :class:`SchemaState`. Raises
+    :class:`MigrationError` when this installation's revision files are not one chain."""
+    with db.connect(autocommit=True) as conn:
+
+        def execute(statement: Statement) -> Rows:
+            with map_db_errors("reading the schema's revision"):
+                return conn.execute(statement.sql, dict(statement.params)).all()
+
+        state = run_plan(schema_state_plan(schema), execute)
+    if state is None:
+        # Not one chain of literal revisions (a branch, a merge): alembic's "head" is then
+        # ambiguous too, and no release ships so.
+        raise MigrationError(f"the revision files in {migrations_dir() / 'versions'} are not one chain of "
+                             "revisions (a branch or a merge revision): this installation cannot tell "
+                             f"where schema {schema!r} stands")
+    return state
+
+
+def ensure_at_head(db: Connections, *, schema: str) -> None:
+    """Raise :class:`SchemaNotReadyError` unless this release can use ``schema``: migrated to
+    its head, or upgraded by a later release that still serves it (logged once)."""
+    if is_at_head(db, schema=schema):
+        return
+    state = schema_state(db, schema=schema)
+    if not state.usable:
+        raise state.error(schema)
+    if state.newer:
+        _log.info("schema %r is at revision %s, newer than this tnsrag_db (head %s), and still serves it "
+                  "(from revision %s)", schema, state.revision, state.head, state.serves_from)

@@ -22,8 +22,8 @@ connection:
 - :func:`add_statement_listener`: callables that see each statement as it is sent
   (tracing, the test suite's corpus-scope check).
 
-It imports neither SQLAlchemy nor alembic: the command line's keyword query runs it on
-one connection without them.
+The writes' :class:`~tnsrag_db._db.pool.Connection` sends its statements the same way
+(:func:`bind`, the raw cursor, the named-tuple rows, the statement listeners).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from tnsrag_db._db.driver_errors import map_db_errors, sqlstate_of
 from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
 
 __all__ = ["AsyncCheckout", "AsyncPlanRunner", "AsyncSource", "Checkout", "PlanRunner", "Source",
-           "StatementListener", "add_statement_listener", "aset_statement_timeout", "bind",
+           "StatementListener", "add_statement_listener", "aset_statement_timeout", "bind", "notify", "row_factory",
            "remove_statement_listener", "set_statement_timeout"]
 
 _T = TypeVar("_T")
@@ -93,10 +93,17 @@ _listeners: list[StatementListener] = []
 
 
 def add_statement_listener(listener: StatementListener) -> None:
-    """Call ``listener(text, values)`` before every read statement any runner sends
-    (``text`` with ``$n`` parameters, as sent; ``values`` in number order)."""
+    """Call ``listener(text, values)`` before every statement the library sends through a
+    runner or a :class:`~tnsrag_db._db.pool.Connection` (``text`` with ``$n`` parameters,
+    as sent; ``values`` in number order; a batch: its first values)."""
     if listener not in _listeners:
         _listeners.append(listener)
+
+
+def notify(text: str, values: Sequence[Any]) -> None:
+    """Show a statement about to be sent to the listeners (see :func:`add_statement_listener`)."""
+    for listener in _listeners:
+        listener(text, values)
 
 
 def remove_statement_listener(listener: StatementListener) -> None:
@@ -114,7 +121,7 @@ def _row_class(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
     return make
 
 
-def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], Any]:
+def row_factory(cursor: Any) -> Callable[[Sequence[Any]], Any]:
     result = cursor.pgresult
     if result is None or not result.nfields:
         return tuple
@@ -331,8 +338,7 @@ class PlanRunner:
                 while True:
                     current = held[-1] if held else checkout()
                     try:
-                        for listener in _listeners:
-                            listener(text, values)
+                        notify(text, values)
                         with _telemetry.statement(text) as sent:
                             rows = _send(current.driver, text, values)
                             sent.rows(rows)
@@ -358,7 +364,7 @@ class PlanRunner:
 
 
 def _send(driver: psycopg.Connection[Any], text: str, values: tuple[Any, ...]) -> Rows:
-    with psycopg.RawCursor(driver, row_factory=_row_factory) as cursor:
+    with psycopg.RawCursor(driver, row_factory=row_factory) as cursor:
         cursor.execute(text, values)
         rows: Rows = cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
         return rows
@@ -416,8 +422,7 @@ class AsyncPlanRunner:
                 while True:
                     current = held[-1] if held else await checkout()
                     try:
-                        for listener in _listeners:
-                            listener(text, values)
+                        notify(text, values)
                         with _telemetry.statement(text) as sent:
                             rows = await _asend(current.driver, text, values)
                             sent.rows(rows)
@@ -468,7 +473,7 @@ async def _asend(driver: psycopg.AsyncConnection[Any], text: str, values: tuple[
 
 
 async def _asend_now(driver: psycopg.AsyncConnection[Any], text: str, values: tuple[Any, ...]) -> Rows:
-    async with psycopg.AsyncRawCursor(driver, row_factory=_row_factory) as cursor:
+    async with psycopg.AsyncRawCursor(driver, row_factory=row_factory) as cursor:
         await cursor.execute(text, values)
         rows: Rows = await cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
         return rows

@@ -6,8 +6,8 @@ Tables carry no schema name: every connection the library opens sets
 Every table is keyed by ``corpus`` first: it is the isolation unit and the
 distribution key, and no query joins across corpora.
 
-The ``embeddings`` table stores pgvector values; every engine adapts the vector type on
-its new connections (:func:`tnsrag_db._db.engine.library_hooks`).
+The ``embeddings`` table stores pgvector values; every pool adapts the vector type on
+its new connections (:func:`tnsrag_db._db.hooks.library_hooks`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from tnsrag_db._db.settings import DEFAULT_SCHEMA
+
 __all__ = [
     "DEFAULT_SCHEMA",
     "TIERS",
@@ -58,8 +60,6 @@ __all__ = [
     "tenant_grants",
 ]
 
-#: The PostgreSQL schema that holds the library's tables unless configured otherwise.
-DEFAULT_SCHEMA = "tnsrag"
 
 TIERS = ("WORKING", "EPISODIC", "SEMANTIC", "PROCEDURAL")
 

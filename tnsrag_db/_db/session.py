@@ -1,4 +1,4 @@
-"""The one way the library talks to its database: a :class:`Session` over a pooled engine.
+"""The one way the library talks to its database: a :class:`Session` over a pool of connections.
 
 A session is the plumbing a :class:`~tnsrag_db._store.store.Store` holds as ``store.session``:
 
@@ -24,13 +24,11 @@ from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import PoolProxiedConnection
+import psycopg
 
-from tnsrag_db import _telemetry
 from tnsrag_db._db.driver_errors import map_db_errors
 from tnsrag_db._db.lock_holders import name_holders
+from tnsrag_db._db.pool import Connection, Connections
 from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteClock, WriteToken, current_token
 from tnsrag_db._db.runner import Checkout, PlanRunner, set_statement_timeout
 from tnsrag_db._db.settings import check_timeout, validate_schema_name
@@ -64,58 +62,44 @@ def retry_on_deadlock(operation: Callable[[], _T], retries: int = DEADLOCK_RETRI
 
 def _apply_statement_timeout(conn: Connection, ms: int | None) -> None:
     """Give ``conn``'s session ``statement_timeout`` ``ms`` (None: the server's), outside any
-    transaction; a no-op when the session has it already (the pooled connection's ``info``
-    remembers it, for the read runner and SQLAlchemy connections alike)."""
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    set_statement_timeout(driver, conn.info, ms)
+    transaction; a no-op when the session has it already (the connection's ``info``
+    remembers it, for the read runner and the write path alike)."""
+    set_statement_timeout(conn.driver, conn.info, ms)
 
 
-class _Pooled:
-    """A connection of a SQLAlchemy pool checked out for the read runner
-    (``engine.raw_connection()``: the pool's own checkout, events and hooks)."""
+class _OnStandby:
+    """A connection to a read replica, checked out for the read runner."""
 
-    __slots__ = ("_fairy", "driver")
+    __slots__ = ("_handed", "replica")
 
-    def __init__(self, fairy: PoolProxiedConnection) -> None:
-        self._fairy = fairy
-        driver = fairy.driver_connection
-        assert driver is not None
-        self.driver = driver
+    def __init__(self, handed: Checkout, replica: Replica) -> None:
+        self._handed = handed
+        self.replica = replica
 
     @property
-    def info(self) -> dict[Any, Any]:
-        return self._fairy.info
+    def driver(self) -> psycopg.Connection[Any]:
+        return self._handed.driver
+
+    @property
+    def info(self) -> Any:
+        return self._handed.info
 
     def release(self) -> None:
-        self._fairy.close()
+        self._handed.release()
 
     def discard(self) -> None:
-        try:
-            self._fairy.invalidate()
-        finally:
-            self._fairy.close()
-
-
-class _OnStandby(_Pooled):
-    """A :class:`_Pooled` connection to a read replica."""
-
-    __slots__ = ("replica",)
-
-    def __init__(self, fairy: PoolProxiedConnection, replica: Replica) -> None:
-        super().__init__(fairy)
-        self.replica = replica
+        self._handed.discard()
 
 
 class _SessionSource:
     """The read runner's connections of a :class:`Session`: the next usable standby when
     there are replicas (after the session's read token), else the primary's pool."""
 
-    __slots__ = ("_engine", "_read_token", "_replicas")
+    __slots__ = ("_pool", "_read_token", "_replicas")
 
-    def __init__(self, engine: Engine, replicas: ReadReplicas | None,
+    def __init__(self, pool: Connections, replicas: ReadReplicas | None,
                  read_token: Callable[[], WriteToken | None] | None) -> None:
-        self._engine = engine
+        self._pool = pool
         self._replicas = replicas
         self._read_token = read_token
 
@@ -124,7 +108,8 @@ class _SessionSource:
             found = self._replicas.connect(self._read_token() if self._read_token is not None else None)
             if found is not None:
                 return _OnStandby(*found)
-        return _Pooled(self._engine.raw_connection())
+        checkout: Checkout = self._pool.checkout(snapshot=snapshot)
+        return checkout
 
     def failed(self, checkout: Checkout) -> bool:
         if isinstance(checkout, _OnStandby) and self._replicas is not None:
@@ -134,7 +119,7 @@ class _SessionSource:
 
 
 class Session:
-    """Connections, transactions, locks and timeouts of one store over ``engine``.
+    """Connections, transactions, locks and timeouts of one store over ``pool``.
 
     ``what`` starts the message of every mapped driver error (``"database error in corpus
     'x'"``); ``schema`` names the library's schema (for schema-wide locks);
@@ -143,15 +128,14 @@ class Session:
     ``read_replicas``: the hot standbys :meth:`run` reads from (see
     :mod:`tnsrag_db._db.replicas`), ``read_token``: a read waits for them to replay past it
     (a callable giving the token, or None), ``clock``: advanced after each write
-    transaction when there are replicas. Thread-safe, like the engine's pool.
+    transaction when there are replicas. Thread-safe, like the pool.
     """
 
-    def __init__(self, engine: Engine, *, what: str, schema: str, statement_timeout: float | None = None,
+    def __init__(self, pool: Connections, *, what: str, schema: str, statement_timeout: float | None = None,
                  read_replicas: ReadReplicas | None = None,
                  read_token: Callable[[], WriteToken | None] | None = None,
                  clock: WriteClock | None = None) -> None:
-        self._engine = engine
-        _telemetry.watch_engine(engine)
+        self._pool = pool
         self._replicas = read_replicas
         self._read_token = read_token
         self._clock = clock if clock is not None else WriteClock()
@@ -160,13 +144,13 @@ class Session:
         self._timeout_ms = check_timeout(statement_timeout)
         self._timeout_override: ContextVar[int | None | bool] = ContextVar(f"tnsrag_timeout_{id(self)}",
                                                                           default=False)
-        self._runner = PlanRunner(_SessionSource(engine, read_replicas, read_token), what=what,
+        self._runner = PlanRunner(_SessionSource(pool, read_replicas, read_token), what=what,
                                   timeout_ms=self.effective_timeout_ms)
 
     @property
-    def engine(self) -> Engine:
-        """The pooled SQLAlchemy engine."""
-        return self._engine
+    def pool(self) -> Connections:
+        """The connections of this session (a :class:`~tnsrag_db._db.pool.Pool`)."""
+        return self._pool
 
     # -- timeouts ---------------------------------------------------------------------
     @property
@@ -215,7 +199,7 @@ class Session:
         :func:`map_db_errors`); library errors pass through.
         """
         try:
-            with map_db_errors(self._what), self._engine.connect() as conn:
+            with map_db_errors(self._what), self._pool.connect() as conn:
                 _apply_statement_timeout(conn, self.effective_timeout_ms() if limited else None)
                 if prepare is not None:
                     prepare(conn)
@@ -233,7 +217,7 @@ class Session:
         def attempt() -> _T:
             # transaction(), with the commit inside the connection's block: the token is read
             # after it, on the same connection.
-            with map_db_errors(self._what), self._engine.connect() as conn:
+            with map_db_errors(self._what), self._pool.connect() as conn:
                 _apply_statement_timeout(conn, self.effective_timeout_ms())
                 if prepare is not None:
                     prepare(conn)
@@ -251,7 +235,7 @@ class Session:
     def _named(self, error: LockTimeoutError) -> LockTimeoutError:
         """``error`` naming the roles that held the lock it waited for (looked up on a
         connection of its own, after the waiting one went back to the pool)."""
-        return name_holders(error, self._engine, schema=self._schema)
+        return name_holders(error, self._pool, schema=self._schema)
 
     def executor(self, *, snapshot: bool = False) -> AbstractContextManager[Callable[[Statement], Rows]]:
         """The statement executor :meth:`run` drives a plan with, for a caller that drives
@@ -280,14 +264,9 @@ class Session:
         (settings, locks) it set outlives the error. No statement timeout: index builds
         run as long as they need.
         """
-        with map_db_errors(self._what), \
-                self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with map_db_errors(self._what), self._pool.connect(autocommit=True) as conn:
             _apply_statement_timeout(conn, None)
-            try:
-                yield conn
-            except BaseException:
-                conn.invalidate()
-                raise
+            yield conn
 
     # -- locks ------------------------------------------------------------------------
     @contextmanager
@@ -306,7 +285,7 @@ class Session:
         pid and role, instead of a wait without end.
         """
         key = {"k": name}
-        while not conn.execute(sa.text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"), key).scalar_one():
+        while not conn.execute("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))", key).scalar_one():
             if holders_own is not None:
                 self._refuse_foreign_holder(conn, name, holders_own)
             time.sleep(SESSION_LOCK_POLL_SECONDS)
@@ -314,16 +293,16 @@ class Session:
             yield
         except BaseException:
             try:
-                conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
-            except sa.exc.SQLAlchemyError:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(:k, 0))", key)
+            except psycopg.Error:
                 pass  # a broken connection: autocommit() closes it, which releases the lock
             raise
-        conn.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
+        conn.execute("SELECT pg_advisory_unlock(hashtextextended(:k, 0))", key)
 
     def _refuse_foreign_holder(self, conn: Connection, name: str, table: str) -> None:
         """Raise :class:`DatabaseError` when advisory lock ``name`` is held by a session whose
         role neither owns ``table`` (directly or through membership) nor is a superuser."""
-        row = conn.execute(sa.text(
+        row = conn.execute(
             "SELECT l.pid, r.rolname FROM pg_locks l "
             "JOIN pg_stat_activity a ON a.pid = l.pid JOIN pg_roles r ON r.oid = a.usesysid "
             "CROSS JOIN (SELECT hashtextextended(:k, 0) AS k) h "
@@ -332,7 +311,7 @@ class Session:
             "AND l.classid::bigint = (h.k >> 32) & 4294967295 AND l.objid::bigint = h.k & 4294967295 "
             "AND NOT r.rolsuper AND NOT pg_has_role(r.oid, (SELECT c.relowner FROM pg_class c "
             "  WHERE c.oid = to_regclass(format('%I.%I', CAST(:s AS text), CAST(:t AS text)))), 'USAGE') "
-            "LIMIT 1"), {"k": name, "s": self._schema, "t": table}).first()
+            "LIMIT 1", {"k": name, "s": self._schema, "t": table}).first()
         if row is not None:
             raise DatabaseError(
                 f"the lock {name!r} is held by pid {row.pid} (role {row.rolname!r}), which does not own "

@@ -9,7 +9,10 @@ import re
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._validate import is_number
 
-__all__ = ["check_timeout", "libpq_url", "validate_schema_name"]
+__all__ = ["DEFAULT_SCHEMA", "check_timeout", "libpq_url", "validate_schema_name"]
+
+#: The PostgreSQL schema that holds the library's tables unless configured otherwise.
+DEFAULT_SCHEMA = "tnsrag"
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -17,8 +20,7 @@ _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 def libpq_url(url: str) -> str | None:
     """``url`` (libpq or SQLAlchemy form: ``postgresql://``, ``postgres://``,
     ``postgresql+psycopg://``) as a libpq URL, or None when it is no PostgreSQL URL of
-    that shape (the caller then leaves it to :func:`tnsrag_db._db.engine.normalize_url`,
-    which says what is wrong with it)."""
+    that shape (the caller then says what is wrong with it)."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.partition("+")[0] not in ("postgresql", "postgres"):
         return None

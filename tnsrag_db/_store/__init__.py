@@ -1,6 +1,6 @@
 """A corpus in the library's schema: the ``Store`` and everything it writes and reads.
 
-The modules: :mod:`.store` (``Store`` and ``connect``: one corpus on one engine),
+The modules: :mod:`.store` (``Store`` and ``connect``: one corpus over one pool of connections),
 :mod:`.aio` (``AsyncStore``), :mod:`.corpus` (the corpus row, its write lock and the
 ``Writer``'s transactions), :mod:`.write` (the steps of one write: validate, stage,
 terms, classify, rewrite, postings, and the ``WriteExtension`` protocol indexes join a

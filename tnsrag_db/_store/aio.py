@@ -18,12 +18,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import URL
-
 from tnsrag_db._counts import IngestCounts
-from tnsrag_db._db.aio import aclose_engines, arun, check_async_installed
+from tnsrag_db._db.aio import aclose_pools, arun
 from tnsrag_db._db.replicas import DEFAULT_MAX_LAG, DEFAULT_WAIT_TIMEOUT
-from tnsrag_db._db.schema import DEFAULT_SCHEMA
+from tnsrag_db._db.settings import DEFAULT_SCHEMA
 from tnsrag_db._db.statement import Plan, Rows, Statement, one
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
@@ -62,7 +60,7 @@ class AsyncStore:
     # -- properties -------------------------------------------------------------------
     @property
     def store(self) -> Store:
-        """The sync store (its engine and options): build indexes and strategies over it."""
+        """The sync store (its connections and options): build indexes and strategies over it."""
         self._check_open()
         return self._store
 
@@ -97,7 +95,7 @@ class AsyncStore:
         if self._closed:
             return
         self._closed = True
-        await aclose_engines(self._store.engine)
+        await aclose_pools(self._store.pool)  # type: ignore[arg-type]
         if self._owns_store:
             self._store.close()
 
@@ -205,10 +203,10 @@ class AsyncStore:
         await self._in_thread(self._store.drop_corpus)
 
 
-async def connect_async(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
+async def connect_async(url: str | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
                         auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
                         max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
-                        statement_timeout: float | None = None, read_urls: Sequence[str | URL] = (),
+                        statement_timeout: float | None = None, read_urls: Sequence[str] = (),
                         replicas_optional: bool = False, max_replica_lag: float | None = DEFAULT_MAX_LAG,
                         replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
                         consistency: str = "eventual") -> AsyncStore:
@@ -218,10 +216,8 @@ async def connect_async(url: str | URL | None = None, *, corpus: str = "default"
     server's start when ``url`` is None) run in a worker thread; the async pool (same
     ``pool_size`` and ``max_overflow``) opens on the first read. With ``read_urls`` the
     reads are routed to the standbys by the sync driver, in a worker thread (see
-    :func:`tnsrag_db._db.aio.arun`). Without the ``async`` extra it raises
-    :class:`ConfigurationError` naming it at once, before connecting or writing anything.
+    :func:`tnsrag_db._db.aio.arun`).
     """
-    check_async_installed()
     store = await asyncio.to_thread(
         connect, url, corpus=corpus, schema=schema, auto_migrate=auto_migrate, text_config=text_config,
         pool_size=pool_size, max_overflow=max_overflow, max_query_terms=max_query_terms,

@@ -59,11 +59,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlalchemy as sa
 from sqlalchemy import ForeignKeyConstraint, PrimaryKeyConstraint, Table, UniqueConstraint
-from sqlalchemy.engine import Engine
 
-from tnsrag_db._db.read_store import FILTER_PAIRS_TRIGGERS
+from tnsrag_db._db.filter_pairs import FILTER_PAIRS_TRIGGERS
+from tnsrag_db._db.pool import Connections
 from tnsrag_db._db.schema import metadata
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError
@@ -180,8 +179,8 @@ class DistributeReport:
     triggers: list[str]
 
 
-def distribute(engine: Engine, *, schema: str = "tnsrag") -> DistributeReport:
-    """Distribute ``schema``'s tables by corpus on the Citus coordinator ``engine`` reaches
+def distribute(db: Connections, *, schema: str = "tnsrag") -> DistributeReport:
+    """Distribute ``schema``'s tables by corpus on the Citus coordinator ``db`` connects to (a :class:`~tnsrag_db._db.pool.Pool`)
     (after ``tnsrag db upgrade``; safe to run again: distributed tables are skipped).
 
     Raises :class:`~tnsrag_db._errors.ConfigurationError` when the server has no citus
@@ -197,20 +196,20 @@ def distribute(engine: Engine, *, schema: str = "tnsrag") -> DistributeReport:
 
     validate_schema_name(schema)
     distributed, reference = _ordered()
-    with engine.connect() as conn:
-        if conn.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first() is None:
+    with db.connect() as conn:
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").first() is None:
             raise ConfigurationError("the server has no citus extension: tnsrag db distribute runs on a Citus "
                                      "coordinator (CREATE EXTENSION citus, with the workers added)")
-    current, head = migrate.current_revision(engine, schema=schema), migrate.head_revision()
+    current, head = migrate.current_revision(db, schema=schema), migrate.head_revision()
     if current != head:
         raise ConfigurationError(f"schema {schema} is at {current or 'no revision'}, this release's head is "
                                  f"{head}: run tnsrag db upgrade first")
-    served = migrate.served_releases(engine, schema=schema)
+    served = migrate.served_releases(db, schema=schema)
     if served is None or served[0] < SELF_RETIRING:
         raise ConfigurationError(f"schema {schema} still serves releases before {SELF_RETIRING}, whose writers "
                                  "need the triggers Citus cannot distribute: run tnsrag db upgrade --finish first")
-    with engine.connect() as conn:
-        triggers = set(conn.execute(sa.text(
+    with db.connect() as conn:
+        triggers = set(conn.execute((
             "SELECT tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND NOT tg.tgisinternal"),
             {"s": schema}).scalars())
@@ -218,25 +217,24 @@ def distribute(engine: Engine, *, schema: str = "tnsrag") -> DistributeReport:
         if foreign:
             raise ConfigurationError(f"schema {schema} has triggers Citus cannot distribute ({', '.join(foreign)}): "
                                      "drop them first")
-        if conn.execute(sa.text(
+        if conn.execute((
                 "SELECT c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = :s AND c.relname = 'entries'"), {"s": schema}).scalar():
             raise ConfigurationError(f"schema {schema} has tenant isolation on (row-level security), which does not "
                                      "run on a Citus cluster (docs/deployment.md, 'Scale out with Citus'); switch it "
                                      "off first: tnsrag db upgrade --tenancy off")
-        done = set(conn.execute(sa.text(
+        done = set(conn.execute((
             "SELECT c.relname FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s"), {"s": schema}).scalars())
-        policies = int(conn.execute(sa.text(
-            "SELECT count(*) FROM pg_policies WHERE schemaname = :s AND policyname = ANY (:p)"),
+        policies = int(conn.execute(
+            "SELECT count(*) FROM pg_policies WHERE schemaname = :s AND policyname = ANY (:p)",
             {"s": schema, "p": list(TENANCY_POLICIES)}).scalar_one())
     lead = distributed[0].name
     new: list[str] = []
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    with db.connect(autocommit=True) as conn:
         # The driver's own execute: the statements take no parameters, and the DO block's
         # format() placeholders are not the driver's. Each statement commits on its own.
-        raw = conn.connection.driver_connection
-        assert raw is not None
+        raw = conn.driver
         raw.execute(_policies_sql(schema))
         for name in sorted(triggers):
             raw.execute(f"DROP TRIGGER IF EXISTS {name} ON {schema}.entries")

@@ -42,8 +42,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-import sqlalchemy as sa
-
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.statement import AS_OF_PARAM
 from tnsrag_db._errors import ConfigurationError, ValidationError
@@ -55,8 +53,7 @@ from tnsrag_db._types import MemoryEntry, MemoryTier
 from tnsrag_db._validate import check_int
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
+    from tnsrag_db._db.pool import Connection
     from tnsrag_db._db.session import Session
     from tnsrag_db._store.corpus import Writer
 
@@ -277,7 +274,7 @@ def _choose_space(store: ConsolidatedStore, space: str | None, vectors: Embeddin
 
 def _identical(conn: Connection, corpus: str, tier: str) -> list[tuple[str, str, float]]:
     pairs: list[tuple[str, str, float]] = []
-    for ids in conn.execute(sa.text(_IDENTICAL_SQL), _now({"c": corpus, "t": tier})).scalars():
+    for ids in conn.execute(_IDENTICAL_SQL, _now({"c": corpus, "t": tier})).scalars():
         first = ids[0]
         pairs.extend((first, other, 1.0) for other in ids[1:])
     return pairs
@@ -285,24 +282,24 @@ def _identical(conn: Connection, corpus: str, tier: str) -> list[tuple[str, str,
 
 def _near(conn: Connection, corpus: str, tier: str, space: _Space, threshold: float, neighbors: int,
           progress: ConsolidationProgress | None) -> tuple[list[tuple[str, str, float]], int]:
-    total = int(conn.execute(sa.text(f"SELECT count(*) FROM entries e WHERE e.corpus = :c AND e.tier = :t "
+    total = int(conn.execute((f"SELECT count(*) FROM entries e WHERE e.corpus = :c AND e.tier = :t "
                                      f"AND {_LIVE_E}"), _now({"c": corpus, "t": tier})).scalar_one())
     if space.index_name is not None:
         # The index's own expression, so that the planner reads the nearest vectors from it.
         order_x, order_a = f"CAST(x.embedding AS vector({space.dimension}))", \
             f"CAST(a.embedding AS vector({space.dimension}))"
         # The candidate list covers the neighbours asked for (pgvector's default is 40).
-        conn.execute(sa.text("SELECT set_config('hnsw.ef_search', :ef, true), "
+        conn.execute(("SELECT set_config('hnsw.ef_search', :ef, true), "
                              "set_config('hnsw.iterative_scan', 'off', true)"),
                      {"ef": str(max(40, neighbors + 1))})
     else:
         order_x, order_a = "x.embedding", "a.embedding"
-    statement = sa.text(_NEIGHBOURS_SQL.format(order_x=order_x, order_a=order_a, sid=space.space_id,
+    statement = (_NEIGHBOURS_SQL.format(order_x=order_x, order_a=order_a, sid=space.space_id,
                                                k=neighbors + 1))
     pairs: list[tuple[str, str, float]] = []
     after, done = "", 0
     while True:
-        ids = list(conn.execute(sa.text(_PAGE_SQL), _now({"c": corpus, "t": tier, "after": after,
+        ids = list(conn.execute(_PAGE_SQL, _now({"c": corpus, "t": tier, "after": after,
                                                           "n": PAIR_BATCH})).scalars())
         if not ids:
             break
@@ -448,7 +445,7 @@ class _MergeWrite(WriteExtension):
         corpus = self._store.writer.corpus
         corpus.text_config(conn)  # the corpus's write lock first, as every writer takes it
         ids = sorted({e.id for g in self._groups for e in g.entries})
-        held = {r.id: bytes(r.content_hash) for r in conn.execute(sa.text(_LOCK_MEMBERS_SQL),
+        held = {r.id: bytes(r.content_hash) for r in conn.execute(_LOCK_MEMBERS_SQL,
                                                                  _now({"c": corpus.name, "ids": ids}))}
         stale = {n for n, g in enumerate(self._groups) if any(held.get(i) != h for i, h in g.hashes.items())}
         if stale:
@@ -460,18 +457,18 @@ class _MergeWrite(WriteExtension):
         if not pairs:
             return
         params = {"c": corpus.name, "o": [o for o, _ in pairs], "s": [s for _, s in pairs]}
-        conn.execute(sa.text(_MOVE_EDGES_SQL), params)
+        conn.execute(_MOVE_EDGES_SQL, params)
         # The children of the merged-away entries (the hierarchy's parent_id) move to their
         # survivors, rewritten through the write path; a survivor whose parent was merged
         # into it loses its parent rather than becoming its own.
         survivor_of = dict(pairs)
-        children = [row_to_entry(r) for r in conn.execute(sa.text(_CHILDREN_SQL), _now(params))]
+        children = [row_to_entry(r) for r in conn.execute(_CHILDREN_SQL, _now(params))]
         if children:
             moved = [replace(e, parent_id=None if survivor_of[e.parent_id] == e.id else survivor_of[e.parent_id])
                      for e in children if e.parent_id is not None]
             write_entries(conn, corpus, ValidatedBatch(moved))
-        conn.execute(sa.text(_MOVE_ALIASES_SQL), params)
-        conn.execute(sa.text(_ADD_ALIASES_SQL), params)
+        conn.execute(_MOVE_ALIASES_SQL, params)
+        conn.execute(_ADD_ALIASES_SQL, params)
         delete_matching(conn, corpus, "e.id = ANY(CAST(:ids AS text[]))", {"ids": params["o"]})
 
 
@@ -546,7 +543,7 @@ class _LinkWrite(WriteExtension):
         corpus = self._store.writer.corpus
         corpus.text_config(conn)  # the corpus's write lock first, as every writer takes it
         ids = sorted({x for a, b, _ in self._edges for x in (a, b)})
-        alive = set(conn.execute(sa.text(_LOCK_ENDS_SQL), _now({"c": corpus.name, "ids": ids})).scalars())
+        alive = set(conn.execute(_LOCK_ENDS_SQL, _now({"c": corpus.name, "ids": ids})).scalars())
         kept = [(a, b, w) for a, b, w in self._edges if a in alive and b in alive]
         write_edges(conn, corpus.name, [Edge(a, b, self._relation, w) for a, b, w in kept])
         self.written = len(kept)
@@ -584,7 +581,7 @@ def consolidate(store: ConsolidatedStore, tier: MemoryTier | str, *, threshold: 
             near, examined = _near(conn, store.corpus, name, chosen, threshold, neighbors, progress)
             pairs.extend(near)
         else:
-            examined = int(conn.execute(sa.text(f"SELECT count(*) FROM entries e WHERE e.corpus = :c "
+            examined = int(conn.execute((f"SELECT count(*) FROM entries e WHERE e.corpus = :c "
                                                  f"AND e.tier = :t AND {_LIVE_E}"),
                                         _now({"c": store.corpus, "t": name})).scalar_one())
     components = _components(pairs)

@@ -14,11 +14,9 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from tnsrag_db import _telemetry
 from tnsrag_db._db.lock_holders import advisory_lock
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.session import Session
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._store import sql
@@ -118,7 +116,7 @@ class Corpus:
         """
         while True:
             if not self._ready:
-                conn.execute(sa.text("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
+                conn.execute(("INSERT INTO corpora (corpus, text_config) VALUES (:c, :cfg) "
                                      "ON CONFLICT (corpus) DO NOTHING"), {"c": self._name, "cfg": self._text_config})
             cfg = self._lock(conn, shared=True)
             if cfg is not None:
@@ -176,7 +174,7 @@ class Corpus:
                 return None
             for key in keys:
                 advisory_lock(conn, key, shared=shared)
-            row = conn.execute(sa.text(ROW_AFTER_LOCK_SQL), {"k": name, "c": self._name}).first()
+            row = conn.execute(ROW_AFTER_LOCK_SQL, {"k": name, "c": self._name}).first()
             if row is not None and int(row.last_key) == keys[-1]:
                 self._expiry = row.expiry if isinstance(row.expiry, dict) else None
                 self._history = row.history is True
@@ -380,7 +378,7 @@ class Writer:
         if written < self._analyze_after_rows:
             return False
         with self._session.transaction(limited=False) as conn:
-            rows = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
+            rows = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass").scalar_one()
             if rows >= 0 and written < 0.1 * rows and self._planned_rows(conn) * 10 >= written:
                 return False
         self._analyze(("entries", "bm25_postings", *extra_tables))
@@ -391,11 +389,11 @@ class Writer:
         seen is about one row to it, however large the table: a write that is a small share
         of the table but most of its corpus refreshes them too, or every probe of the
         corpus's entries by id may take an index on ``corpus`` alone and scan them all."""
-        plan = conn.execute(sa.text("EXPLAIN (FORMAT JSON) SELECT 1 FROM entries WHERE corpus = :c"),
+        plan = conn.execute("EXPLAIN (FORMAT JSON) SELECT 1 FROM entries WHERE corpus = :c",
                             {"c": self._corpus.name}).scalar_one()
         return float(plan[0]["Plan"]["Plan Rows"])
 
     def _analyze(self, tables: Sequence[str]) -> None:
         """``ANALYZE (SKIP_LOCKED)`` of library tables, in a transaction of its own."""
         with self._session.transaction(limited=False) as conn:
-            conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {', '.join(dict.fromkeys(tables))}"))
+            conn.execute(f"ANALYZE (SKIP_LOCKED) {', '.join(dict.fromkeys(tables))}")

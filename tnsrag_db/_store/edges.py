@@ -35,10 +35,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import DanglingReferenceError, ValidationError
 from tnsrag_db._store.sql import planner_nodes_off
 from tnsrag_db._store.staging import EDGE_STAGE_DDL
@@ -216,9 +214,9 @@ def write_edges(conn: Connection, corpus: str, batch: Sequence[Edge], *,
     """
     if not batch:
         return IngestCounts()
-    conn.execute(sa.text(EDGE_STAGE_DDL))  # declared in tnsrag_db._store.staging
-    conn.execute(sa.text(CLEAR_STAGE_SQL))
-    raw = conn.connection.driver_connection
+    conn.execute(EDGE_STAGE_DDL)  # declared in tnsrag_db._store.staging
+    conn.execute(CLEAR_STAGE_SQL)
+    raw = conn.driver
     assert raw is not None
     with raw.cursor() as cur:
         with cur.copy(COPY_STAGE_SQL) as copy:
@@ -230,25 +228,25 @@ def write_edges(conn: Connection, corpus: str, batch: Sequence[Edge], *,
         progress(len(batch))
     c = {"c": corpus}
     with planner_nodes_off(conn, *SORTS_OFF):
-        missing = list(conn.execute(sa.text(LOCK_ENDS_SQL), c).scalars())
+        missing = list(conn.execute(LOCK_ENDS_SQL, c).scalars())
     if missing:
         # Ends that are aliases (ids of entries merged into another) stand for the entry
         # they were merged into; read only when an end is not an entry.
         params = {**c, "missing": missing}
-        resolved = sum(int(conn.execute(sa.text(statement), params).rowcount or 0)
+        resolved = sum(int(conn.execute(statement, params).rowcount or 0)
                        for statement in (RESOLVE_SRC_ALIASES_SQL, RESOLVE_DST_ALIASES_SQL))
         if resolved:
-            loop = conn.execute(sa.text(STAGED_SELF_LOOP_SQL)).first()
+            loop = conn.execute(STAGED_SELF_LOOP_SQL).first()
             if loop is not None:
                 raise ValidationError(f"edge {loop.src!r} -> {loop.dst!r}: both ends are the same entry once "
                                       "aliases are resolved (a self-loop); nothing was written")
             with planner_nodes_off(conn, *SORTS_OFF):
-                missing = list(conn.execute(sa.text(LOCK_ENDS_SQL), c).scalars())
+                missing = list(conn.execute(LOCK_ENDS_SQL, c).scalars())
     if missing:
         raise _dangling(missing)
-    flags = list(conn.execute(sa.text(UPSERT_SQL), c).scalars())
+    flags = list(conn.execute(UPSERT_SQL, c).scalars())
     inserted = sum(1 for f in flags if f)
-    distinct = conn.execute(sa.text(STAGED_KEYS_SQL)).scalar_one()
+    distinct = conn.execute(STAGED_KEYS_SQL).scalar_one()
     return IngestCounts(inserted=inserted, updated=len(flags) - inserted, unchanged=int(distinct) - len(flags))
 
 

@@ -23,9 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._store.validity import VERSION_KEY, VERSION_SEPARATOR
 from tnsrag_db._types import MemoryEntry
 
@@ -69,12 +67,12 @@ def keep_versions(conn: Connection, corpus: str, batch: Sequence[MemoryEntry], h
     or was closed by a delete; ``write`` writes the versions as entries. Returns the ids
     whose current row is to be recorded anew (:func:`reopen`, after the write)."""
     new = {e.id: h for e, h in zip(batch, hashes, strict=True)}
-    rows = conn.execute(sa.text(_LOCK_CURRENT_SQL), {"c": corpus, "ids": sorted(new)}).all()
+    rows = conn.execute(_LOCK_CURRENT_SQL, {"c": corpus, "ids": sorted(new)}).all()
     changed = [r for r in rows if r.recorded_until is not None or bytes(r.content_hash) != new[r.id]]
     if not changed:
         return []
     keys = [r.id for r in changed]
-    last = {r.id: int(r.n) for r in conn.execute(sa.text(_LAST_VERSION_SQL), {"c": corpus, "ids": keys})}
+    last = {r.id: int(r.n) for r in conn.execute(_LAST_VERSION_SQL, {"c": corpus, "ids": keys})}
     versions: list[MemoryEntry] = []
     for r in changed:
         version = MemoryEntry(id=r.id, content=r.content, tier=r.tier, source=r.source, parent_id=r.parent_id,
@@ -85,15 +83,15 @@ def keep_versions(conn: Connection, corpus: str, batch: Sequence[MemoryEntry], h
     write(conn, versions)
     params: dict[str, Any] = {"c": corpus, "vids": [v.id for v in versions], "keys": keys,
                               "since": [r.recorded_at for r in changed], "until": [r.recorded_until for r in changed]}
-    conn.execute(sa.text(_MARK_VERSIONS_SQL), params)
-    conn.execute(sa.text(_COPY_VECTORS_SQL), {"c": corpus, "vids": params["vids"], "keys": keys})
+    conn.execute(_MARK_VERSIONS_SQL, params)
+    conn.execute(_COPY_VECTORS_SQL, {"c": corpus, "vids": params["vids"], "keys": keys})
     return keys
 
 
 def reopen(conn: Connection, corpus: str, ids: Sequence[str]) -> None:
     """Record the current rows of ``ids`` from this transaction on, open (a new version)."""
     if ids:
-        conn.execute(sa.text(_REOPEN_SQL), {"c": corpus, "ids": list(ids)})
+        conn.execute(_REOPEN_SQL, {"c": corpus, "ids": list(ids)})
 
 
 def close_matching(conn: Connection, corpus: str, predicate: str, params: dict[str, Any]) -> int:
@@ -102,4 +100,4 @@ def close_matching(conn: Connection, corpus: str, predicate: str, params: dict[s
     sql = (f"WITH t AS (SELECT e.id FROM entries e WHERE e.corpus = :c AND e.version_of IS NULL "
            f"AND e.recorded_until IS NULL AND ({predicate}) ORDER BY e.id FOR NO KEY UPDATE) "
            "UPDATE entries e SET recorded_until = now() FROM t WHERE e.corpus = :c AND e.id = t.id")
-    return int(conn.execute(sa.text(sql), {"c": corpus, **params}).rowcount)
+    return int(conn.execute(sql, {"c": corpus, **params}).rowcount)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import textwrap
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 
 __all__ = ["ROW_AFTER_LOCK_SQL", "SALTED_KEYS_REVISION", "corpus_keys", "serves_unsalted"]
@@ -48,12 +46,12 @@ def corpus_keys(conn: Connection, name: str, corpus: str) -> tuple[int, ...] | N
     ``corpus`` on ``conn``'s search path, to be taken in order, the salted one last; None
     when the corpus has no row (visible to ``conn``'s role). A schema without salts (before
     revision 0013) has the unsalted key only."""
-    row = conn.execute(sa.text(_KEYS_SQL), {"k": name, "c": corpus}).first()
+    row = conn.execute(_KEYS_SQL, {"k": name, "c": corpus}).first()
     if row is None:
         return None
     if row.salted is None:
         return (int(row.unsalted),)
-    floor = conn.execute(sa.text(_FLOOR_SQL)).scalar_one()
+    floor = conn.execute(_FLOOR_SQL).scalar_one()
     return (int(row.unsalted), int(row.salted)) if serves_unsalted(str(floor)) else (int(row.salted),)
 
 

@@ -4,8 +4,7 @@ its index drop)."""
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.session import Session
 
 __all__ = ["drop_orphan_hnsw_indexes"]
@@ -18,16 +17,16 @@ def drop_orphan_hnsw_indexes(session: Session, schema: str) -> list[str]:
     # joined to a distributed one. Only indexes this role could drop: under row-level
     # security a tenant role does not see other tenants' spaces, so their indexes would
     # look orphaned.
-    indexes = sa.text(
+    indexes = (
         "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
         "WHERE n.nspname = :schema AND t.relname = 'embeddings' AND c.relname ~ '^ix_embeddings_hnsw_[0-9]+$' "
         "AND pg_has_role(c.relowner, 'USAGE') ORDER BY c.relname")
     # Every corpus's spaces on purpose: an orphan index belongs to no corpus.
-    spaces = sa.text("/* tnsrag:all-corpora */ SELECT s.space_id FROM embedding_spaces s "
+    spaces = ("/* tnsrag:all-corpora */ SELECT s.space_id FROM embedding_spaces s "
                      "WHERE s.space_id = ANY (CAST(:ids AS bigint[]))")
 
-    def orphans(conn: sa.Connection) -> list[str]:
+    def orphans(conn: Connection) -> list[str]:
         names = [str(n) for n in conn.execute(indexes, {"schema": schema}).scalars()]
         if not names:
             return []
@@ -42,6 +41,6 @@ def drop_orphan_hnsw_indexes(session: Session, schema: str) -> list[str]:
         with session.hnsw_build_lock(conn):
             for name in orphans(conn):
                 # Names matched ^ix_embeddings_hnsw_[0-9]+$ above: safe to format in.
-                conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
                 dropped.append(name)
     return dropped

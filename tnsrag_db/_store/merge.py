@@ -33,10 +33,8 @@ import textwrap
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from tnsrag_db._db.lock_holders import advisory_lock, holders, try_advisory_lock
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 from tnsrag_db._store.lock_keys import corpus_keys
 from tnsrag_db._store.sql import planner_nodes_off, probe
@@ -295,7 +293,7 @@ class MergeReport:
 def blocks_served(conn: Connection) -> bool:
     """Whether every release the schema (on ``conn``'s search path) serves reads postings in
     blocks, so a merge may move them there."""
-    floor = conn.execute(sa.text(f"SELECT serves_from FROM {COMPAT_FUNCTION}()")).scalar_one()
+    floor = conn.execute(f"SELECT serves_from FROM {COMPAT_FUNCTION}()").scalar_one()
     return not serves_releases_before(str(floor), BLOCKS_REVISION)
 
 
@@ -325,53 +323,53 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
             advisory_lock(conn, key, shared=False)
         elif not try_advisory_lock(conn, key):
             found = holders(conn, schema=schema, keys=(key,)) or []
-            me = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
+            me = str(conn.execute("SELECT current_user").scalar_one())
             return MergeReport(ran=False, held_by=tuple(dict.fromkeys(r for r, _ in found if r != me)))
     c = {"c": corpus}
     if after is None:
-        chosen = looked = list(conn.execute(sa.text(_DELTA_ENTRIES_SQL), {**c, "n": max_entries}).scalars())
+        chosen = looked = list(conn.execute(_DELTA_ENTRIES_SQL, {**c, "n": max_entries}).scalars())
     else:
-        window = conn.execute(sa.text(_SWEEP_WINDOW_SQL), {**c, "after": after, "n": max_entries}).all()
+        window = conn.execute(_SWEEP_WINDOW_SQL, {**c, "after": after, "n": max_entries}).all()
         looked = [entry_id for entry_id, _ in window]
         with_terms = [entry_id for entry_id, has_terms in window if has_terms]
-        numbered = set(conn.execute(sa.text(_NUMBERED_SQL), {**c, "ids": with_terms}).scalars()) if with_terms else set()
+        numbered = set(conn.execute(_NUMBERED_SQL, {**c, "ids": with_terms}).scalars()) if with_terms else set()
         chosen = [entry_id for entry_id in with_terms if entry_id not in numbered]
     entries = postings = written = 0
     if chosen:
         # A merge's sorts are large (a transaction re-cuts up to a million postings): in memory.
-        conn.execute(sa.text(f"SET LOCAL work_mem = '{MERGE_WORK_MEM}'"))
+        conn.execute(f"SET LOCAL work_mem = '{MERGE_WORK_MEM}'")
         for ddl in (_STAGE_DDL, *_MOVE_STAGE_DDL):
-            conn.execute(sa.text(ddl))
-        base = conn.execute(sa.text(_NUMBERS_SQL), {**c, "k": len(chosen)}).scalar_one()
+            conn.execute(ddl)
+        base = conn.execute(_NUMBERS_SQL, {**c, "k": len(chosen)}).scalar_one()
         with _heap_order_scans(conn):
-            locked = conn.execute(sa.text(_LOCK_SQL), {**c, "ids": chosen, "base": base}).scalar_one()
+            locked = conn.execute(_LOCK_SQL, {**c, "ids": chosen, "base": base}).scalar_one()
         if locked:
             with _hash_joins_only(conn):
                 if after is None:
-                    conn.execute(sa.text(_NP_SCAN_SQL), c)
+                    conn.execute(_NP_SCAN_SQL, c)
                 else:
-                    conn.execute(sa.text(_NP_PROBE_SQL), {**c, "ids": chosen})
-            conn.execute(sa.text(_TAIL_SQL), c)
-            moved = conn.execute(sa.text(_STAGED_NP_SQL)).scalar_one()
-            tails = conn.execute(sa.text(_STAGED_TAILS_SQL)).scalar_one()
+                    conn.execute(_NP_PROBE_SQL, {**c, "ids": chosen})
+            conn.execute(_TAIL_SQL, c)
+            moved = conn.execute(_STAGED_NP_SQL).scalar_one()
+            tails = conn.execute(_STAGED_TAILS_SQL).scalar_one()
             with tid_scans_only(conn):
                 if moved is not None:
-                    postings = conn.execute(sa.text(_GONE_SQL), {**c, "tids": moved}).rowcount
+                    postings = conn.execute(_GONE_SQL, {**c, "tids": moved}).rowcount
                 if tails is not None:
-                    conn.execute(sa.text(_TAILS_GONE_SQL), {**c, "tids": tails})
-            entries, written = conn.execute(sa.text(_BLOCKS_SQL), c).one()
-    if conn.execute(sa.text(_ANY_MERGED_SQL), c).scalar_one():
-        dead = list(conn.execute(sa.text(_TOMBSTONES_SQL), {**c, "m": max_tombstones}).scalars())
+                    conn.execute(_TAILS_GONE_SQL, {**c, "tids": tails})
+            entries, written = conn.execute(_BLOCKS_SQL, c).one()
+    if conn.execute(_ANY_MERGED_SQL, c).scalar_one():
+        dead = list(conn.execute(_TOMBSTONES_SQL, {**c, "m": max_tombstones}).scalars())
         purged = rewritten = 0
         if dead:
-            hit = list(conn.execute(sa.text(_HIT_SQL), {**c, "dead": dead}).scalars())
+            hit = list(conn.execute(_HIT_SQL, {**c, "dead": dead}).scalars())
             with tid_scans_only(conn):
-                sizes = list(conn.execute(sa.text(_PURGE_SQL), {**c, "dead": dead, "hit": hit}).scalars())
-            purged = conn.execute(sa.text(_PURGED_SQL), {**c, "dead": dead}).rowcount
+                sizes = list(conn.execute(_PURGE_SQL, {**c, "dead": dead, "hit": hit}).scalars())
+            purged = conn.execute(_PURGED_SQL, {**c, "dead": dead}).rowcount
             rewritten = len(sizes)
             if 0 in sizes:
-                conn.execute(sa.text(_EMPTIED_SQL), c)
+                conn.execute(_EMPTIED_SQL, c)
     else:  # no merged entry left (the corpus was cleared): every block posting is tombstoned
-        purged, rewritten = conn.execute(sa.text(_PURGE_ALL_SQL), c).one()
+        purged, rewritten = conn.execute(_PURGE_ALL_SQL, c).one()
     return MergeReport(entries=entries, postings=postings, blocks_written=written + rewritten, tombstones=purged,
                        last_id=looked[-1] if looked else None)

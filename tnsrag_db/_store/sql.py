@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+
+from tnsrag_db._db.pool import Connection
 
 __all__ = ["APPLY_DF_SQL", "BM25_STAT_SHARDS", "WRITTEN", "bump_stats", "count_written", "insert_or_lock_sql",
            "lock_matching_sql", "planner_nodes_off",
@@ -65,15 +65,15 @@ def planner_nodes_off(conn: Connection, *names: str) -> Iterator[None]:
     transaction's rollback: setting them back in the aborted transaction would fail, and
     hide the error the caller retries on."""
     settings = ", ".join(f"set_config('{name}', :v, true)" for name in names)
-    conn.execute(sa.text(f"SELECT {settings}"), {"v": "off"})
+    conn.execute(f"SELECT {settings}", {"v": "off"})
     try:
         yield
     except BaseException:
-        raw = conn.connection.driver_connection
+        raw = conn.driver
         if raw is None or raw.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
-            conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+            conn.execute(f"SELECT {settings}", {"v": "on"})
         raise
-    conn.execute(sa.text(f"SELECT {settings}"), {"v": "on"})
+    conn.execute(f"SELECT {settings}", {"v": "on"})
 
 
 def count_written(conn: Connection, n: int) -> None:
@@ -94,7 +94,7 @@ def bump_stats(conn: Connection, corpus: str, d_docs: int, d_len: int) -> None:
     """Move ``corpus``'s statistics (this thread's shard) by ``d_docs`` documents and ``d_len`` terms."""
     if d_docs == 0 and d_len == 0:
         return
-    conn.execute(sa.text(_BUMP_STATS_SQL), {"c": corpus, "shard": stat_shard(), "dn": d_docs, "dl": d_len})
+    conn.execute(_BUMP_STATS_SQL, {"c": corpus, "shard": stat_shard(), "dn": d_docs, "dl": d_len})
 
 
 # Applies df deltas ({source}: a table or CTE of (lexeme, delta) rows) in lexeme order:

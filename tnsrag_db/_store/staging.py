@@ -7,14 +7,13 @@ connection, emptied at every commit.
 
 Only writes need them, so a connection that only reads creates nothing: a role without
 the TEMP privilege, a ``default_transaction_read_only`` session and a hot standby can
-read. The engine knows nothing of them (see :mod:`tnsrag_db._db.engine`): the flag that a
-connection has them lives in the pooled connection's ``info`` and goes with it.
+read. The pool knows nothing of them (see :mod:`tnsrag_db._db.hooks`): the flag that a
+connection has them lives in the connection's ``info`` and goes with it.
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from tnsrag_db._db.pool import Connection
 
 __all__ = ["EDGE_STAGE_DDL", "VECTOR_STAGE_DDL", "ENTRY_STAGE_TABLES", "STAGE_DDL", "STAGE_READY", "ensure_stage_tables",
            "prepare_stage_tables", "reset_entry_stage"]
@@ -77,7 +76,7 @@ def prepare_stage_tables(conn: Connection) -> None:
         return
     with conn.begin():
         for ddl in STAGE_DDL:
-            conn.execute(sa.text(ddl))
+            conn.execute(ddl)
     conn.info[STAGE_READY] = True
 
 
@@ -87,7 +86,7 @@ def ensure_stage_tables(conn: Connection) -> None:
     (cheap no-ops when they exist)."""
     if not conn.info.get(STAGE_READY):
         for ddl in STAGE_DDL:
-            conn.execute(sa.text(ddl))
+            conn.execute(ddl)
 
 
 def reset_entry_stage(conn: Connection) -> None:
@@ -95,8 +94,8 @@ def reset_entry_stage(conn: Connection) -> None:
     created if needed, and emptied when an earlier write of this same transaction filled
     them (``ON COMMIT DELETE ROWS`` empties them only at commit)."""
     ensure_stage_tables(conn)
-    transaction = conn.get_transaction()
-    if conn.info.get(_STAGE_TX) is transaction:
+    transaction = conn.transaction_number()
+    if conn.info.get(_STAGE_TX) == transaction:
         for table in ENTRY_STAGE_TABLES:
-            conn.execute(sa.text(f"DELETE FROM {table}"))
+            conn.execute(f"DELETE FROM {table}")
     conn.info[_STAGE_TX] = transaction

@@ -6,7 +6,7 @@ BM25 postings and statistics, in the same transaction, through the pipeline of
 deletes them. The plumbing (connections, transactions, locks, timeouts, the read path) is
 its :attr:`Store.session`, a :class:`~tnsrag_db._db.session.Session`; the write
 transactions are its :attr:`Store.writer`. The strategy-facing views (``VectorMemoryStore``,
-``BM25Index``, ``GraphStore``, ...) are built over a ``Store`` and share its engine and corpus.
+``BM25Index``, ``GraphStore``, ...) are built over a ``Store`` and share its connections and corpus.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine
+import psycopg
 
 from tnsrag_db import _telemetry
 from tnsrag_db._counts import IngestCounts
-from tnsrag_db._db import migrate
-from tnsrag_db._db.driver_errors import db_error, driver_message
-from tnsrag_db._db.engine import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, create_engine
-from tnsrag_db._db.read_store import FilterPairs
+from tnsrag_db._db.driver_errors import db_error
+from tnsrag_db._db.filter_pairs import FilterPairs
+from tnsrag_db._db.hooks import DEFAULT_PING_AFTER_IDLE, ConnectionHooks
+from tnsrag_db._db.pool import Connection, Connections, OneConnection, Pool
 from tnsrag_db._db.replicas import (
     DEFAULT_MAX_LAG,
     DEFAULT_WAIT_TIMEOUT,
@@ -36,22 +35,12 @@ from tnsrag_db._db.replicas import (
     check_replica_options,
     open_replicas,
 )
-from tnsrag_db._db.schema import DEFAULT_SCHEMA
+from tnsrag_db._db.revisions import ensure_at_head, is_at_head
 from tnsrag_db._db.session import Session, retry_on_deadlock
+from tnsrag_db._db.settings import DEFAULT_SCHEMA
 from tnsrag_db._db.statement import Plan
-from tnsrag_db._errors import ConfigurationError, DatabaseError, SchemaNotReadyError, TnsragError, ValidationError
+from tnsrag_db._errors import ConfigurationError, SchemaNotReadyError, ValidationError
 from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
-from tnsrag_db._store.consolidate import (
-    DEFAULT_NEIGHBORS,
-    DEFAULT_RELATION,
-    ConsolidationProgress,
-    ConsolidationReport,
-    EmbeddingWriter,
-    MergeFunction,
-    PromotionReport,
-    consolidate,
-    promote,
-)
 from tnsrag_db._store.corpus import (
     DEFAULT_ANALYZE_AFTER_ROWS,
     DEFAULT_MERGE_AFTER_ENTRIES,
@@ -83,6 +72,15 @@ from tnsrag_db._validate import check_int, is_int
 
 __all__ = ["Store", "connect"]
 
+if TYPE_CHECKING:
+    from tnsrag_db._store.consolidate import (
+        ConsolidationProgress,
+        ConsolidationReport,
+        EmbeddingWriter,
+        MergeFunction,
+        PromotionReport,
+    )
+
 _T = TypeVar("_T")
 
 
@@ -90,8 +88,9 @@ class Store:
     """One corpus of the library's schema in one PostgreSQL database.
 
     Construct with :func:`connect` (which resolves the database and checks or runs
-    migrations) or directly from an engine you own. Thread-safe; the engine's pool
-    is shared by every view built on this store. Use as a context manager or call
+    migrations) or directly over connections you own (a :class:`~tnsrag_db._db.pool.Pool`;
+    ``owns_pool=True``: :meth:`close` closes it). Thread-safe; the pool is shared by every
+    view built on this store. Use as a context manager or call
     :meth:`close`.
 
     Bounds on the work of one call: ``max_query_terms`` (default 256, 1 to 100,000) is
@@ -108,8 +107,8 @@ class Store:
     Raises :class:`ConfigurationError` for a bad option.
     """
 
-    def __init__(self, engine: Engine, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
-                 text_config: str = "english", owns_engine: bool = False,
+    def __init__(self, pool: Connections, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
+                 text_config: str = "english", owns_pool: bool = False,
                  max_query_terms: int = DEFAULT_MAX_QUERY_TERMS, statement_timeout: float | None = None,
                  read_replicas: ReadReplicas | None = None, consistency: str = "eventual",
                  analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS,
@@ -121,13 +120,16 @@ class Store:
             raise ConfigurationError(f"max_query_terms must be an int from 1 to 100000, got {max_query_terms!r}")
         self._consistency = consistency
         self._after = _after
-        self._session = Session(engine, what=f"database error in corpus {corpus!r}", schema=schema,
+        if pool.schema != schema:
+            raise ConfigurationError(f"the pool's connections search schema {pool.schema!r}, "
+                                     f"not this store's {schema!r}")
+        self._session = Session(pool, what=f"database error in corpus {corpus!r}", schema=schema,
                                 statement_timeout=statement_timeout, read_replicas=read_replicas,
                                 read_token=self._read_token, clock=_clock)
         self._corpus = corpus
         self._schema = schema
         self._text_config = text_config
-        self._owns_engine = owns_engine
+        self._owns_pool = owns_pool
         self._max_query_terms = max_query_terms
         self._corpus_row = Corpus(corpus, schema=schema, text_config=text_config)
         self._writer = Writer(self._session, self._corpus_row, analyze_after_rows=analyze_after_rows,
@@ -164,9 +166,9 @@ class Store:
         return self._writer
 
     @property
-    def engine(self) -> Engine:
-        """The pooled SQLAlchemy engine."""
-        return self._session.engine
+    def pool(self) -> Connections:
+        """The connections of this store (a :class:`~tnsrag_db._db.pool.Pool`), shared by its views."""
+        return self._session.pool
 
     @property
     def corpus(self) -> str:
@@ -181,7 +183,7 @@ class Store:
     @property
     def location(self) -> str:
         """The database this store reads, as its URL without the password."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return self._session.pool.location
 
     @property
     def max_query_terms(self) -> int:
@@ -204,11 +206,11 @@ class Store:
         return self.run(self._pairs.plan())
 
     def with_corpus(self, corpus: str) -> Store:
-        """A store over another corpus sharing this store's engine, replicas, write token and options."""
+        """A store over another corpus sharing this store's connections, replicas, write token and options."""
         return self._view(corpus, self._after)
 
     def _view(self, corpus: str, after: WriteToken | None) -> Store:
-        return Store(self.engine, corpus=corpus, schema=self._schema, text_config=self._text_config,
+        return Store(self._session.pool, corpus=corpus, schema=self._schema, text_config=self._text_config,
                      max_query_terms=self._max_query_terms, statement_timeout=self._session.default_timeout,
                      read_replicas=self._session.read_replicas, consistency=self._consistency,
                      analyze_after_rows=self._writer.analyze_after_rows,
@@ -259,10 +261,10 @@ class Store:
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
         """Release the connection pool and the replicas' pools (when this store created them). Idempotent."""
-        if not self._closed and self._owns_engine:
-            self.engine.dispose()
+        if not self._closed and self._owns_pool:
+            self._session.pool.close()
             if self.read_replicas is not None:
-                self.read_replicas.dispose()
+                self.read_replicas.close()
         self._closed = True
 
     def __enter__(self) -> Store:
@@ -272,7 +274,7 @@ class Store:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Store(corpus={self._corpus!r}, schema={self._schema!r}, url={self.engine.url!r})"
+        return f"Store(corpus={self._corpus!r}, schema={self._schema!r}, url={self.location!r})"
 
     # -- the read path (store.session has the rest of the plumbing) ---------------------
     def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
@@ -399,9 +401,9 @@ class Store:
             policy["tiers"] = named
         value = json.dumps(policy) if policy else None
 
-        def work(conn: sa.Connection) -> None:
+        def work(conn: Connection) -> None:
             self._corpus_row.text_config(conn)  # creates the row, under the corpus's write lock
-            conn.execute(sa.text("UPDATE corpora SET expiry = CAST(:p AS jsonb) WHERE corpus = :c"),
+            conn.execute("UPDATE corpora SET expiry = CAST(:p AS jsonb) WHERE corpus = :c",
                          {"p": value, "c": self._corpus})
 
         self.writer.transaction(work)
@@ -423,9 +425,9 @@ class Store:
         if not isinstance(keep, bool):
             raise ValidationError(f"keep must be a bool, got {type(keep).__name__}")
 
-        def work(conn: sa.Connection) -> None:
+        def work(conn: Connection) -> None:
             self._corpus_row.text_config(conn)  # creates the row, under the corpus's write lock
-            conn.execute(sa.text("UPDATE corpora SET history = :h WHERE corpus = :c"),
+            conn.execute("UPDATE corpora SET history = :h WHERE corpus = :c",
                          {"h": keep or None, "c": self._corpus})
 
         self.writer.transaction(work)
@@ -460,15 +462,15 @@ class Store:
             tombstones = self.writer.merge(sweep=False, wait=False).tombstones if deleted else 0
             if vacuum and deleted:
                 with self._session.autocommit() as conn:
-                    conn.execute(sa.text(f"VACUUM (ANALYZE) {', '.join(_SWEPT_TABLES)}"))
+                    conn.execute(f"VACUUM (ANALYZE) {', '.join(_SWEPT_TABLES)}")
             op.count(deleted)
             op.set("tnsrag.tombstones", tombstones)
         return SweepReport(deleted=deleted, tombstones=tombstones, vacuumed=vacuum and deleted > 0)
 
     def consolidate(self, tier: MemoryTier | str, *, threshold: float | None = None, mode: str = "merge",
                     merge: MergeFunction | None = None, vectors: EmbeddingWriter | None = None,
-                    space: str | None = None, neighbors: int = DEFAULT_NEIGHBORS,
-                    relation: str = DEFAULT_RELATION, dry_run: bool = False,
+                    space: str | None = None, neighbors: int | None = None,
+                    relation: str | None = None, dry_run: bool = False,
                     progress: ConsolidationProgress | None = None) -> ConsolidationReport:
         """Find the duplicates among the entries of ``tier`` and merge or link them.
 
@@ -499,10 +501,13 @@ class Store:
         unknown mode or a bad merge result; :class:`ConfigurationError` when ``threshold``
         has no single space to search.
         """
+        from tnsrag_db._store.consolidate import consolidate  # the maintenance path only
+
         with _telemetry.operation("consolidate", self._corpus, mode=mode) as op:
+            # None: the defaults of tnsrag_db._store.consolidate (10 neighbours, "duplicate_of").
+            chosen = {k: v for k, v in (("neighbors", neighbors), ("relation", relation)) if v is not None}
             report = consolidate(self, tier, threshold=threshold, mode=mode, merge=merge, vectors=vectors,
-                                 space=space, neighbors=neighbors, relation=relation, dry_run=dry_run,
-                                 progress=progress)
+                                 space=space, dry_run=dry_run, progress=progress, **chosen)  # type: ignore[arg-type]
             op.count(report.merged + report.linked)
         return report
 
@@ -520,6 +525,8 @@ class Store:
         Raises :class:`ValidationError` for an unknown tier, the same tier twice or a bad
         filter or ``older_than``.
         """
+        from tnsrag_db._store.consolidate import promote  # the maintenance path only
+
         predicate, params = filter_sql(filters)
         if older_than is not None:
             predicate = f"{predicate} AND e.created_at < {_cutoff(older_than, params)}"
@@ -578,9 +585,9 @@ class Store:
                     return
                 # The document numbers first: the trigger on entries would tombstone every
                 # merged entry the cascade deletes, in a corpus that is going.
-                conn.execute(sa.text("DELETE FROM bm25_docs WHERE corpus = :c"), {"c": self._corpus})
-                conn.execute(sa.text("DELETE FROM bm25_postings WHERE corpus = :c"), {"c": self._corpus})
-                conn.execute(sa.text("DELETE FROM corpora WHERE corpus = :c"), {"c": self._corpus})
+                conn.execute("DELETE FROM bm25_docs WHERE corpus = :c", {"c": self._corpus})
+                conn.execute("DELETE FROM bm25_postings WHERE corpus = :c", {"c": self._corpus})
+                conn.execute("DELETE FROM corpora WHERE corpus = :c", {"c": self._corpus})
 
         retry_on_deadlock(drop)
         self._corpus_row.forget()
@@ -627,15 +634,16 @@ def _cutoff(older_than: object, params: dict[str, Any]) -> str:
     raise ValidationError(f"older_than must be a datetime or a timedelta, got {type(older_than).__name__}")
 
 
-def connect(url: str | URL | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
+def connect(url: str | None = None, *, corpus: str = "default", schema: str = DEFAULT_SCHEMA,
             auto_migrate: bool | None = None, text_config: str = "english", pool_size: int = 5,
             max_overflow: int = 10, max_query_terms: int = DEFAULT_MAX_QUERY_TERMS,
-            statement_timeout: float | None = None, read_urls: Sequence[str | URL] = (),
+            statement_timeout: float | None = None, read_urls: Sequence[str] = (),
             replicas_optional: bool = False, max_replica_lag: float | None = DEFAULT_MAX_LAG,
             replica_wait_timeout: float = DEFAULT_WAIT_TIMEOUT, consistency: str = "eventual",
             analyze_after_rows: int = DEFAULT_ANALYZE_AFTER_ROWS, hooks: Sequence[ConnectionHooks] = (),
             ping_after_idle: float = DEFAULT_PING_AFTER_IDLE,
-            merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES) -> Store:
+            merge_after_entries: int = DEFAULT_MERGE_AFTER_ENTRIES, _one_connection: bool = False,
+            _vector_types: bool = True) -> Store:
     """Open a :class:`Store` on ``url`` (libpq or SQLAlchemy form) or, with none, the embedded server.
 
     The embedded server is migrated to head automatically (and the upgrade finished: see
@@ -648,51 +656,50 @@ def connect(url: str | URL | None = None, *, corpus: str = "default", schema: st
     ``read_urls``: hot standbys for retrieval reads (writes, locks, migrations: ``url``),
     each checked to be one of the primary, with ``replicas_optional``, ``max_replica_lag``,
     ``replica_wait_timeout`` and ``consistency`` as in :mod:`tnsrag_db._db.replicas`.
-    ``analyze_after_rows`` and ``merge_after_entries`` as in :class:`Store`. ``hooks`` (:class:`~tnsrag_db._db.engine.ConnectionHooks`)
-    run on every connection of the store's engines, sync, async and replicas alike, after
+    ``analyze_after_rows`` and ``merge_after_entries`` as in :class:`Store`. ``pool_size +
+    max_overflow`` is the most connections the store opens at once (see
+    :class:`~tnsrag_db._db.pool.Pool`). ``hooks`` (:class:`~tnsrag_db._db.hooks.ConnectionHooks`)
+    run on every connection of the store's pools, sync, async and replicas alike, after
     the library's own; ``ping_after_idle`` is how many seconds a pooled connection may sit
-    idle before its next use pings it (default 1.0; see :func:`~tnsrag_db._db.engine.create_engine`).
+    idle before its next use pings it (default 1.0).
     """
     embedded = url is None
     target = embedded_url() if embedded else url
     assert target is not None
-    engine = create_engine(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow,
-                           hooks=hooks, ping_after_idle=ping_after_idle)
+    # One connection without pool threads for a process that makes one call at a time (the CLI).
+    pool = (OneConnection(target, schema=schema, hooks=hooks, vector_types=_vector_types) if _one_connection else
+            Pool(target, schema=schema, pool_size=pool_size, max_overflow=max_overflow, hooks=hooks,
+                 ping_after_idle=ping_after_idle))
     replicas: ReadReplicas | None = None
     try:
         if read_urls or isinstance(read_urls, str):
-            replicas = open_replicas(engine, read_urls, schema=schema, pool_size=pool_size, max_overflow=max_overflow,
+            replicas = open_replicas(pool, read_urls, schema=schema, pool_size=pool_size, max_overflow=max_overflow,
                                      optional=replicas_optional, max_lag=max_replica_lag,
                                      wait_timeout=replica_wait_timeout, hooks=hooks, ping_after_idle=ping_after_idle)
-        store = Store(engine, corpus=corpus, schema=schema, text_config=text_config, owns_engine=True,
+        store = Store(pool, corpus=corpus, schema=schema, text_config=text_config, owns_pool=True,
                       max_query_terms=max_query_terms, statement_timeout=statement_timeout,
                       read_replicas=replicas, consistency=consistency, analyze_after_rows=analyze_after_rows,
                       merge_after_entries=merge_after_entries)
         if auto_migrate or (auto_migrate is None and embedded):
-            if not migrate.is_at_head(engine, schema=schema):  # one SELECT when nothing to do
-                migrate.upgrade(engine, schema=schema)
+            if not is_at_head(pool, schema=schema):  # one SELECT when nothing to do
+                from tnsrag_db._db import migrate  # alembic, only when there is something to migrate
+
+                migrate.upgrade(pool, schema=schema)
                 if embedded:
                     # The user's own server, upgraded by the release every process of theirs
                     # imports: no older one to wait for (a shared server waits for the
                     # operator's `tnsrag db upgrade --finish`).
-                    migrate.finish(engine, schema=schema)
-                engine.dispose()  # connections opened before the extension existed lack the vector type
+                    migrate.finish(pool, schema=schema)
         else:
-            migrate.ensure_at_head(engine, schema=schema)
-    except TnsragError:
-        engine.dispose()
+            ensure_at_head(pool, schema=schema)
+    except BaseException as exc:
+        pool.close()
         if replicas is not None:
-            replicas.dispose()
-        raise
-    except sa.exc.SQLAlchemyError as exc:
-        engine.dispose()
-        if replicas is not None:
-            replicas.dispose()
-        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-            # A connection that was established broke under the schema's checks (the
-            # server restarted, the backend was terminated): lost, not "could not connect".
+            replicas.close()
+        if isinstance(exc, psycopg.Error):
+            # The pool raised "could not connect" itself for a connection it could not open
+            # (a refused login included): this one was established, and broke under the
+            # schema's checks (the server restarted, the backend was terminated).
             raise db_error(exc, f"opening corpus {corpus!r}") from exc
-        # Not map_db_errors otherwise: any other failure here, a refused login included,
-        # means "could not connect" (the mapping would call a refused login a lost connection).
-        raise DatabaseError(f"could not connect: {driver_message(exc)}") from exc
+        raise
     return store

@@ -25,10 +25,8 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any, Protocol
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import DatabaseError, InvalidEntryError
 from tnsrag_db._store import history, sql
 from tnsrag_db._store.analysis import STAGED_TERMS_SQL, analyze
@@ -167,7 +165,7 @@ def stage(conn: Connection, batch: Sequence[MemoryEntry], *,
     ``expiry`` is the corpus's default (see :func:`default_ttl`) for entries without one."""
     reset_entry_stage(conn)
     expiring = bounded = False
-    raw = conn.connection.driver_connection
+    raw = conn.driver
     assert raw is not None
     with raw.cursor() as cur:
         with cur.copy("COPY tnsrag_stage_entries (ord, id, content, tier, source, parent_id, ts, metadata, "
@@ -223,8 +221,8 @@ def stage_terms(conn: Connection, staged: StagedBatch, text_config: str) -> None
     # picks nested loops that are quadratic in the batch size.
     if staged.large:
         for table in ENTRY_STAGE_TABLES[:3]:
-            conn.execute(sa.text(f"ANALYZE {table}"))
-    conn.execute(sa.text(STAGED_TERMS_SQL), {"cfg": text_config})
+            conn.execute(f"ANALYZE {table}")
+    conn.execute(STAGED_TERMS_SQL, {"cfg": text_config})
 
 
 # -- step 4: classify -----------------------------------------------------------------
@@ -237,11 +235,11 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
     arrays: ``= ANY(array)`` over a large array is quadratic.
     """
     c = {"c": corpus}
-    inserted = list(conn.execute(sa.text(sql.insert_or_lock_sql(staged.expiring, staged.bounded)), c).scalars())
+    inserted = list(conn.execute((sql.insert_or_lock_sql(staged.expiring, staged.bounded)), c).scalars())
     report = WriteReport()
     old_len = 0
     if len(inserted) < staged.size:
-        rows = conn.execute(sa.text(sql.COMPARE_SQL), c).all()
+        rows = conn.execute(sql.COMPARE_SQL, c).all()
         if len(rows) + len(inserted) != staged.size:  # cannot happen: every entry was inserted or locked
             raise DatabaseError(f"write to corpus {corpus!r} lost track of {staged.size - len(inserted) - len(rows)} "
                                 "entries; the transaction was rolled back")
@@ -264,11 +262,11 @@ def classify(conn: Connection, corpus: str, staged: StagedBatch) -> tuple[WriteR
             states.append(state)
             tids.append(row.tid)
         if ords:
-            conn.execute(sa.text(sql.SET_STATES_SQL), {"ords": ords, "states": states, "tids": tids})
+            conn.execute(sql.SET_STATES_SQL, {"ords": ords, "states": states, "tids": tids})
     if staged.large:  # the states are set now, and the steps below filter on them
-        conn.execute(sa.text("ANALYZE tnsrag_stage_entries (ord, id, state)"))
-        conn.execute(sa.text("ANALYZE tnsrag_stage_terms"))
-        conn.execute(sa.text("ANALYZE tnsrag_stage_lens"))
+        conn.execute("ANALYZE tnsrag_stage_entries (ord, id, state)")
+        conn.execute("ANALYZE tnsrag_stage_terms")
+        conn.execute("ANALYZE tnsrag_stage_lens")
     report.inserted = inserted  # in batch order
     return report, old_len
 
@@ -285,9 +283,9 @@ def rewrite_changed(conn: Connection, corpus: str, report: WriteReport) -> None:
     if report.content_changed:
         _delete_staged(conn, sql.STAGE_OLD_POSTINGS_SQL, sql.OLD_POSTINGS_GONE_SQL, c)
     if report.updated:
-        ids = list(conn.execute(sa.text(sql.CHANGED_IDS_SQL)).scalars())
+        ids = list(conn.execute(sql.CHANGED_IDS_SQL).scalars())
         with _hash_joins_only(conn):
-            conn.execute(sa.text(sql.UPDATE_CHANGED_SQL), {**c, "ids": ids})
+            conn.execute(sql.UPDATE_CHANGED_SQL, {**c, "ids": ids})
     if report.content_changed:
         _delete_staged(conn, sql.STAGE_STALE_VECTORS_SQL, sql.OLD_VECTORS_GONE_SQL, c)
 
@@ -296,18 +294,18 @@ def _delete_staged(conn: Connection, stage_sql: str, gone_sql: str, params: dict
     """Stage rows by ctid into ``tnsrag_stage_old`` with ``stage_sql`` (planned as usual),
     then delete them with ``gone_sql`` under TID scans only (no trigger on the tables
     deleted from, whose queries would be planned so too)."""
-    conn.execute(sa.text("DELETE FROM tnsrag_stage_old"))
-    conn.execute(sa.text(stage_sql), params)
+    conn.execute("DELETE FROM tnsrag_stage_old")
+    conn.execute(stage_sql, params)
     _delete_old(conn, gone_sql, params)
 
 
 def _delete_old(conn: Connection, gone_sql: str, params: dict[str, Any]) -> None:
     """Delete the rows staged in ``tnsrag_stage_old`` with ``gone_sql``, their ctids bound
     as one constant array, under TID scans only."""
-    tids = conn.execute(sa.text(sql.STAGED_OLD_SQL)).scalar_one()
+    tids = conn.execute(sql.STAGED_OLD_SQL).scalar_one()
     if tids is not None:
         with tid_scans_only(conn):
-            conn.execute(sa.text(gone_sql), {**params, "tids": tids})
+            conn.execute(gone_sql, {**params, "tids": tids})
 
 
 def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
@@ -323,9 +321,9 @@ def write_postings(conn: Connection, corpus: str, report: WriteReport, old_len: 
     c = {"c": corpus}
     new_len = 0
     if report.inserted or report.content_changed:
-        conn.execute(sa.text(sql.INSERT_POSTINGS_SQL), c)
-        new_len = conn.execute(sa.text(sql.STAGE_DF_SQL)).scalar_one()
-        conn.execute(sa.text(sql.APPLY_DF_SQL.format(source="tnsrag_stage_df")),
+        conn.execute(sql.INSERT_POSTINGS_SQL, c)
+        new_len = conn.execute(sql.STAGE_DF_SQL).scalar_one()
+        conn.execute((sql.APPLY_DF_SQL.format(source="tnsrag_stage_df")),
                      {**c, "shard": sql.stat_shard()})
     sql.bump_stats(conn, corpus, len(report.inserted), int(new_len) - old_len)
 
@@ -371,15 +369,15 @@ def delete_matching(conn: Connection, corpus: WriteTarget, predicate: str, param
     if not outright and getattr(corpus, "keeps_history", False):
         return history.close_matching(conn, corpus.name, predicate, params)
     ensure_stage_tables(conn)
-    conn.execute(sa.text("DELETE FROM tnsrag_stage_ids"))
-    conn.execute(sa.text(sql.lock_matching_sql(predicate)), {"c": corpus.name, **params})
+    conn.execute("DELETE FROM tnsrag_stage_ids")
+    conn.execute((sql.lock_matching_sql(predicate)), {"c": corpus.name, **params})
     c = {"c": corpus.name}
-    conn.execute(sa.text("DELETE FROM tnsrag_stage_old"))
-    tids = list(conn.execute(sa.text(sql.STAGE_LOCKED_SQL), c).scalars())
+    conn.execute("DELETE FROM tnsrag_stage_old")
+    tids = list(conn.execute(sql.STAGE_LOCKED_SQL, c).scalars())
     if not tids:
         return 0
     _delete_old(conn, sql.OLD_POSTINGS_GONE_SQL, c)
-    count, length = conn.execute(sa.text(sql.DELETE_LOCKED_SQL), {**c, "tids": tids, "shard": sql.stat_shard()}).one()
+    count, length = conn.execute(sql.DELETE_LOCKED_SQL, {**c, "tids": tids, "shard": sql.stat_shard()}).one()
     if count:
         sql.bump_stats(conn, corpus.name, -int(count), -int(length))
     return int(count)

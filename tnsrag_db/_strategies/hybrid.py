@@ -31,7 +31,6 @@ import numpy as np
 import numpy.typing as npt
 
 from tnsrag_db._db.as_of import honours_as_of
-from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.hybrid import index as fused_index
@@ -68,6 +67,7 @@ from tnsrag_db.explain import (
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index
     from tnsrag_db._indexes.vector import QueryBasis, VectorMemoryStore
+    from tnsrag_db._store.store import Store
 
 __all__ = ["HybridMemoryRetriever", "HybridRAGStrategy"]
 
@@ -81,12 +81,12 @@ DEFAULT_CANDIDATE_FACTOR = 4
 MAX_CANDIDATE_FACTOR = MAX_CANDIDATES // MAX_RESULTS
 
 
-def _place(store: ReadStore) -> tuple[str, str, str]:
+def _place(store: Store) -> tuple[str, str, str]:
     """Where a store's rows live: database URL (without password), schema, corpus."""
     return store.location, store.schema, store.corpus
 
 
-def _describe(store: ReadStore) -> str:
+def _describe(store: Store) -> str:
     return f"{store.corpus!r} (schema {store.schema!r} on {store.location})"
 
 
@@ -349,15 +349,17 @@ class HybridRAGStrategy:
                 fusion=DEFAULT_FUSION if fusion is None else fusion)
         if graph is not None and not callable(getattr(graph, "retrieve", None)):
             raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
+        from tnsrag_db._store.store import Store
+
         graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
-        if isinstance(graph_store, ReadStore) and _place(graph_store) != _place(self._retriever.keywords.store):
+        if isinstance(graph_store, Store) and _place(graph_store) != _place(self._retriever.keywords.store):
             raise ConfigurationError(f"graph corpus {_describe(graph_store)} differs from the hybrid's corpus "
                                      f"{_describe(self._retriever.keywords.store)}")
         self._graph = graph
         # A graph stream over this very corpus runs as a plan on the hybrid's connection.
         graph_plan = getattr(graph, "plan", None)
         self._graph_plan: Callable[[str, RAGContext], Plan[list[RetrievedDocument]]] | None = (
-            graph_plan if isinstance(graph_store, ReadStore) and callable(graph_plan) else None)
+            graph_plan if isinstance(graph_store, Store) and callable(graph_plan) else None)
         streams = "keyword, vector, graph" if graph is not None else "keyword, vector"
         count = 3 if graph is not None else 2
         fusion_rule = self._retriever.fusion

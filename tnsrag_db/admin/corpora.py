@@ -1,9 +1,8 @@
 """Listing and describing corpora: which exist, what each holds, their embedding spaces and sizes.
 
 Whether a corpus exists and which do are also plans (:func:`require_corpus_plan`,
-:func:`corpus_names_plan`, :func:`corpus_exists_plan`), so any read runner answers them:
-the command line's keyword query runs them without SQLAlchemy, which this module imports
-only when a function of the full store needs it.
+:func:`corpus_names_plan`, :func:`corpus_exists_plan`), so a command's other reads (a
+query's, say) answer them on the same connection.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Why a metadata filter matched nothing: the values its key does take, or the keys that exist.
 
 The reads are a plan (:func:`empty_filter_notes_plan`), so any read runner answers them
-(the command line's keyword query runs it without SQLAlchemy)."""
+(the command line's query, on its one connection)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import ProviderConfigurationError
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
@@ -149,7 +148,7 @@ def restore_corpus(store: Store, path: str | os.PathLike[str], *, embedding: Any
     graph = GraphStore(store)
     edge_counts: list[Any] = []
 
-    def write_edges(conn: sa.Connection) -> None:
+    def write_edges(conn: Connection) -> None:
         edge_counts[:] = [graph.write_edges(conn, edges)]
 
     first, *others = providers

@@ -187,7 +187,7 @@ def ingest_entries(once: Once, role: object, store: Store, modes: frozenset[Retr
     if not sources:
         return IngestCounts()
     checks = _Checks(store, modes)
-    key = ("entries", id(store.engine), store.schema, store.corpus, tuple(id(s) for s in sources), checks.key)
+    key = ("entries", id(store.pool), store.schema, store.corpus, tuple(id(s) for s in sources), checks.key)
     # With a hierarchy mode the write goes through HierarchyIndex.add_all, which checks the
     # batch inside its transaction (nothing is written when the check fails).
     write: Callable[[list[MemoryEntry]], IngestCounts] = (
@@ -205,7 +205,7 @@ def ingest_vectors(once: Once, role: object, store: Store, embedding: ProcessEmb
     if not sources:
         return IngestCounts()
     checks = _Checks(store, role_modes(cls) if modes is None else modes)
-    key = ("vectors", id(store.engine), store.schema, store.corpus, tuple(id(s) for s in sources),
+    key = ("vectors", id(store.pool), store.schema, store.corpus, tuple(id(s) for s in sources),
            id(embedding), checks.key)
 
     def work() -> IngestCounts:
@@ -229,7 +229,7 @@ def ingest_vectors(once: Once, role: object, store: Store, embedding: ProcessEmb
 def validate_hierarchy(once: Once, role: object, store: Store) -> None:
     """Check the corpus's stored hierarchy once per process (a HIERARCHICAL or REASONING retrieval)."""
     sources, _ = collect_sources(role_class(role))
-    key = ("hierarchy", id(store.engine), store.schema, store.corpus, tuple(id(s) for s in sources))
+    key = ("hierarchy", id(store.pool), store.schema, store.corpus, tuple(id(s) for s in sources))
 
     def work() -> IngestCounts:
         try:

@@ -5,7 +5,7 @@ dispatch time (by :mod:`tnsrag_db._strategies.compose`, the rule the registry us
 Store resolution for a role (first that applies): :func:`bind_store` on the instance,
 :func:`bind_store` on its class (or a base class), the process default set with
 :func:`configure`, else ``tnsrag_db.connect()`` (the embedded database), opened once.
-When the role's knowledge sources name a ``corpus``, the store's engine is used on that
+When the role's knowledge sources name a ``corpus``, the store's connections are used on that
 corpus.
 
 The state (default store, corpus views, ingestion and vector-store caches) lives in one

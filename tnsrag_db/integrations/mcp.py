@@ -62,8 +62,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations, jsonrpc_message_adapter
 from pydantic import BaseModel, Field
-from sqlalchemy.engine import Connection
 
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import TnsragError
 from tnsrag_db._indexes.graph import DEFAULT_RELATION, Edge, GraphStore
 from tnsrag_db._indexes.hierarchy import HierarchyIndex

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._db.as_of import with_instant
-from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.bm25 import scoring, sql
@@ -41,7 +40,7 @@ from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 
-if TYPE_CHECKING:  # SQLAlchemy loads in ~0.4 s and the explanations in ~0.05 s: a keyword query needs neither
+if TYPE_CHECKING:  # the explanations load in ~0.05 s: a keyword query does not need them
 
     from tnsrag_db._counts import IngestCounts
     from tnsrag_db._store.store import Store
@@ -93,10 +92,6 @@ class BM25Index:
     pseudo-relevance feedback. Raises :class:`ConfigurationError` when ``store`` is
     not a Store, ``k1`` is negative or not finite, or ``b`` is outside [0, 1].
 
-    ``store`` may also be any :class:`~tnsrag_db._db.read_store.ReadStore` (the CLI's
-    :class:`~tnsrag_db._db.driver.DriverStore`): the searches, plans and term statistics
-    need nothing more; writes and :meth:`explain_scores` need a :class:`Store`.
-
     Keyword-only tuning options of the pruned scoring (:mod:`tnsrag_db._indexes.bm25.sql`);
     they choose how a ranking is computed, never which rows or scores it returns:
 
@@ -112,13 +107,14 @@ class BM25Index:
     A bad option raises :class:`ConfigurationError` naming it.
     """
 
-    def __init__(self, store: Store | ReadStore, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B,
+    def __init__(self, store: Store, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B,
                  prune_min_df: int = DEFAULT_PRUNE_MIN_DF, prune_ratio: float = DEFAULT_PRUNE_RATIO,
                  probe_cost: float = DEFAULT_PROBE_COST, filter_probe_max: float = DEFAULT_FILTER_PROBE_MAX) -> None:
-        if not isinstance(store, ReadStore):
+        from tnsrag_db._store.store import Store
+
+        if not isinstance(store, Store):
             raise ConfigurationError(f"BM25Index needs a Store, got {type(store).__name__}")
-        # Typed as the Store callers (hybrid, explain) use; a ReadStore serves the reads.
-        self._store = cast("Store", store)
+        self._store = store
         self._k1, self._b = check_bm25_parameters(k1, b)
         self._prune_min_df = check_int(prune_min_df, "prune_min_df", minimum=1, error=ConfigurationError)
         self._prune_ratio = check_number(prune_ratio, "prune_ratio", minimum=0.0, error=ConfigurationError)

@@ -4,8 +4,7 @@
 out); :class:`Edge`, its rules and the one edge write are :mod:`tnsrag_db._store.edges`'s
 (a consolidation's links go through it too); :mod:`.walk` builds the statements of a bounded
 walk and of the edges a path took (how one statement carries a whole level is described
-there); :mod:`.sql` is the statements' text. The names below load on first use, so the
-statement text (:mod:`.sql`) is importable without the write side's SQLAlchemy.
+there); :mod:`.sql` is the statements' text. The names below load on first use.
 """
 
 from __future__ import annotations

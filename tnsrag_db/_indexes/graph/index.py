@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._indexes.graph import sql
@@ -29,7 +27,7 @@ __all__ = ["DEFAULT_RELATION", "Edge", "GraphStore"]
 
 
 class GraphStore:
-    """The edges of one corpus, over a :class:`~tnsrag_db._store.store.Store` (sharing its engine).
+    """The edges of one corpus, over a :class:`~tnsrag_db._store.store.Store` (sharing its connections).
 
     Constructing one does no I/O. Every method runs in its own transaction, except
     :meth:`write_edges`, which writes inside a caller's.
@@ -119,7 +117,7 @@ class GraphStore:
         run again when PostgreSQL aborted it to break a deadlock, and with read replicas
         it advances the read-your-writes token."""
         def delete(conn: Connection) -> int:
-            return int(conn.execute(sa.text(sql.DELETE_EDGE_SQL),
+            return int(conn.execute(sql.DELETE_EDGE_SQL,
                                     {"c": self.corpus, "s": src, "r": relation, "d": dst}).rowcount)
 
         return bool(self._store.session.write_transaction(delete))

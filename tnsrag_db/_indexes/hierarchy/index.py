@@ -15,10 +15,8 @@ import textwrap
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from tnsrag_db._counts import IngestCounts
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ConfigurationError, HierarchyError, ValidationError
 from tnsrag_db._indexes.hierarchy import sql
@@ -38,7 +36,7 @@ class _HierarchyCheck(WriteExtension):
         self._index = index
 
     def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
-        conn.execute(sa.text(sql.LOCK_SQL), {"c": self._index.store.corpus})
+        conn.execute(sql.LOCK_SQL, {"c": self._index.store.corpus})
 
     def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
         self._index._check_written(conn, [e.id for e in batch])
@@ -102,7 +100,7 @@ class HierarchyIndex:
         ids = _id_list(entry_ids, "entry_ids")
         if not ids:
             return
-        conn.execute(sa.text(sql.LOCK_SQL), {"c": self._store.corpus})
+        conn.execute(sql.LOCK_SQL, {"c": self._store.corpus})
         self._check_written(conn, ids)
 
     @staticmethod
@@ -120,11 +118,11 @@ class HierarchyIndex:
 
     def _check_written(self, conn: Connection, ids: list[str]) -> None:
         params: dict[str, Any] = {"c": self._store.corpus, "ids": ids}
-        missing = [(r.id, r.parent_id) for r in conn.execute(sa.text(sql.MISSING_IN_BATCH_SQL), params)]
+        missing = [(r.id, r.parent_id) for r in conn.execute(sql.MISSING_IN_BATCH_SQL, params)]
         successor: dict[str, str] = {}
         segment: dict[str, list[str]] = {}
         loops: list[list[str]] = []
-        for row in conn.execute(sa.text(sql.CYCLE_WALK_SQL), params):
+        for row in conn.execute(sql.CYCLE_WALK_SQL, params):
             path: list[str] = list(row.path)
             if row.stop == "touched":
                 successor[row.start_id] = path[-1]
@@ -143,8 +141,8 @@ class HierarchyIndex:
         """
         with self._store.session.transaction() as conn:
             params = {"c": self._store.corpus}
-            missing = [(r.id, r.parent_id) for r in conn.execute(sa.text(sql.MISSING_ALL_SQL), params)]
-            left = {r.id: r.parent_id for r in conn.execute(sa.text(sql.UNREACHABLE_SQL), params)}
+            missing = [(r.id, r.parent_id) for r in conn.execute(sql.MISSING_ALL_SQL, params)]
+            left = {r.id: r.parent_id for r in conn.execute(sql.UNREACHABLE_SQL, params)}
         raise_problems(missing, cycles_of(left), "in the corpus")
 
     # -- reads ------------------------------------------------------------------------

@@ -15,9 +15,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._store.staging import VECTOR_STAGE_DDL
 
 __all__ = ["COPY_SQL", "ROW_SECURITY_ACTIVE", "copy_vectors", "encode_rows", "encode_vector"]
@@ -74,19 +73,19 @@ def copy_vectors(conn: Connection, corpus: str, space_id: int, ids: Sequence[str
     in this transaction (None: asked here, one round trip)."""
     if not ids:
         return
-    raw = conn.connection.driver_connection
+    raw = conn.driver
     assert raw is not None
     # PostgreSQL refuses COPY FROM into a table whose row-level security applies to the
     # session (a tenant role, see tnsrag_db.tenancy): stage the rows, then one INSERT,
     # which the policy checks. Asked in every write's own transaction (never cached), so
     # tenancy switched on under a running process is seen by its next write.
     staged = row_security if row_security is not None else bool(
-        conn.execute(sa.text(f"SELECT {ROW_SECURITY_ACTIVE}")).scalar_one())
+        conn.execute(f"SELECT {ROW_SECURITY_ACTIVE}").scalar_one())
     if staged:
-        conn.execute(sa.text(VECTOR_STAGE_DDL))
+        conn.execute(VECTOR_STAGE_DDL)
     with raw.cursor() as cur, cur.copy(_STAGED_COPY_SQL if staged else COPY_SQL) as copy:
         for chunk in encode_rows(corpus, space_id, ids, matrix):
             copy.write(chunk)
     if staged:
-        conn.execute(sa.text("INSERT INTO embeddings (corpus, space_id, entry_id, embedding) "
+        conn.execute(("INSERT INTO embeddings (corpus, space_id, entry_id, embedding) "
                              "SELECT :c, space_id, entry_id, embedding FROM tnsrag_stage_vectors"), {"c": corpus})

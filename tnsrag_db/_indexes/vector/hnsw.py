@@ -24,9 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.schema import hnsw_index_name
 from tnsrag_db._errors import ConfigurationError, PermissionDeniedError, TnsragError
 from tnsrag_db._indexes.vector.spaces import Space
@@ -65,10 +63,10 @@ def may_build_indexes(conn: Connection) -> bool:
     """True when the session's role may create indexes on ``embeddings`` (it owns the table,
     directly or through a role it belongs to; superusers always may) and the session can
     write (not read-only, not a hot standby)."""
-    row = conn.execute(sa.text(
+    row = conn.execute(
         "SELECT pg_has_role(current_user, c.relowner, 'USAGE') AND NOT pg_is_in_recovery() "
         "AND current_setting('transaction_read_only') = 'off' AS ok "
-        "FROM pg_class c WHERE c.oid = CAST('embeddings' AS regclass)")).one()
+        "FROM pg_class c WHERE c.oid = CAST('embeddings' AS regclass)").one()
     return bool(row.ok)
 
 
@@ -84,7 +82,7 @@ def due_indexes(store: Store, threshold: int) -> list[DueIndex]:
     """Every space of ``store``'s schema (all corpora) without a valid HNSW index and with at
     least ``threshold`` vectors, by corpus and space id."""
     with store.session.transaction() as conn:
-        rows = conn.execute(sa.text(
+        rows = conn.execute((
             # Every corpus on purpose: the owner's sweep (Citus runs it as a multi-shard query).
             "/* tnsrag:all-corpora */ "
             "SELECT s.corpus, s.provider, s.dimension, s.space_id, n.vectors FROM embedding_spaces s "
@@ -135,7 +133,7 @@ def _check_space_of_corpus(conn: Connection, store: Store, space_id: int) -> boo
     :class:`ConfigurationError` when another corpus holds a space of the same id (its
     index, named by the id alone, would hold both corpora's vectors). Since revision 0010
     ids come from the identity only; this guards against ids set by hand."""
-    corpora = list(conn.execute(sa.text(
+    corpora = list(conn.execute((
         # Every corpus on purpose: the one check that no other corpus shares the id.
         "/* tnsrag:all-corpora */ SELECT corpus FROM embedding_spaces WHERE space_id = :s ORDER BY corpus"),
         {"s": space_id}).scalars())
@@ -151,7 +149,7 @@ def _check_space_of_corpus(conn: Connection, store: Store, space_id: int) -> boo
 
 def index_state(conn: Connection, store: Store, name: str) -> bool | None:
     """None when index ``name`` does not exist in the store's schema, else whether it is valid."""
-    valid: bool | None = conn.execute(sa.text(
+    valid: bool | None = conn.execute((
         "SELECT i.indisvalid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "JOIN pg_index i ON i.indexrelid = c.oid WHERE n.nspname = :schema AND c.relname = :name"),
         {"schema": store.schema, "name": name}).scalar_one_or_none()
@@ -191,33 +189,33 @@ def build_space_index(store: Store, space: Space, on_pid: Callable[[int], None] 
         if not _check_space_of_corpus(conn, store, space.space_id):
             return None  # the corpus was dropped meanwhile
         if not index_state(conn, store, name):
-            n = conn.execute(sa.text("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s"),
+            n = conn.execute("SELECT count(*) FROM embeddings WHERE corpus = :c AND space_id = :s",
                              {"c": corpus, "s": space.space_id}).scalar_one()
             need_mb = graph_memory_mb(n, space.dimension, int(m))
-            settings = {str(r.name): int(r.mb) for r in conn.execute(sa.text(
+            settings = {str(r.name): int(r.mb) for r in conn.execute(
                 "SELECT name, setting::bigint * (CASE unit WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192 ELSE 1 END) "
-                "/ 1048576 AS mb FROM pg_settings WHERE name IN ('maintenance_work_mem', 'shared_buffers')"))}
+                "/ 1048576 AS mb FROM pg_settings WHERE name IN ('maintenance_work_mem', 'shared_buffers')")}
             mem = build_memory_mb(need_mb, settings["maintenance_work_mem"], settings["shared_buffers"])
             # Session settings on an autocommit connection: reset below, and on an error
             # the connection is closed rather than pooled (Store.autocommit).
-            conn.execute(sa.text(f"SET maintenance_work_mem = '{int(mem)}MB'"))
-            conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))  # an invalid leftover
+            conn.execute(f"SET maintenance_work_mem = '{int(mem)}MB'")
+            conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")  # an invalid leftover
             if on_pid is not None:
-                on_pid(int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()))
+                on_pid(int(conn.execute("SELECT pg_backend_pid()").scalar_one()))
             # Index name, dimension and space id are integers from the database, m and ef_construction
             # checked integers: safe to format in.
-            conn.execute(sa.text(
+            conn.execute(
                 f"CREATE INDEX CONCURRENTLY {name} ON embeddings USING hnsw "
                 f"((embedding::vector({space.dimension})) vector_cosine_ops) "
-                f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) WHERE space_id = {space.space_id}"))
-            conn.execute(sa.text("RESET maintenance_work_mem"))
+                f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) WHERE space_id = {space.space_id}")
+            conn.execute("RESET maintenance_work_mem")
             # Fresh statistics, so the planner sizes this space right (a bulk load leaves
             # the shared table's statistics describing other corpora). Still under the
             # build lock, and never waiting for a table lock: an ANALYZE queued behind
             # the next build could deadlock with it (SKIP_LOCKED leaves the table to
             # whoever holds it).
-            conn.execute(sa.text("ANALYZE (SKIP_LOCKED) embeddings"))
-        conn.execute(sa.text(
+            conn.execute("ANALYZE (SKIP_LOCKED) embeddings")
+        conn.execute((
             "UPDATE embedding_spaces SET index_name = :name WHERE corpus = :c AND space_id = :s "
             "AND index_name IS DISTINCT FROM :name"),
             {"name": name, "c": corpus, "s": space.space_id})
@@ -281,9 +279,9 @@ def drop_space_index(store: Store, space: Space) -> bool:
         if not _check_space_of_corpus(conn, store, space.space_id):
             return False
         existed = index_state(conn, store, name) is not None
-        conn.execute(sa.text("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s"),
+        conn.execute("UPDATE embedding_spaces SET index_name = NULL WHERE corpus = :c AND space_id = :s",
                      {"c": store.corpus, "s": space.space_id})
-        conn.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+        conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
     return existed
 
 
@@ -291,8 +289,8 @@ def space_size_reaches(store: Store, space: Space, threshold: int) -> tuple[int,
     """The space's vector count (counted up to ``threshold`` only) and whether this session
     may build its index (:func:`may_build_indexes`; only asked when the count reaches it)."""
     with store.session.transaction() as conn:
-        n = int(conn.execute(sa.text(
-            "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s"),
+        n = int(conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE corpus = :c AND space_id = :s LIMIT :t) s",
             {"c": store.corpus, "s": space.space_id, "t": threshold}).scalar_one())
         allowed = n >= threshold and may_build_indexes(conn)
     return n, allowed

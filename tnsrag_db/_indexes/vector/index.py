@@ -6,9 +6,8 @@ a cache and the plans that read them), the ranking SQL (:mod:`.sql`), the write
 extension that joins an entry write (:class:`~tnsrag_db._indexes.vector.write.VectorWrite`),
 the HNSW builds (:mod:`.hnsw`) and the streaming ingest loop (:mod:`.ingest`). The write
 side and the builds are imported by the methods that write or build, so a process that
-only queries (``tnsrag query``) never loads SQLAlchemy: every read of this class is a
-:data:`~tnsrag_db._db.statement.Plan` run on the store's read runner, and a
-:class:`~tnsrag_db._db.read_store.ReadStore` that only reads serves its searches.
+only queries (``tnsrag query``) loads neither; every read of this class is a
+:data:`~tnsrag_db._db.statement.Plan` run on the store's read runner.
 
 Storage. Vectors live in the narrow ``embeddings`` table (kept apart from the wide entry
 rows so a 384-d vector stays inline instead of being TOASTed), keyed by corpus, embedding
@@ -61,7 +60,6 @@ import numpy.typing as npt
 
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.as_of import with_instant
-from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
 from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
@@ -85,8 +83,7 @@ from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
 from tnsrag_db.explain import CosineExplanation, SearchPlan
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
+    from tnsrag_db._db.pool import Connection
     from tnsrag_db._store.store import Store
     from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
 
@@ -177,20 +174,20 @@ class VectorMemoryStore:
     - ``hnsw_m`` (default 16, 2 to 100) and ``hnsw_ef_construction`` (default 128, 4 to
       1000, at least ``2 * hnsw_m``): the graph of the HNSW index this view builds.
 
-    ``store`` is a :class:`~tnsrag_db._store.store.Store`; a read-only
-    :class:`~tnsrag_db._db.read_store.ReadStore` (the command line's lean store) serves
-    the searches, and its writes raise :class:`ConfigurationError`. No I/O happens here.
+    ``store`` is a :class:`~tnsrag_db._store.store.Store`. No I/O happens here.
     Raises :class:`ConfigurationError` for a bad option or store.
     """
 
-    def __init__(self, store: Store | ReadStore, embedding: EmbeddingFunction | Callable[[str], object], *,
+    def __init__(self, store: Store, embedding: EmbeddingFunction | Callable[[str], object], *,
                  name: str | None = None, ef_search: int = DEFAULT_EF_SEARCH,
                  filtered_ef_search: int = DEFAULT_FILTERED_EF_SEARCH,
                  exact_threshold: int = DEFAULT_EXACT_THRESHOLD, max_scan_tuples: int = MAX_SCAN_TUPLES,
                  space_recheck_seconds: float = SPACE_RECHECK_SECONDS,
                  index_threshold: int | None = DEFAULT_INDEX_THRESHOLD,
                  hnsw_m: int = HNSW_M, hnsw_ef_construction: int = HNSW_EF_CONSTRUCTION) -> None:
-        if not isinstance(store, ReadStore):
+        from tnsrag_db._store.store import Store
+
+        if not isinstance(store, Store):
             raise ConfigurationError(f"store must be a Store, got {type(store).__name__}")
         check_int(ef_search, "ef_search", minimum=1, maximum=MAX_EF, error=ConfigurationError)
         check_int(filtered_ef_search, "filtered_ef_search", minimum=1, maximum=MAX_EF, error=ConfigurationError)
@@ -206,9 +203,7 @@ class VectorMemoryStore:
             self._embedding = embedding
         else:
             self._embedding = ValidatingEmbedding(embedding, name=name)
-        # Typed as the Store callers (hybrid, explain, the integrations) use; a ReadStore
-        # serves the reads, and the writes check for a Store (_writable).
-        self._store = cast("Store", store)
+        self._store = store
         self._ef_search = ef_search
         self._filtered_ef_search = filtered_ef_search
         self._exact_threshold = exact_threshold
@@ -348,15 +343,6 @@ class VectorMemoryStore:
         outside any plan: at most two round trips of its own)."""
         return basis if basis is not None else self._store.run(self.basis_plan(dimension, filters))
 
-    def _writable(self, what: str) -> Store:
-        """The store, when it can write (a full :class:`Store`); else :class:`ConfigurationError`."""
-        from tnsrag_db._store.store import Store  # the write path: SQLAlchemy only for writers
-
-        if not isinstance(self._store, Store):
-            raise ConfigurationError(f"{what} needs a Store (tnsrag_db.connect); {type(self._store).__name__} "
-                                     "only reads")
-        return self._store
-
     def _current_space(self, store: Store) -> Space | None:
         """This view's space, read on the primary (None before the first write)."""
         from tnsrag_db._indexes.vector.write import run_on_primary
@@ -412,7 +398,7 @@ class VectorMemoryStore:
         from tnsrag_db._store.write import ValidatedBatch
 
         check_int(batch_size, "batch_size", minimum=1)
-        store = self._writable("add_all")
+        store = self._store
         batch = ValidatedBatch(entries)
         if not batch:
             if embeddings is not None and len(embeddings) != 0:
@@ -488,7 +474,7 @@ class VectorMemoryStore:
         from tnsrag_db._indexes.vector.ingest import run_ingest
 
         check_int(batch_size, "batch_size", minimum=1)
-        store = self._writable("ingest")
+        store = self._store
         embed_lock = threading.Lock()
 
         def prepare(batch: ValidatedBatch, embedded: Callable[[int], None]) -> Vectors:
@@ -533,7 +519,7 @@ class VectorMemoryStore:
         from tnsrag_db._store.write import WriteReport
 
         check_int(batch_size, "batch_size", minimum=1)
-        store = self._writable("fill_vectors")
+        store = self._store
 
         def prepare(batch: ValidatedBatch, embedded: Callable[[int], None]) -> Vectors:
             return self._prepare(batch, batch_size, embedded)
@@ -585,7 +571,7 @@ class VectorMemoryStore:
         :func:`~tnsrag_db._indexes.vector.write.needing_vectors`)."""
         from tnsrag_db._indexes.vector.write import needing_vectors
 
-        store = self._writable("a write")
+        store = self._store
         if self._dimension is None:
             # The space is keyed by the dimension the provider produces: learn it first.
             self.embed_query(batch[0].content)
@@ -661,7 +647,7 @@ class VectorMemoryStore:
         """
         from tnsrag_db._indexes.vector.hnsw import build_with_progress
 
-        store = self._writable("build_index")
+        store = self._store
         if progress is None:
             return self._build_index(None)
         return build_with_progress(store, self._build_index, progress, poll_seconds)
@@ -669,7 +655,7 @@ class VectorMemoryStore:
     def _build_index(self, on_pid: Callable[[int], None] | None) -> str | None:
         from tnsrag_db._indexes.vector.hnsw import build_space_index
 
-        store = self._writable("build_index")
+        store = self._store
         space = self._current_space(store)
         if space is None:
             return None
@@ -689,7 +675,7 @@ class VectorMemoryStore:
         """
         from tnsrag_db._indexes.vector.hnsw import drop_space_index
 
-        store = self._writable("drop_index")
+        store = self._store
         space = self._current_space(store)
         if space is None:
             return False

@@ -18,8 +18,7 @@ provider whose dimension differs from that of the corpus's space of the same nam
 :class:`ProviderSpaces` is what a :class:`~tnsrag_db._indexes.vector.VectorMemoryStore`
 knows of its provider's spaces (a cache, and the plans that read or create them). Every
 read here is a :data:`~tnsrag_db._db.statement.Plan` (or a function running one on the
-store's read runner), so a query can list and choose spaces on any read store, the
-command line's SQLAlchemy-free one included.
+store's read runner), so a query lists and chooses spaces in its own plan.
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tnsrag_db._db.read_store import ReadStore
 from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError, ProviderConfigurationError
@@ -44,6 +42,9 @@ from tnsrag_db.embeddings import (
     resolve_embedding,
     shipped_model_available,
 )
+
+if TYPE_CHECKING:
+    from tnsrag_db._store.store import Store
 
 __all__ = ["CONTEXT_REVISION", "SPACE_RECHECK_SECONDS", "default_embedding_name", "EmbeddingSpace", "ProviderSpaces", "Space", "bind_embedding",
            "count_with_vectors", "ensure_space_plan", "list_spaces", "list_spaces_plan", "query_embedding",
@@ -89,7 +90,7 @@ class Space:
     index_name: str | None
 
 
-def space_statement(store: ReadStore, provider: str, dimension: int) -> Statement:
+def space_statement(store: Store, provider: str, dimension: int) -> Statement:
     """The statement that reads the space of ``provider`` at ``dimension`` (no row: none yet)."""
     return Statement(_SELECT_SPACE, _space_params(store, provider, dimension), ("space_id", "index_name"))
 
@@ -99,7 +100,7 @@ def space_from_rows(rows: Sequence[Any], dimension: int) -> Space | None:
     return Space(int(rows[0].space_id), dimension, rows[0].index_name) if rows else None
 
 
-def ensure_space_plan(store: ReadStore, provider: str, dimension: int) -> Plan[Space]:
+def ensure_space_plan(store: Store, provider: str, dimension: int) -> Plan[Space]:
     """The space row for ``dimension``, created if missing (race-safe), as a plan to run on a
     write transaction's connection (it may INSERT; the corpus row must exist)."""
     statement = space_statement(store, provider, dimension)
@@ -113,13 +114,13 @@ def ensure_space_plan(store: ReadStore, provider: str, dimension: int) -> Plan[S
     return space
 
 
-def provider_dimensions_plan(store: ReadStore, provider: str) -> Plan[list[int]]:
+def provider_dimensions_plan(store: Store, provider: str) -> Plan[list[int]]:
     """The dimensions of ``provider``'s spaces in ``store``'s corpus."""
     rows: Rows = yield Statement(_PROVIDER_DIMENSIONS, {"c": store.corpus, "p": provider}, ("dimension",))
     return [int(r.dimension) for r in rows]
 
 
-def _space_params(store: ReadStore, provider: str, dimension: int) -> dict[str, Any]:
+def _space_params(store: Store, provider: str, dimension: int) -> dict[str, Any]:
     return {"c": store.corpus, "p": provider, "d": dimension, "schema": store.schema}
 
 
@@ -136,7 +137,7 @@ class ProviderSpaces:
     ``recheck_seconds``. Thread-safe as far as its cache goes (entries are replaced whole).
     """
 
-    def __init__(self, store: ReadStore, provider: str, *,
+    def __init__(self, store: Store, provider: str, *,
                  recheck_seconds: float = SPACE_RECHECK_SECONDS) -> None:
         self._store = store
         self._provider = provider
@@ -230,7 +231,7 @@ JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id
 WHERE x.corpus = :c AND s.provider = :p AND x.entry_id = ANY(:ids)"""
 
 
-def count_with_vectors(store: ReadStore, provider: str, entry_ids: Sequence[str]) -> int:
+def count_with_vectors(store: Store, provider: str, entry_ids: Sequence[str]) -> int:
     """How many of ``entry_ids`` have a vector of ``provider`` (in any of its spaces) in ``store``'s corpus."""
     rows = store.read(_WITH_VECTORS_SQL, {"c": store.corpus, "p": provider, "ids": list(entry_ids)})
     return int(rows[0].n)
@@ -253,12 +254,12 @@ def list_spaces_plan(corpus: str) -> Plan[list[EmbeddingSpace]]:
                            r.index_name) for r in rows]
 
 
-def list_spaces(store: ReadStore) -> list[EmbeddingSpace]:
+def list_spaces(store: Store) -> list[EmbeddingSpace]:
     """The embedding spaces of ``store``'s corpus, oldest first, with their vector counts."""
     return store.run(list_spaces_plan(store.corpus))
 
 
-def query_space(store: ReadStore, provider: str | None = None, *,
+def query_space(store: Store, provider: str | None = None, *,
                 spaces: Sequence[EmbeddingSpace] | None = None) -> EmbeddingSpace | None:
     """The space a query of ``store``'s corpus uses (see the module doc); None when it has none.
 
@@ -279,7 +280,7 @@ def query_space(store: ReadStore, provider: str | None = None, *,
     return max(reversed(spaces), key=lambda s: s.vectors)
 
 
-def space_fill_note(store: ReadStore, name: str | None = None, *,
+def space_fill_note(store: Store, name: str | None = None, *,
                     spaces: Sequence[EmbeddingSpace] | None = None) -> str | None:
     """A note for a vector query of ``store``'s corpus whose space lacks vectors for some
     entries (an ingest still embedding, or one interrupted), saying how many it holds and
@@ -292,7 +293,7 @@ def space_fill_note(store: ReadStore, name: str | None = None, *,
     return store.run(space_fill_note_plan(store, name, spaces=spaces))
 
 
-def space_fill_note_plan(store: ReadStore, name: str | None = None, *,
+def space_fill_note_plan(store: Store, name: str | None = None, *,
                          spaces: Sequence[EmbeddingSpace] | None = None) -> Plan[str | None]:
     """:func:`space_fill_note` as a plan (the spaces listed first unless given, the corpus's
     entries counted when it has no space of the provider)."""
@@ -322,7 +323,7 @@ def _declared_dimension(fn: object) -> int | None:
     return value if is_int(value) and value >= 1 else None
 
 
-def bind_embedding(store: ReadStore, embedding: EmbeddingFunction | Callable[[str], object], *,
+def bind_embedding(store: Store, embedding: EmbeddingFunction | Callable[[str], object], *,
                    spaces: Sequence[EmbeddingSpace] | None = None) -> ValidatingEmbedding:
     """``embedding`` wrapped with its dimension fixed, checked against ``store``'s spaces.
 
@@ -352,7 +353,7 @@ def bind_embedding(store: ReadStore, embedding: EmbeddingFunction | Callable[[st
 CONTEXT_REVISION = "0011"
 
 
-def default_embedding_name(store: ReadStore) -> str | None:
+def default_embedding_name(store: Store) -> str | None:
     """The provider name a corpus of ``store``'s schema without an embedding space is
     embedded with, for :func:`~tnsrag_db.embeddings.resolve_embedding`: None (its default,
     the shipped model with each entry's context), or the plain shipped model while the
@@ -365,7 +366,7 @@ def default_embedding_name(store: ReadStore) -> str | None:
     return SHIPPED_MODEL_NAME if serves_releases_before(str(floor), CONTEXT_REVISION) else None
 
 
-def query_embedding(store: ReadStore, name: str | None = None, *,
+def query_embedding(store: Store, name: str | None = None, *,
                     spaces: Sequence[EmbeddingSpace] | None = None) -> ValidatingEmbedding:
     """The provider that embeds queries of ``store``'s corpus, bound to the space it searches.
 

@@ -29,9 +29,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
+from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._indexes.vector.copy import ROW_SECURITY_ACTIVE, copy_vectors
 from tnsrag_db._indexes.vector.ingest import Stopped
@@ -85,7 +84,7 @@ Vectors = dict[str, npt.NDArray[np.float32]]
 def on_connection(conn: Connection) -> Callable[[Statement], Rows]:
     """A statement executor on ``conn`` (a write transaction's connection), for plans that
     must see that transaction."""
-    return lambda statement: conn.execute(sa.text(statement.sql), dict(statement.params)).all()
+    return lambda statement: conn.execute(statement.sql, dict(statement.params)).all()
 
 
 def run_on_primary(store: Store, plan: Plan[Space | None]) -> Space | None:
@@ -146,13 +145,13 @@ class VectorWrite(WriteExtension):
         self._with_vectors = with_vectors
         self.space: Space | None = None
 
-    def _stop_check(self, *_: object) -> None:
+    def _stop_check(self) -> None:
         if self._stop is not None and self._stop.is_set():
             raise Stopped
 
     def before(self, conn: Connection, batch: Sequence[MemoryEntry]) -> None:
         if self._stop is not None:
-            sa.event.listen(conn, "after_cursor_execute", self._stop_check)
+            conn.add_after_statement(self._stop_check)
 
     def after(self, conn: Connection, batch: Sequence[MemoryEntry], report: WriteReport) -> None:
         if self._check is not None:
@@ -165,7 +164,7 @@ class VectorWrite(WriteExtension):
 
     def finish(self, conn: Connection) -> None:
         if self._stop is not None:
-            sa.event.remove(conn, "after_cursor_execute", self._stop_check)
+            conn.remove_after_statement(self._stop_check)
 
     def _vectors_after(self, conn: Connection, batch: Sequence[MemoryEntry]) -> Space | None:
         """Inside the write, after its entries: COPY the vectors the batch lacks in the space
@@ -176,7 +175,7 @@ class VectorWrite(WriteExtension):
         corpus = self._spaces.corpus
         space = run_plan(self._spaces.ensure_plan(self._dimension), on_connection(conn))
         by_id = {e.id: e for e in batch}
-        rows = conn.execute(sa.text(_LACKING), {"c": corpus, "s": space.space_id, "ids": list(by_id)}).all()
+        rows = conn.execute(_LACKING, {"c": corpus, "s": space.space_id, "ids": list(by_id)}).all()
         lacking = [r.id for r in rows]
         missing = [i for i in lacking if i not in self._vectors]
         if missing:
@@ -204,23 +203,23 @@ def write_stored_vectors(store: Store, spaces: ProviderSpaces, dimension: int, b
     if not by_id:
         return 0, None
 
-    def check_stop(*_: object) -> None:
+    def check_stop() -> None:
         if stop is not None and stop.is_set():
             raise Stopped
 
     def work(conn: Connection) -> tuple[int, Space | None]:
-        sa.event.listen(conn, "after_cursor_execute", check_stop)
+        conn.add_after_statement(check_stop)
         try:
             if not store.writer.corpus.lock(conn, shared=True):
                 return 0, None  # the corpus was dropped: its entries went with it
             ids = sorted(by_id)
-            locked = conn.execute(sa.text(_LOCK_STORED), {"c": corpus, "ids": ids,
+            locked = conn.execute(_LOCK_STORED, {"c": corpus, "ids": ids,
                                                           "hashes": [content_hash(by_id[i]) for i in ids]}).all()
             same = [r.id for r in locked if r.same or r.content == by_id[r.id].content]
             if not same:
                 return 0, None
             space = run_plan(spaces.ensure_plan(dimension), on_connection(conn))
-            rows = conn.execute(sa.text(_LACKING), {"c": corpus, "s": space.space_id, "ids": same}).all()
+            rows = conn.execute(_LACKING, {"c": corpus, "s": space.space_id, "ids": same}).all()
             lacking = [r.id for r in rows]
             if lacking:
                 copy_vectors(conn, corpus, space.space_id, lacking, np.vstack([vectors[i] for i in lacking]),
@@ -228,6 +227,6 @@ def write_stored_vectors(store: Store, spaces: ProviderSpaces, dimension: int, b
                 check_stop()
             return len(lacking), space
         finally:
-            sa.event.remove(conn, "after_cursor_execute", check_stop)
+            conn.remove_after_statement(check_stop)
 
     return store.writer.transaction(work, analyze=VectorWrite.analyze)

@@ -6,13 +6,9 @@ process through the wheel (stopped at its exit unless another process holds it) 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tnsrag_db._store.embedded.keeper import DEFAULT_IDLE_TIMEOUT, ensure_running
 from tnsrag_db._store.embedded.server import default_data_dir, start_with_wheel
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import URL
 
 __all__ = ["embedded_url", "keep_running", "kept_running_timeout"]
 
@@ -35,15 +31,13 @@ def kept_running_timeout() -> float | None:
     return _keep_running_timeout
 
 
-def embedded_url(data_dir: Path | None = None) -> URL:
+def embedded_url(data_dir: Path | None = None) -> str:
     """Start (or reuse) the embedded server in ``data_dir`` (default: the user data
-    directory's ``tnsrag_db/pg18``) and return a URL of its ``tnsrag`` database: the wheel's
+    directory's ``tnsrag_db/pg18``) and return a libpq URL of its ``tnsrag`` database: the wheel's
     server, held by this process, or after :func:`keep_running` the kept-running one.
     Raises :class:`~tnsrag_db._errors.DatabaseError` when it cannot start."""
-    from tnsrag_db._db.engine import normalize_url
-
     if _keep_running_timeout is not None:
-        return normalize_url(ensure_running(data_dir, idle_timeout=_keep_running_timeout))
+        return ensure_running(data_dir, idle_timeout=_keep_running_timeout)
     target = (data_dir or default_data_dir()).expanduser().resolve()
     _handle, url = start_with_wheel(target)
-    return normalize_url(url)
+    return url

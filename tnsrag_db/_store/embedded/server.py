@@ -21,13 +21,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import psycopg
 
 from tnsrag_db._errors import DatabaseError
 from tnsrag_db._store.embedded.installation import installation_binaries
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import URL
 
 __all__ = ["EMBEDDED_DATABASE", "Postmaster", "default_data_dir", "ensure_database", "foreign_binaries",
            "pid_alive", "postmaster", "running_binaries", "server_url", "shut_down", "start_with_wheel"]
@@ -204,20 +203,19 @@ def start_with_wheel(data_dir: Path, memory: str | None = None) -> tuple[Any, st
                                 "may help)") from exc
     base = str(handle.get_uri())
     ensure_database(base, EMBEDDED_DATABASE)
-    from tnsrag_db._db.engine import normalize_url
+    from tnsrag_db._db.pool import url_of
 
-    return handle, normalize_url(base).set(database=EMBEDDED_DATABASE).render_as_string(hide_password=False)
+    return handle, url_of(base, dbname=EMBEDDED_DATABASE)
 
 
-def ensure_database(server: URL | str, name: str) -> None:
+def ensure_database(server: str, name: str) -> None:
     """Create database ``name`` on ``server`` (a URL of any of its databases) if it does not
     exist (safe when racing). Raises :class:`DatabaseError` when it cannot."""
-    import psycopg
     from psycopg import sql
 
-    from tnsrag_db._db.engine import normalize_url
+    from tnsrag_db._db.pool import conninfo_of
 
-    conninfo = normalize_url(server).set(drivername="postgresql").render_as_string(hide_password=False)
+    conninfo = conninfo_of(server)
     try:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:

@@ -1,20 +1,11 @@
-"""What the read side of the indexes needs of a store (:class:`ReadStore`), and how a store
-learns whether metadata filters go through the filter pairs (:data:`FILTER_PAIRS_SQL`).
-
-A :class:`~tnsrag_db._store.store.Store` is a read store, and so is the CLI's
-:class:`~tnsrag_db._db.driver.DriverStore` on one psycopg connection.
-"""
+"""How a store learns whether metadata filters go through the filter pairs
+(:data:`FILTER_PAIRS_SQL`): :class:`FilterPairs`, kept by a store and its views."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
-
 from tnsrag_db._db.statement import Plan, Statement
 
-__all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "FilterPairs", "ReadStore"]
-
-_T = TypeVar("_T")
+__all__ = ["FILTER_PAIRS_SQL", "FILTER_PAIRS_TRIGGERS", "FilterPairs"]
 
 #: The triggers on ``entries`` that keep the metadata filter pairs (revision 0007) while
 #: tenancy is on (attached by :func:`tnsrag_db.tenancy.enable`).
@@ -22,7 +13,7 @@ FILTER_PAIRS_TRIGGERS = ("tnsrag_filter_pairs_insert", "tnsrag_filter_pairs_upda
 #: Whether schema ``:s`` matches metadata filters through the filter pairs: tenancy is on
 #: (row-level security on ``entries``) and every pair trigger is attached and enabled. One
 #: catalog query, sent once per store by its first filtered retrieval, as that plan's first
-#: statement (:meth:`ReadStore.filter_pairs_plan`).
+#: statement (:meth:`~tnsrag_db._store.store.Store.filter_pairs_plan`).
 FILTER_PAIRS_SQL = (
     "SELECT coalesce((SELECT c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = :s AND c.relname = 'entries'), false) "
@@ -51,43 +42,3 @@ class FilterPairs:
             rows = yield Statement(FILTER_PAIRS_SQL, {"s": self._schema}, ("pairs",))
             self.known = bool(rows[0][0])
         return self.known
-
-
-@runtime_checkable
-class ReadStore(Protocol):
-    """The read side of a store, as an index's read methods use it: one corpus of one schema."""
-
-    @property
-    def corpus(self) -> str:
-        """The corpus every statement is confined to."""
-        ...
-
-    @property
-    def schema(self) -> str:
-        """The PostgreSQL schema holding the library's tables."""
-        ...
-
-    @property
-    def location(self) -> str:
-        """The database the store reads, without the password (two stores of one corpus
-        read the same rows when their locations and schemas are equal)."""
-        ...
-
-    @property
-    def max_query_terms(self) -> int:
-        """How many words of a query are analysed."""
-        ...
-
-    def filter_pairs_plan(self) -> Plan[bool]:
-        """Whether metadata filters go through the filter pairs (tenancy on for the schema:
-        :data:`FILTER_PAIRS_SQL`), as a plan a retrieval's plan runs first: one catalog
-        statement the first time, none once known; False: ``metadata @>``."""
-        ...
-
-    def read(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
-        """Run one read-only statement (``:name`` parameters) and return its rows."""
-        ...
-
-    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
-        """Drive a read plan on one connection and return its result."""
-        ...
