@@ -404,8 +404,9 @@ def url_of(conninfo: str, **changes: str | None) -> str:
 def location_of(url: object) -> str:
     """``url`` as the text a store's ``location`` shows: a ``postgresql://`` URL with its
     password hidden (``***``)."""
-    params = psycopg.conninfo.conninfo_to_dict(conninfo_of(url))
-    return url_of(conninfo_of(url), password="***" if params.get("password") is not None else None)
+    conninfo = conninfo_of(url)
+    hidden = "***" if psycopg.conninfo.conninfo_to_dict(conninfo).get("password") is not None else None
+    return url_of(conninfo, password=hidden)
 
 
 # -- the pool ------------------------------------------------------------------------
@@ -446,13 +447,15 @@ class Pool:
     (read replicas). ``hooks`` (:class:`~tnsrag_db._db.hooks.ConnectionHooks`) run on every
     connection after the library's own (pgvector's types; a connection idle for more than
     ``ping_after_idle`` seconds is pinged when handed out and replaced if its server went
-    away). Thread-safe. Raises :class:`ConfigurationError` for a bad URL, schema or option.
+    away). ``vector_types=False`` leaves pgvector's types out (it imports numpy): for a
+    process that sends no vector. Thread-safe. Raises :class:`ConfigurationError` for a bad
+    URL, schema or option.
     """
 
     def __init__(self, url: object, *, schema: str, pool_size: int = 5, max_overflow: int = 10,
                  read_only: bool = False, hooks: Sequence[ConnectionHooks] = (),
                  ping_after_idle: float = DEFAULT_PING_AFTER_IDLE, timeout: float = 30.0,
-                 max_idle: float = 600.0) -> None:
+                 max_idle: float = 600.0, vector_types: bool = True) -> None:
         for hook in hooks:
             if not isinstance(hook, ConnectionHooks):
                 raise ConfigurationError(f"hooks must be ConnectionHooks, got {type(hook).__name__}")
@@ -465,7 +468,7 @@ class Pool:
         self._conninfo = conninfo_of(url, schema=schema, read_only=read_only)
         self._plain = conninfo_of(url)
         self._location = location_of(url)
-        self._hooks = (*library_hooks(ping_after_idle), *hooks)
+        self._hooks = (*library_hooks(ping_after_idle, vector_types=vector_types), *hooks)
         self._max_size = pool_size + max_overflow
         self._timeout = timeout
         self._max_idle = max_idle
@@ -681,9 +684,8 @@ class OneConnection(Pool):
 
     def __init__(self, url: object, *, schema: str, hooks: Sequence[ConnectionHooks] = (),
                  read_only: bool = False, vector_types: bool = True) -> None:
-        super().__init__(url, schema=schema, pool_size=1, max_overflow=0, hooks=hooks, read_only=read_only)
-        if not vector_types:
-            self._hooks = (*library_hooks(vector_types=False), *hooks)
+        super().__init__(url, schema=schema, pool_size=1, max_overflow=0, hooks=hooks, read_only=read_only,
+                         vector_types=vector_types)
         self._driver: psycopg.Connection[Any] | None = None
         self._busy = False
 
