@@ -1,5 +1,5 @@
-"""Validity in time: what the "valid and recorded now" condition costs keyword and vector
-search, beside the expiry condition it joins.
+"""Validity in time: what leaving out the entries not live (expired, not valid or not
+recorded now) costs keyword and vector search.
 
 Usage::
 
@@ -13,42 +13,25 @@ history, 10 % of whose entries were written again with another text, so it also 
 ``n / 10`` closed versions). For each corpus, each query runs two statements, alternating
 query by query: this version's ranking (keyword: :meth:`BM25Index.ranking_statement`,
 vector: :meth:`VectorMemoryStore.candidates_sql`, top 10) and the same statement rendered
-with the expiry condition alone (the validity functions of :mod:`tnsrag_db._store.expiry`
-replaced by no-ops while rendering), both through ``Store.read``. It prints the medians
+without any exclusion (:func:`bench.bench_expiry.without_expiry`: no entry checked, keyword
+search's best rows by one ORDER BY and limit), both through ``Store.read``. It prints the medians
 and this version's over the other's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bench._common import scratch_database
-from bench.bench_expiry import K, _clear, compare, load, workload
+from bench.bench_expiry import K, compare, load, workload
 from bench.bench_vector import Lookup
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._store import expiry
 from tnsrag_db._store.store import connect
 
 PROVIDER = "bench-validity"
-
-
-@contextmanager
-def without_validity() -> Iterator[None]:
-    """The rankings rendered as before validity: the expiry condition alone."""
-    saved = (expiry.invalid_ids, expiry.valid_row)
-    expiry.invalid_ids = lambda corpus, alias="vi": "SELECT NULL::text AS id WHERE false"  # type: ignore[assignment]
-    expiry.valid_row = lambda alias: "TRUE"  # type: ignore[assignment]
-    _clear()
-    try:
-        yield
-    finally:
-        expiry.invalid_ids, expiry.valid_row = saved
-        _clear()
 
 
 def main() -> None:
@@ -72,7 +55,7 @@ def main() -> None:
                 print(f"  {store.corpus}: {len(rewritten)} entries written again, their versions kept", flush=True)
             stores[name] = (store, vectors)
         print(f"\nn={args.n}, dim={args.dim}, {args.queries} queries x {args.rounds} rounds, top {K}; "
-              "median ms: with the validity condition / with expiry's alone / ratio")
+              "median ms: with the exclusion / without / ratio")
         for name, (store, vectors) in stores.items():
             keywords = BM25Index(store)
 
@@ -80,9 +63,8 @@ def main() -> None:
                 st = keywords.ranking_statement(texts[i], K)
                 return st.sql, dict(st.params)
 
-            kw = compare(store, keyword, args.queries, args.rounds, without=without_validity)
-            vec = compare(store, lambda i, v=vectors: v.candidates_sql(queries[i], K), args.queries, args.rounds,
-                          without=without_validity)
+            kw = compare(store, keyword, args.queries, args.rounds)
+            vec = compare(store, lambda i, v=vectors: v.candidates_sql(queries[i], K), args.queries, args.rounds)
             print(f"  {name:7} keyword {kw[0]:.2f} / {kw[1]:.2f} / {kw[0] / kw[1]:.3f}   "
                   f"vector {vec[0]:.2f} / {vec[1]:.2f} / {vec[0] / vec[1]:.3f}", flush=True)
 

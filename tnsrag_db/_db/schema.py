@@ -39,6 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from tnsrag_db._db.settings import DEFAULT_SCHEMA
 
 __all__ = [
+    "BOUNDED",
     "DEFAULT_SCHEMA",
     "TIERS",
     "bm25_blocks",
@@ -62,6 +63,14 @@ __all__ = [
 
 
 TIERS = ("WORKING", "EPISODIC", "SEMANTIC", "PROCEDURAL")
+
+#: The condition that an entry row has a bound in time (an expiry, a validity or the end of
+#: its recording): the predicate of the partial index ``ix_entries_corpus_bounded`` (revision
+#: 0018), whose one empty probe tells the reads that no entry of a corpus needs a check
+#: (:func:`tnsrag_db._store.expiry.unbounded`). Column names alone, so it reads the same in
+#: the index and in a query of one ``entries`` row source; a change is a new revision.
+BOUNDED = ("expires_at IS NOT NULL OR valid_from IS NOT NULL OR valid_until IS NOT NULL "
+           "OR recorded_until IS NOT NULL")
 
 metadata = MetaData(
     naming_convention={
@@ -145,6 +154,9 @@ entries = Table(
           postgresql_where=text("valid_until IS NOT NULL")),
     Index("ix_entries_corpus_recorded_until", "corpus", "recorded_until", postgresql_include=["id"],
           postgresql_where=text("recorded_until IS NOT NULL")),
+    # Every entry with any bound, by id: its one empty probe gates every check of the above
+    # (revision 0018).
+    Index("ix_entries_corpus_bounded", "corpus", "id", postgresql_where=text(BOUNDED)),
     Index("ix_entries_corpus_version_of", "corpus", "version_of", postgresql_where=text("version_of IS NOT NULL")),
     # GIN over (corpus, metadata) with btree_gin: a metadata filter reads only its corpus's rows.
     Index("ix_entries_corpus_metadata", "corpus", "metadata", postgresql_using="gin",

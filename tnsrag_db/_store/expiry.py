@@ -3,35 +3,38 @@
 An entry whose ``expires_at`` is at or before the statement's start
 (``statement_timestamp()``, one instant for every part of one statement) is expired: no read
 returns it from that instant on, and a sweep (:meth:`tnsrag_db.Store.sweep`) deletes it with
-its postings and vectors. Two forms, for the two kinds of read:
-
-* :func:`live` tests an entry row already read (a primary-key probe, a walk step): a
-  comparison of one column.
-* :func:`expired_ids` selects the corpus's expired entries through the partial index on
-  ``(corpus, expires_at) WHERE expires_at IS NOT NULL`` (revision 0014). The rankings, which
-  score postings and vectors without reading entry rows, exclude those ids with ``NOT IN``
-  a hashed subplan (:func:`not_expired`; merged postings: their document numbers, beside
-  the tombstones): in a corpus without expired entries the index
-  probe finds nothing and PostgreSQL answers ``NOT IN`` an empty subplan without hashing
-  the left side, so an unexpiring corpus pays one empty index probe per statement.
-
-BM25 statistics (N, average length, df) count an expired entry until the sweep deletes it;
-its postings are never scored.
+its postings and vectors.
 
 Every read also answers at an instant (:mod:`tnsrag_db._store.validity`: the ``as_of``
-asked, else the statement's start), and these conditions include validity: :func:`live`,
-:func:`expired_ids` and the two exclusions leave out the entries expired, not valid or not
-recorded at that instant (the sweep alone compares with the statement's start,
-:data:`EXPIRED`).
+asked, else the statement's start), and these conditions include validity: an entry row is
+*live* when it has not expired, is valid and was recorded at that instant (the sweep alone
+compares with the statement's start, :data:`EXPIRED`). The forms, for the kinds of read:
+
+* :func:`live` tests an entry row already read (a primary-key probe, a walk step).
+* :func:`unbounded` is the gate of every check: true when no entry of the corpus has any
+  bound in time (:data:`~tnsrag_db._db.schema.BOUNDED`) and no ``as_of`` is asked, read
+  once per statement as one probe of the partial index over the bounded entries
+  (revision 0018). A corpus without expiry, validity or history pays that probe alone.
+* :func:`unexpired_row` checks one entry id behind the gate (one primary-key probe of the
+  entry when the gate is shut): for the rankings, which check only the candidates they
+  are about to return (an HNSW scan's rows, keyword search's best candidates), so a check
+  costs per candidate, not per excluded entry of the corpus.
+* :func:`expired_ids` selects the corpus's entries that are not live, through the partial
+  indexes of each bound, and :func:`not_expired` excludes them behind the gate with ``NOT
+  IN`` a hashed subplan: for the scans that read every row anyway (exact vector scans).
+
+BM25 statistics (N, average length, df) count an entry that is not live (expired and not
+swept yet, a kept version, one outside its validity); its postings are never returned.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tnsrag_db._store.validity import INSTANT, invalid_ids, valid_row
+from tnsrag_db._db.schema import BOUNDED
+from tnsrag_db._store.validity import ASKED, INSTANT, invalid_ids, valid_row
 
-__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "live", "not_expired", "unexpired_row"]
+__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "live", "not_expired", "unbounded", "unexpired_row"]
 
 #: The instant a statement compares expiries with.
 NOW = "statement_timestamp()"
@@ -67,21 +70,32 @@ def expired_ids(corpus: str, *, alias: str = "xp") -> str:
             f"AND {alias}.expires_at <= {INSTANT} UNION ALL {invalid_ids(corpus, alias=alias + 'v')}")
 
 
+def unbounded(corpus: str) -> str:
+    """The condition that no entry of ``corpus`` (an SQL expression: a bound parameter such as
+    ``:c``) needs a check: none has a bound in time and no ``as_of`` is asked (then rows
+    recorded after it must be left out). A scalar subquery, so PostgreSQL evaluates it once
+    per statement (an InitPlan): one probe of an empty range of the partial index over the
+    bounded entries in a corpus without any."""
+    return (f"(SELECT {ASKED} IS NULL AND NOT EXISTS (SELECT 1 FROM entries xg "
+            f"WHERE xg.corpus = {corpus} AND ({BOUNDED})))")
+
+
 def unexpired_row(column: str, corpus: str) -> str:
-    """The condition that the entry id ``column`` (of ``corpus``) is not an expired entry's,
-    nor one not valid or not recorded at the instant, checked row by row: nothing more than one empty index probe per statement in a corpus
-    without expired entries, else one primary-key probe of the entry per row checked. For
-    scans that stop after a few rows (an HNSW scan's top k), where :func:`not_expired` would
-    read every expired id of the corpus first."""
+    """The condition that the entry id ``column`` (of ``corpus``) is live, checked row by row
+    behind the gate (:func:`unbounded`): nothing more than the gate's probe per statement in
+    a corpus without bounds, else one primary-key probe of the entry per row checked (an id
+    without an entry row passes). For rows that are few: an HNSW scan's top k, the best
+    candidates of a keyword ranking."""
     # A scalar subquery, not NOT EXISTS: PostgreSQL may run a correlated EXISTS as a hashed
     # subplan over every row it could match (here the whole corpus: the condition has no
-    # index of its own), where a probe per scanned row is what an HNSW scan wants.
-    return (f"((SELECT NOT EXISTS ({expired_ids(corpus, alias='xa')})) OR (SELECT {live('xr')} FROM entries xr "
+    # index of its own), where a probe per checked row is what is wanted.
+    return (f"({unbounded(corpus)} OR (SELECT {live('xr')} FROM entries xr "
             f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
 
 
 def not_expired(column: str, corpus: str) -> str:
-    """The condition that the entry id ``column`` (of ``corpus``, an SQL expression) is not
-    an expired entry's: ``NOT IN`` :func:`expired_ids`, an uncorrelated subquery that
-    PostgreSQL runs once per statement into a hash table."""
-    return f"{column} NOT IN ({expired_ids(corpus)})"
+    """The condition that the entry id ``column`` (of ``corpus``, an SQL expression) is live:
+    behind the gate (:func:`unbounded`), ``NOT IN`` :func:`expired_ids`, an uncorrelated
+    subquery that PostgreSQL runs once per statement into a hash table, and only when the
+    gate is shut. For scans that read every row anyway."""
+    return f"({unbounded(corpus)} OR {column} NOT IN ({expired_ids(corpus)}))"

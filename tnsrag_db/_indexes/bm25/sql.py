@@ -40,7 +40,7 @@ import re
 from textwrap import dedent
 
 from tnsrag_db._db.statement import hidden
-from tnsrag_db._store.expiry import expired_ids, not_expired
+from tnsrag_db._store.expiry import unexpired_row
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 
 __all__ = [
@@ -180,14 +180,16 @@ class _Layout:
                 f"CROSS JOIN LATERAL unnest({p}_bk.docnos, {p}_bk.tfs, {p}_bk.dls) AS p(docno, tf, doc_len)")
 
     def live(self, p: str) -> str:
-        """The condition every scanned posting meets (in blocks: not a tombstoned or expired number)."""
+        """The condition every scanned posting meets (in blocks: not a tombstoned number)."""
         return "TRUE" if self.suffix == "r" else f"p.docno NOT IN (SELECT ts.docno FROM {p}_ts ts)"
 
-    def unexpired(self, p: str, a: str) -> str:
-        """The condition that the entry of the summed row ``a`` has not expired (rows: checked
-        per entry after the sum; a condition with a subquery stays there, so the scan of the
-        postings keeps its plan. Blocks: :meth:`live` checked it per posting)."""
-        return not_expired(f"{a}.entry_id", f":{p}_c") if self.suffix == "r" else "TRUE"
+    def checked(self, p: str, a: str) -> str:
+        """The condition that the entry of the ranked row ``a`` is live (expired, not valid or
+        not recorded at the instant: left out), one row at a time behind the corpus's gate
+        (:func:`~tnsrag_db._store.expiry.unexpired_row`); in blocks, the entry of its number."""
+        entry = f"{a}.entry_id" if self.suffix == "r" else (
+            f"(SELECT {p}_kx.entry_id FROM bm25_docs {p}_kx WHERE {p}_kx.corpus = :{p}_c AND {p}_kx.docno = {a}.docno)")
+        return unexpired_row(entry, f":{p}_c")
 
     def entry(self, p: str) -> str:
         """The entry id of posting ``p``, for a filter's per-posting check."""
@@ -210,6 +212,10 @@ class _Layout:
                 f"CROSS JOIN LATERAL (SELECT bk.tfs[i] AS tf, bk.dls[i] AS doc_len "
                 f"FROM array_position(bk.docnos, {a}.docno) AS i WHERE i IS NOT NULL) p WHERE t.ne), 0.0::float8)")
 
+    def order(self, order: str, alias: str) -> str:
+        """The ORDER BY of :meth:`top` without its limit, the rows' entry ids on ``alias``."""
+        return f"ORDER BY {order} DESC, {alias}.entry_id" if self.suffix == "r" else f"ORDER BY {order} DESC"
+
     def top(self, order: str, lim: str) -> str:
         """The ORDER BY and limit of a layout's best rows by ``order`` (a score): ties by entry
         id in rows; blocks keep every row tied with the last (numbers do not order like ids:
@@ -222,6 +228,53 @@ class _Layout:
 _ROWS = _Layout("r", "entry_id")
 _BLOCKS = _Layout("b", "docno")
 _LAYOUTS = (_ROWS, _BLOCKS)
+
+
+#: A layout's best rows are checked among its ``WIDEN * k + WIDEN_SLACK`` best candidates
+#: by score (the limit ``k``): enough, unless many of the best entries are not live, for the
+#: first ``k`` live ones to be among them (else the ranking widens to every row).
+WIDEN, WIDEN_SLACK = 2, 20
+
+
+def _best_live(p: str, layout: _Layout, name: str, source: str, score: str, lim: str) -> str:
+    """CTEs ending in ``name``: the ``lim`` best rows (``key``, ``score``) of ``source`` (a
+    FROM item with those columns, evaluated twice at most) by ``score``, as :meth:`_Layout.top`
+    orders them, of live entries only.
+
+    The check (:meth:`_Layout.checked`) reads only candidates: ``{name}c``, the best rows
+    up to a wider limit before any check, whose ordered scan stops at the ``lim``-th live
+    row (PostgreSQL reads a materialized CTE in its ORDER BY's order), so a corpus with
+    excluded entries pays about one primary-key probe per returned row, not a read of every
+    excluded id. When fewer than ``lim`` candidates are live and some row was left out of
+    them, every row is ranked and checked in score order instead (the same rows an exclusion
+    before the ranking would give). Behind the corpus's gate no row is probed at all."""
+    key = layout.key
+    wide = str(WIDEN * int(lim) + WIDEN_SLACK)
+    return _render("""\
+        {name}c AS MATERIALIZED (
+          -- The candidates: the best rows before any check.
+          SELECT x.{key}, x.{score} FROM {source} x
+          {top_wide}
+        ), {name}k AS MATERIALIZED (
+          -- The best live candidates (the check runs in score order and stops at the last).
+          SELECT c.{key}, c.{score} FROM {name}c c WHERE {check_c}
+          {top_c}
+        ), {name} AS (
+          SELECT k.{key}, k.{score} FROM {name}k k
+          UNION ALL
+          -- Too few live candidates among as many as were taken: every row, checked in score
+          -- order (OFFSET 0: the check stays above the sort, so it stops at the last row kept).
+          SELECT z.{key}, z.{score} FROM (
+            SELECT y.{key}, y.{score}
+            FROM (SELECT x.{key}, x.{score} FROM {source} x {order_x} OFFSET 0) y
+            WHERE (SELECT count(*) FROM {name}k) < {lim} AND (SELECT count(*) FROM {name}c) >= {wide}
+              AND {check_y}
+            {top_y}
+          ) z
+        )""", name=name, key=key, score=score, source=source, wide=wide, order_x=layout.order("x." + score, "x"),
+                   top_wide=layout.top(f"x.{score}", wide), top_c=layout.top(f"c.{score}", lim),
+                   top_y=layout.top(f"y.{score}", lim), check_c=layout.checked(p, "c"), check_y=layout.checked(p, "y"),
+                   lim=lim)
 
 
 def _keep(p: str, layout: _Layout, scanned: str, predicate: str, probe: str = "") -> str:
@@ -248,12 +301,8 @@ def _layout_ctes(p: str, predicate: str, ids: str) -> str:
     """The CTEs both layouts' scans read: ``{p}_ts`` (the tombstoned numbers) and, with a
     filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
     ctes = (f"{p}_ts AS MATERIALIZED (\n"
-            f"  -- Numbers of merged entries deleted or rewritten since, or expired (none, from an\n"
-            f"  -- empty index range, in a corpus without expiry): their postings do not count.\n"
-            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n"
-            f"  UNION ALL\n"
-            f"  SELECT d.docno FROM ({expired_ids(f':{p}_c')}) x CROSS JOIN LATERAL (SELECT k.docno "
-            f"FROM bm25_docs k WHERE k.corpus = :{p}_c AND k.entry_id = x.id OFFSET 0) d\n)")
+            f"  -- Numbers of merged entries deleted or rewritten since: their postings do not count.\n"
+            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n)")
     if predicate != "TRUE":
         ctes += (f", {p}_fd AS MATERIALIZED (\n"
                  f"  SELECT d.docno FROM {p}_fe fe JOIN bm25_docs d ON d.corpus = :{p}_c AND d.entry_id = fe.id\n)")
@@ -289,13 +338,11 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
           FROM {scan_t}
           WHERE NOT t.ne AND {live} AND {keep_a}
           GROUP BY p.{key}
-          HAVING {unexpired}
-        ), {p}_c1{s} AS MATERIALIZED (
-          -- The k best partial scores, scored in full. Their k-th best full score th1 bounds
-          -- phase A's k-th best from below, so an entry with ps + bne < max(th1, min_score)
-          -- cannot be in the top k.
-          SELECT a.{key}, a.ps + {ne_a} AS score
-          FROM (SELECT x.{key}, x.ps FROM {p}_pa{s} x ORDER BY x.ps DESC, x.{key} LIMIT {lim}) a
+        ), {best_pa}, {p}_c1{s} AS MATERIALIZED (
+          -- The k best partial scores of live entries, scored in full. Their k-th best full
+          -- score th1 bounds phase A's k-th best from below, so an entry with
+          -- ps + bne < max(th1, min_score) cannot be in the top k.
+          SELECT a.{key}, a.ps + {ne_a} AS score FROM {p}_l1{s} a
         ), {p}_cut{s} AS MATERIALIZED (
           -- The partial score an entry needs to possibly reach the top k (minus slack).
           SELECT greatest(coalesce((SELECT c.score FROM {p}_c1{s} c ORDER BY c.score DESC LIMIT 1 OFFSET {lim} - 1),
@@ -331,13 +378,7 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
           ) u
           WHERE NOT (SELECT probe FROM {p}_probe{s})
           GROUP BY u.{key}
-        ), {p}_ra{s} AS MATERIALIZED (
-          -- Phase A's top k.
-          SELECT f.{key}, f.score
-          FROM (SELECT {key}, score FROM {p}_c1{s} UNION ALL SELECT {key}, score FROM {p}_c2{s}) f
-          WHERE f.score >= {floor}
-          {top_f}
-        ), {p}_use{s} AS MATERIALIZED (
+        ), {best_ra}, {p}_use{s} AS MATERIALIZED (
           -- Phase A's top k is the answer when some term is non-essential and no entry outside
           -- phase A can enter the top k (its score is <= bne). AND evaluates left to right:
           -- without a non-essential term none of the pruned CTEs runs.
@@ -352,7 +393,12 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
           SELECT f.{key}, f.score FROM {p}_full{s} f WHERE NOT (SELECT pruned FROM {p}_use{s})
         )""", p=p, s=s, key=key, floor=floor, tol=tol, lim=lim,
         part_t=_part(p, "t", "p"), ne_a=layout.ne_sum(p, "a"), scan_t=layout.scan(p, f"{p}_t"),
-        live=layout.live(p), unexpired=layout.unexpired(p, "p"), top_f=layout.top("f.score", lim),
+        live=layout.live(p),
+        # Phase A's best live partial scores, then its top k: the k best live of both candidate sets.
+        best_pa=_best_live(p, layout, f"{p}_l1{s}", f"{p}_pa{s}", "ps", lim),
+        best_ra=_best_live(p, layout, f"{p}_ra{s}", f"(SELECT f.{key}, f.score FROM (SELECT {key}, score FROM "
+                           f"{p}_c1{s} UNION ALL SELECT {key}, score FROM {p}_c2{s}) f WHERE f.score >= {floor})",
+                           "score", lim),
         full=_full_cte(p, layout, predicate, f"(SELECT all_df FROM {p}_b)", probe, limit),
         keep_a=_keep(p, layout, f"(SELECT ess_df FROM {p}_b)", predicate, probe))
 
@@ -400,25 +446,22 @@ def ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", p
 
 
 def _full_cte(p: str, layout: _Layout, predicate: str, all_df: str, probe: str, limit: int) -> str:
-    """The CTE ``{p}_full`` + the layout's suffix: the plain scoring of one layout
+    """The CTEs ending in ``{p}_full`` + the layout's suffix: the plain scoring of one layout
     (``all_df``: an SQL expression of the number of postings it reads, for the choice of
-    filter method)."""
-    return _render("""\
-        {p}_full{s} AS (
-          -- The plain scoring: every posting of every query term, summed per entry. Filters
-          -- restrict the postings before the aggregation (only matching entries are summed).
-          SELECT s.{key}, s.score
-          FROM (
-            SELECT p.{key}, sum({part} ORDER BY t.lexeme) AS score
-            FROM {scan}
-            WHERE {live} AND {keep}
-            GROUP BY p.{key}
-          ) s
-          WHERE s.score >= CAST(:{p}_min AS float8) AND {unexpired}
-          {top}
-        )""", p=p, s=layout.suffix, key=layout.key, part=_part(p, "t", "p"), scan=layout.scan(p, f"{p}_w"),
-                   live=layout.live(p), unexpired=layout.unexpired(p, "s"), keep=_keep(p, layout, all_df, predicate, probe),
-                   top=layout.top("s.score", _limit(limit)))
+    filter method), its best rows of live entries."""
+    # The plain scoring: every posting of every query term, summed per entry. Filters restrict
+    # the postings before the aggregation (only matching entries are summed).
+    scored = _render("""\
+        (SELECT s.{key}, s.score
+         FROM (
+           SELECT p.{key}, sum({part} ORDER BY t.lexeme) AS score
+           FROM {scan}
+           WHERE {live} AND {keep}
+           GROUP BY p.{key}
+         ) s
+         WHERE s.score >= CAST(:{p}_min AS float8))""", p=p, key=layout.key, part=_part(p, "t", "p"),
+                     scan=layout.scan(p, f"{p}_w"), live=layout.live(p), keep=_keep(p, layout, all_df, predicate, probe))
+    return _best_live(p, layout, f"{p}_full{layout.suffix}", _indent(scored, 2).strip(), "score", _limit(limit))
 
 
 def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "",
