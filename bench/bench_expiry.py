@@ -52,8 +52,10 @@ def without_expiry() -> Iterator[None]:
     best rows taken by one ORDER BY and limit (no candidates checked)."""
     saved = (bm25_sql._best_live, vector_sql.not_expired, vector_sql.live, vector_sql.unexpired_row)  # noqa: SLF001
 
-    def best(p: str, layout: Any, name: str, source: str, score: str, lim: str) -> str:
-        return f"{name} AS (SELECT x.{layout.key}, x.{score} FROM {source} x {layout.top('x.' + score, lim)})"
+    def best(p: str, layout: Any, name: str, source: str, score: str, lim: str, *, keyed: bool = False,
+             known: str = "", candidates: bool = False) -> str:
+        top = f"ORDER BY x.{score} DESC, x.{layout.key} LIMIT {lim}" if keyed else layout.top(f"x.{score}", lim)
+        return f"{name} AS (SELECT x.{layout.key}, x.{score} FROM {source} x {top})"
 
     bm25_sql._best_live = best  # noqa: SLF001 - the bench renders both versions
     vector_sql.not_expired = vector_sql.unexpired_row = lambda column, corpus: "TRUE"  # type: ignore[assignment]

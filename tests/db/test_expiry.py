@@ -114,6 +114,24 @@ def test_a_merged_expired_entry_is_not_scored(make_store: object) -> None:
     assert sorted(found) == sorted(f"d{i}" for i in range(0, 20, 2))
 
 
+@pytest.mark.parametrize("merged", [False, True])
+def test_keyword_search_finds_the_live_entries_below_many_expired_better_ones(make_store: object, merged: bool) -> None:
+    """The best 60 entries for the query expired: more than keyword search's candidates (it
+    checks its best rows first), so it ranks on past them to the live ones, plain and pruned."""
+    store = make_store(merge_after_entries=10**9)  # type: ignore[operator]
+    words = [f"w{j}" for j in range(12)]
+    store.add_all([MemoryEntry(f"x{i:02d}", f"zebra quagga quagga quagga n{i}", expires_at=PAST) for i in range(60)]
+                  + [MemoryEntry(f"l{i}", " ".join(["zebra quagga", *words[:i]])) for i in range(10)]
+                  + [MemoryEntry(f"z{i:03d}", f"zebra filler {i}") for i in range(100)])
+    if merged:
+        store.merge_postings()
+    expected = [f"l{i}" for i in range(5)]  # live, shorter first
+    for prune_min_df in (10**9, 10):  # the plain scoring, then the pruned (zebra is frequent)
+        for query in ("quagga", "zebra quagga"):
+            found = [r[0] for r in BM25Index(store, prune_min_df=prune_min_df).search(query, 5)]
+            assert found == expected, (prune_min_df, query, found)
+
+
 def _stored(store: Store, ids: list[str]) -> dict[str, int]:
     """Rows that still hold these entries: entries, postings (rows, and block numbers), vectors."""
     with store.session.transaction() as conn:

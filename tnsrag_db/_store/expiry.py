@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from tnsrag_db._db.schema import BOUNDED
 from tnsrag_db._store.validity import ASKED, INSTANT, invalid_ids, valid_row
 
-__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "live", "not_expired", "unbounded", "unexpired_row"]
+__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "gate", "live", "not_expired", "unbounded", "unexpired_row"]
 
 #: The instant a statement compares expiries with.
 NOW = "statement_timestamp()"
@@ -56,10 +56,12 @@ class SweepReport:
     vacuumed: bool = False
 
 
-def live(alias: str) -> str:
+def live(alias: str, *, instant: str = INSTANT, asked: str = ASKED) -> str:
     """The condition that the entry row ``alias`` has not expired and is valid and recorded at
-    the instant (``alias``: a code constant)."""
-    return f"({alias}.expires_at IS NULL OR {alias}.expires_at > {INSTANT}) AND {valid_row(alias)}"
+    the instant (``alias``: a code constant; ``instant`` and ``asked``: as for
+    :func:`~tnsrag_db._store.validity.valid_row`)."""
+    return (f"({alias}.expires_at IS NULL OR {alias}.expires_at > {instant}) "
+            f"AND {valid_row(alias, instant=instant, asked=asked)}")
 
 
 def expired_ids(corpus: str, *, alias: str = "xp") -> str:
@@ -80,17 +82,29 @@ def unbounded(corpus: str) -> str:
             f"WHERE xg.corpus = {corpus} AND ({BOUNDED})))")
 
 
-def unexpired_row(column: str, corpus: str) -> str:
+def gate(corpus: str) -> str:
+    """A SELECT of one row for a statement to read once (a CTE) and join where it checks
+    rows with :func:`unexpired_row`: ``open`` (:func:`unbounded`), ``t`` (the instant) and
+    ``asked`` (the ``as_of`` asked, or NULL)."""
+    return f"SELECT {unbounded(corpus)} AS open, {INSTANT} AS t, {ASKED} AS asked"
+
+
+def unexpired_row(column: str, corpus: str, *, gate: str = "") -> str:
     """The condition that the entry id ``column`` (of ``corpus``) is live, checked row by row
     behind the gate (:func:`unbounded`): nothing more than the gate's probe per statement in
     a corpus without bounds, else one primary-key probe of the entry per row checked (an id
     without an entry row passes). For rows that are few: an HNSW scan's top k, the best
-    candidates of a keyword ranking."""
+    candidates of a keyword ranking. ``gate``: the alias of a row of :func:`gate` (of
+    ``corpus``) in scope, whose values the check then reads instead of computing them
+    itself (fewer subqueries to plan)."""
     # A scalar subquery, not NOT EXISTS: PostgreSQL may run a correlated EXISTS as a hashed
     # subplan over every row it could match (here the whole corpus: the condition has no
     # index of its own), where a probe per checked row is what is wanted.
-    return (f"({unbounded(corpus)} OR (SELECT {live('xr')} FROM entries xr "
-            f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
+    if not gate:
+        return (f"({unbounded(corpus)} OR (SELECT {live('xr')} FROM entries xr "
+                f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
+    return (f"({gate}.open OR (SELECT {live('xr', instant=f'{gate}.t', asked=f'{gate}.asked')} "
+            f"FROM entries xr WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
 
 
 def not_expired(column: str, corpus: str) -> str:

@@ -50,11 +50,13 @@ ASKED = f"(SELECT CAST(:{AS_OF_PARAM} AS timestamptz))"
 INSTANT = f"coalesce({ASKED}, statement_timestamp())"
 
 
-def valid_row(alias: str) -> str:
-    """The condition that entry row ``alias`` (a code constant) is valid and recorded at the instant."""
-    a, t = alias, INSTANT
-    return (f"{_holds(a)} AND ({a}.recorded_until IS NULL OR {a}.recorded_until > {t}) "
-            f"AND ({ASKED} IS NULL OR coalesce({a}.recorded_at, {a}.created_at) <= {t})")
+def valid_row(alias: str, *, instant: str = INSTANT, asked: str = ASKED) -> str:
+    """The condition that entry row ``alias`` (a code constant) is valid and recorded at the
+    instant (``instant`` and ``asked``: :data:`INSTANT` and :data:`ASKED` as a statement
+    read them once, when it did)."""
+    a, t = alias, instant
+    return (f"{_holds(a, instant)} AND ({a}.recorded_until IS NULL OR {a}.recorded_until > {t}) "
+            f"AND ({asked} IS NULL OR coalesce({a}.recorded_at, {a}.created_at) <= {t})")
 
 
 def edge_valid(alias: str) -> str:
@@ -75,9 +77,8 @@ def edges_bounded(corpus: str, *, alias: str = "eb") -> str:
             f"AND ({a}.valid_from IS NOT NULL OR {a}.valid_until IS NOT NULL)))")
 
 
-def _holds(a: str) -> str:
-    """Row ``a``'s ``valid_from``/``valid_until`` hold the instant (inclusive, exclusive; NULL: unbounded)."""
-    t = INSTANT
+def _holds(a: str, t: str = INSTANT) -> str:
+    """Row ``a``'s ``valid_from``/``valid_until`` hold the instant ``t`` (inclusive, exclusive; NULL: unbounded)."""
     return f"({a}.valid_from IS NULL OR {a}.valid_from <= {t}) AND ({a}.valid_until IS NULL OR {a}.valid_until > {t})"
 
 

@@ -40,7 +40,7 @@ import re
 from textwrap import dedent
 
 from tnsrag_db._db.statement import hidden
-from tnsrag_db._store.expiry import unexpired_row
+from tnsrag_db._store.expiry import gate, unexpired_row
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 
 __all__ = [
@@ -183,13 +183,17 @@ class _Layout:
         """The condition every scanned posting meets (in blocks: not a tombstoned number)."""
         return "TRUE" if self.suffix == "r" else f"p.docno NOT IN (SELECT ts.docno FROM {p}_ts ts)"
 
+    def gate(self, p: str) -> str:
+        """Whether no entry of the corpus needs a check (``{p}_gate``, read once per statement)."""
+        return f"(SELECT {p}_g.open FROM {p}_gate {p}_g)"
+
     def checked(self, p: str, a: str) -> str:
         """The condition that the entry of the ranked row ``a`` is live (expired, not valid or
         not recorded at the instant: left out), one row at a time behind the corpus's gate
         (:func:`~tnsrag_db._store.expiry.unexpired_row`); in blocks, the entry of its number."""
         entry = f"{a}.entry_id" if self.suffix == "r" else (
             f"(SELECT {p}_kx.entry_id FROM bm25_docs {p}_kx WHERE {p}_kx.corpus = :{p}_c AND {p}_kx.docno = {a}.docno)")
-        return unexpired_row(entry, f":{p}_c")
+        return unexpired_row(entry, f":{p}_c", gate=f"{p}_gy")
 
     def entry(self, p: str) -> str:
         """The entry id of posting ``p``, for a filter's per-posting check."""
@@ -212,10 +216,6 @@ class _Layout:
                 f"CROSS JOIN LATERAL (SELECT bk.tfs[i] AS tf, bk.dls[i] AS doc_len "
                 f"FROM array_position(bk.docnos, {a}.docno) AS i WHERE i IS NOT NULL) p WHERE t.ne), 0.0::float8)")
 
-    def order(self, order: str, alias: str) -> str:
-        """The ORDER BY of :meth:`top` without its limit, the rows' entry ids on ``alias``."""
-        return f"ORDER BY {order} DESC, {alias}.entry_id" if self.suffix == "r" else f"ORDER BY {order} DESC"
-
     def top(self, order: str, lim: str) -> str:
         """The ORDER BY and limit of a layout's best rows by ``order`` (a score): ties by entry
         id in rows; blocks keep every row tied with the last (numbers do not order like ids:
@@ -230,51 +230,63 @@ _BLOCKS = _Layout("b", "docno")
 _LAYOUTS = (_ROWS, _BLOCKS)
 
 
-#: A layout's best rows are checked among its ``WIDEN * k + WIDEN_SLACK`` best candidates
-#: by score (the limit ``k``): enough, unless many of the best entries are not live, for the
-#: first ``k`` live ones to be among them (else the ranking widens to every row).
+#: Phase A's bound reads the best live partial scores among its ``WIDEN * k + WIDEN_SLACK``
+#: best (``k``: the limit): enough, unless many of the best entries are not live.
 WIDEN, WIDEN_SLACK = 2, 20
 
 
-def _best_live(p: str, layout: _Layout, name: str, source: str, score: str, lim: str) -> str:
-    """CTEs ending in ``name``: the ``lim`` best rows (``key``, ``score``) of ``source`` (a
-    FROM item with those columns, evaluated twice at most) by ``score``, as :meth:`_Layout.top`
-    orders them, of live entries only.
+def _best_live(p: str, layout: _Layout, name: str, source: str, score: str, lim: str, *,
+               keyed: bool = False, known: str = "", candidates: bool = False) -> str:
+    """CTEs ending in ``name``: the ``lim`` best rows (``key``, ``score``) of ``source`` (a CTE
+    or a FROM item with those columns) by ``score``, of live entries only, ordered as
+    :meth:`_Layout.top` orders them, or with ``keyed`` by score then key in both layouts
+    (``lim`` rows, no ties kept). ``known``: a boolean column of ``source``, true on rows
+    known to be live (not checked again).
 
-    The check (:meth:`_Layout.checked`) reads only candidates: ``{name}c``, the best rows
-    up to a wider limit before any check, whose ordered scan stops at the ``lim``-th live
-    row (PostgreSQL reads a materialized CTE in its ORDER BY's order), so a corpus with
-    excluded entries pays about one primary-key probe per returned row, not a read of every
-    excluded id. When fewer than ``lim`` candidates are live and some row was left out of
-    them, every row is ranked and checked in score order instead (the same rows an exclusion
-    before the ranking would give). Behind the corpus's gate no row is probed at all."""
-    key = layout.key
-    wide = str(WIDEN * int(lim) + WIDEN_SLACK)
+    The rows are checked (:meth:`_Layout.checked`) in score order, after the ranking, and
+    the check stops at the ``lim``-th live row: a corpus with entries that are not live pays
+    one primary-key probe per row it passes over (about one per returned row), not a read
+    of every excluded id of the corpus, and the rows are those an exclusion before the
+    ranking would give. Behind the corpus's open gate (no entry with a bound) no row is
+    probed and a limited ranking (rows, or ``keyed``) keeps its bounded sort; behind a shut
+    one it sorts every row, since it cannot know how many it will pass over (blocks, which
+    keep every row tied with the last, are sorted in full anyway).
+
+    With ``candidates`` (``keyed``) only the :data:`WIDEN` best rows are checked, behind a
+    shut gate too (a bounded sort, ``{name}c``, read in its order: PostgreSQL 17 and later
+    know a materialized CTE's order): ``name`` may then hold fewer than ``lim`` rows when
+    many of them are not live, which phase A's bound allows for."""
+    key, check = layout.key, layout.checked(p, "y")
+    if known:
+        check = f"(y.{known} OR {check})"
+    columns = f"x.{key}, x.{score}" + (f", x.{known}" if known else "")
+    if candidates:
+        return _render("""\
+            {name}c AS MATERIALIZED (
+              -- The candidates: the best rows before any check.
+              SELECT {columns} FROM {source} x
+              ORDER BY x.{score} DESC, x.{key} LIMIT CASE WHEN {gate} THEN {lim} ELSE {wide} END
+            ), {name} AS MATERIALIZED (
+              SELECT y.{key}, y.{score} FROM {name}c y CROSS JOIN {p}_gate {p}_gy
+              WHERE {check}
+              ORDER BY y.{score} DESC, y.{key} LIMIT {lim}
+            )""", name=name, key=key, score=score, source=source, columns=columns, gate=layout.gate(p),
+                       lim=lim, wide=str(WIDEN * int(lim) + WIDEN_SLACK), p=p, check=check)
+    if keyed or layout.suffix == "r":
+        # A limit behind an open gate, none behind a shut one (NULL).
+        order_x = f"ORDER BY x.{score} DESC, x.{key} LIMIT CASE WHEN {layout.gate(p)} THEN {lim} END"
+        top_y = f"ORDER BY y.{score} DESC, y.{key} LIMIT {lim}"
+    else:
+        order_x, top_y = f"ORDER BY x.{score} DESC OFFSET 0", layout.top(f"y.{score}", lim)
+    # The limit, or OFFSET 0, keeps the check out of the subquery: it runs above the sort, in its order.
     return _render("""\
-        {name}c AS MATERIALIZED (
-          -- The candidates: the best rows before any check.
-          SELECT x.{key}, x.{score} FROM {source} x
-          {top_wide}
-        ), {name}k AS MATERIALIZED (
-          -- The best live candidates (the check runs in score order and stops at the last).
-          SELECT c.{key}, c.{score} FROM {name}c c WHERE {check_c}
-          {top_c}
-        ), {name} AS (
-          SELECT k.{key}, k.{score} FROM {name}k k
-          UNION ALL
-          -- Too few live candidates among as many as were taken: every row, checked in score
-          -- order (OFFSET 0: the check stays above the sort, so it stops at the last row kept).
-          SELECT z.{key}, z.{score} FROM (
-            SELECT y.{key}, y.{score}
-            FROM (SELECT x.{key}, x.{score} FROM {source} x {order_x} OFFSET 0) y
-            WHERE (SELECT count(*) FROM {name}k) < {lim} AND (SELECT count(*) FROM {name}c) >= {wide}
-              AND {check_y}
-            {top_y}
-          ) z
-        )""", name=name, key=key, score=score, source=source, wide=wide, order_x=layout.order("x." + score, "x"),
-                   top_wide=layout.top(f"x.{score}", wide), top_c=layout.top(f"c.{score}", lim),
-                   top_y=layout.top(f"y.{score}", lim), check_c=layout.checked(p, "c"), check_y=layout.checked(p, "y"),
-                   lim=lim)
+        {name} AS (
+          SELECT y.{key}, y.{score}
+          FROM (SELECT {columns} FROM {source} x {order_x}) y CROSS JOIN {p}_gate {p}_gy
+          WHERE {check}
+          {top_y}
+        )""", name=name, key=key, score=score, source=source, columns=columns, p=p, check=check,
+                   order_x=order_x, top_y=top_y)
 
 
 def _keep(p: str, layout: _Layout, scanned: str, predicate: str, probe: str = "") -> str:
@@ -298,11 +310,15 @@ def _keep(p: str, layout: _Layout, scanned: str, predicate: str, probe: str = ""
 
 
 def _layout_ctes(p: str, predicate: str, ids: str) -> str:
-    """The CTEs both layouts' scans read: ``{p}_ts`` (the tombstoned numbers) and, with a
-    filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
+    """The CTEs both layouts' scans read: ``{p}_ts`` (the tombstoned numbers), ``{p}_gate``
+    (whether no entry needs a check, :func:`_best_live`) and, with a filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
     ctes = (f"{p}_ts AS MATERIALIZED (\n"
             f"  -- Numbers of merged entries deleted or rewritten since: their postings do not count.\n"
-            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n)")
+            f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n"
+            f"), {p}_gate AS MATERIALIZED (\n"
+            f"  -- Whether no entry needs a check: one probe of an empty index range in a corpus\n"
+            f"  -- without expiry, validity or history.\n"
+            f"  {gate(f':{p}_c')}\n)")
     if predicate != "TRUE":
         ctes += (f", {p}_fd AS MATERIALIZED (\n"
                  f"  SELECT d.docno FROM {p}_fe fe JOIN bm25_docs d ON d.corpus = :{p}_c AND d.entry_id = fe.id\n)")
@@ -341,7 +357,7 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
         ), {best_pa}, {p}_c1{s} AS MATERIALIZED (
           -- The k best partial scores of live entries, scored in full. Their k-th best full
           -- score th1 bounds phase A's k-th best from below, so an entry with
-          -- ps + bne < max(th1, min_score) cannot be in the top k.
+          -- ps + bne < max(th1, min_score) cannot be in the top k (fewer than k: no bound).
           SELECT a.{key}, a.ps + {ne_a} AS score FROM {p}_l1{s} a
         ), {p}_cut{s} AS MATERIALIZED (
           -- The partial score an entry needs to possibly reach the top k (minus slack).
@@ -395,10 +411,10 @@ def _pruned_ctes(p: str, layout: _Layout, predicate: str, probe: str, limit: int
         part_t=_part(p, "t", "p"), ne_a=layout.ne_sum(p, "a"), scan_t=layout.scan(p, f"{p}_t"),
         live=layout.live(p),
         # Phase A's best live partial scores, then its top k: the k best live of both candidate sets.
-        best_pa=_best_live(p, layout, f"{p}_l1{s}", f"{p}_pa{s}", "ps", lim),
-        best_ra=_best_live(p, layout, f"{p}_ra{s}", f"(SELECT f.{key}, f.score FROM (SELECT {key}, score FROM "
-                           f"{p}_c1{s} UNION ALL SELECT {key}, score FROM {p}_c2{s}) f WHERE f.score >= {floor})",
-                           "score", lim),
+        best_pa=_best_live(p, layout, f"{p}_l1{s}", f"{p}_pa{s}", "ps", lim, keyed=True, candidates=True),
+        best_ra=_best_live(p, layout, f"{p}_ra{s}", f"(SELECT f.{key}, f.score, f.known FROM (SELECT {key}, score, "
+                           f"TRUE AS known FROM {p}_c1{s} UNION ALL SELECT {key}, score, FALSE FROM {p}_c2{s}) f "
+                           f"WHERE f.score >= {floor})", "score", lim, known="known"),
         full=_full_cte(p, layout, predicate, f"(SELECT all_df FROM {p}_b)", probe, limit),
         keep_a=_keep(p, layout, f"(SELECT ess_df FROM {p}_b)", predicate, probe))
 
@@ -449,19 +465,22 @@ def _full_cte(p: str, layout: _Layout, predicate: str, all_df: str, probe: str, 
     """The CTEs ending in ``{p}_full`` + the layout's suffix: the plain scoring of one layout
     (``all_df``: an SQL expression of the number of postings it reads, for the choice of
     filter method), its best rows of live entries."""
-    # The plain scoring: every posting of every query term, summed per entry. Filters restrict
-    # the postings before the aggregation (only matching entries are summed).
-    scored = _render("""\
-        (SELECT s.{key}, s.score
-         FROM (
-           SELECT p.{key}, sum({part} ORDER BY t.lexeme) AS score
-           FROM {scan}
-           WHERE {live} AND {keep}
-           GROUP BY p.{key}
-         ) s
-         WHERE s.score >= CAST(:{p}_min AS float8))""", p=p, key=layout.key, part=_part(p, "t", "p"),
-                     scan=layout.scan(p, f"{p}_w"), live=layout.live(p), keep=_keep(p, layout, all_df, predicate, probe))
-    return _best_live(p, layout, f"{p}_full{layout.suffix}", _indent(scored, 2).strip(), "score", _limit(limit))
+    name = f"{p}_full{layout.suffix}"
+    return _render("""\
+        {name}s AS (
+          -- The plain scoring: every posting of every query term, summed per entry. Filters
+          -- restrict the postings before the aggregation (only matching entries are summed).
+          SELECT s.{key}, s.score
+          FROM (
+            SELECT p.{key}, sum({part} ORDER BY t.lexeme) AS score
+            FROM {scan}
+            WHERE {live} AND {keep}
+            GROUP BY p.{key}
+          ) s
+          WHERE s.score >= CAST(:{p}_min AS float8)
+        ), {best}""", name=name, p=p, key=layout.key, part=_part(p, "t", "p"), scan=layout.scan(p, f"{p}_w"),
+                   live=layout.live(p), keep=_keep(p, layout, all_df, predicate, probe),
+                   best=_best_live(p, layout, name, f"{name}s", "score", _limit(limit)))
 
 
 def plain_ranking_sql(p: str, predicate: str = "TRUE", *, limit: int, ids: str = "", probe: str = "",
