@@ -11,10 +11,12 @@ asked, else the statement's start), and these conditions include validity: an en
 compares with the statement's start, :data:`EXPIRED`). The forms, for the kinds of read:
 
 * :func:`live` tests an entry row already read (a primary-key probe, a walk step).
-* :func:`unbounded` is the gate of every check: true when no entry of the corpus has any
-  bound in time (:data:`~tnsrag_db._db.schema.BOUNDED`) and no ``as_of`` is asked, read
-  once per statement as one probe of the partial index over the bounded entries
-  (revision 0018). A corpus without expiry, validity or history pays that probe alone.
+* :func:`none_excluded` is the gate of every check, read once per statement: true when no
+  ``as_of`` is asked and no entry of the corpus has any bound in time
+  (:data:`~tnsrag_db._db.schema.BOUNDED`: one probe of an empty range of the partial index
+  over the bounded entries, revision 0018) or none is outside its bounds now (one empty
+  range of each bound's index). A corpus without expiry, validity or history pays the
+  first probe alone, one whose bounds exclude nothing now the others too.
 * :func:`unexpired_row` checks one entry id behind the gate (one primary-key probe of the
   entry when the gate is shut): for the rankings, which check only the candidates they
   are about to return (an HNSW scan's rows, keyword search's best candidates), so a check
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from tnsrag_db._db.schema import BOUNDED
 from tnsrag_db._store.validity import ASKED, INSTANT, invalid_ids, valid_row
 
-__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "gate", "live", "not_expired", "unbounded", "unexpired_row"]
+__all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "gate", "live", "not_expired", "none_excluded", "unexpired_row"]
 
 #: The instant a statement compares expiries with.
 NOW = "statement_timestamp()"
@@ -72,26 +74,28 @@ def expired_ids(corpus: str, *, alias: str = "xp") -> str:
             f"AND {alias}.expires_at <= {INSTANT} UNION ALL {invalid_ids(corpus, alias=alias + 'v')}")
 
 
-def unbounded(corpus: str) -> str:
+def none_excluded(corpus: str) -> str:
     """The condition that no entry of ``corpus`` (an SQL expression: a bound parameter such as
-    ``:c``) needs a check: none has a bound in time and no ``as_of`` is asked (then rows
-    recorded after it must be left out). A scalar subquery, so PostgreSQL evaluates it once
-    per statement (an InitPlan): one probe of an empty range of the partial index over the
-    bounded entries in a corpus without any."""
-    return (f"(SELECT {ASKED} IS NULL AND NOT EXISTS (SELECT 1 FROM entries xg "
-            f"WHERE xg.corpus = {corpus} AND ({BOUNDED})))")
+    ``:c``) needs a check, the gate of every check: no ``as_of`` is asked (the rows recorded
+    after it would be left out) and either no entry has a bound in time (one probe of an
+    empty range of the partial index over the bounded entries, revision 0018) or none is
+    outside its bounds now (:func:`expired_ids`: one empty range of each bound's partial
+    index, read only when some entry has a bound). A scalar subquery: PostgreSQL evaluates
+    it once per statement (an InitPlan)."""
+    return (f"(SELECT {ASKED} IS NULL AND (NOT EXISTS (SELECT 1 FROM entries xg WHERE xg.corpus = {corpus} "
+            f"AND ({BOUNDED})) OR NOT EXISTS ({expired_ids(corpus, alias='xn')})))")
 
 
 def gate(corpus: str) -> str:
     """A SELECT of one row for a statement to read once (a CTE) and join where it checks
-    rows with :func:`unexpired_row`: ``open`` (:func:`unbounded`), ``t`` (the instant) and
+    rows with :func:`unexpired_row`: ``open`` (:func:`none_excluded`), ``t`` (the instant) and
     ``asked`` (the ``as_of`` asked, or NULL)."""
-    return f"SELECT {unbounded(corpus)} AS open, {INSTANT} AS t, {ASKED} AS asked"
+    return f"SELECT {none_excluded(corpus)} AS open, {INSTANT} AS t, {ASKED} AS asked"
 
 
 def unexpired_row(column: str, corpus: str, *, gate: str = "") -> str:
     """The condition that the entry id ``column`` (of ``corpus``) is live, checked row by row
-    behind the gate (:func:`unbounded`): nothing more than the gate's probe per statement in
+    behind the gate (:func:`none_excluded`): nothing more than the gate's probe per statement in
     a corpus without bounds, else one primary-key probe of the entry per row checked (an id
     without an entry row passes). For rows that are few: an HNSW scan's top k, the best
     candidates of a keyword ranking. ``gate``: the alias of a row of :func:`gate` (of
@@ -101,7 +105,7 @@ def unexpired_row(column: str, corpus: str, *, gate: str = "") -> str:
     # subplan over every row it could match (here the whole corpus: the condition has no
     # index of its own), where a probe per checked row is what is wanted.
     if not gate:
-        return (f"({unbounded(corpus)} OR (SELECT {live('xr')} FROM entries xr "
+        return (f"({none_excluded(corpus)} OR (SELECT {live('xr')} FROM entries xr "
                 f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
     return (f"({gate}.open OR (SELECT {live('xr', instant=f'{gate}.t', asked=f'{gate}.asked')} "
             f"FROM entries xr WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
@@ -109,7 +113,7 @@ def unexpired_row(column: str, corpus: str, *, gate: str = "") -> str:
 
 def not_expired(column: str, corpus: str) -> str:
     """The condition that the entry id ``column`` (of ``corpus``, an SQL expression) is live:
-    behind the gate (:func:`unbounded`), ``NOT IN`` :func:`expired_ids`, an uncorrelated
+    behind the gate (:func:`none_excluded`), ``NOT IN`` :func:`expired_ids`, an uncorrelated
     subquery that PostgreSQL runs once per statement into a hash table, and only when the
     gate is shut. For scans that read every row anyway."""
-    return f"({unbounded(corpus)} OR {column} NOT IN ({expired_ids(corpus)}))"
+    return f"({none_excluded(corpus)} OR {column} NOT IN ({expired_ids(corpus)}))"
