@@ -11,8 +11,8 @@ expires), ``ahead`` (30 % expiring in the future, none expired: a corpus swept i
 and ``some`` (10 % expired and not swept, 20 % expiring in the future). For each corpus, each
 query runs two statements, alternating query by query: this version's ranking (keyword:
 :meth:`BM25Index.ranking_statement`, vector: :meth:`VectorMemoryStore.candidates_sql`, top
-10) and the same statement rendered without the expiry condition (the functions of
-:mod:`tnsrag_db._store.expiry` replaced by no-ops while rendering), both through
+10) and the same statement rendered without any exclusion (:func:`without_expiry`: no
+entry checked, keyword search's best rows by one ORDER BY and limit), both through
 ``Store.read``. It prints the medians and this version's over the other's.
 
 Then the sweep: ``some`` gets 50 % of its entries expired, the sizes of the library's

@@ -132,6 +132,39 @@ def test_keyword_search_finds_the_live_entries_below_many_expired_better_ones(ma
             assert found == expected, (prune_min_df, query, found)
 
 
+def _entry_probes(store: Store, query: str) -> tuple[int, list[str]]:
+    """The probes of entry rows a keyword ranking of ``query`` made to check them (the check's
+    alias ``xr``), and the ids it returned."""
+    statement = BM25Index(store).ranking_statement(query, 5)
+    with store.session.transaction() as conn:
+        plan = conn.execute(sa.text(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.sql}"),
+                            dict(statement.params)).scalar_one()
+        ids = [r[0] for r in conn.execute(sa.text(statement.sql), dict(statement.params))]
+
+    def probes(node: dict[str, object]) -> int:
+        own = int(node.get("Actual Loops", 0)) if str(node.get("Alias", "")).startswith("xr") else 0  # type: ignore[call-overload]
+        return own + sum(probes(child) for child in node.get("Plans", []))  # type: ignore[attr-defined]
+
+    return probes(plan[0]["Plan"]), ids
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_keyword_search_checks_only_rows_it_returns_and_only_when_some_entry_is_out(make_store: object,
+                                                                                  merged: bool) -> None:
+    store = make_store(merge_after_entries=10**9)  # type: ignore[operator]
+    store.add_all([MemoryEntry(f"d{i:03d}", "zebra note " + "word " * i) for i in range(200)])  # no two tie
+    if merged:
+        store.merge_postings()
+    probes, before = _entry_probes(store, "zebra note")
+    assert probes == 0 and len(before) == 5  # no entry has a bound: nothing is checked
+    store.add(MemoryEntry("bounded", "an entry valid since 2020", valid_from=PAST, expires_at=FUTURE))
+    assert _entry_probes(store, "zebra note") == (0, before)  # bounds, none outside them now
+    store.add(MemoryEntry("gone", "zebra note zebra note", expires_at=PAST))  # the best match, expired
+    probes, after = _entry_probes(store, "zebra note")
+    # Its rows are checked in score order until five are live: a few probes, not one per entry.
+    assert after == before and 0 < probes <= 20, probes
+
+
 def _stored(store: Store, ids: list[str]) -> dict[str, int]:
     """Rows that still hold these entries: entries, postings (rows, and block numbers), vectors."""
     with store.session.transaction() as conn:
@@ -305,3 +338,4 @@ def test_a_corpus_default_ttl_per_tier_applies_to_entries_written_without_one(st
             store.set_expiry(bad)
     with pytest.raises(ValidationError, match="tiers"):
         store.set_expiry(tiers={"NOPE": 5})
+

@@ -88,9 +88,10 @@ def none_excluded(corpus: str) -> str:
 
 def gate(corpus: str) -> str:
     """A SELECT of one row for a statement to read once (a CTE) and join where it checks
-    rows with :func:`unexpired_row`: ``open`` (:func:`none_excluded`), ``t`` (the instant) and
-    ``asked`` (the ``as_of`` asked, or NULL)."""
-    return f"SELECT {none_excluded(corpus)} AS open, {INSTANT} AS t, {ASKED} AS asked"
+    rows with :func:`unexpired_row`: ``open`` (:func:`none_excluded`), ``t`` (the instant),
+    ``asked`` (the ``as_of`` asked, or NULL) and ``c`` (the corpus)."""
+    return (f"SELECT {none_excluded(corpus)} AS open, {INSTANT} AS t, {ASKED} AS asked, "
+            f"CAST({corpus} AS text) AS c")
 
 
 def unexpired_row(column: str, corpus: str, *, gate: str = "") -> str:
@@ -103,12 +104,15 @@ def unexpired_row(column: str, corpus: str, *, gate: str = "") -> str:
     itself (fewer subqueries to plan)."""
     # A scalar subquery, not NOT EXISTS: PostgreSQL may run a correlated EXISTS as a hashed
     # subplan over every row it could match (here the whole corpus: the condition has no
-    # index of its own), where a probe per checked row is what is wanted.
+    # index of its own), where a probe per checked row is what is wanted. The corpus is
+    # hidden from the planner (a subquery, or the gate's column): a custom plan for a corpus
+    # its statistics do not know estimates it at no row and probed through another index on
+    # ``corpus``, reading every row of the corpus per probe, instead of the primary key.
     if not gate:
         return (f"({none_excluded(corpus)} OR (SELECT {live('xr')} FROM entries xr "
-                f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
+                f"WHERE xr.corpus = (SELECT CAST({corpus} AS text)) AND xr.id = {column}) IS NOT FALSE)")
     return (f"({gate}.open OR (SELECT {live('xr', instant=f'{gate}.t', asked=f'{gate}.asked')} "
-            f"FROM entries xr WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
+            f"FROM entries xr WHERE xr.corpus = {gate}.c AND xr.id = {column}) IS NOT FALSE)")
 
 
 def not_expired(column: str, corpus: str) -> str:
