@@ -48,9 +48,10 @@ TABLES = ("entries", "bm25_postings", "bm25_blocks", "bm25_docs", "embeddings")
 
 @contextmanager
 def without_expiry() -> Iterator[None]:
-    """The rankings rendered as before expiry: no check of any entry, and keyword search's
-    best rows taken by one ORDER BY and limit (no candidates checked)."""
-    saved = (bm25_sql._best_live, vector_sql.not_expired, vector_sql.live, vector_sql.unexpired_row)  # noqa: SLF001
+    """The rankings rendered as before expiry: no check of any entry, keyword search's best
+    rows taken by one ORDER BY and limit, the exact vector scan's top k not checked."""
+    saved = (bm25_sql._best_live, vector_sql.not_expired, vector_sql.live, vector_sql.unexpired_row,  # noqa: SLF001
+             vector_sql.gate_row, vector_sql._CHECKED)  # noqa: SLF001
 
     def best(p: str, layout: Any, name: str, source: str, score: str, lim: str, *, keyed: bool = False,
              known: str = "", candidates: bool = False) -> str:
@@ -58,13 +59,17 @@ def without_expiry() -> Iterator[None]:
         return f"{name} AS (SELECT x.{layout.key}, x.{score} FROM {source} x {top})"
 
     bm25_sql._best_live = best  # noqa: SLF001 - the bench renders both versions
-    vector_sql.not_expired = vector_sql.unexpired_row = lambda column, corpus: "TRUE"  # type: ignore[assignment]
+    vector_sql.not_expired = lambda column, corpus: "TRUE"  # type: ignore[assignment]
+    vector_sql.unexpired_row = lambda column, corpus, gate="": "TRUE"  # type: ignore[assignment]
     vector_sql.live = lambda alias: "TRUE"  # type: ignore[assignment]
+    vector_sql.gate_row = lambda corpus: "SELECT TRUE AS open"  # type: ignore[assignment]
+    vector_sql._CHECKED = "{ranked}"  # noqa: SLF001
     _clear()
     try:
         yield
     finally:
-        (bm25_sql._best_live, vector_sql.not_expired, vector_sql.live, vector_sql.unexpired_row) = saved  # noqa: SLF001
+        (bm25_sql._best_live, vector_sql.not_expired, vector_sql.live, vector_sql.unexpired_row,  # noqa: SLF001
+         vector_sql.gate_row, vector_sql._CHECKED) = saved  # noqa: SLF001
         _clear()
 
 

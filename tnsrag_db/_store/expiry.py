@@ -66,12 +66,17 @@ def live(alias: str, *, instant: str = INSTANT, asked: str = ASKED) -> str:
             f"AND {valid_row(alias, instant=instant, asked=asked)}")
 
 
-def expired_ids(corpus: str, *, alias: str = "xp") -> str:
+def expired_ids(corpus: str, *, alias: str = "xp", first: bool = False) -> str:
     """A SELECT of the ids (column ``id``, possibly repeated) of the entries of ``corpus`` (an
     SQL expression: a bound parameter such as ``:c``) expired, not valid or not recorded at
-    the instant; read through the partial expiry and validity indexes."""
-    return (f"SELECT {alias}.id FROM entries {alias} WHERE {alias}.corpus = {corpus} "
-            f"AND {alias}.expires_at <= {INSTANT} UNION ALL {invalid_ids(corpus, alias=alias + 'v')}")
+    the instant; read through the partial expiry and validity indexes. ``first``: at most
+    the first of each range, each read through its index (as
+    :func:`~tnsrag_db._store.validity.invalid_ids`), for an EXISTS."""
+    a = alias
+    expired = f"SELECT {a}.id FROM entries {a} WHERE {a}.corpus = {corpus} AND {a}.expires_at <= {INSTANT}"
+    if first:
+        expired = f"({expired} ORDER BY {a}.expires_at LIMIT 1)"
+    return f"{expired} UNION ALL {invalid_ids(corpus, alias=a + 'v', first=first)}"
 
 
 def none_excluded(corpus: str) -> str:
@@ -82,37 +87,35 @@ def none_excluded(corpus: str) -> str:
     outside its bounds now (:func:`expired_ids`: one empty range of each bound's partial
     index, read only when some entry has a bound). A scalar subquery: PostgreSQL evaluates
     it once per statement (an InitPlan)."""
+    # Each probe in the order of its index (the bounded entries' by id, each bound's range by
+    # the bound): read through it, whatever a generic plan expects of the corpus.
     return (f"(SELECT {ASKED} IS NULL AND (NOT EXISTS (SELECT 1 FROM entries xg WHERE xg.corpus = {corpus} "
-            f"AND ({BOUNDED})) OR NOT EXISTS ({expired_ids(corpus, alias='xn')})))")
+            f"AND ({BOUNDED}) ORDER BY xg.id LIMIT 1) OR NOT EXISTS ({expired_ids(corpus, alias='xn', first=True)})))")
 
 
 def gate(corpus: str) -> str:
-    """A SELECT of one row for a statement to read once (a CTE) and join where it checks
-    rows with :func:`unexpired_row`: ``open`` (:func:`none_excluded`), ``t`` (the instant),
-    ``asked`` (the ``as_of`` asked, or NULL) and ``c`` (the corpus)."""
-    return (f"SELECT {none_excluded(corpus)} AS open, {INSTANT} AS t, {ASKED} AS asked, "
-            f"CAST({corpus} AS text) AS c")
+    """A SELECT of one row for a statement to read once (a CTE whose name it hands to
+    :func:`unexpired_row`): ``open`` (:func:`none_excluded`), ``t`` (the instant) and
+    ``asked`` (the ``as_of`` asked, or NULL)."""
+    return f"SELECT {none_excluded(corpus)} AS open, {INSTANT} AS t, {ASKED} AS asked"
 
 
 def unexpired_row(column: str, corpus: str, *, gate: str = "") -> str:
     """The condition that the entry id ``column`` (of ``corpus``) is live, checked row by row
-    behind the gate (:func:`none_excluded`): nothing more than the gate's probe per statement in
-    a corpus without bounds, else one primary-key probe of the entry per row checked (an id
-    without an entry row passes). For rows that are few: an HNSW scan's top k, the best
-    candidates of a keyword ranking. ``gate``: the alias of a row of :func:`gate` (of
-    ``corpus``) in scope, whose values the check then reads instead of computing them
-    itself (fewer subqueries to plan)."""
+    behind the gate (:func:`none_excluded`): nothing more than the gate per statement in a
+    corpus where no entry needs a check, else one primary-key probe of the entry per row
+    checked (an id without an entry row passes). For rows that are few: an HNSW scan's top
+    k, the best rows of a ranking checked in their order. ``gate``: the name of a CTE of
+    :func:`gate` (of ``corpus``) the statement defines, whose values the check then reads
+    instead of computing them in each check (fewer subqueries to plan and start)."""
     # A scalar subquery, not NOT EXISTS: PostgreSQL may run a correlated EXISTS as a hashed
     # subplan over every row it could match (here the whole corpus: the condition has no
-    # index of its own), where a probe per checked row is what is wanted. The corpus is
-    # hidden from the planner (a subquery, or the gate's column): a custom plan for a corpus
-    # its statistics do not know estimates it at no row and probed through another index on
-    # ``corpus``, reading every row of the corpus per probe, instead of the primary key.
+    # index of its own), where a probe per checked row is what is wanted.
     if not gate:
         return (f"({none_excluded(corpus)} OR (SELECT {live('xr')} FROM entries xr "
-                f"WHERE xr.corpus = (SELECT CAST({corpus} AS text)) AND xr.id = {column}) IS NOT FALSE)")
-    return (f"({gate}.open OR (SELECT {live('xr', instant=f'{gate}.t', asked=f'{gate}.asked')} "
-            f"FROM entries xr WHERE xr.corpus = {gate}.c AND xr.id = {column}) IS NOT FALSE)")
+                f"WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
+    return (f"((SELECT xq.open FROM {gate} xq) OR (SELECT {live('xr', instant='xq.t', asked='xq.asked')} "
+            f"FROM {gate} xq CROSS JOIN entries xr WHERE xr.corpus = {corpus} AND xr.id = {column}) IS NOT FALSE)")
 
 
 def not_expired(column: str, corpus: str) -> str:

@@ -193,7 +193,7 @@ class _Layout:
         (:func:`~tnsrag_db._store.expiry.unexpired_row`); in blocks, the entry of its number."""
         entry = f"{a}.entry_id" if self.suffix == "r" else (
             f"(SELECT {p}_kx.entry_id FROM bm25_docs {p}_kx WHERE {p}_kx.corpus = :{p}_c AND {p}_kx.docno = {a}.docno)")
-        return unexpired_row(entry, f":{p}_c", gate=f"{p}_gy")
+        return unexpired_row(entry, f":{p}_c", gate=f"{p}_gate")
 
     def entry(self, p: str) -> str:
         """The entry id of posting ``p``, for a filter's per-posting check."""
@@ -267,7 +267,7 @@ def _best_live(p: str, layout: _Layout, name: str, source: str, score: str, lim:
               SELECT {columns} FROM {source} x
               ORDER BY x.{score} DESC, x.{key} LIMIT CASE WHEN {gate} THEN {lim} ELSE {wide} END
             ), {name} AS MATERIALIZED (
-              SELECT y.{key}, y.{score} FROM {name}c y CROSS JOIN {p}_gate {p}_gy
+              SELECT y.{key}, y.{score} FROM {name}c y
               WHERE {check}
               ORDER BY y.{score} DESC, y.{key} LIMIT {lim}
             )""", name=name, key=key, score=score, source=source, columns=columns, gate=layout.gate(p),
@@ -282,7 +282,7 @@ def _best_live(p: str, layout: _Layout, name: str, source: str, score: str, lim:
     return _render("""\
         {name} AS (
           SELECT y.{key}, y.{score}
-          FROM (SELECT {columns} FROM {source} x {order_x}) y CROSS JOIN {p}_gate {p}_gy
+          FROM (SELECT {columns} FROM {source} x {order_x}) y
           WHERE {check}
           {top_y}
         )""", name=name, key=key, score=score, source=source, columns=columns, p=p, check=check,

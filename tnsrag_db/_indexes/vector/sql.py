@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._store.expiry import live, not_expired, unexpired_row
+from tnsrag_db._store.expiry import gate as gate_row, live, not_expired, unexpired_row
 from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._store.reads import ENTRY_COLUMNS
 from tnsrag_db._types import validate_filters
@@ -107,14 +107,14 @@ WHERE {p}_e.corpus = :{p}_c AND {predicate} AND {live_e}"""
 
 _UNFILTERED_BASE = """\
 FROM embeddings {p}_x
-WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid} AND {xp_x}"""
+WHERE {p}_x.corpus = :{p}_c AND {p}_x.space_id = {sid}"""
 
 # A zero query vector scores 0 against everything: ties, broken by entry id.
 _ZERO_QUERY = """\
 SELECT {p}_x.entry_id, 0::float8 AS score
 {base} AND 0::float8 >= :{p}_min
 ORDER BY {p}_x.entry_id
-LIMIT {k}"""
+LIMIT {limit}"""
 
 # The exact top k. It uses the untyped column, which no HNSW index matches, so the
 # planner cannot turn it into an approximate scan.
@@ -122,6 +122,17 @@ _EXACT = """\
 SELECT {p}_x.entry_id, {score} AS score
 {base}
 ORDER BY score DESC, {p}_x.entry_id
+LIMIT {limit}"""
+
+# An unfiltered scan's rows, ranked first, then checked in their order until k are live
+# (tnsrag_db._store.expiry): a limit of k behind the gate open (no entry needs a check),
+# none behind it shut; the check above the ranking stops at the k-th live row.
+_CHECKED = """\
+SELECT {p}_z.entry_id, {p}_z.score FROM (
+{ranked}
+) {p}_z
+WHERE {xr_z}
+ORDER BY {order}
 LIMIT {k}"""
 
 # A space without its HNSW index: the exact top k, then min_score.
@@ -332,23 +343,35 @@ def _render(p: str, sid: int, dim: int, k: int, predicate: str, row_predicate: s
             indexed: bool, ef: int, t: int, path: bool, ids: str = "", probe: str = "",
             max_scan: int = MAX_SCAN_TUPLES) -> str:
     filtered = predicate != "TRUE"
-    # Expired entries are left out of every scan (tnsrag_db._store.expiry): by their ids where
-    # the vectors are scanned in full, row by row where the HNSW scan stops after a few rows,
-    # on the entry row where the filter reads it.
+    # Entries that are not live are left out of every scan (tnsrag_db._store.expiry): row by
+    # row where the HNSW scan stops after a few rows and above the ranking of an unfiltered
+    # exact scan, on the entry row where the filter reads it, by their ids where the matches
+    # of a filter are scanned without their rows.
     names = {"p": p, "sid": sid, "dim": dim, "k": k, "predicate": predicate, "live_e": live(f"{p}_e"),
-             "xp_x": not_expired(f"{p}_x.entry_id", f":{p}_c"), "xp_y": not_expired(f"{p}_y.entry_id", f":{p}_c"),
-             "xr_x": unexpired_row(f"{p}_x.entry_id", f":{p}_c")}
+             "xp_y": not_expired(f"{p}_y.entry_id", f":{p}_c"),
+             "xr_x": unexpired_row(f"{p}_x.entry_id", f":{p}_c", gate=f"{p}_gx")}
+    # The gate of the row checks and the instant, read once (a CTE each path's statement starts with).
+    gate_cte = f"{p}_gx AS MATERIALIZED (\n    {gate_row(f':{p}_c')}\n)"
     base = (_FILTERED_BASE if filtered else _UNFILTERED_BASE).format(**names)
+    # A filtered scan reads each entry row (live_e); an unfiltered one ranks, then checks.
+    limit = str(k) if filtered else f"CASE WHEN (SELECT xq.open FROM {p}_gx xq) THEN {k} END"
+
+    def checked(ranked: str, order: str) -> str:
+        return ranked if filtered else _CHECKED.format(
+            ranked=_indent(ranked, 1), order=order, xr_z=unexpired_row(f"{p}_z.entry_id", f":{p}_c", gate=f"{p}_gx"),
+            **names)
+
     if zero:
-        return _ZERO_QUERY.format(base=base, **names)
-    exact = _EXACT.format(base=base, score=score(f"{p}_x.embedding <=> CAST(:{p}_q AS vector)"), **names)
+        return f"WITH {gate_cte}\n" + checked(_ZERO_QUERY.format(base=base, limit=limit, **names), f"{p}_z.entry_id")
+    exact = checked(_EXACT.format(base=base, limit=limit, score=score(f"{p}_x.embedding <=> CAST(:{p}_q AS vector)"),
+                                  **names), f"{p}_z.score DESC, {p}_z.entry_id")
     if not indexed:
-        return _UNINDEXED.format(exact=_indent(exact, 1), **names)
+        return f"WITH {gate_cte}\n" + _UNINDEXED.format(exact=_indent(exact, 1), **names)
     # A filtered scan's candidate list covers its budget (up to pgvector's 1,000): the
     # first r rows of the scan are then the nearest r vectors, not a graph walk's guess.
     ef_sql = (f"greatest({ef}, least({MAX_EF}, (SELECT r FROM {p}_b)))::text" if filtered else f"'{ef}'")
     qv = _QUERY_VECTOR.format(ef=ef_sql, order=_iterative_order(filtered), max_scan=max_scan, **names)
-    ctes: list[str] = []
+    ctes: list[str] = [gate_cte]
     gate = small = ""
     if filtered:
         ctes.append(_MATCHES_FROM_PAIRS.format(ids=ids, limit=t + 1, **names) if ids
