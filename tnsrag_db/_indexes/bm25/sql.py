@@ -247,7 +247,7 @@ def _best_live(p: str, layout: _Layout, name: str, source: str, score: str, lim:
     the check stops at the ``lim``-th live row: a corpus with entries that are not live pays
     one primary-key probe per row it passes over (about one per returned row), not a read
     of every excluded id of the corpus, and the rows are those an exclusion before the
-    ranking would give. Behind the corpus's open gate (no entry with a bound) no row is
+    ranking would give. Behind the corpus's open gate (no entry needs a check) no row is
     probed and a limited ranking (rows, or ``keyed``) keeps its bounded sort; behind a shut
     one it sorts every row, since it cannot know how many it will pass over (blocks, which
     keep every row tied with the last, are sorted in full anyway).
@@ -311,13 +311,14 @@ def _keep(p: str, layout: _Layout, scanned: str, predicate: str, probe: str = ""
 
 def _layout_ctes(p: str, predicate: str, ids: str) -> str:
     """The CTEs both layouts' scans read: ``{p}_ts`` (the tombstoned numbers), ``{p}_gate``
-    (whether no entry needs a check, :func:`_best_live`) and, with a filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
+    (whether no entry needs a check, and the instant: :func:`_best_live`) and, with a
+    filter, ``{p}_fd`` (the filtered entries' numbers; read only when a scan asks)."""
     ctes = (f"{p}_ts AS MATERIALIZED (\n"
             f"  -- Numbers of merged entries deleted or rewritten since: their postings do not count.\n"
             f"  SELECT t.docno FROM bm25_tombstones t WHERE t.corpus = :{p}_c\n"
             f"), {p}_gate AS MATERIALIZED (\n"
-            f"  -- Whether no entry needs a check: one probe of an empty index range in a corpus\n"
-            f"  -- without expiry, validity or history.\n"
+            f"  -- Whether no entry needs a check (one probe of an empty index range in a corpus\n"
+            f"  -- without expiry, validity or history), and the instant, read once.\n"
             f"  {gate(f':{p}_c')}\n)")
     if predicate != "TRUE":
         ctes += (f", {p}_fd AS MATERIALIZED (\n"
