@@ -12,7 +12,7 @@ Additive and online (``CREATE INDEX CONCURRENTLY``): processes of earlier releas
 read it and write it as any index. Nothing waits for ``tnsrag db upgrade --finish``.
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-12-08
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from alembic import context
 from tnsrag_db._db.migration_ops import create_index_concurrently, drop_index_concurrently
 
 revision: str = "0018"
-down_revision: str | None = "0016"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
