@@ -137,9 +137,9 @@ def _entry_probes(store: Store, query: str) -> tuple[int, list[str]]:
     alias ``xr``), and the ids it returned."""
     statement = BM25Index(store).ranking_statement(query, 5)
     with store.session.transaction() as conn:
-        plan = conn.execute(sa.text(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.sql}"),
+        plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.sql}",
                             dict(statement.params)).scalar_one()
-        ids = [r[0] for r in conn.execute(sa.text(statement.sql), dict(statement.params))]
+        ids = [r[0] for r in conn.execute(statement.sql, dict(statement.params))]
 
     def probes(node: dict[str, object]) -> int:
         own = int(node.get("Actual Loops", 0)) if str(node.get("Alias", "")).startswith("xr") else 0  # type: ignore[call-overload]
