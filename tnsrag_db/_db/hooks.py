@@ -26,7 +26,8 @@ import psycopg
 
 from tnsrag_db._errors import ConfigurationError
 
-__all__ = ["DEFAULT_PING_AFTER_IDLE", "ConnectionHooks", "HookKind", "arun_hooks", "library_hooks", "run_hooks"]
+__all__ = ["DEFAULT_PING_AFTER_IDLE", "ROUTES_BY_CORPUS", "ConnectionHooks", "HookKind", "arun_hooks", "library_hooks",
+           "run_hooks"]
 
 #: Seconds a pooled connection may sit idle before it is pinged at its next checkout
 #: (``Pool(ping_after_idle=...)``).
@@ -173,8 +174,33 @@ async def _aregister_vector(driver: psycopg.AsyncConnection[Any]) -> None:
         await driver.rollback()  # no vector extension yet: vectors travel as text
 
 
+#: Key in a connection's ``info``: whether its database has Citus, which routes a statement
+#: to one worker by the corpus value it names (the read runner then leaves the corpus
+#: visible: :func:`~tnsrag_db._db.statement.hidden_corpus`).
+ROUTES_BY_CORPUS = "tnsrag_db.routes_by_corpus"
+_CITUS = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')"
+
+
+def _note_routing(driver: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
+    if isinstance(driver, psycopg.AsyncConnection):
+        return _anote_routing(driver, info)
+    row = driver.execute(_CITUS).fetchone()
+    info[ROUTES_BY_CORPUS] = bool(row[0])
+    if not driver.autocommit:
+        driver.rollback()  # the pool takes the connection idle
+    return None
+
+
+async def _anote_routing(driver: psycopg.AsyncConnection[Any], info: MutableMapping[Any, Any]) -> None:
+    row = await (await driver.execute(_CITUS)).fetchone()
+    info[ROUTES_BY_CORPUS] = bool(row[0]) if row is not None else True
+    if not driver.autocommit:
+        await driver.rollback()
+
+
 #: Nothing here writes: a read-only role or a hot standby must be able to connect.
 _PGVECTOR = ConnectionHooks("tnsrag_db.pgvector", configure=_register_vector)
+_ROUTING = ConnectionHooks("tnsrag_db.routing", configure=_note_routing)
 
 
 def _check_ping_after_idle(value: object) -> float:
@@ -186,11 +212,12 @@ def _check_ping_after_idle(value: object) -> float:
 
 def library_hooks(ping_after_idle: float = DEFAULT_PING_AFTER_IDLE, *,
                   vector_types: bool = True) -> tuple[ConnectionHooks, ...]:
-    """The hooks every pool of the library runs first: pgvector's type adaptation
-    (``configure``) and the ping of a connection idle for more than ``ping_after_idle``
+    """The hooks every pool of the library runs first: pgvector's type adaptation and
+    the note of whether the database routes by corpus (:data:`ROUTES_BY_CORPUS`), both
+    ``configure``, and the ping of a connection idle for more than ``ping_after_idle``
     seconds (``check``, with ``reset`` noting when it went idle). ``vector_types=False``
     leaves pgvector out (it imports numpy): for a process that sends no vector. Raises
     :class:`ConfigurationError` for a negative or non-finite ``ping_after_idle``."""
     seconds = _check_ping_after_idle(ping_after_idle)
     ping = ConnectionHooks("tnsrag_db.idle_ping", check=_idle_ping(seconds), reset=_mark_idle)
-    return (_PGVECTOR, ping) if vector_types else (ping,)
+    return (_PGVECTOR, _ROUTING, ping) if vector_types else (_ROUTING, ping)

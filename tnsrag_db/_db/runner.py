@@ -44,7 +44,8 @@ from psycopg.pq import TransactionStatus
 from tnsrag_db import _telemetry
 from tnsrag_db._db.as_of import AS_OF_PARAM, asked_as_of
 from tnsrag_db._db.driver_errors import map_db_errors, sqlstate_of
-from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
+from tnsrag_db._db.hooks import ROUTES_BY_CORPUS
+from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, hidden_corpus, run_plan
 
 __all__ = ["AsyncCheckout", "AsyncPlanRunner", "AsyncSource", "Checkout", "PlanRunner", "Source",
            "StatementListener", "add_statement_listener", "aset_statement_timeout", "bind", "notify", "row_factory",
@@ -72,10 +73,16 @@ def bind(sql: str) -> tuple[str, tuple[str, ...]]:
     return text, tuple(numbers)
 
 
-def _values(statement: Statement) -> tuple[str, tuple[Any, ...]]:
-    """The text and positional values sent for ``statement``; a parameter it does not give
-    is a driver error (nothing sent)."""
-    text, names = bind(statement.sql)
+def _values(statement: Statement, info: MutableMapping[Any, Any]) -> tuple[str, tuple[Any, ...]]:
+    """The text and positional values sent for ``statement`` on the connection whose state
+    is ``info``; a parameter it does not give is a driver error (nothing sent).
+
+    The statement's corpus parameters are read through
+    :func:`~tnsrag_db._db.statement.hidden_corpus` (one plan cached for every corpus) unless
+    the connection's database routes by corpus (Citus, :data:`~tnsrag_db._db.hooks.ROUTES_BY_CORPUS`;
+    unknown counts as routing): a worker is chosen by the corpus value the statement names."""
+    routes = info.get(ROUTES_BY_CORPUS, True)
+    text, names = bind(statement.sql if routes else hidden_corpus(statement.sql))
     params = statement.params
     missing = [name for name in names if name not in params and name != AS_OF_PARAM]
     if missing:
@@ -333,10 +340,10 @@ class PlanRunner:
 
         def execute(statement: Statement) -> Rows:
             with map_db_errors(self._what):
-                text, values = _values(statement)
                 attempts = _Attempts(fresh=not held, snapshot=snapshot)
                 while True:
                     current = held[-1] if held else checkout()
+                    text, values = _values(statement, current.info)
                     try:
                         notify(text, values)
                         with _telemetry.statement(text) as sent:
@@ -417,10 +424,10 @@ class AsyncPlanRunner:
 
         async def execute(statement: Statement) -> Rows:
             with map_db_errors(self._what):
-                text, values = _values(statement)
                 attempts = _Attempts(fresh=not held, snapshot=snapshot)
                 while True:
                     current = held[-1] if held else await checkout()
+                    text, values = _values(statement, current.info)
                     try:
                         notify(text, values)
                         with _telemetry.statement(text) as sent:

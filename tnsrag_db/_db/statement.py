@@ -16,11 +16,13 @@ Example of a plan with two rounds::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, TypeVar
 
-__all__ = ["AS_OF_PARAM", "Plan", "Rows", "Statement", "arun_plan", "hidden", "one", "run_plan"]
+__all__ = ["AS_OF_PARAM", "Plan", "Rows", "Statement", "arun_plan", "hidden", "hidden_corpus", "one", "run_plan"]
 
 _T = TypeVar("_T")
 
@@ -66,6 +68,26 @@ def hidden(expr: str) -> str:
     the rows).
     """
     return f"(SELECT {expr})"
+
+
+#: The library's names of the bound corpus: ``:c``, or ``:{p}_c`` in a statement whose CTEs
+#: and parameters carry a prefix ``p`` (never ``::`` casts or longer names such as ``:k_chunks``).
+_CORPUS_PARAM = re.compile(r"(?<![:\w\x5c])(?<!CAST\():(c|[a-z][a-z0-9]*_c)(?![:\w])")
+
+
+@lru_cache(maxsize=512)
+def hidden_corpus(sql: str) -> str:
+    """``sql`` with every corpus parameter (``:c``, ``:{p}_c``) read through :func:`hidden`.
+
+    For the statements of a retrieval, whose best plan does not depend on which corpus they
+    read (each term's postings, an entry's rows, a node's edges: reads by key that start
+    from the corpus). The corpus's own statistics, visible, make a custom plan of a corpus
+    smaller than the average look cheaper than the generic plan, so in a database of
+    several corpora PostgreSQL would plan the statement again at every execution (the long
+    keyword statements: several times their run time). Hidden, the corpus costs every plan
+    alike, and the generic plan is kept after the plan cache's five custom ones, as in a
+    database of one corpus. Idempotent: a statement that embeds a hidden one hides the rest."""
+    return _CORPUS_PARAM.sub(lambda m: hidden(f"CAST(:{m.group(1)} AS text)"), sql)
 
 
 def one(statement: Statement) -> Plan[Rows]:
