@@ -72,7 +72,12 @@ def hidden(expr: str) -> str:
 
 #: The library's names of the bound corpus: ``:c``, or ``:{p}_c`` in a statement whose CTEs
 #: and parameters carry a prefix ``p`` (never ``::`` casts or longer names such as ``:k_chunks``).
-_CORPUS_PARAM = re.compile(r"(?<![:\w\x5c])(?<!CAST\():(c|[a-z][a-z0-9]*_c)(?![:\w])")
+_CORPUS_PARAM = re.compile(r"(?<![:\w\x5c])(?<!CAST\():(c|[a-z][a-z0-9_]*_c)(?![:\w])")
+
+
+#: A column filter's value, which stays visible (``tnsrag_db._store.filters``: ``tier``,
+#: ``source`` and the entry id, bound as ``:{p}_tier``, ``:{p}_source``, ``:{p}_id``).
+_SHOWN_FILTER = re.compile(r"(?<![:\w\x5c]):[a-z][a-z0-9_]*_(?:tier|source|id)(?![:\w])")
 
 
 @lru_cache(maxsize=512)
@@ -86,7 +91,13 @@ def hidden_corpus(sql: str) -> str:
     several corpora PostgreSQL would plan the statement again at every execution (the long
     keyword statements: several times their run time). Hidden, the corpus costs every plan
     alike, and the generic plan is kept after the plan cache's five custom ones, as in a
-    database of one corpus. Idempotent: a statement that embeds a hidden one hides the rest."""
+    database of one corpus. Idempotent: a statement that embeds a hidden one hides the rest.
+
+    A statement that shows a column filter's value (a rare ``tier`` or ``source`` chooses
+    its plan) is planned at every run for that value anyway: it keeps its corpus visible,
+    so that the plan is made for the corpus it reads, not for a corpus of average size."""
+    if _SHOWN_FILTER.search(sql):
+        return sql
     return _CORPUS_PARAM.sub(lambda m: hidden(f"CAST(:{m.group(1)} AS text)"), sql)
 
 
