@@ -1,13 +1,15 @@
 """The read side of true Okapi BM25 over one corpus: :class:`BM25Index`.
 
-The write side lives in :class:`~tnsrag_db._store.store.Store`: every write keeps
+The write side lives in the store (:mod:`tnsrag_db._store.bm25`, run by
+:class:`~tnsrag_db._store.store.Store`'s writes): every write keeps
 ``bm25_postings(corpus, lexeme, entry_id, tf, doc_len)``, ``entries.doc_len`` and the
 sharded counters ``bm25_stats(corpus, shard, n_docs, total_len)`` and
-``bm25_df(corpus, lexeme, shard, df)`` in the entry's own transaction. One statement per
+``bm25_df(corpus, lexeme, shard, df)`` in the entry's own transaction, and merges move the
+postings into blocks (:mod:`tnsrag_db._store.bm25.merge`). One statement per
 search (:mod:`tnsrag_db._indexes.bm25.sql`):
 
 1. analyses the query exactly like a document (identifiers rewritten by
-   :func:`~tnsrag_db._store.analysis.analyze` in Python, lexemes from ``to_tsvector``
+   :func:`~tnsrag_db._store.bm25.analysis.analyze` in Python, lexemes from ``to_tsvector``
    with the corpus's text search configuration, plus the whole-identifier terms),
    deduplicated;
 2. sums N, the total length and each term's document frequency over their shard
@@ -35,7 +37,7 @@ from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.bm25 import scoring, sql
 from tnsrag_db._indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
-from tnsrag_db._store.analysis import analyze_query
+from tnsrag_db._store.bm25.analysis import analyze_query
 from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
