@@ -224,11 +224,6 @@ class Store:
         return self._session.read_replicas
 
     @property
-    def consistency(self) -> str:
-        """``"eventual"`` (reads do not wait for replay) or ``"read_your_writes"`` (they wait for this store's writes)."""
-        return self._consistency
-
-    @property
     def last_write_token(self) -> WriteToken | None:
         """The primary's WAL position after the latest write committed through this store (or a
         view of it), when it has read replicas; None before any write or without replicas."""

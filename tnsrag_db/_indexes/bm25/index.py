@@ -222,7 +222,7 @@ class BM25Index:
         With ``plain`` the statement is the short one of the common case (no query term
         frequent enough for pruning to pay): the same rows when it applies, else one row
         ``(NULL, NULL)`` and nothing scored, after which the caller runs the statement
-        without ``plain`` (see :meth:`search_plan`). Both score exactly alike (the pruned
+        without ``plain`` (as :meth:`search` does). Both score exactly alike (the pruned
         statement takes the plain scoring whenever no term is non-essential). Errors as
         :meth:`candidates_sql`.
         """
@@ -299,8 +299,8 @@ class BM25Index:
         return sql.documents_sql(check_prefix(prefix, error=ConfigurationError), source, columns, order_by,
                                  join="LEFT JOIN" if left_join else "JOIN")
 
-    def search_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                    min_score: float = 0.0) -> Plan[list[tuple[str, float]]]:
+    def _search_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                     min_score: float = 0.0) -> Plan[list[tuple[str, float]]]:
         """:meth:`search` as an I/O-free :data:`~tnsrag_db._db.statement.Plan`: the plain
         statement first, the pruned one only when some query term is frequent."""
         pairs = bool(filters) and (yield from self._store.filter_pairs_plan())
@@ -317,7 +317,7 @@ class BM25Index:
         scores are > 0); ``filters`` and inclusive ``min_score`` apply before the
         limit. Errors as :meth:`candidates_sql`; :class:`DatabaseError` from the database.
         """
-        return self._store.run(self.search_plan(query, k, filters=filters, min_score=min_score))
+        return self._store.run(self._search_plan(query, k, filters=filters, min_score=min_score))
 
     # -- explanations -------------------------------------------------------------------
     def term_figures_sql(self, query: str, entry_ids: Sequence[str], *,

@@ -232,16 +232,6 @@ class VectorMemoryStore:
         return self._embedding
 
     @property
-    def ef_search(self) -> int:
-        """``hnsw.ef_search`` of unfiltered queries."""
-        return self._ef_search
-
-    @property
-    def exact_threshold(self) -> int:
-        """Matching entries up to which a filtered query scans exactly."""
-        return self._exact_threshold
-
-    @property
     def spaces(self) -> ProviderSpaces:
         """The embedding spaces of this view's provider in its corpus, as the view knows them."""
         return self._spaces
@@ -349,7 +339,7 @@ class VectorMemoryStore:
 
         return run_on_primary(store, self._spaces.current_plan(self._dimension))
 
-    def count_plan(self) -> Plan[int]:
+    def _count_plan(self) -> Plan[int]:
         """:meth:`count` as a plan (the space row first when the view does not know it)."""
         space = yield from self._spaces.current_plan(self._dimension)
         if space is None:
@@ -360,7 +350,7 @@ class VectorMemoryStore:
 
     def count(self) -> int:
         """Number of vectors stored in this view's space (0 before the first write)."""
-        return self._store.run(self.count_plan())
+        return self._store.run(self._count_plan())
 
     # -- writes ---------------------------------------------------------------------
     def add(self, entry: MemoryEntry) -> IngestCounts:
@@ -750,9 +740,9 @@ class VectorMemoryStore:
             return EMPTY_RANKING, {}
         return with_instant(*cosines_sql(self._store.corpus, space.space_id, vec, source, p))
 
-    def ranking_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
-                     filters: Mapping[str, str] | None = None, min_score: float = 0.0,
-                     prefix: str = "v") -> Plan[Statement | None]:
+    def _ranking_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
+                      filters: Mapping[str, str] | None = None, min_score: float = 0.0,
+                      prefix: str = "v") -> Plan[Statement | None]:
         """:meth:`candidates_sql` as a :class:`Statement` (columns ``entry_id, score``), built
         by a plan that first reads the space row when the cache cannot answer; None when
         the space does not exist yet (nothing to find)."""
@@ -827,7 +817,7 @@ class VectorMemoryStore:
 
     def _ids_plan(self, vec: npt.NDArray[np.float32], k: int, filters: Mapping[str, str] | None,
                         min_score: float) -> Plan[list[tuple[str, float]]]:
-        statement = yield from self.ranking_plan(vec, k, filters=filters, min_score=min_score)
+        statement = yield from self._ranking_plan(vec, k, filters=filters, min_score=min_score)
         if statement is None:
             return []
         rows = yield statement
@@ -842,9 +832,9 @@ class VectorMemoryStore:
         validate_filters(filters)  # type: ignore[arg-type]
         return self.embed_query(text)
 
-    def rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                       min_score: float = 0.0,
-                       columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
+    def _rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                        min_score: float = 0.0,
+                        columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
         """The statement :meth:`search_rows` runs, with the query vector; None when the space
         does not exist yet (then there is nothing to find)."""
         vec = self._embed_text_query(query, k, filters, min_score)
@@ -861,7 +851,7 @@ class VectorMemoryStore:
         Each row has ``score`` plus ``columns`` (entry columns on alias ``e``, a code
         constant such as :data:`tnsrag_db._store.reads.ENTRY_COLUMNS`).
         """
-        statement = self.rows_statement(query, k, filters=filters, min_score=min_score, columns=columns)
+        statement = self._rows_statement(query, k, filters=filters, min_score=min_score, columns=columns)
         if statement is None:
             return []
         return self._store.read(statement[0], statement[1])
@@ -886,8 +876,8 @@ class VectorMemoryStore:
         return self._store.run(self.stored_vectors_plan(entry_ids, dimension))
 
     # -- explanations -----------------------------------------------------------------
-    def space_of(self, query_vector: npt.NDArray[np.float32], *,
-                 basis: QueryBasis | None = None) -> tuple[int, int] | None:
+    def _space_of(self, query_vector: npt.NDArray[np.float32], *,
+                  basis: QueryBasis | None = None) -> tuple[int, int] | None:
         """``(space_id, dimension)`` of the space a query vector searches; None before the first
         write. Without I/O given ``basis`` (:meth:`basis_plan`)."""
         space = self._basis(int(query_vector.shape[0]), None, basis).space
@@ -897,7 +887,7 @@ class VectorMemoryStore:
                        basis: QueryBasis | None = None) -> CosineExplanation:
         """The :class:`CosineExplanation` of a score this store's search returned for
         ``query_vector``. Without I/O given ``basis`` (:meth:`basis_plan`)."""
-        space = self.space_of(query_vector, basis=basis)
+        space = self._space_of(query_vector, basis=basis)
         dim = int(query_vector.shape[0])
         return CosineExplanation(score, score, self._embedding.name, dim, None if space is None else space[0])
 
