@@ -334,10 +334,9 @@ class VectorMemoryStore:
         return basis if basis is not None else self._store.run(self.basis_plan(dimension, filters))
 
     def _current_space(self, store: Store) -> Space | None:
-        """This view's space, read on the primary (None before the first write)."""
-        from tnsrag_db._indexes.vector.write import run_on_primary
-
-        return run_on_primary(store, self._spaces.current_plan(self._dimension))
+        """This view's space, read on the primary (None before the first write): what a write
+        or an index build acts on."""
+        return store.session.run(self._spaces.current_plan(self._dimension), primary=True)
 
     def _count_plan(self) -> Plan[int]:
         """:meth:`count` as a plan (the space row first when the view does not know it)."""
