@@ -63,6 +63,7 @@ from tnsrag_db._db.as_of import with_instant
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
 from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
+from tnsrag_db._indexes.vector.progress import IndexProgress, IngestProgress
 from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
 from tnsrag_db._indexes.vector.sql import (
     DOCUMENT_COLUMNS,
@@ -111,12 +112,6 @@ DEFAULT_FILTERED_EF_SEARCH = 200
 DEFAULT_EXACT_THRESHOLD = 5_000
 #: Default size of a space (number of vectors) at which ``add_all`` builds its HNSW index.
 DEFAULT_INDEX_THRESHOLD = 10_000
-
-#: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
-IndexProgress = Callable[[str, int, int], None]
-#: ``progress(phase, done, total)`` of :meth:`VectorMemoryStore.ingest`: phase ``"read"``,
-#: ``"embed"``, ``"write"`` or ``"index"``; ``total`` None when the input has no length.
-IngestProgress = Callable[[str, int, "int | None"], None]
 
 #: pgvector's bounds of ``m`` and ``ef_construction`` (its build refuses others).
 _HNSW_M_RANGE = (2, 100)
