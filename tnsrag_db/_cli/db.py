@@ -330,7 +330,7 @@ def merge_postings(url: str | None, schema: str, corpora: tuple[str, ...], as_js
 
     Example: tnsrag db merge-postings --url "$DATABASE_URL" --json
     """
-    from tnsrag_db._store.merge import MergeReport
+    from tnsrag_db._store.bm25.merge import MergeReport
 
     rows = []
     with _database(url, schema) as db:

@@ -28,6 +28,7 @@ from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, 
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED, STOPPING
 from tnsrag_db._errors import ConfigurationError, IdCollisionError, IngestInterrupted, InvalidEntryError
+from tnsrag_db._store.reads import existing_ids_plan
 from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
@@ -80,9 +81,7 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
     ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - loaded)
     if not ends:
         return
-    with store.session.transaction() as conn:
-        stored = set(conn.execute("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)",
-                                  {"c": store.corpus, "ids": ends}).scalars())
+    stored = store.run(existing_ids_plan(store.corpus, ends))
     missing = [end for end in ends if end not in stored]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
