@@ -327,7 +327,10 @@ class Store:
         return self.session.run(count_plan(self._corpus, filters))
 
     def iter_entries(self, *, batch_size: int = 1000) -> Iterator[MemoryEntry]:
-        """Every entry of the corpus in id order, read in batches (keyset pagination).
+        """Every entry of the corpus in id order, read in batches (keyset pagination): those
+        not expired, whatever their validity (an entry true only in the past or from a later
+        instant is still the corpus's, found by an ``as_of`` read); not the versions a
+        corpus that keeps history closed (:meth:`history` lists those).
 
         Raises :class:`ValidationError` for a ``batch_size`` that is not an int of at least 1.
         """
