@@ -14,6 +14,7 @@ metadata, exactly the keys metadata filters apply to.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -31,6 +32,7 @@ __all__ = [
     "PlannedStrategy",
     "RAGStrategy",
     "WrappingStrategy",
+    "aretrieve_with",
     "check_query",
     "child_plan",
     "collapsing_plan",
@@ -155,6 +157,16 @@ class WrappingStrategy(PlannedStrategy):
     def own_io(self) -> bool:
         """True when the child's retrieval is not a plan free of I/O of its own."""
         return not planned(self._child)
+
+
+async def aretrieve_with(strategy: RAGStrategy, query: str, context: RAGContext) -> list[RetrievedDocument]:
+    """``strategy``'s retrieval awaited: its ``aretrieve`` when it has one (async connections),
+    else its ``retrieve`` in a worker thread (a strategy of an application's own). The one
+    way the pipeline and the integrations reach a strategy from a coroutine."""
+    aretrieve = getattr(strategy, "aretrieve", None)
+    if aretrieve is not None and inspect.iscoroutinefunction(aretrieve):
+        return list(await aretrieve(query, context))
+    return list(await asyncio.to_thread(strategy.retrieve, query, context))
 
 
 def has_plan(strategy: object) -> bool:
