@@ -12,10 +12,10 @@ a vector store.
   to the library's exact filters.
 
 The retriever's async form (``ainvoke``) awaits the strategy's ``aretrieve`` (psycopg's
-async connections, see :mod:`tnsrag_db._db.aio`) when the strategy has one; otherwise, and
-for the vector store's async forms (``asimilarity_search``, ...), the sync calls run in the
-event loop's default thread pool (LangChain's ``run_in_executor``): they do not block the
-loop but take a thread each.
+async connections, see :mod:`tnsrag_db._db.aio`) when the strategy has one; otherwise the
+strategy's ``retrieve`` runs in the event loop's default thread pool, as the vector
+store's async forms (``asimilarity_search``, ...) do (LangChain's ``run_in_executor``):
+they do not block the loop but take a thread each.
 """
 
 from __future__ import annotations
