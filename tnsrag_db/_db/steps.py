@@ -26,6 +26,7 @@ Example: a ``SET`` whose transaction is committed, on either kind of connection:
 from __future__ import annotations
 
 import inspect
+import operator
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
@@ -43,7 +44,7 @@ Steps = Generator[Callable[[], Any], Any, _T]
 
 def run_steps(steps: Steps[_T]) -> _T:
     """Drive ``steps`` on a sync connection: each call's result is sent back as it is."""
-    return run_plan(steps, _call)
+    return run_plan(steps, operator.call)
 
 
 async def arun_steps(steps: Steps[_T]) -> _T:
@@ -58,10 +59,6 @@ def steps_for(driver: object, steps: Steps[None]) -> Awaitable[None] | None:
         return arun_steps(steps)
     run_steps(steps)
     return None
-
-
-def _call(call: Callable[[], Any]) -> Any:
-    return call()
 
 
 async def _acall(call: Callable[[], Any]) -> Any:
