@@ -36,7 +36,6 @@ __all__ = [
     "check_query",
     "child_plan",
     "collapsing_plan",
-    "has_plan",
     "overfetch_plan",
     "plan_store_of",
     "planned",
@@ -167,11 +166,6 @@ async def aretrieve_with(strategy: RAGStrategy, query: str, context: RAGContext)
     if aretrieve is not None and inspect.iscoroutinefunction(aretrieve):
         return list(await aretrieve(query, context))
     return list(await asyncio.to_thread(strategy.retrieve, query, context))
-
-
-def has_plan(strategy: object) -> bool:
-    """True when ``strategy`` offers its retrieval as a plan (a :class:`PlannedStrategy`)."""
-    return isinstance(strategy, PlannedStrategy)
 
 
 def planned(strategy: object) -> bool:
