@@ -77,7 +77,7 @@ class _OnStandby:
         self.replica = replica
 
     @property
-    def driver(self) -> psycopg.Connection[Any]:
+    def driver(self) -> psycopg.Connection[Any] | psycopg.AsyncConnection[Any]:
         return self._handed.driver
 
     @property

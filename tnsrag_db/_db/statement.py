@@ -5,6 +5,8 @@ values, the result columns) and never execute them. A strategy's retrieval is a
 :data:`Plan`: a generator that yields statements and receives their rows, so the same
 logic, and the same SQL, runs under :func:`run_plan` on a sync connection and under
 :func:`arun_plan` on an async one (the httpx model: one I/O-free core, two thin drivers).
+The same two drivers run the library's other connection work, written once as a generator
+of calls (see :mod:`tnsrag_db._db.steps`).
 
 Example of a plan with two rounds::
 
@@ -25,6 +27,8 @@ from typing import Any, TypeVar
 __all__ = ["AS_OF_PARAM", "Plan", "Rows", "Statement", "arun_plan", "hidden", "hidden_corpus", "one", "run_plan"]
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
+_R = TypeVar("_R")
 
 #: The bound parameter that carries the instant a read answers at (None: the block's
 #: ``as_of``, see :mod:`tnsrag_db._db.as_of`, else now).
@@ -107,8 +111,8 @@ def one(statement: Statement) -> Plan[Rows]:
     return rows
 
 
-def run_plan(plan: Plan[_T], execute: Callable[[Statement], Rows]) -> _T:
-    """Drive ``plan`` to its result, running each statement it yields with ``execute``.
+def run_plan(plan: Generator[_S, _R, _T], execute: Callable[[_S], _R]) -> _T:
+    """Drive ``plan`` to its result, running each statement (or other step) it yields with ``execute``.
 
     An exception from ``execute`` is thrown into the plan (a plan may catch it, as a
     ``try`` around ``yield``), and propagates from here when the plan does not."""
@@ -128,7 +132,7 @@ def run_plan(plan: Plan[_T], execute: Callable[[Statement], Rows]) -> _T:
         plan.close()
 
 
-async def arun_plan(plan: Plan[_T], execute: Callable[[Statement], Awaitable[Rows]]) -> _T:
+async def arun_plan(plan: Generator[_S, _R, _T], execute: Callable[[_S], Awaitable[_R]]) -> _T:
     """:func:`run_plan` for an async ``execute`` (same plan, same statements)."""
     try:
         statement = next(plan)
