@@ -306,7 +306,12 @@ def serve(data_dir: Path, idle_timeout: float, memory: str | None = None) -> int
     if not lock.acquire(blocking=False):
         return 0  # another keeper serves this data directory
 
+    stopping: list[int] = []
+
     def _terminate(signum: int, _frame: object) -> None:
+        # Noted as well as raised: a SystemExit raised while a C extension initialises (numpy's,
+        # under the warm model's imports) comes back as an ImportError, or not at all.
+        stopping.append(signum)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _terminate)
@@ -323,7 +328,8 @@ def serve(data_dir: Path, idle_timeout: float, memory: str | None = None) -> int
         from tnsrag_db._store.embedded import warm_model
 
         service = warm_model.start_service(files.socket, _log_line)
-        _wait_until_idle(data_dir, files.state, idle_timeout, kept.pid if kept else None)
+        if not stopping:
+            _wait_until_idle(data_dir, files.state, idle_timeout, kept.pid if kept else None, stopping)
         return 0
     finally:
         if service is not None:
@@ -375,11 +381,12 @@ def _client_connections(data_dir: Path) -> int:
     return int(row[0]) if row else 0
 
 
-def _wait_until_idle(data_dir: Path, state_file: Path, idle_timeout: float, kept_pid: int | None) -> None:
+def _wait_until_idle(data_dir: Path, state_file: Path, idle_timeout: float, kept_pid: int | None,
+                     stopping: list[int]) -> None:
     interval = min(max(idle_timeout / 5, 0.2), 30.0) if idle_timeout > 0 else 30.0
     tick = min(interval, 1.0)  # postmaster.pid is read every tick: a replaced server is noticed soon
     last_active = last_count = time.time()
-    while True:
+    while not stopping:  # a stop whose SystemExit something swallowed is still a stop
         time.sleep(tick)
         pm = postmaster(data_dir)
         if pm is None or (kept_pid is not None and pm.pid != kept_pid):
