@@ -36,10 +36,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from tnsrag_db._db.bounds import BOUNDED
 from tnsrag_db._db.settings import DEFAULT_SCHEMA
 
 __all__ = [
-    "BOUNDED",
     "DEFAULT_SCHEMA",
     "TIERS",
     "bm25_blocks",
@@ -63,14 +63,6 @@ __all__ = [
 
 
 TIERS = ("WORKING", "EPISODIC", "SEMANTIC", "PROCEDURAL")
-
-#: The condition that an entry row has a bound in time (an expiry, a validity or the end of
-#: its recording): the predicate of the partial index ``ix_entries_corpus_bounded`` (revision
-#: 0018), whose one empty probe tells the reads that no entry of a corpus needs a check
-#: (:func:`tnsrag_db._store.expiry.none_excluded`). Column names alone, so it reads the same in
-#: the index and in a query of one ``entries`` row source; a change is a new revision.
-BOUNDED = ("expires_at IS NOT NULL OR valid_from IS NOT NULL OR valid_until IS NOT NULL "
-           "OR recorded_until IS NOT NULL")
 
 metadata = MetaData(
     naming_convention={
