@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from tnsrag_db import embeddings
 from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
 from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
@@ -51,7 +52,6 @@ from tnsrag_db._store.store import connect
 from tnsrag_db._store.write import content_hash, validate_batch
 from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 from tnsrag_db.admin.restore import ExportedVectors, restore_providers
-from tnsrag_db.embeddings import provider_name, resolve_embedding
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
@@ -84,7 +84,7 @@ def choose_embedding(name: str | None = None, say: Any = None) -> Any:
     model's name or an installed entry-point provider), by default the shipped model when
     the ``embed`` extra is installed, else the hash fallback with a one-line notice on
     stderr, through ``say(line)`` when given (:func:`tnsrag_db.embeddings.resolve_embedding`)."""
-    return resolve_embedding(name, on_fallback=say or (lambda notice: click.echo(notice, err=True)))
+    return embeddings.resolve_embedding(name, on_fallback=say or (lambda notice: click.echo(notice, err=True)))
 
 
 def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
@@ -390,9 +390,9 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
               "duplicates": outcome.get("duplicates", 0), "dry_run": dry_run,
               "roots": [{"path": r.key, "prefix": r.prefix} for r in roots], "skipped": skipped,
               "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
-              "embedding": ", ".join(provider_name(p) for p in providers),
-              "embedding_providers": [provider_name(p) for p in providers],
-              "restored_vectors": [provider_name(p) for p in providers if isinstance(p, ExportedVectors)],
+              "embedding": ", ".join(embeddings.provider_name(p) for p in providers),
+              "embedding_providers": [embeddings.provider_name(p) for p in providers],
+              "restored_vectors": [embeddings.provider_name(p) for p in providers if isinstance(p, ExportedVectors)],
               "embedded_missing": sum(p.embedded_texts for p in providers if isinstance(p, ExportedVectors)),
               "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
@@ -443,14 +443,14 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
     return int(rows[0].n)
 
 
-def _write(entries: Iterable[MemoryEntry], plan: _Plan, embeddings: list[Any], progress: Any, ledger: _Ledger,
+def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], progress: Any, ledger: _Ledger,
            roots: list[Any], claims: dict[str, str], edges: Sequence[Any] = ()) -> tuple[Any, list[MemoryEntry],
                                                                                       dict[str, Any]]:
     """The one writer of ``tnsrag ingest``: connect, refuse files whose ids another root's
     entries hold (``claims``: id path -> root, :func:`~tnsrag_db._cli._roots.check_roots`),
     write ``entries`` batch by batch without vectors (keyword-searchable as each batch
     commits; their counts go to ``ledger``), then fill their vectors
-    (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then the ``edges`` and
+    (:func:`_fill_vectors`, a pass per provider of ``providers``), then the ``edges`` and
     the prune.
 
     ``entries`` is either the list of everything read and validated as a whole (a run that
@@ -500,7 +500,7 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, embeddings: list[Any], p
                                         "(--dry-run lists them)", yes=plan.yes)
         # Bound to the corpus's spaces before anything is written: a provider whose
         # dimension differs from its own stored space is refused here.
-        views = [VectorMemoryStore(store, bind_embedding(store, embedding)) for embedding in embeddings]
+        views = [VectorMemoryStore(store, bind_embedding(store, provider)) for provider in providers]
 
         def taken(batch: list[MemoryEntry]) -> list[MemoryEntry]:
             # Read before the batch is written (the ingest reads one batch ahead of its writes).

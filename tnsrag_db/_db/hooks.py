@@ -151,11 +151,11 @@ async def _aping(driver: psycopg.AsyncConnection[Any]) -> None:
 
 
 def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitable[None] | None:
-    if isinstance(dbapi_conn, psycopg.AsyncConnection):
-        return _aregister_vector(dbapi_conn)
-    try:
-        from pgvector.psycopg import register_vector
+    from pgvector.psycopg import register_vector, register_vector_async  # numpy: only connections that send vectors
 
+    if isinstance(dbapi_conn, psycopg.AsyncConnection):
+        return _aregister_vector(dbapi_conn, register_vector_async)
+    try:
         register_vector(dbapi_conn)
     except Exception:
         # The vector extension does not exist yet (an unmigrated database); the
@@ -164,11 +164,10 @@ def _register_vector(dbapi_conn: Any, info: MutableMapping[Any, Any]) -> Awaitab
     return None
 
 
-async def _aregister_vector(driver: psycopg.AsyncConnection[Any]) -> None:
+async def _aregister_vector(driver: psycopg.AsyncConnection[Any],
+                            register: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]) -> None:
     try:
-        from pgvector.psycopg import register_vector_async
-
-        await register_vector_async(driver)
+        await register(driver)
     except Exception:
         await driver.rollback()  # no vector extension yet: vectors travel as text
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
+from urllib.parse import quote, urlencode
 
 import psycopg
 import psycopg.conninfo
@@ -382,8 +383,6 @@ def url_of(conninfo: str, **changes: str | None) -> str:
     """A ``postgresql://`` URL of the libpq connection string or URL ``conninfo``, with
     ``changes`` (libpq keywords: ``dbname="tnsrag"``) applied; a socket directory as host
     goes to the query (``postgresql://user@/db?host=/run/sock``)."""
-    from urllib.parse import quote, urlencode
-
     params = psycopg.conninfo.conninfo_to_dict(libpq_url(conninfo) or conninfo)
     params.update(changes)
     user = quote(str(params.pop("user", "") or ""), safe="")
@@ -539,7 +538,7 @@ class Pool:
             if self._closed:
                 raise ConfigurationError(f"this connection pool ({self._location}) is closed")
             if self._pool is None:
-                from psycopg_pool import ConnectionPool
+                from psycopg_pool import ConnectionPool  # its threads: not for the CLI's OneConnection
 
                 self._pool = ConnectionPool(
                     self._conninfo, connection_class=_Driver, kwargs={FAILURES: self._failures},
@@ -588,7 +587,7 @@ class Pool:
         """A connection of the pool, and what gives it back. Waits in short slices: when an
         attempt to open a connection failed meanwhile (a wrong URL, a server down, a
         refused login), the attempt's error is raised at once rather than after ``timeout``."""
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolTimeout  # as in _opened (which has loaded it): a Pool's only
 
         pool = self._opened()
         start = time.monotonic()
