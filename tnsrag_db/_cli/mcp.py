@@ -9,7 +9,8 @@ import click
 
 from tnsrag_db._cli._common import db_options, handle_errors
 from tnsrag_db._cli._schema import open_existing
-from tnsrag_db._db.pool import Connection, conninfo_of, url_of
+from tnsrag_db._db.pool import Connection
+from tnsrag_db._db.settings import conninfo_of, url_of
 from tnsrag_db._db.statement import run_plan
 from tnsrag_db._errors import ConfigurationError, SchemaNotReadyError
 from tnsrag_db._indexes.vector.spaces import bind_embedding, ensure_space_plan, query_embedding

@@ -31,8 +31,9 @@ import psycopg
 
 from tnsrag_db import _telemetry
 from tnsrag_db._db.hooks import arun_hooks
-from tnsrag_db._db.pool import Pool, connect_error, conninfo_of, info_of
+from tnsrag_db._db.pool import Pool, connect_error, info_of
 from tnsrag_db._db.runner import AsyncPlanRunner
+from tnsrag_db._db.settings import conninfo_of
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from tnsrag_db._db.driver_errors import driver_message, sqlstate_of
 from tnsrag_db._db.lock_retries import hold_migration_lock
 from tnsrag_db._db.migration_ops import compat_function_sql
 from tnsrag_db._db.partition import PARTITION_NAME
-from tnsrag_db._db.pool import Connections, conninfo_of
+from tnsrag_db._db.pool import Connections
 from tnsrag_db._db.revisions import (  # read without alembic: every store opening checks them
     COMPAT_FUNCTION,
     ensure_at_head,
@@ -43,7 +43,7 @@ from tnsrag_db._db.revisions import (  # read without alembic: every store openi
     migrations_dir,
     schema_state,
 )
-from tnsrag_db._db.settings import validate_schema_name
+from tnsrag_db._db.settings import conninfo_of, validate_schema_name
 from tnsrag_db._errors import MigrationError
 
 # Only what migrates imports this module (a store whose schema is behind, ``tnsrag db``'s

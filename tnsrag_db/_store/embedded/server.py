@@ -8,9 +8,8 @@ extension libraries that are gone, so every new session that loads an extension 
 :func:`shut_down` stops any server with a signal to its postmaster, which needs no
 ``pg_ctl`` of any installation.
 
-Nothing here imports the wheel, the memory sizing or the connection pools on the path that
-finds a running server (``postmaster.pid`` and ``/proc`` are read directly), so a CLI call
-pays for none of them.
+Nothing here imports the wheel or the memory sizing on the path that finds a running
+server (``postmaster.pid`` and ``/proc`` are read directly), so a CLI call pays for neither.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from tnsrag_db._db.settings import conninfo_of, url_of
 from tnsrag_db._errors import DatabaseError
 from tnsrag_db._store.embedded.installation import installation_binaries
 
@@ -168,7 +168,6 @@ def start_with_wheel(data_dir: Path, memory: str | None = None) -> tuple[Any, st
     wheel with PostgreSQL's stock settings, then restarted once with these. A running
     server is joined as it is. Raises :class:`DatabaseError` when it cannot start and
     :class:`~tnsrag_db._errors.ValidationError` for a malformed budget."""
-    from tnsrag_db._db.pool import conninfo_of, url_of  # the pools (~40 ms): not on `tnsrag server status`'s path
     from tnsrag_db._store.embedded import memory as sizing  # psutil and the sizing rules: only to start a server
 
     pm = postmaster(data_dir)
