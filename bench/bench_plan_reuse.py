@@ -3,6 +3,8 @@
 Usage::
 
     python -m bench.bench_plan_reuse --n 20000 --queries 40 --rounds 3 [--url URL] [--tenancy]
+    python -m bench.bench_plan_reuse --n 2000 --others 40000 --corpus
+
 
 The BM25 and hybrid statements (and, with tenancy, the filter pairs' lookups) hide the
 values that only move the planner's estimates in scalar subqueries
@@ -18,6 +20,12 @@ PostgreSQL made (``pg_prepared_statements``). With ``--tenancy``, row-level secu
 switched on and the queries run as a tenant role (metadata filters through the filter
 pairs). Starts an embedded server unless ``--url`` names one (a superuser URL: the
 script creates a database, and with ``--tenancy`` a role, and drops them afterwards).
+
+With ``--others N`` another corpus of ``N`` entries lies beside the one searched (the
+database of a user with several corpora). With ``--corpus`` the two variants are the
+corpus's: "hidden" as the read runner sends a statement on a database without Citus (the
+corpus too in a scalar subquery, :func:`tnsrag_db._db.statement.hidden_corpus`), "shown"
+as built (the corpus visible, as on Citus, which routes by it).
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from tnsrag_db import tenancy
 from tnsrag_db._db import migrate
 from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.runner import bind as native_sql
-from tnsrag_db._db.statement import Plan, Statement, run_plan
+from tnsrag_db._db.statement import Plan, Statement, hidden_corpus, run_plan
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store
@@ -70,6 +78,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40, help="queries of each kind per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tenancy", action="store_true", help="row-level security on, queries as a tenant role")
+    parser.add_argument("--others", type=int, default=0, help="entries of another corpus beside the one searched")
+    parser.add_argument("--corpus", action="store_true",
+                        help="compare the corpus hidden (as the runner sends it) with the statements as built")
     parser.add_argument("--explain", default=None, metavar="KIND",
                         help="also print EXPLAIN (ANALYZE, BUFFERS) of KIND's prepared statements, both variants")
     args = parser.parse_args()
@@ -90,7 +101,14 @@ def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
     with owner.session.autocommit() as owner_conn:
         owner_conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.entries, {SCHEMA}.embeddings, {SCHEMA}.bm25_postings, "
                              f"{SCHEMA}.bm25_df")
-    print(f"wrote {args.n} entries in {time.perf_counter() - t0:.0f} s")
+    if args.others:
+        other = generate_corpus(args.others, dim=128, seed=4, id_prefix="other")
+        VectorMemoryStore(owner.with_corpus(f"{CORPUS}_other"), lookup, index_threshold=1000).add_all(
+            other.entries, embeddings=other.embeddings)
+        with owner.session.autocommit() as owner_conn:
+            owner_conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.entries, {SCHEMA}.embeddings, {SCHEMA}.bm25_postings, "
+                               f"{SCHEMA}.bm25_df")
+    print(f"wrote {args.n} entries (and {args.others} of another corpus) in {time.perf_counter() - t0:.0f} s")
     texts = [" ".join(e.content.split()[:3]) for e in data.entries[:64]]
     lookup.extra.update({t: lookup.queries[i % 64] for i, t in enumerate(texts)})
     query_url = url
@@ -107,7 +125,9 @@ def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
     store = Store(pool, corpus=CORPUS, schema=SCHEMA)
     kinds = _kinds(store, lookup, texts)
     conninfo = query_url.set(drivername="postgresql").render_as_string(hide_password=False)
-    print(f"\n{args.n} entries, {args.rounds} x {args.queries} queries per kind"
+    hide, show = (hidden_corpus, lambda t: t) if args.corpus else (lambda t: t, shown)
+    print(f"\n{args.n} entries ({args.others} in another corpus), {args.rounds} x {args.queries} queries per kind"
+          + ("; hidden: the corpus too, shown: as built" if args.corpus else "")
           + (", as a tenant role with row-level security on" if args.tenancy else "")
           + "; statements prepared on one connection per variant, the variants alternating")
     print(f"{'query':<13} {'hidden ms':>10} {'shown ms':>9} {'ratio':>6} {'hidden g/c':>11} {'shown g/c':>10}")
@@ -123,14 +143,14 @@ def _run(url: URL, role: str | None, args: argparse.Namespace) -> None:
         for r in range(args.rounds + 1):  # round 0 warms up (and prepares)
             for i, group in enumerate(statements):
                 for variant in (("hidden", "shown") if (i + r) % 2 == 0 else ("shown", "hidden")):
-                    spent = _execute(conns[variant], group, shown if variant == "shown" else (lambda s: s))
+                    spent = _execute(conns[variant], group, show if variant == "shown" else hide)
                     if r:
                         times[variant].append(spent)
         counts = {v: c.execute("SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) "
                                "FROM pg_prepared_statements").fetchone() for v, c in conns.items()}
         if kind == args.explain:
             for variant, conn in conns.items():
-                _explain(conn, variant, statements[0], shown if variant == "shown" else (lambda t: t))
+                _explain(conn, variant, statements[0], show if variant == "shown" else hide)
         for conn in conns.values():
             conn.close()
         hid, sho = (statistics.median(times[v]) * 1000 for v in ("hidden", "shown"))

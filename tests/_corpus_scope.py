@@ -63,15 +63,27 @@ class _Classes:
         return {k for k in list(self._parent) if k[0] == "const" and self.find(k) == root}
 
 
+def _unwrapped(node: exp.Expression) -> exp.Expression:
+    """``node`` without casts, parentheses and scalar subqueries of one expression and no
+    ``FROM`` (the runner's hidden corpus, ``(SELECT CAST(%(p)s AS text))``, pins as the
+    parameter itself does)."""
+    while True:
+        if isinstance(node, (exp.Cast, exp.Paren)):
+            node = node.this
+        elif (isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select)
+              and not node.this.args.get("from_") and len(node.this.expressions) == 1):
+            node = node.this.expressions[0]
+        else:
+            return node
+
+
 def _is_const(node: exp.Expression) -> bool:
-    while isinstance(node, (exp.Cast, exp.Paren)):
-        node = node.this
+    node = _unwrapped(node)
     return isinstance(node, (exp.Placeholder, exp.Literal, exp.Parameter))
 
 
 def _corpus_key(node: exp.Expression) -> tuple[str, ...] | None:
-    while isinstance(node, (exp.Cast, exp.Paren)):
-        node = node.this
+    node = _unwrapped(node)
     if isinstance(node, exp.Column) and node.name == "corpus":
         return ("col", node.table or "?")
     return None
@@ -82,8 +94,7 @@ def _key_or_const(node: exp.Expression, params: Mapping[str, object]) -> tuple[s
     its value when it is known (two names bound to one corpus are one corpus), else by its
     SQL text."""
     if _is_const(node):
-        while isinstance(node, (exp.Cast, exp.Paren)):
-            node = node.this
+        node = _unwrapped(node)
         if isinstance(node, exp.Placeholder) and node.name in params:
             return ("const", repr(params[node.name]))
         return ("const", node.sql(dialect="postgres"))

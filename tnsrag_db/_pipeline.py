@@ -10,12 +10,10 @@ forms (the strategy's ``aretrieve``).
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Callable, Sequence
 
 from tnsrag_db._errors import ConfigurationError, ValidationError
-from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db._strategies.base import RAGStrategy, aretrieve_with, check_query, resolve_context
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
 __all__ = ["RAGPipeline", "RAGPipelineBuilder", "format_context"]
@@ -60,11 +58,15 @@ class RAGPipeline:
 
     def retrieve_documents(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
         """Run phases 1-3 and return the documents after optional reranking."""
+        text, ctx = self._prepared(query, context)
+        return self._reranked(list(self._strategy.retrieve(text, ctx)))
+
+    def _prepared(self, query: str, context: RAGContext | None) -> tuple[str, RAGContext]:
+        """Phase 1: the checked, preprocessed query and the call's context."""
         text = check_query(query)
         if self._preprocess is not None:
             text = check_query(self._preprocess(text))
-        ctx = resolve_context(context) if context is not None else self._default_context
-        return self._reranked(list(self._strategy.retrieve(text, ctx)))
+        return text, resolve_context(context) if context is not None else self._default_context
 
     def _reranked(self, documents: list[RetrievedDocument]) -> list[RetrievedDocument]:
         if self._rerank is not None:
@@ -82,16 +84,8 @@ class RAGPipeline:
         """:meth:`retrieve_documents` with the strategy's ``aretrieve`` (async connections); a
         strategy without one runs its ``retrieve`` in a worker thread. The preprocessor and
         reranker run on the event loop (they should be quick)."""
-        text = check_query(query)
-        if self._preprocess is not None:
-            text = check_query(self._preprocess(text))
-        ctx = resolve_context(context) if context is not None else self._default_context
-        aretrieve = getattr(self._strategy, "aretrieve", None)
-        if aretrieve is not None and inspect.iscoroutinefunction(aretrieve):
-            found = await aretrieve(text, ctx)
-        else:
-            found = await asyncio.to_thread(self._strategy.retrieve, text, ctx)
-        return self._reranked(list(found))
+        text, ctx = self._prepared(query, context)
+        return self._reranked(await aretrieve_with(self._strategy, text, ctx))
 
     async def aexecute(self, query: str, context: RAGContext | None = None) -> str:
         """:meth:`execute` with :meth:`aretrieve_documents`."""

@@ -314,25 +314,42 @@ def traced_retrieve(method: _F) -> _F:
     if inspect.iscoroutinefunction(method):
         @functools.wraps(method)
         async def traced_async(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if _get() is None:
-                return await method(self, *args, **kwargs)
-            with _retrieve(self, args, kwargs) as op:
-                docs = await method(self, *args, **kwargs)
-                op.count(len(docs), "tnsrag.results")
-                return docs
+            with _Retrieval(self, args, kwargs) as done:
+                return done(await method(self, *args, **kwargs))
 
         return cast(_F, traced_async)
 
     @functools.wraps(method)
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _get() is None:
-            return method(self, *args, **kwargs)
-        with _retrieve(self, args, kwargs) as op:
-            docs = method(self, *args, **kwargs)
-            op.count(len(docs), "tnsrag.results")
-            return docs
+        with _Retrieval(self, args, kwargs) as done:
+            return done(method(self, *args, **kwargs))
 
     return cast(_F, traced)
+
+
+class _Retrieval:
+    """The ``tnsrag.retrieve`` span of one retrieval, the same for ``retrieve`` and ``aretrieve``:
+    entered, it gives ``done(docs)``, which counts the results and returns them. Nothing is
+    recorded when no telemetry is set up."""
+
+    __slots__ = ("_op",)
+
+    def __init__(self, strategy: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._op = _retrieve(strategy, args, kwargs) if _get() is not None else None
+
+    def __enter__(self) -> Callable[[Sized], Any]:
+        if self._op is not None:
+            self._op.__enter__()
+        return self._done
+
+    def _done(self, docs: Sized) -> Any:
+        if self._op is not None:
+            self._op.count(len(docs), "tnsrag.results")
+        return docs
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._op is not None:
+            self._op.__exit__(kind, exc, tb)
 
 
 def _retrieve(strategy: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Operation:

@@ -25,7 +25,7 @@ from tnsrag_db._errors import (
     TemporalValidationError,
     ValidationError,
 )
-from tnsrag_db._validate import check_int, is_int
+from tnsrag_db._validate import check_int, check_text, is_int, is_unicode_text
 
 __all__ = [
     "MAX_CANDIDATES",
@@ -68,18 +68,6 @@ def name_form(value: str) -> str:
     ids, parent ids, edge ends, corpus names): ``café`` typed composed or decomposed is one
     name. Cheap when ``value`` already is NFC (ASCII always is)."""
     return value if value.isascii() or unicodedata.is_normalized("NFC", value) else unicodedata.normalize("NFC", value)
-
-
-def is_unicode_text(value: str) -> bool:
-    """False when ``value`` holds a lone surrogate (``"\\ud800"``): such a str is not Unicode
-    text, has no UTF-8 form, and PostgreSQL cannot store or compare it."""
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class MemoryTier(enum.Enum):
@@ -134,10 +122,8 @@ def validate_filters(filters: Mapping[str, str] | None) -> Mapping[str, str]:
             raise InvalidFilterError(f"metadata filter keys must be non-blank strings, got {key!r}")
         if _is_blank(value):
             raise InvalidFilterError(f"metadata filter value for {key!r} must be a non-blank string, got {value!r}")
-        if "\x00" in key or "\x00" in value:
-            raise InvalidFilterError(f"metadata filter {key!r} contains a NUL character")
-        if not is_unicode_text(key) or not is_unicode_text(value):
-            raise InvalidFilterError(f"metadata filter {key!r} contains a lone surrogate (not Unicode text)")
+        for text in (key, value):
+            check_text(text, f"metadata filter {key!r}", blank_ok=True, error=InvalidFilterError)
         copied[key] = value
     return MappingProxyType(copied) if copied else _EMPTY
 
@@ -256,15 +242,8 @@ class RAGContext:
 
 
 def _check_text(value: Any, what: str, entry_id: str | None, index: int | None, *, blank_ok: bool = False) -> str:
-    if not isinstance(value, str):
-        raise InvalidEntryError(f"{what} must be a string, got {type(value).__name__}", entry_id=entry_id, index=index)
-    if not blank_ok and not value.strip():
-        raise InvalidEntryError(f"{what} must not be blank", entry_id=entry_id, index=index)
-    if "\x00" in value:
-        raise InvalidEntryError(f"{what} contains a NUL character", entry_id=entry_id, index=index)
-    if not is_unicode_text(value):
-        raise InvalidEntryError(f"{what} contains a lone surrogate (not Unicode text)", entry_id=entry_id, index=index)
-    return value
+    return check_text(value, what, blank_ok=blank_ok,
+                      error=lambda message: InvalidEntryError(message, entry_id=entry_id, index=index))
 
 
 def _check_key_bytes(value: str, what: str, entry_id: str | None, index: int | None) -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import NoReturn, TypeGuard
 
 from tnsrag_db._errors import TnsragError, ValidationError
 
-__all__ = ["check_int", "check_number", "check_prefix", "check_query_text", "is_int", "is_number"]
+__all__ = ["check_int", "check_number", "check_prefix", "check_query", "check_query_text", "check_text", "is_int",
+           "is_number", "is_unicode_text"]
 
 
 def is_int(value: object) -> TypeGuard[int]:
@@ -69,16 +71,46 @@ def check_prefix(prefix: object, *, error: type[TnsragError] = ValidationError) 
     return prefix
 
 
+def is_unicode_text(value: str) -> bool:
+    """False when ``value`` holds a lone surrogate (``"\\ud800"``): such a str is not Unicode
+    text, has no UTF-8 form, and PostgreSQL cannot store or compare it."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(value: object, what: str, *, blank_ok: bool = False, blank_message: str = "{what} must not be blank",
+               error: Callable[[str], TnsragError] = ValidationError) -> str:
+    """``value`` if it is a str that PostgreSQL text can hold (neither a NUL character nor a lone
+    surrogate) and, unless ``blank_ok``, not blank (empty or whitespace only); else
+    ``error(message)``, the message naming ``what`` (``blank_message``, formatted with ``what``
+    and ``value``, is the one of a blank value). The one text check of the library: queries,
+    entry fields and metadata filters all go through it."""
+    if not isinstance(value, str):
+        raise error(f"{what} must be a string, got {type(value).__name__}")
+    # Neither NUL nor a lone surrogate is whitespace: the order of the checks below is free.
+    if not blank_ok and not value.strip():
+        raise error(blank_message.format(what=what, value=value))
+    if "\x00" in value:
+        raise error(f"{what} contains a NUL character")
+    if not is_unicode_text(value):
+        raise error(f"{what} contains a lone surrogate (not Unicode text)")
+    return value
+
+
+def check_query(query: object, *, blank_ok: bool = False,
+                error: Callable[[str], TnsragError] = ValidationError) -> str:
+    """``query`` if it is Unicode text without NUL and, unless ``blank_ok``, not blank: a blank
+    query has no meaning for any strategy (an error instead of arbitrary results). Else
+    ``error(message)`` (default :class:`ValidationError`) naming the problem."""
+    return check_text(query, "query", blank_ok=blank_ok, error=error,
+                      blank_message="query is blank ({value!r}); give some text to search for")
+
+
 def check_query_text(query: object) -> str:
-    """``query`` if it is a str of Unicode text without NUL (blank allowed); :class:`ValidationError`
-    naming the problem otherwise (PostgreSQL text can hold neither NUL nor a lone surrogate)."""
-    if not isinstance(query, str):
-        raise ValidationError(f"query must be a string, got {type(query).__name__}")
-    if "\x00" in query:
-        raise ValidationError("query contains a NUL character")
-    if not query.isascii():
-        try:
-            query.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValidationError("query contains a lone surrogate (not Unicode text)") from None
-    return query
+    """:func:`check_query` with a blank query allowed (the indexes' own query methods)."""
+    return check_query(query, blank_ok=True)

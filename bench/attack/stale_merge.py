@@ -33,8 +33,8 @@ import psycopg
 from bench._corpus import generate_corpus
 from bench.attack._support import SCHEMA, engine_for, inconsistencies, migrated_database, print_table
 from tnsrag_db._store import corpus as corpus_module
+from tnsrag_db._store.bm25.merge import MergeReport
 from tnsrag_db._store.corpus import DEFAULT_ANALYZE_AFTER_ROWS, DEFAULT_MERGE_AFTER_ENTRIES
-from tnsrag_db._store.merge import MergeReport
 from tnsrag_db._store.store import Store
 from tnsrag_db.admin import export_corpus, restore_corpus
 from tnsrag_db.embeddings._hashing import HashingEmbedding

@@ -7,6 +7,7 @@ store's statement_timeout, search_path, pgvector types, typed errors), and the
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -20,7 +21,10 @@ from tests.db.test_explain import QUERIES, _corpus
 from tests.fix_corpus_scope import pyformat
 from tnsrag_db import (
     BM25Index,
+    DistinctContentRAGStrategy,
     HashingEmbedding,
+    HierarchicalRAGStrategy,
+    HierarchyIndex,
     KeywordRAGStrategy,
     RAGContext,
     RAGPipeline,
@@ -33,6 +37,7 @@ from tnsrag_db._db.pool import Pool
 from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import DatabaseError, InvalidFilterError, ValidationError
 from tnsrag_db._store.store import Store
+from tnsrag_db._strategies.base import planned
 from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
 
 FIXED_NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -205,6 +210,36 @@ def test_pipeline_over_a_sync_only_strategy_runs_it_in_a_thread(store: Store) ->
 
     pipeline = RAGPipeline.builder(SyncOnly()).build()
     assert asyncio.run(pipeline.aexecute(QUERIES[1])) == pipeline.execute(QUERIES[1]) != ""
+
+
+def test_a_wrapper_over_a_sync_only_child_awaits_it_off_the_event_loop(store: Store) -> None:
+    # The child has no plan: it does its own I/O. Its wrappers' aretrieve runs the whole
+    # retrieval in a worker thread (before: the child's retrieve ran on the event loop,
+    # blocking it), and gives the sync results; nested wrappers know it too.
+    _corpus(store)
+    keyword = KeywordRAGStrategy(BM25Index(store))
+    threads: list[threading.Thread] = []
+
+    class SyncOnly:
+        name = "sync-only"
+
+        def retrieve(self, query: str, context: RAGContext | None = None) -> Any:
+            threads.append(threading.current_thread())
+            return keyword.retrieve(query, context)
+
+    child = SyncOnly()
+    wrappers = [HierarchicalRAGStrategy(child, HierarchyIndex(store)),
+                TemporalRAGStrategy(child, TemporalIndex(store), clock=lambda: FIXED_NOW),
+                DistinctContentRAGStrategy(child),
+                DistinctContentRAGStrategy(HierarchicalRAGStrategy(child, HierarchyIndex(store)))]
+    for wrapper in wrappers:
+        assert wrapper.own_io and planned(wrapper) is False
+        expected = wrapper.retrieve(QUERIES[1], RAGContext(4))
+        assert expected
+        threads.clear()
+        assert asyncio.run(wrapper.aretrieve(QUERIES[1], RAGContext(4))) == expected
+        assert threads and threading.main_thread() not in threads, type(wrapper).__name__
+    assert not DistinctContentRAGStrategy(keyword).own_io and planned(DistinctContentRAGStrategy(keyword))
 
 
 def _on_async_engine(store: Store) -> bool:

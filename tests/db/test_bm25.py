@@ -16,7 +16,7 @@ from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.statement import AS_OF_PARAM
 from tnsrag_db._errors import ConfigurationError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.bm25 import BM25Index
-from tnsrag_db._store.analysis import analyze
+from tnsrag_db._store.bm25.analysis import analyze
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import MemoryEntry, MemoryTier, RAGContext

@@ -31,7 +31,9 @@ from tests.db.test_bm25 import (
 from tnsrag_db._db.pool import Connection, Pool
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
-from tnsrag_db._store.merge import BLOCK
+from tnsrag_db._store.bm25 import merge
+from tnsrag_db._store.bm25.merge import BLOCK
+from tnsrag_db._store.sql import tid_scans_only
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry, MemoryTier
 
@@ -337,8 +339,6 @@ def test_a_merge_deletes_by_tid_scan_even_when_statistics_say_the_delta_is_empty
     # After a merge had emptied the delta, an ANALYZE records it empty; the next merge's
     # deletes by ctid must still be TID scans, not an index scan of the whole corpus
     # testing every row against the array of ctids (minutes at a million postings).
-    from tnsrag_db._store import merge
-
     store = make_store(merge_after_entries=10**9)
     store.add_all(generated_entries(random.Random(12), 50))
     store.merge_postings()
@@ -356,7 +356,7 @@ def test_a_merge_deletes_by_tid_scan_even_when_statistics_say_the_delta_is_empty
                    for sql, staged in ((merge._GONE_SQL, merge._STAGED_NP_SQL),
                                        (merge._TAILS_GONE_SQL, merge._STAGED_TAILS_SQL))]
         assert all(params["tids"] for _, params in explain)
-        with merge.tid_scans_only(conn):
+        with tid_scans_only(conn):
             tid_plans = ["\n".join(conn.execute(statement, params).scalars()) for statement, params in explain]
         conn.rollback()
     # No index scan of the corpus, no scan of the whole table: a TID scan.
@@ -493,7 +493,6 @@ def test_a_merge_on_statistics_that_never_saw_its_corpus_reads_no_corpus_once_pe
     # planned here on such statistics; none may read a corpus once per row.
     from tnsrag_db._db import migrate
     from tnsrag_db._db.pool import Pool
-    from tnsrag_db._store import merge
 
     pool = Pool(fresh_db_url, schema="tnsrag", pool_size=2)
     try:

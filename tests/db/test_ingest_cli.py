@@ -20,6 +20,7 @@ from tests._trees import messy_tree
 from tests.fix_db import SCHEMA
 from tnsrag_db._cli import main_group
 from tnsrag_db._store.store import Store
+from tnsrag_db._types import MemoryEntry
 
 
 def run(args: list[str], cwd: Path | None = None) -> Any:
@@ -429,3 +430,25 @@ def test_a_second_folder_without_embedding_fills_the_corpus_s_own_space(tmp_path
     assert json.loads(res.stdout)["embedding"] == "tnsrag-hash-16"
     stats = json.loads(CliRunner().invoke(main_group, ["stats", *args, "--json"]).stdout)
     assert [(s["provider"], s["vectors"], s["missing"]) for s in stats["spaces"]] == [("tnsrag-hash-16", 3, 0)]
+
+
+def test_record_edges_end_at_entries_of_the_files_or_the_corpus(tmp_path: Path, target: tuple[list[str], Store]) -> None:
+    # Batches commit one by one, so the edges' ends are checked before any is written: an end
+    # in the files or already in the corpus is fine, any other refuses the whole run.
+    args, store = target
+    store.add(MemoryEntry("stored", "already in the corpus"))
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    (good / "a.jsonl").write_text(json.dumps({"id": "a", "content": "alpha", "edges": [{"dst": "stored"}, {"dst": "b"}]})
+                                  + "\n" + json.dumps({"id": "b", "content": "beta"}) + "\n")
+    (bad / "c.jsonl").write_text(json.dumps({"id": "c", "content": "gamma",
+                                             "edges": [{"dst": "ghost"}, {"dst": "stored"}]}) + "\n")
+    ok = run([str(good), *args, "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["edges"] == 2
+    refused = run([str(bad), *args])
+    assert refused.exit_code != 0
+    assert "edges end at entries that are neither in the files nor in corpus" in refused.stderr
+    assert "'ghost'" in refused.stderr and "'stored'" not in refused.stderr
+    assert sorted(ids(store)) == ["a", "b", "stored"]

@@ -4,8 +4,9 @@ The driver prepares a statement from its fifth execution on; PostgreSQL's plan c
 then compares the generic plan's cost with the custom plans' and keeps the generic one
 unless a custom plan is cheaper. The BM25 and hybrid statements hide from the planner
 the values that only move its estimates (the query's terms:
-:func:`tnsrag_db._db.statement.hidden`; limits are integer literals), so their custom
-plans cost what the generic plan costs and the generic plan is kept. A rare filter value stays visible and may still
+:func:`tnsrag_db._db.statement.hidden`, and, on a database without Citus, the corpus:
+:func:`~tnsrag_db._db.statement.hidden_corpus`; limits are integer literals), so their
+custom plans cost what the generic plan costs and the generic plan is kept. A rare filter value stays visible and may still
 plan better by itself.
 
 Float addition is not associative: a BM25 score sums its terms' parts in lexeme order,
@@ -50,12 +51,16 @@ def _plans(store: Store, start: str) -> tuple[int, int]:
 
 
 def test_keyword_and_hybrid_statements_are_planned_once_and_reused(make_database: Callable[[], URL]) -> None:
-    # A database of its own: beside corpora of other sizes, PostgreSQL may estimate a small
-    # corpus's custom plan cheaper than the generic one and keep planning it (the corpus
-    # stays a visible value: it is what routes a statement to one shard under Citus).
+    # A database of its own, where a corpus forty times larger lies beside the one searched:
+    # with the corpus visible to the planner, the small corpus's custom plans estimate
+    # cheaper than the generic plan and PostgreSQL would plan every run again. The read
+    # runner hides the corpus (tnsrag_db._db.statement.hidden_corpus) on a database without
+    # Citus, which routes by the visible value (tests/db/test_citus_cluster.py).
     url = make_database()
-    with connect(url, corpus="plan_reuse", schema=SCHEMA, pool_size=1, max_overflow=0,
-                 auto_migrate=True) as store:
+    with connect(url, corpus="plan_reuse_large", schema=SCHEMA, auto_migrate=True) as large:
+        large.add_all([MemoryEntry(f"l{i}", f"{WORDS[i % 8]} {WORDS[(i * 5) % 8]} ledger {i % 97}")
+                       for i in range(12_000)])
+    with connect(url, corpus="plan_reuse", schema=SCHEMA, pool_size=1, max_overflow=0) as store:
         vectors = VectorMemoryStore(store, HashingEmbedding(32), index_threshold=None)
         vectors.add_all([MemoryEntry(f"e{i}", f"{WORDS[i % 8]} {WORDS[(i * 3) % 8]} note {i}",
                                      metadata={"shelf": f"s{i % 3}"}) for i in range(300)])

@@ -16,9 +16,11 @@ from tnsrag_db._db.replicas import ReadReplicas, Replica, WriteToken, verify_sta
 from tnsrag_db._db.statement import Statement, one
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
+from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.keyword import KeywordRAGStrategy
 from tnsrag_db._types import MemoryEntry
+from tnsrag_db.embeddings import HashingEmbedding
 
 DB = "tnsrag_replicas"
 SCHEMA = "tnsrag"
@@ -139,6 +141,26 @@ def test_read_your_writes_waits_for_replay_or_reads_the_primary(pair: PrimaryWit
             # Once replayed, the standby serves the read again, and sees the write.
             assert [d.metadata["entryId"] for d in strategy.retrieve(keyword)] == ["w1"]
             assert _served_by_standby(store)
+            store.drop_corpus()
+    finally:
+        _replay(pair, "resume")
+
+
+def test_the_reads_a_write_acts_on_go_to_the_primary(pair: PrimaryWithStandby) -> None:
+    # A vector view's pre-read (which entries of a batch need a vector) runs on the read
+    # runner, on the primary: a standby that has not replayed the last write would have the
+    # view embed again what the corpus already holds.
+    in_recovery = Statement("SELECT pg_is_in_recovery() AS standby")
+    _replay(pair, "pause")
+    try:
+        with _store(pair, "primary_reads") as store:
+            assert store.session.run(one(in_recovery))[0].standby
+            assert not store.session.run(one(in_recovery), primary=True)[0].standby
+            vectors = VectorMemoryStore(store, HashingEmbedding(), index_threshold=None)
+            entry = MemoryEntry("p1", "written while replay is paused")
+            vectors.add_all([entry])
+            assert vectors.needing_vectors([entry]) == []
+            assert vectors.needing_vectors([MemoryEntry("p1", "a new text")]) != []
             store.drop_corpus()
     finally:
         _replay(pair, "resume")

@@ -92,8 +92,8 @@ def test_reads_and_exports_answer_at_their_instant(memory: Store) -> None:
     assert memory.get("now").valid_from == PAST  # type: ignore[union-attr]
     assert memory.count() == 3 and set(memory.get_many(["was", "now"])) == {"now"}
     out = io.StringIO()
-    export_corpus(memory, out)
-    assert {json.loads(line)["id"] for line in out.getvalue().splitlines()} == {"root", "now", "child"}
+    export_corpus(memory, out)  # every entry, whatever its validity (below)
+    assert {json.loads(line)["id"] for line in out.getvalue().splitlines()} == {"root", "now", "was", "later", "child"}
     # An instant before the entries were written: nothing was recorded then.
     with tnsrag_db.as_of(PAST - timedelta(days=1)):
         assert memory.count() == 0 and memory.get("root") is None
@@ -140,6 +140,32 @@ def test_export_keeps_the_validity_and_ingest_reads_it_back(memory: Store, tmp_p
     entries = {e.id: e for e in FileLoader(path).load()}
     assert (entries["now"].valid_from, entries["now"].valid_until) == (PAST, FUTURE)
     assert entries["root"].valid_from is None
+
+
+def test_an_export_carries_every_entry_whatever_its_validity_and_the_restore_answers_alike(
+        memory: Store, tmp_path: Any) -> None:
+    """An entry true only in the past or from a later instant is still the corpus's: an
+    ``as_of`` read finds it, so the export carries it (as it carries every edge), and so
+    does a re-embedding (``iter_entries``); the child of a past entry is restored under it."""
+    from tnsrag_db.admin import restore_corpus
+
+    assert [e.id for e in memory.iter_entries()] == ["child", "later", "now", "root", "was"]
+    path = tmp_path / "memory.jsonl"
+    with path.open("w") as out:
+        export_corpus(memory, out)
+    restored = memory.with_corpus(memory.corpus + "_restored")
+    try:
+        restore_corpus(restored, path, embedding=_embed)
+        assert [e.id for e in restored.iter_entries()] == ["child", "later", "now", "root", "was"]
+        assert restored.get("child").parent_id == "was"  # type: ignore[union-attr]
+        later = FUTURE + timedelta(days=1)
+        for name in ("keyword", "vector", "hierarchical"):
+            assert _found(restored, name, "zebra stripes") == _found(memory, name, "zebra stripes"), name
+            assert _found(restored, name, "zebra stripes", as_of=later) == _found(memory, name, "zebra stripes",
+                                                                                  as_of=later), name
+        assert "later" in _found(restored, "keyword", "zebra stripes", as_of=later)
+    finally:
+        restored.drop_corpus()
 
 
 def test_rewriting_an_entry_sets_or_clears_its_validity(store: Store) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tnsrag_db._store.analysis import CHUNK_CHARS, MAX_TERM_CHARS, MIN_PART_CHARS, analyze, camel_parts, chunk_text
+from tnsrag_db._store.bm25.analysis import CHUNK_CHARS, MAX_TERM_CHARS, MIN_PART_CHARS, analyze, camel_parts, chunk_text
 
 
 @pytest.mark.parametrize(("word", "parts"), [
@@ -151,7 +151,7 @@ def _analyze_slowly(text: str) -> tuple[list[str], list[str]]:
     import re
     import unicodedata
 
-    from tnsrag_db._store import analysis
+    from tnsrag_db._store.bm25 import analysis
 
     extras: list[str] = []
     split_token = analysis._split_token.__wrapped__

@@ -23,6 +23,8 @@ PINNED = [
     "CREATE INDEX CONCURRENTLY ix ON embeddings USING hnsw (embedding) WHERE space_id = 4",
     "ANALYZE (SKIP_LOCKED) entries, bm25_postings",
     "SELECT c.relname FROM pg_class c WHERE c.relname = 'entries'",
+    # The read runner's hidden corpus (tnsrag_db._db.statement.hidden_corpus) pins as the parameter does.
+    "SELECT e.id FROM entries e WHERE e.corpus = (SELECT CAST(%(c)s AS text)) AND e.id = %(id)s",
 ]
 
 UNPINNED = [
@@ -35,6 +37,8 @@ UNPINNED = [
     ("SELECT a.id FROM entries a JOIN entries b ON a.id = b.id WHERE a.corpus = %(c1)s AND b.corpus = %(c2)s",
      "several corpora"),
     ("INSERT INTO entries (corpus, id) SELECT e.corpus, e.id FROM entries e", "entries"),
+    # A subquery that reads a table is not a constant.
+    ("SELECT e.id FROM entries e WHERE e.corpus = (SELECT k.corpus FROM corpora k LIMIT 1)", "entries"),
 ]
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, one, run_plan
+from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, hidden_corpus, one, run_plan
 
 
 def _two_rounds(seed: int) -> Plan[list[int]]:
@@ -73,3 +73,16 @@ def test_a_plan_is_closed_when_the_driver_stops() -> None:
     with pytest.raises(KeyboardInterrupt):
         run_plan(plan(), failing)
     assert closed == [True]
+
+
+def test_the_corpus_is_hidden_unless_a_column_filter_value_shows() -> None:
+    sql = "SELECT 1 FROM entries e WHERE e.corpus = :k_c AND e.id = ANY(:k_chunks) AND x = :c AND y = a::c"
+    hidden = hidden_corpus(sql)
+    assert hidden == ("SELECT 1 FROM entries e WHERE e.corpus = (SELECT CAST(:k_c AS text)) AND e.id = ANY(:k_chunks) "
+                      "AND x = (SELECT CAST(:c AS text)) AND y = a::c")
+    assert hidden_corpus(hidden) == hidden  # a statement embedding a hidden one
+    assert hidden_corpus("SELECT 1 FROM entries e WHERE e.corpus = :k_f_c") == (
+        "SELECT 1 FROM entries e WHERE e.corpus = (SELECT CAST(:k_f_c AS text))")
+    for shown in (":k_f_tier", ":k_f_source", ":hk_f_id"):  # planned for that value at every run anyway
+        filtered = f"SELECT 1 FROM entries e WHERE e.corpus = :k_c AND e.tier = {shown}"
+        assert hidden_corpus(filtered) == filtered

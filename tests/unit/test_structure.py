@@ -48,10 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 #: the whole package: a module imported lazily is still a module depended on.
 NO_LAZY_CYCLES = ("tnsrag_db",)
 #: Today's deferred circles, each named by its modules (emptied as they are broken).
-KNOWN_LAZY_CYCLES: set[frozenset[str]] = {
-    frozenset({"tnsrag_db._indexes.vector.hnsw", "tnsrag_db._indexes.vector.index",
-               "tnsrag_db._indexes.vector.ingest", "tnsrag_db._indexes.vector.write"}),
-}
+KNOWN_LAZY_CYCLES: set[frozenset[str]] = set()
 #: The layers that may import only public modules of other layers.
 BOUNDARY_LAYERS = ("tnsrag_db._cli", "tnsrag_db.declarative")
 #: Strategy modules that may mention tables (none of them runs SQL today).

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import psycopg
-
 from tnsrag_db._cli._common import DEFAULT_SCHEMA
 from tnsrag_db._db.pool import OneConnection
-from tnsrag_db._db.statement import Plan, Statement, run_plan
-from tnsrag_db._errors import DatabaseError, SchemaNotReadyError
+from tnsrag_db._db.session import Session
+from tnsrag_db._db.statement import Plan, Statement
+from tnsrag_db._errors import SchemaNotReadyError
 from tnsrag_db._store.embedded.resolve import embedded_url
 from tnsrag_db._store.store import Store, connect
 
@@ -51,14 +50,12 @@ def missing_schema_error(schema: str, existing: Sequence[str], *, embedded: bool
 
 def tnsrag_schemas(url: str | None) -> list[str]:
     """Names of the schemas of ``url``'s database (None: the embedded server) that hold
-    tnsrag_db's tables, sorted. Raises :class:`~tnsrag_db._errors.DatabaseError` when the
-    server cannot be reached."""
+    tnsrag_db's tables, sorted (:func:`tnsrag_schemas_plan` on the read runner of a session
+    over one connection). Raises :class:`~tnsrag_db._errors.DatabaseError` when the server
+    cannot be reached."""
     db = OneConnection(embedded_url() if url is None else url, schema="public")
     try:
-        with db.connect() as conn:
-            return run_plan(tnsrag_schemas_plan(), lambda st: conn.execute(st.sql, dict(st.params)).all())
-    except psycopg.Error as exc:
-        raise DatabaseError(f"could not list the schemas: {exc}") from exc
+        return Session(db, what="could not list the schemas", schema="public").run(tnsrag_schemas_plan())
     finally:
         db.close()
 

@@ -20,7 +20,7 @@ from tnsrag_db._store.store import Store
 from tnsrag_db.admin import require_corpus
 
 if TYPE_CHECKING:
-    from tnsrag_db._store.merge import MergeReport
+    from tnsrag_db._store.bm25.merge import MergeReport
 
 __all__ = ["build_indexes", "consolidate", "distribute", "merge_postings", "partition_sql", "promote", "sweep"]
 

@@ -48,6 +48,7 @@ from tnsrag_db._indexes.vector.spaces import bind_embedding, count_with_vectors,
 from tnsrag_db._loaders import FileLoader
 from tnsrag_db._loaders.formats import file_format
 from tnsrag_db._loaders.owners import claims_of
+from tnsrag_db._store.reads import existing_ids_plan
 from tnsrag_db._store.store import connect
 from tnsrag_db._store.write import content_hash, validate_batch
 from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
@@ -95,9 +96,7 @@ def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
     ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - loaded)
     if not ends:
         return
-    with store.session.transaction() as conn:
-        stored = set(conn.execute("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)",
-                                  {"c": store.corpus, "ids": ends}).scalars())
+    stored = store.run(existing_ids_plan(store.corpus, ends))
     missing = [end for end in ends if end not in stored]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

@@ -10,8 +10,11 @@ application's), whose awaitables are awaited. Unlike the sync pool (psycopg_pool
 maintenance runs in threads), the async one runs no task of its own: psycopg_pool's
 ``AsyncConnectionPool`` keeps tasks on the loop, and a loop ended by ``asyncio.run``
 while one of them was opening a connection waited for it without end. Statements are
-sent by :class:`~tnsrag_db._db.runner.AsyncPlanRunner`, the await form of the sync runner
-behind :meth:`Store.run`: the same text, values and statement listeners. The async pools
+sent by :meth:`PlanRunner.arun <tnsrag_db._db.runner.PlanRunner.arun>`, the await form of the
+sync runner behind :meth:`Store.run` (one implementation, two thin drivers): the same text,
+values and statement listeners. A connection's set-up, check and reset are the sync pool's
+own steps (:func:`~tnsrag_db._db.pool.configure_steps`, :func:`~tnsrag_db._db.pool.reset_steps`),
+awaited. The async pools
 of a sync pool are closed when it is (:meth:`Store.close` of the store that owns it) or
 by :func:`aclose_pools` (:meth:`AsyncStore.close <tnsrag_db._store.aio.AsyncStore.close>`).
 
@@ -30,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import psycopg
 
 from tnsrag_db import _telemetry
-from tnsrag_db._db.hooks import arun_hooks
-from tnsrag_db._db.pool import Pool, connect_error, info_of
-from tnsrag_db._db.runner import AsyncPlanRunner
+from tnsrag_db._db.hooks import hook_steps
+from tnsrag_db._db.pool import Handed, Pool, configure_steps, connect_error, info_of, reset_steps
+from tnsrag_db._db.runner import PlanRunner
 from tnsrag_db._db.settings import conninfo_of
+from tnsrag_db._db.steps import arun_steps
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 
 if TYPE_CHECKING:
@@ -66,14 +70,6 @@ class AsyncRunTarget(Protocol):
 
 _T = TypeVar("_T")
 
-class _AsyncDriver(psycopg.AsyncConnection[Any]):
-    """An async psycopg connection with ``tnsrag_info`` (see :func:`~tnsrag_db._db.pool.info_of`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.tnsrag_info: dict[Any, Any] = {}
-
-
 class _LoopPool:
     """The async connections of one sync :class:`~tnsrag_db._db.pool.Pool` on one event loop:
     at most the sync pool's ``max_size`` handed out at once, the one returned last handed
@@ -103,21 +99,19 @@ class _LoopPool:
                 if driver.closed or driver.broken:
                     continue
                 try:
-                    await arun_hooks("check", self.pool.hooks, driver, info_of(driver))
+                    await arun_steps(hook_steps("check", self.pool.hooks, driver, info_of(driver)))
                 except psycopg.Error:
                     await driver.close()  # found dead by the idle ping: open another
                     continue
                 self.checked_out += 1
                 return driver
             try:
-                driver = await _AsyncDriver.connect(self.conninfo)
+                driver = await psycopg.AsyncConnection.connect(self.conninfo)
             except psycopg.Error as exc:
                 raise connect_error(exc) from exc
             try:
-                await arun_hooks("configure", self.pool.hooks, driver, info_of(driver))
-                if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    await driver.commit()
-                await arun_hooks("check", self.pool.hooks, driver, info_of(driver))
+                await arun_steps(configure_steps(driver, self.pool.hooks))
+                await arun_steps(hook_steps("check", self.pool.hooks, driver, info_of(driver)))
             except BaseException:
                 await driver.close()
                 raise
@@ -131,11 +125,7 @@ class _LoopPool:
         """Take ``driver`` back (a broken or closed one is dropped)."""
         try:
             if not driver.closed and not driver.broken:
-                if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    await driver.rollback()
-                if driver.autocommit:
-                    await driver.set_autocommit(False)
-                await arun_hooks("reset", self.pool.hooks, driver, info_of(driver))
+                await arun_steps(reset_steps(driver, self.pool.hooks))
                 self.idle.append(driver)
             elif not driver.closed:
                 await driver.close()
@@ -232,26 +222,6 @@ async def aclose_pools(pool: Pool) -> None:
         await kept.close()
 
 
-class _AsyncHanded:
-    """A connection of a :class:`_LoopPool` checked out for the read runner."""
-
-    __slots__ = ("_pool", "driver", "info")
-
-    def __init__(self, pool: _LoopPool, driver: psycopg.AsyncConnection[Any]) -> None:
-        self._pool = pool
-        self.driver = driver
-        self.info = info_of(driver)
-
-    async def release(self) -> None:
-        await self._pool.putconn(self.driver)
-
-    async def discard(self) -> None:
-        try:
-            await self.driver.close()
-        finally:
-            await self._pool.putconn(self.driver)
-
-
 class _AsyncSource:
     """The async read runner's connections: the running loop's pool of ``pools``."""
 
@@ -260,9 +230,14 @@ class _AsyncSource:
     def __init__(self, pools: _Pools) -> None:
         self._pools = pools
 
-    async def checkout(self, *, snapshot: bool) -> _AsyncHanded:
+    async def checkout(self, *, snapshot: bool) -> Handed[psycopg.AsyncConnection[Any]]:
         pool = self._pools.get()
-        return _AsyncHanded(pool, await pool.getconn())
+        return Handed(pool.putconn, await pool.getconn())
+
+    def failed(self, checkout: object) -> bool:
+        """False: the async connections are the primary's (a store with replicas reads through
+        the sync runner), so there is no standby to leave out."""
+        return False
 
 
 def _timeout_ms(store: AsyncRunTarget) -> int | None:
@@ -273,7 +248,7 @@ def _timeout_ms(store: AsyncRunTarget) -> int | None:
 async def arun(store: AsyncRunTarget, plan: Plan[_T], *, snapshot: bool = False) -> _T:
     """Drive ``plan`` on an async connection of ``store``'s database (see :meth:`Store.run`).
 
-    The library's one read runner with awaits (:class:`~tnsrag_db._db.runner.AsyncPlanRunner`):
+    The library's one read runner, awaited (:meth:`~tnsrag_db._db.runner.PlanRunner.arun`):
     the same statements, autocommit or with ``snapshot=True`` one read-only REPEATABLE READ
     transaction; the store's ``statement_timeout`` (also one set by :meth:`Store.timeout`
     around the ``await``); the connection checked out at the plan's first statement and
@@ -293,6 +268,6 @@ async def arun(store: AsyncRunTarget, plan: Plan[_T], *, snapshot: bool = False)
         # statement to finish there, bounded by statement_timeout).
         return await asyncio.to_thread(store.run, plan, snapshot=snapshot)
     check_running_loop()
-    runner = AsyncPlanRunner(_AsyncSource(_pools_of(store.pool)), what=f"database error in corpus {store.corpus!r}",
-                             timeout_ms=lambda: _timeout_ms(store))
-    return await runner.run(plan, snapshot=snapshot)
+    runner = PlanRunner(_AsyncSource(_pools_of(store.pool)), what=f"database error in corpus {store.corpus!r}",
+                        timeout_ms=lambda: _timeout_ms(store))
+    return await runner.arun(plan, snapshot=snapshot)

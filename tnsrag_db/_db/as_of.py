@@ -16,7 +16,17 @@ from typing import Any, TypeVar
 from tnsrag_db._db.statement import AS_OF_PARAM, Plan, Statement
 from tnsrag_db._errors import ValidationError
 
-__all__ = ["AS_OF_PARAM", "as_of", "asked_as_of", "check_as_of", "honours_as_of", "with_instant"]
+__all__ = ["AS_OF_PARAM", "BOUNDED", "as_of", "asked_as_of", "check_as_of", "honours_as_of", "with_instant"]
+
+#: The condition that an entry row has a bound in time (an expiry, a validity or the end of
+#: its recording): the predicate of the partial index ``ix_entries_corpus_bounded`` (revision
+#: 0018, declared in :mod:`tnsrag_db._db.schema`), whose one empty probe tells the reads that
+#: no entry of a corpus needs a check (:func:`tnsrag_db._store.expiry.none_excluded`). Column
+#: names alone, so it reads the same in the index and in a query of one ``entries`` row
+#: source; a change is a new revision. Here, not beside the declaration, so that the reads
+#: that use it do not import SQLAlchemy.
+BOUNDED = ("expires_at IS NOT NULL OR valid_from IS NOT NULL OR valid_until IS NOT NULL "
+           "OR recorded_until IS NOT NULL")
 
 
 _AS_OF: ContextVar[datetime | None] = ContextVar("tnsrag_as_of", default=None)

@@ -25,22 +25,23 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 import psycopg.conninfo
 from psycopg.pq import TransactionStatus
 
 from tnsrag_db import _telemetry
-from tnsrag_db._db.hooks import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, library_hooks, run_hooks
+from tnsrag_db._db.hooks import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, hook_steps, library_hooks
 from tnsrag_db._db.runner import bind, notify, row_factory
 from tnsrag_db._db.settings import conninfo_of, location_of, validate_schema_name
+from tnsrag_db._db.steps import Steps, run_steps, steps_for
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 
-__all__ = ["FAILURES", "WAIT_SLICE", "Connection", "Connections", "OneConnection", "Pool", "Result", "connect_error",
-           "info_of"]
+__all__ = ["FAILURES", "WAIT_SLICE", "Connection", "Connections", "Handed", "OneConnection", "Pool", "Result",
+           "configure_steps", "connect_error", "info_of", "reset_steps"]
 
 _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 #: Key in a connection's ``info``: how many transactions ended through :class:`Connection`.
@@ -326,28 +327,56 @@ class Connections(Protocol):
 # -- the pool ------------------------------------------------------------------------
 
 
-#: What gives a handed-out connection back to where it came from.
-GiveBack = Callable[[psycopg.Connection[Any]], None]
+#: What gives a handed-out connection back to where it came from (for an async connection,
+#: an awaitable that does).
+GiveBack = Callable[[Any], Awaitable[None] | None]
 
 
-class _Handed:
-    """A connection the read runner checked out, and what gives it back."""
+_D = TypeVar("_D", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+
+
+class Handed(Generic[_D]):
+    """A connection the read runner checked out, and what gives it back: a sync pool's or an
+    async one's (then ``release`` and ``discard`` return awaitables, as steps' calls do)."""
 
     __slots__ = ("_give_back", "driver", "info")
 
-    def __init__(self, give_back: GiveBack, driver: psycopg.Connection[Any]) -> None:
+    def __init__(self, give_back: GiveBack, driver: _D) -> None:
         self._give_back = give_back
-        self.driver = driver
+        self.driver: _D = driver
         self.info = info_of(driver)
 
-    def release(self) -> None:
-        self._give_back(self.driver)
+    def release(self) -> Awaitable[None] | None:
+        """Hand the connection back."""
+        return self._give_back(self.driver)
 
-    def discard(self) -> None:
+    def discard(self) -> Awaitable[None] | None:
+        """Close the connection, then hand it back (the pool drops it)."""
+        return steps_for(self.driver, self._discarding())
+
+    def _discarding(self) -> Steps[None]:
         try:
-            self.driver.close()
+            yield self.driver.close
         finally:
-            self._give_back(self.driver)
+            yield functools.partial(self._give_back, self.driver)
+
+
+def configure_steps(driver: Any, hooks: Sequence[ConnectionHooks]) -> Steps[None]:
+    """What a new connection gets before its first use, sync or async: the ``configure`` hooks,
+    the transaction they opened committed."""
+    yield from hook_steps("configure", hooks, driver, info_of(driver))
+    if driver.info.transaction_status != TransactionStatus.IDLE:
+        yield driver.commit
+
+
+def reset_steps(driver: Any, hooks: Sequence[ConnectionHooks]) -> Steps[None]:
+    """A connection given back made ready for its next user, sync or async: no transaction,
+    autocommit off, the ``reset`` hooks."""
+    if driver.info.transaction_status != TransactionStatus.IDLE:
+        yield driver.rollback
+    if driver.autocommit:
+        yield lambda: driver.set_autocommit(False)
+    yield from hook_steps("reset", hooks, driver, info_of(driver))
 
 
 class Pool:
@@ -465,13 +494,11 @@ class Pool:
             return self._pool
 
     def _configure(self, driver: psycopg.Connection[Any]) -> None:
-        run_hooks("configure", self._hooks, driver, info_of(driver))
-        if driver.info.transaction_status != TransactionStatus.IDLE:
-            driver.commit()
+        run_steps(configure_steps(driver, self._hooks))
 
     def _check(self, driver: psycopg.Connection[Any]) -> None:
         try:
-            run_hooks("check", self._hooks, driver, info_of(driver))
+            run_steps(hook_steps("check", self._hooks, driver, info_of(driver)))
         except ConfigurationError as exc:
             # psycopg_pool takes any error of a check for a bad connection and tries the
             # next: noted, so that the waiting caller raises it (see _get).
@@ -486,11 +513,7 @@ class Pool:
         return to a worker thread, and the next call would wait for it."""
         try:
             if not driver.closed:
-                if driver.info.transaction_status in _OPEN:
-                    driver.rollback()
-                if driver.autocommit:
-                    driver.autocommit = False
-                run_hooks("reset", self._hooks, driver, info_of(driver))
+                run_steps(reset_steps(driver, self._hooks))
         except psycopg.Error:
             driver.close()
 
@@ -548,9 +571,9 @@ class Pool:
         with self.connect() as conn, conn.begin():
             yield conn
 
-    def checkout(self, *, snapshot: bool = False) -> _Handed:
+    def checkout(self, *, snapshot: bool = False) -> Handed[psycopg.Connection[Any]]:
         """A connection for the read runner (handed back by its ``release``)."""
-        return _Handed(*self._get())
+        return Handed(*self._get())
 
     def reopen(self) -> None:
         """Close the idle connections and open new ones from here on (those in use are

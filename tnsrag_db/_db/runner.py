@@ -10,9 +10,10 @@ connection:
   ``text()`` reads them). Statements go out through psycopg's raw cursor, so psycopg parses
   no query text; rows come back as named tuples (indexing, unpacking, attributes by
   column name, as SQLAlchemy's ``Row``).
-- :class:`PlanRunner` (sync) and :class:`AsyncPlanRunner` (async) drive a plan on
-  connections handed out by a :class:`Source` (an :class:`AsyncSource`): the same steps,
-  differing only in their awaits. A connection is checked out at a plan's first
+- :class:`PlanRunner` drives a plan on connections handed out by a :class:`Source`, sync
+  (:meth:`PlanRunner.run`) or async (:meth:`PlanRunner.arun`): the work is written once,
+  as steps (:mod:`tnsrag_db._db.steps`), and only the two drivers differ. A connection is
+  checked out at a plan's first
   statement and kept to its end; its ``statement_timeout`` is set only when it differs
   from the one the connection has; ``snapshot=True`` runs every statement of the plan in
   one read-only REPEATABLE READ transaction; a pooled connection found dead at the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import time
 from collections import namedtuple
@@ -44,11 +46,12 @@ from psycopg.pq import TransactionStatus
 from tnsrag_db import _telemetry
 from tnsrag_db._db.as_of import AS_OF_PARAM, asked_as_of
 from tnsrag_db._db.driver_errors import map_db_errors, sqlstate_of
-from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, run_plan
+from tnsrag_db._db.hooks import ROUTES_BY_CORPUS
+from tnsrag_db._db.statement import Plan, Rows, Statement, arun_plan, hidden_corpus, run_plan
+from tnsrag_db._db.steps import Steps, arun_steps, run_steps
 
-__all__ = ["AsyncCheckout", "AsyncPlanRunner", "AsyncSource", "Checkout", "PlanRunner", "Source",
-           "StatementListener", "add_statement_listener", "aset_statement_timeout", "bind", "notify", "row_factory",
-           "remove_statement_listener", "set_statement_timeout"]
+__all__ = ["Checkout", "PlanRunner", "Source", "StatementListener", "add_statement_listener", "bind", "notify",
+           "remove_statement_listener", "row_factory", "set_statement_timeout", "statement_timeout_steps"]
 
 _T = TypeVar("_T")
 
@@ -72,10 +75,16 @@ def bind(sql: str) -> tuple[str, tuple[str, ...]]:
     return text, tuple(numbers)
 
 
-def _values(statement: Statement) -> tuple[str, tuple[Any, ...]]:
-    """The text and positional values sent for ``statement``; a parameter it does not give
-    is a driver error (nothing sent)."""
-    text, names = bind(statement.sql)
+def _values(statement: Statement, info: MutableMapping[Any, Any]) -> tuple[str, tuple[Any, ...]]:
+    """The text and positional values sent for ``statement`` on the connection whose state
+    is ``info``; a parameter it does not give is a driver error (nothing sent).
+
+    The statement's corpus parameters are read through
+    :func:`~tnsrag_db._db.statement.hidden_corpus` (one plan cached for every corpus) unless
+    the connection's database routes by corpus (Citus, :data:`~tnsrag_db._db.hooks.ROUTES_BY_CORPUS`;
+    unknown counts as routing): a worker is chosen by the corpus value the statement names."""
+    routes = info.get(ROUTES_BY_CORPUS, True)
+    text, names = bind(statement.sql if routes else hidden_corpus(statement.sql))
     params = statement.params
     missing = [name for name in names if name not in params and name != AS_OF_PARAM]
     if missing:
@@ -142,45 +151,32 @@ def _set_sql(ms: int | None) -> str:
     return "RESET statement_timeout" if ms is None else f"SET statement_timeout = {int(ms)}"
 
 
-def set_statement_timeout(driver: psycopg.Connection[Any], info: MutableMapping[Any, Any], ms: int | None) -> None:
+def statement_timeout_steps(driver: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+                            info: MutableMapping[Any, Any], ms: int | None) -> Steps[None]:
     """Give ``driver``'s session ``statement_timeout`` ``ms`` (None: the server's), outside
-    any transaction (one it opened is committed); a no-op when ``info`` (kept with the
-    pooled connection) says it has it already."""
+    any transaction (one it opened is committed), as steps for a sync or an async connection;
+    nothing when ``info`` (kept with the pooled connection) says it has it already."""
     if info.get(TIMEOUT_SET) == ms:
         return
     for attempt in range(_TIMEOUT_SET_ATTEMPTS):
         try:
-            driver.execute(_set_sql(ms))
+            yield lambda: driver.execute(_set_sql(ms))
             break
         except psycopg.errors.QueryCanceled:
             # The SET itself runs under the session's previous timeout: a very short one (a
             # Store.timeout block's) can cancel it on a busy server. Nothing changed; again.
             if driver.info.transaction_status != TransactionStatus.IDLE:
-                driver.rollback()
+                yield driver.rollback
             if attempt == _TIMEOUT_SET_ATTEMPTS - 1:
                 raise
     if driver.info.transaction_status != TransactionStatus.IDLE:
-        driver.commit()
+        yield driver.commit
     _remember(info, ms)
 
 
-async def aset_statement_timeout(driver: psycopg.AsyncConnection[Any], info: MutableMapping[Any, Any],
-                                 ms: int | None) -> None:
-    """:func:`set_statement_timeout` on an async connection."""
-    if info.get(TIMEOUT_SET) == ms:
-        return
-    for attempt in range(_TIMEOUT_SET_ATTEMPTS):
-        try:
-            await driver.execute(_set_sql(ms))
-            break
-        except psycopg.errors.QueryCanceled:
-            if driver.info.transaction_status != TransactionStatus.IDLE:
-                await driver.rollback()
-            if attempt == _TIMEOUT_SET_ATTEMPTS - 1:
-                raise
-    if driver.info.transaction_status != TransactionStatus.IDLE:
-        await driver.commit()
-    _remember(info, ms)
+def set_statement_timeout(driver: psycopg.Connection[Any], info: MutableMapping[Any, Any], ms: int | None) -> None:
+    """:func:`statement_timeout_steps` on a sync connection (the write path's)."""
+    run_steps(statement_timeout_steps(driver, info, ms))
 
 
 def _remember(info: MutableMapping[Any, Any], ms: int | None) -> None:
@@ -191,10 +187,12 @@ def _remember(info: MutableMapping[Any, Any], ms: int | None) -> None:
 
 
 class Checkout(Protocol):
-    """A connection a :class:`Source` handed out for one plan."""
+    """A connection a :class:`Source` handed out for one plan: a sync one, whose ``release``
+    and ``discard`` return None, or an async one, whose ``release`` and ``discard`` return
+    awaitables (calls of :mod:`tnsrag_db._db.steps`)."""
 
     @property
-    def driver(self) -> psycopg.Connection[Any]:
+    def driver(self) -> psycopg.Connection[Any] | psycopg.AsyncConnection[Any]:
         """The psycopg connection."""
         ...
 
@@ -203,55 +201,26 @@ class Checkout(Protocol):
         """State kept with the connection while it lives (its statement timeout)."""
         ...
 
-    def release(self) -> None:
+    def release(self) -> Awaitable[None] | None:
         """Hand the connection (idle, autocommit off) back."""
         ...
 
-    def discard(self) -> None:
+    def discard(self) -> Awaitable[None] | None:
         """Close the connection for good (a pool opens another in its place)."""
         ...
 
 
-class AsyncCheckout(Protocol):
-    """A connection an :class:`AsyncSource` handed out for one plan."""
-
-    @property
-    def driver(self) -> psycopg.AsyncConnection[Any]:
-        """The psycopg connection."""
-        ...
-
-    @property
-    def info(self) -> MutableMapping[Any, Any]:
-        """State kept with the connection while it lives (its statement timeout)."""
-        ...
-
-    async def release(self) -> None:
-        """Hand the connection (idle, autocommit off) back."""
-        ...
-
-    async def discard(self) -> None:
-        """Close the connection for good."""
-        ...
-
-
 class Source(Protocol):
-    """Where a :class:`PlanRunner` gets its connections."""
+    """Where a :class:`PlanRunner` gets its connections: sync ones for :meth:`PlanRunner.run`,
+    async ones (``checkout`` returns an awaitable) for :meth:`PlanRunner.arun`."""
 
-    def checkout(self, *, snapshot: bool) -> Checkout:
+    def checkout(self, *, snapshot: bool) -> Checkout | Awaitable[Checkout]:
         """A connection for one plan (``snapshot``: its statements will share a transaction)."""
         ...
 
     def failed(self, checkout: Checkout) -> bool:
         """Called when the server of ``checkout`` went away under a statement: True when
         it was a standby, now left out (the statement runs again on the next checkout)."""
-        ...
-
-
-class AsyncSource(Protocol):
-    """Where an :class:`AsyncPlanRunner` gets its connections."""
-
-    async def checkout(self, *, snapshot: bool) -> AsyncCheckout:
-        """A connection for one plan."""
         ...
 
 
@@ -304,7 +273,14 @@ class _Attempts:
 class PlanRunner:
     """Drives read plans on connections of ``source``; ``what`` starts every mapped driver
     error's message; ``timeout_ms()`` gives the ``statement_timeout`` (ms, None: the
-    server's) a plan's statements get, read at each checkout."""
+    server's) a plan's statements get, read at each checkout.
+
+    :meth:`run` and :meth:`executor` drive on sync connections, :meth:`arun` and
+    :meth:`aexecutor` on async ones (a source of async connections); the work itself (the
+    checkout, each statement with its retry, the hand-back) is written once, as steps
+    (:class:`_Held`, :mod:`tnsrag_db._db.steps`), and only these drivers differ. A
+    cancelled await cancels the running statement on the server (psycopg sends a cancel
+    request and waits for the backend to stop); the connection is then discarded."""
 
     def __init__(self, source: Source, *, what: str, timeout_ms: Callable[[], int | None]) -> None:
         self._source = source
@@ -316,132 +292,113 @@ class PlanRunner:
         with self.executor(snapshot=snapshot) as execute:
             return run_plan(plan, execute)
 
+    async def arun(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+        """:meth:`run` on an async connection."""
+        async with self.aexecutor(snapshot=snapshot) as execute:
+            return await arun_plan(plan, execute)
+
     @contextmanager
     def executor(self, *, snapshot: bool = False) -> Iterator[Callable[[Statement], Rows]]:
         """The statement executor :meth:`run` drives a plan with: one connection, checked
         out at the first statement, handed back at the block's end."""
-        held: list[Checkout] = []
-
-        def checkout() -> Checkout:
-            got = self._source.checkout(snapshot=snapshot)
-            held.append(got)
-            got.driver.autocommit = True
-            set_statement_timeout(got.driver, got.info, self._timeout_ms())
-            if snapshot:
-                got.driver.execute(_SNAPSHOT_BEGIN)
-            return got
-
-        def execute(statement: Statement) -> Rows:
-            with map_db_errors(self._what):
-                text, values = _values(statement)
-                attempts = _Attempts(fresh=not held, snapshot=snapshot)
-                while True:
-                    current = held[-1] if held else checkout()
-                    try:
-                        notify(text, values)
-                        with _telemetry.statement(text) as sent:
-                            rows = _send(current.driver, text, values)
-                            sent.rows(rows)
-                            return rows
-                    except psycopg.Error as exc:
-                        if not server_gone(exc, current.driver):
-                            raise
-                        left_out = attempts.may_leave_out() and self._source.failed(current)
-                        if not attempts.again(left_out):
-                            raise
-                        held.pop().discard()
-                    except Exception:
-                        raise  # nothing sent (a value the driver cannot adapt): the connection is fine
-                    except BaseException:
-                        held.pop().discard()  # interrupted mid-statement: never handed out again
-                        raise
-
+        held = _Held(self._source, self._what, self._timeout_ms, snapshot)
         try:
-            yield execute
+            yield lambda statement: run_steps(held.execute(statement))
         finally:
-            for got in held:
-                _release(got)
+            run_steps(held.release())
+
+    @asynccontextmanager
+    async def aexecutor(self, *, snapshot: bool = False) -> AsyncIterator[Callable[[Statement], Awaitable[Rows]]]:
+        """:meth:`executor` on async connections."""
+        held = _Held(self._source, self._what, self._timeout_ms, snapshot)
+        try:
+            yield lambda statement: arun_steps(held.execute(statement))
+        finally:
+            await arun_steps(held.release())
 
 
-def _send(driver: psycopg.Connection[Any], text: str, values: tuple[Any, ...]) -> Rows:
-    with psycopg.RawCursor(driver, row_factory=row_factory) as cursor:
-        cursor.execute(text, values)
-        rows: Rows = cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
-        return rows
+class _Held:
+    """The connection of one plan, as steps: checked out at the first statement (autocommit,
+    the runner's statement timeout, the snapshot's transaction), kept to the plan's end."""
 
+    __slots__ = ("_snapshot", "_source", "_timeout_ms", "_what", "held")
 
-def _release(got: Checkout) -> None:
-    """End a snapshot (it only read) and hand the connection back, or discard it."""
-    driver = got.driver
-    try:
-        if not driver.closed and driver.info.transaction_status in _OPEN:
-            driver.execute("ROLLBACK")
-    except psycopg.Error:
-        pass  # broken: discarded below
-    if _at_rest(driver):
-        driver.autocommit = False
-        got.release()
-    else:
-        got.discard()
-
-
-class AsyncPlanRunner:
-    """:class:`PlanRunner` with awaits: the same steps on async connections of ``source``.
-
-    A cancelled await cancels the running statement on the server (psycopg sends a
-    cancel request and waits for the backend to stop); the connection is then discarded."""
-
-    def __init__(self, source: AsyncSource, *, what: str, timeout_ms: Callable[[], int | None]) -> None:
+    def __init__(self, source: Source, what: str, timeout_ms: Callable[[], int | None], snapshot: bool) -> None:
         self._source = source
         self._what = what
         self._timeout_ms = timeout_ms
+        self._snapshot = snapshot
+        self.held: list[Checkout] = []
 
-    async def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
-        """Drive ``plan`` to its result on one connection."""
-        async with self.executor(snapshot=snapshot) as execute:
-            return await arun_plan(plan, execute)
+    def checkout(self) -> Steps[Checkout]:
+        got: Checkout = yield lambda: self._source.checkout(snapshot=self._snapshot)
+        self.held.append(got)
+        driver = got.driver
+        yield lambda: driver.set_autocommit(True)
+        yield from statement_timeout_steps(driver, got.info, self._timeout_ms())
+        if self._snapshot:
+            yield lambda: driver.execute(_SNAPSHOT_BEGIN)
+        return got
 
-    @asynccontextmanager
-    async def executor(self, *, snapshot: bool = False) -> AsyncIterator[Callable[[Statement], Awaitable[Rows]]]:
-        """:meth:`PlanRunner.executor` with awaits."""
-        held: list[AsyncCheckout] = []
-
-        async def checkout() -> AsyncCheckout:
-            got = await self._source.checkout(snapshot=snapshot)
-            held.append(got)
-            await got.driver.set_autocommit(True)
-            await aset_statement_timeout(got.driver, got.info, self._timeout_ms())
-            if snapshot:
-                await got.driver.execute(_SNAPSHOT_BEGIN)
-            return got
-
-        async def execute(statement: Statement) -> Rows:
-            with map_db_errors(self._what):
-                text, values = _values(statement)
-                attempts = _Attempts(fresh=not held, snapshot=snapshot)
-                while True:
-                    current = held[-1] if held else await checkout()
-                    try:
-                        notify(text, values)
-                        with _telemetry.statement(text) as sent:
-                            rows = await _asend(current.driver, text, values)
-                            sent.rows(rows)
-                            return rows
-                    except psycopg.Error as exc:
-                        if not server_gone(exc, current.driver) or not attempts.again(False):
-                            raise
-                        await held.pop().discard()
-                    except Exception:
+    def execute(self, statement: Statement) -> Steps[Rows]:
+        """Send ``statement`` (on a fresh connection once more when the first one's server was gone)."""
+        with map_db_errors(self._what):
+            attempts = _Attempts(fresh=not self.held, snapshot=self._snapshot)
+            while True:
+                current = self.held[-1] if self.held else (yield from self.checkout())
+                text, values = _values(statement, current.info)
+                try:
+                    notify(text, values)
+                    with _telemetry.statement(text) as sent:
+                        rows: Rows = yield functools.partial(_send, current.driver, text, values)
+                        sent.rows(rows)
+                        return rows
+                except psycopg.Error as exc:
+                    if not server_gone(exc, current.driver):
                         raise
-                    except BaseException:
-                        await held.pop().discard()
+                    left_out = attempts.may_leave_out() and self._source.failed(current)
+                    if not attempts.again(left_out):
                         raise
+                    yield self.held.pop().discard
+                except Exception:
+                    raise  # nothing sent (a value the driver cannot adapt): the connection is fine
+                except BaseException:
+                    yield self.held.pop().discard  # interrupted mid-statement: never handed out again
+                    raise
 
-        try:
-            yield execute
-        finally:
-            for got in held:
-                await _arelease(got)
+    def release(self) -> Steps[None]:
+        """End a snapshot (it only read) and hand each connection back, or discard it."""
+        for got in self.held:
+            driver = got.driver
+            try:
+                if not driver.closed and driver.info.transaction_status in _OPEN:
+                    yield lambda: driver.execute("ROLLBACK")
+            except psycopg.Error:
+                pass  # broken: discarded below
+            if _at_rest(driver):
+                yield lambda: driver.set_autocommit(False)
+                yield got.release
+            else:
+                yield got.discard
+
+
+def _send(driver: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], text: str,
+          values: tuple[Any, ...]) -> Rows | Awaitable[Rows]:
+    """Send one statement through psycopg's raw cursor: now on a sync connection, an awaitable
+    of its rows on an async one (:func:`_asend`)."""
+    if isinstance(driver, psycopg.AsyncConnection):
+        return _asend(driver, text, values)
+    return run_steps(_sending(psycopg.RawCursor(driver, row_factory=row_factory), text, values))
+
+
+def _sending(cursor: psycopg.RawCursor[Any] | psycopg.AsyncRawCursor[Any], text: str,
+             values: tuple[Any, ...]) -> Steps[Rows]:
+    try:
+        yield lambda: cursor.execute(text, values)
+        rows: Rows = (yield cursor.fetchall) if cursor.pgresult is not None and cursor.pgresult.nfields else []
+        return rows
+    finally:
+        yield cursor.close
 
 
 #: Seconds a cancelled statement may take to stop on the server before its connection is closed.
@@ -473,21 +430,4 @@ async def _asend(driver: psycopg.AsyncConnection[Any], text: str, values: tuple[
 
 
 async def _asend_now(driver: psycopg.AsyncConnection[Any], text: str, values: tuple[Any, ...]) -> Rows:
-    async with psycopg.AsyncRawCursor(driver, row_factory=row_factory) as cursor:
-        await cursor.execute(text, values)
-        rows: Rows = await cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
-        return rows
-
-
-async def _arelease(got: AsyncCheckout) -> None:
-    driver = got.driver
-    try:
-        if not driver.closed and driver.info.transaction_status in _OPEN:
-            await driver.execute("ROLLBACK")
-    except psycopg.Error:
-        pass
-    if _at_rest(driver):
-        await driver.set_autocommit(False)
-        await got.release()
-    else:
-        await got.discard()
+    return await arun_steps(_sending(psycopg.AsyncRawCursor(driver, row_factory=row_factory), text, values))

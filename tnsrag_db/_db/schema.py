@@ -36,10 +36,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-from tnsrag_db._db.bounds import BOUNDED
+from tnsrag_db._db.as_of import BOUNDED
 from tnsrag_db._db.settings import DEFAULT_SCHEMA
 
 __all__ = [
+    "BOUNDED",
     "DEFAULT_SCHEMA",
     "TIERS",
     "bm25_blocks",

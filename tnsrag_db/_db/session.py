@@ -77,7 +77,7 @@ class _OnStandby:
         self.replica = replica
 
     @property
-    def driver(self) -> psycopg.Connection[Any]:
+    def driver(self) -> psycopg.Connection[Any] | psycopg.AsyncConnection[Any]:
         return self._handed.driver
 
     @property
@@ -146,6 +146,9 @@ class Session:
                                                                           default=False)
         self._runner = PlanRunner(_SessionSource(pool, read_replicas, read_token), what=what,
                                   timeout_ms=self.effective_timeout_ms)
+        # The same runner on the primary's pool alone: reads a write acts on (run(primary=True)).
+        self._primary_runner = self._runner if read_replicas is None else PlanRunner(
+            _SessionSource(pool, None, None), what=what, timeout_ms=self.effective_timeout_ms)
 
     @property
     def pool(self) -> Connections:
@@ -333,12 +336,13 @@ class Session:
         """
         return list(self.run(one(Statement(sql, params))))
 
-    def run(self, plan: Plan[_T], *, snapshot: bool = False) -> _T:
+    def run(self, plan: Plan[_T], *, snapshot: bool = False, primary: bool = False) -> _T:
         """Drive a read :data:`~tnsrag_db._db.statement.Plan` on one connection and return its result.
 
         The plan runs on the library's one read runner
         (:class:`~tnsrag_db._db.runner.PlanRunner`): on a connection of the session's pool
-        (or of the next usable standby), in autocommit (no BEGIN/COMMIT round trips; a
+        (or of the next usable standby; with ``primary=True`` never a standby: a read that
+        a write or an index build acts on), in autocommit (no BEGIN/COMMIT round trips; a
         ``set_config(..., true)`` inside a statement lasts for that statement), each
         statement sent as given (``:name`` parameters as PostgreSQL's ``$n``), rows as
         named tuples. With ``snapshot=True`` every statement runs in one read-only
@@ -346,8 +350,9 @@ class Session:
         (explanations). The connection is checked out at the plan's first statement.
         Driver errors become :class:`DatabaseError` subclasses (thrown into the plan first).
         """
+        runner = self._primary_runner if primary else self._runner
         try:
-            with self._runner.executor(snapshot=snapshot) as execute:
+            with runner.executor(snapshot=snapshot) as execute:
                 return run_plan(plan, execute)
         except LockTimeoutError as exc:
             raise self._named(exc) from exc.__cause__

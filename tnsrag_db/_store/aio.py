@@ -24,7 +24,7 @@ from tnsrag_db._db.replicas import DEFAULT_MAX_LAG, DEFAULT_WAIT_TIMEOUT
 from tnsrag_db._db.settings import DEFAULT_SCHEMA
 from tnsrag_db._db.statement import Plan, Rows, Statement, one
 from tnsrag_db._errors import ConfigurationError
-from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
+from tnsrag_db._store.bm25.analysis import DEFAULT_MAX_QUERY_TERMS
 from tnsrag_db._store.consolidate import ConsolidationReport, PromotionReport
 from tnsrag_db._store.expiry import SweepReport
 from tnsrag_db._store.reads import EntryVersion, check_ids, count_plan, get_many_plan, get_plan, history_plan

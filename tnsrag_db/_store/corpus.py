@@ -20,8 +20,8 @@ from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.session import Session
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 from tnsrag_db._store import sql
+from tnsrag_db._store.bm25.merge import MergeReport, merge_postings
 from tnsrag_db._store.lock_keys import ROW_AFTER_LOCK_SQL, corpus_keys
-from tnsrag_db._store.merge import MergeReport, merge_postings
 from tnsrag_db._store.staging import prepare_stage_tables
 from tnsrag_db._store.write import (
     ValidatedBatch,
@@ -43,7 +43,7 @@ _T = TypeVar("_T")
 #: :meth:`Writer.refresh_statistics`; ``connect(analyze_after_rows=...)``).
 DEFAULT_ANALYZE_AFTER_ROWS = 5000
 #: A writer merges the BM25 postings it wrote into blocks after this many entries (see
-#: :mod:`tnsrag_db._store.merge`): the delta of per-entry rows stays small.
+#: :mod:`tnsrag_db._store.bm25.merge`): the delta of per-entry rows stays small.
 DEFAULT_MERGE_AFTER_ENTRIES = 8192
 #: Entries one merge transaction takes at most.
 MERGE_BATCH = 20_000

@@ -13,7 +13,7 @@ compares with the statement's start, :data:`EXPIRED`). The forms, for the kinds 
 * :func:`live` tests an entry row already read (a primary-key probe, a walk step).
 * :func:`none_excluded` is the gate of every check, read once per statement: true when no
   ``as_of`` is asked and no entry of the corpus has any bound in time
-  (:data:`~tnsrag_db._db.bounds.BOUNDED`: one probe of an empty range of the partial index
+  (:data:`~tnsrag_db._db.as_of.BOUNDED`: one probe of an empty range of the partial index
   over the bounded entries, revision 0018) or none is outside its bounds now (one empty
   range of each bound's index). A corpus without expiry, validity or history pays the
   first probe alone, one whose bounds exclude nothing now the others too.
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tnsrag_db._db.bounds import BOUNDED
+from tnsrag_db._db.as_of import BOUNDED
 from tnsrag_db._store.validity import ASKED, INSTANT, invalid_ids, valid_row
 
 __all__ = ["EXPIRED", "NOW", "SweepReport", "expired_ids", "gate", "live", "not_expired", "none_excluded", "unexpired_row"]

@@ -13,10 +13,10 @@ from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._store.expiry import expired_ids, live
 from tnsrag_db._store.filters import filter_sql
-from tnsrag_db._store.validity import ASKED, VERSION_KEY
+from tnsrag_db._store.validity import ASKED, INSTANT, VERSION_KEY
 from tnsrag_db._types import MemoryEntry, MemoryTier, RetrievedDocument, is_unicode_text, name_form
 
-__all__ = ["ENTRY_COLUMNS", "EntryVersion", "history_plan", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+__all__ = ["ENTRY_COLUMNS", "EntryVersion", "history_plan", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "existing_ids_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
 
 #: The entry columns (alias ``e``) that :func:`document_from_row` needs.
 ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
@@ -109,11 +109,26 @@ def count_plan(corpus: str, filters: Mapping[str, str] | None = None) -> Plan[in
     return int(rows[0].n)
 
 
+#: Entries that the corpus holds now, whatever their validity: not expired, not a version a
+#: write or a delete closed (an export and a re-embedding carry an entry true only in the
+#: past or from a later instant too, which an ``as_of`` read still finds).
+_CURRENT = f"(e.expires_at IS NULL OR e.expires_at > {INSTANT}) AND e.recorded_until IS NULL"
+
+
 def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEntry]]:
-    """Up to ``limit`` entries of ``corpus`` with ids after ``last``, in id order (keyset pages)."""
-    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last AND {_LIVE} ORDER BY id LIMIT :n",
+    """Up to ``limit`` current entries of ``corpus`` (:data:`_CURRENT`) with ids after
+    ``last``, in id order (keyset pages)."""
+    rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last AND {_CURRENT} ORDER BY id LIMIT :n",
                            {"c": corpus, "last": last, "n": limit}, ENTRY_FIELDS)
     return [row_to_entry(r) for r in rows]
+
+
+def existing_ids_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[set[str]]:
+    """Which of these ids are rows of ``corpus`` (a row of any state: expired, or closed by
+    a delete in a corpus that keeps history, it is still there)."""
+    rows = yield Statement("SELECT id FROM entries WHERE corpus = :c AND id = ANY(:ids)",
+                           {"c": corpus, "ids": list(entry_ids)}, ("id",))
+    return {r.id for r in rows}
 
 
 def content_hashes_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, bytes]]:

@@ -3,40 +3,29 @@
 Every statement here is driven by stage rows (see :mod:`tnsrag_db._store.staging`) and
 reaches the shared tables only through :func:`probe` lookups; ``:c`` is the corpus. The
 statements are dedented templates, one named CTE per step with a comment saying why;
-``{...}`` fields are filled with code constants only (every value is bound).
+``{...}`` fields are filled with code constants only (every value is bound). BM25's
+statements (postings, document frequencies, statistics, and the delete of locked entries
+with their postings) are :mod:`tnsrag_db._store.bm25.sql`; the planner settings here
+(:func:`planner_nodes_off`, :func:`tid_scans_only`, :func:`hash_joins_only`) serve both,
+and the merge.
 """
 
 from __future__ import annotations
 
-import os
 import textwrap
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import psycopg
 
 from tnsrag_db._db.pool import Connection
 
-__all__ = ["APPLY_DF_SQL", "BM25_STAT_SHARDS", "WRITTEN", "bump_stats", "count_written", "insert_or_lock_sql",
-           "lock_matching_sql", "planner_nodes_off",
-           "probe",
-           "stat_shard"]
-
-#: Number of counter rows per corpus for BM25 corpus statistics (see schema.bm25_stats).
-BM25_STAT_SHARDS = 16
+__all__ = ["WRITTEN", "count_written", "hash_joins_only", "insert_or_lock_sql", "lock_matching_sql", "planner_nodes_off",
+           "probe", "tid_scans_only"]
 
 #: Key in a connection's ``info`` counting the entries written by the current write
 #: transaction (absent outside one).
 WRITTEN = "tnsrag_written"
-
-
-def stat_shard() -> int:
-    """This thread's statistics shard.
-
-    Stable per thread, so one transaction always touches one counter row (no deadlock
-    between shards), while threads and processes spread over the rows."""
-    return hash((os.getpid(), threading.get_ident())) % BM25_STAT_SHARDS
 
 
 def probe(table: str, alias: str, columns: str, key: str) -> str:
@@ -76,34 +65,30 @@ def planner_nodes_off(conn: Connection, *names: str) -> Iterator[None]:
     conn.execute(f"SELECT {settings}", {"v": "on"})
 
 
+def tid_scans_only(conn: Connection) -> AbstractContextManager[None]:
+    """Index and sequential scans off for the statements of the block (in ``conn``'s
+    transaction): a statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus =
+    :c`` is then a TID scan whatever the statistics (stale ones can make an index scan of
+    the whole corpus, testing every row against the array, look cheaper; and the planner
+    costs each ctid of a long constant array as a random page read, so that a scan of the
+    whole table, every corpus's rows, looks cheaper than a few thousand of them)."""
+    return planner_nodes_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan", "enable_seqscan")
+
+
+def hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
+    """Nested loops and merge joins off for the statements of the block (in ``conn``'s
+    transaction): each join is a hash join, one pass over each side (a lateral probe, which
+    only a nested loop can run, stays one). Stale statistics can take a corpus for one row
+    and plan a nested loop that reads the other side once per row."""
+    return planner_nodes_off(conn, "enable_nestloop", "enable_mergejoin")
+
+
 def count_written(conn: Connection, n: int) -> None:
     """Count ``n`` written entries toward the statistics refresh of the write transaction
     ``conn`` belongs to (nothing outside one)."""
     if WRITTEN in conn.info:
         conn.info[WRITTEN] += n
 
-
-# One counter row per (corpus, shard): concurrent writers on other threads add to other rows.
-_BUMP_STATS_SQL = textwrap.dedent("""\
-    INSERT INTO bm25_stats AS s (corpus, shard, n_docs, total_len) VALUES (:c, :shard, :dn, :dl)
-    ON CONFLICT (corpus, shard) DO UPDATE
-    SET n_docs = s.n_docs + excluded.n_docs, total_len = s.total_len + excluded.total_len""")
-
-
-def bump_stats(conn: Connection, corpus: str, d_docs: int, d_len: int) -> None:
-    """Move ``corpus``'s statistics (this thread's shard) by ``d_docs`` documents and ``d_len`` terms."""
-    if d_docs == 0 and d_len == 0:
-        return
-    conn.execute(_BUMP_STATS_SQL, {"c": corpus, "shard": stat_shard(), "dn": d_docs, "dl": d_len})
-
-
-# Applies df deltas ({source}: a table or CTE of (lexeme, delta) rows) in lexeme order:
-# every writer locks bm25_df rows in the same order (after its entry rows, before its
-# bm25_stats row), so concurrent writers cannot deadlock.
-APPLY_DF_SQL = textwrap.dedent("""\
-    INSERT INTO bm25_df AS t (corpus, lexeme, shard, df)
-    SELECT :c, lexeme, :shard, sum(delta) FROM {source} GROUP BY lexeme HAVING sum(delta) <> 0 ORDER BY lexeme
-    ON CONFLICT (corpus, lexeme, shard) DO UPDATE SET df = t.df + excluded.df""")
 
 def _expires(stage: str) -> str:
     """A staged entry's expiry (alias ``stage``): its instant, or its time-to-live from this
@@ -169,57 +154,16 @@ SET_STATES_SQL = textwrap.dedent("""\
     FROM unnest(CAST(:ords AS int[]), CAST(:states AS text[]), CAST(:tids AS tid[])) AS v(ord, state, tid)
     WHERE s.ord = v.ord""")
 
-# The old postings of the entries whose text changed, counted as negative df deltas. An
-# entry's postings are rows of bm25_postings (the delta) or, once merged, in bm25_blocks
-# under its document number (see tnsrag_db._store.merge); a merged entry is retired here,
-# before its row changes (so the trigger of revision 0011, for writers that do not, finds
-# nothing to do). Rows of the delta are found here and deleted by OLD_POSTINGS_GONE_SQL.
-STAGE_OLD_POSTINGS_SQL = textwrap.dedent(f"""\
-    WITH
-    -- staged, the old postings in the delta, found through the entry's stored lexemes
-    -- (the entry by its ctid from the comparison, then primary-key probes; postings carry
-    -- no per-entry index, which keeps bulk writes fast), staged by ctid with their lexeme.
-    staged AS (
-      INSERT INTO tnsrag_stage_old (tid, lexeme)
-      SELECT q.ctid, q.lexeme FROM tnsrag_stage_entries s
-      {probe('entries', 'x', 'x.id, x.lexemes', 'x.ctid = s.tid')}
-      CROSS JOIN unnest(x.lexemes) AS l(lexeme)
-      {probe('bm25_postings', 'q', 'q.ctid, q.lexeme', 'q.lexeme = l.lexeme AND q.entry_id = x.id')}
-      WHERE s.state = 'c'
-      RETURNING lexeme
-    ),
-    -- m, the merged ones: their numbers retired, tombstoned with their terms (queries skip
-    -- them until a merge takes them out of the blocks).
-    m AS (
-      DELETE FROM bm25_docs k
-      WHERE k.corpus = :c AND k.entry_id = ANY (ARRAY(SELECT s.id FROM tnsrag_stage_entries s WHERE s.state = 'c'))
-      RETURNING k.docno, k.entry_id
-    ),
-    ml AS MATERIALIZED (
-      SELECT m.docno, x.lexemes FROM m {probe('entries', 'x', 'x.lexemes', 'x.id = m.entry_id')}
-    ),
-    tomb AS (
-      INSERT INTO bm25_tombstones (corpus, docno, lexemes) SELECT :c, docno, lexemes FROM ml
-    )
-    INSERT INTO tnsrag_stage_df (lexeme, delta)
-    SELECT lexeme, -count(*)
-    FROM (SELECT lexeme FROM staged UNION ALL SELECT l.lexeme FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)) u
-    GROUP BY lexeme""")
-
 # The ctids staged in tnsrag_stage_old, as one array (its text: one value to carry, which
 # the caller binds again as :tids; NULL when none is staged).
 STAGED_OLD_SQL = "SELECT CAST(array_agg(o.tid) AS text) FROM tnsrag_stage_old o"
 
-# The staged rows of bm25_postings (OLD_POSTINGS_GONE_SQL) or embeddings (OLD_VECTORS_GONE_SQL)
-# deleted by their ctids :tids (STAGED_OLD_SQL), run under
-# tnsrag_db._store.merge.tid_scans_only: a TID scan whatever the statistics. Planned on them,
-# a corpus the statistics do not know yet (estimated at one row) is read whole through its
+# The staged rows of embeddings deleted by their ctids :tids (STAGED_OLD_SQL), run under
+# tid_scans_only: a TID scan whatever the statistics (BM25's OLD_POSTINGS_GONE_SQL deletes
+# old postings the same way). Planned on them, a corpus the statistics do not know yet (estimated at one row) is read whole through its
 # index instead, every row tested against every target. The ctids are a bound constant, not
 # a read of the stage table: a statement that changes rows named by ctid must read no table
 # of the session's own (see tnsrag_db._store.citus, "Modifications by ctid").
-OLD_POSTINGS_GONE_SQL = textwrap.dedent("""\
-    DELETE FROM bm25_postings p
-    WHERE p.corpus = :c AND p.ctid = ANY (CAST(:tids AS tid[]))""")
 OLD_VECTORS_GONE_SQL = textwrap.dedent("""\
     DELETE FROM embeddings v
     WHERE v.corpus = :c AND v.ctid = ANY (CAST(:tids AS tid[]))""")
@@ -263,31 +207,6 @@ STAGE_STALE_VECTORS_SQL = textwrap.dedent(f"""\
     {probe('embeddings', 'q', 'q.ctid', 'q.entry_id = s.id')}
     WHERE s.state = 'c'""")
 
-# The postings of new and rewritten texts, in primary-key order: btree inserts then touch
-# each leaf page once.
-INSERT_POSTINGS_SQL = textwrap.dedent("""\
-    INSERT INTO bm25_postings (corpus, lexeme, entry_id, tf, doc_len)
-    SELECT :c, t.lexeme, s.id, t.tf, l.doc_len
-    FROM tnsrag_stage_terms t
-    JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c')
-    JOIN tnsrag_stage_lens l ON l.ord = t.ord
-    ORDER BY t.lexeme, s.id""")
-
-# The df deltas of the new postings; returns the new texts' total length.
-STAGE_DF_SQL = textwrap.dedent("""\
-    WITH
-    -- dfs, one +count delta per lexeme of the new and rewritten texts.
-    dfs AS (
-      INSERT INTO tnsrag_stage_df (lexeme, delta)
-      SELECT t.lexeme, count(*)
-      FROM tnsrag_stage_terms t JOIN tnsrag_stage_entries s ON s.ord = t.ord AND s.state IN ('i', 'c')
-      GROUP BY t.lexeme
-    )
-    SELECT coalesce(sum(l.doc_len), 0)
-    FROM tnsrag_stage_entries s JOIN tnsrag_stage_lens l ON l.ord = s.ord
-    WHERE s.state IN ('i', 'c')""")
-
-
 # -- deletes ------------------------------------------------------------------------------
 # {predicate} is the library's own filter SQL over e (values bound).
 _LOCK_MATCHING_SQL = textwrap.dedent("""\
@@ -300,62 +219,7 @@ _LOCK_MATCHING_SQL = textwrap.dedent("""\
 def lock_matching_sql(predicate: str) -> str:
     """First lock the entries matching ``predicate`` (the library's own filter SQL over
     ``e``, values bound), in id order as writers do (so deletes and upserts cannot
-    deadlock), and remember them in ``tnsrag_stage_ids``."""
+    deadlock), and remember them in ``tnsrag_stage_ids``; then
+    :data:`~tnsrag_db._store.bm25.sql.STAGE_LOCKED_SQL` and
+    :data:`~tnsrag_db._store.bm25.sql.DELETE_LOCKED_SQL` delete them with their postings."""
     return _LOCK_MATCHING_SQL.format(predicate=predicate)
-
-
-# Then, in statements whose snapshots see every change committed by the writers waited
-# for, delete exactly those rows with their postings and df counts. Deleting by the
-# predicate again instead would reach rows committed in between, and wait for (and orphan
-# the postings of) a writer that locked one of them meanwhile. First the locked rows' ctids
-# (returned) and their postings in the delta (staged by ctid with their lexeme, deleted by
-# OLD_POSTINGS_GONE_SQL; the postings of a locked entry change only under its lock).
-STAGE_LOCKED_SQL = textwrap.dedent(f"""\
-    WITH
-    -- locked, the locked entries (primary-key probes) with the lexemes that lead to their postings.
-    locked AS MATERIALIZED (
-      SELECT x.ctid AS tid, x.id, x.lexemes FROM tnsrag_stage_ids k
-      {probe('entries', 'x', 'x.ctid, x.id, x.lexemes', 'x.id = k.id')}
-    ),
-    -- staged, their postings in the delta, found through the stored lexemes.
-    staged AS (
-      INSERT INTO tnsrag_stage_old (tid, lexeme)
-      SELECT q.ctid, q.lexeme FROM locked g
-      CROSS JOIN unnest(g.lexemes) AS l(lexeme)
-      {probe('bm25_postings', 'q', 'q.ctid, q.lexeme', 'q.lexeme = l.lexeme AND q.entry_id = g.id')}
-    )
-    SELECT tid FROM locked""")
-
-# Last the entries themselves, named by their ctids :tids (a constant array, tested by hash:
-# see UPDATE_CHANGED_SQL), each staged posting a -1 df delta. Returns how many went and
-# their total length.
-DELETE_LOCKED_SQL = textwrap.dedent("""\
-    WITH
-    -- gone, the locked entries deleted, with their lengths and lexemes.
-    gone AS (
-      DELETE FROM entries e
-      WHERE e.corpus = :c AND e.ctid = ANY (CAST(:tids AS tid[]))
-      RETURNING e.id, e.doc_len, e.lexemes
-    ),
-    -- m, the merged ones: numbers retired and tombstoned (in this statement, so the trigger
-    -- of revision 0011, run after it, finds nothing to do), each term a -1 df delta.
-    m AS (
-      DELETE FROM bm25_docs k
-      WHERE k.corpus = :c AND k.entry_id = ANY (ARRAY(SELECT g.id FROM gone g))
-      RETURNING k.docno, k.entry_id
-    ),
-    ml AS MATERIALIZED (SELECT m.docno, g.lexemes FROM m JOIN gone g ON g.id = m.entry_id),
-    tomb AS (
-      INSERT INTO bm25_tombstones (corpus, docno, lexemes) SELECT :c, docno, lexemes FROM ml
-    ),
-    dm AS (
-      SELECT o.lexeme, -1 AS delta FROM tnsrag_stage_old o
-      UNION ALL
-      SELECT l.lexeme, -1 FROM ml CROSS JOIN unnest(ml.lexemes) AS l(lexeme)
-    ),
-    -- df, the deltas applied (in lexeme order, as every writer does).
-    df AS (
-    {apply_df}
-    )
-    SELECT count(*), coalesce(sum(doc_len), 0) FROM gone""").format(
-    apply_df=textwrap.indent(APPLY_DF_SQL.format(source="dm"), "  "))

@@ -40,7 +40,8 @@ STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_ids (id text PRIMARY KEY) ON COMMIT DELETE ROWS",
     # The rows of bm25_postings (with their lexeme) or embeddings that a rewrite or delete
     # removes, by ctid: found by primary-key probes in one statement, deleted by a TID scan
-    # in the next (see tnsrag_db._store.sql.OLD_ROWS_GONE_SQL). Emptied before each use.
+    # in the next (see tnsrag_db._store.bm25.sql.OLD_POSTINGS_GONE_SQL and
+    # tnsrag_db._store.sql.OLD_VECTORS_GONE_SQL). Emptied before each use.
     "CREATE TEMP TABLE IF NOT EXISTS tnsrag_stage_old (tid tid NOT NULL, lexeme text) ON COMMIT DELETE ROWS",
 )
 

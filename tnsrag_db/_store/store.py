@@ -40,7 +40,8 @@ from tnsrag_db._db.session import Session, retry_on_deadlock
 from tnsrag_db._db.settings import DEFAULT_SCHEMA
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, SchemaNotReadyError, ValidationError
-from tnsrag_db._store.analysis import DEFAULT_MAX_QUERY_TERMS
+from tnsrag_db._store.bm25.analysis import DEFAULT_MAX_QUERY_TERMS
+from tnsrag_db._store.bm25.merge import MergeReport
 from tnsrag_db._store.corpus import (
     DEFAULT_ANALYZE_AFTER_ROWS,
     DEFAULT_MERGE_AFTER_ENTRIES,
@@ -52,7 +53,6 @@ from tnsrag_db._store.embedded.resolve import embedded_url
 from tnsrag_db._store.expiry import EXPIRED, NOW, SweepReport
 from tnsrag_db._store.filters import filter_sql
 from tnsrag_db._store.maintenance import drop_orphan_hnsw_indexes
-from tnsrag_db._store.merge import MergeReport
 from tnsrag_db._store.reads import (
     EntryVersion,
     check_ids,
@@ -95,7 +95,7 @@ class Store:
 
     Bounds on the work of one call: ``max_query_terms`` (default 256, 1 to 100,000) is
     how many words of a query are analysed (the rest is ignored, see
-    :func:`~tnsrag_db._store.analysis.analyze_query`); ``statement_timeout`` (seconds,
+    :func:`~tnsrag_db._store.bm25.analysis.analyze_query`); ``statement_timeout`` (seconds,
     default None: the server's setting) cancels any statement of this store that runs
     longer, with :class:`StatementTimeoutError` (a write is rolled back whole).
     :meth:`timeout` sets it for the calls of one block. Index builds and the statistics
@@ -224,11 +224,6 @@ class Store:
         return self._session.read_replicas
 
     @property
-    def consistency(self) -> str:
-        """``"eventual"`` (reads do not wait for replay) or ``"read_your_writes"`` (they wait for this store's writes)."""
-        return self._consistency
-
-    @property
     def last_write_token(self) -> WriteToken | None:
         """The primary's WAL position after the latest write committed through this store (or a
         view of it), when it has read replicas; None before any write or without replicas."""
@@ -332,7 +327,10 @@ class Store:
         return self.session.run(count_plan(self._corpus, filters))
 
     def iter_entries(self, *, batch_size: int = 1000) -> Iterator[MemoryEntry]:
-        """Every entry of the corpus in id order, read in batches (keyset pagination).
+        """Every entry of the corpus in id order, read in batches (keyset pagination): those
+        not expired, whatever their validity (an entry true only in the past or from a later
+        instant is still the corpus's, found by an ``as_of`` read); not the versions a
+        corpus that keeps history closed (:meth:`history` lists those).
 
         Raises :class:`ValidationError` for a ``batch_size`` that is not an int of at least 1.
         """

@@ -9,6 +9,10 @@ One write of a batch runs these steps in one transaction (each a function below)
     rewrite    update changed entries; drop their old postings and stale vectors
     postings   the new postings, df deltas and corpus statistics
 
+The text analysis of the stage step, the statements of the terms and postings steps and the
+BM25 side of a delete are BM25's (:mod:`tnsrag_db._store.bm25`); the entry statements and
+the planner settings are :mod:`tnsrag_db._store.sql`.
+
 Extensions (:class:`WriteExtension`: vectors, edges, hierarchy and timestamp checks) join
 the same transaction: ``validate`` before any I/O, ``before`` ahead of the entry steps
 (locks), ``after`` behind them (their own rows, checks), ``finish`` always. The whole
@@ -20,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any, Protocol
@@ -29,8 +32,8 @@ from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import DatabaseError, InvalidEntryError
 from tnsrag_db._store import history, sql
-from tnsrag_db._store.analysis import STAGED_TERMS_SQL, analyze
-from tnsrag_db._store.merge import tid_scans_only
+from tnsrag_db._store.bm25 import sql as bm25_sql
+from tnsrag_db._store.bm25.analysis import analyze
 from tnsrag_db._store.staging import ENTRY_STAGE_TABLES, ensure_stage_tables, reset_entry_stage
 from tnsrag_db._types import MemoryEntry
 
@@ -222,7 +225,7 @@ def stage_terms(conn: Connection, staged: StagedBatch, text_config: str) -> None
     if staged.large:
         for table in ENTRY_STAGE_TABLES[:3]:
             conn.execute(f"ANALYZE {table}")
-    conn.execute(STAGED_TERMS_SQL, {"cfg": text_config})
+    conn.execute(bm25_sql.STAGED_TERMS_SQL, {"cfg": text_config})
 
 
 # -- step 4: classify -----------------------------------------------------------------
@@ -281,10 +284,10 @@ def rewrite_changed(conn: Connection, corpus: str, report: WriteReport) -> None:
     yet, choose neither."""
     c = {"c": corpus}
     if report.content_changed:
-        _delete_staged(conn, sql.STAGE_OLD_POSTINGS_SQL, sql.OLD_POSTINGS_GONE_SQL, c)
+        _delete_staged(conn, bm25_sql.STAGE_OLD_POSTINGS_SQL, bm25_sql.OLD_POSTINGS_GONE_SQL, c)
     if report.updated:
         ids = list(conn.execute(sql.CHANGED_IDS_SQL).scalars())
-        with _hash_joins_only(conn):
+        with sql.hash_joins_only(conn):
             conn.execute(sql.UPDATE_CHANGED_SQL, {**c, "ids": ids})
     if report.content_changed:
         _delete_staged(conn, sql.STAGE_STALE_VECTORS_SQL, sql.OLD_VECTORS_GONE_SQL, c)
@@ -304,14 +307,8 @@ def _delete_old(conn: Connection, gone_sql: str, params: dict[str, Any]) -> None
     as one constant array, under TID scans only."""
     tids = conn.execute(sql.STAGED_OLD_SQL).scalar_one()
     if tids is not None:
-        with tid_scans_only(conn):
+        with sql.tid_scans_only(conn):
             conn.execute(gone_sql, {**params, "tids": tids})
-
-
-def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
-    """Nested loops and merge joins off for the statements of the block (a lateral probe,
-    which only a nested loop can run, stays one)."""
-    return sql.planner_nodes_off(conn, "enable_nestloop", "enable_mergejoin")
 
 
 # -- step 6: postings -----------------------------------------------------------------
@@ -321,11 +318,10 @@ def write_postings(conn: Connection, corpus: str, report: WriteReport, old_len: 
     c = {"c": corpus}
     new_len = 0
     if report.inserted or report.content_changed:
-        conn.execute(sql.INSERT_POSTINGS_SQL, c)
-        new_len = conn.execute(sql.STAGE_DF_SQL).scalar_one()
-        conn.execute((sql.APPLY_DF_SQL.format(source="tnsrag_stage_df")),
-                     {**c, "shard": sql.stat_shard()})
-    sql.bump_stats(conn, corpus, len(report.inserted), int(new_len) - old_len)
+        conn.execute(bm25_sql.INSERT_POSTINGS_SQL, c)
+        new_len = conn.execute(bm25_sql.STAGE_DF_SQL).scalar_one()
+        conn.execute(bm25_sql.APPLY_DF_SQL.format(source="tnsrag_stage_df"), {**c, "shard": bm25_sql.stat_shard()})
+    bm25_sql.bump_stats(conn, corpus, len(report.inserted), int(new_len) - old_len)
 
 
 def write_entries(conn: Connection, corpus: WriteTarget, batch: Sequence[MemoryEntry], *,
@@ -373,13 +369,13 @@ def delete_matching(conn: Connection, corpus: WriteTarget, predicate: str, param
     conn.execute((sql.lock_matching_sql(predicate)), {"c": corpus.name, **params})
     c = {"c": corpus.name}
     conn.execute("DELETE FROM tnsrag_stage_old")
-    tids = list(conn.execute(sql.STAGE_LOCKED_SQL, c).scalars())
+    tids = list(conn.execute(bm25_sql.STAGE_LOCKED_SQL, c).scalars())
     if not tids:
         return 0
-    _delete_old(conn, sql.OLD_POSTINGS_GONE_SQL, c)
-    count, length = conn.execute(sql.DELETE_LOCKED_SQL, {**c, "tids": tids, "shard": sql.stat_shard()}).one()
+    _delete_old(conn, bm25_sql.OLD_POSTINGS_GONE_SQL, c)
+    count, length = conn.execute(bm25_sql.DELETE_LOCKED_SQL, {**c, "tids": tids, "shard": bm25_sql.stat_shard()}).one()
     if count:
-        sql.bump_stats(conn, corpus.name, -int(count), -int(length))
+        bm25_sql.bump_stats(conn, corpus.name, -int(count), -int(length))
     return int(count)
 
 

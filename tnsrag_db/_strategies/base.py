@@ -1,6 +1,10 @@
-"""The shared strategy interface and helpers every strategy uses.
+"""The shared strategy interface, the strategies' one retrieval driver, and helpers every strategy uses.
 
-``RAGStrategy`` is the SPI contract: a ``name`` and ``retrieve(query, context)``.
+``RAGStrategy`` is the SPI contract: a ``name`` and ``retrieve(query, context)``. The
+library's strategies are :class:`PlannedStrategy` s: each writes its retrieval once, as a
+:data:`~tnsrag_db._db.statement.Plan`, and names the store it runs on; ``retrieve`` and
+``aretrieve`` are written once, here, as the two thin drivers of that plan (sync and async
+connections). :class:`WrappingStrategy` is the base of a strategy around a child strategy.
 Direct strategies build their results with
 :func:`~tnsrag_db._store.reads.document_from_row`, so every
 result carries ``tier``, ``entryId``, ``source`` (when set) and the entry's own
@@ -9,28 +13,38 @@ metadata, exactly the keys metadata filters apply to.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from tnsrag_db._db import aio
+from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan, Rows, Statement, one, run_plan
 from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
-from tnsrag_db._validate import check_query_text
+from tnsrag_db._validate import check_query
 
 __all__ = [
-    "overfetch",
-    "overfetch_plan",
+    "FETCH_CAP",
+    "PlannedStrategy",
     "RAGStrategy",
+    "WrappingStrategy",
+    "aretrieve_with",
     "check_query",
     "child_plan",
-    "has_plan",
+    "collapsing_plan",
+    "overfetch_plan",
+    "plan_store_of",
+    "planned",
+    "resolve_context",
     "returned",
     "run_apart",
-    "run_around",
     "run_own_io",
-    "widen_plan",
-    "resolve_context",
     "source_fence",
+    "widen_plan",
 ]
 
 if TYPE_CHECKING:
@@ -38,6 +52,9 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+#: Most candidates a strategy that collapses its child's results asks for (unless
+#: ``max_results`` is larger): see :func:`collapsing_plan`.
+FETCH_CAP = 1024
 
 
 @runtime_checkable
@@ -54,6 +71,113 @@ class RAGStrategy(Protocol):
         ...
 
 
+class PlannedStrategy(ABC):
+    """A strategy whose retrieval is one plan: a subclass writes ``name``, :meth:`plan` and
+    :attr:`plan_store` (and :attr:`own_io` when its plan may call a retrieval doing I/O of its
+    own); :meth:`retrieve` and :meth:`aretrieve` drive that plan, the same statements on a
+    sync or an async connection.
+
+    The plan runs in autocommit, each statement on the latest committed data. A plan with
+    I/O of its own (a child strategy without a plan, called through its ``retrieve``) runs
+    each statement on a connection of its own, so none is held while that I/O waits for one,
+    and :meth:`aretrieve` runs it whole in a worker thread, off the event loop.
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The strategy's name, such as ``"vector"``."""
+
+    @abstractmethod
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as an I/O-free :data:`~tnsrag_db._db.statement.Plan` (validation
+        happens when the plan starts): a wrapping strategy runs it inside its own."""
+
+    @property
+    @abstractmethod
+    def plan_store(self) -> Store | None:
+        """The store whose connections run the statements of :meth:`plan` (None: the plan sends none)."""
+
+    @property
+    def own_io(self) -> bool:
+        """Whether :meth:`plan` calls a retrieval doing I/O of its own (a strategy without a plan)."""
+        return False
+
+    @traced_retrieve
+    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """At most ``context.max_results`` documents for ``query``, best first, each scoring at
+        least ``context.min_score`` and matching ``context.metadata_filters``.
+
+        Raises :class:`ValidationError` for a bad query or context, the strategy's own errors
+        (see the class), and :class:`DatabaseError` when the database fails.
+        """
+        return self._retrieve(query, context)
+
+    @traced_retrieve
+    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        """:meth:`retrieve` on an async connection: the same plan and statements, the same
+        results and errors (a plan with I/O of its own runs in a worker thread)."""
+        store = self.plan_store
+        if store is None or self.own_io:
+            return await asyncio.to_thread(self._retrieve, query, context)
+        return await aio.arun(store, await self._aplan(query, context))
+
+    @honours_as_of
+    def _retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
+        store = self.plan_store
+        plan = self.plan(query, context)
+        if store is None:
+            return run_own_io(plan)
+        return run_apart(store, plan) if self.own_io else store.run(plan)
+
+    async def _aplan(self, query: str, context: RAGContext | None) -> Plan[list[RetrievedDocument]]:
+        """The plan :meth:`aretrieve` drives: :meth:`plan`, for a strategy with no blocking work
+        to do before its statements (multi-query's expander does it here, in a worker thread)."""
+        return self.plan(query, context)
+
+
+class WrappingStrategy(PlannedStrategy):
+    """A strategy around a child strategy (hierarchical, temporal, MMR, multi-query, distinct
+    contents, the declarative de-duplication). Its plan asks the child through
+    :func:`child_plan`: the child's own plan, whose statements then run on the wrapper's
+    connection, or the ``retrieve`` of a child without one. It runs on the child's store
+    unless it names its own (:attr:`plan_store`), and has I/O of its own exactly when the
+    child does."""
+
+    def __init__(self, child: RAGStrategy) -> None:
+        self._child = child
+
+    @property
+    def plan_store(self) -> Store | None:
+        """The child's store (a subclass reading its own index names that one's)."""
+        return plan_store_of(self._child)
+
+    @property
+    def own_io(self) -> bool:
+        """True when the child's retrieval is not a plan free of I/O of its own."""
+        return not planned(self._child)
+
+
+async def aretrieve_with(strategy: RAGStrategy, query: str, context: RAGContext) -> list[RetrievedDocument]:
+    """``strategy``'s retrieval awaited: its ``aretrieve`` when it has one (async connections),
+    else its ``retrieve`` in a worker thread (a strategy of an application's own). The one
+    way the pipeline and the integrations reach a strategy from a coroutine."""
+    aretrieve = getattr(strategy, "aretrieve", None)
+    if aretrieve is not None and inspect.iscoroutinefunction(aretrieve):
+        return list(await aretrieve(query, context))
+    return list(await asyncio.to_thread(strategy.retrieve, query, context))
+
+
+def planned(strategy: object) -> bool:
+    """True when ``strategy``'s retrieval is a plan that does no I/O of its own."""
+    return isinstance(strategy, PlannedStrategy) and not strategy.own_io
+
+
+def plan_store_of(strategy: object) -> Store | None:
+    """The store ``strategy``'s plan runs on; None for a strategy without a plan."""
+    return strategy.plan_store if isinstance(strategy, PlannedStrategy) else None
+
+
 def resolve_context(context: RAGContext | None) -> RAGContext:
     """``context`` or the default ``RAGContext()``; raises :class:`ValidationError` for another type."""
     if context is None:
@@ -61,18 +185,6 @@ def resolve_context(context: RAGContext | None) -> RAGContext:
     if not isinstance(context, RAGContext):
         raise ValidationError(f"context must be a RAGContext or None, got {type(context).__name__}")
     return context
-
-
-def check_query(query: object) -> str:
-    """Return ``query`` if it is non-blank Unicode text without NUL characters; :class:`ValidationError` otherwise.
-
-    A blank query (empty or whitespace only) has no meaning for any of the eight
-    strategies (the SPI defines none): an error instead of arbitrary results.
-    """
-    text = check_query_text(query)  # neither NUL nor a lone surrogate is whitespace: order is free
-    if not text.strip():
-        raise ValidationError(f"query is blank ({text!r}); give some text to search for")
-    return text
 
 
 def source_fence(allowed_sources: object) -> frozenset[str] | None:
@@ -88,21 +200,6 @@ def source_fence(allowed_sources: object) -> frozenset[str] | None:
         if not isinstance(item, str) or not item.strip():
             raise ConfigurationError(f"allowed_sources entries must be non-blank strings, got {item!r}")
     return fence or None
-
-
-def overfetch(
-    fetch: Callable[[int], list[RetrievedDocument]],
-    rerank: Callable[[list[RetrievedDocument]], list[RetrievedDocument]],
-    ceiling: Callable[[float], float],
-    k: int,
-    *,
-    min_candidates: int = 50,
-    factor: int = 4,
-    max_candidates: int = 1000,
-) -> list[RetrievedDocument]:
-    """:func:`overfetch_plan` for a ``fetch`` and a ``rerank`` that do their own I/O."""
-    return run_own_io(overfetch_plan(lambda n: returned(fetch, n), lambda c: returned(rerank, c), ceiling, k,
-                                     min_candidates=min_candidates, factor=factor, max_candidates=max_candidates))
 
 
 def overfetch_plan(
@@ -154,6 +251,23 @@ def widen_plan(fetch: Callable[[int], Plan[_T]], settled: Callable[[_T, int], bo
         asked = min(cap, asked * 2)
 
 
+def collapsing_plan(fetch: Callable[[int], Plan[_T]], documents: Callable[[_T], Sequence[RetrievedDocument]],
+                    collapse: Callable[[Sequence[RetrievedDocument]], Sequence[RetrievedDocument]],
+                    want: int) -> Plan[_T]:
+    """The widening of a strategy that collapses its child's results (identical contents,
+    near duplicates) and still returns ``want`` documents: ``fetch(n)`` (its ``documents``)
+    for ``n = max(2 × want, want + 4)``, doubling up to ``max(FETCH_CAP, want)``, until
+    ``want`` documents survive ``collapse`` or the child returned fewer than ``n`` (it has no
+    more). Returns the last fetch's result, through :func:`widen_plan`."""
+
+    def settled(got: _T, asked: int) -> bool:
+        docs = documents(got)
+        return len(docs) < asked or len(collapse(docs)) >= want
+
+    got, _ = yield from widen_plan(fetch, settled, max(2 * want, want + 4), min(MAX_RESULTS, max(FETCH_CAP, want)))
+    return got
+
+
 def returned(fn: Callable[..., _T], *args: Any) -> Plan[_T]:
     """The plan that yields no statement and returns ``fn(*args)`` (called when the plan runs):
     a step doing its own I/O, or none, inside a plan."""
@@ -171,18 +285,12 @@ def _no_statements(statement: Statement) -> Rows:
     raise AssertionError(f"this plan was not expected to yield a statement: {statement.sql[:80]!r}")
 
 
-def has_plan(strategy: object) -> bool:
-    """True when ``strategy`` offers ``plan(query, context)`` (its retrieval as a plan)."""
-    return callable(getattr(strategy, "plan", None))
-
-
 def child_plan(strategy: RAGStrategy, query: str, context: RAGContext) -> Plan[list[RetrievedDocument]]:
-    """``strategy``'s retrieval inside a wrapping strategy's plan: its own :meth:`plan` when it
-    has one (its statements then run on the wrapper's connection), else its ``retrieve``
-    (which does its own I/O)."""
-    if has_plan(strategy):
-        docs: list[RetrievedDocument] = yield from strategy.plan(query, context)  # type: ignore[attr-defined]
-        return docs
+    """``strategy``'s retrieval inside a wrapping strategy's plan: its own
+    :meth:`~PlannedStrategy.plan` when it has one (its statements then run on the wrapper's
+    connection), else its ``retrieve`` (which does its own I/O)."""
+    if isinstance(strategy, PlannedStrategy):
+        return (yield from strategy.plan(query, context))
     return strategy.retrieve(query, context)
 
 
@@ -191,13 +299,3 @@ def run_apart(store: Store, plan: Plan[_T]) -> _T:
     plans that do other I/O between their statements (a child strategy without a plan,
     explanations): no pooled connection is held while that I/O waits for one."""
     return run_plan(plan, lambda statement: store.run(one(statement)))
-
-
-def run_around(store: Store, child: object, plan: Plan[_T]) -> _T:
-    """Run the plan of a strategy around ``child`` (hierarchical, temporal, MMR) in
-    autocommit, so every statement sees the latest commit: on one connection when the
-    child is a plan too; each statement apart when the child does its own I/O between
-    them (no connection is held across it)."""
-    if has_plan(child):
-        return store.run(plan)
-    return run_apart(store, plan)

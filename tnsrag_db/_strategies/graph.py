@@ -48,22 +48,29 @@ import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tnsrag_db._db.aio import arun
 from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan, Statement, one
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.graph import GraphStore
 from tnsrag_db._indexes.graph.walk import DEFAULT_EDGE_BUDGET_FACTOR
 from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, source_fence
+from tnsrag_db._strategies.base import (
+    PlannedStrategy,
+    RAGStrategy,
+    check_query,
+    child_plan,
+    planned,
+    resolve_context,
+    source_fence,
+)
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
-from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_number
 from tnsrag_db.explain import Explanation, GraphExplanation, GraphHop, ScoreExplanation, SearchPlan
 
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index
+    from tnsrag_db._store.store import Store
 
 __all__ = ["GraphRAGStrategy"]
 
@@ -97,7 +104,7 @@ def _check_int(value: object, what: str, low: int, high: int) -> int:
     return value
 
 
-class GraphRAGStrategy:
+class GraphRAGStrategy(PlannedStrategy):
     """Seeds from a seed strategy, then a bounded, source-fenced walk along outgoing edges.
 
     Arguments (in the SPI's order; pass the class constants for the defaults):
@@ -127,6 +134,13 @@ class GraphRAGStrategy:
     Seed scores are used as the seed strategy reports them (not normalised); seeds
     scoring ≤ 0 carry no evidence and are dropped, as are seed documents without an
     ``entryId``. Invalid arguments raise :class:`ConfigurationError`.
+
+    ``retrieve`` returns the entries reached from the query's seeds, best first. Each
+    result's metadata carries ``tier``, ``entryId``, ``source`` (when set), the entry's own
+    metadata, ``depth`` (hops, as a decimal string) and ``path`` (a JSON array of entry ids
+    from the seed to the entry; these two replace entry metadata keys of the same name).
+    The seed search and the walk run in autocommit, each statement on the latest committed
+    data: the walk reads edges only once.
     """
 
     DEFAULT_MAX_DEPTH = 2
@@ -244,25 +258,15 @@ class GraphRAGStrategy:
         seeds = yield from self._seeds_plan(query)
         return (yield from self._traverse_plan(seeds, ctx))
 
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """Entries reached from the query's seeds, best first, at most ``context.max_results``.
+    @property
+    def plan_store(self) -> Store:
+        """The graph's :class:`Store`."""
+        return self._store.store
 
-        Each result's metadata carries ``tier``, ``entryId``, ``source`` (when set),
-        the entry's own metadata, ``depth`` (hops, as a decimal string) and ``path``
-        (a JSON array of entry ids from the seed to the entry; these two replace
-        entry metadata keys of the same name). Raises :class:`ValidationError` for a
-        bad query or context.
-        """
-        # Autocommit, each statement on its latest committed data, as the seed search and
-        # the walk always were (two transactions): the walk reads edges only once.
-        return self._store.store.run(self.plan(query, context))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (same statements)."""
-        return await arun(self._store.store, self.plan(query, context))
+    @property
+    def own_io(self) -> bool:
+        """True for a seed strategy whose retrieval is not a plan (it runs through its ``retrieve``)."""
+        return self._seed_strategy is not None and not planned(self._seed_strategy)
 
     def seeds(self, query: str) -> dict[str, float]:
         """The seed entries for ``query`` with their seed scores (unfiltered, unfenced)."""

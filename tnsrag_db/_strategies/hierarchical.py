@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tnsrag_db._db.aio import arun
 from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
@@ -34,21 +34,23 @@ from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
 from tnsrag_db._strategies.base import (
     RAGStrategy,
+    WrappingStrategy,
     check_query,
     child_plan,
     overfetch_plan,
     resolve_context,
     returned,
     run_apart,
-    run_around,
     source_fence,
 )
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
 from tnsrag_db._strategies.fusion import document_key
-from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.explain import ExplainedDocument, Explanation, HierarchyExplanation, ScoreExplanation
+
+if TYPE_CHECKING:
+    from tnsrag_db._store.store import Store
 
 __all__ = ["HierarchicalRAGStrategy"]
 
@@ -68,7 +70,7 @@ def _sort_key(doc: RetrievedDocument) -> tuple[float, str, str]:
     return (-doc.score, doc.metadata.get("entryId", ""), doc.content)
 
 
-class HierarchicalRAGStrategy:
+class HierarchicalRAGStrategy(WrappingStrategy):
     """Child hits from ``child_strategy`` expanded with their parent chains from ``index``.
 
     ``allowed_sources``: the source fence (None or empty = no fence).
@@ -81,6 +83,9 @@ class HierarchicalRAGStrategy:
     id of the hit the result was reached from; its own id for a hit). A hit without an
     ``entryId`` (a child strategy not backed by this corpus) is kept as is, with depth
     ``"0"``, and not expanded.
+
+    ``retrieve`` returns hits and their parents, best first, at most ``max_results``, each
+    ≥ ``min_score``; errors of the child strategy propagate.
     """
 
     DEFAULT_MAX_PARENT_DEPTH = 3
@@ -108,7 +113,7 @@ class HierarchicalRAGStrategy:
         if not is_number(decay) or not math.isfinite(decay) or not 0 < decay <= 1:
             raise ConfigurationError(f"decay must be a number in (0, 1], got {decay!r}")
         fence = source_fence(allowed_sources)
-        self._child = child_strategy
+        super().__init__(child_strategy)
         self._index = index
         self._fence = fence
         self._max_parent_depth = max_parent_depth
@@ -123,6 +128,11 @@ class HierarchicalRAGStrategy:
     def allowed_sources(self) -> frozenset[str]:
         """The source fence (empty = no fence)."""
         return self._fence or frozenset()
+
+    @property
+    def plan_store(self) -> Store:
+        """The hierarchy's :class:`Store` (the child's plan runs on it too)."""
+        return self._index.store
 
     @property
     def max_parent_depth(self) -> int:
@@ -145,21 +155,6 @@ class HierarchicalRAGStrategy:
         check_query(query)
         ctx = resolve_context(context)
         return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c)))
-
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """Hits and their parents for ``query``, best first, at most ``max_results``, each ≥ ``min_score``.
-
-        Raises :class:`ValidationError` for a bad query or context; errors of the child
-        strategy propagate.
-        """
-        return run_around(self._index.store, self._child, self.plan(query, context))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (same statements)."""
-        return await arun(self._index.store, self.plan(query, context))
 
     def _plan(self, query: str, ctx: RAGContext, fetch: _Fetch) -> Plan[list[RetrievedDocument]]:
         k = ctx.max_results

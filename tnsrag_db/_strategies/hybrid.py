@@ -35,7 +35,7 @@ from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.hybrid import index as fused_index
 from tnsrag_db._store.reads import document_from_row
-from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context
+from tnsrag_db._strategies.base import PlannedStrategy, RAGStrategy, check_query, planned, resolve_context
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed, snapshot
 from tnsrag_db._strategies.fusion import (
     DEFAULT_FUSION,
@@ -51,7 +51,6 @@ from tnsrag_db._strategies.fusion import (
     reciprocal_rank_fusion,
 )
 from tnsrag_db._strategies.keyword import bm25_plan
-from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_CANDIDATES, MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_int
 from tnsrag_db.explain import (
@@ -304,7 +303,7 @@ class HybridMemoryRetriever:
         return explanation_of("hybrid", query, docs, explanations, plans)
 
 
-class HybridRAGStrategy:
+class HybridRAGStrategy(PlannedStrategy):
     """Hybrid retrieval; ``name == "hybrid"``.
 
     Forms: ``HybridRAGStrategy(keywords, vectors)``, ``HybridRAGStrategy(keywords, vectors,
@@ -323,6 +322,8 @@ class HybridRAGStrategy:
     :class:`HybridMemoryRetriever`'s). With a retriever, a value different from the
     retriever's raises :class:`ConfigurationError`: set it on the retriever. A graph
     stream with edges to walk is fused with the other two by RRF (over their own lists).
+    ``retrieve`` returns the fused results, best first; ``min_score`` applies to the fused
+    score (inclusive).
     """
 
     def __init__(self, keywords: BM25Index | HybridMemoryRetriever, vectors: VectorMemoryStore | None = None,
@@ -390,6 +391,16 @@ class HybridRAGStrategy:
         of the two streams, all 1 under RRF and with a graph stream)."""
         return self._weights
 
+    @property
+    def plan_store(self) -> Store:
+        """The corpus's :class:`Store` (the retriever's)."""
+        return self._retriever.vectors.store
+
+    @property
+    def own_io(self) -> bool:
+        """True for a graph stream that runs through its own ``retrieve`` (not a plan of this corpus)."""
+        return self._graph is not None and (self._graph_plan is None or not planned(self._graph))
+
     @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan` (validation happens when the
@@ -423,19 +434,6 @@ class HybridRAGStrategy:
             return True
         rows = yield graph.store.has_edges_statement()  # type: ignore[attr-defined]
         return bool(rows[0][0])
-
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """Fused results, best first; ``min_score`` applies to the fused score (inclusive)."""
-        return self._retriever.vectors.store.run(self.plan(query, context))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (the same plan and statements)."""
-        from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers
-
-        return await aio.arun(self._retriever.vectors.store, self.plan(query, context))
 
     @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:

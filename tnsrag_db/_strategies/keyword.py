@@ -10,24 +10,25 @@ from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._store.reads import document_from_row
-from tnsrag_db._strategies.base import check_query, resolve_context
-from tnsrag_db._telemetry import traced_retrieve
+from tnsrag_db._strategies.base import PlannedStrategy, check_query, resolve_context
 from tnsrag_db._types import RAGContext, RetrievedDocument
 
-if TYPE_CHECKING:  # explanations (and the SQLAlchemy they run on) load only when one is asked for
+if TYPE_CHECKING:  # explanations load only when one is asked for
+    from tnsrag_db._store.store import Store
     from tnsrag_db.explain import BM25Explanation, Explanation, SearchPlan
 
 __all__ = ["KeywordRAGStrategy"]
 
 
-class KeywordRAGStrategy:
+class KeywordRAGStrategy(PlannedStrategy):
     """Ranks entries by true Okapi BM25 (see :class:`BM25Index`); ``name`` is ``"keyword"``.
 
     Metadata filters and the inclusive ``min_score`` apply in SQL before the top
     ``max_results``; each result's score is its BM25 score (> 0). Query analysis,
     scoring and the result rows come from one statement (a second one only when some
     query term is frequent: see :meth:`BM25Index.documents_plan`). Raises
-    :class:`ConfigurationError` when ``keywords`` is not a :class:`BM25Index`.
+    :class:`ConfigurationError` when ``keywords`` is not a :class:`BM25Index`; ``retrieve``
+    raises :class:`ValidationError` for a non-string or blank query or a bad context.
     """
 
     def __init__(self, keywords: BM25Index) -> None:
@@ -44,6 +45,11 @@ class KeywordRAGStrategy:
     def keywords(self) -> BM25Index:
         """The BM25 index this strategy reads."""
         return self._keywords
+
+    @property
+    def plan_store(self) -> Store:
+        """The index's :class:`Store`."""
+        return self._keywords.store
 
     def __repr__(self) -> str:
         return f"KeywordRAGStrategy({self._keywords!r})"
@@ -62,24 +68,6 @@ class KeywordRAGStrategy:
         rows = yield from self._keywords.documents_plan(text, ctx.max_results, filters=ctx.metadata_filters,
                                                         min_score=ctx.min_score)
         return [document_from_row(row, float(row.score)) for row in rows]
-
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """The best ``context.max_results`` entries for ``query`` scoring ≥ ``context.min_score``
-        and matching ``context.metadata_filters``, best first (ties by entry id).
-
-        Raises :class:`ValidationError` for a non-string query or a bad context and
-        :class:`DatabaseError` when the database fails.
-        """
-        return self._keywords.store.run(self.plan(query, context))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (the same plan and statement)."""
-        from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers
-
-        return await aio.arun(self._keywords.store, self.plan(query, context))
 
     @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:

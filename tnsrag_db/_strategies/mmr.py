@@ -22,26 +22,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from tnsrag_db._db.aio import arun
 from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, TnsragError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
-from tnsrag_db._strategies.base import (
-    RAGStrategy,
-    check_query,
-    child_plan,
-    resolve_context,
-    run_around,
-)
-from tnsrag_db._telemetry import traced_retrieve
+from tnsrag_db._strategies.base import RAGStrategy, WrappingStrategy, check_query, child_plan, resolve_context
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_number
+
+if TYPE_CHECKING:
+    from tnsrag_db._store.store import Store
 
 __all__ = ["DEFAULT_FETCH_K", "DEFAULT_LAMBDA_MULT", "MMRRAGStrategy", "check_lambda_mult",
            "maximal_marginal_relevance"]
@@ -111,7 +106,7 @@ def maximal_marginal_relevance(query: Sequence[float] | npt.NDArray[Any],
     return chosen
 
 
-class MMRRAGStrategy:
+class MMRRAGStrategy(WrappingStrategy):
     """Any strategy's results diversified by maximal marginal relevance.
 
     ``base``: the strategy that finds the candidates. ``vectors``: the
@@ -121,6 +116,10 @@ class MMRRAGStrategy:
     1]): 1 ranks by relevance alone, 0 by diversity alone. As in LangChain, at most
     ``fetch_k`` candidates are considered, so a ``max_results`` above ``fetch_k`` returns at
     most ``fetch_k`` documents. Raises :class:`ConfigurationError` for a bad argument.
+
+    ``retrieve`` returns at most ``min(max_results, fetch_k)`` of the base strategy's
+    candidates, in MMR order; errors of the base strategy and of the embedding function
+    propagate.
     """
 
     def __init__(self, base: RAGStrategy, vectors: VectorMemoryStore, *, fetch_k: int = DEFAULT_FETCH_K,
@@ -129,7 +128,7 @@ class MMRRAGStrategy:
             raise ConfigurationError(f"base must be a RAGStrategy, got {type(base).__name__}")
         if not isinstance(vectors, VectorMemoryStore):
             raise ConfigurationError(f"vectors must be a VectorMemoryStore, got {type(vectors).__name__}")
-        self._base = base
+        super().__init__(base)
         self._vectors = vectors
         self._fetch_k = check_int(fetch_k, "fetch_k", minimum=1, maximum=MAX_RESULTS, error=ConfigurationError)
         self._lambda_mult = check_lambda_mult(lambda_mult, ConfigurationError)
@@ -142,7 +141,12 @@ class MMRRAGStrategy:
     @property
     def base(self) -> RAGStrategy:
         """The strategy that finds the candidates."""
-        return self._base
+        return self._child
+
+    @property
+    def plan_store(self) -> Store:
+        """The vector store's :class:`Store` (the base's plan runs on it too)."""
+        return self._vectors.store
 
     @property
     def fetch_k(self) -> int:
@@ -155,7 +159,7 @@ class MMRRAGStrategy:
         return self._lambda_mult
 
     def __repr__(self) -> str:
-        return f"MMRRAGStrategy(base={self._base.name!r}, fetch_k={self._fetch_k}, lambda_mult={self._lambda_mult})"
+        return f"MMRRAGStrategy(base={self._child.name!r}, fetch_k={self._fetch_k}, lambda_mult={self._lambda_mult})"
 
     @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
@@ -163,7 +167,7 @@ class MMRRAGStrategy:
         read of the candidates' stored vectors (after the space row, when not cached)."""
         text = check_query(query)
         ctx = resolve_context(context)
-        candidates = yield from child_plan(self._base, text, ctx.with_max_results(self._fetch_k))
+        candidates = yield from child_plan(self._child, text, ctx.with_max_results(self._fetch_k))
         if not candidates:
             return []
         query_vector = self._vectors.embed_query(text)
@@ -179,17 +183,3 @@ class MMRRAGStrategy:
         picks = maximal_marginal_relevance(query_vector, matrix, ctx.max_results, self._lambda_mult)
         return [candidates[n] for n in picks]
 
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """At most ``min(max_results, fetch_k)`` of the base strategy's candidates, in MMR order.
-
-        Raises :class:`ValidationError` for a bad query or context; errors of the base
-        strategy and of the embedding function propagate.
-        """
-        return run_around(self._vectors.store, self._base, self.plan(query, context))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (same statements)."""
-        return await arun(self._vectors.store, self.plan(query, context))

@@ -22,7 +22,6 @@ no further call is started.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,11 +32,10 @@ from tnsrag_db._errors import (
     ExecutionError,
     TnsragError,
 )
-from tnsrag_db._strategies.base import RAGStrategy, check_query, child_plan, resolve_context, returned, run_own_io
+from tnsrag_db._strategies.base import RAGStrategy, WrappingStrategy, check_query, child_plan, resolve_context
 from tnsrag_db._strategies.expansion import CancellationToken, QueryExpander, QueryExpansion, normalize_variants
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db._strategies.fusion import DEFAULT_RRF_K, check_weights, document_key, fuse, reciprocal_rank_fusion
-from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_int
 from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, StreamShare
@@ -45,7 +43,7 @@ from tnsrag_db.explain import Explanation, FusionExplanation, ScoreExplanation, 
 __all__ = ["MultiQueryRAGStrategy"]
 
 
-class MultiQueryRAGStrategy:
+class MultiQueryRAGStrategy(WrappingStrategy):
     """Runs a query and its variations through ``base_strategy`` and fuses the rankings by RRF;
     ``name`` is ``"multi_query"``.
 
@@ -63,6 +61,13 @@ class MultiQueryRAGStrategy:
     Raises :class:`ConfigurationError` at construction for a mode of ``NONE`` (or one the
     expander's ``supported_modes`` excludes), a blank model, a non-positive
     ``max_expansions`` or ``candidates``, bad ``weights``, or arguments of the wrong kind.
+
+    ``retrieve`` returns the RRF fusion of the base strategy's rankings for the query and
+    its variants, at most ``max_results``, each with fused score ≥ ``min_score``, best first
+    (ties: best rank in any ranking, then identity). It raises
+    :class:`RetrievalCancelledError` when the token is cancelled, the expander errors of
+    :meth:`queries`, and whatever the base strategy raises. It runs on the base's store;
+    ``aretrieve`` calls the expander in a worker thread.
     """
 
     #: Lower bound of the default per-query candidate count.
@@ -93,7 +98,7 @@ class MultiQueryRAGStrategy:
                                      f"got {type(cancellation_token).__name__}")
         if candidates is not None and (not is_int(candidates) or candidates < 1):
             raise ConfigurationError(f"candidates must be a positive int or None, got {candidates!r}")
-        self._base = base_strategy
+        super().__init__(base_strategy)
         self._expander = expander
         self._mode = parsed
         self._model = model
@@ -111,7 +116,7 @@ class MultiQueryRAGStrategy:
     @property
     def base_strategy(self) -> RAGStrategy:
         """The strategy every query runs through."""
-        return self._base
+        return self._child
 
     @property
     def mode(self) -> QueryExpansion:
@@ -129,7 +134,7 @@ class MultiQueryRAGStrategy:
         return self._max_expansions
 
     def __repr__(self) -> str:
-        return (f"MultiQueryRAGStrategy({self._base!r}, {self._expander!r}, {self._mode.name}, "
+        return (f"MultiQueryRAGStrategy({self._child!r}, {self._expander!r}, {self._mode.name}, "
                 f"model={self._model!r}, max_expansions={self._max_expansions})")
 
     def candidate_count(self, max_results: int) -> int:
@@ -152,57 +157,28 @@ class MultiQueryRAGStrategy:
                               "query expander")
         return normalize_variants(text, variants, self._max_expansions)
 
-    @honours_as_of
     def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
         """:meth:`retrieve` as a :data:`~tnsrag_db._db.statement.Plan`: the expander call, then the
         base strategy's plan for each query (its ``retrieve`` for a base without one), then
         the fusion. The statements run on the connection of whoever drives the plan (a
         wrapping strategy, or ``Store.run`` of the base's store)."""
-        return (yield from self._plan(query, context, lambda q, c: child_plan(self._base, q, c)))
+        ctx = resolve_context(context)
+        return (yield from self._queries_plan(self.queries(query), ctx))
 
-    @traced_retrieve
+    async def _aplan(self, query: str, context: RAGContext | None) -> Plan[list[RetrievedDocument]]:
+        """The expander (a model, or RM3's reads) runs in a worker thread, off the event loop;
+        then :meth:`plan`'s part after it."""
+        ctx = resolve_context(context)
+        return self._queries_plan(await asyncio.to_thread(self.queries, query), ctx)
+
     @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """RRF fusion of the base strategy's rankings for ``query`` and its variants, at most
-        ``max_results``, each with fused score ≥ ``min_score``, best first (ties: best rank in
-        any ranking, then identity).
-
-        Raises :class:`ValidationError` for a bad query or context,
-        :class:`RetrievalCancelledError` when the token is cancelled, the expander errors
-        of :meth:`queries`, and whatever the base strategy raises.
-        """
-        # This strategy has no store of its own: each query runs through the base's
-        # retrieve (its own connection use), the rest of the plan does no I/O.
-        return run_own_io(self._plan(query, context, lambda q, c: returned(self._base.retrieve, q, c)))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` with the base strategy's ``aretrieve`` for each query (its
-        ``retrieve`` in a worker thread when it has none); the expander runs in a worker
-        thread too. Errors as :meth:`retrieve`."""
-        ctx = resolve_context(context)
-        queries = await asyncio.to_thread(self.queries, query)
-        sub_context = RAGContext(self.candidate_count(ctx.max_results), 0.0, ctx.metadata_filters)
-        base_aretrieve = getattr(self._base, "aretrieve", None)
+    def _queries_plan(self, queries: list[str], context: RAGContext) -> Plan[list[RetrievedDocument]]:
+        sub_context = RAGContext(self.candidate_count(context.max_results), 0.0, context.metadata_filters)
         rankings: list[list[RetrievedDocument]] = []
         for q in queries:
             self._check_cancelled()
-            if base_aretrieve is not None and inspect.iscoroutinefunction(base_aretrieve):
-                rankings.append(list(await base_aretrieve(q, sub_context)))
-            else:
-                rankings.append(list(await asyncio.to_thread(self._base.retrieve, q, sub_context)))
-        return self._fused(rankings, ctx)
-
-    def _plan(self, query: str, context: RAGContext | None,
-              fetch: Callable[[str, RAGContext], Plan[list[RetrievedDocument]]]) -> Plan[list[RetrievedDocument]]:
-        ctx = resolve_context(context)
-        queries = self.queries(query)
-        sub_context = RAGContext(self.candidate_count(ctx.max_results), 0.0, ctx.metadata_filters)
-        rankings: list[list[RetrievedDocument]] = []
-        for q in queries:
-            self._check_cancelled()
-            rankings.append(list((yield from fetch(q, sub_context))))
-        return self._fused(rankings, ctx)
+            rankings.append(list((yield from child_plan(self._child, q, sub_context))))
+        return self._fused(rankings, context)
 
     def _fused(self, rankings: list[list[RetrievedDocument]], ctx: RAGContext) -> list[RetrievedDocument]:
         """The last cancellation check, then the weighted RRF of ``rankings``, ``min_score`` and top-K."""
@@ -231,7 +207,7 @@ class MultiQueryRAGStrategy:
         explained: list[Explanation] = []
         for q in queries:
             self._check_cancelled()
-            explained.append(explain_with(self._base, q, sub_context))
+            explained.append(explain_with(self._child, q, sub_context))
         self._check_cancelled()
         rankings = [e.documents for e in explained]
         weights = self._weights[: len(rankings)]

@@ -30,7 +30,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from tnsrag_db._errors import ConfigurationError, ProviderConfigurationError, StrategyUnavailableError
 from tnsrag_db._indexes.bm25 import scoring
 from tnsrag_db._indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
-from tnsrag_db._store.analysis import analyze
+from tnsrag_db._store.bm25.analysis import analyze
 
 __all__ = [
     "NAVIGATOR_ENTRY_POINT_GROUP",

@@ -61,7 +61,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tnsrag_db._db.aio import arun
 from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import (
@@ -72,10 +71,9 @@ from tnsrag_db._errors import (
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
 from tnsrag_db._store.store import Store
-from tnsrag_db._strategies.base import check_query, resolve_context, source_fence
+from tnsrag_db._strategies.base import PlannedStrategy, check_query, resolve_context, source_fence
 from tnsrag_db._strategies.explain import explanation_of
 from tnsrag_db._strategies.navigation import NavNode, TreeNavigator
-from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_int, is_number
 from tnsrag_db.explain import Explanation, ReasoningExplanation, ReasoningStep, ScoreExplanation, SearchPlan
@@ -129,7 +127,7 @@ def _positive_int(value: object, what: str) -> int:
     raise ConfigurationError(f"{what} must be a positive int, got {value!r}")
 
 
-class ReasoningRAGStrategy:
+class ReasoningRAGStrategy(PlannedStrategy):
     """Root-to-leaf descent over a ``HierarchyIndex`` guided by a ``TreeNavigator``; ``name`` is ``"reasoning"``.
 
     ``ReasoningRAGStrategy(index, navigator, model)`` uses no source fence,
@@ -146,6 +144,15 @@ class ReasoningRAGStrategy:
     Raises :class:`ConfigurationError` at construction for an index without a
     :class:`Store` ``store``, a navigator without ``rank_children``, a blank ``model``,
     non-positive limits, or a bad fence.
+
+    ``retrieve`` returns the stop nodes of the descent, best path score first (ties by
+    entry id), filtered, at least ``min_score``, at most ``max_results``; each with ``path``
+    (a JSON array of ids, root first) and ``depth`` metadata. It raises
+    :class:`ExecutionError` when the navigator fails or returns a wrong number of scores,
+    scores for unknown children, or non-finite or non-numeric scores
+    (:class:`ProviderTransportError` and :class:`RetrievalCancelledError` from the
+    navigator keep their type). Each expansion reads the latest committed data
+    (autocommit), the navigator running between them.
     """
 
     #: Default bound on fetched nodes per retrieval.
@@ -230,37 +237,17 @@ class ReasoningRAGStrategy:
         descent, _ = yield from self._descent_plan(query, context)
         return descent.documents
 
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (same statements)."""
-        return await arun(self._store, self.plan(query, context))
-
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """The stop nodes of the descent for ``query``, best path score first (ties by entry id),
-        filtered, at least ``min_score``, at most ``max_results``; each with ``path`` (a JSON
-        array of ids, root first) and ``depth`` metadata.
-
-        Raises :class:`ValidationError` for a bad query or context; :class:`ExecutionError`
-        when the navigator fails or returns a wrong number of scores, scores for unknown
-        children, or non-finite or non-numeric scores (:class:`ProviderTransportError` and
-        :class:`RetrievalCancelledError` from the navigator keep their type);
-        :class:`DatabaseError` when the database fails.
-        """
-        return self.descend(query, context).documents
-
-    def _run(self, plan: Plan[tuple[Descent, _Steps]]) -> tuple[Descent, _Steps]:
-        # Autocommit, each expansion on the latest committed data, as each one always read
-        # in a transaction of its own (the navigator runs between them).
-        return self._store.run(plan)
+    @property
+    def plan_store(self) -> Store:
+        """The hierarchy's :class:`Store`."""
+        return self._store
 
     def descend(self, query: str, context: RAGContext | None = None) -> Descent:
         """Run one descent and return the documents with the visit record (see :class:`Descent`).
 
         Errors as :meth:`retrieve`.
         """
-        return self._run(self._descent_plan(query, context))[0]
+        return self._store.run(self._descent_plan(query, context))[0]
 
     @honours_as_of
     def explain(self, query: str, context: RAGContext | None = None) -> Explanation:
@@ -269,7 +256,7 @@ class ReasoningRAGStrategy:
         score being the product of the shares. The navigator is asked again (a navigator
         that answers differently each time explains a different descent). Errors as
         :meth:`retrieve`."""
-        descent, steps = self._run(self._descent_plan(query, context))
+        descent, steps = self._store.run(self._descent_plan(query, context))
         explanations: list[ScoreExplanation] = []
         for doc in descent.documents:
             explanations.append(ReasoningExplanation(doc.score, self._model, tuple(

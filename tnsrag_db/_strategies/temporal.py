@@ -27,29 +27,31 @@ import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from tnsrag_db._db.aio import arun
 from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, TemporalValidationError
 from tnsrag_db._indexes.temporal import Clock, TemporalIndex, check_clock, check_skew, now_from, utc_now
 from tnsrag_db._strategies.base import (
     RAGStrategy,
+    WrappingStrategy,
     check_query,
     child_plan,
     overfetch_plan,
     resolve_context,
     returned,
     run_apart,
-    run_around,
     source_fence,
 )
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed
 from tnsrag_db._strategies.fusion import document_key
-from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument, TemporalMetadata, parse_instant
 from tnsrag_db._validate import is_number
 from tnsrag_db.explain import Explanation, ScoreExplanation, TemporalExplanation
+
+if TYPE_CHECKING:
+    from tnsrag_db._store.store import Store
 
 __all__ = ["TemporalRAGStrategy"]
 
@@ -58,7 +60,7 @@ def _sort_key(doc: RetrievedDocument) -> tuple[float, str, str]:
     return (-doc.score, doc.metadata.get("entryId", ""), doc.content)
 
 
-class TemporalRAGStrategy:
+class TemporalRAGStrategy(WrappingStrategy):
     """Candidates from ``child_strategy`` re-ranked by freshness, timestamps from ``index``.
 
     ``allowed_sources``: the source fence (None or empty = no fence).
@@ -71,6 +73,11 @@ class TemporalRAGStrategy:
     Results keep the child's metadata and add ``freshness`` (the multiplier, rounded to six
     decimals) and, for dated entries, ``ageSeconds`` (whole seconds, 0 for a future
     timestamp within the skew).
+
+    ``retrieve`` returns the child's candidates re-ranked by freshness: best first, at most
+    ``max_results``, each ≥ ``min_score``. It raises :class:`TemporalValidationError` when a
+    candidate's timestamp is too far in the future and :class:`ConfigurationError` when the
+    clock returns a naive datetime; the child's errors propagate.
     """
 
     DEFAULT_HALF_LIFE = timedelta(days=30)
@@ -101,7 +108,7 @@ class TemporalRAGStrategy:
         if not is_number(relevance_floor) or not math.isfinite(relevance_floor) or not 0 <= relevance_floor <= 1:
             raise ConfigurationError(f"relevance_floor must be a number in [0, 1], got {relevance_floor!r}")
         fence = source_fence(allowed_sources)
-        self._child = child_strategy
+        super().__init__(child_strategy)
         self._index = index
         self._fence = fence
         self._clock: Clock = check_clock(clock) or utc_now
@@ -118,6 +125,11 @@ class TemporalRAGStrategy:
     def allowed_sources(self) -> frozenset[str]:
         """The source fence (empty = no fence)."""
         return self._fence or frozenset()
+
+    @property
+    def plan_store(self) -> Store:
+        """The temporal index's :class:`Store` (the child's plan runs on it too)."""
+        return self._index.store
 
     @property
     def half_life(self) -> timedelta:
@@ -175,23 +187,6 @@ class TemporalRAGStrategy:
             return [r.doc for r in (yield from self._rerank(candidates, ctx, now))]
 
         return (yield from self._plan(query, ctx, lambda q, c: child_plan(self._child, q, c), rerank))
-
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """The child's candidates for ``query`` re-ranked by freshness: best first, at most
-        ``max_results``, each ≥ ``min_score``.
-
-        Raises :class:`TemporalValidationError` when a candidate's timestamp is too far in
-        the future, :class:`ConfigurationError` when the clock returns a naive datetime,
-        :class:`ValidationError` for a bad query or context; the child's errors propagate.
-        """
-        return run_around(self._index.store, self._child, self.plan(query, context))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (same statements)."""
-        return await arun(self._index.store, self.plan(query, context))
 
     def _plan(self, query: str, ctx: RAGContext, fetch: Callable[[str, RAGContext], Plan[list[RetrievedDocument]]],
               rerank: Callable[[list[RetrievedDocument]], Plan[list[RetrievedDocument]]]

@@ -8,21 +8,25 @@ both built by the index (this module names no table). Metadata filters and ``min
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.reads import document_from_row
-from tnsrag_db._strategies.base import check_query, resolve_context
+from tnsrag_db._strategies.base import PlannedStrategy, check_query, resolve_context
 from tnsrag_db._strategies.explain import explanation_of
-from tnsrag_db._telemetry import traced_retrieve
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db.explain import Explanation, SearchPlan
+
+if TYPE_CHECKING:
+    from tnsrag_db._store.store import Store
 
 __all__ = ["VectorRAGStrategy"]
 
 
-class VectorRAGStrategy:
+class VectorRAGStrategy(PlannedStrategy):
     """Retrieves the entries most similar to the query by cosine similarity (score in [-1, 1]).
 
     Results carry ``tier``, ``entryId``, ``source`` (when set) and the entry's own
@@ -46,6 +50,11 @@ class VectorRAGStrategy:
         """The vector store this strategy searches."""
         return self._vectors
 
+    @property
+    def plan_store(self) -> Store:
+        """The vector store's :class:`Store`."""
+        return self._vectors.store
+
     def __repr__(self) -> str:
         return f"VectorRAGStrategy({self._vectors!r})"
 
@@ -59,19 +68,6 @@ class VectorRAGStrategy:
         rows, _ = yield from self._vectors.documents_plan(vec, ctx.max_results, filters=ctx.metadata_filters,
                                                           min_score=ctx.min_score)
         return [document_from_row(row, float(row.score)) for row in rows]
-
-    @traced_retrieve
-    @honours_as_of
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """At most ``context.max_results`` documents scoring ≥ ``context.min_score``, best first."""
-        return self._vectors.store.run(self.plan(query, context))
-
-    @traced_retrieve
-    async def aretrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """:meth:`retrieve` on an async connection (same plan, same statements)."""
-        from tnsrag_db._db import aio  # SQLAlchemy's asyncio: only for async callers
-
-        return await aio.arun(self._vectors.store, self.plan(query, context))
 
     def _explain_plan(self, query: str, context: RAGContext | None) -> Plan[Explanation]:
         ctx = resolve_context(context)

@@ -17,8 +17,9 @@ of validity has it as a ``"validFrom"`` or ``"validUntil"`` instant. ``tnsrag in
 :func:`restore_corpus`) read it back exactly: ids, contents, tiers, sources (``null``
 stays ``None``), parents, timestamps, metadata and edges; an entry that expires has an
 ``"expiresAt"`` instant too (expired entries are not exported), and one that states its
-validity ``"validFrom"`` and ``"validUntil"`` (the export holds the entries valid now;
-kept versions are not exported). Vectors are exported only
+validity ``"validFrom"`` and ``"validUntil"`` (the export holds every entry whatever its
+validity, as it holds every edge, so that the restored corpus answers an ``as_of`` as this
+one; the versions a corpus that keeps history closed are not exported). Vectors are exported only
 with ``export_corpus(..., vectors=True)`` (``tnsrag export --vectors``): a ``"vectors"``
 list of ``{"provider": name, "float32": base64 of the little-endian float32 values}``,
 one per embedding space holding the entry, which the restore writes as they are into

@@ -13,27 +13,35 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db._db.as_of import honours_as_of
+from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError
-from tnsrag_db._strategies.base import RAGStrategy, check_query, resolve_context, returned, run_own_io, widen_plan
+from tnsrag_db._strategies.base import (
+    RAGStrategy,
+    WrappingStrategy,
+    check_query,
+    child_plan,
+    collapsing_plan,
+    resolve_context,
+)
 from tnsrag_db._types import RAGContext, RetrievedDocument
 from tnsrag_db._validate import is_number
 from tnsrag_db.declarative._config import DEFAULT_DEDUP_THRESHOLD
 
 __all__ = ["DeduplicatingStrategy"]
 
-_FETCH_CAP = 1024
-
 #: A batch embedding function, such as ``ProcessEmbedding.embed_batch``.
 BatchEmbedding = Callable[[Sequence[str]], Sequence[npt.NDArray[np.float32]]]
 
 
-class DeduplicatingStrategy:
+class DeduplicatingStrategy(WrappingStrategy):
     """Wraps ``base``; near duplicates (cosine ≥ ``threshold``, default 0.95) collapse to the best one.
 
     ``embed_batch`` embeds result contents (the declarative runtime passes the process
     provider's). To still return ``max_results`` documents after collapsing, the base is
     asked for twice as many, doubling while too few survive and the base had more (at most
-    1,024). Embedding errors propagate unchanged. ``name`` is the base's name.
+    1,024, :func:`~tnsrag_db._strategies.base.collapsing_plan`). Embedding errors propagate
+    unchanged. ``name`` is the base's name; it runs on the base's store.
     """
 
     def __init__(self, base: RAGStrategy, embed_batch: BatchEmbedding, *,
@@ -42,33 +50,31 @@ class DeduplicatingStrategy:
             raise ConfigurationError(f"base strategy must have retrieve(), got {type(base).__name__}")
         if not is_number(threshold) or not -1.0 <= threshold <= 1.0:
             raise ConfigurationError(f"threshold must be a cosine similarity in [-1, 1], got {threshold!r}")
-        self._base = base
+        super().__init__(base)
         self._embed_batch = embed_batch
         self._threshold = float(threshold)
 
     @property
     def name(self) -> str:
         """The wrapped strategy's name (de-duplication is not a mode of its own)."""
-        return self._base.name
+        return self._child.name
 
     @property
     def base(self) -> RAGStrategy:
         """The wrapped strategy."""
-        return self._base
+        return self._child
 
-    def retrieve(self, query: str, context: RAGContext | None = None) -> list[RetrievedDocument]:
-        """The base's documents for ``query`` with near duplicates removed, at most ``max_results``."""
+    @honours_as_of
+    def plan(self, query: str, context: RAGContext | None = None) -> Plan[list[RetrievedDocument]]:
+        """:meth:`retrieve` as a plan: the base's (asked again for more when needed), then the
+        collapse of near duplicates, at most ``max_results``."""
         check_query(query)
         ctx = resolve_context(context)
-        want = ctx.max_results
         vectors: dict[str, npt.NDArray[np.float64]] = {}  # each content embedded once across rounds
-
-        def settled(docs: list[RetrievedDocument], asked: int) -> bool:
-            return len(docs) < asked or len(self.collapse(docs, vectors)) >= want
-
-        docs, _ = run_own_io(widen_plan(lambda n: returned(self._base.retrieve, query, ctx.with_max_results(n)),
-                                        settled, max(2 * want, want + 4), max(_FETCH_CAP, want)))
-        return self.collapse(docs, vectors)[:want]
+        docs = yield from collapsing_plan(lambda n: child_plan(self._child, query, ctx.with_max_results(n)),
+                                          lambda found: found, lambda found: self.collapse(found, vectors),
+                                          ctx.max_results)
+        return self.collapse(docs, vectors)[:ctx.max_results]
 
     def collapse(self, documents: Sequence[RetrievedDocument],
                  cache: dict[str, npt.NDArray[np.float64]] | None = None) -> list[RetrievedDocument]:

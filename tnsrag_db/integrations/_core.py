@@ -6,6 +6,7 @@ Nothing here imports an optional dependency, so it is tested without them.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,9 +15,10 @@ from typing import Any
 
 from tnsrag_db._errors import TnsragError, ValidationError
 from tnsrag_db._store.store import Store
-from tnsrag_db._strategies.base import RAGStrategy, check_query
+from tnsrag_db._strategies.base import RAGStrategy
 from tnsrag_db._strategies.registry import build_strategy
 from tnsrag_db._types import RAGContext, RetrievedDocument, validate_filters
+from tnsrag_db._validate import check_query
 from tnsrag_db.embeddings import EmbeddingFunction, get_process_embedding, provider_name
 
 __all__ = ["NO_SCORE_FLOOR", "ArgumentError", "SerialEmbedding", "StrategyCache", "argument", "check_text_query",
@@ -50,12 +52,9 @@ def argument(name: str) -> Iterator[None]:
 
 
 def check_text_query(query: object, name: str = "query") -> str:
-    """``query`` when it is a non-blank string without NUL characters; :class:`ArgumentError` otherwise.
-
-    Strategies answer a blank query with no results; an agent sending one has a bug to hear about.
-    """
-    with argument(name):
-        return check_query(query)
+    """``query`` when the strategies accept it (:func:`~tnsrag_db._validate.check_query`: non-blank
+    Unicode text without NUL); :class:`ArgumentError` naming argument ``name`` otherwise."""
+    return check_query(query, error=functools.partial(ArgumentError, name))
 
 
 def search_context(top_k: object, filters: Mapping[str, str] | None, min_score: object, *,

@@ -12,15 +12,14 @@ a vector store.
   to the library's exact filters.
 
 The retriever's async form (``ainvoke``) awaits the strategy's ``aretrieve`` (psycopg's
-async connections, see :mod:`tnsrag_db._db.aio`) when the strategy has one; otherwise, and
-for the vector store's async forms (``asimilarity_search``, ...), the sync calls run in the
-event loop's default thread pool (LangChain's ``run_in_executor``): they do not block the
-loop but take a thread each.
+async connections, see :mod:`tnsrag_db._db.aio`) when the strategy has one; otherwise the
+strategy's ``retrieve`` runs in the event loop's default thread pool, as the vector
+store's async forms (``asimilarity_search``, ...) do (LangChain's ``run_in_executor``):
+they do not block the loop but take a thread each.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +31,6 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
@@ -40,7 +38,7 @@ from tnsrag_db._db.as_of import as_of as answering_at
 from tnsrag_db._errors import InvalidEntryError, InvalidFilterError, ValidationError
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._store.store import Store, connect
-from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._strategies.base import RAGStrategy, aretrieve_with
 from tnsrag_db._strategies.mmr import (
     DEFAULT_FETCH_K,
     DEFAULT_LAMBDA_MULT,
@@ -51,6 +49,7 @@ from tnsrag_db._types import (
     MAX_RESULTS,
     MemoryEntry,
     MemoryTier,
+    RAGContext,
     RetrievedDocument,
     parse_instant,
     validate_filters,
@@ -151,29 +150,24 @@ class TnsragRetriever(BaseRetriever):
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 k: int | None = None, filters: Mapping[str, str] | None = None,
                                 min_score: float | None = None, as_of: datetime | None = None) -> list[Document]:
-        text = check_text_query(query)
-        context = search_context(self.k if k is None else k, self.filters if filters is None else filters,
-                                 self.min_score if min_score is None else min_score, top_k_name="k")
-        context = context.with_as_of(self.as_of if as_of is None else as_of)
+        text, context = self._request(query, k, filters, min_score, as_of)
         assert self._resolved is not None
         return [to_document(d) for d in self._resolved.retrieve(text, context)]
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        k: int | None = None, filters: Mapping[str, str] | None = None,
                                        min_score: float | None = None, as_of: datetime | None = None) -> list[Document]:
+        text, context = self._request(query, k, filters, min_score, as_of)
         assert self._resolved is not None
-        aretrieve = getattr(self._resolved, "aretrieve", None)
-        if aretrieve is None or not inspect.iscoroutinefunction(aretrieve):
-            # A strategy without the async form: its sync retrieval runs in the default thread pool.
-            result: list[Document] = await run_in_executor(
-                None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k,
-                filters=filters, min_score=min_score, as_of=as_of)
-            return result
+        return [to_document(d) for d in await aretrieve_with(self._resolved, text, context)]
+
+    def _request(self, query: str, k: int | None, filters: Mapping[str, str] | None, min_score: float | None,
+                 as_of: datetime | None) -> tuple[str, RAGContext]:
+        """The checked query and the search's context: the call's arguments over the retriever's."""
         text = check_text_query(query)
         context = search_context(self.k if k is None else k, self.filters if filters is None else filters,
                                  self.min_score if min_score is None else min_score, top_k_name="k")
-        context = context.with_as_of(self.as_of if as_of is None else as_of)
-        return [to_document(d) for d in await aretrieve(text, context)]
+        return text, context.with_as_of(self.as_of if as_of is None else as_of)
 
 
 def _nothing_asked(k: object) -> bool:

@@ -24,9 +24,6 @@ it has one, else runs the sync retrieval in the event loop's default thread pool
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -42,7 +39,7 @@ from tnsrag_db._db.statement import Plan
 from tnsrag_db._errors import ConfigurationError, InvalidFilterError
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._store.store import Store
-from tnsrag_db._strategies.base import RAGStrategy
+from tnsrag_db._strategies.base import RAGStrategy, aretrieve_with
 from tnsrag_db._types import RAGContext, RetrievedDocument, validate_filters
 from tnsrag_db.embeddings import EmbeddingFunction
 from tnsrag_db.integrations._core import (
@@ -216,18 +213,13 @@ class TnsragRetriever(BaseRetriever):
         return {r.entry_id: (r.parent_id, r.root_id) for r in rows}
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        text = check_text_query(query_bundle.query_str)
-        docs = self._strategy.retrieve(text, self._context)
+        docs = self._strategy.retrieve(check_text_query(query_bundle.query_str), self._context)
         lineage = None if self._hierarchy is None else self._hierarchy.store.run(self._lineage_plan(docs))
         return [to_node(d, lineage) for d in docs]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        aretrieve = getattr(self._strategy, "aretrieve", None)
-        if aretrieve is None or not inspect.iscoroutinefunction(aretrieve):
-            # A strategy without the async form: its sync retrieval runs in the default thread pool.
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, functools.partial(self._retrieve, query_bundle))
-        text = check_text_query(query_bundle.query_str)
-        docs = await aretrieve(text, self._context)
+        """:meth:`_retrieve` awaited: the strategy's ``aretrieve`` (or its ``retrieve`` in a worker
+        thread, :func:`~tnsrag_db._strategies.base.aretrieve_with`), the lineage on an async connection."""
+        docs = await aretrieve_with(self._strategy, check_text_query(query_bundle.query_str), self._context)
         lineage = None if self._hierarchy is None else await arun(self._hierarchy.store, self._lineage_plan(docs))
         return [to_node(d, lineage) for d in docs]

@@ -4,7 +4,9 @@ and the formula as pure functions (:mod:`.scoring`).
 :class:`BM25Index` (in :mod:`.index`) holds the searches, the plan and statement builders,
 the term statistics and the tuning options of its pruned scoring; :mod:`.sql` renders the
 statements' text from a prefix and a filter (every value bound); :mod:`.scoring` is the
-same formula in Python, the very summands of the database's scores.
+same formula in Python, the very summands of the database's scores. What a write keeps
+for these searches (postings, document frequencies, statistics, the merge into blocks) is
+the store's, :mod:`tnsrag_db._store.bm25`: the store's write path runs it, a layer below.
 """
 
 from __future__ import annotations

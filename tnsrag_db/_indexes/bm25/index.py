@@ -1,13 +1,15 @@
 """The read side of true Okapi BM25 over one corpus: :class:`BM25Index`.
 
-The write side lives in :class:`~tnsrag_db._store.store.Store`: every write keeps
+The write side lives in the store (:mod:`tnsrag_db._store.bm25`, run by
+:class:`~tnsrag_db._store.store.Store`'s writes): every write keeps
 ``bm25_postings(corpus, lexeme, entry_id, tf, doc_len)``, ``entries.doc_len`` and the
 sharded counters ``bm25_stats(corpus, shard, n_docs, total_len)`` and
-``bm25_df(corpus, lexeme, shard, df)`` in the entry's own transaction. One statement per
+``bm25_df(corpus, lexeme, shard, df)`` in the entry's own transaction, and merges move the
+postings into blocks (:mod:`tnsrag_db._store.bm25.merge`). One statement per
 search (:mod:`tnsrag_db._indexes.bm25.sql`):
 
 1. analyses the query exactly like a document (identifiers rewritten by
-   :func:`~tnsrag_db._store.analysis.analyze` in Python, lexemes from ``to_tsvector``
+   :func:`~tnsrag_db._store.bm25.analysis.analyze` in Python, lexemes from ``to_tsvector``
    with the corpus's text search configuration, plus the whole-identifier terms),
    deduplicated;
 2. sums N, the total length and each term's document frequency over their shard
@@ -35,7 +37,7 @@ from tnsrag_db._db.statement import Plan, Rows, Statement
 from tnsrag_db._errors import ConfigurationError, ValidationError
 from tnsrag_db._indexes.bm25 import scoring, sql
 from tnsrag_db._indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
-from tnsrag_db._store.analysis import analyze_query
+from tnsrag_db._store.bm25.analysis import analyze_query
 from tnsrag_db._store.filters import filter_sql, pairs_alone
 from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
@@ -220,7 +222,7 @@ class BM25Index:
         With ``plain`` the statement is the short one of the common case (no query term
         frequent enough for pruning to pay): the same rows when it applies, else one row
         ``(NULL, NULL)`` and nothing scored, after which the caller runs the statement
-        without ``plain`` (see :meth:`search_plan`). Both score exactly alike (the pruned
+        without ``plain`` (as :meth:`search` does). Both score exactly alike (the pruned
         statement takes the plain scoring whenever no term is non-essential). Errors as
         :meth:`candidates_sql`.
         """
@@ -297,8 +299,8 @@ class BM25Index:
         return sql.documents_sql(check_prefix(prefix, error=ConfigurationError), source, columns, order_by,
                                  join="LEFT JOIN" if left_join else "JOIN")
 
-    def search_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                    min_score: float = 0.0) -> Plan[list[tuple[str, float]]]:
+    def _search_plan(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                     min_score: float = 0.0) -> Plan[list[tuple[str, float]]]:
         """:meth:`search` as an I/O-free :data:`~tnsrag_db._db.statement.Plan`: the plain
         statement first, the pruned one only when some query term is frequent."""
         pairs = bool(filters) and (yield from self._store.filter_pairs_plan())
@@ -315,7 +317,7 @@ class BM25Index:
         scores are > 0); ``filters`` and inclusive ``min_score`` apply before the
         limit. Errors as :meth:`candidates_sql`; :class:`DatabaseError` from the database.
         """
-        return self._store.run(self.search_plan(query, k, filters=filters, min_score=min_score))
+        return self._store.run(self._search_plan(query, k, filters=filters, min_score=min_score))
 
     # -- explanations -------------------------------------------------------------------
     def term_figures_sql(self, query: str, entry_ids: Sequence[str], *,

@@ -29,7 +29,7 @@ The branch not taken is behind a condition the database evaluates once (``WHERE
 
 The postings are in two layouts (:class:`_Layout`): per-entry rows, where writers insert,
 and blocks, where merges move whole entries' postings (see
-:mod:`tnsrag_db._store.merge`). An entry's postings are all in one of them, so each
+:mod:`tnsrag_db._store.bm25.merge`). An entry's postings are all in one of them, so each
 layout is ranked on its own, exactly, by the same CTEs (suffixed ``r`` and ``b``), and the
 answer is the best rows of both, ties by entry id.
 """

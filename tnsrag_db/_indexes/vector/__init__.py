@@ -8,7 +8,9 @@ the embedding spaces of a corpus (which one a query uses, and
 write extension that joins an entry write (the pre-read, the vectors after the entries);
 :mod:`.copy` the binary COPY of vectors; :mod:`.hnsw` HNSW builds and drops, deferred
 builds; :mod:`.ingest` the streaming ingest loop. Only :mod:`.write`, :mod:`.copy`,
-:mod:`.hnsw` and :mod:`.ingest` load SQLAlchemy, and the view imports them when it writes.
+:mod:`.hnsw` and :mod:`.ingest` load SQLAlchemy, and the view imports them when it writes;
+:mod:`.progress` holds the progress callbacks' types they and the view share (so none of
+them imports the view).
 """
 
 from tnsrag_db._indexes.vector.index import (

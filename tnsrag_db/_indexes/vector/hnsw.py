@@ -22,18 +22,16 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.schema import hnsw_index_name
 from tnsrag_db._errors import ConfigurationError, PermissionDeniedError, TnsragError
+from tnsrag_db._indexes.vector.progress import IndexProgress
 from tnsrag_db._indexes.vector.spaces import Space
 from tnsrag_db._indexes.vector.sql import HNSW_EF_CONSTRUCTION, HNSW_M
 from tnsrag_db._store.store import Store
 from tnsrag_db._validate import check_number
-
-if TYPE_CHECKING:
-    from tnsrag_db._indexes.vector.index import IndexProgress
 
 __all__ = ["DueIndex", "IndexBuildDeferred", "IndexSweep", "build_due_indexes", "defer_build", "due_indexes", "may_build_indexes"]
 

@@ -63,6 +63,7 @@ from tnsrag_db._db.as_of import with_instant
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
 from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
 from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
+from tnsrag_db._indexes.vector.progress import IndexProgress, IngestProgress
 from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
 from tnsrag_db._indexes.vector.sql import (
     DOCUMENT_COLUMNS,
@@ -111,12 +112,6 @@ DEFAULT_FILTERED_EF_SEARCH = 200
 DEFAULT_EXACT_THRESHOLD = 5_000
 #: Default size of a space (number of vectors) at which ``add_all`` builds its HNSW index.
 DEFAULT_INDEX_THRESHOLD = 10_000
-
-#: ``progress(phase, blocks_done, blocks_total)`` of an HNSW build (see :meth:`VectorMemoryStore.build_index`).
-IndexProgress = Callable[[str, int, int], None]
-#: ``progress(phase, done, total)`` of :meth:`VectorMemoryStore.ingest`: phase ``"read"``,
-#: ``"embed"``, ``"write"`` or ``"index"``; ``total`` None when the input has no length.
-IngestProgress = Callable[[str, int, "int | None"], None]
 
 #: pgvector's bounds of ``m`` and ``ef_construction`` (its build refuses others).
 _HNSW_M_RANGE = (2, 100)
@@ -232,16 +227,6 @@ class VectorMemoryStore:
         return self._embedding
 
     @property
-    def ef_search(self) -> int:
-        """``hnsw.ef_search`` of unfiltered queries."""
-        return self._ef_search
-
-    @property
-    def exact_threshold(self) -> int:
-        """Matching entries up to which a filtered query scans exactly."""
-        return self._exact_threshold
-
-    @property
     def spaces(self) -> ProviderSpaces:
         """The embedding spaces of this view's provider in its corpus, as the view knows them."""
         return self._spaces
@@ -344,12 +329,11 @@ class VectorMemoryStore:
         return basis if basis is not None else self._store.run(self.basis_plan(dimension, filters))
 
     def _current_space(self, store: Store) -> Space | None:
-        """This view's space, read on the primary (None before the first write)."""
-        from tnsrag_db._indexes.vector.write import run_on_primary
+        """This view's space, read on the primary (None before the first write): what a write
+        or an index build acts on."""
+        return store.session.run(self._spaces.current_plan(self._dimension), primary=True)
 
-        return run_on_primary(store, self._spaces.current_plan(self._dimension))
-
-    def count_plan(self) -> Plan[int]:
+    def _count_plan(self) -> Plan[int]:
         """:meth:`count` as a plan (the space row first when the view does not know it)."""
         space = yield from self._spaces.current_plan(self._dimension)
         if space is None:
@@ -360,7 +344,7 @@ class VectorMemoryStore:
 
     def count(self) -> int:
         """Number of vectors stored in this view's space (0 before the first write)."""
-        return self._store.run(self.count_plan())
+        return self._store.run(self._count_plan())
 
     # -- writes ---------------------------------------------------------------------
     def add(self, entry: MemoryEntry) -> IngestCounts:
@@ -750,9 +734,9 @@ class VectorMemoryStore:
             return EMPTY_RANKING, {}
         return with_instant(*cosines_sql(self._store.corpus, space.space_id, vec, source, p))
 
-    def ranking_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
-                     filters: Mapping[str, str] | None = None, min_score: float = 0.0,
-                     prefix: str = "v") -> Plan[Statement | None]:
+    def _ranking_plan(self, query_vector: Sequence[float] | npt.NDArray[Any], k: int, *,
+                      filters: Mapping[str, str] | None = None, min_score: float = 0.0,
+                      prefix: str = "v") -> Plan[Statement | None]:
         """:meth:`candidates_sql` as a :class:`Statement` (columns ``entry_id, score``), built
         by a plan that first reads the space row when the cache cannot answer; None when
         the space does not exist yet (nothing to find)."""
@@ -827,7 +811,7 @@ class VectorMemoryStore:
 
     def _ids_plan(self, vec: npt.NDArray[np.float32], k: int, filters: Mapping[str, str] | None,
                         min_score: float) -> Plan[list[tuple[str, float]]]:
-        statement = yield from self.ranking_plan(vec, k, filters=filters, min_score=min_score)
+        statement = yield from self._ranking_plan(vec, k, filters=filters, min_score=min_score)
         if statement is None:
             return []
         rows = yield statement
@@ -842,9 +826,9 @@ class VectorMemoryStore:
         validate_filters(filters)  # type: ignore[arg-type]
         return self.embed_query(text)
 
-    def rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
-                       min_score: float = 0.0,
-                       columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
+    def _rows_statement(self, query: str, k: int, *, filters: Mapping[str, str] | None = None,
+                        min_score: float = 0.0,
+                        columns: str = "") -> tuple[str, dict[str, Any], npt.NDArray[np.float32]] | None:
         """The statement :meth:`search_rows` runs, with the query vector; None when the space
         does not exist yet (then there is nothing to find)."""
         vec = self._embed_text_query(query, k, filters, min_score)
@@ -861,7 +845,7 @@ class VectorMemoryStore:
         Each row has ``score`` plus ``columns`` (entry columns on alias ``e``, a code
         constant such as :data:`tnsrag_db._store.reads.ENTRY_COLUMNS`).
         """
-        statement = self.rows_statement(query, k, filters=filters, min_score=min_score, columns=columns)
+        statement = self._rows_statement(query, k, filters=filters, min_score=min_score, columns=columns)
         if statement is None:
             return []
         return self._store.read(statement[0], statement[1])
@@ -886,8 +870,8 @@ class VectorMemoryStore:
         return self._store.run(self.stored_vectors_plan(entry_ids, dimension))
 
     # -- explanations -----------------------------------------------------------------
-    def space_of(self, query_vector: npt.NDArray[np.float32], *,
-                 basis: QueryBasis | None = None) -> tuple[int, int] | None:
+    def _space_of(self, query_vector: npt.NDArray[np.float32], *,
+                  basis: QueryBasis | None = None) -> tuple[int, int] | None:
         """``(space_id, dimension)`` of the space a query vector searches; None before the first
         write. Without I/O given ``basis`` (:meth:`basis_plan`)."""
         space = self._basis(int(query_vector.shape[0]), None, basis).space
@@ -897,7 +881,7 @@ class VectorMemoryStore:
                        basis: QueryBasis | None = None) -> CosineExplanation:
         """The :class:`CosineExplanation` of a score this store's search returned for
         ``query_vector``. Without I/O given ``basis`` (:meth:`basis_plan`)."""
-        space = self.space_of(query_vector, basis=basis)
+        space = self._space_of(query_vector, basis=basis)
         dim = int(query_vector.shape[0])
         return CosineExplanation(score, score, self._embedding.name, dim, None if space is None else space[0])
 

@@ -19,12 +19,12 @@ import numpy.typing as npt
 
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import IngestInterrupted, InvalidEntryError, TnsragError
-from tnsrag_db._indexes.vector.index import IngestProgress
+from tnsrag_db._indexes.vector.progress import IngestProgress
 from tnsrag_db._indexes.vector.spaces import Space
 from tnsrag_db._store.write import ValidatedBatch, WriteReport
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["IngestProgress", "Stopped", "run_ingest"]
+__all__ = ["Stopped", "run_ingest"]
 
 
 _R = TypeVar("_R")

@@ -39,7 +39,7 @@ from tnsrag_db._store.store import Store
 from tnsrag_db._store.write import WriteExtension, WriteReport, content_hash
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["VectorWrite", "needing_vectors", "on_connection", "run_on_primary", "write_stored_vectors"]
+__all__ = ["VectorWrite", "needing_vectors", "on_connection", "write_stored_vectors"]
 
 # The pre-read: per entry of the batch (one primary-key probe each, OFFSET 0 keeps it a
 # probe), whether its stored change hash equals the new one, its stored text only when it
@@ -82,16 +82,12 @@ Vectors = dict[str, npt.NDArray[np.float32]]
 
 
 def on_connection(conn: Connection) -> Callable[[Statement], Rows]:
-    """A statement executor on ``conn`` (a write transaction's connection), for plans that
-    must see that transaction."""
+    """A statement executor on ``conn``, a write transaction's connection, for the plans that
+    are part of that write: :meth:`~tnsrag_db._indexes.vector.spaces.ProviderSpaces.ensure_plan`
+    creates the space row the write's vectors go into (in the write, so that a rolled back
+    write leaves no space behind) and reads it under the write's locks. A read before a
+    write is a plan on the store's read runner instead (``session.run(plan, primary=True)``)."""
     return lambda statement: conn.execute(statement.sql, dict(statement.params)).all()
-
-
-def run_on_primary(store: Store, plan: Plan[Space | None]) -> Space | None:
-    """``plan`` run in one transaction on the primary (never a standby): what a write or an
-    index build must read before it acts."""
-    with store.session.transaction() as conn:
-        return run_plan(plan, on_connection(conn))
 
 
 def _needing_plan(spaces: ProviderSpaces, corpus: str, dimension: int,
@@ -113,9 +109,8 @@ def _needing_plan(spaces: ProviderSpaces, corpus: str, dimension: int,
 def needing_vectors(store: Store, spaces: ProviderSpaces, dimension: int,
                     batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
     """The entries of ``batch`` that are new, changed their text, or lack a vector in the
-    space of ``dimension`` (one transaction on the primary, before the write)."""
-    with store.session.transaction() as conn:
-        return run_plan(_needing_plan(spaces, store.corpus, dimension, batch), on_connection(conn))
+    space of ``dimension`` (a plan on the store's read runner, on the primary, before the write)."""
+    return store.session.run(_needing_plan(spaces, store.corpus, dimension, batch), primary=True)
 
 
 class VectorWrite(WriteExtension):

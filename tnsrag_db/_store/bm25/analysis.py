@@ -188,39 +188,6 @@ def analyze(text: str) -> AnalyzedText:
     return AnalyzedText(list(chunk_text(rewritten)), extras)
 
 
-#: SQL filling ``tnsrag_stage_terms`` (ord, lexeme, tf) and ``tnsrag_stage_lens`` (ord,
-#: doc_len, lexemes) from the staged chunks and extra terms of the current transaction;
-#: ``:cfg`` is the corpus's text search configuration. A tsvector holds each lexeme once,
-#: so an entry staged as one chunk without extra terms (``single``, the common case)
-#: needs no aggregation: its terms are the tsvector's rows and its length and lexemes are
-#: computed from that tsvector alone (a grouping over all terms of a large batch spills
-#: to disk). The others sum over chunks and extra terms.
-STAGED_TERMS_SQL = """
-WITH v AS MATERIALIZED (
-    SELECT c.ord, to_tsvector(CAST(:cfg AS regconfig), c.chunk) AS tsv FROM tnsrag_stage_chunks c WHERE c.single
-), m AS MATERIALIZED (
-    SELECT ord, lexeme, sum(tf)::int AS tf FROM (
-        SELECT c.ord, t.lexeme, cardinality(t.positions) AS tf
-        FROM tnsrag_stage_chunks c CROSS JOIN LATERAL unnest(to_tsvector(CAST(:cfg AS regconfig), c.chunk)) AS t
-        WHERE NOT c.single
-        UNION ALL
-        SELECT x.ord, x.term, 1 FROM tnsrag_stage_extras x
-    ) terms
-    GROUP BY ord, lexeme
-), ins AS (
-    INSERT INTO tnsrag_stage_terms (ord, lexeme, tf)
-    SELECT v.ord, t.lexeme, cardinality(t.positions) FROM v CROSS JOIN LATERAL unnest(v.tsv) AS t
-    UNION ALL
-    SELECT ord, lexeme, tf FROM m
-)
-INSERT INTO tnsrag_stage_lens (ord, doc_len, lexemes)
-SELECT v.ord, coalesce((SELECT sum(cardinality(t.positions)) FROM unnest(v.tsv) AS t), 0)::int, tsvector_to_array(v.tsv)
-FROM v
-UNION ALL
-SELECT ord, sum(tf)::int, array_agg(lexeme) FROM m GROUP BY ord
-"""
-
-
 #: Default of ``Store(max_query_terms=...)``: analysed terms of a query; the rest is ignored.
 DEFAULT_MAX_QUERY_TERMS = 256
 _WORD_RE = re.compile(r"\w+")

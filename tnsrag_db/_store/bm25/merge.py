@@ -37,9 +37,9 @@ from tnsrag_db._db.lock_holders import advisory_lock, holders, try_advisory_lock
 from tnsrag_db._db.pool import Connection
 from tnsrag_db._db.revisions import COMPAT_FUNCTION, serves_releases_before
 from tnsrag_db._store.lock_keys import corpus_keys
-from tnsrag_db._store.sql import planner_nodes_off, probe
+from tnsrag_db._store.sql import hash_joins_only, planner_nodes_off, probe, tid_scans_only
 
-__all__ = ["BLOCKS_REVISION", "BLOCK", "MergeReport", "blocks_served", "merge_postings", "tid_scans_only"]
+__all__ = ["BLOCKS_REVISION", "BLOCK", "MergeReport", "blocks_served", "merge_postings"]
 
 #: The first revision whose releases read postings in blocks: merges wait until the schema
 #: serves no release older than it.
@@ -122,7 +122,7 @@ _MOVE_STAGE_DDL = (
 # could scan it once per row.
 
 #: The staged entries' delta postings, by one pass over the corpus's delta (mostly what
-#: the merge takes) hash-joined to the stage (see :func:`_hash_joins_only`).
+#: the merge takes) hash-joined to the stage (see :func:`~tnsrag_db._store.sql.hash_joins_only`).
 _NP_SCAN_SQL = textwrap.dedent("""\
     INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
     SELECT p.ctid, p.lexeme, p.entry_id, i.docno, p.tf, p.doc_len
@@ -132,8 +132,9 @@ _NP_SCAN_SQL = textwrap.dedent("""\
 #: The same by primary-key probes through each entry's stored terms (a sweep takes a small
 #: part of a large delta of postings written before blocks existed): the chosen entries
 #: ``:ids`` read in one pass, those staged (locked) kept, hash-joined to the stage (see
-#: :func:`_hash_joins_only`; the stage is joined, not probed laterally: a lateral subquery
-#: over a table of the session's own cannot be sent to a Citus worker).
+#: :func:`~tnsrag_db._store.sql.hash_joins_only`; the stage is joined, not probed
+#: laterally: a lateral subquery over a table of the session's own cannot be sent to a
+#: Citus worker).
 _NP_PROBE_SQL = textwrap.dedent(f"""\
     INSERT INTO tnsrag_stage_np (tid, lexeme, entry_id, docno, tf, doc_len)
     SELECT q.tid, q.lexeme, e.id, i.docno, q.tf, q.doc_len FROM entries e
@@ -159,9 +160,9 @@ _STAGED_NP_SQL = "SELECT CAST(array_agg(s.tid) AS text) FROM tnsrag_stage_np s"
 _STAGED_TAILS_SQL = "SELECT CAST(array_agg(s.tid) AS text) FROM tnsrag_stage_tail s"
 
 #: Deletes of staged rows by their ctids ``:tids``, planned as TID scans (see
-#: :func:`tid_scans_only`). The ctids are bound, not read from the stage in the statement: a
-#: statement that changes rows named by ctid reads no table of the session's own (see
-#: :mod:`tnsrag_db._store.citus`, "Modifications by ctid").
+#: :func:`~tnsrag_db._store.sql.tid_scans_only`). The ctids are bound, not read from the
+#: stage in the statement: a statement that changes rows named by ctid reads no table of
+#: the session's own (see :mod:`tnsrag_db._store.citus`, "Modifications by ctid").
 _GONE_SQL = "DELETE FROM bm25_postings p WHERE p.corpus = :c AND p.ctid = ANY (CAST(:tids AS tid[]))"
 _TAILS_GONE_SQL = "DELETE FROM bm25_blocks b WHERE b.corpus = :c AND b.ctid = ANY (CAST(:tids AS tid[]))"
 
@@ -194,28 +195,11 @@ _BLOCKS_SQL = textwrap.dedent(f"""\
     SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM blocks)""")
 
 
-def tid_scans_only(conn: Connection) -> AbstractContextManager[None]:
-    """Index and sequential scans off for the statements of the block (in ``conn``'s
-    transaction): a statement choosing its rows by ``ctid = ANY (...)`` beside ``corpus =
-    :c`` is then a TID scan whatever the statistics (stale ones can make an index scan of
-    the whole corpus, testing every row against the array, look cheaper; and the planner
-    costs each ctid of a long constant array as a random page read, so that a scan of the
-    whole table, every corpus's rows, looks cheaper than a few thousand of them)."""
-    return planner_nodes_off(conn, "enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan", "enable_seqscan")
-
-
 def _heap_order_scans(conn: Connection) -> AbstractContextManager[None]:
     """Plain index scans off for the statements of the block: rows a statement reads by an
     index are read by a bitmap, in heap order. Stale statistics can take a corpus for one
     row and read all of it through an index in another order, a random read per row."""
     return planner_nodes_off(conn, "enable_indexscan", "enable_indexonlyscan")
-
-
-def _hash_joins_only(conn: Connection) -> AbstractContextManager[None]:
-    """Nested loops and merge joins off for the statements of the block: each join is a
-    hash join, one pass over each side. Stale statistics can take a corpus's delta for one
-    row and plan a nested loop that reads the stage, or the delta, once per row."""
-    return planner_nodes_off(conn, "enable_nestloop", "enable_mergejoin")
 
 
 #: The first ``:m`` tombstones of the corpus, by number.
@@ -344,7 +328,7 @@ def merge_postings(conn: Connection, *, schema: str, corpus: str, max_entries: i
         with _heap_order_scans(conn):
             locked = conn.execute(_LOCK_SQL, {**c, "ids": chosen, "base": base}).scalar_one()
         if locked:
-            with _hash_joins_only(conn):
+            with hash_joins_only(conn):
                 if after is None:
                     conn.execute(_NP_SCAN_SQL, c)
                 else:
