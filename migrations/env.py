@@ -27,13 +27,13 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from tnsrag_db._db.migrate import advisory_lock_key, alembic_connection, bootstrap_statements, include_object
-from tnsrag_db._db.migration_ops import (
+from tnsrag_db._db.lock_retries import (
     DEFAULT_LOCK_RETRIES,
     DEFAULT_LOCK_TIMEOUT,
     hold_migration_lock,
     run_with_lock_retries,
 )
+from tnsrag_db._db.migrate import advisory_lock_key, alembic_connection, bootstrap_statements, include_object
 from tnsrag_db._db.schema import DEFAULT_SCHEMA, metadata
 from tnsrag_db._db.settings import validate_schema_name
 

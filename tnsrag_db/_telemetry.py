@@ -37,7 +37,10 @@ import sys
 import time
 from collections.abc import Callable, Sized
 from contextvars import ContextVar
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar, cast
+
+from tnsrag_db._types import RAGContext
 
 __all__ = ["Operation", "operation", "read_corpus", "statement", "traced_retrieve"]
 
@@ -58,16 +61,15 @@ class _Otel:
     forward to whatever provider the application sets later, or from the providers given)."""
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
-        from opentelemetry import context, metrics, trace
-        from opentelemetry.trace import Status, StatusCode
+        from opentelemetry import context, metrics, trace  # the otel extra: once the application has imported it
 
-        version = _version()
+        ours = _version()
         self.context = context
         self.trace = trace
-        self.error = Status(StatusCode.ERROR)
+        self.error = trace.Status(trace.StatusCode.ERROR)
         # (providers other than the global ones: the tests' own)
-        self.tracer = trace.get_tracer(_NAME, version, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(_NAME, version, meter_provider=meter_provider)
+        self.tracer = trace.get_tracer(_NAME, ours, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_NAME, ours, meter_provider=meter_provider)
         self.duration = _histogram(meter, "tnsrag.operation.duration",
                                    "Duration of tnsrag_db store operations (retrieve, write, delete, merge, sweep)")
         self.entries = meter.create_counter(
@@ -87,8 +89,6 @@ def _histogram(meter: Any, name: str, description: str) -> Any:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("tnsrag-db")
     except PackageNotFoundError:
@@ -302,8 +302,6 @@ def statement(text: str) -> _Statement | _Nothing:
 def _k(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     context = kwargs.get("context", args[1] if len(args) > 1 else None)
     if context is None:
-        from tnsrag_db._types import RAGContext
-
         return RAGContext().max_results
     k = getattr(context, "max_results", None)
     return k if isinstance(k, int) else None

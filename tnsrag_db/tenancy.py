@@ -31,7 +31,7 @@ import psycopg
 
 from tnsrag_db._db.driver_errors import db_error
 from tnsrag_db._db.filter_pairs import FILTER_PAIRS_SQL, FILTER_PAIRS_TRIGGERS
-from tnsrag_db._db.migration_ops import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
+from tnsrag_db._db.lock_retries import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT, run_with_lock_retries
 from tnsrag_db._db.pool import Connection, Connections
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError, TnsragError
@@ -195,7 +195,7 @@ def enable(db: Connections, *, schema: str, lock_timeout: float = DEFAULT_LOCK_T
 
     From then on a role that neither owns the tables nor is a superuser (nor has
     BYPASSRLS) sees and writes only the corpora :func:`grant` gave it, and nothing
-    without a grant. Raises :class:`~tnsrag_db._db.migration_ops.LockRetriesExhausted` when a
+    without a grant. Raises :class:`~tnsrag_db._db.lock_retries.LockRetriesExhausted` when a
     long transaction keeps a table locked through every retry.
     """
     _set_security(db, schema, True, lock_timeout, lock_retries)

@@ -68,7 +68,7 @@ def test_the_cli_and_file_loader_name_a_root_alike(tmp_path: Path, store: Store,
 
     from tests.fix_db import SCHEMA
     from tnsrag_db._cli import main_group
-    from tnsrag_db._db.pool import url_of
+    from tnsrag_db._db.settings import url_of
 
     real = _tree(tmp_path / "real" / "docs", {"a.txt": "alpha\n", "b.md": "# B\n\nbeta\n"})
     (tmp_path / "link").symlink_to(tmp_path / "real")

@@ -39,10 +39,12 @@ def test_root_help_lists_every_command_with_its_registered_help() -> None:
     from click.testing import CliRunner
 
     from tnsrag_db._cli import COMMANDS
+    from tnsrag_db._cli.db import DB_COMMANDS
 
-    out = CliRunner().invoke(main_group, ["--help"]).output
-    for name, (_target, short) in COMMANDS.items():
-        assert name in out and short in out, f"`tnsrag --help` does not list {name}"
+    for args, registered in ((["--help"], COMMANDS), (["db", "--help"], DB_COMMANDS)):
+        out = " ".join(CliRunner().invoke(main_group, args).output.split())  # the help rewrapped as one line
+        for name, (_target, short) in registered.items():
+            assert f" {name} {short}" in out, f"`tnsrag {' '.join(args)}` does not list {name} with its help"
 
 
 def test_version_and_help_import_no_database_stack() -> None:
@@ -57,6 +59,24 @@ def test_version_and_help_import_no_database_stack() -> None:
             "print('heavy=' + ','.join(heavy))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.splitlines()[-1] == "heavy=", run.stdout
+
+
+def test_db_commands_other_than_the_migrations_import_no_alembic() -> None:
+    """``tnsrag db`` loads each command's module when it runs: the upkeep and tenant
+    commands do not import alembic, which the migration commands' module does."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tnsrag_db._cli import main_group\n"
+            "for args in (['db', '--help'], ['db', 'sweep', '--help'], ['db', 'tenant', 'list', '--help']):\n"
+            "    try: main_group(args, prog_name='tnsrag')\n"
+            "    except SystemExit as exc: assert exc.code == 0, exc\n"
+            "print(f'alembic={\"alembic\" in sys.modules}')\n"
+            "main_group(['db', 'current', '--help'], prog_name='tnsrag', standalone_mode=False)\n"
+            "print(f'alembic={\"alembic\" in sys.modules}')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert [line for line in run.stdout.splitlines() if line.startswith("alembic=")] == \
+        ["alembic=False", "alembic=True"], run.stdout
 
 
 # -- "see ..." references name sections that exist --------------------------------------------

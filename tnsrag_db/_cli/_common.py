@@ -10,34 +10,19 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
 
+from tnsrag_db._cli._group import did_you_mean
 from tnsrag_db._db.settings import DEFAULT_SCHEMA
 from tnsrag_db._errors import TnsragError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["DEFAULT_SCHEMA", "STRATEGY_ALIASES", "Suggesting", "db_options", "did_you_mean", "emit", "error_text",
-           "handle_errors", "natural_key", "parse_pairs", "plural"]
-
-def did_you_mean(word: str, names: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
-    """`` Did you mean 'x'?`` for the names close to ``word`` (difflib, any case), or the name
-    an alias of ``aliases`` stands for; "" when none is."""
-    from difflib import get_close_matches
-
-    names = list(names)
-    lower = {name.lower(): name for name in names}
-    close = [lower[m] for m in get_close_matches(word.lower(), list(lower), n=3)]
-    alias = (aliases or {}).get(word.lower())
-    if alias is not None and alias not in close:
-        close.insert(0, alias)
-    if not close:
-        return ""
-    return f" Did you mean {' or '.join(repr(c) for c in close)}?"
-
+__all__ = ["DEFAULT_SCHEMA", "STRATEGY_ALIASES", "Suggesting", "db_options", "emit", "error_text", "handle_errors",
+           "natural_key", "parse_pairs", "plural"]
 
 #: Words people type for a strategy of another name (the suggestion names the strategy).
 STRATEGY_ALIASES = {"semantic": "vector", "dense": "vector", "embedding": "vector", "embeddings": "vector",
@@ -48,7 +33,7 @@ STRATEGY_ALIASES = {"semantic": "vector", "dense": "vector", "embedding": "vecto
 
 class Suggesting(click.Choice):  # type: ignore[type-arg]
     """A :class:`click.Choice` whose error for a value it does not know suggests the close
-    choices (:func:`did_you_mean`), and the choice an ``aliases`` word stands for
+    choices (:func:`~tnsrag_db._cli._group.did_you_mean`), and the choice an ``aliases`` word stands for
     (``semantic`` -> ``vector``)."""
 
     def __init__(self, choices: Sequence[str], aliases: Mapping[str, str] | None = None, **kwargs: Any) -> None:

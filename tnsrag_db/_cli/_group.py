@@ -4,12 +4,12 @@ into exit status 130 with one line; groups that suggest the command meant by a m
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import click
 
-__all__ = ["COMMAND_ALIASES", "EXIT_INTERRUPTED", "STOPPING", "LazyGroup", "SuggestingGroup"]
+__all__ = ["COMMAND_ALIASES", "EXIT_INTERRUPTED", "STOPPING", "LazyGroup", "SuggestingGroup", "did_you_mean"]
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
@@ -24,6 +24,22 @@ COMMAND_ALIASES = {"search": "query", "retrieve": "query", "ask": "query", "find
                    "import": "ingest", "restore": "ingest", "dump": "export", "migrate": "upgrade"}
 
 
+def did_you_mean(word: str, names: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """`` Did you mean 'x'?`` for the names close to ``word`` (difflib, any case), or the name
+    an alias of ``aliases`` stands for; "" when none is."""
+    from difflib import get_close_matches  # only for a mistyped name: not on the path of --help
+
+    names = list(names)
+    lower = {name.lower(): name for name in names}
+    close = [lower[m] for m in get_close_matches(word.lower(), list(lower), n=3)]
+    alias = (aliases or {}).get(word.lower())
+    if alias is not None and alias not in close:
+        close.insert(0, alias)
+    if not close:
+        return ""
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?"
+
+
 class SuggestingGroup(click.Group):
     """A :class:`click.Group` whose error for an unknown command suggests the close names
     (``tnsrag querry``: "Did you mean 'query'?") and the command an alias of
@@ -31,8 +47,6 @@ class SuggestingGroup(click.Group):
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
                                                                           list[str]]:
-        from tnsrag_db._cli._common import did_you_mean
-
         name = click.utils.make_str(args[0])
         if (not ctx.resilient_parsing and not name.startswith("-") and ctx.token_normalize_func is None
                 and self.get_command(ctx, name) is None):

@@ -11,14 +11,14 @@ embedded schema of an older revision is still upgraded as before.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from tnsrag_db._cli._common import DEFAULT_SCHEMA
+from tnsrag_db._db.pool import OneConnection
 from tnsrag_db._db.session import Session
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import SchemaNotReadyError
-
-if TYPE_CHECKING:
-    from tnsrag_db._store.store import Store
+from tnsrag_db._store.embedded.resolve import embedded_url
+from tnsrag_db._store.store import Store, connect
 
 __all__ = ["missing_schema_error", "open_existing", "tnsrag_schemas", "tnsrag_schemas_plan"]
 
@@ -53,10 +53,6 @@ def tnsrag_schemas(url: str | None) -> list[str]:
     tnsrag_db's tables, sorted (:func:`tnsrag_schemas_plan` on the read runner of a session
     over one connection). Raises :class:`~tnsrag_db._errors.DatabaseError` when the server
     cannot be reached."""
-
-    from tnsrag_db._db.pool import OneConnection
-    from tnsrag_db._store.embedded.resolve import embedded_url
-
     db = OneConnection(embedded_url() if url is None else url, schema="public")
     try:
         return Session(db, what="could not list the schemas", schema="public").run(tnsrag_schemas_plan())
@@ -78,9 +74,6 @@ def open_existing(url: str | None, schema: str, corpus: str, *, read_urls: Seque
     that makes one call at a time); ``vector_types=False``: without pgvector's types (a
     command that sends no vector, such as a keyword query, does not import numpy).
     """
-    from tnsrag_db._cli._common import DEFAULT_SCHEMA
-    from tnsrag_db._store.store import connect
-
     if url is None and schema == DEFAULT_SCHEMA and create_default:
         # The embedded server's own schema: set up on first use by any command, so that
         # `tnsrag corpora` on a new installation answers "none yet".

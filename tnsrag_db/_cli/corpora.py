@@ -5,31 +5,31 @@ Thin commands over :mod:`tnsrag_db.admin` and :class:`~tnsrag_db._store.store.St
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
 from datetime import timedelta
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from tnsrag_db._cli._common import db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
-from tnsrag_db._errors import ConnectionLostError
-
-if TYPE_CHECKING:
-    from tnsrag_db._store.store import Store
-    from tnsrag_db.admin import SpaceInfo
+from tnsrag_db._cli._schema import open_existing
+from tnsrag_db._errors import ConnectionLostError, ValidationError
+from tnsrag_db._store.filters import filter_sql
+from tnsrag_db._store.store import Store
+from tnsrag_db.admin import SpaceInfo, corpus_stats, empty_filter_notes, export_corpus, list_corpora, require_corpus
+from tnsrag_db.admin.export import lost_mid_export
 
 __all__ = ["corpora", "delete", "drop", "export", "stats"]
 
 
 def _open(url: str | None, schema: str, corpus: str) -> Store:
     """A store on an existing schema: these commands never create one (see :mod:`tnsrag_db._cli._schema`)."""
-    from tnsrag_db._cli._schema import open_existing
-
     return open_existing(url, schema, corpus)
 
 
@@ -73,8 +73,6 @@ def corpora(url: str | None, schema: str, as_json: bool) -> None:
 
     Example: tnsrag corpora --json
     """
-    from tnsrag_db.admin import list_corpora
-
     with _open(url, schema, "default") as store:
         infos = list_corpora(store)
     if as_json:
@@ -107,8 +105,6 @@ def stats(url: str | None, schema: str, corpus: str, max_sources: int, as_json: 
 
     Example: tnsrag stats --corpus docs --sources 5
     """
-    from tnsrag_db.admin import corpus_stats
-
     with _open(url, schema, corpus) as store:
         s = corpus_stats(store, max_sources=max_sources)
     if as_json:
@@ -153,9 +149,6 @@ def _chosen_ids(store: Store, ids: tuple[str, ...], chosen: dict[str, str], id_p
                 missing_ok: bool, age: timedelta | None = None) -> tuple[list[str], list[str]]:
     """The ids a delete removes (that exist; in natural order, ``a#2`` before ``a#10``, but
     ids given in the order given) and the ids given that do not exist."""
-    from tnsrag_db._errors import ValidationError
-    from tnsrag_db._store.filters import filter_sql
-
     if id_prefix is not None:
         return sorted((r.id for r in store.read(_PREFIX_SQL, {"c": store.corpus, "p": id_prefix})),
                       key=natural_key), []
@@ -209,8 +202,6 @@ def delete(ids: tuple[str, ...], url: str | None, schema: str, corpus: str, filt
 
     Example: tnsrag delete guide.md#3 guide.md#4 --corpus docs   (or: --filter source=old.md, or: --id-prefix docs --dry-run)
     """
-    from tnsrag_db.admin import require_corpus
-
     if sum(map(bool, (ids, filters or older_than is not None, id_prefix is not None))) != 1:
         raise click.UsageError("give entry IDS, --filter KEY=VALUE and/or --older-than DAYS, or --id-prefix PREFIX "
                                "(one of them)")
@@ -231,8 +222,6 @@ def delete(ids: tuple[str, ...], url: str | None, schema: str, corpus: str, filt
             found, missing = _chosen_ids(store, ids, chosen, prefix, missing_ok, age)
             deleted = len(found) if dry_run else store.delete_many(found)
         if not deleted and chosen and not as_json:
-            from tnsrag_db.admin import empty_filter_notes
-
             for note in empty_filter_notes(store, chosen):
                 click.echo(f"note: {note}", err=True)
     what = (f" matching {', '.join(f'{k}={v}' for k, v in chosen.items())}" if chosen
@@ -274,8 +263,6 @@ def drop(url: str | None, schema: str, corpus: str, yes: bool, as_json: bool) ->
 
     Example: tnsrag drop --corpus scratch --yes
     """
-    from tnsrag_db.admin import corpus_stats
-
     with _open(url, schema, corpus) as store:
         s = corpus_stats(store, max_sources=1)
         confirm_destruction(f"drop corpus {corpus!r} ({plural(s.entries, 'entry')}, {plural(s.edges, 'edge')})",
@@ -340,9 +327,6 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
 
     Example: tnsrag export --corpus docs --vectors -o docs.jsonl && tnsrag ingest docs.jsonl --corpus docs-copy
     """
-    from tnsrag_db.admin import export_corpus
-    from tnsrag_db.admin.export import lost_mid_export
-
     with _open(url, schema, corpus) as store:
         if output is None:
             counts = export_corpus(store, sys.stdout, vectors=vectors)
@@ -372,8 +356,6 @@ def export(url: str | None, schema: str, corpus: str, output: Path | None, vecto
     text = f"exported {plural(counts.entries, 'entry')} and {plural(counts.edges, 'edge')} of corpus {corpus!r}" + (
         f" to {output}" if output else "")
     if to_stderr:
-        import json
-
         click.echo(json.dumps(data) if as_json else text, err=True)
     else:
         emit(data, as_json, text)

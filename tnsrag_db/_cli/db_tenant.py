@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tnsrag_db import tenancy
 from tnsrag_db._cli._common import db_options, emit, handle_errors
 from tnsrag_db._cli._group import SuggestingGroup
 from tnsrag_db._db.pool import OneConnection
@@ -26,8 +27,6 @@ def tenant() -> None:
 
 def _run(url: str | None, schema: str, action: str, role: str, corpus: str, as_json: bool,
          lock_timeout: float | None = None) -> None:
-    from tnsrag_db import tenancy
-
     db = OneConnection(url if url else embedded_url(), schema=schema)
     extra: dict[str, object] = {}
     try:
@@ -99,8 +98,6 @@ def list_grants(url: str | None, schema: str, role: str | None, corpus: str | No
 
     Example: tnsrag db tenant list --corpus acme --json
     """
-    from tnsrag_db import tenancy
-
     db = OneConnection(url if url else embedded_url(), schema=schema)
     try:
         found = tenancy.grants(db, schema=schema, role=role, corpus=corpus)

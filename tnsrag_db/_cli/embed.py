@@ -12,6 +12,8 @@ from tnsrag_db._cli._common import db_options, emit, handle_errors, plural
 from tnsrag_db._cli._group import EXIT_INTERRUPTED, STOPPING
 from tnsrag_db._cli._schema import open_existing
 from tnsrag_db._errors import IngestInterrupted
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._indexes.vector.spaces import bind_embedding, query_space
 from tnsrag_db.embeddings import resolve_embedding
 
 __all__ = ["embed"]
@@ -41,9 +43,6 @@ def embed(url: str | None, schema: str, corpus: str, embedding: str, batch_size:
 
     Example: tnsrag embed --corpus default --embedding all-MiniLM-L6-v2-int8
     """
-    from tnsrag_db._indexes.vector import VectorMemoryStore
-    from tnsrag_db._indexes.vector.spaces import bind_embedding, query_space
-
     provider = resolve_embedding(embedding)
     truncated_before = getattr(provider, "truncated_texts", 0)
     started = time.perf_counter()

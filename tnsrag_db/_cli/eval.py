@@ -6,10 +6,13 @@ from pathlib import Path
 
 import click
 
+from tnsrag_db import evaluation
 from tnsrag_db._cli._common import STRATEGY_ALIASES, Suggesting, db_options, emit, handle_errors
 from tnsrag_db._cli._schema import open_existing
 from tnsrag_db._errors import EvaluationDataError
+from tnsrag_db._indexes.vector.spaces import query_embedding
 from tnsrag_db._strategies.registry import EMBEDDING_STRATEGIES, STRATEGY_NAMES, build_strategy
+from tnsrag_db.embeddings import HashingEmbedding
 
 __all__ = ["eval_command"]
 
@@ -53,8 +56,6 @@ def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, qu
 
     Example: tnsrag eval --corpus cranfield --qrels qrels.txt --queries queries.tsv --strategy keyword --strategy hybrid --plot quality.png
     """
-    from tnsrag_db import evaluation
-
     qrels = evaluation.load_qrels(qrels_path)
     queries = evaluation.load_queries(queries_path)
     if skip_unjudged:
@@ -69,9 +70,6 @@ def eval_command(url: str | None, schema: str, corpus: str, qrels_path: Path, qu
         names.insert(0, baseline)
     with open_existing(url, schema, corpus) as store:  # reads only: never creates a schema
         evaluation.check_corpus(store, qrels, queries)
-        from tnsrag_db._indexes.vector.spaces import query_embedding
-        from tnsrag_db.embeddings import HashingEmbedding
-
         # As `tnsrag query`: queries are embedded by the provider of the space searched.
         embedder = query_embedding(store, embedding) if EMBEDDING_STRATEGIES & set(names) else HashingEmbedding()
         built = {name: build_strategy(name, store, embedding=embedder) for name in names}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sys
 import time
 from collections import Counter
@@ -24,12 +25,34 @@ from typing import Any
 
 import click
 
+from tnsrag_db import embeddings
+from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
 from tnsrag_db._cli._common import Suggesting, db_options, emit, handle_errors, natural_key, parse_pairs, plural
 from tnsrag_db._cli._confirm import confirm_destruction, yes_option
 from tnsrag_db._cli._group import EXIT_INTERRUPTED, STOPPING
-from tnsrag_db._errors import ConfigurationError, IdCollisionError, IngestInterrupted, InvalidEntryError
+from tnsrag_db._cli._progress import ingest_progress
+from tnsrag_db._cli._roots import ROOT_KEY, Reading, check_roots, find_roots, iter_roots, read_roots, stale_ids
+from tnsrag_db._cli._schema import open_existing
+from tnsrag_db._counts import IngestCounts
+from tnsrag_db._errors import (
+    ConfigurationError,
+    DanglingReferenceError,
+    IdCollisionError,
+    IngestInterrupted,
+    InvalidEntryError,
+    SchemaNotReadyError,
+)
+from tnsrag_db._indexes import graph
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._indexes.vector.spaces import bind_embedding, count_with_vectors, default_embedding_name, query_space
+from tnsrag_db._loaders import FileLoader
+from tnsrag_db._loaders.formats import file_format
+from tnsrag_db._loaders.owners import claims_of
 from tnsrag_db._store.reads import existing_ids_plan
+from tnsrag_db._store.store import connect
+from tnsrag_db._store.write import content_hash, validate_batch
 from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
+from tnsrag_db.admin.restore import ExportedVectors, restore_providers
 
 __all__ = ["choose_embedding", "ingest", "sample_corpus_path"]
 
@@ -48,10 +71,6 @@ def corpus_provider(url: str | None, schema: str, corpus: str) -> str | None:
     space then missing the other's); for a corpus without one, the schema's default
     (:func:`~tnsrag_db._indexes.vector.spaces.default_embedding_name`; None: no such schema
     yet, or the library's default)."""
-    from tnsrag_db._cli._schema import open_existing
-    from tnsrag_db._errors import SchemaNotReadyError
-    from tnsrag_db._indexes.vector.spaces import default_embedding_name, query_space
-
     try:
         store = open_existing(url, schema, corpus, create_default=False)
     except SchemaNotReadyError:
@@ -66,17 +85,13 @@ def choose_embedding(name: str | None = None, say: Any = None) -> Any:
     model's name or an installed entry-point provider), by default the shipped model when
     the ``embed`` extra is installed, else the hash fallback with a one-line notice on
     stderr, through ``say(line)`` when given (:func:`tnsrag_db.embeddings.resolve_embedding`)."""
-    from tnsrag_db.embeddings import resolve_embedding
-
-    return resolve_embedding(name, on_fallback=say or (lambda notice: click.echo(notice, err=True)))
+    return embeddings.resolve_embedding(name, on_fallback=say or (lambda notice: click.echo(notice, err=True)))
 
 
 def _check_edge_ends(store: Any, edges: Any, loaded: set[str]) -> None:
     """Raise :class:`DanglingReferenceError` before anything is written when an edge of the
     files ends at an entry neither in the files nor in the corpus (batches commit one at a
     time, so the edge write after them could no longer undo the entries)."""
-
-    from tnsrag_db._errors import DanglingReferenceError
 
     ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - loaded)
     if not ends:
@@ -96,8 +111,6 @@ _SET_BY = {"tier": "--tier", "source": "--source", "entryId": "the file's path (
 def _meta_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
     """--meta's KEY=VALUE pairs, checked as the options are parsed (before any file is
     read): a malformed pair or a key the ingest sets itself is a usage error naming --meta."""
-    from tnsrag_db._cli._roots import ROOT_KEY
-
     pairs = parse_pairs(values, "--meta")
     for key in pairs:
         if key == ROOT_KEY:
@@ -153,8 +166,6 @@ def _skip_lines(skipped: list[dict[str, Any]]) -> list[str]:
     """A line per skipped file, except files of one unknown type: one line for all of them
     (``  docs/scripts: 18 files of unknown type '.cocci'``, in the folder holding them all),
     as cache directories get one line per root. ``--json`` lists every file."""
-    import os
-
     unknown: dict[str, list[str]] = {}
     for s in skipped:
         if s["files"] == 1 and s["reason"].startswith(_UNKNOWN):
@@ -273,17 +284,6 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
 
     Example: tnsrag ingest docs/ --id-prefix docs --prune --meta tenant=acme
     """
-    from tnsrag_db._chunking import DEFAULT_CHUNK_CHARS, Chunker, chunker_for
-    from tnsrag_db._cli._progress import ingest_progress
-    from tnsrag_db._cli._roots import ROOT_KEY, Reading, find_roots, iter_roots, read_roots
-    from tnsrag_db._counts import IngestCounts
-    from tnsrag_db._loaders import FileLoader
-    from tnsrag_db._loaders.formats import file_format
-    from tnsrag_db._loaders.owners import claims_of
-    from tnsrag_db._store.write import validate_batch
-    from tnsrag_db.admin.restore import ExportedVectors
-    from tnsrag_db.embeddings import provider_name
-
     targets = list(paths) + ([str(sample_corpus_path())] if sample else [])
     if not targets:
         raise click.UsageError("give at least one PATH, or --sample")
@@ -355,8 +355,6 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                                             f"skipped: {listed}{more}; nothing was written")
                 entries = [shaped(e) for e in reading.entries]
                 validate_batch(entries)
-                from tnsrag_db.admin.restore import restore_providers
-
                 # JSONL exports with vectors (tnsrag export --vectors) are written with them,
                 # one pass per exported space, embedding nothing else unless --embedding asks.
                 if provider is None and not reading.vectors:
@@ -391,9 +389,9 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
               "duplicates": outcome.get("duplicates", 0), "dry_run": dry_run,
               "roots": [{"path": r.key, "prefix": r.prefix} for r in roots], "skipped": skipped,
               "chunk": {"size": chunker.max_tokens, "unit": chunker.unit}, "read_seconds": round(read_seconds, 3),
-              "embedding": ", ".join(provider_name(p) for p in providers),
-              "embedding_providers": [provider_name(p) for p in providers],
-              "restored_vectors": [provider_name(p) for p in providers if isinstance(p, ExportedVectors)],
+              "embedding": ", ".join(embeddings.provider_name(p) for p in providers),
+              "embedding_providers": [embeddings.provider_name(p) for p in providers],
+              "restored_vectors": [embeddings.provider_name(p) for p in providers if isinstance(p, ExportedVectors)],
               "embedded_missing": sum(p.embedded_texts for p in providers if isinstance(p, ExportedVectors)),
               "truncated": getattr(provider, "truncated_texts", 0) - truncated_before,
               "window": getattr(provider, "max_tokens", None), "seconds": round(elapsed, 3)}
@@ -444,14 +442,14 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
     return int(rows[0].n)
 
 
-def _write(entries: Iterable[MemoryEntry], plan: _Plan, embeddings: list[Any], progress: Any, ledger: _Ledger,
+def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], progress: Any, ledger: _Ledger,
            roots: list[Any], claims: dict[str, str], edges: Sequence[Any] = ()) -> tuple[Any, list[MemoryEntry],
                                                                                       dict[str, Any]]:
     """The one writer of ``tnsrag ingest``: connect, refuse files whose ids another root's
     entries hold (``claims``: id path -> root, :func:`~tnsrag_db._cli._roots.check_roots`),
     write ``entries`` batch by batch without vectors (keyword-searchable as each batch
     commits; their counts go to ``ledger``), then fill their vectors
-    (:func:`_fill_vectors`, a pass per provider of ``embeddings``), then the ``edges`` and
+    (:func:`_fill_vectors`, a pass per provider of ``providers``), then the ``edges`` and
     the prune.
 
     ``entries`` is either the list of everything read and validated as a whole (a run that
@@ -468,14 +466,6 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, embeddings: list[Any], p
     entries whose text is stored under another id), ``first_searchable_at`` (the
     ``time.perf_counter()`` when the first batch committed), ``searchable_at`` (every entry
     written), ``read_at`` (every entry read), ``pruned`` and, for a dry run, ``prune_ids``."""
-    from tnsrag_db._cli._roots import check_roots, stale_ids
-    from tnsrag_db._cli._schema import open_existing
-    from tnsrag_db._counts import IngestCounts
-    from tnsrag_db._indexes.vector import VectorMemoryStore
-    from tnsrag_db._indexes.vector.spaces import bind_embedding
-    from tnsrag_db._store.store import connect
-    from tnsrag_db._store.write import content_hash
-
     whole = entries if isinstance(entries, list) else None
     if whole is not None and not whole and not plan.prune:
         return IngestCounts(), [], {}
@@ -509,7 +499,7 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, embeddings: list[Any], p
                                         "(--dry-run lists them)", yes=plan.yes)
         # Bound to the corpus's spaces before anything is written: a provider whose
         # dimension differs from its own stored space is refused here.
-        views = [VectorMemoryStore(store, bind_embedding(store, embedding)) for embedding in embeddings]
+        views = [VectorMemoryStore(store, bind_embedding(store, provider)) for provider in providers]
 
         def taken(batch: list[MemoryEntry]) -> list[MemoryEntry]:
             # Read before the batch is written (the ingest reads one batch ahead of its writes).
@@ -549,12 +539,10 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, embeddings: list[Any], p
         outcome["duplicates"] = _duplicates(store, fresh, [e.id for e in written] + stale)
         _fill_vectors(store, views, written, plan, progress, index_advance)
         if edges:
-            from tnsrag_db._indexes.graph import GraphStore
-
             # The edges of JSONL records (tnsrag export files), once every entry is
             # committed: an edge to an entry neither in the files nor in the corpus is an
             # error naming it, and no edge is written.
-            GraphStore(store).add_edges(edges)
+            graph.GraphStore(store).add_edges(edges)
         if plan.prune:
             outcome["pruned"] = store.delete_many(stale)
     return counts, written, outcome
@@ -566,8 +554,6 @@ def _streamable(selections: list[list[tuple[Path, str, str | None]]]) -> bool:
     records bring their own ids, edges and vectors, checked as a whole before anything is
     written) and no two roots give one file path (the ids would clash: reading everything
     first refuses that before writing)."""
-    from tnsrag_db._loaders.formats import file_format
-
     seen: set[str] = set()
     for selection in selections:
         for path, rel, _ in selection:
@@ -604,7 +590,6 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
     rerun after an interrupt embeds only what is still missing), embedding each batch on
     a worker while the previous one's vectors are written. An interrupt raises
     :class:`IngestInterrupted` saying how many of the entries have vectors."""
-    from tnsrag_db._indexes.vector.spaces import count_with_vectors
 
     def advance(phase: str, done: int, total: int | None) -> None:
         if phase == "embed":  # the write line counted the entries; this pass writes vectors only

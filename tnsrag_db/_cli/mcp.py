@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from tnsrag_db._cli._common import db_options, handle_errors
+from tnsrag_db._cli._schema import open_existing
+from tnsrag_db._db.pool import Connection
+from tnsrag_db._db.settings import conninfo_of, url_of
+from tnsrag_db._db.statement import run_plan
 from tnsrag_db._errors import ConfigurationError, SchemaNotReadyError
+from tnsrag_db._indexes.vector.spaces import bind_embedding, ensure_space_plan, query_embedding
+from tnsrag_db._indexes.vector.write import on_connection
 from tnsrag_db._plugins import is_missing, reraise_interrupt
+from tnsrag_db._store.embedded.server import default_data_dir
 from tnsrag_db._store.store import Store, connect
-
-if TYPE_CHECKING:
-    from tnsrag_db.embeddings import ValidatingEmbedding
+from tnsrag_db.embeddings import ValidatingEmbedding, resolve_embedding
 
 __all__ = ["database_line", "mcp"]
 
@@ -29,12 +34,8 @@ def database_line(url: str | None, schema: str, corpus: str, read_only: bool) ->
     client passes only HOME, PATH and a few more) sees here which cluster it got.
     """
     if url is None:
-        from tnsrag_db._store.embedded.server import default_data_dir
-
         where = f"the embedded server at {default_data_dir()}"
     else:
-        from tnsrag_db._db.pool import conninfo_of, url_of
-
         # Built anew without any password (libpq takes one in the query too).
         where = url_of(conninfo_of(url), password=None)
     mode = "read-only" if read_only else "read-write"
@@ -44,8 +45,6 @@ def database_line(url: str | None, schema: str, corpus: str, read_only: bool) ->
 def _missing_cluster_error(data_dir: Path) -> SchemaNotReadyError:
     """The error of a read-only server whose embedded data directory holds no cluster:
     where it looked and how to point it at the right database."""
-    import os
-
     xdg = os.environ.get("XDG_DATA_HOME")
     origin = f"XDG_DATA_HOME={xdg}" if xdg else f"HOME={os.environ.get('HOME', '')}, XDG_DATA_HOME unset"
     return SchemaNotReadyError(
@@ -60,13 +59,9 @@ def _open(url: str | None, schema: str, corpus: str, read_only: bool) -> Store:
     cluster and schema when missing; a read-only one creates neither (nor a schema on a
     URL's server): it fails saying where it looked. An existing embedded schema of an
     older revision is brought to head, as every command does."""
-    from tnsrag_db._cli._schema import open_existing
-
     if not read_only:
         return connect(url, corpus=corpus, schema=schema, auto_migrate=None if url is None else False)
     if url is None:
-        from tnsrag_db._store.embedded.server import default_data_dir
-
         data_dir = default_data_dir()
         if not (data_dir / "PG_VERSION").is_file():  # checked before anything could initialise one there
             raise _missing_cluster_error(data_dir)
@@ -81,12 +76,6 @@ def _provider(store: Store, embedding: str | None, read_only: bool) -> Validatin
     without ``--embedding`` picks the same provider. A named provider on a corpus without
     entries needs no ``tnsrag embed`` (there is nothing to embed), so it is taken as is.
     """
-    from tnsrag_db._db.pool import Connection
-    from tnsrag_db._db.statement import run_plan
-    from tnsrag_db._indexes.vector.spaces import bind_embedding, ensure_space_plan, query_embedding
-    from tnsrag_db._indexes.vector.write import on_connection
-    from tnsrag_db.embeddings import resolve_embedding
-
     if embedding is None or store.count() > 0:
         provider = query_embedding(store, embedding)
     else:
@@ -138,7 +127,7 @@ def mcp(url: str | None, schema: str, corpus: str, read_only: bool, transport: s
     Example: tnsrag mcp --corpus team-memory --read-only --transport http --port 8765
     """
     try:
-        from tnsrag_db.integrations.mcp import create_server, serve_stdio
+        from tnsrag_db.integrations.mcp import create_server, serve_stdio  # the [mcp] extra, only when it serves
     except ImportError as exc:
         reraise_interrupt(exc)
         if not is_missing(exc, _EXTRA_MODULES):  # a broken import inside the integration is a bug: show it

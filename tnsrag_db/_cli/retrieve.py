@@ -16,18 +16,28 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
+import tnsrag_db
 from tnsrag_db._cli._common import STRATEGY_ALIASES, Suggesting, db_options, emit, handle_errors, parse_pairs
-from tnsrag_db._strategies.compose import STRATEGY_NAMES
-from tnsrag_db._types import RAGContext, RetrievedDocument
+from tnsrag_db._cli._render import render_text, result_json
+from tnsrag_db._cli._schema import open_existing
+from tnsrag_db._db.as_of import as_of as answering_at
+from tnsrag_db._errors import TemporalValidationError
+from tnsrag_db._indexes import graph
+from tnsrag_db._store.embedded.keeper import use_keeper_model
+from tnsrag_db._store.reads import count_plan
+from tnsrag_db._strategies.base import check_query
+from tnsrag_db._strategies.compose import EMBEDDING_STRATEGIES, STRATEGY_NAMES
+from tnsrag_db._strategies.registry import build_strategy
+from tnsrag_db._types import RAGContext, RetrievedDocument, parse_instant
+from tnsrag_db.admin.corpora import require_corpus, require_corpus_plan
+from tnsrag_db.admin.filter_notes import empty_filter_notes, empty_filter_notes_plan
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from tnsrag_db._db.statement import Plan
     from tnsrag_db.explain import Explanation
 
@@ -37,38 +47,31 @@ __all__ = ["empty_answer_notes_plan", "query"]
 def empty_answer_notes_plan(corpus: str, filters: Mapping[str, str] | None) -> Plan[list[str]]:
     """The notes printed with an empty answer from ``corpus``: why ``filters`` match
     nothing, or, without filters, that the corpus holds no entries yet (if so)."""
-    from tnsrag_db._store.reads import count_plan
-    from tnsrag_db.admin.filter_notes import empty_filter_notes_plan
-
     notes = yield from empty_filter_notes_plan(corpus, filters)
     if not filters and (yield from count_plan(corpus)) == 0:
         notes.append(f"corpus {corpus!r} holds no entries yet: add some with tnsrag ingest PATH --corpus {corpus}")
     return notes
 
 
-def _answer(store: Any, chosen: Any, text: str, context: RAGContext, *, strategy: str, embedding: str | None,
-            spaces: list[Any] | None, corpus_checked: bool) -> tuple[list[RetrievedDocument], float, list[str]]:
+def _answer(store: Any, chosen: Any, text: str, context: RAGContext, *, space_notes: Callable[[], list[str]],
+            corpus_checked: bool) -> tuple[list[RetrievedDocument], float, list[str]]:
     """What the command does once the strategy is built: its results for ``text``, the
     milliseconds they took, and the notes (an empty answer's, checking the corpus exists
-    first unless ``corpus_checked``; a partly filled space's)."""
+    first unless ``corpus_checked``; then ``space_notes()``, a partly filled space's)."""
     started = time.perf_counter()
     documents = chosen.retrieve(text, context)
     elapsed_ms = (time.perf_counter() - started) * 1000
     notes: list[str] = []
     if not documents:
         if not corpus_checked:
-            from tnsrag_db.admin.corpora import require_corpus_plan
-
             store.run(require_corpus_plan(store.corpus))
         notes = store.run(empty_answer_notes_plan(store.corpus, context.metadata_filters))
-    notes += _space_notes(store, strategy, embedding, spaces)
+    notes += space_notes()
     return documents, elapsed_ms, notes
 
 
 def _print_results(text: str, strategy: str, documents: Sequence[RetrievedDocument], elapsed_ms: float,
                    notes: list[str], as_json: bool) -> None:
-    from tnsrag_db._cli._render import render_text, result_json
-
     if as_json:  # the notes are in the JSON: stderr stays quiet for scripts that merge it
         emit({"query": text, "strategy": strategy, "milliseconds": round(elapsed_ms, 2),
               "results": [result_json(n, d) for n, d in enumerate(documents, 1)], "notes": notes}, True)
@@ -82,8 +85,6 @@ def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes:
     """The ``--json --explain`` document: the ``--json`` one (every key, same names) plus
     ``queries``, ``plans`` and, per result, ``explanation`` (and ``entryId``, the name
     ``--explain`` used before it kept ``id``)."""
-    from tnsrag_db._cli._render import result_json
-
     results = []
     for r in explained.results:
         row = result_json(r.rank, r.document)
@@ -95,30 +96,24 @@ def _explained_json(text: str, explained: Explanation, elapsed_ms: float, notes:
             "plans": [p.to_dict() for p in explained.plans]}
 
 
-def _query_embedding(store: Any, strategy: str, name: str | None) -> tuple[list[Any] | None, Any]:
-    """The corpus's spaces (listed once, with their counts) and what embeds the query of
-    ``strategy``: the provider of the corpus's space (or ``--embedding``'s) for the
-    strategies that embed, else ``name`` as given (never resolved)."""
-    from tnsrag_db._strategies.compose import EMBEDDING_STRATEGIES
-
+def _query_embedding(store: Any, strategy: str, name: str | None) -> tuple[Any, Callable[[], list[str]]]:
+    """What embeds the query of ``strategy``, and what gives its space's notes after the
+    search. For the strategies that embed: the provider of the corpus's space (or
+    ``--embedding``'s), from the corpus's spaces listed once with their counts, and the
+    note of that space when it lacks vectors for some entries
+    (:func:`~tnsrag_db._indexes.vector.spaces.space_fill_note`). Else ``name`` as given
+    (never resolved) and no note."""
     if strategy not in EMBEDDING_STRATEGIES:
-        return None, name
-    from tnsrag_db._indexes.vector.spaces import list_spaces, query_embedding
+        return name, list
+    from tnsrag_db._indexes.vector import spaces  # loads numpy: only for the strategies that embed the query
 
-    spaces = list_spaces(store)
-    return spaces, query_embedding(store, name, spaces=spaces)
+    listed = spaces.list_spaces(store)
 
+    def space_notes() -> list[str]:
+        note = spaces.space_fill_note(store, name, spaces=listed)
+        return [note] if note else []
 
-def _space_notes(store: Any, strategy: str, embedding: str | None, spaces: list[Any] | None) -> list[str]:
-    """The note of a strategy that embeds the query when its space lacks vectors for some
-    entries (:func:`~tnsrag_db._indexes.vector.spaces.space_fill_note`), from the spaces
-    :func:`_query_embedding` listed."""
-    if spaces is None:
-        return []
-    from tnsrag_db._indexes.vector.spaces import space_fill_note
-
-    note = space_fill_note(store, embedding, spaces=spaces)
-    return [note] if note else []
+    return spaces.query_embedding(store, name, spaces=listed), space_notes
 
 
 @click.command()
@@ -170,11 +165,6 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
 
     Example: tnsrag query "user preferences" --as-of 2026-03-01T12:00:00Z
     """
-    from tnsrag_db._db.as_of import as_of as answering_at
-    from tnsrag_db._errors import TemporalValidationError
-    from tnsrag_db._strategies.base import check_query
-    from tnsrag_db._types import parse_instant
-
     check_query(text)
     try:
         instant = None if as_of is None else parse_instant(as_of)
@@ -187,49 +177,35 @@ def query(text: str, url: str | None, schema: str, corpus: str, strategy: str, t
     if standbys and url is None:
         raise click.UsageError("--read-url needs --url: standbys belong to a server named by URL")
     if url is None and strategy != "keyword":  # the kept-running server's keeper embeds the query with its warm model
-        from tnsrag_db._store.embedded.keeper import use_keeper_model
-
         # A keeper that does not answer within about a second is passed by, with one note.
         undo = use_keeper_model(notify=lambda notice: click.echo(f"note: {notice}", err=True))
         click.get_current_context().call_on_close(undo)  # undone after the command
-    from tnsrag_db._cli._schema import open_existing
-
     # A query never creates a schema; one connection serves the command's statements in turn.
-    from tnsrag_db._strategies.compose import EMBEDDING_STRATEGIES
-    from tnsrag_db._strategies.registry import build_strategy
-    from tnsrag_db.admin.corpora import require_corpus
-    from tnsrag_db.admin.filter_notes import empty_filter_notes
-
     with open_existing(url, schema, corpus, read_urls=standbys, one_connection=True,
                        vector_types=strategy in EMBEDDING_STRATEGIES) as store:
         require_corpus(store)  # reads only: a query never creates a corpus
         # Only the strategies that embed the query load a model (keyword, graph, reasoning never
         # do); they embed with the corpus's own space's provider, or --embedding's.
-        spaces, embedder = _query_embedding(store, strategy, embedding)
+        embedder, space_notes = _query_embedding(store, strategy, embedding)
         chosen = build_strategy(strategy, store, embedding=embedder)
         if distinct:
-            from tnsrag_db._strategies.distinct import DistinctContentRAGStrategy
-
-            chosen = DistinctContentRAGStrategy(chosen)
+            chosen = tnsrag_db.DistinctContentRAGStrategy(chosen)  # its module loads on first use (PEP 562)
         if explain:
             started = time.perf_counter()
-            from tnsrag_db._strategies.explain import explain_with
+            from tnsrag_db._strategies.explain import explain_with  # --explain only: its modules cost a query 30 ms
 
             explained = explain_with(chosen, text, context)
             elapsed_ms = (time.perf_counter() - started) * 1000
             notes = empty_filter_notes(store, context.metadata_filters) if not explained.results else []
-            notes += _space_notes(store, strategy, embedding, spaces)
+            notes += space_notes()
             if not as_json:
                 for note in notes:
                     click.echo(f"note: {note}", err=True)
             emit(_explained_json(text, explained, elapsed_ms, notes), as_json, explained.to_text())
             return
-        documents, elapsed_ms, notes = _answer(store, chosen, text, context, strategy=strategy, embedding=embedding,
-                                               spaces=spaces, corpus_checked=True)
-        if chosen.name == "graph":
-            from tnsrag_db._indexes.graph import GraphStore
-
-            if not GraphStore(store).has_edges():
-                notes.append(f"corpus {corpus!r} has no edges: the graph results are its BM25 seeds, as "
-                             "--strategy keyword ranks them (add edges with tnsrag graph add-edge or tnsrag graph import)")
+        documents, elapsed_ms, notes = _answer(store, chosen, text, context, space_notes=space_notes,
+                                               corpus_checked=True)
+        if chosen.name == "graph" and not graph.GraphStore(store).has_edges():
+            notes.append(f"corpus {corpus!r} has no edges: the graph results are its BM25 seeds, as "
+                         "--strategy keyword ranks them (add edges with tnsrag graph add-edge or tnsrag graph import)")
     _print_results(text, chosen.name, documents, elapsed_ms, notes, as_json)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import click
 
 from tnsrag_db._cli._common import emit, handle_errors
 from tnsrag_db._cli._group import SuggestingGroup
+from tnsrag_db._errors import ValidationError
 from tnsrag_db._store.embedded import keeper as kept
+from tnsrag_db._store.embedded.memory import human, parse_size
 
 __all__ = ["server"]
 
@@ -36,8 +39,6 @@ def _describe(st: kept.ServerStatus) -> str:
     elif st.running:
         lines.append("  not kept running: it stops when the processes using it exit")
     if st.memory:
-        from tnsrag_db._store.embedded.memory import human
-
         m = st.memory
         lines.append(f"  memory:     budget {human(m['budget'])} from {m['budget_from']} "
                      f"(machine: {human(m['ram'])} RAM, {m['cpus']} CPUs); settings, and where each came from:")
@@ -50,9 +51,7 @@ def _describe(st: kept.ServerStatus) -> str:
 
 
 def _version() -> str:
-    from importlib.metadata import version
-
-    return version("tnsrag-db")
+    return importlib.metadata.version("tnsrag-db")
 
 
 @click.group(cls=SuggestingGroup)
@@ -69,9 +68,6 @@ def server() -> None:
 def _memory_size(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--memory checked as the options are parsed: a malformed size is a usage error (exit
     status 2) naming the option, and nothing starts."""
-    from tnsrag_db._errors import ValidationError
-    from tnsrag_db._store.embedded.memory import parse_size
-
     if value is not None:
         try:
             parse_size(value, option="--memory")

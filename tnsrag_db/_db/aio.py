@@ -34,8 +34,9 @@ import psycopg
 
 from tnsrag_db import _telemetry
 from tnsrag_db._db.hooks import hook_steps
-from tnsrag_db._db.pool import Handed, Pool, configure_steps, connect_error, conninfo_of, info_of, reset_steps
+from tnsrag_db._db.pool import Handed, Pool, configure_steps, connect_error, info_of, reset_steps
 from tnsrag_db._db.runner import PlanRunner
+from tnsrag_db._db.settings import conninfo_of
 from tnsrag_db._db.steps import arun_steps
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 

@@ -20,14 +20,22 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import psycopg
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.pool import NullPool
 
 from tnsrag_db._db.driver_errors import driver_message, sqlstate_of
-from tnsrag_db._db.migration_ops import compat_function_sql, hold_migration_lock
+from tnsrag_db._db.lock_retries import hold_migration_lock
+from tnsrag_db._db.migration_ops import compat_function_sql
 from tnsrag_db._db.partition import PARTITION_NAME
-from tnsrag_db._db.pool import Connections, conninfo_of
+from tnsrag_db._db.pool import Connections
 from tnsrag_db._db.revisions import (  # read without alembic: every store opening checks them
     COMPAT_FUNCTION,
     ensure_at_head,
@@ -35,16 +43,12 @@ from tnsrag_db._db.revisions import (  # read without alembic: every store openi
     migrations_dir,
     schema_state,
 )
-from tnsrag_db._db.settings import validate_schema_name
+from tnsrag_db._db.settings import conninfo_of, validate_schema_name
 from tnsrag_db._errors import MigrationError
 
-if TYPE_CHECKING:
-    from alembic.config import Config
-    from sqlalchemy.engine import Connection
-
-# alembic and SQLAlchemy are imported inside the functions that need them: opening a store
-# on a schema that is already at head (every CLI query) checks the version with one SELECT
-# on the store's own connection.
+# Only what migrates imports this module (a store whose schema is behind, ``tnsrag db``'s
+# migration commands), so alembic and SQLAlchemy are imported at once: the checks every
+# store opening makes are :mod:`~tnsrag_db._db.revisions`', one SELECT without either.
 
 __all__ = [
     "FinishReport",
@@ -87,8 +91,6 @@ def bootstrap_statements(schema: str) -> list[str]:
 
 
 def _config(schema: str, connection: Connection | None = None, url: str | None = None) -> Config:
-    from alembic.config import Config
-
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["tnsrag_schema"] = validate_schema_name(schema)
@@ -101,8 +103,6 @@ def _config(schema: str, connection: Connection | None = None, url: str | None =
 
 def head_revision() -> str:
     """The newest revision this installation ships."""
-    from alembic.script import ScriptDirectory
-
     head = ScriptDirectory.from_config(_config("tnsrag")).get_current_head()
     assert head is not None
     return head
@@ -113,9 +113,6 @@ def alembic_connection(db: Connections | str, schema: str) -> Iterator[Connectio
     """A SQLAlchemy connection to ``db``'s database (or to the URL ``db``) for alembic,
     searching ``<schema>, public``, closed (never pooled) when the block ends: configured
     before a migration changed the schema, it must serve nobody after it."""
-    import sqlalchemy as sa
-    from sqlalchemy.pool import NullPool
-
     conninfo = conninfo_of(db if isinstance(db, str) else db.conninfo, schema=schema)
     engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(conninfo),
                               poolclass=NullPool)
@@ -143,12 +140,10 @@ def upgrade(db: Connections, *, schema: str, revision: str = "head", lock_timeou
     A schema already at head is left alone without taking the lock or running any DDL,
     so an application or read-only role (no CREATE on the database) can run it. Each
     revision's DDL waits at most ``lock_timeout`` seconds for a table lock (default
-    :data:`tnsrag_db._db.migration_ops.DEFAULT_LOCK_TIMEOUT`) and is retried ``lock_retries``
-    times (default :data:`~tnsrag_db._db.migration_ops.DEFAULT_LOCK_RETRIES`) before the
+    :data:`tnsrag_db._db.lock_retries.DEFAULT_LOCK_TIMEOUT`) and is retried ``lock_retries``
+    times (default :data:`~tnsrag_db._db.lock_retries.DEFAULT_LOCK_RETRIES`) before the
     upgrade fails; the revisions committed until then stay.
     """
-    from alembic import command
-
     state = schema_state(db, schema=schema)
     if state.newer:
         if revision == "head" and state.usable:
@@ -170,8 +165,6 @@ def downgrade(db: Connections, *, schema: str, revision: str = "base", lock_time
               lock_retries: int | None = None) -> None:
     """Migrate ``schema`` down to ``revision`` (default: remove every table) under the lock
     (``lock_timeout`` and ``lock_retries`` as for :func:`upgrade`)."""
-    from alembic import command
-
     try:
         with alembic_connection(db, schema) as conn:
             command.downgrade(_online_config(schema, conn, lock_timeout, lock_retries), revision)
@@ -190,8 +183,6 @@ def _failed(what: str, exc: BaseException) -> MigrationError:
 
 def current_revision(db: Connections, *, schema: str) -> str | None:
     """The revision ``schema`` is at, or None for an unmigrated database."""
-    from alembic.runtime.migration import MigrationContext
-
     validate_schema_name(schema)
     with db.connect() as plain:
         exists = plain.execute("SELECT to_regclass(:t) IS NOT NULL", {"t": f"{schema}.alembic_version"}).scalar_one()
@@ -242,22 +233,20 @@ def finish(db: Connections, *, schema: str) -> FinishReport:
     schema this release cannot use and :class:`MigrationError` for one too old to record
     a floor (run the upgrade first).
     """
-    from sqlalchemy import text
-
     state = schema_state(db, schema=schema)
     if not state.usable:
         raise state.error(schema)
     with alembic_connection(db, schema) as conn:
         with hold_migration_lock(conn, advisory_lock_key(schema)):
             with conn.begin():
-                present = conn.execute(text("SELECT to_regprocedure(:f) IS NOT NULL"),
+                present = conn.execute(sa.text("SELECT to_regprocedure(:f) IS NOT NULL"),
                                        {"f": f"{schema}.{COMPAT_FUNCTION}()"}).scalar_one()
                 if not present:
                     raise MigrationError(f"schema {schema!r} is at revision {state.revision}, which records no "
                                          "floor of served releases: run `tnsrag db upgrade` first")
-                before, to = conn.execute(text(_COMPAT_SQL.format(schema=schema))).one()
+                before, to = conn.execute(sa.text(_COMPAT_SQL.format(schema=schema))).one()
                 if to is not None:
-                    conn.execute(text(compat_function_sql(schema, to, None)))
+                    conn.execute(sa.text(compat_function_sql(schema, to, None)))
     return FinishReport(serves_from_before=before, serves_from=before if to is None else to)
 
 
@@ -267,10 +256,7 @@ def check(db: Connections, *, schema: str) -> list[str]:
 
     Objects the library creates at run time are not differences (see :func:`include_object`).
     """
-    from alembic.autogenerate import compare_metadata
-    from alembic.runtime.migration import MigrationContext
-
-    from tnsrag_db._db.schema import metadata
+    from tnsrag_db._db.schema import metadata  # the table declarations (~30 ms): only this check compares them
 
     with alembic_connection(db, schema) as conn:
         ctx = MigrationContext.configure(
@@ -352,8 +338,6 @@ def describe_difference(diff: object) -> str:
 
 def offline_sql(*, schema: str, revision_range: str = "base:head", url: str = "postgresql+psycopg://") -> str:
     """The SQL an upgrade (``a:b``) or downgrade (``b:a`` with a downgrade target) would run, as text."""
-    from alembic import command
-
     cfg = _config(schema, url=url)
     out = io.StringIO()
     cfg.output_buffer = out
@@ -367,8 +351,6 @@ def offline_sql(*, schema: str, revision_range: str = "base:head", url: str = "p
 
 
 def _is_downgrade(start: str, end: str) -> bool:
-    from alembic.script import ScriptDirectory
-
     order = ["base"] + [s.revision for s in reversed(list(ScriptDirectory.from_config(_config("tnsrag")).walk_revisions()))]
     resolve = {"head": order[-1]}
     try:

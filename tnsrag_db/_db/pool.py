@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
@@ -37,13 +36,12 @@ from psycopg.pq import TransactionStatus
 from tnsrag_db import _telemetry
 from tnsrag_db._db.hooks import DEFAULT_PING_AFTER_IDLE, ConnectionHooks, hook_steps, library_hooks
 from tnsrag_db._db.runner import bind, notify, row_factory
-from tnsrag_db._db.settings import libpq_url, validate_schema_name
+from tnsrag_db._db.settings import conninfo_of, location_of, validate_schema_name
 from tnsrag_db._db.steps import Steps, run_steps, steps_for
 from tnsrag_db._errors import ConfigurationError, DatabaseError
 
 __all__ = ["FAILURES", "WAIT_SLICE", "Connection", "Connections", "Handed", "OneConnection", "Pool", "Result",
-           "configure_steps", "connect_error", "conninfo_of", "info_of", "location_of", "redact_url", "reset_steps",
-           "url_of"]
+           "configure_steps", "connect_error", "info_of", "reset_steps"]
 
 _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 #: Key in a connection's ``info``: how many transactions ended through :class:`Connection`.
@@ -326,91 +324,6 @@ class Connections(Protocol):
         ...
 
 
-# -- URLs ----------------------------------------------------------------------------
-
-_PASSWORD = re.compile(r"://([^:/@]*):[^@]*@")
-
-
-def redact_url(url: object) -> str:
-    """``url`` as text for messages, its password hidden."""
-    if hasattr(url, "render_as_string"):  # a SQLAlchemy URL the application holds
-        return str(url.render_as_string(hide_password=True))
-    return _PASSWORD.sub(r"://\1:***@", str(url))
-
-
-def _url_text(url: object) -> str:
-    if hasattr(url, "render_as_string") and hasattr(url, "query"):
-        # A SQLAlchemy URL the application holds: its parts as libpq keywords (its rendered
-        # text would carry a query's spaces as '+', which libpq does not decode).
-        parts: dict[str, Any] = {"user": getattr(url, "username", None), "password": getattr(url, "password", None),
-                                 "host": getattr(url, "host", None), "port": getattr(url, "port", None),
-                                 "dbname": getattr(url, "database", None)}
-        for key, value in dict(getattr(url, "query", {})).items():
-            parts[key] = value if isinstance(value, str) else ",".join(value)
-        return psycopg.conninfo.make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
-    if not isinstance(url, str):
-        raise ConfigurationError(f"a database URL must be a str, got {type(url).__name__}")
-    return url
-
-
-def conninfo_of(url: object, *, schema: str | None = None, read_only: bool = False) -> str:
-    """The libpq connection string of ``url`` (``postgresql://``, ``postgres://`` or the
-    SQLAlchemy form ``postgresql+psycopg://``; a SQLAlchemy ``URL`` object too), with the
-    library's start-up options after the URL's own ``options`` (which they win over): the
-    ``search_path`` ``<schema>, public`` and, with ``read_only``, the read-only default.
-    Raises :class:`ConfigurationError` for a URL that is not PostgreSQL's."""
-    text = _url_text(url)
-    libpq = libpq_url(text)
-    if libpq is None and "://" not in text and "=" in text:
-        libpq = text  # a libpq key=value string (a pool's conninfo)
-    if libpq is None:
-        scheme = text.partition("://")[0].partition("+")[0] if "://" in text else ""
-        if scheme:
-            raise ConfigurationError(f"tnsrag_db needs PostgreSQL, got a {scheme!r} URL")
-        raise ConfigurationError(f"not a database URL: {redact_url(text)}")
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(libpq)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(f"not a database URL: {redact_url(text)}: {exc}") from exc
-    if schema is not None:
-        validate_schema_name(schema)
-        ours = f"-c search_path={schema},public" + (" -c default_transaction_read_only=on" if read_only else "")
-        given = params.get("options")
-        params["options"] = f"{given} {ours}" if given else ours
-    return psycopg.conninfo.make_conninfo("", **params)
-
-
-def url_of(conninfo: str, **changes: str | None) -> str:
-    """A ``postgresql://`` URL of the libpq connection string or URL ``conninfo``, with
-    ``changes`` (libpq keywords: ``dbname="tnsrag"``) applied; a socket directory as host
-    goes to the query (``postgresql://user@/db?host=/run/sock``)."""
-    from urllib.parse import quote, urlencode
-
-    params = psycopg.conninfo.conninfo_to_dict(libpq_url(conninfo) or conninfo)
-    params.update(changes)
-    user = quote(str(params.pop("user", "") or ""), safe="")
-    password = params.pop("password", None)
-    shown = "***" if password == "***" else quote(str(password), safe="")
-    auth = f"{user}:{shown}@" if password is not None else (f"{user}@" if user else "")
-    host = str(params.get("host") or "")
-    netloc = ""
-    if host and not host.startswith("/") and "," not in host:
-        params.pop("host")
-        port = params.pop("port", None)
-        netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
-    database = quote(str(params.pop("dbname", "") or ""), safe="")
-    query = urlencode({k: str(v) for k, v in params.items() if v is not None}, safe="/")
-    return f"postgresql://{auth}{netloc}/{database}" + (f"?{query}" if query else "")
-
-
-def location_of(url: object) -> str:
-    """``url`` as the text a store's ``location`` shows: a ``postgresql://`` URL with its
-    password hidden (``***``)."""
-    conninfo = conninfo_of(url)
-    hidden = "***" if psycopg.conninfo.conninfo_to_dict(conninfo).get("password") is not None else None
-    return url_of(conninfo, password=hidden)
-
-
 # -- the pool ------------------------------------------------------------------------
 
 
@@ -569,7 +482,7 @@ class Pool:
             if self._closed:
                 raise ConfigurationError(f"this connection pool ({self._location}) is closed")
             if self._pool is None:
-                from psycopg_pool import ConnectionPool
+                from psycopg_pool import ConnectionPool  # its threads: not for the CLI's OneConnection
 
                 self._pool = ConnectionPool(
                     self._conninfo, connection_class=_Driver, kwargs={FAILURES: self._failures},
@@ -612,7 +525,7 @@ class Pool:
         """A connection of the pool, and what gives it back. Waits in short slices: when an
         attempt to open a connection failed meanwhile (a wrong URL, a server down, a
         refused login), the attempt's error is raised at once rather than after ``timeout``."""
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolTimeout  # as in _opened (which has loaded it): a Pool's only
 
         pool = self._opened()
         start = time.monotonic()

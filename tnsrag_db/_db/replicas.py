@@ -33,8 +33,9 @@ from typing import Any
 import psycopg
 
 from tnsrag_db._db.hooks import DEFAULT_PING_AFTER_IDLE, ConnectionHooks
-from tnsrag_db._db.pool import Connection, Connections, Pool, redact_url
+from tnsrag_db._db.pool import Connection, Connections, Pool
 from tnsrag_db._db.runner import Checkout
+from tnsrag_db._db.settings import redact_url
 from tnsrag_db._errors import ConfigurationError, DatabaseError, ValidationError
 
 __all__ = ["CONSISTENCY", "DEFAULT_MAX_LAG", "DEFAULT_WAIT_TIMEOUT", "ReadReplicas", "Replica", "WriteClock", "WriteToken",

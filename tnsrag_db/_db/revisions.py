@@ -40,14 +40,17 @@ _REVISION_RE = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*['\"]([^'\"]+)['\"]",
 _DOWN_REVISION_RE = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])", re.M)
 
 
+try:  # the revisions as the wheel ships them, else (a source tree) the top-level folder
+    import tnsrag_db._migrations as _packaged  # type: ignore[import-not-found]
+except ImportError:
+    _MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+else:
+    _MIGRATIONS = Path(_packaged.__file__).parent
+
+
 def migrations_dir() -> Path:
     """The folder holding ``env.py`` and ``versions/``: the packaged copy, else the source tree's."""
-    try:
-        import tnsrag_db._migrations as packaged  # type: ignore[import-not-found]
-
-        return Path(packaged.__file__).parent
-    except ImportError:
-        return Path(__file__).resolve().parents[2] / "migrations"
+    return _MIGRATIONS
 
 
 @lru_cache(maxsize=1)

@@ -21,7 +21,7 @@ def _decode_text(data: bytes) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         pass
-    from charset_normalizer import from_bytes
+    from charset_normalizer import from_bytes  # only for text that is not UTF-8 (see pyproject.toml)
 
     results = from_bytes(data)
     best = results.best()

@@ -33,7 +33,7 @@ def _paragraphs(raw: str) -> list[str]:
 
 
 def _html(rel: str, text: str, chunker: Chunker, tier: MemoryTier) -> Iterator[MemoryEntry]:
-    from selectolax.lexbor import LexborHTMLParser
+    from selectolax.lexbor import LexborHTMLParser  # only for HTML files (see the dependencies in pyproject.toml)
 
     tree = LexborHTMLParser(text.replace(_MARK, ""))
     title_node = tree.css_first("title")

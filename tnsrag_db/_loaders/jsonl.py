@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._errors import InvalidEntryError
+from tnsrag_db._indexes import graph
 from tnsrag_db._types import MemoryEntry, MemoryTier, parse_instant
 
 if TYPE_CHECKING:
@@ -84,8 +85,7 @@ def _record_vectors(raw: object) -> dict[tuple[str, int], npt.NDArray[np.float32
     little-endian float32 values}]`` (what ``tnsrag export --vectors`` writes)."""
     if raw is None:
         return {}
-    import numpy as np  # only for records with vectors
-
+    import numpy as np  # only for records with vectors: FileLoader does not load numpy otherwise
 
     if not isinstance(raw, list):
         raise InvalidEntryError(f"'vectors' must be a list of objects, got {type(raw).__name__}")
@@ -117,8 +117,6 @@ def _record_edges(src: str, raw: object) -> list[Edge]:
         return []
     if not isinstance(raw, list):
         raise InvalidEntryError(f"'edges' must be a list of objects, got {type(raw).__name__}")
-    from tnsrag_db._indexes.graph import DEFAULT_RELATION, Edge
-
     out: list[Edge] = []
     for n, item in enumerate(raw):
         if not isinstance(item, dict):
@@ -136,7 +134,7 @@ def _record_edges(src: str, raw: object) -> list[Edge]:
         relation = item.get("relation")
         weight = item.get("weight")
         dst: Any = item.get("dst")  # Edge checks every field
-        out.append(Edge(src, dst, DEFAULT_RELATION if relation is None else relation,
+        out.append(graph.Edge(src, dst, graph.DEFAULT_RELATION if relation is None else relation,
                         1.0 if weight is None else weight, item.get("source"),
                         bounds["validFrom"], bounds["validUntil"]))
     return out

@@ -13,8 +13,7 @@ from tnsrag_db._types import MemoryEntry, MemoryTier
 
 
 def _pdf(rel: str, data: bytes, chunker: Chunker, tier: MemoryTier) -> Iterator[MemoryEntry]:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf import PdfReader, errors  # only for PDF files (see the dependencies in pyproject.toml)
 
     pypdf_log = logging.getLogger("pypdf")
     level = pypdf_log.level
@@ -27,7 +26,7 @@ def _pdf(rel: str, data: bytes, chunker: Chunker, tier: MemoryTier) -> Iterator[
             pages = [page.extract_text() or "" for page in reader.pages]
         except _Skip:
             raise
-        except (PdfReadError, ValueError, KeyError, TypeError, OSError, RecursionError) as exc:
+        except (errors.PdfReadError, ValueError, KeyError, TypeError, OSError, RecursionError) as exc:
             raise _Skip(f"unreadable PDF ({type(exc).__name__}: {exc})") from None
     finally:
         pypdf_log.setLevel(level)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._db.statement import Plan, Statement, one
 from tnsrag_db._errors import ConfigurationError, CorpusNotFoundError
+from tnsrag_db._indexes.graph.sql import HAS_EDGES_SQL
 from tnsrag_db._types import MemoryTier
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.reports import CorpusInfo, CorpusStats, SpaceInfo
@@ -52,8 +53,6 @@ def require_corpus_plan(corpus: str) -> Plan[None]:
 def corpus_has_edges_plan(corpus: str) -> Plan[bool]:
     """Whether ``corpus`` has any edge (one index probe; the statement of
     :meth:`GraphStore.has_edges <tnsrag_db._indexes.graph.GraphStore.has_edges>`)."""
-    from tnsrag_db._indexes.graph.sql import HAS_EDGES_SQL
-
     rows = yield Statement(HAS_EDGES_SQL, {"c": corpus}, ("has_edges",))
     return bool(rows[0].has_edges)
 

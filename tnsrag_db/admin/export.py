@@ -54,7 +54,7 @@ def _edge_record(edge: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _float32_base64(values: Sequence[float]) -> str:
-    import numpy as np  # not at import time: the lean CLI paths import tnsrag_db.admin
+    import numpy as np  # only for --vectors: tnsrag corpora, stats, delete and drop load this module too
 
     return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
 

@@ -13,21 +13,24 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from tnsrag_db import embeddings
 from tnsrag_db._db.pool import Connection
 from tnsrag_db._errors import ProviderConfigurationError
+from tnsrag_db._indexes.graph import GraphStore
+from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._loaders import FileLoader
 from tnsrag_db._store.store import Store
 from tnsrag_db._types import MemoryEntry
 from tnsrag_db.admin.reports import RestoreCounts
 
-if TYPE_CHECKING:  # numpy is imported where vectors are handled: the lean CLI paths import this package
-    import numpy as np
-    import numpy.typing as npt
-
 __all__ = ["ExportedVectors", "restore_corpus", "restore_providers"]
 
-SpaceVectors = dict[tuple[str, int], dict[str, "npt.NDArray[np.float32]"]]
+SpaceVectors = dict[tuple[str, int], dict[str, npt.NDArray[np.float32]]]
 
 
 class ExportedVectors:
@@ -66,8 +69,6 @@ class ExportedVectors:
         return self._rows([self._by_text.get(t) for t in texts], texts)
 
     def _rows(self, rows: list[Any], texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        import numpy as np
-
         missing = [i for i, row in enumerate(rows) if row is None]
         if missing:
             if self._fallback is None:  # restore_providers refuses this before anything is written
@@ -91,11 +92,9 @@ def restore_providers(entries: Sequence[MemoryEntry], vectors: SpaceVectors, req
     process embedding when None). Raises :class:`ProviderConfigurationError`, before
     anything is written, when entries lack a vector of a space whose provider is not installed.
     """
-    from tnsrag_db.embeddings import get_process_embedding, provider_name, resolve_embedding
-
     if not vectors:
-        return [requested if requested is not None else get_process_embedding()]
-    wanted = None if requested is None else provider_name(requested)
+        return [requested if requested is not None else embeddings.get_process_embedding()]
+    wanted = None if requested is None else embeddings.provider_name(requested)
     providers: list[Any] = []
     covered = False
     for (name, dimension), by_id in vectors.items():
@@ -105,7 +104,7 @@ def restore_providers(entries: Sequence[MemoryEntry], vectors: SpaceVectors, req
             fallback, covered = requested, True
         elif lacking:
             try:
-                fallback = resolve_embedding(name)
+                fallback = embeddings.resolve_embedding(name)
             except ProviderConfigurationError as exc:
                 shown = ", ".join(repr(i) for i in lacking[:5]) + (f" and {len(lacking) - 5} more"
                                                                    if len(lacking) > 5 else "")
@@ -137,10 +136,6 @@ def restore_corpus(store: Store, path: str | os.PathLike[str], *, embedding: Any
     :class:`DanglingReferenceError` when an edge names an entry that is neither in the
     file nor in the corpus (nothing is written then), :class:`DatabaseError`.
     """
-    from tnsrag_db._indexes.graph import GraphStore
-    from tnsrag_db._indexes.vector import VectorMemoryStore
-    from tnsrag_db._loaders import FileLoader
-
     loader = FileLoader(Path(path))
     entries = list(loader.load())
     edges = loader.edges

