@@ -280,7 +280,7 @@ def _not_version_table(name: str | None, type_: str, _parent: object) -> bool:
 
 
 #: Indexes the library creates at run time, outside the revisions: one HNSW index per
-#: embedding space (``schema.hnsw_index_name``), built and dropped by ``VectorMemoryStore``.
+#: embedding space (``tnsrag_db._indexes.vector.hnsw.hnsw_index_name``), built and dropped by ``VectorMemoryStore``.
 RUNTIME_INDEX = re.compile(r"^ix_embeddings_hnsw_[0-9]+$")
 #: Foreign keys PostgreSQL adds for each partition a declared key references (``<name>_<n>``)
 #: once the tables are partitioned (``tnsrag db partition-sql``).

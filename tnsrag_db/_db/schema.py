@@ -57,7 +57,6 @@ __all__ = [
     "entries",
     "entry_aliases",
     "entry_filter_pairs",
-    "hnsw_index_name",
     "metadata",
     "tenant_grants",
 ]
@@ -174,11 +173,6 @@ embedding_spaces = Table(
     ForeignKeyConstraint(["corpus"], ["corpora.corpus"], ondelete="CASCADE"),
     CheckConstraint("dimension BETWEEN 1 AND 16000", name="dimension"),
 )
-
-def hnsw_index_name(space_id: int) -> str:
-    """Name of the HNSW index the library builds for embedding space ``space_id``."""
-    return f"ix_embeddings_hnsw_{int(space_id)}"
-
 
 embeddings = Table(
     "embeddings",

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tnsrag_db._db.pool import Connection
-from tnsrag_db._db.schema import hnsw_index_name
 from tnsrag_db._errors import ConfigurationError, PermissionDeniedError, TnsragError
 from tnsrag_db._indexes.vector.progress import IndexProgress
 from tnsrag_db._indexes.vector.spaces import Space
@@ -33,7 +32,8 @@ from tnsrag_db._indexes.vector.sql import HNSW_EF_CONSTRUCTION, HNSW_M
 from tnsrag_db._store.store import Store
 from tnsrag_db._validate import check_number
 
-__all__ = ["DueIndex", "IndexBuildDeferred", "IndexSweep", "build_due_indexes", "defer_build", "due_indexes", "may_build_indexes"]
+__all__ = ["DueIndex", "IndexBuildDeferred", "IndexSweep", "build_due_indexes", "defer_build", "due_indexes", "hnsw_index_name",
+           "may_build_indexes"]
 
 #: The most ``maintenance_work_mem`` (MB) a build raises the session's to on any server; a
 #: server with a larger page cache lends a build up to half of ``shared_buffers``
@@ -55,6 +55,11 @@ class DueIndex:
     dimension: int
     space_id: int
     vectors: int
+
+
+def hnsw_index_name(space_id: int) -> str:
+    """Name of the HNSW index the library builds for embedding space ``space_id``."""
+    return f"ix_embeddings_hnsw_{int(space_id)}"
 
 
 def may_build_indexes(conn: Connection) -> bool:

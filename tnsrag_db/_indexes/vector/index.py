@@ -61,7 +61,15 @@ import numpy.typing as npt
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._db.as_of import with_instant
 from tnsrag_db._db.statement import Plan, Rows, Statement, run_plan
-from tnsrag_db._errors import ConfigurationError, EmbeddingValidationError
+from tnsrag_db._errors import ConfigurationError, DatabaseError, EmbeddingValidationError
+from tnsrag_db._indexes.vector.hnsw import (
+    build_space_index,
+    build_with_progress,
+    defer_build,
+    drop_space_index,
+    space_size_reaches,
+)
+from tnsrag_db._indexes.vector.ingest import run_ingest
 from tnsrag_db._indexes.vector.pacing import CallPacer, is_local
 from tnsrag_db._indexes.vector.progress import IndexProgress, IngestProgress
 from tnsrag_db._indexes.vector.spaces import SPACE_RECHECK_SECONDS, ProviderSpaces, Space
@@ -78,6 +86,9 @@ from tnsrag_db._indexes.vector.sql import (
     documents_sql,
     ranking_sql,
 )
+from tnsrag_db._indexes.vector.write import VectorWrite, needing_vectors, write_stored_vectors
+from tnsrag_db._store.store import Store
+from tnsrag_db._store.write import ValidatedBatch, WriteReport
 from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry, validate_filters
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 from tnsrag_db.embeddings import EmbeddingFunction, ValidatingEmbedding
@@ -85,8 +96,7 @@ from tnsrag_db.explain import CosineExplanation, SearchPlan
 
 if TYPE_CHECKING:
     from tnsrag_db._db.pool import Connection
-    from tnsrag_db._store.store import Store
-    from tnsrag_db._store.write import ValidatedBatch, WriteExtension, WriteReport
+    from tnsrag_db._store.write import WriteExtension
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -180,7 +190,6 @@ class VectorMemoryStore:
                  space_recheck_seconds: float = SPACE_RECHECK_SECONDS,
                  index_threshold: int | None = DEFAULT_INDEX_THRESHOLD,
                  hnsw_m: int = HNSW_M, hnsw_ef_construction: int = HNSW_EF_CONSTRUCTION) -> None:
-        from tnsrag_db._store.store import Store
 
         if not isinstance(store, Store):
             raise ConfigurationError(f"store must be a Store, got {type(store).__name__}")
@@ -379,7 +388,6 @@ class VectorMemoryStore:
         ``extensions`` (:class:`~tnsrag_db._store.write.WriteExtension`) join the write's
         transaction before the vectors' own (a consolidation's merge does).
         """
-        from tnsrag_db._store.write import ValidatedBatch
 
         check_int(batch_size, "batch_size", minimum=1)
         store = self._store
@@ -455,7 +463,6 @@ class VectorMemoryStore:
         :meth:`~tnsrag_db._store.corpus.Writer.refresh_statistics`), so the corpus just
         loaded is planned for as it is.
         """
-        from tnsrag_db._indexes.vector.ingest import run_ingest
 
         check_int(batch_size, "batch_size", minimum=1)
         store = self._store
@@ -498,9 +505,6 @@ class VectorMemoryStore:
         no vector here. Returns the entries' counts: all of them ``unchanged`` (none is
         written). Errors as in :meth:`ingest`.
         """
-        from tnsrag_db._indexes.vector.ingest import run_ingest
-        from tnsrag_db._indexes.vector.write import write_stored_vectors
-        from tnsrag_db._store.write import WriteReport
 
         check_int(batch_size, "batch_size", minimum=1)
         store = self._store
@@ -553,7 +557,6 @@ class VectorMemoryStore:
     def _needing_vectors(self, batch: Sequence[MemoryEntry]) -> list[MemoryEntry]:
         """Entries that are new, changed their text, or lack a vector in this space (a pre-read,
         :func:`~tnsrag_db._indexes.vector.write.needing_vectors`)."""
-        from tnsrag_db._indexes.vector.write import needing_vectors
 
         store = self._store
         if self._dimension is None:
@@ -571,7 +574,6 @@ class VectorMemoryStore:
         meanwhile) in one transaction; ``stop``, once set, aborts it after the current statement.
         ``with_vectors=False`` writes the entries only (no space: None). ``extensions`` join
         the transaction before the vectors' own (a consolidation's merge)."""
-        from tnsrag_db._indexes.vector.write import VectorWrite
 
         extension = VectorWrite(self._spaces, self._dimension, vectors,
                                 lambda entries: self._embed_entries(entries, batch_size),
@@ -584,8 +586,6 @@ class VectorMemoryStore:
         """Build the space's index once it is due, after the write committed: a role that may
         not build it (the application role owns no table), or a build that fails, leaves the
         committed write standing and warns (:class:`IndexBuildDeferred`) instead of raising."""
-        from tnsrag_db._errors import DatabaseError
-        from tnsrag_db._indexes.vector.hnsw import defer_build, space_size_reaches
 
         if self._index_threshold is None or space.index_name is not None:
             return
@@ -629,7 +629,6 @@ class VectorMemoryStore:
         :meth:`add_all` calls this automatically once a space holds ``index_threshold``
         vectors. Raises :class:`ConfigurationError` on a store that only reads.
         """
-        from tnsrag_db._indexes.vector.hnsw import build_with_progress
 
         store = self._store
         if progress is None:
@@ -637,7 +636,6 @@ class VectorMemoryStore:
         return build_with_progress(store, self._build_index, progress, poll_seconds)
 
     def _build_index(self, on_pid: Callable[[int], None] | None) -> str | None:
-        from tnsrag_db._indexes.vector.hnsw import build_space_index
 
         store = self._store
         space = self._current_space(store)
@@ -657,7 +655,6 @@ class VectorMemoryStore:
         ``embeddings`` table go on meanwhile. Waits for a build running on the table.
         Raises :class:`ConfigurationError` on a store that only reads.
         """
-        from tnsrag_db._indexes.vector.hnsw import drop_space_index
 
         store = self._store
         space = self._current_space(store)
