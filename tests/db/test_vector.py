@@ -342,8 +342,8 @@ def test_batches_count_outcomes_and_a_bad_vector_rejects_the_whole_batch(store: 
 
 def test_drop_corpus_drops_the_spaces_hnsw_index(make_store) -> None:  # type: ignore[no-untyped-def]
 
-    from tnsrag_db._indexes.vector.hnsw import hnsw_index_name
     from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db._indexes.vector.hnsw import hnsw_index_name
     from tnsrag_db._types import MemoryEntry
 
     store = make_store()
