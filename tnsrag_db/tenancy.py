@@ -35,6 +35,7 @@ from tnsrag_db._db.lock_retries import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOU
 from tnsrag_db._db.pool import Connection, Connections
 from tnsrag_db._db.settings import validate_schema_name
 from tnsrag_db._errors import ConfigurationError, TnsragError
+from tnsrag_db._store.corpus import check_corpus_name
 
 __all__ = ["DEFAULT_LOCK_TIMEOUT_SECONDS", "PAIRS_TABLE", "POLICY_SQL", "SPACE_INSERT_COLUMNS", "TENANT_TABLES",
            "TenantGrant", "disable", "enable", "filters_use_indexes", "grant", "grants", "is_enabled", "lock_timeout",
@@ -362,8 +363,6 @@ def grant(db: Connections, *, schema: str, role: str, corpus: str,
     """
     validate_schema_name(schema)
     timeout_ms = _check_lock_timeout(lock_timeout)
-    from tnsrag_db._store.corpus import check_corpus_name
-
     check_corpus_name(corpus)
     with _connection(db, f"grant of corpus {corpus!r} to role {role!r}") as conn, conn.begin():
         _check_role(conn, schema, role)

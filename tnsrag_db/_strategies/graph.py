@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from tnsrag_db._db.as_of import honours_as_of
 from tnsrag_db._db.statement import Plan, Statement, one
 from tnsrag_db._errors import ConfigurationError, ValidationError
+from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.graph import GraphStore
 from tnsrag_db._indexes.graph.walk import DEFAULT_EDGE_BUDGET_FACTOR
 from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
@@ -64,12 +65,12 @@ from tnsrag_db._strategies.base import (
     source_fence,
 )
 from tnsrag_db._strategies.explain import explain_with, explanation_of, prefixed
+from tnsrag_db._strategies.keyword import bm25_figures_plan, bm25_plan
 from tnsrag_db._types import MAX_RESULTS, RAGContext, RetrievedDocument
 from tnsrag_db._validate import check_int, is_number
 from tnsrag_db.explain import Explanation, GraphExplanation, GraphHop, ScoreExplanation, SearchPlan
 
 if TYPE_CHECKING:
-    from tnsrag_db._indexes.bm25 import BM25Index
     from tnsrag_db._store.store import Store
 
 __all__ = ["GraphRAGStrategy"]
@@ -79,8 +80,6 @@ __all__ = ["GraphRAGStrategy"]
 def _explained_bm25_seeds(index: BM25Index, query: str, count: int) -> Plan[
         tuple[list[tuple[str, float]], dict[str, ScoreExplanation]]]:
     """The BM25 seeds of ``query`` with their figures, from one snapshot when run with ``snapshot=True``."""
-    from tnsrag_db._strategies.keyword import bm25_figures_plan
-
     sql, params = index.candidates_sql(query, count)
     rows = yield Statement(sql, params, ("entry_id", "score"))
     pairs = [(str(r.entry_id), float(r.score)) for r in rows]
@@ -274,8 +273,6 @@ class GraphRAGStrategy(PlannedStrategy):
 
     def _seeds_plan(self, query: str) -> Plan[dict[str, float]]:
         if self._seed_strategy is None:
-            from tnsrag_db._indexes.bm25 import BM25Index
-
             sql, params = BM25Index(self._store.store).candidates_sql(query, self._seed_count)
             rows = yield Statement(sql, params, ("entry_id", "score"))
             pairs = [(str(r.entry_id), float(r.score)) for r in rows]
@@ -288,9 +285,6 @@ class GraphRAGStrategy(PlannedStrategy):
     def _explained_seeds(self, query: str) -> tuple[dict[str, float], dict[str, ScoreExplanation], list[SearchPlan]]:
         """:meth:`seeds` with each seed's explanation and the seed search's plans."""
         if self._seed_strategy is None:
-            from tnsrag_db._indexes.bm25 import BM25Index
-            from tnsrag_db._strategies.keyword import bm25_plan
-
             index = BM25Index(self._store.store)
             pairs, figures = self._store.store.run(_explained_bm25_seeds(index, query, self._seed_count),
                                                    snapshot=True)

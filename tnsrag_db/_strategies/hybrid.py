@@ -35,6 +35,7 @@ from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError
 from tnsrag_db._indexes.hybrid import index as fused_index
 from tnsrag_db._store.reads import document_from_row
+from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.base import PlannedStrategy, RAGStrategy, check_query, planned, resolve_context
 from tnsrag_db._strategies.explain import by_entry, explain_with, explanation_of, prefixed, snapshot
 from tnsrag_db._strategies.fusion import (
@@ -66,7 +67,6 @@ from tnsrag_db.explain import (
 if TYPE_CHECKING:
     from tnsrag_db._indexes.bm25 import BM25Index
     from tnsrag_db._indexes.vector import QueryBasis, VectorMemoryStore
-    from tnsrag_db._store.store import Store
 
 __all__ = ["HybridMemoryRetriever", "HybridRAGStrategy"]
 
@@ -350,8 +350,6 @@ class HybridRAGStrategy(PlannedStrategy):
                 fusion=DEFAULT_FUSION if fusion is None else fusion)
         if graph is not None and not callable(getattr(graph, "retrieve", None)):
             raise ConfigurationError("graph must be a GraphRAGStrategy (or another strategy) or None")
-        from tnsrag_db._store.store import Store
-
         graph_store = getattr(getattr(graph, "store", None), "store", None)  # GraphRAGStrategy -> GraphStore -> Store
         if isinstance(graph_store, Store) and _place(graph_store) != _place(self._retriever.keywords.store):
             raise ConfigurationError(f"graph corpus {_describe(graph_store)} differs from the hybrid's corpus "

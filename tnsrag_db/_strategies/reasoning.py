@@ -68,6 +68,7 @@ from tnsrag_db._errors import (
     ExecutionError,
     TnsragError,
 )
+from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.hierarchy import HierarchyIndex
 from tnsrag_db._store.reads import ENTRY_COLUMN_NAMES, ENTRY_COLUMNS, document_from_row
 from tnsrag_db._store.store import Store
@@ -347,8 +348,6 @@ class ReasoningRAGStrategy(PlannedStrategy):
     # -- helpers ------------------------------------------------------------------------
     def _branches(self, query: str) -> Statement:
         """One statement: the BM25 hits of ``query`` and their ancestors, each with its best hit score."""
-        from tnsrag_db._indexes.bm25 import BM25Index
-
         assert self._seed_count is not None
         hits = BM25Index(self._store).ranking_statement(query, self._seed_count, prefix="rs")
         return self._hierarchy.branches_statement(hits, fence=self._fence)

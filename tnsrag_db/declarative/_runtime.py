@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from tnsrag_db._counts import IngestCounts
 from tnsrag_db._errors import ConfigurationError, ExecutionError, TnsragError
-from tnsrag_db._store.store import Store
+from tnsrag_db._store.store import Store, connect
 from tnsrag_db._strategies.base import RAGStrategy
 from tnsrag_db._strategies.compose import GRAPH_PROVIDER_NAME, StrategyOptions, compose_strategy, ensure_installed
 from tnsrag_db._types import RAGContext, RetrievedDocument
@@ -129,8 +129,6 @@ class Runtime:
                 store = self._default_store
                 if store is None:
                     if self._connected_store is None:
-                        from tnsrag_db._store.store import connect
-
                         self._connected_store = connect()
                     store = self._connected_store
         if not isinstance(store, Store):

@@ -39,13 +39,13 @@ from tnsrag_db._indexes.bm25 import scoring, sql
 from tnsrag_db._indexes.bm25.scoring import DEFAULT_B, DEFAULT_K1, check_bm25_parameters
 from tnsrag_db._store.bm25.analysis import analyze_query
 from tnsrag_db._store.filters import filter_sql, pairs_alone
+from tnsrag_db._store.store import Store
 from tnsrag_db._types import MAX_CANDIDATES, MemoryEntry
 from tnsrag_db._validate import check_int, check_number, check_prefix, check_query_text
 
 if TYPE_CHECKING:  # the explanations load in ~0.05 s: a keyword query does not need them
 
     from tnsrag_db._counts import IngestCounts
-    from tnsrag_db._store.store import Store
     from tnsrag_db.explain import BM25Explanation
 
 __all__ = ["BM25Index"]
@@ -112,8 +112,6 @@ class BM25Index:
     def __init__(self, store: Store, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B,
                  prune_min_df: int = DEFAULT_PRUNE_MIN_DF, prune_ratio: float = DEFAULT_PRUNE_RATIO,
                  probe_cost: float = DEFAULT_PROBE_COST, filter_probe_max: float = DEFAULT_FILTER_PROBE_MAX) -> None:
-        from tnsrag_db._store.store import Store
-
         if not isinstance(store, Store):
             raise ConfigurationError(f"BM25Index needs a Store, got {type(store).__name__}")
         self._store = store
