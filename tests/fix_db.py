@@ -67,6 +67,22 @@ def _real_data_dir() -> Path:
         return Path(platformdirs.user_data_dir("tnsrag_db"))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``pytest -n auto``: one process per core, at most four. Each process starts its own
+    embedded server (and its tests their own children), so more than that only crowds the
+    machine."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files holding a test marked ``slow`` first, the order otherwise kept: spread over
+    processes file by file (``-n``), the longest files start first and the processes end
+    together instead of one running the last long file alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Point HOME and XDG_DATA_HOME at a temporary directory for the whole run, before any
     test module is imported: every path to the user data directory (``connect()`` and

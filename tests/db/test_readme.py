@@ -226,7 +226,7 @@ def test_the_command_line_check_refuses_unknown_commands_and_options() -> None:
 def test_the_readme_test_command_is_what_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     ci_command = [line for line in ci.splitlines() if "pytest" in line and not line.startswith("#")]
-    assert ci_command == ["pip install -e '.[test]' && pytest -q"], ci_command
+    assert ci_command == ["pip install -e '.[test]' && pytest -q -n auto"], ci_command
     quickstart = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     commands = [code.strip() for _line, code in blocks(quickstart, "bash")]
     assert len(commands) == 2, "the Quickstart has exactly two commands: the main job and the tests"
