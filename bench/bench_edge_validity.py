@@ -44,8 +44,8 @@ _STATES = {
 
 
 def _vacuum(store: Store) -> None:
-    with store.pool.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute("VACUUM (ANALYZE) edges")
+    with store.pool.connect(autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE) edges")
 
 
 def run(store: Store, runs: int, reuse: bool) -> None:

@@ -61,8 +61,7 @@ def ingest(store: Store, entries: list[MemoryEntry], reuse: bool) -> float | Non
     for i in range(0, len(entries), 5000):
         store.add_all(entries[i:i + 5000])
     rate = len(entries) / (time.perf_counter() - started)
-    with store.pool.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT")
+    with store.pool.connect(autocommit=True) as conn:
         for table in ("entries", "bm25_postings", "bm25_stats"):
             # Index-only scans of the postings need an up-to-date visibility map.
             conn.execute(f"VACUUM ANALYZE {table}")
@@ -77,8 +76,7 @@ def build_baseline(store: Store) -> float:
         conn.execute((f"CREATE TABLE {SCRATCH} AS SELECT id, to_tsvector('english', content) AS tsv "
                              "FROM entries WHERE corpus = :c"), {"c": store.corpus})
         conn.execute(f"CREATE INDEX ON {SCRATCH} USING gin (tsv)")
-    with store.pool.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT")
+    with store.pool.connect(autocommit=True) as conn:
         conn.execute(f"VACUUM ANALYZE {SCRATCH}")
     return time.perf_counter() - started
 
