@@ -123,7 +123,8 @@ def run(store: Store, args: argparse.Namespace) -> None:
     unpruned_keyword = KeywordRAGStrategy(unpruned_index)
     pool = store.pool
     with store.session.transaction() as conn:
-        postings = conn.execute("SELECT count(*) FROM bm25_postings WHERE corpus = :c",
+        # From the document frequencies: the postings as rows and in blocks alike (a merged corpus has no rows).
+        postings = conn.execute("SELECT coalesce(sum(df), 0) FROM bm25_df WHERE corpus = :c",
                                 {"c": store.corpus}).scalar_one()
     print(f"corpus {store.corpus}: {args.n} entries, {postings} postings"
           + (f", ingested at {rate:,.0f} entries/s" if rate else " (reused)")
@@ -182,7 +183,7 @@ def run(store: Store, args: argparse.Namespace) -> None:
             print(f"{mix:<30} {name:<36} {med:10.2f} {p99:8.2f} {med / base:11.2f}")
     with store.session.transaction() as conn:
         dfs = conn.execute(("SELECT max(n) AS mx, percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS md "
-                                   "FROM (SELECT count(*) AS n FROM bm25_postings WHERE corpus = :c "
+                                   "FROM (SELECT sum(df) AS n FROM bm25_df WHERE corpus = :c "
                                    "GROUP BY lexeme) d"), {"c": store.corpus}).one()
     print(f"(document frequency per term: max {dfs.mx}, median {dfs.md:.0f}; {args.queries} queries per mix, "
           "each timed once after 10 warm-up runs, variants in rotating order; top 10)")
