@@ -24,7 +24,9 @@ the model itself (target: within 5 s; the code before waited 30 s for the keeper
 ``--baseline DIR`` names a checkout of older code (e.g. ``git archive main | tar -x -C
 DIR``): its runs import ``tnsrag_db`` from DIR and are interleaved with this checkout's,
 run by run, so both see the same machine load; the table then shows both and the ratio
-new/old. ``python -c pass`` is timed alongside as the interpreter's floor.
+new/old. Its queries read a schema of its own, ``tnsrag_baseline``, which it migrates
+and fills with the sample corpus itself (an older release may not read this checkout's
+schema). ``python -c pass`` is timed alongside as the interpreter's floor.
 
 The embedded server lives in a temporary user data directory (``XDG_DATA_HOME``), which
 is stopped and deleted at the end; nothing touches your own data.
@@ -66,8 +68,11 @@ HYBRID_QUERY = [*QUERY[:3], "hybrid", *QUERY[4:]]
 class Runner:
     """Runs ``tnsrag`` from one checkout (``tnsrag_db`` imported from ``root``)."""
 
-    def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
+    def __init__(self, name: str, root: Path, env: dict[str, str], schema: str | None = None) -> None:
         self.name, self.root = name, root
+        #: ``--schema`` of its queries: a baseline older than the schema's compatibility floor
+        #: cannot read this checkout's schema, so it reads one of its own.
+        self.schema = ["--schema", schema] if schema else []
         self.env = {**env, "PYTHONPATH": str(root)}
         self.last_cpu = 0.0
         # The command's package: ``_cli`` since the private-module rename, ``cli`` in older checkouts.
@@ -153,7 +158,7 @@ def main() -> None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(home / "pycache")
     new = Runner("new", ROOT, env)
-    runners = [new] + ([Runner("old", args.baseline.resolve(), env)] if args.baseline else [])
+    runners = [new] + ([Runner("old", args.baseline.resolve(), env, schema="tnsrag_baseline")] if args.baseline else [])
     for r in runners:
         print(f"{r.name}: tnsrag_db from {r.module_file()}")
     results: dict[tuple[str, str], list[float]] = {}
@@ -172,17 +177,18 @@ def main() -> None:
 
     breakdown: list[tuple[str, float, float]] = []
     try:
-        new.run("ingest", "--sample")  # starts the kept server, migrates, loads the sample corpus
+        for r in runners:  # the first starts the kept server; each migrates its schema and loads the sample corpus
+            r.run("ingest", "--sample", *r.schema)
         for r in runners:  # untimed: fills the bytecode cache (when there is one) of what each command imports
             r.run("--help")
-            r.run(*QUERY)
-            r.run(*VECTOR_QUERY)
+            r.run(*QUERY, *r.schema)
+            r.run(*VECTOR_QUERY, *r.schema)
         timed("tnsrag --version", lambda r: r.run("--version"), args.runs)
         timed("tnsrag --help", lambda r: r.run("--help"), args.runs)
         new.run("server", "start")
-        timed("keyword query, server running", lambda r: r.run(*QUERY), args.runs)
-        timed("vector query, server running", lambda r: r.run(*VECTOR_QUERY), args.runs)
-        timed("hybrid query, server running", lambda r: r.run(*HYBRID_QUERY), args.runs)
+        timed("keyword query, server running", lambda r: r.run(*QUERY, *r.schema), args.runs)
+        timed("vector query, server running", lambda r: r.run(*VECTOR_QUERY, *r.schema), args.runs)
+        timed("hybrid query, server running", lambda r: r.run(*HYBRID_QUERY, *r.schema), args.runs)
         breakdown = import_breakdown(new, QUERY)
         if args.stopped_keeper_runs:
             import json
@@ -191,13 +197,14 @@ def main() -> None:
             keeper_pid = json.loads((home / "tnsrag_db" / "pg18.keeper.json").read_text())["pid"]
             os.kill(keeper_pid, signal.SIGSTOP)
             try:
-                timed("vector query, keeper stopped", lambda r: r.run(*VECTOR_QUERY), args.stopped_keeper_runs)
+                timed("vector query, keeper stopped", lambda r: r.run(*VECTOR_QUERY, *r.schema),
+                      args.stopped_keeper_runs)
             finally:
                 os.kill(keeper_pid, signal.SIGCONT)
 
         def cold(r: Runner) -> float:
             stop_server()
-            return r.run(*QUERY)
+            return r.run(*QUERY, *r.schema)
 
         timed("keyword query, server stopped", cold, args.cold_runs)
     finally:
