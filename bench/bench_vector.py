@@ -36,10 +36,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
+import psycopg
 
 from bench._corpus import GROUP_01PCT, GROUP_1PCT, Corpus, generate_corpus
+from tnsrag_db._db.hooks import ROUTES_BY_CORPUS
 from tnsrag_db._db.pool import Pool
+from tnsrag_db._db.runner import _values as runner_values
 from tnsrag_db._db.statement import one
 from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import HNSW_EF_CONSTRUCTION, HNSW_M, VectorMemoryStore
@@ -254,9 +256,9 @@ def main() -> None:
             statement = plan.send(store.read(statement.sql, statement.params))
         plan.close()
         statements.append(statement)
-    # The same statements in the driver's parameter style, for the bare connection.
-    dialect = pg_psycopg.dialect()  # type: ignore[no-untyped-call]
-    driver_sql = [st.sql.compile(dialect=dialect).string for st in statements]
+    # The same statements as the runner sends them (``$n`` text and values, the corpus read
+    # through a scalar subquery as on a server without Citus), for the bare connection.
+    sent = [runner_values(st, {ROUTES_BY_CORPUS: False}) for st in statements]
     with raw_engine.connect() as bare_conn:
         braw = bare_conn.driver
         assert braw is not None
@@ -280,7 +282,7 @@ def main() -> None:
                     # Where retrieve()'s time goes: its own statement through Store.run, and
                     # through the bare connection (the driver alone).
                     "store_run": lambda i=i: store.run(one(statements[i])),
-                    "raw_statement": lambda i=i: braw.execute(driver_sql[i], dict(statements[i].params)).fetchall()}
+                    "raw_statement": lambda i=i: psycopg.RawCursor(braw).execute(*sent[i]).fetchall()}
                 names = list(runs)
                 pair: dict[str, float] = {}
                 for name in names[i % len(names):] + names[:i % len(names)]:
