@@ -180,3 +180,25 @@ def test_the_documents_join_probes_entries_by_key_whatever_the_corpus_is_estimat
 
             assert len(run_plan(plan, execute)) == 10, name
             assert _entry_rows_read(url, seen[-1]) <= 20, name
+
+
+def test_an_explanation_keeps_the_statements_prepared_on_its_connection(db_url: URL) -> None:
+    # An explanation reads in one snapshot (a read-only transaction). Ended by ROLLBACK, it
+    # made psycopg deallocate every statement prepared on the connection, so the retrievals
+    # after it were planned again until they had run five times more.
+    with connect(db_url, corpus="plan_reuse_explain", schema=SCHEMA, pool_size=1, max_overflow=0) as store:
+        try:
+            store.add_all([MemoryEntry(f"e{i}", f"{WORDS[i % 8]} {WORDS[(i * 3) % 8]} note {i}") for i in range(60)])
+            keyword = KeywordRAGStrategy(BM25Index(store))
+            for i in range(8):
+                keyword.retrieve(f"{WORDS[i % 8]} {WORDS[(i + 3) % 8]}")
+            prepared = _plans(store, "WITH k_rk")
+            assert sum(prepared) > 0, prepared
+            explained = keyword.explain("parcel refund")
+            assert explained.results
+            keyword.retrieve("parcel courier")
+            after = _plans(store, "WITH k_rk")
+            # The same prepared statement, run once more: nothing was deallocated.
+            assert sum(after) == sum(prepared) + 1, (prepared, after)
+        finally:
+            store.drop_corpus()

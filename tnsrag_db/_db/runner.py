@@ -367,12 +367,18 @@ class _Held:
                     raise
 
     def release(self) -> Steps[None]:
-        """End a snapshot (it only read) and hand each connection back, or discard it."""
+        """End a snapshot (it only read) and hand each connection back, or discard it.
+
+        The snapshot ends with ``COMMIT``, which for a read-only transaction is what a
+        rollback is, because psycopg forgets every statement it prepared on a connection
+        (``DEALLOCATE ALL``) when it sees a ``ROLLBACK``: each explanation would make the
+        next retrievals on that connection plan again (a failed transaction is rolled back
+        by its ``COMMIT`` all the same)."""
         for got in self.held:
             driver = got.driver
             try:
                 if not driver.closed and driver.info.transaction_status in _OPEN:
-                    yield lambda: driver.execute("ROLLBACK")
+                    yield lambda: driver.execute("COMMIT")
             except psycopg.Error:
                 pass  # broken: discarded below
             if _at_rest(driver):
