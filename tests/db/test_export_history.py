@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from sqlalchemy.engine import URL
 
 import tnsrag_db
+from tnsrag_db._cli import main_group
 from tnsrag_db._db.pool import Pool
 from tnsrag_db._errors import InvalidEntryError
 from tnsrag_db._indexes.graph import Edge, GraphStore
@@ -159,3 +162,21 @@ def test_bad_history_fields_name_the_line(tmp_path: Path, record: dict[str, Any]
     path.write_text(json.dumps({"id": "ok", "content": "fine"}) + "\n" + json.dumps(record) + "\n", encoding="utf-8")
     with pytest.raises(InvalidEntryError, match=rf"bad.jsonl:2: .*{message}"):
         list(FileLoader(path).load())
+
+
+def test_the_command_line_exports_and_ingests_the_history(make_store: Callable[..., Store], tmp_path: Path,
+                                                          db_url: URL) -> None:
+    original, copy = make_store(), make_store()
+    instants = _history_corpus(original)
+    url = db_url.render_as_string(hide_password=False)
+    dump = tmp_path / "dump.jsonl"
+    res = CliRunner().invoke(main_group, ["export", "--corpus", original.corpus, "--vectors", "-o", str(dump),
+                                          "--url", url, "--json"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main_group, ["ingest", str(dump), "--corpus", copy.corpus, "--url", url, "--json", "-q"])
+    assert res.exit_code == 0, res.output
+    original.sweep()
+    for key in KEYS:
+        assert copy.history(key) == original.history(key), key
+    for instant in [*instants, None]:
+        assert _answers(copy, instant) == _answers(original, instant), instant
