@@ -17,7 +17,9 @@ from sqlalchemy.engine import URL
 
 import tnsrag_db
 from tnsrag_db._errors import InvalidContextError, InvalidEntryError, ValidationError
+from tnsrag_db._indexes.bm25 import BM25Index
 from tnsrag_db._indexes.vector import VectorMemoryStore
+from tnsrag_db._store import expiry
 from tnsrag_db._store.store import Store
 from tnsrag_db._strategies.registry import STRATEGY_NAMES, build_strategy
 from tnsrag_db._types import MemoryEntry, RAGContext
@@ -373,3 +375,46 @@ def test_as_of_answers_equal_a_replay_of_the_history(make_store: Any, ops: list[
         finally:
             fresh.drop_corpus()
     store.drop_corpus()
+
+
+def _checked(store: Store, statement: tuple[str, dict[str, Any]]) -> tuple[int, list[str]]:
+    """The rows ``statement`` (a ranking) probed to check them (the loops of the check's entry
+    scan, alias ``xr``) and the ids it returned."""
+    with store.session.transaction() as conn:
+        plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement[0]}", statement[1]).scalar_one()
+        ids = sorted(r[0] for r in conn.execute(statement[0], statement[1]))
+
+    def probes(node: dict[str, Any]) -> int:
+        own = int(node.get("Actual Loops", 0)) if str(node.get("Alias", "")).startswith("xr") else 0
+        return own + sum(probes(child) for child in node.get("Plans", []))
+
+    return probes(plan[0]["Plan"]), ids
+
+
+def test_where_only_kept_versions_are_out_a_read_tells_them_by_their_ids(store: Store) -> None:
+    """A read now of a corpus whose only rows left out are kept versions probes no row (the
+    versions' ids tell them apart); a delete, an ``as_of`` or an expired entry brings the
+    probes back, and the answers are the same either way."""
+    store.set_history()
+    vectors = VectorMemoryStore(store, _embed)
+    vectors.add_all([MemoryEntry(f"k{i}", "zebra stripes" if i % 2 else "zebra plains") for i in range(6)])
+    vectors.add_all([MemoryEntry("k0", "horse stable"), MemoryEntry("k1", "horse river")])  # two versions
+    t = _clock(store)
+
+    def rankings() -> list[tuple[str, dict[str, Any]]]:
+        keyword = BM25Index(store).ranking_statement("zebra", 10)
+        return [(keyword.sql, dict(keyword.params)), vectors.candidates_sql(_embed("zebra"), 10)]
+
+    def exclusion() -> int:
+        return int(store.read(f"SELECT {expiry.exclusion(':c')} AS s", {"c": store.corpus})[0].s)
+
+    assert exclusion() == 1
+    for statement, live in zip(rankings(), (["k2", "k3", "k4", "k5"], [f"k{i}" for i in range(6)]), strict=True):
+        assert _checked(store, statement) == (0, live)
+    store.delete("k5")  # an entry a delete closed: its id is no version's
+    assert exclusion() == 2
+    for statement, live in zip(rankings(), (["k2", "k3", "k4"], [f"k{i}" for i in range(5)]), strict=True):
+        probes, ids = _checked(store, statement)
+        assert probes > 0 and ids == live, (probes, ids)
+    assert _found(store, "keyword", "zebra") == {"k2", "k3", "k4"}
+    assert _found(store, "keyword", "zebra", as_of=t) == {"k2", "k3", "k4", "k5"}  # an as_of: gate 2

@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tnsrag_db._errors import ConfigurationError, InvalidEntryError
+from tnsrag_db._loaders.jsonl import Recorded
 from tnsrag_db._loaders.owners import ROOT_KEY, check_owners, pattern_root
 from tnsrag_db._loaders.walk import _GLOB_CHARS, _glob_root
 from tnsrag_db._types import MemoryEntry
@@ -105,7 +106,8 @@ def _inside(path: str, folder: str) -> bool:
 @dataclass
 class Reading:
     """What reading every root gave: entries (file entries tagged with their root), skips,
-    JSONL edges and vectors, the number of files read, and the root of each entry id."""
+    JSONL edges and vectors, the number of files read, the root of each entry id, and the
+    history JSONL exports carried (:attr:`FileLoader.recorded <tnsrag_db._loaders.FileLoader.recorded>`)."""
 
     entries: list[MemoryEntry]
     skipped: list[dict[str, Any]]
@@ -113,6 +115,7 @@ class Reading:
     vectors: dict[Any, dict[str, Any]]
     files_read: int
     root_of: dict[str, Root]
+    recorded: Recorded = field(default_factory=Recorded)
 
 
 #: ``progress(files_done, files_known, bytes_done, bytes_known)`` of a read, over all roots.
@@ -178,6 +181,8 @@ def iter_roots(roots: Sequence[Root], make_loader: Callable[[Root], Any], readin
         reading.edges += list(loader.edges)
         for space, vectors in loader.vectors.items():
             reading.vectors.setdefault(space, {}).update(vectors)
+        reading.recorded.rows += loader.recorded.rows
+        reading.recorded.since.update(loader.recorded.since)
         reading.files_read += loader.files_read
 
 

@@ -47,10 +47,11 @@ from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._indexes.vector.spaces import bind_embedding, count_with_vectors, default_embedding_name, query_space
 from tnsrag_db._loaders import FileLoader
 from tnsrag_db._loaders.formats import file_format
+from tnsrag_db._loaders.jsonl import Recorded
 from tnsrag_db._loaders.owners import claims_of
 from tnsrag_db._store.reads import existing_ids_plan
 from tnsrag_db._store.store import connect
-from tnsrag_db._store.write import content_hash, validate_batch
+from tnsrag_db._store.write import content_hash, validate_batch, write_kept_rows
 from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 from tnsrag_db.admin.restore import ExportedVectors, restore_providers
 
@@ -360,13 +361,14 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                 if provider is None and not reading.vectors:
                     provider = choose_embedding(None, progress.say)
                     truncated_before = getattr(provider, "truncated_texts", 0)
-                providers = restore_providers(entries, reading.vectors, None if embedding is None and reading.vectors
-                                              else provider)
+                providers = restore_providers([*entries, *(r.row() for r in reading.recorded.rows)], reading.vectors,
+                                              None if embedding is None and reading.vectors else provider)
                 # The files read claim their id paths (JSONL records carry a root of their own, if any).
                 claims = {e.metadata["path"]: root.key for e in entries
                           if (root := reading.root_of.get(e.id)) is not None and e.metadata.get(ROOT_KEY) == root.key
                           and "path" in e.metadata}
-                counts, _, outcome = _write(entries, plan, providers, progress, ledger, roots, claims, reading.edges)
+                counts, _, outcome = _write(entries, plan, providers, progress, ledger, roots, claims, reading.edges,
+                                            reading.recorded)
             skipped = reading.skipped
     except IngestInterrupted as exc:
         if exc.__cause__ is None:
@@ -443,14 +445,15 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
 
 
 def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], progress: Any, ledger: _Ledger,
-           roots: list[Any], claims: dict[str, str], edges: Sequence[Any] = ()) -> tuple[Any, list[MemoryEntry],
-                                                                                      dict[str, Any]]:
+           roots: list[Any], claims: dict[str, str], edges: Sequence[Any] = (),
+           recorded: Recorded | None = None) -> tuple[Any, list[MemoryEntry], dict[str, Any]]:
     """The one writer of ``tnsrag ingest``: connect, refuse files whose ids another root's
     entries hold (``claims``: id path -> root, :func:`~tnsrag_db._cli._roots.check_roots`),
     write ``entries`` batch by batch without vectors (keyword-searchable as each batch
     commits; their counts go to ``ledger``), then fill their vectors
-    (:func:`_fill_vectors`, a pass per provider of ``providers``), then the ``edges`` and
-    the prune.
+    (:func:`_fill_vectors`, a pass per provider of ``providers``), then the history of a
+    JSONL export (``recorded``: closed rows and recording instants, in one transaction, then
+    the closed rows' vectors), the ``edges`` and the prune.
 
     ``entries`` is either the list of everything read and validated as a whole (a run that
     must see every file first: ``--strict``, ``--dry-run``, ``--prune``, JSONL records):
@@ -482,7 +485,8 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], pr
         stale: list[str] = []
         if whole is not None:
             if edges:
-                _check_edge_ends(store, edges, {e.id for e in whole})
+                _check_edge_ends(store, edges, {e.id for e in whole}
+                                 | {r.row_id for r in (recorded.rows if recorded else ())})
             stale = stale_ids(store, roots, {e.id for e in whole}) if plan.prune else []
             if plan.dry_run:
                 stored = store.content_hashes([e.id for e in whole]) if whole else {}
@@ -538,6 +542,14 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], pr
         # held under other ids before this run.
         outcome["duplicates"] = _duplicates(store, fresh, [e.id for e in written] + stale)
         _fill_vectors(store, views, written, plan, progress, index_advance)
+        if recorded:
+            # A corpus's history (tnsrag export of a corpus that keeps history): its closed
+            # rows and when each row was recorded, once every entry is committed.
+            store.writer.transaction(lambda conn: write_kept_rows(conn, store.writer.corpus, recorded.rows,
+                                                                  recorded.since))
+            kept = [r.row() for r in recorded.rows]
+            for view in views if kept else ():
+                view.fill_kept_vectors(kept)
         if edges:
             # The edges of JSONL records (tnsrag export files), once every entry is
             # committed: an edge to an entry neither in the files nor in the corpus is an

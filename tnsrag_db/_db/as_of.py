@@ -21,7 +21,7 @@ __all__ = ["AS_OF_PARAM", "BOUNDED", "as_of", "asked_as_of", "check_as_of", "hon
 #: The condition that an entry row has a bound in time (an expiry, a validity or the end of
 #: its recording): the predicate of the partial index ``ix_entries_corpus_bounded`` (revision
 #: 0018, declared in :mod:`tnsrag_db._db.schema`), whose one empty probe tells the reads that
-#: no entry of a corpus needs a check (:func:`tnsrag_db._store.expiry.none_excluded`). Column
+#: no entry of a corpus needs a check (:func:`tnsrag_db._store.expiry.exclusion`). Column
 #: names alone, so it reads the same in the index and in a query of one ``entries`` row
 #: source; a change is a new revision. Here, not beside the declaration, so that the reads
 #: that use it do not import SQLAlchemy.

@@ -149,6 +149,10 @@ entries = Table(
     # Every entry with any bound, by id: its one empty probe gates every check of the above
     # (revision 0018).
     Index("ix_entries_corpus_bounded", "corpus", "id", postgresql_where=text(BOUNDED)),
+    # The entries a delete closed (their own rows, not kept versions): the gate tells a corpus
+    # whose only rows left out are kept versions by one empty probe (revision 0019).
+    Index("ix_entries_corpus_closed", "corpus", "recorded_until",
+          postgresql_where=text("recorded_until IS NOT NULL AND version_of IS NULL")),
     Index("ix_entries_corpus_version_of", "corpus", "version_of", postgresql_where=text("version_of IS NOT NULL")),
     # GIN over (corpus, metadata) with btree_gin: a metadata filter reads only its corpus's rows.
     Index("ix_entries_corpus_metadata", "corpus", "metadata", postgresql_using="gin",

@@ -19,7 +19,7 @@ from tnsrag_db._loaders.code import _code
 from tnsrag_db._loaders.encodings import _decode_text
 from tnsrag_db._loaders.formats import _language, file_format
 from tnsrag_db._loaders.html import _html
-from tnsrag_db._loaders.jsonl import SpaceVectors, _jsonl
+from tnsrag_db._loaders.jsonl import Recorded, SpaceVectors, _jsonl
 from tnsrag_db._loaders.owners import ROOT_KEY, check_owners, claims_of, pattern_root
 from tnsrag_db._loaders.pdf import _pdf
 from tnsrag_db._loaders.text import _markdown, _text
@@ -67,7 +67,8 @@ class FileLoader:
       (ISO-8601 with a zone: its validity), ``metadata`` (str to
       str), ``edges`` (outgoing: ``[{"dst", "relation", "weight", "source"}]``, returned
       by :attr:`edges`) and ``vectors`` (``[{"provider", "float32"}]``, returned by
-      :attr:`vectors`): the export format of ``tnsrag export``, read back exactly.
+      :attr:`vectors`), ``recordedAt`` and ``versions`` (a corpus's history, returned by
+      :attr:`recorded`): the export format of ``tnsrag export``, read back exactly.
       JSONL files may be up to 1 GiB (:data:`MAX_JSONL_BYTES`), other files 64 MiB.
 
     ``chunker`` sizes the chunks (default: :class:`~tnsrag_db._chunking.Chunker` of 1,000
@@ -121,6 +122,7 @@ class FileLoader:
         self.files_read = 0
         self._edges: list[Edge] = []
         self._vectors: SpaceVectors = {}
+        self._recorded = Recorded()
 
     @property
     def name(self) -> str:
@@ -144,6 +146,14 @@ class FileLoader:
         field, written by ``tnsrag export --vectors``), by embedding space (provider name,
         dimension), then entry id; complete once that load has been consumed."""
         return self._vectors
+
+    @property
+    def recorded(self) -> Recorded:
+        """What the JSONL records of the last :meth:`load` carried of a corpus's history
+        (``"recordedAt"``, ``"versions"``: an export of a corpus that keeps history): the
+        closed rows to write back and the instant from which each current entry was
+        recorded; complete once that load has been consumed."""
+        return self._recorded
 
     @property
     def id_prefix(self) -> str:
@@ -207,6 +217,7 @@ class FileLoader:
         self.files_read = 0
         self._edges = []
         self._vectors = {}
+        self._recorded = Recorded()
         roots = ({pattern: pattern_root(pattern, self._base) for pattern in self._patterns}
                  if self._relative_to == "pattern" else {})
         sizes = [_size(path) for path, *_ in found] if byte_progress is not None else []
@@ -303,7 +314,7 @@ class FileLoader:
         if fmt == "markdown":
             yield from _markdown(rel, text, self._chunker, self._tier)
         elif fmt == "jsonl":
-            yield from _jsonl(rel, text, self._tier, self._edges, self._vectors)
+            yield from _jsonl(rel, text, self._tier, self._edges, self._vectors, self._recorded)
         elif fmt == "html":
             yield from _html(rel, text, self._chunker, self._tier)
         elif fmt == "code":

@@ -7,10 +7,12 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tnsrag_db._errors import InvalidEntryError
 from tnsrag_db._indexes import graph
+from tnsrag_db._store.history import KeptRow
 from tnsrag_db._types import MemoryEntry, MemoryTier, parse_instant
 
 if TYPE_CHECKING:
@@ -24,15 +26,34 @@ if TYPE_CHECKING:
 SpaceVectors = dict[tuple[str, int], dict[str, "npt.NDArray[np.float32]"]]
 
 
+class Recorded:
+    """What the JSONL records of an export of a corpus that keeps history carried besides the
+    entries (:attr:`FileLoader.recorded <tnsrag_db._loaders.FileLoader.recorded>`): the
+    closed ``rows`` (kept versions, entries a delete closed) and the instant from which each
+    current entry was recorded (``since``, by id)."""
+
+    __slots__ = ("rows", "since")
+
+    def __init__(self) -> None:
+        self.rows: list[KeptRow] = []
+        self.since: dict[str, datetime] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.rows or self.since)
+
+
 def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
-           vectors_out: SpaceVectors | None = None) -> Iterator[MemoryEntry]:
+           vectors_out: SpaceVectors | None = None, recorded_out: Recorded | None = None) -> Iterator[MemoryEntry]:
     # The record format is the export format of tnsrag_db.admin (see its docstring):
     # a present "source": null stays None, "timestamp" is the entry's timestamp,
     # "expiresAt" (an instant) or "ttlSeconds" (a number) its expiry, "validFrom" and
     # "validUntil" (instants) its validity,
     # "edges" (outgoing, {"dst", "relation", "weight", "source"}, and "validFrom" and
     # "validUntil" for an edge that states its validity) are collected for
-    # the caller in edges_out, and "vectors" ([{"provider", "vector"}]) in vectors_out.
+    # the caller in edges_out, and "vectors" ([{"provider", "vector"}]) in vectors_out;
+    # "recordedAt" (an instant: since when the entry is recorded) and "versions" (its closed
+    # rows, oldest first) in recorded_out. A record with "versions" and no text is an entry
+    # a delete closed: its last version ("current": true) is its own row.
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -44,6 +65,15 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
         if not isinstance(obj, dict):
             raise InvalidEntryError(f"{where}: each line must be a JSON object")
         content = obj.get("content", obj.get("text"))
+        if content is None and "versions" in obj and "id" in obj:
+            try:
+                rows = _record_versions(str(obj["id"]), obj["versions"], closed=True, tier=tier)
+                edges = _record_edges(str(obj["id"]), obj.get("edges"))
+            except (InvalidEntryError, ValueError) as exc:
+                raise InvalidEntryError(f"{where}: {exc}") from None
+            _keep(rows, recorded_out, vectors_out)
+            edges_out.extend(edges)
+            continue
         if not isinstance(content, str):
             raise InvalidEntryError(f"{where}: needs a string 'content' (or 'text') field")
         metadata = obj.get("metadata") or {}
@@ -71,13 +101,83 @@ def _jsonl(rel: str, text: str, tier: MemoryTier, edges_out: list[Edge],
             )
             edges = _record_edges(entry.id, obj.get("edges"))
             vectors = _record_vectors(obj.get("vectors"))
+            since = _instant(obj, "recordedAt")
+            rows = _record_versions(entry.id, obj["versions"], closed=False, tier=tier) if "versions" in obj else []
         except (InvalidEntryError, ValueError) as exc:
             raise InvalidEntryError(f"{where}: {exc}") from None
+        if (since is not None or rows) and recorded_out is not None:
+            if since is not None:
+                recorded_out.since[entry.id] = since
+        _keep(rows, recorded_out, vectors_out)
         edges_out.extend(edges)
         if vectors_out is not None:
             for space, vector in vectors.items():
                 vectors_out.setdefault(space, {})[entry.id] = vector
         yield entry
+
+
+def _instant(obj: dict[str, Any], key: str, *, required: bool = False) -> datetime | None:
+    value = obj.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise InvalidEntryError(f"{key!r} must be an ISO-8601 string, got {value!r}")
+    return parse_instant(value)
+
+
+def _keep(rows: list[tuple[KeptRow, dict[tuple[str, int], Any]]], recorded_out: Recorded | None,
+          vectors_out: SpaceVectors | None) -> None:
+    """The closed rows of a record (with their vectors) to the caller's collections."""
+    for row, vectors in rows:
+        if recorded_out is not None:
+            recorded_out.rows.append(row)
+        if vectors_out is not None:
+            for space, vector in vectors.items():
+                vectors_out.setdefault(space, {})[row.row_id] = vector
+
+
+#: The fields of an item of "versions" besides an entry record's.
+_VERSION_FIELDS = {"content", "tier", "source", "parentId", "timestamp", "metadata", "expiresAt", "validFrom",
+                   "validUntil", "vectors", "recordedAt", "recordedUntil", "version", "current"}
+
+
+def _record_versions(key: str, raw: object, *, closed: bool,
+                     tier: MemoryTier) -> list[tuple[KeptRow, dict[tuple[str, int], Any]]]:
+    """The ``"versions"`` of the record of entry ``key``: its closed rows, oldest first, each
+    ``{<the fields of an entry record but id and edges>, "recordedAt", "recordedUntil",
+    "version": n}``, the last one ``"current": true`` instead of a number when the entry
+    was closed by a delete (``closed``: the record has no text of its own)."""
+    if not isinstance(raw, list) or (closed and not raw):
+        raise InvalidEntryError("'versions' must be a list of objects" + (", the last one 'current'" if closed else ""))
+    out: list[tuple[KeptRow, dict[tuple[str, int], Any]]] = []
+    numbers: set[int] = set()
+    for n, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("content"), str):
+            raise InvalidEntryError(f"version {n} must be an object with a string 'content'")
+        unknown = sorted(set(item) - _VERSION_FIELDS)
+        if unknown:
+            raise InvalidEntryError(f"version {n}: unknown field(s) {', '.join(unknown)}")
+        current = item.get("current", False)
+        number = item.get("version")
+        last = closed and n == len(raw) - 1
+        if last != (current is True) or (current not in (True, False)):
+            raise InvalidEntryError(f"version {n}: 'current': true marks the last version of an entry closed by a "
+                                    "delete (a record without 'content'), and only it")
+        if not last and (type(number) is not int or number < 1 or number in numbers):
+            raise InvalidEntryError(f"version {n}: 'version' must be a distinct int >= 1, got {number!r}")
+        if last and number is not None:
+            raise InvalidEntryError(f"version {n}: a 'current' version has no 'version' number")
+        stamp, expires = _instant(item, "timestamp"), _instant(item, "expiresAt")
+        entry = MemoryEntry(key, item["content"], item.get("tier") or tier, source=item.get("source"),
+                            parent_id=item.get("parentId"), timestamp=stamp, metadata=item.get("metadata") or {},
+                            expires_at=expires, valid_from=_instant(item, "validFrom"),
+                            valid_until=_instant(item, "validUntil"))
+        since, until = _instant(item, "recordedAt", required=True), _instant(item, "recordedUntil", required=True)
+        assert since is not None and until is not None
+        if not last:
+            numbers.add(number)
+        out.append((KeptRow(entry, since, until, None if last else number), _record_vectors(item.get("vectors"))))
+    return out
 
 
 def _record_vectors(raw: object) -> dict[tuple[str, int], npt.NDArray[np.float32]]:

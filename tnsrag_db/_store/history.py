@@ -20,14 +20,16 @@ valid then (an edge states its own validity, :mod:`tnsrag_db._store.edges`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tnsrag_db._db.pool import Connection
 from tnsrag_db._store.validity import VERSION_KEY, VERSION_SEPARATOR
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["VERSION_KEY", "VERSION_SEPARATOR", "close_matching", "keep_versions", "reopen"]
+__all__ = ["VERSION_KEY", "VERSION_SEPARATOR", "KeptRow", "close_matching", "keep_versions", "reopen", "restore_rows"]
 
 
 _LOCK_CURRENT_SQL = """\
@@ -101,3 +103,59 @@ def close_matching(conn: Connection, corpus: str, predicate: str, params: dict[s
            f"AND e.recorded_until IS NULL AND ({predicate}) ORDER BY e.id FOR NO KEY UPDATE) "
            "UPDATE entries e SET recorded_until = now() FROM t WHERE e.corpus = :c AND e.id = t.id")
     return int(conn.execute(sql, {"c": corpus, **params}).rowcount)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptRow:
+    """A closed row of an entry as an export carries it, to be written back as it was: a kept
+    version (``number``: the ``n`` of its id ``<id>\\x1e<n>``) or, with ``number`` None,
+    the entry's own row a delete closed. ``entry`` holds the row's fields under the
+    entry's id; ``recorded_at`` and ``recorded_until`` the interval the corpus recorded it."""
+
+    entry: MemoryEntry
+    recorded_at: datetime
+    recorded_until: datetime
+    number: int | None = None
+
+    @property
+    def row_id(self) -> str:
+        """The id of the row: the entry's for its own row, ``<id>\\x1e<n>`` for a version."""
+        return self.entry.id if self.number is None else f"{self.entry.id}{VERSION_SEPARATOR}{self.number}"
+
+    def row(self) -> MemoryEntry:
+        """The entry the row is written as: a version under its own id, its metadata marked
+        with the id it was a version of (as :func:`keep_versions` writes it)."""
+        if self.number is None:
+            return self.entry
+        e = self.entry
+        version = MemoryEntry(id=e.id, content=e.content, tier=e.tier, source=e.source, parent_id=e.parent_id,
+                              timestamp=e.timestamp, metadata={**e.metadata, VERSION_KEY: e.id},
+                              expires_at=e.expires_at, valid_from=e.valid_from, valid_until=e.valid_until)
+        object.__setattr__(version, "id", self.row_id)  # the reserved separator: no application id has it
+        return version
+
+
+_RECORD_SQL = """\
+UPDATE entries e SET version_of = v.key, recorded_at = v.since, recorded_until = v.until
+FROM unnest(CAST(:ids AS text[]), CAST(:keys AS text[]), CAST(:since AS timestamptz[]),
+            CAST(:until AS timestamptz[])) AS v(id, key, since, until)
+WHERE e.corpus = :c AND e.id = ANY(CAST(:ids AS text[])) AND e.id = v.id"""
+
+
+def restore_rows(conn: Connection, corpus: str, rows: Sequence[KeptRow], recorded: Mapping[str, datetime],
+                 write: Callable[[Connection, Sequence[MemoryEntry]], object]) -> None:
+    """Write back the closed ``rows`` of an export (``write`` writes entries, as for
+    :func:`keep_versions`) and record every row as the export did: the kept versions and
+    the closed rows with their intervals, the current rows of ``recorded`` (id: the instant
+    from which they are recorded) open from it. In the restore's transaction, after its
+    current entries."""
+    if rows:
+        write(conn, [r.row() for r in rows])
+    ids = [r.row_id for r in rows] + list(recorded)
+    if not ids:
+        return
+    conn.execute(_RECORD_SQL, {
+        "c": corpus, "ids": ids,
+        "keys": [None if r.number is None else r.entry.id for r in rows] + [None] * len(recorded),
+        "since": [r.recorded_at for r in rows] + list(recorded.values()),
+        "until": [r.recorded_until for r in rows] + [None] * len(recorded)})

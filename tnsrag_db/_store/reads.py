@@ -13,10 +13,10 @@ from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ValidationError
 from tnsrag_db._store.expiry import expired_ids, live
 from tnsrag_db._store.filters import filter_sql
-from tnsrag_db._store.validity import ASKED, INSTANT, VERSION_KEY
+from tnsrag_db._store.validity import ASKED, INSTANT, VERSION_KEY, VERSION_SEPARATOR
 from tnsrag_db._types import MemoryEntry, MemoryTier, RetrievedDocument, is_unicode_text, name_form
 
-__all__ = ["ENTRY_COLUMNS", "EntryVersion", "history_plan", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "existing_ids_plan", "entries_after_plan", "get_many_plan", "get_plan", "row_to_entry"]
+__all__ = ["ENTRY_COLUMNS", "EntryVersion", "history_plan", "ENTRY_COLUMN_NAMES", "ENTRY_FIELDS", "document_from_row", "check_ids", "content_hashes_plan", "count_plan", "existing_ids_plan", "entries_after_plan", "get_many_plan", "get_plan", "holds_history_plan", "kept_versions_plan", "recorded_after_plan", "row_to_entry"]
 
 #: The entry columns (alias ``e``) that :func:`document_from_row` needs.
 ENTRY_COLUMNS = "e.id AS entry_id, e.content, e.tier, e.source, e.metadata"
@@ -121,6 +121,49 @@ def entries_after_plan(corpus: str, last: str, limit: int) -> Plan[list[MemoryEn
     rows = yield Statement(f"{_SELECT} WHERE corpus = :c AND id > :last AND {_CURRENT} ORDER BY id LIMIT :n",
                            {"c": corpus, "last": last, "n": limit}, ENTRY_FIELDS)
     return [row_to_entry(r) for r in rows]
+
+
+#: The recording columns of an export's rows (the entry columns, then these).
+_RECORDING = ("recorded_at", "recorded_until", "row_id")
+_SELECT_RECORDED = (f"SELECT coalesce(e.version_of, e.id) AS {', '.join(ENTRY_FIELDS)}, "
+                    "coalesce(e.recorded_at, e.created_at) AS recorded_at, e.recorded_until, e.id AS row_id "
+                    "FROM entries e")
+#: Not expired (an export leaves an expired row out, whatever it is a row of).
+_UNEXPIRED = f"(e.expires_at IS NULL OR e.expires_at > {INSTANT})"
+
+
+def holds_history_plan(corpus: str) -> Plan[bool]:
+    """Whether ``corpus`` keeps history or holds rows it closed (kept versions, entries a
+    delete closed): then an export carries when each row was recorded. Two probes (the
+    corpus row, the partial index of ``recorded_until``)."""
+    rows = yield Statement("SELECT coalesce((SELECT to_jsonb(c) -> 'history' = 'true'::jsonb FROM corpora c "
+                           "WHERE c.corpus = :c), false) OR EXISTS (SELECT 1 FROM entries e WHERE e.corpus = :c "
+                           "AND e.recorded_until IS NOT NULL) AS h", {"c": corpus}, ("h",))
+    return bool(rows and rows[0].h)
+
+
+def recorded_after_plan(corpus: str, last: str, limit: int) -> Plan[list[EntryVersion]]:
+    """Up to ``limit`` entries' own rows of ``corpus`` with ids after ``last``, in id order
+    (keyset pages): the current ones and those a delete closed, not expired, each with the
+    interval the corpus recorded it (what an export of a corpus that keeps history pages)."""
+    rows = yield Statement(f"{_SELECT_RECORDED} WHERE e.corpus = :c AND e.id > :last AND e.version_of IS NULL "
+                           f"AND {_UNEXPIRED} ORDER BY e.id LIMIT :n",
+                           {"c": corpus, "last": last, "n": limit}, (*ENTRY_FIELDS, *_RECORDING))
+    return [EntryVersion(row_to_entry(r), r.recorded_at, r.recorded_until, True) for r in rows]
+
+
+def kept_versions_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[dict[str, list[tuple[int, EntryVersion]]]]:
+    """The kept versions of these entries of ``corpus`` that have not expired, by entry id,
+    oldest first, each with its number (the ``n`` of its row id ``<id>\x1e<n>``)."""
+    rows = yield Statement(f"{_SELECT_RECORDED} WHERE e.corpus = :c AND e.version_of = ANY(:ids) AND {_UNEXPIRED} "
+                           "ORDER BY e.version_of, coalesce(e.recorded_at, e.created_at), e.id",
+                           {"c": corpus, "ids": list(entry_ids)}, (*ENTRY_FIELDS, *_RECORDING))
+    out: dict[str, list[tuple[int, EntryVersion]]] = {}
+    for r in rows:
+        number = int(r.row_id.rpartition(VERSION_SEPARATOR)[2])
+        out.setdefault(r.id, []).append((number, EntryVersion(row_to_entry(r), r.recorded_at, r.recorded_until,
+                                                               False)))
+    return out
 
 
 def existing_ids_plan(corpus: str, entry_ids: Sequence[str]) -> Plan[set[str]]:

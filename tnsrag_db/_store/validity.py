@@ -82,21 +82,16 @@ def _holds(a: str, t: str = INSTANT) -> str:
     return f"({a}.valid_from IS NULL OR {a}.valid_from <= {t}) AND ({a}.valid_until IS NULL OR {a}.valid_until > {t})"
 
 
-def invalid_ids(corpus: str, *, alias: str = "vi", first: bool = False) -> str:
+def invalid_ids(corpus: str, *, alias: str = "vi") -> str:
     """A SELECT of the ids (column ``id``, possibly repeated) of the entries of ``corpus`` (an
     SQL expression: a bound parameter such as ``:c``) not valid or not recorded at the
     instant: one range of a partial index per bound, and with an ``as_of`` the rows
-    recorded after it. With ``first``, at most the first id of each (for an EXISTS): each
-    range ordered by its bound, so that it is read through its index however many rows
-    the planner expects of it (expecting many, it would scan the table for the first one,
-    and read all of it when there is none)."""
+    recorded after it."""
     a, t = alias, INSTANT
 
-    def part(condition: str, bound: str) -> str:
-        body = f"SELECT {a}.id FROM entries {a} WHERE {a}.corpus = {corpus} AND {condition}"
-        return f"({body} ORDER BY {a}.{bound} LIMIT 1)" if first else body
+    def part(condition: str) -> str:
+        return f"SELECT {a}.id FROM entries {a} WHERE {a}.corpus = {corpus} AND {condition}"
 
     return " UNION ALL ".join((
-        part(f"{a}.valid_from > {t}", "valid_from"), part(f"{a}.valid_until <= {t}", "valid_until"),
-        part(f"{a}.recorded_until <= {t}", "recorded_until"),
-        part(f"{ASKED} IS NOT NULL AND coalesce({a}.recorded_at, {a}.created_at) > {t}", "id")))
+        part(f"{a}.valid_from > {t}"), part(f"{a}.valid_until <= {t}"), part(f"{a}.recorded_until <= {t}"),
+        part(f"{ASKED} IS NOT NULL AND coalesce({a}.recorded_at, {a}.created_at) > {t}")))

@@ -39,7 +39,7 @@ from tnsrag_db._types import MemoryEntry
 
 __all__ = ["StagedBatch", "ValidatedBatch", "WriteExtension", "WriteReport", "WriteTarget", "classify", "content_hash",
            "delete_matching", "rewrite_changed", "run_write", "stage", "stage_terms", "validate_batch", "write_entries",
-           "write_postings"]
+           "write_kept_rows", "write_postings"]
 
 #: Batches at least this large ANALYZE their stage tables before the set-based steps.
 ANALYZE_STAGE_ROWS = 1000
@@ -337,6 +337,18 @@ def write_entries(conn: Connection, corpus: WriteTarget, batch: Sequence[MemoryE
     report = _write_rows(conn, corpus.name, batch, text_config, progress=progress, expiry=corpus.expiry_policy)
     history.reopen(conn, corpus.name, reopened)
     return report
+
+
+def write_kept_rows(conn: Connection, corpus: WriteTarget, rows: Sequence[history.KeptRow],
+                    recorded: Mapping[str, Any]) -> None:
+    """A restore's closed rows and recording instants (:func:`~tnsrag_db._store.history.restore_rows`),
+    in ``conn``'s open transaction after its current entries: the rows are written as
+    entries (their postings, statistics and df counted as any entry's), then recorded."""
+    if not rows and not recorded:
+        return
+    text_config = corpus.text_config(conn)
+    history.restore_rows(conn, corpus.name, rows, recorded,
+                         lambda c, entries: _write_rows(c, corpus.name, entries, text_config))
 
 
 def _write_rows(conn: Connection, corpus: str, batch: Sequence[MemoryEntry], text_config: str, *,

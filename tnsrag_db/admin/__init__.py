@@ -19,7 +19,14 @@ stays ``None``), parents, timestamps, metadata and edges; an entry that expires 
 ``"expiresAt"`` instant too (expired entries are not exported), and one that states its
 validity ``"validFrom"`` and ``"validUntil"`` (the export holds every entry whatever its
 validity, as it holds every edge, so that the restored corpus answers an ``as_of`` as this
-one; the versions a corpus that keeps history closed are not exported). Vectors are exported only
+one). The export of a corpus that keeps history (or holds versions it kept) carries it: each
+record has ``"recordedAt"`` (since when its current version is recorded) and, when the entry
+has kept versions, ``"versions"`` (oldest first, each ``{<the fields of a record but id and
+edges>, "recordedAt", "recordedUntil", "version": n}``); an entry a delete closed is a record
+with ``id``, ``edges`` and ``versions`` but no ``content``, its last version its closed row
+(``"current": true`` instead of a number). Restored, every row is written back with its
+interval, so ``history(id)`` and ``as_of`` answers equal the exported corpus's; expired rows
+are not exported. Vectors are exported only
 with ``export_corpus(..., vectors=True)`` (``tnsrag export --vectors``): a ``"vectors"``
 list of ``{"provider": name, "float32": base64 of the little-endian float32 values}``,
 one per embedding space holding the entry, which the restore writes as they are into

@@ -10,14 +10,21 @@ from typing import IO, Any
 
 from tnsrag_db._db.statement import Plan, Statement
 from tnsrag_db._errors import ConfigurationError, ConnectionLostError
-from tnsrag_db._store.reads import entries_after_plan
+from tnsrag_db._store.reads import (
+    EntryVersion,
+    entries_after_plan,
+    holds_history_plan,
+    kept_versions_plan,
+    recorded_after_plan,
+)
 from tnsrag_db._store.store import Store
+from tnsrag_db._store.validity import VERSION_SEPARATOR
 from tnsrag_db._types import MemoryEntry
 from tnsrag_db._validate import is_int
 from tnsrag_db.admin.corpora import _not_found
 from tnsrag_db.admin.reports import ExportCounts
 
-__all__ = ["entry_record", "export_corpus", "lost_mid_export"]
+__all__ = ["entry_record", "export_corpus", "lost_mid_export", "version_record"]
 
 
 def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
@@ -41,6 +48,24 @@ def entry_record(entry: MemoryEntry, edges: Iterable[Mapping[str, Any]] = (),
     shown = [{"provider": provider, "float32": _float32_base64(vector)} for provider, vector in vectors]
     if shown:
         record["vectors"] = shown
+    return record
+
+
+def version_record(version: EntryVersion, number: int | None,
+                   vectors: Iterable[tuple[str, Sequence[float]]] = ()) -> dict[str, Any]:
+    """The export record of a closed row of an entry, an item of its record's ``"versions"``:
+    the fields of :func:`entry_record` but ``id`` and ``edges``, then ``"recordedAt"`` and
+    ``"recordedUntil"`` (the interval the corpus recorded it) and ``"version"`` (``number``,
+    the ``n`` of a kept version's row id) or, for the entry's own row a delete closed
+    (``number`` None), ``"current": true``."""
+    record = entry_record(version.entry, (), vectors)
+    del record["id"], record["edges"]
+    record["recordedAt"] = version.recorded_at.isoformat()
+    record["recordedUntil"] = None if version.recorded_until is None else version.recorded_until.isoformat()
+    if number is None:
+        record["current"] = True
+    else:
+        record["version"] = number
     return record
 
 
@@ -107,36 +132,76 @@ _PAGE_VECTORS_SQL = (
     "SELECT x.entry_id, s.provider, CAST(x.embedding AS real[]) AS vector FROM embeddings x "
     "JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id "
     "WHERE x.corpus = :c AND x.entry_id BETWEEN :first AND :last ORDER BY x.entry_id, s.space_id")
+# The vectors of a page's kept versions, by their ids.
+_VERSION_VECTORS_SQL = (
+    "SELECT x.entry_id, s.provider, CAST(x.embedding AS real[]) AS vector FROM embeddings x "
+    "JOIN embedding_spaces s ON s.corpus = x.corpus AND s.space_id = x.space_id "
+    "WHERE x.corpus = :c AND x.entry_id = ANY(:ids) ORDER BY x.entry_id, s.space_id")
 
 
 def _export_plan(corpus: str, out: IO[str], batch_size: int, vectors: bool) -> Plan[ExportCounts]:
     """The export as a plan: the corpus check, then pages of entries (the store's own keyset
-    pages) each with its entries' outgoing edges (and vectors), written to ``out`` as they arrive."""
+    pages) each with its entries' outgoing edges (and vectors), written to ``out`` as they
+    arrive; in a corpus that keeps history, each with its kept versions and the interval
+    each row was recorded."""
     found = yield Statement("SELECT 1 AS one FROM corpora WHERE corpus = :c", {"c": corpus}, ("one",))
     if not found:
         names = yield Statement("SELECT corpus FROM corpora ORDER BY corpus", {}, ("corpus",))
         raise _not_found(corpus, [r.corpus for r in names])
+    recorded = yield from holds_history_plan(corpus)
     entries = edges = 0
     last = ""
-    while page := (yield from entries_after_plan(corpus, last, batch_size)):
+    while True:
+        if recorded:
+            rows: list[EntryVersion] = yield from recorded_after_plan(corpus, last, batch_size)
+            page = [r.entry for r in rows]
+        else:
+            page = yield from entries_after_plan(corpus, last, batch_size)
+            rows = []
+        if not page:
+            break
         ids = [e.id for e in page]
         outgoing: dict[str, list[dict[str, Any]]] = {}
         # Every edge, whatever its validity: the restored graph answers an as_of as this one.
-        rows = yield Statement(f"SELECT {', '.join(_EDGE_FIELDS)} FROM edges WHERE corpus = :c "
-                               "AND src = ANY(:ids) ORDER BY src, relation, dst", {"c": corpus, "ids": ids},
-                               _EDGE_FIELDS)
-        for e in rows:
+        found_edges = yield Statement(f"SELECT {', '.join(_EDGE_FIELDS)} FROM edges WHERE corpus = :c "
+                                      "AND src = ANY(:ids) ORDER BY src, relation, dst", {"c": corpus, "ids": ids},
+                                      _EDGE_FIELDS)
+        for e in found_edges:
             outgoing.setdefault(e.src, []).append(dict(zip(_EDGE_FIELDS, e, strict=True)))
+        kept: dict[str, list[tuple[int, EntryVersion]]] = {}
+        if recorded:
+            kept = yield from kept_versions_plan(corpus, ids)
         stored: dict[str, list[tuple[str, list[float]]]] = {}
         if vectors:
             found_vectors = yield Statement(_PAGE_VECTORS_SQL, {"c": corpus, "first": ids[0], "last": ids[-1]},
                                             ("entry_id", "provider", "vector"))
             for v in found_vectors:
                 stored.setdefault(v.entry_id, []).append((v.provider, v.vector))
-        for entry in page:
+            # The versions' own ids (the range above may hold them, by the ids' collation).
+            version_ids = [i for key, versions in kept.items() for n, _ in versions
+                           if (i := f"{key}{VERSION_SEPARATOR}{n}") not in stored]
+            if version_ids:
+                found_vectors = yield Statement(_VERSION_VECTORS_SQL, {"c": corpus, "ids": version_ids},
+                                                ("entry_id", "provider", "vector"))
+                for v in found_vectors:
+                    stored.setdefault(v.entry_id, []).append((v.provider, v.vector))
+        for n, entry in enumerate(page):
             mine = outgoing.get(entry.id, [])
-            out.write(json.dumps(entry_record(entry, mine, stored.get(entry.id, ())), ensure_ascii=False) + "\n")
-            entries += 1
+            versions = [version_record(v, number, stored.get(f"{entry.id}{VERSION_SEPARATOR}{number}", ()))
+                        for number, v in kept.get(entry.id, [])]
+            if rows and rows[n].recorded_until is not None:
+                # Closed by a delete: the entry's own row is its last version, and the record
+                # has no text of its own (a release that cannot restore versions refuses it).
+                versions.append(version_record(rows[n], None, stored.get(entry.id, ())))
+                record: dict[str, Any] = {"id": entry.id, "edges": [_edge_record(e) for e in mine]}
+            else:
+                record = entry_record(entry, mine, stored.get(entry.id, ()))
+                entries += 1
+                if rows:
+                    record["recordedAt"] = rows[n].recorded_at.isoformat()
+            if versions:
+                record["versions"] = versions
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
             edges += len(mine)
         last = ids[-1]
     return ExportCounts(entries, edges)

@@ -25,6 +25,7 @@ from tnsrag_db._indexes.graph import GraphStore
 from tnsrag_db._indexes.vector import VectorMemoryStore
 from tnsrag_db._loaders import FileLoader
 from tnsrag_db._store.store import Store
+from tnsrag_db._store.write import write_kept_rows
 from tnsrag_db._types import MemoryEntry
 from tnsrag_db.admin.reports import RestoreCounts
 
@@ -139,17 +140,24 @@ def restore_corpus(store: Store, path: str | os.PathLike[str], *, embedding: Any
     loader = FileLoader(Path(path))
     entries = list(loader.load())
     edges = loader.edges
-    providers = restore_providers(entries, loader.vectors, embedding)
+    recorded = loader.recorded
+    kept = [r.row() for r in recorded.rows]
+    providers = restore_providers([*entries, *kept], loader.vectors, embedding)
     graph = GraphStore(store)
     edge_counts: list[Any] = []
 
-    def write_edges(conn: Connection) -> None:
-        edge_counts[:] = [graph.write_edges(conn, edges)]
+    def write_rest(conn: Connection) -> None:
+        # The closed rows first: an edge may leave an entry a delete closed.
+        write_kept_rows(conn, store.writer.corpus, recorded.rows, recorded.since)
+        if edges:
+            edge_counts[:] = [graph.write_edges(conn, edges)]
 
     first, *others = providers
-    counts = VectorMemoryStore(store, first).add_all(entries, check=write_edges if edges else None)
+    counts = VectorMemoryStore(store, first).add_all(entries, check=write_rest if edges or recorded else None)
     for provider in others:
         VectorMemoryStore(store, provider).add_all(entries)
+    for provider in providers if kept else ():
+        VectorMemoryStore(store, provider).fill_kept_vectors(kept)
     e = edge_counts[0] if edge_counts else None
     return RestoreCounts(
         {"inserted": counts.inserted, "updated": counts.updated, "unchanged": counts.unchanged},

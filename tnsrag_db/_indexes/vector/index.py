@@ -521,6 +521,22 @@ class VectorMemoryStore:
 
         return run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress), on_stop)
 
+    def fill_kept_vectors(self, rows: Sequence[MemoryEntry], *, batch_size: int = 256) -> int:
+        """Embed and write the vectors of closed rows the corpus holds (a restore's kept
+        versions and entries a delete closed, :func:`~tnsrag_db.admin.restore_corpus`), in
+        one transaction: :meth:`fill_vectors` for rows whose ids no application writes
+        (``<id>\\x1e<n>``), which the write checks refuse. Rows that already have a vector
+        in this view's space are left as they are. Returns the number of vectors written."""
+        check_int(batch_size, "batch_size", minimum=1)
+        todo = self._needing_vectors(rows)
+        if not todo:
+            return 0
+        matrix = self._embed_entries(todo, batch_size)
+        assert self._dimension is not None  # fixed by the embedding just done
+        written, _ = write_stored_vectors(self._store, self._spaces, self._dimension, todo,
+                                          {e.id: matrix[i] for i, e in enumerate(todo)})
+        return written
+
     def _builder(self, store: Store,
                  index_progress: IndexProgress | None) -> Callable[[Space, Callable[[str, int, int], None]], None]:
         """The end of :meth:`ingest` and :meth:`fill_vectors`: the space's index once due,
