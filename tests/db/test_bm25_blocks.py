@@ -577,3 +577,60 @@ def test_a_large_write_refreshes_the_statistics_before_its_merge(fresh_db_url: U
         assert layout(store)["rows_entries"] == 0
     finally:
         pool.close()
+
+
+def test_a_bulk_ingest_merges_once_after_its_last_batch(make_store: Callable[..., Store]) -> None:
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import HashingEmbedding
+
+    store = make_store(merge_after_entries=50)
+    seen: list[dict[str, int]] = []
+
+    def progress(phase: str, done: int, total: int | None) -> None:
+        if phase == "write":  # after each batch's commit
+            seen.append(layout(store))
+
+    entries = generated_entries(random.Random(11), 240, prefix="b")
+    counts = VectorMemoryStore(store, HashingEmbedding(16)).ingest(entries, batch_size=20, vectors=False,
+                                                                  progress=progress, max_batch_size=80)
+    assert counts.inserted == 240
+    # Batches of 20, 40, 80, 80, 20, past merge_after_entries from the second on: none merged
+    # during the load (an entry without terms has no postings).
+    with_terms = _ids_with_terms(store)
+    assert [s["rows_entries"] for s in seen] == [len(with_terms & {e.id for e in entries[:end]})
+                                                 for end in (20, 60, 140, 220, 240)]
+    assert all(s["merged"] == 0 for s in seen)
+    after = layout(store)  # then one merge of everything, exact as before
+    assert after["rows_entries"] == 0 and after["merged"] == len(with_terms) > 200
+    assert_matches_reference(BM25Index(store), QUERIES)
+    # A plain write of the same size still merges as it commits.
+    store.add_all(generated_entries(random.Random(12), 60, prefix="p"))
+    assert layout(store)["rows_entries"] == 0
+
+
+def test_an_interrupted_bulk_ingest_leaves_its_postings_as_rows(make_store: Callable[..., Store]) -> None:
+    from tnsrag_db._errors import IngestInterrupted
+    from tnsrag_db._indexes.vector import VectorMemoryStore
+    from tnsrag_db.embeddings import HashingEmbedding
+
+    store = make_store(merge_after_entries=50)
+    entries = generated_entries(random.Random(13), 120, prefix="i")
+
+    def fail_late(phase: str, done: int, total: int | None) -> None:
+        if phase == "write" and done >= 100:
+            raise KeyboardInterrupt
+
+    with pytest.raises(IngestInterrupted):
+        VectorMemoryStore(store, HashingEmbedding(16)).ingest(entries, batch_size=50, vectors=False,
+                                                              progress=fail_late)
+    state = layout(store)
+    assert state["merged"] == 0 and state["rows_entries"] == len(_ids_with_terms(store)) > 80
+    assert store.count() == 100
+    assert_matches_reference(BM25Index(store), QUERIES)
+    store.add_all(generated_entries(random.Random(14), 10, prefix="n"))  # the next write merges what was left
+    assert layout(store)["rows_entries"] == 0
+
+
+def _ids_with_terms(store: Store) -> set[str]:
+    return {r.id for r in store.read("SELECT id FROM entries WHERE corpus = :c AND cardinality(lexemes) > 0",
+                                     {"c": store.corpus})}

@@ -11,6 +11,7 @@ carries the hash's name: the test's own queries embed with the hash, as the chil
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -28,6 +29,8 @@ from sqlalchemy.engine import URL
 
 from tests.fix_db import SCHEMA
 from tnsrag_db._cli import main_group
+from tnsrag_db._cli.ingest import WRITE_BATCH_MAX
+from tnsrag_db._indexes.vector.ingest import batch_sizes
 from tnsrag_db._store.store import Store
 
 FILES = 40
@@ -276,8 +279,12 @@ def test_entries_are_written_while_later_files_are_still_being_read(
     try:
         _wait(lambda: (gates / "reading").exists(), proc)
         # The last file is being read: the batches read before it are committed already (the
-        # ingest reads one batch ahead of its writes) and answer keyword queries.
-        assert store.count() == FILES - BATCH
+        # ingest reads one batch ahead of its writes) and answer keyword queries. The batches
+        # grow from --batch-size (5, 10, 20, ...): the one read holds the last file, the one
+        # before waits for that read.
+        ends = list(itertools.accumulate(itertools.islice(batch_sizes(BATCH, WRITE_BATCH_MAX), 8)))
+        reading = next(i for i, end in enumerate(ends) if end > FILES)
+        assert store.count() == ends[reading - 2] == 15
         keyword = json.loads(_cli(["query", "lighthouse keeper 3", *db, "--strategy", "keyword", "--json"]).stdout)
         assert keyword["results"]
         assert proc.poll() is None

@@ -51,7 +51,7 @@ from tnsrag_db._loaders.jsonl import Recorded
 from tnsrag_db._loaders.owners import claims_of
 from tnsrag_db._store.reads import existing_ids_plan
 from tnsrag_db._store.store import connect
-from tnsrag_db._store.write import content_hash, validate_batch, write_kept_rows
+from tnsrag_db._store.write import ValidatedBatch, content_hash, write_kept_rows
 from tnsrag_db._types import RESERVED_METADATA_KEYS, MemoryEntry, MemoryTier
 from tnsrag_db.admin.restore import ExportedVectors, restore_providers
 
@@ -229,7 +229,9 @@ def _vectors_text(result: dict[str, Any]) -> str:
 @yes_option
 @click.option("--strict", is_flag=True, help="Fail (writing nothing) when any file would be skipped.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Entries per embedding call and per committed batch.")
+              help="Entries per embedding call and per committed batch of vectors. The entries, written "
+                   "before their vectors, commit in batches that start at this size and double up to 4096, "
+                   "as do the batches of vectors read from the file (nothing to embed).")
 @click.option("--embedding", default=None, metavar="NAME|DIR",
               help="Embedding provider: hash, all-MiniLM-L6-v2-int8 (the shipped model), a model folder (an "
                    "exported sentence-transformers model) or an installed entry-point provider; any of them "
@@ -331,6 +333,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
             except ConfigurationError as exc:
                 raise click.UsageError(str(exc)) from None
             progress.start("read")
+            entries: Sequence[MemoryEntry]
             if streaming:
                 assert provider is not None  # resolved above: a streamed run reads no JSONL
                 claims = claims_of(item for selection in selections for item in selection)
@@ -354,8 +357,7 @@ def ingest(paths: tuple[str, ...], url: str | None, schema: str, corpus: str, ti
                     more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
                     raise InvalidEntryError(f"--strict: {plural(sum(s['files'] for s in skipped), 'file')} would be "
                                             f"skipped: {listed}{more}; nothing was written")
-                entries = [shaped(e) for e in reading.entries]
-                validate_batch(entries)
+                entries = ValidatedBatch(shaped(e) for e in reading.entries)
                 # JSONL exports with vectors (tnsrag export --vectors) are written with them,
                 # one pass per exported space, embedding nothing else unless --embedding asks.
                 if provider is None and not reading.vectors:
@@ -446,7 +448,7 @@ def _duplicates(store: Any, fresh: list[MemoryEntry], excluded: list[str]) -> in
 
 def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], progress: Any, ledger: _Ledger,
            roots: list[Any], claims: dict[str, str], edges: Sequence[Any] = (),
-           recorded: Recorded | None = None) -> tuple[Any, list[MemoryEntry], dict[str, Any]]:
+           recorded: Recorded | None = None) -> tuple[Any, Sequence[MemoryEntry], dict[str, Any]]:
     """The one writer of ``tnsrag ingest``: connect, refuse files whose ids another root's
     entries hold (``claims``: id path -> root, :func:`~tnsrag_db._cli._roots.check_roots`),
     write ``entries`` batch by batch without vectors (keyword-searchable as each batch
@@ -455,7 +457,7 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], pr
     JSONL export (``recorded``: closed rows and recording instants, in one transaction, then
     the closed rows' vectors), the ``edges`` and the prune.
 
-    ``entries`` is either the list of everything read and validated as a whole (a run that
+    ``entries`` is either everything read, validated as a whole (a ValidatedBatch: a run that
     must see every file first: ``--strict``, ``--dry-run``, ``--prune``, JSONL records):
     then the ends of ``edges`` are checked and what ``--prune`` removes is found before
     anything is written (asking first when that is more than the run writes), and a dry run
@@ -469,7 +471,7 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], pr
     entries whose text is stored under another id), ``first_searchable_at`` (the
     ``time.perf_counter()`` when the first batch committed), ``searchable_at`` (every entry
     written), ``read_at`` (every entry read), ``pruned`` and, for a dry run, ``prune_ids``."""
-    whole = entries if isinstance(entries, list) else None
+    whole = entries if isinstance(entries, ValidatedBatch) else None
     if whole is not None and not whole and not plan.prune:
         return IngestCounts(), [], {}
     if plan.dry_run:
@@ -478,7 +480,7 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], pr
         store = connect(plan.url, corpus=plan.corpus, schema=plan.schema,
                         auto_migrate=None if plan.url is None else False)
     outcome: dict[str, Any] = {}
-    written: list[MemoryEntry] = []
+    streamed: list[MemoryEntry] = []  # the entries of an iterator, as they are written
     fresh: list[MemoryEntry] = []  # entries whose id the corpus did not hold before this run
     with store:
         check_roots(store, roots, claims)
@@ -509,7 +511,8 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], pr
             # Read before the batch is written (the ingest reads one batch ahead of its writes).
             stored = store.content_hashes([e.id for e in batch]) if batch else {}
             fresh.extend(e for e in batch if e.id not in stored)
-            written.extend(batch)
+            if whole is None:
+                streamed.extend(batch)
             return batch
 
         def batches() -> Iterator[MemoryEntry]:
@@ -532,9 +535,14 @@ def _write(entries: Iterable[MemoryEntry], plan: _Plan, providers: list[Any], pr
             progress.update("index", done, total, note=phase)
 
         progress.start("write")
-        counts = views[0].ingest(batches(), batch_size=plan.batch_size, progress=advance, vectors=False,
-                                 on_stop=plan.on_stop)
+        if whole is not None:  # handed over whole: its batches are not checked again
+            for start in range(0, len(whole), _CHECK_BATCH):
+                taken(list(whole[start:start + _CHECK_BATCH]))
+        counts = views[0].ingest(batches() if whole is None else whole, batch_size=plan.batch_size,
+                                 progress=advance, vectors=False, on_stop=plan.on_stop,
+                                 max_batch_size=WRITE_BATCH_MAX)
         ledger.committed = counts
+        written: Sequence[MemoryEntry] = streamed if whole is None else whole
         outcome["searchable_at"] = time.perf_counter()
         outcome.setdefault("read_at", outcome["searchable_at"])
         progress.update("write", counts.total, len(written))
@@ -591,11 +599,16 @@ _INTERRUPTED_INDEX = ("interrupted: {n} committed, {v} with vectors of {provider
                       "tnsrag db build-indexes{schema} builds the vector index if one is due")
 
 
+#: The largest batch of a pass that runs no model: the keyword pass (entries without
+#: vectors) and the vector pass of vectors read from the file. Their batches start at
+#: --batch-size (the first keyword answer waits for the first) and double up to this.
+WRITE_BATCH_MAX = 4096
+
 #: Entries per statement of the check for missing vectors before the vector pass.
 _CHECK_BATCH = 5_000
 
 
-def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan: _Plan, progress: Any,
+def _fill_vectors(store: Any, views: list[Any], entries: Sequence[MemoryEntry], plan: _Plan, progress: Any,
                   index_advance: Any) -> None:
     """The second phase of an ingest: embed the entries lacking a vector in each view's space
     (the entries are all written and unchanged by now, so only vectors are written; a
@@ -610,18 +623,23 @@ def _fill_vectors(store: Any, views: list[Any], entries: list[MemoryEntry], plan
     for vectors in views:
         # Which entries lack a vector, in a few statements: a rerun goes straight to them,
         # and the embed line has its total from the start.
-        todo: list[MemoryEntry] = []
+        lacking: list[MemoryEntry] = []
         for start in range(0, len(entries), _CHECK_BATCH):
             progress.update("embed", 0, note=f"checking which have vectors: {start:,}/{len(entries):,}")
-            todo += vectors.needing_vectors(entries[start:start + _CHECK_BATCH])
+            lacking += vectors.needing_vectors(entries[start:start + _CHECK_BATCH])
+        # Entries checked as a whole: their parts are not checked again.
+        todo = entries.only(e.id for e in lacking) if isinstance(entries, ValidatedBatch) else lacking
         progress.update("embed", 0, len(todo), note="" if len(todo) == len(entries)
                         else f"{len(entries) - len(todo):,} had vectors")
         progress.start("embed")
         if not todo:
             continue
+        # Vectors read from the file are looked up, not computed: their batches grow as the
+        # keyword pass's do. A model's batch stays --batch-size (the unit of its work).
+        looked_up = isinstance(vectors.embedding.provider, ExportedVectors)
         try:
             vectors.fill_vectors(todo, batch_size=plan.batch_size, progress=advance, index_progress=index_advance,
-                                 on_stop=plan.on_stop)
+                                 on_stop=plan.on_stop, max_batch_size=WRITE_BATCH_MAX if looked_up else None)
         except IngestInterrupted as exc:
             if exc.__cause__ is not None:
                 raise

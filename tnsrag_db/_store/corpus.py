@@ -10,8 +10,9 @@ writes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tnsrag_db import _telemetry
@@ -47,6 +48,10 @@ DEFAULT_ANALYZE_AFTER_ROWS = 5000
 DEFAULT_MERGE_AFTER_ENTRIES = 8192
 #: Entries one merge transaction takes at most.
 MERGE_BATCH = 20_000
+#: Entries the one merge after a bulk load (:meth:`Writer.merges_deferred`) takes in one
+#: transaction at most: each transaction of a merge reads the corpus's whole delta, so a
+#: load merged in transactions of :data:`MERGE_BATCH` would read it again for every one.
+BULK_MERGE_BATCH = 100_000
 _ANALYZABLE = frozenset({"embeddings", "edges", "bm25_df", "bm25_stats", "bm25_blocks", "bm25_docs"})
 #: The tables a merge changes most: analysed after a merge of many entries.
 _MERGED_TABLES = ("bm25_postings", "bm25_blocks", "bm25_docs")
@@ -199,6 +204,9 @@ class Writer:
         self._merge_after = check_merge_after_entries(merge_after_entries)
         self._unmerged = 0
         self._deferral_logged = False
+        self._merges_deferred = 0  # depth of merges_deferred() blocks
+        self._deferred_written = 0  # entries written inside them, and the tables their writes name
+        self._deferred_analyze: dict[str, None] = {}
 
     @property
     def analyze_after_rows(self) -> int:
@@ -243,39 +251,78 @@ class Writer:
 
         result = self._session.write_transaction(counted, prepare=prepare_stage_tables)
         self._unmerged += written
+        if self._merges_deferred:  # a bulk load: refreshed and merged once at its end (merges_deferred)
+            self._deferred_written += written
+            self._deferred_analyze.update(dict.fromkeys(analyze))
+            return result
         # The statistics before the merge, which then plans on what the write added (to
         # statistics taken before, a corpus they never saw is one row).
         refreshed = self.refresh_statistics(written, analyze)
-        if self._unmerged >= self._merge_after:
-            self._unmerged = 0
-            try:
-                merged = self.merge(wait=False)
-                if merged.entries:
-                    if refreshed and merged.entries < self._analyze_after_rows:  # (more: merge() analysed)
-                        self._analyze(_MERGED_TABLES)  # the delta was analysed full, the blocks before
-                elif merged.held_by:
-                    # Another role holds the corpus's merge lock (it learnt the key: see
-                    # tnsrag_db._store.lock_keys): the next write tries again.
-                    self._unmerged = self._merge_after
-                    _log.warning("BM25 postings of corpus %r not merged into blocks: its merge lock is held by "
-                                 "role(s) %s; they stay rows (queries read both) until a later merge",
-                                 self._corpus.name, ", ".join(map(repr, merged.held_by)))
-                elif merged.deferred and not self._deferral_logged:
-                    self._deferral_logged = True
-                    _log.info("BM25 postings of corpus %r stay rows until the rolling upgrade is finished "
-                              "(tnsrag db upgrade --finish): the schema still serves a release that reads "
-                              "only rows", self._corpus.name)
-            except DatabaseError as exc:
-                # The write has committed: a merge that fails (a timeout, a lost connection,
-                # a schema not yet upgraded) leaves the postings as rows, which queries read
-                # as well, for the next merge. It must not report the write as failed.
-                _log.warning("BM25 postings of corpus %r not merged into blocks: %s", self._corpus.name, exc)
+        self._merge_written(refreshed)
         return result
 
+    @contextlib.contextmanager
+    def merges_deferred(self) -> Iterator[None]:
+        """A bulk load: inside the block, the writes of this writer neither merge their BM25
+        postings into blocks nor refresh the planner statistics as they commit; when the
+        block ends without an error, the statistics are refreshed once for everything
+        written inside it (:meth:`refresh_statistics`) and the postings merged in one
+        :meth:`merge` when they reach ``merge_after_entries``, as one write of that size
+        would, in one transaction of up to :data:`BULK_MERGE_BATCH` entries. A merge every
+        ``merge_after_entries`` during a load re-cuts the tail block of most terms each
+        time and reads the delta again; once at the end it writes each term's blocks once.
+
+        Queries meanwhile read the new postings as rows (exact either way). When the block
+        ends with an error (an interrupt), nothing more is done: the rows stay for the next
+        write's merge or ``tnsrag db merge-postings``. Blocks nest (the outermost merges).
+        """
+        self._merges_deferred += 1
+        try:
+            yield
+        finally:
+            self._merges_deferred -= 1
+            written, analyze = self._deferred_written, tuple(self._deferred_analyze)
+            if not self._merges_deferred:
+                self._deferred_written, self._deferred_analyze = 0, {}
+        if self._merges_deferred:
+            return
+        refreshed = self.refresh_statistics(written, analyze)
+        self._merge_written(refreshed, batch=min(max(written, MERGE_BATCH), BULK_MERGE_BATCH))
+
+    def _merge_written(self, refreshed: bool, *, batch: int | None = None) -> None:
+        """Merge the corpus's postings when this writer has written ``merge_after_entries``
+        since its last merge (``refreshed``: the statistics were just refreshed), ``batch``
+        entries a transaction. A failed merge warns; the writes stand."""
+        if self._unmerged < self._merge_after:
+            return
+        self._unmerged = 0
+        try:
+            merged = self.merge(wait=False, batch=batch)
+            if merged.entries:
+                if refreshed and merged.entries < self._analyze_after_rows:  # (more: merge() analysed)
+                    self._analyze(_MERGED_TABLES)  # the delta was analysed full, the blocks before
+            elif merged.held_by:
+                # Another role holds the corpus's merge lock (it learnt the key: see
+                # tnsrag_db._store.lock_keys): the next write tries again.
+                self._unmerged = self._merge_after
+                _log.warning("BM25 postings of corpus %r not merged into blocks: its merge lock is held by "
+                             "role(s) %s; they stay rows (queries read both) until a later merge",
+                             self._corpus.name, ", ".join(map(repr, merged.held_by)))
+            elif merged.deferred and not self._deferral_logged:
+                self._deferral_logged = True
+                _log.info("BM25 postings of corpus %r stay rows until the rolling upgrade is finished "
+                          "(tnsrag db upgrade --finish): the schema still serves a release that reads "
+                          "only rows", self._corpus.name)
+        except DatabaseError as exc:
+            # The write has committed: a merge that fails (a timeout, a lost connection,
+            # a schema not yet upgraded) leaves the postings as rows, which queries read
+            # as well, for the next merge. It must not report the write as failed.
+            _log.warning("BM25 postings of corpus %r not merged into blocks: %s", self._corpus.name, exc)
+
     def merge(self, *, sweep: bool = False, wait: bool = True,
-              progress: Callable[[MergeReport], None] | None = None) -> MergeReport:
+              progress: Callable[[MergeReport], None] | None = None, batch: int | None = None) -> MergeReport:
         """Merge the corpus's BM25 postings from per-entry rows into blocks, in transactions of
-        at most :data:`MERGE_BATCH` entries, until none is left; returns the totals.
+        at most ``batch`` entries (default :data:`MERGE_BATCH`), until none is left; returns the totals.
 
         ``sweep`` also takes the entries written before blocks existed (a pass over the
         corpus's entries in id order; without it only the delta's rows are read).
@@ -286,14 +333,16 @@ class Writer:
         naming the holder's role. ``progress`` gets each transaction's report.
         """
         with _telemetry.operation("merge", self._corpus.name, sweep=sweep) as op:
-            total = self._merge(sweep=sweep, wait=wait, progress=progress)
+            total = self._merge(sweep=sweep, wait=wait, progress=progress,
+                                batch=MERGE_BATCH if batch is None else batch)
             op.count(total.entries)
             op.set("tnsrag.tombstones", total.tombstones)
             if total.entries >= self._analyze_after_rows:
                 self._analyze(_MERGED_TABLES)
         return total
 
-    def _merge(self, *, sweep: bool, wait: bool, progress: Callable[[MergeReport], None] | None) -> MergeReport:
+    def _merge(self, *, sweep: bool, wait: bool, progress: Callable[[MergeReport], None] | None,
+               batch: int) -> MergeReport:
         total = MergeReport()
         after: str | None = "" if sweep else None
         while True:
@@ -301,7 +350,7 @@ class Writer:
                 if not self._corpus.lock(conn, shared=True):
                     return MergeReport()  # no corpus row: nothing to merge
                 return merge_postings(conn, schema=self._corpus.schema, corpus=self._corpus.name,
-                                      max_entries=MERGE_BATCH, after=after, max_tombstones=MERGE_BATCH, wait=wait)
+                                      max_entries=batch, after=after, max_tombstones=MERGE_BATCH, wait=wait)
 
             report = self._session.write_transaction(run, prepare=prepare_stage_tables)
             if progress is not None:

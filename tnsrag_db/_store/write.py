@@ -147,6 +147,16 @@ class ValidatedBatch(tuple[MemoryEntry, ...]):
             return entries  # checked when it was built
         return super().__new__(cls, validate_batch(entries))
 
+    def part(self, start: int, stop: int) -> ValidatedBatch:
+        """Entries ``start`` to ``stop`` (a slice), a batch of their own without checking
+        them again: they were checked, ids distinct, as part of this one."""
+        return tuple.__new__(ValidatedBatch, self[start:stop])
+
+    def only(self, ids: Iterable[str]) -> ValidatedBatch:
+        """The entries whose id is in ``ids``, in this batch's order, without checking them again."""
+        keep = set(ids)
+        return tuple.__new__(ValidatedBatch, (e for e in self if e.id in keep))
+
 
 # -- step 2: stage --------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)

@@ -415,7 +415,7 @@ class VectorMemoryStore:
     def ingest(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
                progress: IngestProgress | None = None,
                index_progress: IndexProgress | None = None, vectors: bool = True,
-               on_stop: Callable[[], None] | None = None) -> IngestCounts:
+               on_stop: Callable[[], None] | None = None, max_batch_size: int | None = None) -> IngestCounts:
         """Write a stream of entries batch by batch, embedding the next batch while the previous one is written.
 
         Unlike :meth:`add_all` (one transaction), every batch of ``batch_size`` entries
@@ -458,13 +458,24 @@ class VectorMemoryStore:
         Each batch is durable at its commit; an interrupt or an error loses nothing
         committed, and the same call run again continues.
 
-        Once every batch is written, the planner statistics of the entries are refreshed
-        when the call wrote a large share of them (the rule of a single bulk write, see
+        ``max_batch_size`` (optional, above ``batch_size``): the batches after the first
+        double in size up to it, which suits a call that embeds nothing (``vectors=False``):
+        the first batch still commits early, and a larger batch costs less per entry to
+        write (fewer statements and commits, one document-frequency update per term of the
+        batch). With an embedding function it also sizes the embedding work per batch.
+
+        The call is one bulk load (:meth:`~tnsrag_db._store.corpus.Writer.merges_deferred`):
+        its batches leave their BM25 postings as rows, and once every batch is written the
+        planner statistics of the entries are refreshed when the call wrote a large share
+        of them (the rule of a single bulk write, see
         :meth:`~tnsrag_db._store.corpus.Writer.refresh_statistics`), so the corpus just
-        loaded is planned for as it is.
+        loaded is planned for as it is, and the postings are merged into blocks once, in
+        one pass (when the call wrote at least the store's ``merge_after_entries``).
         """
 
         check_int(batch_size, "batch_size", minimum=1)
+        if max_batch_size is not None:
+            check_int(max_batch_size, "max_batch_size", minimum=1)
         store = self._store
         embed_lock = threading.Lock()
 
@@ -479,17 +490,17 @@ class VectorMemoryStore:
             return self._write_batch(store, batch, batch_vectors, batch_size, stop=stop, embed_lock=embed_lock,
                                      with_vectors=vectors)
 
-        counts = run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress),
-                            on_stop)
         # Each batch is too small to refresh the planner statistics on its own, so the call
-        # refreshes them once for all it wrote: to statistics taken before, a new corpus is
-        # one row, and a probe of its entries by id may then scan the whole corpus per id.
-        store.writer.refresh_statistics(counts.inserted + counts.updated)
-        return counts
+        # refreshes them once for all it wrote (to statistics taken before, a new corpus is
+        # one row, and a probe of its entries by id may then scan the whole corpus per id),
+        # then merges the postings of all of them at once.
+        with store.writer.merges_deferred():
+            return run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress),
+                              on_stop, max_batch_size)
 
     def fill_vectors(self, entries: Iterable[MemoryEntry], *, batch_size: int = 256,
                      progress: IngestProgress | None = None, index_progress: IndexProgress | None = None,
-                     on_stop: Callable[[], None] | None = None) -> IngestCounts:
+                     on_stop: Callable[[], None] | None = None, max_batch_size: int | None = None) -> IngestCounts:
         """Embed and write the vectors of entries the corpus already holds, writing nothing
         else: the vector pass after :meth:`ingest` with ``vectors=False`` (and ``tnsrag
         embed``'s over the stored entries).
@@ -503,10 +514,13 @@ class VectorMemoryStore:
         per batch), so an interrupted call resumes by running again. An entry the corpus
         does not hold, or holds with another text (a concurrent writer changed it), gets
         no vector here. Returns the entries' counts: all of them ``unchanged`` (none is
-        written). Errors as in :meth:`ingest`.
+        written). Errors and ``max_batch_size`` as in :meth:`ingest` (for vectors that are
+        looked up rather than computed, such as an export's).
         """
 
         check_int(batch_size, "batch_size", minimum=1)
+        if max_batch_size is not None:
+            check_int(max_batch_size, "max_batch_size", minimum=1)
         store = self._store
 
         def prepare(batch: ValidatedBatch, embedded: Callable[[int], None]) -> Vectors:
@@ -519,7 +533,8 @@ class VectorMemoryStore:
                 _, space = write_stored_vectors(store, self._spaces, self._dimension, batch, batch_vectors, stop=stop)
             return WriteReport(unchanged=[e.id for e in batch]), space
 
-        return run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress), on_stop)
+        return run_ingest(entries, batch_size, progress, prepare, write, self._builder(store, index_progress), on_stop,
+                          max_batch_size)
 
     def fill_kept_vectors(self, rows: Sequence[MemoryEntry], *, batch_size: int = 256) -> int:
         """Embed and write the vectors of closed rows the corpus holds (a restore's kept

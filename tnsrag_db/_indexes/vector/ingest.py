@@ -24,7 +24,7 @@ from tnsrag_db._indexes.vector.spaces import Space
 from tnsrag_db._store.write import ValidatedBatch, WriteReport
 from tnsrag_db._types import MemoryEntry
 
-__all__ = ["Stopped", "run_ingest"]
+__all__ = ["Stopped", "batch_sizes", "run_ingest"]
 
 
 _R = TypeVar("_R")
@@ -94,19 +94,37 @@ def _deferred_sigint(stop: threading.Event, on_stop: Callable[[], None] | None =
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def batch_sizes(first: int, largest: int | None = None) -> Iterator[int]:
+    """The sizes of an ingest's batches: ``first``, then doubling up to ``largest`` (None,
+    or not above ``first``: always ``first``). The first batch commits early (the first
+    keyword answer waits for it); the later ones, when nothing is embedded between them,
+    are sized by the write's own cost, which per entry falls with the batch (the per-batch
+    statements and commit, and the document-frequency upserts of the terms batches share)."""
+    size = first
+    while True:
+        yield size
+        if largest is not None and size < largest:
+            size = min(2 * size, largest)
+
+
 def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: IngestProgress | None,
                prepare: Callable[[ValidatedBatch, Callable[[int], None]], Vectors],
                write: Callable[[ValidatedBatch, Vectors, threading.Event],
                                tuple[WriteReport, Space | None]],
                build: Callable[[Space, Callable[[str, int, int], None]], None],
-               on_stop: Callable[[], None] | None = None) -> IngestCounts:
+               on_stop: Callable[[], None] | None = None, max_batch_size: int | None = None) -> IngestCounts:
     """Run the ingest described at :meth:`VectorMemoryStore.ingest` and return its counts.
 
     ``prepare(batch, embedded)`` returns a batch's vectors (calling ``embedded(done)``
     as they are ready; it runs on the worker thread), ``write(batch, vectors, stop)``
     writes one batch in its own transaction, ``build(space, advance)`` builds the
-    space's index once everything is written. ``on_stop`` is called at the first Ctrl-C."""
+    space's index once everything is written. ``on_stop`` is called at the first Ctrl-C.
+    Batches are of ``batch_size`` entries, or grow from it to ``max_batch_size``
+    (:func:`batch_sizes`)."""
     total = len(entries) if isinstance(entries, Sized) else None
+    sizes = batch_sizes(batch_size, max_batch_size)
+    # Entries checked as a whole already (ids distinct) are cut into batches unchecked.
+    whole = entries if isinstance(entries, ValidatedBatch) else None
     stop = threading.Event()
     committed = IngestCounts()
     stream = iter(entries)
@@ -119,8 +137,16 @@ def run_ingest(entries: Iterable[MemoryEntry], batch_size: int, progress: Ingest
 
     def read_batch() -> ValidatedBatch:
         start = counters["read"]
+        if whole is not None:
+            if stop.is_set():
+                raise Stopped
+            batch = whole.part(start, start + next(sizes))
+            counters["read"] = start + len(batch)
+            if batch:
+                report("read", counters["read"])
+            return batch
         raw = []
-        for entry in itertools.islice(stream, batch_size):  # reading a large file stops between entries
+        for entry in itertools.islice(stream, next(sizes)):  # reading a large file stops between entries
             if stop.is_set():
                 raise Stopped
             raw.append(entry)

@@ -124,7 +124,8 @@ class VectorWrite(WriteExtension):
     the pre-read (under ``embed_lock`` when given). After the write, :attr:`space` is the
     space written (None when no vector was stored)."""
 
-    analyze = ("embeddings",)
+    #: Refreshed after bulk writes: the vectors' table (not when only entries are written).
+    analyze: tuple[str, ...] = ("embeddings",)
 
     def __init__(self, spaces: ProviderSpaces, dimension: int | None, vectors: Vectors,
                  embed: Callable[[Sequence[MemoryEntry]], npt.NDArray[np.float32]], *,
@@ -138,6 +139,8 @@ class VectorWrite(WriteExtension):
         self._stop = stop
         self._embed_lock = embed_lock
         self._with_vectors = with_vectors
+        if not with_vectors:
+            self.analyze = ()
         self.space: Space | None = None
 
     def _stop_check(self) -> None:
