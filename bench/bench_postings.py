@@ -81,7 +81,7 @@ CREATE TABLE bm25_postings (corpus text NOT NULL, lexeme text NOT NULL, entry_id
 -- The entries the library's statements check for expiry and validity (none expires or has a
 -- validity here): the columns and a partial index they read.
 CREATE TABLE entries (corpus text NOT NULL, id text NOT NULL, expires_at timestamptz, valid_from timestamptz,
-  valid_until timestamptz, recorded_at timestamptz, recorded_until timestamptz,
+  valid_until timestamptz, recorded_at timestamptz, recorded_until timestamptz, version_of text,
   created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (corpus, id));
 CREATE INDEX ix_entries_corpus_expires_at ON entries (corpus, expires_at) INCLUDE (id) WHERE expires_at IS NOT NULL;
 -- The library's merged layout, empty here: its statements read it beside A.
