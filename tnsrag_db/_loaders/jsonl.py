@@ -175,6 +175,7 @@ def _record_versions(key: str, raw: object, *, closed: bool,
         since, until = _instant(item, "recordedAt", required=True), _instant(item, "recordedUntil", required=True)
         assert since is not None and until is not None
         if not last:
+            assert isinstance(number, int)  # checked above
             numbers.add(number)
         out.append((KeptRow(entry, since, until, None if last else number), _record_vectors(item.get("vectors"))))
     return out
